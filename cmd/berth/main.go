@@ -1,0 +1,4 @@
+// Command berth is the berth gateway and its command-line client.
+package main
+
+func main() {}
