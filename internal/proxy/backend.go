@@ -1,0 +1,170 @@
+package proxy
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Backend is one place a deployment's traffic can go: a static upstream or,
+// later, a VM replica. Its counters are updated on the request path with
+// atomics and survive routing-table swaps, because the gateway reuses Backend
+// values across snapshots when the deployment's upstreams did not change.
+type Backend struct {
+	ID     string // what x-vm-id reports: the sandbox id, or the upstream as written
+	Addr   string // host:port to dial
+	TLS    bool   // speak HTTPS to the backend (SNI = host of Addr)
+	Scheme string // "http" or "https"
+
+	inFlight atomic.Int64
+	healthy  atomic.Bool
+	draining atomic.Bool
+	lastUsed atomic.Int64 // unix nanos of the last acquire or release
+
+	mu          sync.Mutex // guards drainReason, drainStart
+	drainReason string
+	drainStart  time.Time
+}
+
+// NewBackend returns a healthy, accepting backend.
+func NewBackend(id, addr string, tls bool) *Backend {
+	b := &Backend{ID: id, Addr: addr, TLS: tls, Scheme: "http"}
+	if tls {
+		b.Scheme = "https"
+	}
+	b.healthy.Store(true)
+	return b
+}
+
+// InFlight is the number of requests currently using the backend.
+func (b *Backend) InFlight() int64 { return b.inFlight.Load() }
+
+// Healthy reports the last probe or passive observation.
+func (b *Backend) Healthy() bool { return b.healthy.Load() }
+
+// SetHealthy records a probe result and reports whether it changed.
+func (b *Backend) SetHealthy(ok bool) (changed bool) { return b.healthy.Swap(ok) != ok }
+
+// Draining reports whether the backend refuses new requests.
+func (b *Backend) Draining() bool { return b.draining.Load() }
+
+// LastUsed is when a request last started or finished on the backend.
+func (b *Backend) LastUsed() time.Time {
+	n := b.lastUsed.Load()
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
+}
+
+// Drain stops new requests from reaching the backend; in-flight ones finish.
+func (b *Backend) Drain(reason string, since time.Time) {
+	b.mu.Lock()
+	b.drainReason, b.drainStart = reason, since
+	b.mu.Unlock()
+	b.draining.Store(true)
+}
+
+// Undrain lets the backend take new requests again.
+func (b *Backend) Undrain() {
+	b.draining.Store(false)
+	b.mu.Lock()
+	b.drainReason, b.drainStart = "", time.Time{}
+	b.mu.Unlock()
+}
+
+// DrainInfo returns the reason and start of a drain, if draining.
+func (b *Backend) DrainInfo() (reason string, since time.Time, draining bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.drainReason, b.drainStart, b.draining.Load()
+}
+
+func (b *Backend) available() bool { return b.healthy.Load() && !b.draining.Load() }
+
+func (b *Backend) release() {
+	b.inFlight.Add(-1)
+	b.lastUsed.Store(time.Now().UnixNano())
+}
+
+// Pool is the set of backends of one deployment. Membership is copy-on-write:
+// readers load the slice without locking.
+type Pool struct {
+	members atomic.Pointer[[]*Backend]
+	mu      sync.Mutex // serialises membership writers
+}
+
+// NewPool returns a pool with the given backends.
+func NewPool(bs ...*Backend) *Pool {
+	p := &Pool{}
+	s := append([]*Backend(nil), bs...)
+	p.members.Store(&s)
+	return p
+}
+
+// Backends returns the current members. The slice must not be modified.
+func (p *Pool) Backends() []*Backend {
+	if s := p.members.Load(); s != nil {
+		return *s
+	}
+	return nil
+}
+
+// Find returns the backend with the given ID.
+func (p *Pool) Find(id string) *Backend {
+	for _, b := range p.Backends() {
+		if b.ID == id {
+			return b
+		}
+	}
+	return nil
+}
+
+// Set replaces the membership.
+func (p *Pool) Set(bs []*Backend) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := append([]*Backend(nil), bs...)
+	p.members.Store(&s)
+}
+
+// errNoBackend means no backend is healthy and accepting.
+var errNoBackend = errors.New("no healthy backend available for deployment")
+
+// acquire picks the least-loaded available backend not in tried (ties go to
+// the first in list order) and takes a slot on it. The drain check is repeated
+// after the slot is taken so a concurrent Drain never loses a request to a
+// backend that has started draining.
+func (p *Pool) acquire(tried []*Backend) *Backend {
+	for {
+		var best *Backend
+		var bestN int64
+		for _, b := range p.Backends() {
+			if !b.available() || contains(tried, b) {
+				continue
+			}
+			if n := b.inFlight.Load(); best == nil || n < bestN {
+				best, bestN = b, n
+			}
+		}
+		if best == nil {
+			return nil
+		}
+		best.inFlight.Add(1)
+		if !best.draining.Load() {
+			best.lastUsed.Store(time.Now().UnixNano())
+			return best
+		}
+		best.inFlight.Add(-1)
+	}
+}
+
+func contains(s []*Backend, b *Backend) bool {
+	for _, x := range s {
+		if x == b {
+			return true
+		}
+	}
+	return false
+}

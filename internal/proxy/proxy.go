@@ -1,0 +1,369 @@
+// Package proxy is berth's data plane: one http.Handler that routes every
+// request to a deployment and answers it with a redirect, a maintenance page,
+// a site's files, or a backend's response.
+//
+// The routing table is an immutable route.Table swapped atomically on every
+// configuration change (Swap). A request loads the table once, so it is served
+// entirely by the configuration it arrived under; backends are shared between
+// tables, so a config change neither drops in-flight requests nor open
+// websockets, and in-flight counts carry over.
+//
+// Decision order (app-lb.md §3.1): route lookup → no route 404 → redirect →
+// maintenance 503 → strip_prefix → site | backend. Backends are chosen by
+// least in-flight among healthy, non-draining ones, with up to three attempts
+// when a connection cannot be made (the failed backend is marked unhealthy
+// until a probe readmits it).
+package proxy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/berth-dev/berth/internal/route"
+)
+
+// Response texts, as app-lb writes them.
+const (
+	textNoRoute     = "no deployment matches this request\n"
+	textMaintenance = "deployment is under maintenance\n"
+	textNoBackend   = "no healthy backend available for deployment\n"
+	textBadGateway  = "bad gateway: the backend could not be reached\n"
+)
+
+// Recorder receives one observation per routed request. Implementations must
+// be cheap and safe for concurrent use: they run on the request path.
+type Recorder interface {
+	// Observe records a finished request. failed means no backend response
+	// was obtained (status is then what berth answered).
+	Observe(status int, elapsed time.Duration, failed bool)
+}
+
+// Deployment is the data plane's immutable view of one deployment.
+type Deployment struct {
+	ID          string
+	Maintenance bool
+	Site        http.Handler // serves a site deployment; nil otherwise
+	Pool        *Pool        // backends of a static (or vm) deployment
+	Metrics     Recorder     // may be nil
+}
+
+// Table is the routing table type the proxy serves from.
+type Table = route.Table[*Deployment]
+
+// Options configure a Handler.
+type Options struct {
+	Log *slog.Logger
+	// TrustedProxies are peers whose X-Forwarded-For/-Proto/-Host headers are
+	// kept (and appended to). From anyone else those headers are replaced.
+	TrustedProxies []netip.Prefix
+	// Transport carries requests to backends; nil uses a tuned default.
+	Transport http.RoundTripper
+}
+
+// Handler is the data-plane http.Handler.
+type Handler struct {
+	table   atomic.Pointer[Table]
+	log     *slog.Logger
+	trusted []netip.Prefix
+	rp      *httputil.ReverseProxy
+	active  sync.WaitGroup
+	nactive atomic.Int64
+}
+
+// New returns a Handler serving an empty table.
+func New(o Options) *Handler {
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	h := &Handler{log: o.Log, trusted: o.TrustedProxies}
+	base := o.Transport
+	if base == nil {
+		base = NewTransport()
+	}
+	h.rp = &httputil.ReverseProxy{
+		Rewrite:      h.rewrite,
+		Transport:    &pickTransport{base: base},
+		BufferPool:   bufferPool{},
+		ErrorHandler: h.errorHandler,
+		ErrorLog:     slog.NewLogLogger(o.Log.Handler(), slog.LevelDebug),
+	}
+	var empty route.Builder[*Deployment]
+	h.table.Store(empty.Build())
+	return h
+}
+
+// NewTransport returns the transport used for backends: pooled keep-alive
+// connections sized for high concurrency, bounded dial time, no overall
+// response timeout (responses may stream for as long as they like).
+func NewTransport() *http.Transport {
+	d := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
+	return &http.Transport{
+		DialContext:           d.DialContext,
+		MaxIdleConns:          4096,
+		MaxIdleConnsPerHost:   1024,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		ForceAttemptHTTP2:     false,
+	}
+}
+
+// Swap installs a new routing table. In-flight requests finish on the table
+// they started with.
+func (h *Handler) Swap(t *Table) { h.table.Store(t) }
+
+// Table returns the current routing table.
+func (h *Handler) Table() *Table { return h.table.Load() }
+
+// Active is the number of requests (including upgraded connections) being
+// served right now.
+func (h *Handler) Active() int64 { return h.nactive.Load() }
+
+// Wait blocks until no request is being served or ctx ends. Used when
+// draining: http.Server.Shutdown does not wait for hijacked (websocket)
+// connections, which this counts.
+func (h *Handler) Wait(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { h.active.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+type ctxKey struct{}
+
+// reqState travels with a forwarded request from ServeHTTP to the transport.
+type reqState struct {
+	dep     *Deployment
+	backend *Backend
+	failed  bool
+	status  int
+}
+
+// ServeHTTP routes and serves one request.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.active.Add(1)
+	h.nactive.Add(1)
+	defer func() {
+		h.nactive.Add(-1)
+		h.active.Done()
+	}()
+	start := time.Now()
+	host := route.NormalizeHost(r.Host)
+	m, ok := h.table.Load().Lookup(host, r.URL.Path)
+	if !ok {
+		plain(w, http.StatusNotFound, textNoRoute)
+		return
+	}
+	d := m.Target
+	if rd := m.Rule.Redirect; rd != nil {
+		h.redirect(w, r, rd, m.Strip)
+		d.observe(rd.Status, start, false)
+		return
+	}
+	if d.Maintenance {
+		plain(w, http.StatusServiceUnavailable, textMaintenance)
+		d.observe(http.StatusServiceUnavailable, start, false)
+		return
+	}
+	if m.Strip != "" {
+		stripURL(r, m.Strip)
+	}
+	sw := &statusWriter{ResponseWriter: w}
+	switch {
+	case d.Site != nil:
+		d.Site.ServeHTTP(sw, r)
+		d.observe(sw.code(), start, false)
+	case d.Pool != nil:
+		st := &reqState{dep: d}
+		r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, st))
+		h.rp.ServeHTTP(sw, r)
+		d.observe(sw.code(), start, st.failed)
+	default:
+		plain(sw, http.StatusServiceUnavailable, textNoBackend)
+		d.observe(http.StatusServiceUnavailable, start, true)
+	}
+}
+
+func (d *Deployment) observe(status int, start time.Time, failed bool) {
+	if d.Metrics != nil {
+		d.Metrics.Observe(status, time.Since(start), failed)
+	}
+}
+
+func stripURL(r *http.Request, prefix string) {
+	r.URL.Path = route.StripPath(r.URL.Path, prefix)
+	if r.URL.RawPath != "" {
+		// The raw path is only a hint; drop it when the decoded prefix does
+		// not line up with it, and let net/url re-encode.
+		if strings.HasPrefix(r.URL.RawPath, prefix) {
+			r.URL.RawPath = route.StripPath(r.URL.RawPath, prefix)
+		} else {
+			r.URL.RawPath = ""
+		}
+	}
+}
+
+func (h *Handler) redirect(w http.ResponseWriter, r *http.Request, rd *route.Redirect, strip string) {
+	to := rd.To
+	if rd.KeepPath {
+		p := r.URL.EscapedPath()
+		if strip != "" {
+			p = route.StripPath(p, strip)
+		}
+		to = strings.TrimSuffix(to, "/") + p
+		if r.URL.RawQuery != "" {
+			to += "?" + r.URL.RawQuery
+		}
+	}
+	status := rd.Status
+	if status == 0 {
+		status = http.StatusMovedPermanently
+	}
+	w.Header().Set("Location", to)
+	plain(w, status, "redirecting to "+to+"\n")
+}
+
+// rewrite prepares the outbound request. The backend is chosen later, per
+// attempt, by pickTransport.
+func (h *Handler) rewrite(pr *httputil.ProxyRequest) {
+	out, in := pr.Out, pr.In
+	out.URL.Scheme = "http"
+	out.URL.Host = "backend.invalid" // replaced per attempt
+	out.Host = in.Host
+	peer := peerIP(in.RemoteAddr)
+	if h.isTrusted(peer) {
+		if v := in.Header.Values("X-Forwarded-For"); len(v) > 0 {
+			out.Header["X-Forwarded-For"] = []string{strings.Join(v, ", ") + ", " + peer.String()}
+		} else {
+			out.Header.Set("X-Forwarded-For", peer.String())
+		}
+		setDefault(out.Header, in.Header, "X-Forwarded-Proto", scheme(in))
+		setDefault(out.Header, in.Header, "X-Forwarded-Host", in.Host)
+		return
+	}
+	if peer.IsValid() {
+		out.Header.Set("X-Forwarded-For", peer.String())
+	}
+	out.Header.Set("X-Forwarded-Proto", scheme(in))
+	out.Header.Set("X-Forwarded-Host", in.Host)
+}
+
+func setDefault(out, in http.Header, key, def string) {
+	if v := in.Get(key); v != "" {
+		out.Set(key, v)
+	} else {
+		out.Set(key, def)
+	}
+}
+
+func scheme(r *http.Request) string {
+	if r.TLS != nil {
+		return "https"
+	}
+	return "http"
+}
+
+func peerIP(remote string) netip.Addr {
+	ap, err := netip.ParseAddrPort(remote)
+	if err != nil {
+		return netip.Addr{}
+	}
+	return ap.Addr().Unmap()
+}
+
+func (h *Handler) isTrusted(ip netip.Addr) bool {
+	if !ip.IsValid() {
+		return false
+	}
+	for _, p := range h.trusted {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+func (h *Handler) errorHandler(w http.ResponseWriter, r *http.Request, err error) {
+	st, _ := r.Context().Value(ctxKey{}).(*reqState)
+	if st != nil {
+		st.failed = true
+	}
+	switch {
+	case errors.Is(err, errNoBackend):
+		plain(w, http.StatusServiceUnavailable, textNoBackend)
+	case errors.Is(err, context.Canceled):
+		// The client went away; nobody is listening for an answer.
+		w.WriteHeader(499)
+	default:
+		h.log.Debug("backend request failed", "host", r.Host, "path", r.URL.Path, "err", err)
+		plain(w, http.StatusBadGateway, textBadGateway)
+	}
+}
+
+func plain(w http.ResponseWriter, status int, body string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	io.WriteString(w, body)
+}
+
+// statusWriter remembers the status code written. Unwrap lets
+// http.ResponseController (used by ReverseProxy for flushing and upgrades)
+// reach the underlying writer.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if s.status == 0 || (s.status >= 100 && s.status < 200 && code >= 200) {
+		s.status = code
+	}
+	if code == 499 {
+		return // not a real status; the client is gone
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(p []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(p)
+}
+
+func (s *statusWriter) Flush() {
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+func (s *statusWriter) code() int {
+	if s.status == 0 {
+		return http.StatusOK
+	}
+	return s.status
+}
+
+type bufferPool struct{}
+
+var bufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func (bufferPool) Get() []byte  { return *(bufs.Get().(*[]byte)) }
+func (bufferPool) Put(b []byte) { bufs.Put(&b) }

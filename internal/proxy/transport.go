@@ -1,0 +1,115 @@
+package proxy
+
+import (
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+)
+
+// maxAttempts bounds how many backends one request tries (app-lb: 3).
+const maxAttempts = 3
+
+// pickTransport chooses a backend for each attempt of a request and retries on
+// another one when the connection cannot be made. Only connect failures are
+// retried: nothing has reached the backend then, so even a non-idempotent
+// request is safe to send elsewhere.
+type pickTransport struct {
+	base http.RoundTripper
+}
+
+func (t *pickTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	st, _ := req.Context().Value(ctxKey{}).(*reqState)
+	if st == nil || st.dep.Pool == nil {
+		return nil, errNoBackend
+	}
+	// Keep the body open across attempts: the transport closes the body it
+	// was given on error, and a retry needs it. The server closes the real
+	// body when the handler returns.
+	var body *retryBody
+	if req.Body != nil && req.Body != http.NoBody {
+		body = &retryBody{rc: req.Body}
+		req.Body = body
+	}
+	var tried [maxAttempts]*Backend
+	var lastErr error = errNoBackend
+	for attempt := 0; attempt < maxAttempts; attempt++ {
+		b := st.dep.Pool.acquire(tried[:attempt])
+		if b == nil {
+			break
+		}
+		tried[attempt] = b
+		req.URL.Scheme, req.URL.Host = b.Scheme, b.Addr
+		resp, err := t.base.RoundTrip(req)
+		if err == nil {
+			st.backend = b
+			resp.Header.Set("X-Vm-Id", b.ID)
+			resp.Body = releaser(resp.Body, b)
+			return resp, nil
+		}
+		b.release()
+		lastErr = err
+		if !isConnectError(err) || (body != nil && body.read) {
+			break
+		}
+		b.SetHealthy(false)
+	}
+	return nil, lastErr
+}
+
+// isConnectError reports whether err means no connection was established.
+func isConnectError(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	var dns *net.DNSError
+	return errors.As(err, &dns)
+}
+
+type retryBody struct {
+	rc   io.ReadCloser
+	read bool
+}
+
+func (b *retryBody) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	if n > 0 {
+		b.read = true
+	}
+	return n, err
+}
+
+func (b *retryBody) Close() error { return nil }
+
+// releaser returns the backend's slot when the response body is closed, which
+// ReverseProxy does once the response (or upgraded connection) is done.
+func releaser(body io.ReadCloser, b *Backend) io.ReadCloser {
+	r := &releaseBody{ReadCloser: body, b: b}
+	if rwc, ok := body.(io.ReadWriteCloser); ok {
+		return &releaseRWBody{releaseBody: r, w: rwc}
+	}
+	return r
+}
+
+type releaseBody struct {
+	io.ReadCloser
+	b    *Backend
+	once sync.Once
+}
+
+func (r *releaseBody) Close() error {
+	err := r.ReadCloser.Close()
+	r.once.Do(r.b.release)
+	return err
+}
+
+// releaseRWBody keeps a 101 Switching Protocols body writable, which
+// ReverseProxy requires to splice an upgraded connection.
+type releaseRWBody struct {
+	*releaseBody
+	w io.Writer
+}
+
+func (r *releaseRWBody) Write(p []byte) (int, error) { return r.w.Write(p) }

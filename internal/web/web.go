@@ -1,0 +1,204 @@
+// Package web is the admin API's HTTP plumbing: handlers that return errors,
+// the JSON error envelope, strict JSON decoding with size and content-type
+// checks, and panic recovery.
+//
+// Every error a client sees is the app-lb envelope {"error": "...", "code"?:
+// "..."}, with a message that names the offending field where there is one.
+package web
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"runtime/debug"
+	"strings"
+)
+
+// MaxBody is the default limit on request bodies (app-lb: 2 MiB).
+const MaxBody = 2 << 20
+
+// Error is an error with an HTTP status and a message safe to show.
+type Error struct {
+	Status  int
+	Code    string // optional machine-readable code
+	Message string
+	Err     error // internal cause; logged, never sent
+	Header  http.Header
+}
+
+func (e *Error) Error() string {
+	if e.Err != nil {
+		return e.Message + ": " + e.Err.Error()
+	}
+	return e.Message
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Errorf returns an *Error with the given status and formatted message.
+func Errorf(status int, format string, args ...any) *Error {
+	return &Error{Status: status, Message: fmt.Sprintf(format, args...)}
+}
+
+// envelope is the wire shape of an error (apitype.Error; kept local so this
+// package stays a leaf).
+type envelope struct {
+	Error string `json:"error"`
+	Code  string `json:"code,omitempty"`
+}
+
+// HandlerFunc is an HTTP handler that may fail.
+type HandlerFunc func(w http.ResponseWriter, r *http.Request) error
+
+// Handle adapts h to http.Handler, writing returned errors as the envelope.
+// Errors that are not *Error become a 500 with a generic message; the detail
+// goes to the log only.
+func Handle(log *slog.Logger, h HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := h(w, r); err != nil {
+			WriteError(log, w, r, err)
+		}
+	})
+}
+
+// WriteError writes err as the JSON envelope.
+func WriteError(log *slog.Logger, w http.ResponseWriter, r *http.Request, err error) {
+	var e *Error
+	if !errors.As(err, &e) {
+		log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		e = &Error{Status: http.StatusInternalServerError, Message: "internal error"}
+	} else if e.Status >= 500 && e.Err != nil {
+		log.Error("request failed", "method", r.Method, "path", r.URL.Path, "status", e.Status, "err", e.Err)
+	}
+	for k, vs := range e.Header {
+		for _, v := range vs {
+			w.Header().Add(k, v)
+		}
+	}
+	WriteJSON(w, e.Status, envelope{Error: e.Message, Code: e.Code})
+}
+
+// WriteJSON writes v as JSON with the given status.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		buf.Reset()
+		status = http.StatusInternalServerError
+		fmt.Fprintf(&buf, `{"error":"could not encode the response"}`+"\n")
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(buf.Bytes())
+}
+
+// ReadJSON reads a JSON request body into v. It requires an application/json
+// content type (415), caps the body at MaxBody (413), and reports malformed
+// JSON (400) and values of the wrong type (422) with the offending field.
+// Unknown fields are allowed: the contract carries them through.
+func ReadJSON(w http.ResponseWriter, r *http.Request, v any) error {
+	raw, err := ReadBody(w, r)
+	if err != nil {
+		return err
+	}
+	return DecodeJSON(raw, v)
+}
+
+// ReadBody returns the raw JSON body after the content-type and size checks.
+func ReadBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	ct := r.Header.Get("Content-Type")
+	mt, _, err := mime.ParseMediaType(ct)
+	if ct == "" || err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
+		return nil, Errorf(http.StatusUnsupportedMediaType, "Content-Type must be application/json, got %q", ct)
+	}
+	body := http.MaxBytesReader(w, r.Body, MaxBody)
+	raw, err := io.ReadAll(body)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, Errorf(http.StatusRequestEntityTooLarge, "request body exceeds %d bytes", mbe.Limit)
+		}
+		return nil, Errorf(http.StatusBadRequest, "could not read the request body: %v", err)
+	}
+	return raw, nil
+}
+
+// DecodeJSON decodes raw into v with the same error mapping as ReadJSON.
+func DecodeJSON(raw []byte, v any) error {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return Errorf(http.StatusBadRequest, "the request body is empty; expected JSON")
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err)
+	}
+	if dec.More() {
+		return Errorf(http.StatusBadRequest, "malformed JSON: unexpected data after the top-level value")
+	}
+	var extra json.RawMessage
+	if err := dec.Decode(&extra); err != io.EOF {
+		return Errorf(http.StatusBadRequest, "malformed JSON: unexpected data after the top-level value")
+	}
+	return nil
+}
+
+func jsonError(err error) error {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	var fe *FieldError
+	switch {
+	case errors.As(err, &fe):
+		return &Error{Status: http.StatusBadRequest, Message: fe.Error()}
+	case errors.As(err, &se):
+		return Errorf(http.StatusBadRequest, "malformed JSON at byte %d: %v", se.Offset, se)
+	case errors.As(err, &te):
+		field := te.Field
+		if field == "" {
+			field = "the body"
+		}
+		return Errorf(http.StatusUnprocessableEntity, "%s: expected %s, got JSON %s", field, te.Type, te.Value)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return Errorf(http.StatusBadRequest, "malformed JSON: unexpected end of input")
+	default:
+		return Errorf(http.StatusBadRequest, "malformed JSON: %v", err)
+	}
+}
+
+// FieldError is a validation failure of one field. Its message starts with the
+// field path, e.g. "scaling.min_replicas: must not exceed max_replicas".
+type FieldError struct {
+	Field string
+	Msg   string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
+
+// Invalid returns a 400 *Error for a field.
+func Invalid(field, format string, args ...any) *Error {
+	fe := &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
+	return &Error{Status: http.StatusBadRequest, Message: fe.Error(), Err: fe}
+}
+
+// Recover turns a panic in next into a logged 500 envelope, so no panic
+// reaches a client as a dropped connection. http.ErrAbortHandler is re-raised:
+// it is how a handler deliberately aborts a response.
+func Recover(log *slog.Logger, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				log.Error("panic serving request", "method", r.Method, "path", r.URL.Path, "panic", v, "stack", string(debug.Stack()))
+				WriteJSON(w, http.StatusInternalServerError, envelope{Error: "internal error"})
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
