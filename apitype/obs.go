@@ -27,7 +27,9 @@ func (v *ObsFreshness) UnmarshalJSON(data []byte) error {
 	return unmarshalExtra(data, (*plain)(v), &v.Extra)
 }
 
-// ObsMetricBucket is the contract's ObsMetricBucket.
+// ObsMetricBucket is the contract's ObsMetricBucket. Its measures are
+// float64 because a bucket aggregates samples (an average of ready VMs can be
+// 1.5); T is an integer, epoch milliseconds.
 //
 // One time bucket. A `null` measure means nothing was sampled, not zero.
 type ObsMetricBucket struct {
