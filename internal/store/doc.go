@@ -1,0 +1,65 @@
+// Package store is berth's embedded, durable state: deployments and
+// persisted upstream drains, kept in a single SQLite database file
+// (dir/berth.db) through the pure-Go modernc.org/sqlite driver, so the
+// binary needs no cgo and no external database.
+//
+// Consumers should not depend on *Store directly but declare the few
+// methods they use as an interface of their own; that keeps a later
+// server-grade backend a drop-in replacement.
+//
+// # Schema
+//
+// The current schema (see migrations/*.sql for the authoritative text):
+//
+//	deployments(id TEXT PK, namespace TEXT, spec TEXT, revision INTEGER,
+//	            created_at TEXT, updated_at TEXT)
+//	upstream_drains(deployment TEXT → deployments.id ON DELETE CASCADE,
+//	                upstream TEXT, reason TEXT, started_at TEXT,
+//	                PK (deployment, upstream))
+//
+// The deployment spec is stored verbatim as the normalized JSON the API
+// layer produced; the store does not interpret it beyond checking that it
+// is valid JSON. Revision starts at 1 and is incremented on every write of
+// a deployment, which gives the API optimistic concurrency (ifRevision).
+// Timestamps are UTC text with nanosecond precision in a fixed-width
+// format, so they sort as text and read well in the sqlite3 shell.
+//
+// # Durability and concurrency
+//
+// The database runs in WAL mode with synchronous=FULL: every committed
+// transaction is fsynced to the WAL before the commit returns, so a write
+// that a method has acknowledged (returned nil) survives kill -9 and power
+// loss. Every mutating method is exactly one transaction. foreign_keys is
+// on and busy_timeout is set, so another process briefly holding the lock
+// (for example a sqlite3 shell or a checkpoint) delays a write instead of
+// failing it.
+//
+// Writes go through a pool of exactly one connection whose transactions
+// begin IMMEDIATE, so concurrent writers in this process queue in
+// database/sql instead of racing for SQLite's write lock and getting
+// SQLITE_BUSY. Reads use a separate pool of query-only connections; under
+// WAL they see the last committed state and never wait for a writer.
+//
+// The directory is created with mode 0700 and the database file with mode
+// 0600, since later schema versions hold tokens and secrets. SQLite gives
+// the -wal and -shm files the mode of the database file. An existing
+// directory or file keeps the mode it has.
+//
+// # Migrations
+//
+// Schema changes are numbered, append-only SQL files embedded from
+// migrations/. File NNNN_name.sql is schema version NNNN; versions must run
+// 1, 2, 3, … with no gaps. Open applies every migration newer than the
+// database's PRAGMA user_version, each in its own transaction that also
+// sets user_version, so a crash mid-upgrade leaves the database at the
+// previous version rather than half-migrated. Open refuses (ErrSchemaTooNew)
+// a database whose version is newer than this binary knows, because an old
+// binary writing a newer schema could corrupt data it does not understand.
+//
+// To add a migration, add one file, e.g. migrations/0002_tokens.sql, and
+// nothing else. Never edit or renumber a migration that has shipped:
+// databases in the field have already applied it. foreign_keys cannot be
+// toggled inside a transaction, so a migration that rebuilds a table must
+// follow SQLite's "create new table, copy, drop, rename" procedure with
+// foreign keys left on, and must keep the referenced keys intact.
+package store
