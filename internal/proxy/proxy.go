@@ -76,8 +76,15 @@ type Handler struct {
 	log     *slog.Logger
 	trusted []netip.Prefix
 	rp      *httputil.ReverseProxy
-	active  sync.WaitGroup
 	nactive atomic.Int64
+
+	// Wait is built on a channel rather than a sync.WaitGroup: requests keep
+	// arriving while someone waits (or after a Wait gave up on its context),
+	// and a WaitGroup forbids Add from zero concurrently with Wait (it panics
+	// with "WaitGroup is reused before previous Wait has returned").
+	waiters atomic.Int64  // Wait calls in progress
+	idleMu  sync.Mutex    // guards idle
+	idle    chan struct{} // closed when nactive drops to 0 with waiters
 }
 
 // New returns a Handler serving an empty table.
@@ -133,14 +140,40 @@ func (h *Handler) Active() int64 { return h.nactive.Load() }
 // draining: http.Server.Shutdown does not wait for hijacked (websocket)
 // connections, which this counts.
 func (h *Handler) Wait(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() { h.active.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+	h.waiters.Add(1)
+	defer h.waiters.Add(-1)
+	for {
+		h.idleMu.Lock()
+		if h.idle == nil {
+			h.idle = make(chan struct{})
+		}
+		idle := h.idle
+		h.idleMu.Unlock()
+		// Checked after registering as a waiter and taking the channel, so
+		// a request finishing in between closes this very channel.
+		if h.nactive.Load() == 0 {
+			return nil
+		}
+		select {
+		case <-idle:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
+}
+
+// leave ends a request and wakes Wait callers when it was the last one. The
+// common path (nobody waiting) is one atomic add and one load.
+func (h *Handler) leave() {
+	if h.nactive.Add(-1) != 0 || h.waiters.Load() == 0 {
+		return
+	}
+	h.idleMu.Lock()
+	if h.idle != nil {
+		close(h.idle)
+		h.idle = nil
+	}
+	h.idleMu.Unlock()
 }
 
 type ctxKey struct{}
@@ -149,18 +182,15 @@ type ctxKey struct{}
 type reqState struct {
 	dep     *Deployment
 	backend *Backend
+	body    *releaseBody // returns the backend slot; set with backend
 	failed  bool
 	status  int
 }
 
 // ServeHTTP routes and serves one request.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	h.active.Add(1)
 	h.nactive.Add(1)
-	defer func() {
-		h.nactive.Add(-1)
-		h.active.Done()
-	}()
+	defer h.leave()
 	start := time.Now()
 	host := route.NormalizeHost(r.Host)
 	m, ok := h.table.Load().Lookup(host, r.URL.Path)
@@ -170,8 +200,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	d := m.Target
 	if rd := m.Rule.Redirect; rd != nil {
-		h.redirect(w, r, rd, m.Strip)
-		d.observe(rd.Status, start, false)
+		status := h.redirect(w, r, rd, m.Strip)
+		d.observe(status, start, false)
 		return
 	}
 	if d.Maintenance {
@@ -191,6 +221,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		st := &reqState{dep: d}
 		r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, st))
 		h.rp.ServeHTTP(sw, r)
+		if st.body != nil {
+			// ReverseProxy closes an upgraded backend connection from a
+			// goroutine after it returns; give the slot back now so the
+			// backend's in-flight count is settled when Wait sees Active 0.
+			st.body.release()
+		}
 		d.observe(sw.code(), start, st.failed)
 	default:
 		plain(sw, http.StatusServiceUnavailable, textNoBackend)
@@ -217,7 +253,9 @@ func stripURL(r *http.Request, prefix string) {
 	}
 }
 
-func (h *Handler) redirect(w http.ResponseWriter, r *http.Request, rd *route.Redirect, strip string) {
+// redirect answers with rd and returns the status it sent (rd.Status may be
+// 0, meaning the default 301).
+func (h *Handler) redirect(w http.ResponseWriter, r *http.Request, rd *route.Redirect, strip string) int {
 	to := rd.To
 	if rd.KeepPath {
 		p := r.URL.EscapedPath()
@@ -235,6 +273,7 @@ func (h *Handler) redirect(w http.ResponseWriter, r *http.Request, rd *route.Red
 	}
 	w.Header().Set("Location", to)
 	plain(w, status, "redirecting to "+to+"\n")
+	return status
 }
 
 // rewrite prepares the outbound request. The backend is chosen later, per

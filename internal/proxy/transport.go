@@ -45,7 +45,7 @@ func (t *pickTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err == nil {
 			st.backend = b
 			resp.Header.Set("X-Vm-Id", b.ID)
-			resp.Body = releaser(resp.Body, b)
+			resp.Body, st.body = releaser(resp.Body, b)
 			return resp, nil
 		}
 		b.release()
@@ -85,12 +85,12 @@ func (b *retryBody) Close() error { return nil }
 
 // releaser returns the backend's slot when the response body is closed, which
 // ReverseProxy does once the response (or upgraded connection) is done.
-func releaser(body io.ReadCloser, b *Backend) io.ReadCloser {
+func releaser(body io.ReadCloser, b *Backend) (io.ReadCloser, *releaseBody) {
 	r := &releaseBody{ReadCloser: body, b: b}
 	if rwc, ok := body.(io.ReadWriteCloser); ok {
-		return &releaseRWBody{releaseBody: r, w: rwc}
+		return &releaseRWBody{releaseBody: r, w: rwc}, r
 	}
-	return r
+	return r, r
 }
 
 type releaseBody struct {
@@ -101,9 +101,12 @@ type releaseBody struct {
 
 func (r *releaseBody) Close() error {
 	err := r.ReadCloser.Close()
-	r.once.Do(r.b.release)
+	r.release()
 	return err
 }
+
+// release returns the slot; only the first call counts.
+func (r *releaseBody) release() { r.once.Do(r.b.release) }
 
 // releaseRWBody keeps a 101 Switching Protocols body writable, which
 // ReverseProxy requires to splice an upgraded connection.
