@@ -1,0 +1,170 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/berth-dev/berth/internal/demo"
+	"github.com/berth-dev/berth/internal/registry"
+	"github.com/berth-dev/berth/internal/server"
+)
+
+const serveHelp = `usage: berth serve [flags]
+
+Runs the gateway: the data plane (proxy) and the admin API.
+
+Flags (each also read from the environment variable shown):
+`
+
+func env(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok {
+		return v
+	}
+	return def
+}
+
+func serve(ctx context.Context, args []string) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), serveHelp)
+		fs.PrintDefaults()
+	}
+	proxyAddr := fs.String("proxy-addr", env("BERTH_PROXY_ADDR", "0.0.0.0:6188"), "data-plane listen address (BERTH_PROXY_ADDR)")
+	adminAddr := fs.String("admin-addr", env("BERTH_ADMIN_ADDR", "127.0.0.1:9090"), "admin API listen address (BERTH_ADMIN_ADDR)")
+	dataDir := fs.String("data-dir", env("BERTH_DATA_DIR", "./berth-data"), "directory for berth's store (BERTH_DATA_DIR)")
+	trusted := fs.String("trusted-proxies", env("BERTH_TRUSTED_PROXIES", ""), "comma-separated CIDRs or addresses whose X-Forwarded-* headers are kept (BERTH_TRUSTED_PROXIES)")
+	baseDomain := fs.String("base-domain", env("BERTH_BASE_DOMAIN", ""), "give deployments without a host rule the route <id>.<base-domain> (BERTH_BASE_DOMAIN)")
+	publicIPs := fs.String("public-ips", env("BERTH_PUBLIC_IPS", ""), "comma-separated addresses served by GET /ingress (BERTH_PUBLIC_IPS)")
+	drain := fs.Duration("drain-timeout", durEnv("BERTH_DRAIN_TIMEOUT", 30*time.Second), "how long SIGTERM waits for in-flight requests and websockets (BERTH_DRAIN_TIMEOUT)")
+	logLevel := fs.String("log-level", env("BERTH_LOG_LEVEL", "info"), "debug, info, warn or error (BERTH_LOG_LEVEL)")
+	withDemo := fs.Bool("demo", false, "register demo deployments (a static app and a site) and print how to reach them")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "berth serve: unexpected argument %q\n", fs.Arg(0))
+		fs.Usage()
+		return 2
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		fmt.Fprintf(os.Stderr, "berth serve: --log-level: %v\n", err)
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	prefixes, err := parsePrefixes(*trusted)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "berth serve: --trusted-proxies: %v\n", err)
+		return 2
+	}
+	s, err := server.New(ctx, server.Options{
+		ProxyAddr: *proxyAddr, AdminAddr: *adminAddr, DataDir: *dataDir,
+		TrustedProxies: prefixes, BaseDomain: *baseDomain, PublicIPs: splitList(*publicIPs),
+		DrainTimeout: *drain, Log: log,
+	})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "berth serve: %v\n", err)
+		return 1
+	}
+	if *withDemo {
+		stop, err := startDemo(ctx, s, *dataDir)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "berth serve: demo: %v\n", err)
+			return 1
+		}
+		defer stop()
+	}
+	if err := s.Run(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "berth serve: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func startDemo(ctx context.Context, s *server.Server, dataDir string) (func(), error) {
+	app, err := demo.StartApp()
+	if err != nil {
+		return nil, err
+	}
+	root, err := filepath.Abs(filepath.Join(dataDir, "demo-site"))
+	if err != nil {
+		return nil, err
+	}
+	if _, err := demo.WriteSite(root); err != nil {
+		return nil, err
+	}
+	for _, sp := range demo.Specs(app.Addr, root) {
+		if _, _, err := s.Registry.Put(ctx, sp, registry.PutOptions{}); err != nil {
+			app.Close()
+			return nil, err
+		}
+	}
+	base := "http://" + reachable(s.ProxyAddr())
+	fmt.Fprintf(os.Stderr, `
+berth is serving two demo deployments:
+  hello  (static, every path)   curl %s/
+  docs   (site under /site/)    curl %s/site/
+Admin API on http://%s  — try:  go run ./cmd/berth get deployments
+Stop with Ctrl-C.
+
+`, base, base, s.AdminAddr())
+	return func() { app.Close() }, nil
+}
+
+// reachable turns a wildcard listen address into one a client can dial.
+func reachable(addr string) string {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return addr
+	}
+	if ap.Addr().IsUnspecified() {
+		return netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), ap.Port()).String()
+	}
+	return addr
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func parsePrefixes(s string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, f := range splitList(s) {
+		if p, err := netip.ParsePrefix(f); err == nil {
+			out = append(out, p.Masked())
+			continue
+		}
+		a, err := netip.ParseAddr(f)
+		if err != nil {
+			return nil, fmt.Errorf("%q is neither an address nor a CIDR", f)
+		}
+		out = append(out, netip.PrefixFrom(a, a.BitLen()))
+	}
+	return out, nil
+}
+
+func durEnv(name string, def time.Duration) time.Duration {
+	if v := os.Getenv(name); v != "" {
+		if d, err := time.ParseDuration(v); err == nil {
+			return d
+		}
+	}
+	return def
+}

@@ -1,0 +1,219 @@
+package admin
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/berth-dev/berth/apitype"
+	"github.com/berth-dev/berth/internal/registry"
+	"github.com/berth-dev/berth/internal/site"
+	"github.com/berth-dev/berth/internal/spec"
+	"github.com/berth-dev/berth/internal/web"
+)
+
+// register is POST /deployments: create or replace, 201 either way (as
+// app-lb does); If-None-Match: * makes it create-only.
+func (a *API) register(w http.ResponseWriter, r *http.Request) error {
+	var s apitype.DeploymentSpec
+	if err := web.ReadJSON(w, r, &s); err != nil {
+		return err
+	}
+	var o registry.PutOptions
+	if inm := r.Header.Get("If-None-Match"); inm != "" {
+		if strings.TrimSpace(inm) != "*" {
+			return web.Errorf(http.StatusBadRequest, "If-None-Match must be *")
+		}
+		o.CreateOnly = true
+	}
+	e, _, err := a.o.Registry.Put(r.Context(), s, o)
+	if err != nil {
+		return errorFor(err, s.ID)
+	}
+	w.Header().Set("ETag", e.ETag)
+	web.WriteJSON(w, http.StatusCreated, Status(e))
+	return nil
+}
+
+func (a *API) list(w http.ResponseWriter, r *http.Request) error {
+	ns := r.URL.Query().Get("namespace")
+	out := []apitype.DeploymentStatus{}
+	for _, e := range a.o.Registry.List() {
+		if ns != "" && namespace(e) != ns {
+			continue
+		}
+		out = append(out, Status(e))
+	}
+	w.Header().Set("x-app-lb-create-only", "1")
+	web.WriteJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (a *API) get(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	e, ok := a.o.Registry.Get(id)
+	if !ok {
+		return errorFor(registry.ErrNotFound, id)
+	}
+	w.Header().Set("ETag", e.ETag)
+	if match := r.Header.Get("If-None-Match"); match != "" && match == e.ETag {
+		w.WriteHeader(http.StatusNotModified)
+		return nil
+	}
+	web.WriteJSON(w, http.StatusOK, Status(e))
+	return nil
+}
+
+// update is PUT /deployments/{id}: the path id wins over the body's.
+func (a *API) update(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	var s apitype.DeploymentSpec
+	if err := web.ReadJSON(w, r, &s); err != nil {
+		return err
+	}
+	s.ID = id
+	o := registry.PutOptions{MustExist: true}
+	if im := r.Header.Get("If-Match"); im != "" {
+		tag, err := spec.ParseIfMatch(im)
+		if err != nil {
+			return web.Errorf(http.StatusBadRequest, "%v", err)
+		}
+		o.IfMatch = tag
+	}
+	e, _, err := a.o.Registry.Put(r.Context(), s, o)
+	if err != nil {
+		return errorFor(err, id)
+	}
+	w.Header().Set("ETag", e.ETag)
+	web.WriteJSON(w, http.StatusOK, Status(e))
+	return nil
+}
+
+func (a *API) delete(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	if err := a.o.Registry.Delete(r.Context(), id); err != nil {
+		return errorFor(err, id)
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// scale is PATCH /deployments/{id}/scaling: a partial ScalingPolicy merged
+// into the current one.
+func (a *API) scale(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	raw, err := web.ReadBody(w, r)
+	if err != nil {
+		return err
+	}
+	if !json.Valid(raw) {
+		return web.Errorf(http.StatusBadRequest, "malformed JSON in the scaling patch")
+	}
+	e, ok := a.o.Registry.Get(id)
+	if !ok {
+		return errorFor(registry.ErrNotFound, id)
+	}
+	if e.Kind != apitype.KindVM {
+		return web.Errorf(http.StatusBadRequest, "deployment %q has no VM pool and cannot be scaled; it is a %s deployment", id, e.Kind)
+	}
+	pol, err := spec.PatchScaling(e.Spec.Scaling, raw)
+	if err != nil {
+		var fe *spec.FieldError
+		if errors.As(err, &fe) {
+			return web.Errorf(http.StatusBadRequest, "invalid scaling policy: %v", fe)
+		}
+		return web.Errorf(http.StatusBadRequest, "%v", err)
+	}
+	s := e.Spec
+	s.Scaling = pol
+	ne, _, err := a.o.Registry.Put(r.Context(), s, registry.PutOptions{MustExist: true, IfMatch: e.ETag})
+	if errors.Is(err, registry.ErrPrecondition) {
+		return web.Errorf(http.StatusConflict, "deployment %q changed while scaling; retry", id)
+	}
+	if err != nil {
+		return errorFor(err, id)
+	}
+	w.Header().Set("ETag", ne.ETag)
+	web.WriteJSON(w, http.StatusOK, Status(ne))
+	return nil
+}
+
+func (a *API) drain(w http.ResponseWriter, r *http.Request) error {
+	id, up := r.PathValue("id"), r.PathValue("upstream")
+	var req apitype.DrainRequest
+	if r.ContentLength != 0 {
+		if err := web.ReadJSON(w, r, &req); err != nil {
+			return err
+		}
+	}
+	if len(req.Reason) > 512 {
+		return web.Invalid("reason", "must be at most 512 bytes, got %d", len(req.Reason))
+	}
+	force := req.Force != nil && *req.Force
+	st, err := a.o.Registry.Drain(r.Context(), id, up, force, req.Reason)
+	if err != nil {
+		return upstreamError(err, id, up)
+	}
+	code := http.StatusAccepted
+	if st.InFlight == 0 {
+		code = http.StatusOK
+	}
+	web.WriteJSON(w, code, st)
+	return nil
+}
+
+func (a *API) undrain(w http.ResponseWriter, r *http.Request) error {
+	id, up := r.PathValue("id"), r.PathValue("upstream")
+	st, err := a.o.Registry.Undrain(r.Context(), id, up)
+	if err != nil {
+		return upstreamError(err, id, up)
+	}
+	web.WriteJSON(w, http.StatusOK, st)
+	return nil
+}
+
+func upstreamError(err error, id, up string) error {
+	switch {
+	case errors.Is(err, registry.ErrNotFound):
+		return web.Errorf(http.StatusNotFound, "no deployment %q", id)
+	case errors.Is(err, registry.ErrNotStatic):
+		return web.Errorf(http.StatusBadRequest, "deployment %q is not a static deployment; only static upstreams can be drained", id)
+	case errors.Is(err, registry.ErrNoUpstream):
+		return web.Errorf(http.StatusNotFound, "no upstream %q in deployment %q", up, id)
+	case errors.Is(err, registry.ErrLastUpstream):
+		return web.Errorf(http.StatusConflict, "upstream %q is the last healthy accepting upstream of %q; pass force to drain it anyway", up, id)
+	default:
+		return &web.Error{Status: http.StatusInternalServerError, Message: "the drain was not saved", Err: err}
+	}
+}
+
+func namespace(e *registry.Entry) string {
+	if e.Spec.Namespace == "" {
+		return "default"
+	}
+	return e.Spec.Namespace
+}
+
+// Status builds the DeploymentStatus of an entry.
+func Status(e *registry.Entry) apitype.DeploymentStatus {
+	st := apitype.DeploymentStatus{Spec: e.Spec, Kind: e.Kind, VMs: []apitype.VmStatus{}}
+	if e.Pool != nil {
+		for _, b := range e.Pool.Backends() {
+			st.VMs = append(st.VMs, apitype.VmStatus{
+				SandboxID: b.ID, Addr: b.Addr, InFlight: int(b.InFlight()),
+				Healthy: b.Healthy(), Draining: b.Draining(),
+			})
+			st.TotalInFlight += int(b.InFlight())
+			if b.Healthy() && !b.Draining() {
+				st.Ready++
+			}
+		}
+		st.DesiredReplicas = len(e.Upstreams)
+	}
+	if e.Site != nil {
+		ss := site.Inspect(e.Site.Root, e.Site.Index)
+		st.Site = &apitype.SiteRootStatus{Root: ss.Root, Status: apitype.SiteRootState(ss.Status), IndexPresent: ss.IndexPresent, Hint: ss.Hint}
+	}
+	return st
+}

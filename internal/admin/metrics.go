@@ -1,0 +1,225 @@
+package admin
+
+import (
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/berth-dev/berth/apitype"
+	"github.com/berth-dev/berth/internal/metrics"
+	"github.com/berth-dev/berth/internal/registry"
+	"github.com/berth-dev/berth/internal/web"
+)
+
+func (a *API) ingress(w http.ResponseWriter, r *http.Request) error {
+	in := apitype.Ingress{IPv4: []string{}, IPv6: []string{}}
+	for _, s := range a.o.PublicIPs {
+		ip, err := netip.ParseAddr(strings.TrimSpace(s))
+		if err != nil {
+			continue
+		}
+		if ip.Is4() {
+			in.IPv4 = append(in.IPv4, ip.String())
+		} else {
+			in.IPv6 = append(in.IPv6, ip.String())
+		}
+	}
+	web.WriteJSON(w, http.StatusOK, in)
+	return nil
+}
+
+type metricsQuery struct {
+	deployment, prefix, namespace string
+	summary                       bool
+	limit, offset                 int // limit < 0: all
+}
+
+func parseMetricsQuery(r *http.Request) (metricsQuery, error) {
+	q := r.URL.Query()
+	mq := metricsQuery{deployment: q.Get("deployment"), prefix: q.Get("prefix"), namespace: q.Get("namespace"), limit: -1}
+	switch v := q.Get("summary"); v {
+	case "", "false":
+	case "true":
+		mq.summary = true
+	default:
+		return mq, web.Invalid("summary", "must be true or false, got %q", v)
+	}
+	for _, p := range []struct {
+		name string
+		dst  *int
+	}{{"limit", &mq.limit}, {"offset", &mq.offset}} {
+		v := q.Get(p.name)
+		if v == "" {
+			continue
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return mq, web.Invalid(p.name, "must be a non-negative integer, got %q", v)
+		}
+		*p.dst = n
+	}
+	return mq, nil
+}
+
+// metrics is GET /metrics: the MetricsResponse of app-lb.md §2.5.
+func (a *API) metrics(w http.ResponseWriter, r *http.Request) error {
+	q, err := parseMetricsQuery(r)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	entries := a.o.Registry.List()
+	resp := apitype.MetricsResponse{
+		GeneratedAt:        now.Unix(),
+		UptimeSecs:         int(now.Sub(a.o.Started).Seconds()),
+		Daemon:             apitype.DaemonSnapshot{Reachable: true},
+		Deployments:        []apitype.DeploymentView{},
+		TrackedDeployments: len(entries),
+	}
+	if a.o.Host != nil {
+		resp.Host = hostUsage(a.o.Host.Latest())
+	}
+	if a.o.Metrics != nil {
+		resp.Global = deploymentMetrics(a.o.Metrics.Global())
+	} else {
+		resp.Global = deploymentMetrics(metrics.DeploymentSnapshot{})
+	}
+	var matched []*registry.Entry
+	for _, e := range entries {
+		v := Status(e)
+		resp.Fleet.Deployments++
+		resp.Fleet.Ready += v.Ready
+		resp.Fleet.Pending += v.Pending
+		resp.Fleet.TotalInFlight += v.TotalInFlight
+		for _, vm := range v.VMs {
+			if vm.Draining {
+				resp.Fleet.Draining++
+			}
+		}
+		if q.deployment != "" && e.Spec.ID != q.deployment ||
+			q.prefix != "" && !strings.HasPrefix(e.Spec.ID, q.prefix) ||
+			q.namespace != "" && namespace(e) != q.namespace {
+			continue
+		}
+		matched = append(matched, e)
+	}
+	resp.Matched = len(matched)
+	if q.offset < len(matched) {
+		matched = matched[q.offset:]
+	} else {
+		matched = nil
+	}
+	if q.limit >= 0 && q.limit < len(matched) {
+		matched = matched[:q.limit]
+	}
+	for _, e := range matched {
+		resp.Deployments = append(resp.Deployments, a.view(e, now, q.summary))
+	}
+	if !q.summary {
+		resp.HostSandboxes = []apitype.HostSandboxView{}
+	}
+	web.WriteJSON(w, http.StatusOK, resp)
+	return nil
+}
+
+func (a *API) view(e *registry.Entry, now time.Time, summary bool) apitype.DeploymentView {
+	st := Status(e)
+	v := apitype.DeploymentView{
+		ID:         e.Spec.ID,
+		Kind:       e.Kind,
+		Upstreams:  append([]string{}, e.Upstreams...),
+		Routed:     len(e.Spec.Routes) > 0,
+		Hosts:      []string{},
+		VMs:        []apitype.VmView{},
+		PendingVMs: []apitype.PendingVmView{},
+		AccountID:  e.Spec.AccountID,
+	}
+	if ns := e.Spec.Namespace; ns != "" && ns != "default" {
+		v.Namespace = ns
+	}
+	for _, rr := range e.Spec.Routes {
+		if rr.Host != "" {
+			v.Hosts = append(v.Hosts, rr.Host)
+			v.URLs = append(v.URLs, "http://"+rr.Host+rr.PathPrefix)
+		}
+	}
+	if e.Site != nil {
+		v.SiteRoot = e.Site.Root
+		if e.Site.SPA {
+			t := true
+			v.SiteSPA = &t
+		}
+	}
+	v.Pool = apitype.PoolStatus{
+		DesiredReplicas: st.DesiredReplicas,
+		Ready:           st.Ready,
+		Pending:         st.Pending,
+		TotalInFlight:   st.TotalInFlight,
+	}
+	for _, vm := range st.VMs {
+		if vm.Draining {
+			v.Pool.Draining++
+		}
+		if !summary {
+			v.VMs = append(v.VMs, apitype.VmView{SandboxID: vm.SandboxID, Addr: vm.Addr, InFlight: vm.InFlight, Healthy: vm.Healthy, Draining: vm.Draining})
+		}
+	}
+	if cap := v.Pool.Ready; cap > 0 && e.Kind == apitype.KindVM {
+		u := float64(v.Pool.TotalInFlight) / float64(cap*max(v.Pool.TargetConcurrency, 1))
+		v.Pool.Utilization = &u
+	}
+	var snap metrics.DeploymentSnapshot
+	if a.o.Metrics != nil {
+		if d, ok := a.o.Metrics.Lookup(e.Spec.ID); ok {
+			snap = d.Snapshot()
+		}
+	}
+	if snap.LatencyMs.Buckets == nil {
+		snap = metrics.NewDeployment().Snapshot()
+	}
+	v.Metrics = deploymentMetrics(snap)
+	return v
+}
+
+func hostUsage(h metrics.HostUsage) apitype.HostUsage {
+	return apitype.HostUsage{
+		Available:        h.Available,
+		CPUCount:         h.CPUCount,
+		CPUPercent:       h.CPUPercent,
+		MemoryTotalBytes: int64(h.MemoryTotalBytes),
+		MemoryUsedBytes:  int64(h.MemoryUsedBytes),
+		SampledAtMs:      h.SampledAtMs,
+	}
+}
+
+func deploymentMetrics(s metrics.DeploymentSnapshot) apitype.DeploymentMetrics {
+	if s.LatencyMs.Buckets == nil {
+		s = metrics.NewDeployment().Snapshot()
+	}
+	a := s.Autoscale
+	return apitype.DeploymentMetrics{
+		Requests: apitype.StatusCounts{
+			Total: int(s.Requests.Total), C2xx: int(s.Requests.C2xx), C3xx: int(s.Requests.C3xx),
+			C4xx: int(s.Requests.C4xx), C5xx: int(s.Requests.C5xx), Errors: int(s.Requests.Errors),
+		},
+		LatencyMs:  histogram(s.LatencyMs),
+		ColdStartS: histogram(s.ColdStartS),
+		Autoscale: apitype.AutoscaleCounts{
+			VMsCreated: int(a.VMsCreated), VMsDrained: int(a.VMsDrained), VMsReaped: int(a.VMsReaped),
+			ScaleUpEvents: int(a.ScaleUpEvents), ScaleDownEvents: int(a.ScaleDownEvents),
+			ColdStartWaits: int(a.ColdStartWaits), ColdStartHits: int(a.ColdStartHits),
+			ColdStartTimeouts: int(a.ColdStartTimeouts), BootTimeouts: int(a.BootTimeouts),
+			CreateFailures: int(a.CreateFailures), LastCreateError: a.LastCreateError,
+		},
+	}
+}
+
+func histogram(h metrics.HistogramSnapshot) apitype.Histogram {
+	out := apitype.Histogram{Count: int(h.Count), Sum: h.Sum, Mean: h.Mean, P50: h.P50, P90: h.P90, P99: h.P99, Buckets: []apitype.Bucket{}}
+	for _, b := range h.Buckets {
+		out.Buckets = append(out.Buckets, apitype.Bucket{Le: b.Le, Count: int(b.Count)})
+	}
+	return out
+}

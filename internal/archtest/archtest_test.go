@@ -1,0 +1,111 @@
+package archtest
+
+import (
+	"encoding/json"
+	"io"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const mod = "github.com/berth-dev/berth"
+
+type pkg struct {
+	ImportPath string
+	Imports    []string
+	Deps       []string
+	Doc        string
+	Name       string
+}
+
+func listPackages(t *testing.T) []pkg {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-json", mod+"/...")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var pkgs []pkg
+	dec := json.NewDecoder(out)
+	for {
+		var p pkg
+		if err := dec.Decode(&p); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		pkgs = append(pkgs, p)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if len(pkgs) < 5 {
+		t.Fatalf("go list found only %d packages", len(pkgs))
+	}
+	return pkgs
+}
+
+// rules: importer prefix → forbidden import prefixes, with the reason.
+var rules = []struct {
+	importer  string
+	forbidden []string
+	why       string
+}{
+	{mod + "/apitype", []string{mod + "/"}, "the wire types are public and import only the standard library"},
+	{mod + "/client", []string{mod + "/internal/", mod + "/cmd/"}, "the public client must not depend on server internals"},
+	{mod + "/internal/cli", []string{mod + "/internal/"}, "the CLI reaches the server only through the client package"},
+	{mod + "/internal/route", []string{mod + "/"}, "the routing table is a leaf"},
+	{mod + "/internal/web", []string{mod + "/"}, "HTTP plumbing is a leaf"},
+	{mod + "/internal/health", []string{mod + "/"}, "probing is a leaf"},
+	{mod + "/internal/metrics", []string{mod + "/"}, "metrics are a leaf"},
+	{mod + "/internal/site", []string{mod + "/"}, "file serving is a leaf"},
+	{mod + "/internal/store", []string{mod + "/"}, "the store knows nothing of its users"},
+	{mod + "/internal/spec", []string{mod + "/internal/proxy", mod + "/internal/registry", mod + "/internal/admin", mod + "/internal/server", mod + "/internal/store"}, "validation is pure"},
+	{mod + "/internal/proxy", []string{mod + "/internal/admin", mod + "/internal/store", mod + "/internal/server", mod + "/internal/registry", mod + "/internal/spec", mod + "/apitype"}, "the data plane depends only on routing and its own types"},
+	{mod + "/internal/registry", []string{mod + "/internal/admin", mod + "/internal/server"}, "the registry is below the API"},
+	{mod + "/internal/admin", []string{mod + "/internal/server", mod + "/internal/store"}, "handlers reach storage through the registry"},
+}
+
+func TestLayering(t *testing.T) {
+	for _, p := range listPackages(t) {
+		for _, r := range rules {
+			if p.ImportPath != r.importer && !strings.HasPrefix(p.ImportPath, r.importer+"/") {
+				continue
+			}
+			for _, imp := range p.Imports {
+				for _, f := range r.forbidden {
+					if strings.HasPrefix(imp, f) && !strings.HasPrefix(imp, r.importer) {
+						t.Errorf("%s must not import %s: %s", p.ImportPath, imp, r.why)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestBinaryHasNoTestingDeps makes sure test helpers never leak into berth.
+func TestBinaryHasNoTestingDeps(t *testing.T) {
+	for _, p := range listPackages(t) {
+		if p.ImportPath != mod+"/cmd/berth" {
+			continue
+		}
+		for _, d := range p.Deps {
+			if d == "testing" || strings.HasSuffix(d, "test") && strings.HasPrefix(d, mod) {
+				t.Errorf("cmd/berth depends on %s", d)
+			}
+		}
+		return
+	}
+	t.Fatal("cmd/berth not found")
+}
+
+func TestPackageDocs(t *testing.T) {
+	for _, p := range listPackages(t) {
+		if p.Name == "main" && p.Doc == "" || p.Doc == "" {
+			t.Errorf("%s has no package comment", p.ImportPath)
+		}
+	}
+}

@@ -1,0 +1,358 @@
+// Package registry owns the set of deployments: it validates and persists
+// every write, keeps the in-memory view, and publishes a fresh immutable
+// routing table to the data plane after each change.
+//
+// Writes are serialised by one mutex held across the store write and the
+// table swap, so the order in which writes are acknowledged is the order in
+// which the data plane sees them. Reads (Get, List, the data plane) never
+// take that lock for long: the published state is copy-on-write.
+package registry
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/berth-dev/berth/apitype"
+	"github.com/berth-dev/berth/internal/proxy"
+	"github.com/berth-dev/berth/internal/route"
+	"github.com/berth-dev/berth/internal/site"
+	"github.com/berth-dev/berth/internal/spec"
+	"github.com/berth-dev/berth/internal/store"
+)
+
+// Store is the persistence the registry needs.
+type Store interface {
+	Deployments(ctx context.Context) ([]store.Deployment, error)
+	PutDeployment(ctx context.Context, d store.Deployment, createOnly bool, ifRevision int64) (store.Deployment, error)
+	DeleteDeployment(ctx context.Context, id string) error
+	UpstreamDrains(ctx context.Context) ([]store.UpstreamDrain, error)
+	PutUpstreamDrain(ctx context.Context, d store.UpstreamDrain) error
+	DeleteUpstreamDrain(ctx context.Context, deployment, upstream string) error
+}
+
+// Publisher receives each new routing table (implemented by *proxy.Handler).
+type Publisher interface {
+	Swap(t *proxy.Table)
+}
+
+// Errors the registry returns; the admin API maps them to statuses.
+var (
+	ErrNotFound     = errors.New("registry: no such deployment")
+	ErrExists       = errors.New("registry: deployment already exists")
+	ErrPrecondition = errors.New("registry: precondition failed")
+	ErrNoUpstream   = errors.New("registry: no such upstream")
+	ErrNotStatic    = errors.New("registry: not a static deployment")
+	ErrLastUpstream = errors.New("registry: no other healthy upstream is accepting")
+)
+
+// Options configure a Registry.
+type Options struct {
+	Store     Store
+	Publisher Publisher
+	Spec      spec.Options
+	// Recorder returns the metrics sink for a deployment id (may be nil).
+	Recorder func(id string) proxy.Recorder
+	// Forget is called when a deployment is deleted (e.g. to drop metrics).
+	Forget func(id string)
+	Log    *slog.Logger
+	Now    func() time.Time
+}
+
+// Registry is the deployment set. Safe for concurrent use.
+type Registry struct {
+	o Options
+
+	mu   sync.Mutex // serialises writes; guards deps
+	deps map[string]*Entry
+}
+
+// Entry is one deployment as the registry holds it. Entries are immutable
+// once published; a write replaces the entry.
+type Entry struct {
+	Spec      apitype.DeploymentSpec
+	Kind      apitype.DeploymentKind
+	ETag      string
+	Revision  int64
+	CreatedAt time.Time
+	UpdatedAt time.Time
+	Pool      *proxy.Pool // static backends; nil for sites
+	Upstreams []string    // as written, in spec order, for static
+	Site      *site.Config
+	dp        *proxy.Deployment
+}
+
+// New returns an empty registry. Call Load to restore persisted state.
+func New(o Options) *Registry {
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return &Registry{o: o, deps: map[string]*Entry{}}
+}
+
+// Load restores deployments and upstream drains from the store and publishes
+// the routing table. A stored spec that no longer validates is logged and
+// skipped, never deleted.
+func (r *Registry) Load(ctx context.Context) error {
+	rows, err := r.o.Store.Deployments(ctx)
+	if err != nil {
+		return fmt.Errorf("load deployments: %w", err)
+	}
+	drains, err := r.o.Store.UpstreamDrains(ctx)
+	if err != nil {
+		return fmt.Errorf("load upstream drains: %w", err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, row := range rows {
+		var s apitype.DeploymentSpec
+		if err := json.Unmarshal(row.Spec, &s); err != nil {
+			r.o.Log.Error("skipping a stored deployment that does not decode", "id", row.ID, "err", err)
+			continue
+		}
+		spec.Normalize(&s, r.o.Spec)
+		if err := spec.Validate(&s, r.o.Spec); err != nil {
+			r.o.Log.Error("skipping a stored deployment that no longer validates", "id", row.ID, "err", err)
+			continue
+		}
+		e, err := r.build(s, nil)
+		if err != nil {
+			r.o.Log.Error("skipping a stored deployment", "id", row.ID, "err", err)
+			continue
+		}
+		e.Revision, e.CreatedAt, e.UpdatedAt = row.Revision, row.CreatedAt, row.UpdatedAt
+		r.deps[row.ID] = e
+	}
+	for _, d := range drains {
+		if e := r.deps[d.Deployment]; e != nil && e.Pool != nil {
+			if b := e.Pool.Find(d.Upstream); b != nil {
+				b.Drain(d.Reason, d.StartedAt)
+			}
+		}
+	}
+	r.publishLocked()
+	return nil
+}
+
+// build makes an entry from a normalized, validated spec, reusing prev's pool
+// when the backends did not change, so in-flight counts, health and drains
+// carry over and no connection is disturbed.
+func (r *Registry) build(s apitype.DeploymentSpec, prev *Entry) (*Entry, error) {
+	etag, err := spec.ETag(&s)
+	if err != nil {
+		return nil, err
+	}
+	e := &Entry{Spec: s, Kind: spec.Kind(&s), ETag: etag}
+	switch e.Kind {
+	case apitype.KindStatic:
+		e.Upstreams = slices.Clone(s.Upstreams)
+		if prev != nil && prev.Pool != nil && slices.Equal(prev.Upstreams, e.Upstreams) {
+			e.Pool = prev.Pool
+			break
+		}
+		var bs []*proxy.Backend
+		for _, u := range s.Upstreams {
+			addr, tls, err := spec.Upstream(u)
+			if err != nil {
+				return nil, err
+			}
+			b := proxy.NewBackend(u, addr, tls)
+			if prev != nil && prev.Pool != nil {
+				// Keep the drain state of upstreams that stay.
+				if old := prev.Pool.Find(u); old != nil {
+					if reason, since, ok := old.DrainInfo(); ok {
+						b.Drain(reason, since)
+					}
+				}
+			}
+			bs = append(bs, b)
+		}
+		e.Pool = proxy.NewPool(bs...)
+	case apitype.KindSite:
+		cfg := siteConfig(s.Site)
+		e.Site = &cfg
+	}
+	dp := &proxy.Deployment{ID: s.ID, Pool: e.Pool}
+	if s.Maintenance != nil {
+		dp.Maintenance = *s.Maintenance
+	}
+	if e.Site != nil {
+		dp.Site = site.New(*e.Site)
+	}
+	if r.o.Recorder != nil {
+		dp.Metrics = r.o.Recorder(s.ID)
+	}
+	e.dp = dp
+	return e, nil
+}
+
+func siteConfig(s *apitype.SiteSpec) site.Config {
+	c := site.Config{Root: s.Root, Index: s.Index, NotFound: s.NotFound, CacheControl: s.CacheControl}
+	if s.SPA != nil {
+		c.SPA = *s.SPA
+	}
+	return c
+}
+
+// publishLocked builds and swaps in the routing table for the current set.
+func (r *Registry) publishLocked() {
+	var b route.Builder[*proxy.Deployment]
+	for _, id := range slices.Sorted(mapsKeys(r.deps)) {
+		e := r.deps[id]
+		b.Add(id, e.dp, rules(e.Spec.Routes))
+	}
+	if r.o.Publisher != nil {
+		r.o.Publisher.Swap(b.Build())
+	}
+}
+
+func mapsKeys(m map[string]*Entry) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// rules converts wire routes (already normalized) to routing rules.
+func rules(rs []apitype.RouteRule) []route.Rule {
+	out := make([]route.Rule, 0, len(rs))
+	for _, r := range rs {
+		rr := route.Rule{Host: r.Host, HostSuffix: r.HostSuffix, PathPrefix: r.PathPrefix}
+		if r.StripPrefix != nil {
+			rr.StripPrefix = *r.StripPrefix
+		}
+		if rd := r.Redirect; rd != nil {
+			x := &route.Redirect{To: rd.To, Status: 301, KeepPath: true}
+			if rd.Status != nil {
+				x.Status = *rd.Status
+			}
+			if rd.KeepPath != nil {
+				x.KeepPath = *rd.KeepPath
+			}
+			rr.Redirect = x
+		}
+		out = append(out, rr)
+	}
+	return out
+}
+
+// PutOptions qualify a write.
+type PutOptions struct {
+	CreateOnly bool   // If-None-Match: * — fail with ErrExists when the id exists
+	MustExist  bool   // PUT — fail with ErrNotFound when it does not
+	IfMatch    string // the ETag the current spec must have, unquoted-hex form with quotes as sent
+}
+
+// Put registers or replaces a deployment. The spec is normalized and
+// validated here; a validation failure is a *spec.FieldError. It reports
+// whether the deployment was created (as opposed to replaced).
+func (r *Registry) Put(ctx context.Context, s apitype.DeploymentSpec, o PutOptions) (*Entry, bool, error) {
+	spec.Normalize(&s, r.o.Spec)
+	if err := spec.Validate(&s, r.o.Spec); err != nil {
+		return nil, false, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	prev := r.deps[s.ID]
+	switch {
+	case o.CreateOnly && prev != nil:
+		return nil, false, ErrExists
+	case o.MustExist && prev == nil:
+		return nil, false, ErrNotFound
+	case o.IfMatch != "" && (prev == nil || prev.ETag != o.IfMatch):
+		return nil, false, ErrPrecondition
+	}
+	e, err := r.build(s, prev)
+	if err != nil {
+		return nil, false, err
+	}
+	raw, err := json.Marshal(&e.Spec)
+	if err != nil {
+		return nil, false, err
+	}
+	row, err := r.o.Store.PutDeployment(ctx, store.Deployment{ID: s.ID, Namespace: s.Namespace, Spec: raw}, o.CreateOnly, 0)
+	if errors.Is(err, store.ErrConflict) {
+		return nil, false, ErrExists
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("the deployment was not saved: %w", err)
+	}
+	e.Revision, e.CreatedAt, e.UpdatedAt = row.Revision, row.CreatedAt, row.UpdatedAt
+	// Upstreams that left the spec take their persisted drains with them.
+	if prev != nil && prev.Pool != nil && e.Pool != prev.Pool {
+		for _, u := range prev.Upstreams {
+			if !slices.Contains(e.Upstreams, u) {
+				if err := r.o.Store.DeleteUpstreamDrain(ctx, s.ID, u); err != nil {
+					r.o.Log.Warn("could not forget a drain", "deployment", s.ID, "upstream", u, "err", err)
+				}
+			}
+		}
+	}
+	r.deps[s.ID] = e
+	r.publishLocked()
+	return e, prev == nil, nil
+}
+
+// Delete removes a deployment. Requests already in flight finish.
+func (r *Registry) Delete(ctx context.Context, id string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.deps[id] == nil {
+		return ErrNotFound
+	}
+	if err := r.o.Store.DeleteDeployment(ctx, id); err != nil && !errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("the deployment was not deleted: %w", err)
+	}
+	delete(r.deps, id)
+	r.publishLocked()
+	if r.o.Forget != nil {
+		r.o.Forget(id)
+	}
+	return nil
+}
+
+// Get returns the deployment with the given id.
+func (r *Registry) Get(id string) (*Entry, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.deps[id]
+	return e, ok
+}
+
+// List returns all deployments sorted by id.
+func (r *Registry) List() []*Entry {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]*Entry, 0, len(r.deps))
+	for _, e := range r.deps {
+		out = append(out, e)
+	}
+	slices.SortFunc(out, func(a, b *Entry) int {
+		switch {
+		case a.Spec.ID < b.Spec.ID:
+			return -1
+		case a.Spec.ID > b.Spec.ID:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// Len is the number of deployments.
+func (r *Registry) Len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.deps)
+}

@@ -1,0 +1,217 @@
+// Package server is berth's composition root: it opens the store, builds the
+// registry, data plane and admin API, binds the listeners, and runs them until
+// its context ends, then drains.
+//
+// Listening is separate from serving: New binds both listeners, so an address
+// of ":0" is resolved (and logged) before Run, which tests rely on.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/berth-dev/berth/internal/admin"
+	"github.com/berth-dev/berth/internal/metrics"
+	"github.com/berth-dev/berth/internal/proxy"
+	"github.com/berth-dev/berth/internal/registry"
+	"github.com/berth-dev/berth/internal/spec"
+	"github.com/berth-dev/berth/internal/store"
+	"github.com/berth-dev/berth/internal/web"
+)
+
+// Options configure a Server. The zero value of every field has a usable
+// default except DataDir.
+type Options struct {
+	ProxyAddr string // data plane listener; default 0.0.0.0:6188
+	AdminAddr string // admin API listener; default 127.0.0.1:9090
+	DataDir   string // where the store lives; created 0700
+
+	TrustedProxies []netip.Prefix // peers whose X-Forwarded-* headers are kept
+	BaseDomain     string         // auto route <id>.<BaseDomain> for host-less specs
+	PublicIPs      []string       // served by GET /ingress
+	Revision       string         // build revision for /healthz
+
+	// DrainTimeout bounds how long shutdown waits for in-flight requests and
+	// open websockets; default 30s.
+	DrainTimeout time.Duration
+	// ReadHeaderTimeout and IdleTimeout protect the listeners from slow or
+	// idle clients; defaults 10s and 120s.
+	ReadHeaderTimeout time.Duration
+	IdleTimeout       time.Duration
+
+	Log *slog.Logger
+}
+
+// Server is a running berth gateway.
+type Server struct {
+	o        Options
+	log      *slog.Logger
+	store    *store.Store
+	Registry *registry.Registry
+	Proxy    *proxy.Handler
+	Metrics  *metrics.Registry
+	host     *metrics.HostSampler
+
+	proxyLn, adminLn net.Listener
+	proxySrv         *http.Server
+	adminSrv         *http.Server
+	cancelReqs       context.CancelFunc // ends request contexts after the drain deadline
+}
+
+// New opens the store, restores deployments and binds the listeners.
+func New(ctx context.Context, o Options) (*Server, error) {
+	if o.ProxyAddr == "" {
+		o.ProxyAddr = "0.0.0.0:6188"
+	}
+	if o.AdminAddr == "" {
+		o.AdminAddr = "127.0.0.1:9090"
+	}
+	if o.DataDir == "" {
+		return nil, errors.New("server: a data directory is required")
+	}
+	if o.DrainTimeout <= 0 {
+		o.DrainTimeout = 30 * time.Second
+	}
+	if o.ReadHeaderTimeout <= 0 {
+		o.ReadHeaderTimeout = 10 * time.Second
+	}
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = 120 * time.Second
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	st, err := store.Open(o.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{o: o, log: o.Log, store: st, Metrics: metrics.NewRegistry(), host: metrics.NewHostSampler("/proc")}
+	s.Proxy = proxy.New(proxy.Options{Log: o.Log, TrustedProxies: o.TrustedProxies})
+	s.Registry = registry.New(registry.Options{
+		Store:     st,
+		Publisher: s.Proxy,
+		Spec:      spec.Options{BaseDomain: o.BaseDomain, Drivers: Drivers()},
+		Recorder:  func(id string) proxy.Recorder { return recorder{s.Metrics.Get(id)} },
+		Forget:    s.Metrics.Delete,
+		Log:       o.Log,
+	})
+	if err := s.Registry.Load(ctx); err != nil {
+		st.Close()
+		return nil, err
+	}
+	if s.proxyLn, err = net.Listen("tcp", o.ProxyAddr); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("proxy listener: %w", err)
+	}
+	if s.adminLn, err = net.Listen("tcp", o.AdminAddr); err != nil {
+		s.proxyLn.Close()
+		st.Close()
+		return nil, fmt.Errorf("admin listener: %w", err)
+	}
+	reqCtx, cancel := context.WithCancel(context.Background())
+	s.cancelReqs = cancel
+	base := func(net.Listener) context.Context { return reqCtx }
+
+	protos := new(http.Protocols)
+	protos.SetHTTP1(true)
+	protos.SetUnencryptedHTTP2(true)
+	s.proxySrv = &http.Server{
+		Handler:           web.Recover(o.Log, s.Proxy),
+		ReadHeaderTimeout: o.ReadHeaderTimeout,
+		IdleTimeout:       o.IdleTimeout,
+		MaxHeaderBytes:    1 << 20,
+		Protocols:         protos,
+		BaseContext:       base,
+		ErrorLog:          slog.NewLogLogger(o.Log.Handler(), slog.LevelDebug),
+	}
+	api := admin.New(admin.Options{
+		Registry: s.Registry, Metrics: s.Metrics, Host: s.host,
+		PublicIPs: o.PublicIPs, Revision: o.Revision, Log: o.Log,
+	})
+	s.adminSrv = &http.Server{
+		Handler:           web.Recover(o.Log, api),
+		ReadHeaderTimeout: o.ReadHeaderTimeout,
+		ReadTimeout:       time.Minute,
+		IdleTimeout:       o.IdleTimeout,
+		MaxHeaderBytes:    1 << 20,
+		BaseContext:       base,
+		ErrorLog:          slog.NewLogLogger(o.Log.Handler(), slog.LevelDebug),
+	}
+	o.Log.Info("berth listening", "proxy", s.ProxyAddr(), "admin", s.AdminAddr(), "data_dir", o.DataDir, "deployments", s.Registry.Len())
+	return s, nil
+}
+
+// Drivers lists the VM drivers this host can run.
+func Drivers() []string { return []string{} }
+
+// ProxyAddr is the bound data-plane address.
+func (s *Server) ProxyAddr() string { return s.proxyLn.Addr().String() }
+
+// AdminAddr is the bound admin address.
+func (s *Server) AdminAddr() string { return s.adminLn.Addr().String() }
+
+// Run serves until ctx ends, then drains: it stops accepting, lets in-flight
+// requests and websockets finish up to DrainTimeout, and closes the store.
+func (s *Server) Run(ctx context.Context) error {
+	loopCtx, stopLoops := context.WithCancel(context.WithoutCancel(ctx))
+	var loops sync.WaitGroup
+	loops.Add(2)
+	go func() { defer loops.Done(); s.Registry.Run(loopCtx) }()
+	go func() { defer loops.Done(); s.host.Run(loopCtx, 2*time.Second) }()
+
+	errc := make(chan error, 2)
+	go func() { errc <- s.proxySrv.Serve(s.proxyLn) }()
+	go func() { errc <- s.adminSrv.Serve(s.adminLn) }()
+
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+		s.log.Error("listener failed", "err", err)
+	}
+	s.log.Info("draining", "timeout", s.o.DrainTimeout, "in_flight", s.Proxy.Active())
+	dctx, cancel := context.WithTimeout(context.Background(), s.o.DrainTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); s.proxySrv.Shutdown(dctx) }()
+	go func() { defer wg.Done(); s.adminSrv.Shutdown(dctx) }()
+	wg.Wait()
+	// Shutdown does not wait for hijacked connections (websockets); the
+	// proxy counts them.
+	if werr := s.Proxy.Wait(dctx); werr != nil {
+		s.log.Warn("drain deadline passed; closing what is left", "in_flight", s.Proxy.Active())
+	}
+	s.cancelReqs()
+	s.proxySrv.Close()
+	s.adminSrv.Close()
+	stopLoops()
+	loops.Wait()
+	if cerr := s.store.Close(); cerr != nil && err == nil {
+		err = cerr
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	s.log.Info("stopped")
+	return err
+}
+
+// recorder adapts a metrics set to the proxy's Recorder.
+type recorder struct{ d *metrics.Deployment }
+
+func (r recorder) Observe(status int, elapsed time.Duration, failed bool) {
+	if failed {
+		r.d.ObserveError()
+		return
+	}
+	r.d.ObserveRequest(status, elapsed)
+}
