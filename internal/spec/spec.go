@@ -18,6 +18,12 @@
 //     accepted and validated but have no effect.
 //   - A namespace of "" stays absent (meaning "default"); an explicit
 //     "default" is kept as sent.
+//   - upstreams and discovery may be given together (discovery with
+//     bootstrap upstreams); either one makes the deployment static.
+//   - A path_prefix may not contain "?" or "#": request paths never do, so
+//     such a rule could never match.
+//   - A plain "http://" upstream is refused; plain upstreams are written
+//     host:port, so every upstream has exactly one spelling.
 package spec
 
 import (

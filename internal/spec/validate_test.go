@@ -123,7 +123,11 @@ func TestValidate(t *testing.T) {
 		{"path space", func() *apitype.DeploymentSpec { s := staticSpec(); s.Routes[0].PathPrefix = "/a b"; return s }, nil, "routes[0].path_prefix: "},
 		{"path control", func() *apitype.DeploymentSpec { s := staticSpec(); s.Routes[0].PathPrefix = "/a\x01"; return s }, nil, "routes[0].path_prefix: "},
 		{"path query", func() *apitype.DeploymentSpec { s := staticSpec(); s.Routes[0].PathPrefix = "/a?b"; return s }, nil, "routes[0].path_prefix: "},
-		{"path too long", func() *apitype.DeploymentSpec { s := staticSpec(); s.Routes[0].PathPrefix = "/" + strings.Repeat("a", 4096); return s }, nil, "routes[0].path_prefix: longer"},
+		{"path too long", func() *apitype.DeploymentSpec {
+			s := staticSpec()
+			s.Routes[0].PathPrefix = "/" + strings.Repeat("a", 4096)
+			return s
+		}, nil, "routes[0].path_prefix: longer"},
 		{"strip without prefix", func() *apitype.DeploymentSpec {
 			s := vmSpec()
 			s.Routes[0].StripPrefix = boolp(true)
@@ -197,7 +201,11 @@ func TestValidate(t *testing.T) {
 		}, nil, ""},
 		{"upstream bad", func() *apitype.DeploymentSpec { s := staticSpec(); s.Upstreams = []string{"a:1", "nope"}; return s }, nil, "upstreams[1]: upstream \"nope\": missing port"},
 		{"upstream path", func() *apitype.DeploymentSpec { s := staticSpec(); s.Upstreams = []string{"https://a.com/x"}; return s }, nil, "upstreams[0]: "},
-		{"upstream userinfo", func() *apitype.DeploymentSpec { s := staticSpec(); s.Upstreams = []string{"https://u:p@a.com"}; return s }, nil, "upstreams[0]: "},
+		{"upstream userinfo", func() *apitype.DeploymentSpec {
+			s := staticSpec()
+			s.Upstreams = []string{"https://u:p@a.com"}
+			return s
+		}, nil, "upstreams[0]: "},
 		{"upstream port range", func() *apitype.DeploymentSpec { s := staticSpec(); s.Upstreams = []string{"a.com:70000"}; return s }, nil, "upstreams[0]: "},
 		{"upstream duplicate", func() *apitype.DeploymentSpec {
 			s := staticSpec()
@@ -230,7 +238,11 @@ func TestValidate(t *testing.T) {
 		{"open port duplicate", func() *apitype.DeploymentSpec { s := vmSpec(); s.VM.OpenPorts = []int{22, 22}; return s }, nil, "vm.open_ports[1]: 22 duplicates vm.open_ports[0]"},
 		{"disk size", func() *apitype.DeploymentSpec { s := vmSpec(); s.VM.DiskSizeGB = intp(0); return s }, nil, "vm.disk_size_gb: "},
 		{"env var name", func() *apitype.DeploymentSpec { s := vmSpec(); s.VM.EnvVars = map[string]string{"A=B": "x"}; return s }, nil, "vm.env_vars: "},
-		{"env_from secret", func() *apitype.DeploymentSpec { s := vmSpec(); s.VM.EnvFrom = []apitype.SecretEnv{{Key: "k"}}; return s }, nil, "vm.env_from[0].secret: required"},
+		{"env_from secret", func() *apitype.DeploymentSpec {
+			s := vmSpec()
+			s.VM.EnvFrom = []apitype.SecretEnv{{Key: "k"}}
+			return s
+		}, nil, "vm.env_from[0].secret: required"},
 		{"env_from as", func() *apitype.DeploymentSpec {
 			s := vmSpec()
 			s.VM.EnvFrom = []apitype.SecretEnv{{Secret: "s", As: "1BAD"}}
@@ -420,7 +432,11 @@ func TestValidate(t *testing.T) {
 		{"site cache control injection", func() *apitype.DeploymentSpec { s := siteSpec(); s.Site.CacheControl = "x\r\nSet-Cookie: a"; return s }, nil, "site.cache_control: "},
 
 		// build and artifact
-		{"build ok", func() *apitype.DeploymentSpec { s := vmSpec(); s.Build = &apitype.BuildSpec{Repo: "https://git/x"}; return s }, nil, ""},
+		{"build ok", func() *apitype.DeploymentSpec {
+			s := vmSpec()
+			s.Build = &apitype.BuildSpec{Repo: "https://git/x"}
+			return s
+		}, nil, ""},
 		{"build and artifact", func() *apitype.DeploymentSpec {
 			s := vmSpec()
 			s.Build = &apitype.BuildSpec{Repo: "r"}
@@ -459,7 +475,11 @@ func TestValidate(t *testing.T) {
 			s.Artifact = &apitype.ArtifactSpec{Store: "s", Ref: "r", StripComponents: intp(1)}
 			return s
 		}, nil, "artifact.strip_components: site bundles only"},
-		{"artifact ref", func() *apitype.DeploymentSpec { s := vmSpec(); s.Artifact = &apitype.ArtifactSpec{Store: "s"}; return s }, nil, "artifact.ref: required"},
+		{"artifact ref", func() *apitype.DeploymentSpec {
+			s := vmSpec()
+			s.Artifact = &apitype.ArtifactSpec{Store: "s"}
+			return s
+		}, nil, "artifact.ref: required"},
 
 		// update
 		{"update on static", func() *apitype.DeploymentSpec {
@@ -547,7 +567,11 @@ func TestValidate(t *testing.T) {
 		}, nil, "auth.public_paths[0].scope: "},
 
 		// feed
-		{"feed expose", func() *apitype.DeploymentSpec { s := vmSpec(); s.Feed = &apitype.FeedSpec{Expose: "feed.xml"}; return s }, nil, "feed.expose: "},
+		{"feed expose", func() *apitype.DeploymentSpec {
+			s := vmSpec()
+			s.Feed = &apitype.FeedSpec{Expose: "feed.xml"}
+			return s
+		}, nil, "feed.expose: "},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
