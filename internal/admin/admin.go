@@ -60,21 +60,39 @@ func New(o Options) *API {
 	h("PUT /deployments/{id}/upstreams/{upstream}/drain", a.drain)
 	h("DELETE /deployments/{id}/upstreams/{upstream}/drain", a.undrain)
 
-	h("/", func(w http.ResponseWriter, r *http.Request) error {
-		return web.Errorf(http.StatusNotFound, "no route %s %s", r.Method, r.URL.Path)
-	})
 	return a
 }
 
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	// A method the mux knows the path for but not the method: answer 405 in
-	// the envelope rather than the mux's plain text.
-	if _, pattern := a.mux.Handler(r); pattern == "" {
-		web.WriteError(a.o.Log, w, r, web.Errorf(http.StatusMethodNotAllowed, "method %s is not allowed on %s", r.Method, r.URL.Path))
+	h, pattern := a.mux.Handler(r)
+	if pattern != "" {
+		a.mux.ServeHTTP(w, r) // sets the path values h needs
 		return
 	}
-	a.mux.ServeHTTP(w, r)
+	// No pattern matched: the mux would answer a plain-text 404, or 405 with
+	// an Allow header. Keep its decision (and Allow) but answer in the
+	// envelope, as every other error is.
+	probe := &statusProbe{header: http.Header{}}
+	h.ServeHTTP(probe, r)
+	if allow := probe.header.Get("Allow"); allow != "" {
+		w.Header().Set("Allow", allow)
+	}
+	if probe.status == http.StatusMethodNotAllowed {
+		web.WriteError(a.o.Log, w, r, web.Errorf(http.StatusMethodNotAllowed, "method %s is not allowed on %s; allowed: %s", r.Method, r.URL.Path, probe.header.Get("Allow")))
+		return
+	}
+	web.WriteError(a.o.Log, w, r, web.Errorf(http.StatusNotFound, "no route %s %s", r.Method, r.URL.Path))
 }
+
+// statusProbe records what a handler would answer, discarding the body.
+type statusProbe struct {
+	header http.Header
+	status int
+}
+
+func (p *statusProbe) Header() http.Header         { return p.header }
+func (p *statusProbe) Write(b []byte) (int, error) { return len(b), nil }
+func (p *statusProbe) WriteHeader(code int)        { p.status = code }
 
 func (a *API) healthz(w http.ResponseWriter, r *http.Request) error {
 	rev := a.o.Revision
