@@ -1,0 +1,184 @@
+// Package vm is the runtime contract between berth and the things that run
+// replicas: processes, containers, KVM guests, Firecracker microVMs. Each
+// driver implements Driver; optional abilities are one-method interfaces a
+// caller discovers with a type assertion (Suspender, LogReader, AgentDialer,
+// UsageReader), as net/http does with http.Flusher.
+//
+// Replicas are named so that berth can re-adopt them after its own restart:
+// Name(deployment, nonce) gives "berth-<deployment>-<12 hex>", and Owner
+// recovers the deployment from a name. A driver's List must report every
+// replica it runs, including those started by a previous berth process.
+//
+// Every driver must pass the conformance suite in package vmtest.
+package vm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"time"
+)
+
+// Errors drivers return (possibly wrapped).
+var (
+	// ErrNotFound means no replica has the given id.
+	ErrNotFound = errors.New("vm: replica not found")
+	// ErrUnavailable means the driver cannot run on this host; the error
+	// wrapping it says what is missing.
+	ErrUnavailable = errors.New("vm: driver unavailable on this host")
+)
+
+// Spec describes one replica to start.
+type Spec struct {
+	Name       string            // the replica id; see Name
+	Deployment string            // owning deployment id
+	Image      string            // root filesystem image; "" for the process driver
+	Command    string            // start_command, run with /bin/sh -c
+	Port       int               // port the app listens on inside the sandbox (0: the driver assigns one and sets PORT)
+	Env        map[string]string // environment, secrets already resolved
+	WorkDir    string            // working directory inside the sandbox
+	SetupHooks []string          // shell commands run, in order, before Command
+	SizeClass  string            // micro … xlarge; see Sizes
+	DiskSizeGB int               // 0: driver default
+	OpenPorts  []int             // extra ports the app listens on
+}
+
+// State is a replica's lifecycle state.
+type State string
+
+const (
+	StateStarting  State = "starting"  // created, not yet known to be running
+	StateRunning   State = "running"   // the sandbox runs (the app may still be booting)
+	StateSuspended State = "suspended" // stopped with its data kept (Suspender)
+	StateExited    State = "exited"    // the app ended; see Instance.Reason
+	StateFailed    State = "failed"    // the sandbox could not start or crashed
+)
+
+// Terminal reports whether a replica in state s will never serve again.
+func (s State) Terminal() bool { return s == StateExited || s == StateFailed }
+
+// Instance is a driver's view of one replica.
+type Instance struct {
+	ID         string
+	Deployment string
+	State      State
+	Addr       string // host:port where the app is reached from berth
+	StartedAt  time.Time
+	PID        int    // host pid of the sandbox's init, where there is one
+	ExitCode   *int   // set once exited
+	Reason     string // why it exited or failed, with the last log lines
+}
+
+// Driver starts and stops replicas. Implementations must be safe for
+// concurrent use. Stop and Inspect return an error wrapping ErrNotFound for
+// unknown ids.
+type Driver interface {
+	// Start creates and starts a replica. It returns once the sandbox is
+	// running (the app inside may still be starting); readiness is the
+	// caller's health probe.
+	Start(ctx context.Context, spec Spec) (Instance, error)
+	// Stop destroys a replica and everything it kept, waiting up to grace
+	// for it to exit after a polite signal.
+	Stop(ctx context.Context, id string, grace time.Duration) error
+	// Inspect reports one replica.
+	Inspect(ctx context.Context, id string) (Instance, error)
+	// List reports every replica the driver runs or keeps suspended.
+	List(ctx context.Context) ([]Instance, error)
+}
+
+// Suspender keeps a replica's data while it is not running (idle_action:
+// retain) and brings it back faster than a fresh start.
+type Suspender interface {
+	Suspend(ctx context.Context, id string) error
+	Resume(ctx context.Context, id string) (Instance, error)
+}
+
+// LogLine is one line a replica wrote.
+type LogLine struct {
+	Time   time.Time
+	Stream string // "stdout" or "stderr"
+	Text   string
+}
+
+// LogReader returns a replica's recent output.
+type LogReader interface {
+	// Logs returns up to n of the most recent lines, oldest first. With
+	// follow, it keeps writing new lines to w until ctx ends instead.
+	Logs(ctx context.Context, id string, n int) ([]LogLine, error)
+}
+
+// LogFollower streams a replica's output as it is written.
+type LogFollower interface {
+	FollowLogs(ctx context.Context, id string, w io.Writer) error
+}
+
+// AgentDialer connects to the in-sandbox agent (package agent) of a replica,
+// over whatever transport the driver has: a unix socket, vsock, a virtio port.
+type AgentDialer interface {
+	DialAgent(ctx context.Context, id string) (net.Conn, error)
+}
+
+// Usage is a replica's resource use.
+type Usage struct {
+	CPUPercent  float64 // of one core, like top
+	MemoryBytes int64
+}
+
+// UsageReader reports resource use.
+type UsageReader interface {
+	Usage(ctx context.Context, id string) (Usage, error)
+}
+
+// NamePrefix starts every replica name berth gives.
+const NamePrefix = "berth-"
+
+// Name returns the replica name for a deployment and a nonce: berth-<id>-<12
+// lowercase hex digits>. Hex on purpose: some drivers derive network ids from
+// it.
+func Name(deployment string, nonce uint64) string {
+	return fmt.Sprintf("%s%s-%012x", NamePrefix, deployment, nonce&0xffffffffffff)
+}
+
+// Owner returns the deployment a replica name belongs to (deployment ids may
+// contain dashes, so the nonce is split at the last one), or false for names
+// berth did not give.
+func Owner(name string) (string, bool) {
+	rest, ok := strings.CutPrefix(name, NamePrefix)
+	if !ok {
+		return "", false
+	}
+	i := strings.LastIndexByte(rest, '-')
+	if i <= 0 || len(rest)-i-1 != 12 {
+		return "", false
+	}
+	for _, c := range rest[i+1:] {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return "", false
+		}
+	}
+	return rest[:i], true
+}
+
+// Size is the resources of one size class.
+type Size struct {
+	VCPUs    int
+	MemoryMB int
+}
+
+// Sizes maps VmSpec.size_class to resources. Drivers apply them where the
+// host allows (cgroups for process and container drivers, the machine
+// configuration for VM drivers). The default class is "small".
+var Sizes = map[string]Size{
+	"micro":  {1, 256},
+	"mini":   {1, 512},
+	"small":  {1, 1024},
+	"medium": {2, 2048},
+	"large":  {4, 4096},
+	"xlarge": {8, 8192},
+}
+
+// DefaultSize is used when a spec names no size class.
+const DefaultSize = "small"
