@@ -114,6 +114,11 @@ func WithUserAgent(ua string) Option {
 // "http://127.0.0.1:9090". The URL may carry a path prefix when berth sits
 // behind a proxy; it must not carry a query or fragment.
 func New(baseURL string, opts ...Option) (*Client, error) {
+	if !strings.Contains(baseURL, "://") {
+		// Caught here because url.Parse's complaint about "host:port"
+		// (a colon in the first path segment) names the wrong problem.
+		return nil, fmt.Errorf("client: server URL %q must start with http:// or https://", baseURL)
+	}
 	u, err := url.Parse(baseURL)
 	if err != nil {
 		return nil, fmt.Errorf("client: invalid server URL %q: %w", baseURL, err)

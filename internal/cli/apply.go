@@ -1,0 +1,313 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"time"
+
+	"github.com/berth-dev/berth/apitype"
+	"gopkg.in/yaml.v3"
+)
+
+var applyCmd = &command{
+	name:    "apply",
+	summary: "Register or replace deployments from a JSON or YAML file",
+	help: `Usage: berth apply -f FILE
+
+Register each deployment spec in FILE, replacing any deployment with the
+same id. FILE is JSON or YAML and holds one spec, a list of specs, or
+several YAML documents separated by "---". "-f -" reads standard input.
+
+Specs are sent as written: fields this berth does not know are passed to
+the server untouched. Every spec is tried; the command fails if any was
+refused.
+
+Flags:
+  -f FILE   the file to apply, or - for standard input (required)
+`,
+	run: runApply,
+}
+
+func runApply(ctx context.Context, e *env, args []string) error {
+	fs := e.flagSet("apply")
+	var file string
+	fs.StringVar(&file, "f", "", "")
+	fs.StringVar(&file, "filename", "", "")
+	pos, err := e.parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := noArgs(pos); err != nil {
+		return err
+	}
+	if file == "" {
+		return usagef("-f FILE is required")
+	}
+	data, err := e.readInput(file)
+	if err != nil {
+		return err
+	}
+	specs, err := splitSpecs(data)
+	if err != nil {
+		return fmt.Errorf("%s: %w", displayName(file), err)
+	}
+	if len(specs) == 0 {
+		return fmt.Errorf("%s: no deployment specs", displayName(file))
+	}
+	c, err := e.client()
+	if err != nil {
+		return err
+	}
+
+	var replies []json.RawMessage
+	failed := false
+	for _, spec := range specs {
+		id := specID(spec)
+		var raw json.RawMessage
+		if _, err := c.Do(ctx, "POST", "/deployments", spec, &raw); err != nil {
+			fmt.Fprintf(e.stderr, "error: deployment/%s: %v\n", id, err)
+			failed = true
+			if ctx.Err() != nil {
+				break
+			}
+			continue
+		}
+		if e.structured() {
+			replies = append(replies, raw)
+			continue
+		}
+		var st apitype.DeploymentStatus
+		if json.Unmarshal(raw, &st) == nil && st.Spec.ID != "" {
+			id = st.Spec.ID // the server may have normalised it
+		}
+		fmt.Fprintf(e.stdout, "deployment/%s applied\n", id)
+	}
+	if len(replies) > 0 {
+		if err := e.printDocs(replies, len(replies) > 1); err != nil {
+			return err
+		}
+	}
+	if failed {
+		return errReported
+	}
+	return nil
+}
+
+func displayName(file string) string {
+	if file == "-" {
+		return "stdin"
+	}
+	return file
+}
+
+// readInput reads a file, or stdin for "-", refusing anything larger than
+// maxFileSize: a spec is kilobytes, and a mistaken `-f /dev/zero` must not
+// eat memory.
+func (e *env) readInput(file string) ([]byte, error) {
+	var r io.Reader = e.stdin
+	if file != "-" {
+		f, err := os.Open(file)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		r = f
+	}
+	b, err := io.ReadAll(io.LimitReader(r, maxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", displayName(file), err)
+	}
+	if len(b) > maxFileSize {
+		return nil, fmt.Errorf("%s is larger than %d MiB", displayName(file), maxFileSize>>20)
+	}
+	return b, nil
+}
+
+// specID returns a spec's "id" for messages, or "?" when it has none.
+func specID(spec json.RawMessage) string {
+	var v struct {
+		ID any `json:"id"`
+	}
+	if json.Unmarshal(spec, &v) != nil {
+		return "?"
+	}
+	if s, ok := v.ID.(string); ok && s != "" {
+		return s
+	}
+	return "?"
+}
+
+// splitSpecs turns the contents of an apply file into one JSON object per
+// deployment spec.
+//
+// JSON is read as a stream of values, each an object or an array of
+// objects, and the objects are kept byte for byte. Anything else is read as
+// YAML, one document at a time. Input that starts like JSON but does not
+// parse as JSON is tried as YAML too (flow-style YAML looks the same), and
+// if that also fails the JSON error is reported, as the likelier intent.
+func splitSpecs(data []byte) ([]json.RawMessage, error) {
+	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf")) // a UTF-8 BOM
+	trimmed := bytes.TrimSpace(data)
+	if len(trimmed) == 0 {
+		return nil, errors.New("empty file")
+	}
+	if trimmed[0] == '{' || trimmed[0] == '[' {
+		specs, jerr := splitJSON(trimmed)
+		if jerr == nil {
+			return specs, nil
+		}
+		if specs, yerr := splitYAML(data); yerr == nil {
+			return specs, nil
+		}
+		return nil, jerr
+	}
+	return splitYAML(data)
+}
+
+func splitJSON(data []byte) ([]json.RawMessage, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	var specs []json.RawMessage
+	for n := 1; ; n++ {
+		var v json.RawMessage
+		if err := dec.Decode(&v); err == io.EOF {
+			return specs, nil
+		} else if err != nil {
+			return nil, fmt.Errorf("invalid JSON: %w", err)
+		}
+		got, err := specsOf(v, n)
+		if err != nil {
+			return nil, err
+		}
+		specs = append(specs, got...)
+	}
+}
+
+// specsOf splits one JSON document into specs: itself if it is an object,
+// its elements if it is an array of objects.
+func specsOf(doc json.RawMessage, n int) ([]json.RawMessage, error) {
+	doc = bytes.TrimSpace(doc)
+	switch doc[0] {
+	case '{':
+		return []json.RawMessage{doc}, nil
+	case '[':
+		var list []json.RawMessage
+		if err := json.Unmarshal(doc, &list); err != nil {
+			return nil, err
+		}
+		for i, item := range list {
+			item = bytes.TrimSpace(item)
+			if len(item) == 0 || item[0] != '{' {
+				return nil, fmt.Errorf("document %d, item %d: a deployment spec must be an object", n, i+1)
+			}
+			list[i] = item
+		}
+		return list, nil
+	}
+	return nil, fmt.Errorf("document %d: want a deployment spec (an object) or a list of them", n)
+}
+
+func splitYAML(data []byte) ([]json.RawMessage, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var specs []json.RawMessage
+	for n := 1; ; n++ {
+		var v any
+		if err := dec.Decode(&v); err == io.EOF {
+			return specs, nil
+		} else if err != nil {
+			return nil, fmt.Errorf("invalid YAML: %w", err)
+		}
+		if v == nil {
+			continue // an empty document, such as after a trailing ---
+		}
+		jv, err := jsonValue(v, "")
+		if err != nil {
+			return nil, fmt.Errorf("document %d: %w", n, err)
+		}
+		var b bytes.Buffer
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false) // keep <, > and & readable in what the server stores
+		if err := enc.Encode(jv); err != nil {
+			return nil, fmt.Errorf("document %d: %w", n, err)
+		}
+		got, err := specsOf(b.Bytes(), n)
+		if err != nil {
+			return nil, err
+		}
+		specs = append(specs, got...)
+	}
+}
+
+// jsonValue converts a value decoded from YAML into one encoding/json
+// writes as the same JSON value. path names the value in errors.
+//
+// YAML allows what JSON cannot say, and those are refused rather than
+// guessed at: mapping keys that are not strings (`8080: x` is an integer
+// key; quote it), and infinite or NaN floats. Timestamps, which yaml.v3
+// decodes as time.Time, go back to text.
+func jsonValue(v any, path string) (any, error) {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, x := range v {
+			jx, err := jsonValue(x, join(path, k))
+			if err != nil {
+				return nil, err
+			}
+			v[k] = jx
+		}
+		return v, nil
+	case map[any]any:
+		m := make(map[string]any, len(v))
+		for k, x := range v {
+			ks, ok := k.(string)
+			if !ok {
+				return nil, fmt.Errorf("%s: key %v is a %T, not a string (quote it)", orTop(path), k, k)
+			}
+			jx, err := jsonValue(x, join(path, ks))
+			if err != nil {
+				return nil, err
+			}
+			m[ks] = jx
+		}
+		return m, nil
+	case []any:
+		for i, x := range v {
+			jx, err := jsonValue(x, fmt.Sprintf("%s[%d]", path, i))
+			if err != nil {
+				return nil, err
+			}
+			v[i] = jx
+		}
+		return v, nil
+	case float64:
+		if math.IsInf(v, 0) || math.IsNaN(v) {
+			return nil, fmt.Errorf("%s: %v cannot be written as JSON", orTop(path), v)
+		}
+		return v, nil
+	case time.Time:
+		if v.Equal(v.Truncate(24*time.Hour)) && v.Location() == time.UTC {
+			return v.Format(time.DateOnly), nil
+		}
+		return v.Format(time.RFC3339Nano), nil
+	}
+	return v, nil
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+func orTop(path string) string {
+	if path == "" {
+		return "top level"
+	}
+	return path
+}
