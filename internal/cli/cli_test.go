@@ -591,6 +591,8 @@ func TestExitCodes(t *testing.T) {
 		{"--help", []string{"--help"}, 0, "", "Commands:"},
 		{"command -h", []string{"get", "-h"}, 0, "", "Usage: berth get deployments"},
 		{"help command", []string{"help", "drain"}, 0, "", "--timeout DUR"},
+		{"help serve", []string{"help", "serve"}, 0, "", "berth serve -h"},
+		{"flags after --", []string{"get", "--", "deployment", "-o"}, 1, "error: no deployment \"-o\"", ""},
 		{"version", []string{"version"}, 0, "", "berth "},
 		{"delete", []string{"delete", "deployment", "sandbox"}, 0, "", "deployment/sandbox deleted\n"},
 		{"delete slash form", []string{"delete", "deployment/docs"}, 0, "", "deployment/docs deleted\n"},
@@ -613,6 +615,21 @@ func TestExitCodes(t *testing.T) {
 				t.Errorf("stdout = %q, want it to contain %q", r.stdout, tt.wantStdout)
 			}
 		})
+	}
+}
+
+func TestGetEmptyList(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 200, "[]")
+	}))
+	defer srv.Close()
+	var out, errb bytes.Buffer
+	e := &env{stdout: &out, stderr: &errb, server: srv.URL}
+	if code := e.run(context.Background(), []string{"get", "deployments"}); code != 0 {
+		t.Errorf("exit = %d, want 0", code)
+	}
+	if out.String() != "" || errb.String() != "No deployments found.\n" {
+		t.Errorf("stdout %q, stderr %q; want nothing on stdout and a note on stderr", out.String(), errb.String())
 	}
 }
 
