@@ -16,6 +16,9 @@ type Backend struct {
 	Addr   string // host:port to dial
 	TLS    bool   // speak HTTPS to the backend (SNI = host of Addr)
 	Scheme string // "http" or "https"
+	// Timeline is when a replica backend was created, started and became
+	// ready; zero for static upstreams. Set before the backend is published.
+	Timeline Timeline
 
 	inFlight atomic.Int64
 	healthy  atomic.Bool
@@ -168,3 +171,34 @@ func contains(s []*Backend, b *Backend) bool {
 	}
 	return false
 }
+
+// Timeline records how a replica came to serve, for the cold-start phases.
+type Timeline struct {
+	Created time.Time // create requested
+	Started time.Time // the driver reported it running
+	Ready   time.Time // its health probe passed
+}
+
+// Acquire takes a slot on the least-loaded available backend, or returns nil
+// when none is available. The caller must call Release on it when done.
+// Exec and shell sessions hold a slot this way for their lifetime, which
+// keeps a replica from being scaled away under them.
+func (p *Pool) Acquire() *Backend { return p.acquire(nil) }
+
+// AcquireBackend takes a slot on b itself, refusing (false) when it is
+// draining or unhealthy.
+func (b *Backend) AcquireBackend() bool {
+	if !b.available() {
+		return false
+	}
+	b.inFlight.Add(1)
+	if b.draining.Load() {
+		b.inFlight.Add(-1)
+		return false
+	}
+	b.lastUsed.Store(time.Now().UnixNano())
+	return true
+}
+
+// Release returns a slot taken by Acquire or AcquireBackend.
+func (b *Backend) Release() { b.release() }

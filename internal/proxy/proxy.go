@@ -24,6 +24,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -38,6 +39,7 @@ const (
 	textMaintenance = "deployment is under maintenance\n"
 	textNoBackend   = "no healthy backend available for deployment\n"
 	textBadGateway  = "bad gateway: the backend could not be reached\n"
+	textColdStart   = "no replica became available within cold_start_timeout_secs\n"
 )
 
 // Recorder receives one observation per routed request. Implementations must
@@ -55,6 +57,32 @@ type Deployment struct {
 	Site        http.Handler // serves a site deployment; nil otherwise
 	Pool        *Pool        // backends of a static (or vm) deployment
 	Metrics     Recorder     // may be nil
+	// Hold, when set, lets a request that finds no available backend wait
+	// for one (a vm pool scaling from zero) instead of failing at once.
+	Hold Holder
+}
+
+// Holder is a pool that can grow: the cold-start hold.
+type Holder interface {
+	// Await waits, counted as demand, until a backend may have become
+	// available (true: pick again) or the request has waited its cold-start
+	// timeout since it first waited (false). first marks a request's first
+	// wait.
+	Await(ctx context.Context, since time.Time, first bool) bool
+	// RetryAfter is the Retry-After for a request that gave up waiting.
+	RetryAfter() time.Duration
+}
+
+// Phases is how long a request held for a cold start spent in each phase:
+// waiting before its replica was created, the create itself, the boot until
+// the health probe passed, and from then to the response's first byte.
+type Phases struct {
+	Queue, Create, Boot, FirstByte, Total time.Duration
+}
+
+// PhaseRecorder is an optional Recorder extension for held requests.
+type PhaseRecorder interface {
+	ObservePhases(Phases)
 }
 
 // Table is the routing table type the proxy serves from.
@@ -344,6 +372,11 @@ func (h *Handler) errorHandler(w http.ResponseWriter, r *http.Request, err error
 	switch {
 	case errors.Is(err, errNoBackend):
 		plain(w, http.StatusServiceUnavailable, textNoBackend)
+	case errors.Is(err, errColdStart):
+		if st != nil && st.dep.Hold != nil {
+			w.Header().Set("Retry-After", strconv.Itoa(int(max(st.dep.Hold.RetryAfter().Seconds(), 1))))
+		}
+		plain(w, http.StatusServiceUnavailable, textColdStart)
 	case errors.Is(err, context.Canceled):
 		// The client went away; nobody is listening for an answer.
 		w.WriteHeader(499)

@@ -2,10 +2,12 @@ package proxy
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"sync"
+	"time"
 )
 
 // maxAttempts bounds how many backends one request tries (app-lb: 3).
@@ -34,8 +36,23 @@ func (t *pickTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	var tried [maxAttempts]*Backend
 	var lastErr error = errNoBackend
+	var heldSince time.Time
 	for attempt := 0; attempt < maxAttempts; attempt++ {
 		b := st.dep.Pool.acquire(tried[:attempt])
+		for b == nil && attempt == 0 && st.dep.Hold != nil {
+			// Cold start: wait, counted as demand, for a replica.
+			first := heldSince.IsZero()
+			if first {
+				heldSince = time.Now()
+			}
+			if !st.dep.Hold.Await(req.Context(), heldSince, first) {
+				if req.Context().Err() != nil {
+					return nil, req.Context().Err()
+				}
+				return nil, errColdStart
+			}
+			b = st.dep.Pool.acquire(nil)
+		}
 		if b == nil {
 			break
 		}
@@ -45,6 +62,9 @@ func (t *pickTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err == nil {
 			st.backend = b
 			resp.Header.Set("X-Vm-Id", b.ID)
+			if !heldSince.IsZero() {
+				held(st.dep, b, heldSince, resp)
+			}
 			resp.Body, st.body = releaser(resp.Body, b)
 			return resp, nil
 		}
@@ -56,6 +76,38 @@ func (t *pickTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		b.SetHealthy(false)
 	}
 	return nil, lastErr
+}
+
+// errColdStart means a held request gave up waiting for a replica.
+var errColdStart = errors.New("no replica became available within cold_start_timeout_secs")
+
+// held reports a cold start: the phases to the recorder and, to the client,
+// how long the request was held.
+func held(d *Deployment, b *Backend, since time.Time, resp *http.Response) {
+	now := time.Now()
+	total := now.Sub(since)
+	resp.Header.Set("X-Berth-Cold-Start", fmt.Sprintf("held=%dms", total.Milliseconds()))
+	pr, ok := d.Metrics.(PhaseRecorder)
+	if !ok {
+		return
+	}
+	tl := b.Timeline
+	ph := Phases{Total: total}
+	if !tl.Ready.IsZero() {
+		created := tl.Created
+		if created.Before(since) {
+			created = since // the replica was already booting when the request arrived
+		}
+		ph.Queue = created.Sub(since)
+		if !tl.Started.IsZero() && tl.Started.After(created) {
+			ph.Create = tl.Started.Sub(created)
+			ph.Boot = tl.Ready.Sub(tl.Started)
+		} else {
+			ph.Boot = tl.Ready.Sub(created)
+		}
+		ph.FirstByte = now.Sub(tl.Ready)
+	}
+	pr.ObservePhases(ph)
 }
 
 // isConnectError reports whether err means no connection was established.
