@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/berth-dev/berth/internal/fleet"
 	"github.com/berth-dev/berth/internal/metrics"
 	"github.com/berth-dev/berth/internal/registry"
 	"github.com/berth-dev/berth/internal/spec"
@@ -21,6 +22,7 @@ import (
 // Options configure the admin API.
 type Options struct {
 	Registry  *registry.Registry
+	Fleet     *fleet.Manager // runs vm deployments' replicas
 	Metrics   *metrics.Registry
 	Host      *metrics.HostSampler
 	PublicIPs []string // served by GET /ingress
@@ -59,6 +61,10 @@ func New(o Options) *API {
 	h("PATCH /deployments/{id}/scaling", a.scale)
 	h("PUT /deployments/{id}/upstreams/{upstream}/drain", a.drain)
 	h("DELETE /deployments/{id}/upstreams/{upstream}/drain", a.undrain)
+	h("POST /deployments/{id}/exec", a.exec)
+	h("GET /deployments/{id}/shell", a.shell)
+	h("GET /deployments/{id}/logs", a.logs)
+	h("DELETE /deployments/{id}/vms/{sandbox_id}", a.evict)
 
 	return a
 }
