@@ -1,0 +1,744 @@
+// Package process is berth's embedded default replica driver: each replica is
+// the berth agent (package agent) running the deployment's start_command with
+// /bin/sh -c as a process tree on this host, listening on its own loopback
+// port.
+//
+// Every replica has a directory <Dir>/<id>/ (mode 0700) holding:
+//
+//	state.json   what re-adoption needs: id, deployment, port, agent pid and
+//	             its start time, isolation, cgroup, suspended flag. Never the
+//	             environment, which may hold resolved secrets.
+//	data/        the default working directory
+//	agent.sock   the agent's unix socket (DialAgent)
+//	output.log   the app's output as JSON lines, rotated to output.log.1
+//	exit.json    written by the agent when the app ends
+//	agent.err    the agent's own stderr, for when it cannot even start
+//
+// The agent is started in a new session (setsid) and without a parent-death
+// signal, so replicas outlive a berth crash; a new Driver over the same Dir
+// finds them through their state files (the start time defeats pid reuse)
+// and adopts them: no duplicates, no orphans.
+//
+// When berth runs as root (see Options.Isolate) each replica gets its own
+// PID, mount, UTS and IPC namespaces: the agent is PID 1 and reaps, mounts
+// made inside stay inside (the root is made recursively private), and the
+// hostname is the replica id. The network is the host's, so the app's port
+// is reachable on 127.0.0.1.
+//
+// Where a writable cgroup v2 hierarchy exists, each replica gets the cgroup
+// <CgroupParent>/<id> with cpu.max and memory.max set from vm.Sizes (see
+// limits); elsewhere (cgroup v1 hosts, unprivileged berth) replicas run
+// without limits and membership is tracked through the PID namespace or the
+// session instead.
+package process
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/berth-dev/berth/internal/vm"
+)
+
+// Compile-time checks of the abilities the driver offers.
+var (
+	_ vm.Driver      = (*Driver)(nil)
+	_ vm.Suspender   = (*Driver)(nil)
+	_ vm.LogReader   = (*Driver)(nil)
+	_ vm.LogFollower = (*Driver)(nil)
+	_ vm.AgentDialer = (*Driver)(nil)
+	_ vm.UsageReader = (*Driver)(nil)
+)
+
+// Options configures a Driver.
+type Options struct {
+	// Dir is the state root, e.g. <data-dir>/replicas. It is created if
+	// missing. Required.
+	Dir string
+
+	// AgentCommand is the agent's command line before its flags. Empty
+	// means the running executable with the argument "agent".
+	AgentCommand []string
+
+	// AgentEnv is added to the agent's environment (and so the app's)
+	// before the spec's Env; tests use it to make their binary the agent.
+	AgentEnv []string
+
+	// Isolate gives each replica its own PID, mount, UTS and IPC
+	// namespaces. Nil means true when berth runs as root. It needs root.
+	Isolate *bool
+
+	// CgroupParent is the cgroup v2 directory under which replicas get
+	// their cgroups. Empty means /sys/fs/cgroup/berth when the host has a
+	// writable cgroup v2 hierarchy; "none" disables cgroups.
+	CgroupParent string
+
+	// Log receives what the driver degrades on (no cgroup limits, ...).
+	// Nil discards.
+	Log *slog.Logger
+}
+
+// Driver runs replicas as local process trees. It is safe for concurrent
+// use, and several Drivers (or berth processes, one after another) may share
+// a Dir.
+type Driver struct {
+	dir     string
+	agent   []string
+	env     []string
+	isolate bool
+	cg      cgroupConfig
+	log     *slog.Logger
+
+	mu       sync.Mutex
+	starting map[string]bool      // ids whose Start is between mkdir and state.json
+	cpu      map[string]cpuSample // last Usage reading per id
+}
+
+// File names inside a replica directory.
+const (
+	stateFile = "state.json"
+	dataDir   = "data"
+	sockFile  = "agent.sock"
+	logFile   = "output.log"
+	exitFile  = "exit.json"
+	errFile   = "agent.err"
+)
+
+// maxSockPath is the longest unix socket path Linux accepts (sun_path less
+// the terminating NUL).
+const maxSockPath = 107
+
+// New returns a driver keeping its state under o.Dir.
+func New(o Options) (*Driver, error) {
+	if o.Dir == "" {
+		return nil, errors.New("process: Options.Dir is required")
+	}
+	dir, err := filepath.Abs(o.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("process: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("process: %w", err)
+	}
+	agent := o.AgentCommand
+	if len(agent) == 0 {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("process: finding the agent: %w", err)
+		}
+		agent = []string{exe, "agent"}
+	}
+	isolate := os.Geteuid() == 0
+	if o.Isolate != nil {
+		isolate = *o.Isolate
+	}
+	if isolate && os.Geteuid() != 0 {
+		return nil, fmt.Errorf("process: isolating replicas in namespaces needs root: %w", vm.ErrUnavailable)
+	}
+	log := o.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Driver{
+		dir:      dir,
+		agent:    slices.Clone(agent),
+		env:      slices.Clone(o.AgentEnv),
+		isolate:  isolate,
+		cg:       setupCgroups(o.CgroupParent, log),
+		log:      log,
+		starting: make(map[string]bool),
+		cpu:      make(map[string]cpuSample),
+	}, nil
+}
+
+// state is a replica's state.json: only what re-adoption needs.
+type state struct {
+	ID         string    `json:"id"`
+	Deployment string    `json:"deployment"`
+	Port       int       `json:"port"`
+	PID        int       `json:"pid"`         // host pid of the agent; 0 while starting
+	StartTicks uint64    `json:"start_ticks"` // /proc/<pid>/stat field 22, against pid reuse
+	Isolated   bool      `json:"isolated"`
+	Cgroup     string    `json:"cgroup,omitempty"`
+	StartedAt  time.Time `json:"started_at"`
+	Suspended  bool      `json:"suspended,omitempty"`
+}
+
+func (st state) addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(st.Port)) }
+
+// validID reports whether id is a replica name berth gives and is safe as a
+// single path element.
+func validID(id string) bool {
+	if _, ok := vm.Owner(id); !ok {
+		return false
+	}
+	for _, c := range id {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+func (d *Driver) path(id string, name ...string) string {
+	return filepath.Join(append([]string{d.dir, id}, name...)...)
+}
+
+// Start creates the replica directory and starts the agent, returning once
+// the agent runs.
+func (d *Driver) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
+	if err := ctx.Err(); err != nil {
+		return vm.Instance{}, err
+	}
+	st, workDir, size, err := d.check(spec)
+	if err != nil {
+		return vm.Instance{}, err
+	}
+	if st.Port == 0 {
+		if st.Port, err = d.freePort(); err != nil {
+			return vm.Instance{}, fmt.Errorf("process: start %s: %w", spec.Name, err)
+		}
+	}
+	dir := d.path(spec.Name)
+	d.mu.Lock()
+	err = os.Mkdir(dir, 0o700)
+	if err == nil {
+		d.starting[spec.Name] = true
+	}
+	d.mu.Unlock()
+	if errors.Is(err, fs.ErrExist) {
+		return vm.Instance{}, fmt.Errorf("process: start %s: the replica already exists", spec.Name)
+	}
+	if err != nil {
+		return vm.Instance{}, fmt.Errorf("process: start %s: %w", spec.Name, err)
+	}
+	defer func() {
+		d.mu.Lock()
+		delete(d.starting, spec.Name)
+		d.mu.Unlock()
+	}()
+	st, err = d.launch(spec, st, workDir, size)
+	if err != nil {
+		if st.Cgroup != "" {
+			removeCgroup(st.Cgroup)
+		}
+		os.RemoveAll(dir)
+		return vm.Instance{}, fmt.Errorf("process: start %s: %w", spec.Name, err)
+	}
+	return d.instance(st), nil
+}
+
+// check validates spec and returns the initial state, the working directory
+// (relative ones are inside data/) and the size.
+func (d *Driver) check(spec vm.Spec) (state, string, vm.Size, error) {
+	fail := func(format string, args ...any) (state, string, vm.Size, error) {
+		return state{}, "", vm.Size{}, fmt.Errorf("process: start %q: "+format, append([]any{spec.Name}, args...)...)
+	}
+	if !validID(spec.Name) {
+		return fail("not a replica name (want %s<deployment>-<12 hex digits>)", vm.NamePrefix)
+	}
+	owner, _ := vm.Owner(spec.Name)
+	if spec.Deployment != "" && spec.Deployment != owner {
+		return fail("the name belongs to deployment %q, not %q", owner, spec.Deployment)
+	}
+	if spec.Image != "" {
+		return fail("the process driver runs no images (image %q)", spec.Image)
+	}
+	if spec.Port < 0 || spec.Port > 65535 {
+		return fail("port %d out of range", spec.Port)
+	}
+	class := spec.SizeClass
+	if class == "" {
+		class = vm.DefaultSize
+	}
+	size, ok := vm.Sizes[class]
+	if !ok {
+		return fail("unknown size class %q", spec.SizeClass)
+	}
+	for k := range spec.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return fail("bad environment variable name %q", k)
+		}
+	}
+	if strings.ContainsRune(spec.Command, 0) || strings.ContainsRune(spec.WorkDir, 0) {
+		return fail("NUL byte in command or working directory")
+	}
+	for _, h := range spec.SetupHooks {
+		if strings.ContainsRune(h, 0) {
+			return fail("NUL byte in a setup hook")
+		}
+	}
+	if p := d.path(spec.Name, sockFile); len(p) > maxSockPath {
+		return fail("agent socket path %s is longer than %d bytes; use a shorter Dir", p, maxSockPath)
+	}
+	workDir := spec.WorkDir
+	if workDir == "" {
+		workDir = d.path(spec.Name, dataDir)
+	} else if !filepath.IsAbs(workDir) {
+		workDir = filepath.Join(d.path(spec.Name, dataDir), workDir)
+		if !strings.HasPrefix(workDir, d.path(spec.Name, dataDir)+string(filepath.Separator)) {
+			return fail("working directory %q leaves the data directory", spec.WorkDir)
+		}
+	}
+	return state{
+		ID:         spec.Name,
+		Deployment: owner,
+		Port:       spec.Port,
+		Isolated:   d.isolate,
+	}, workDir, size, nil
+}
+
+// freePort asks the kernel for a free loopback port, avoiding the ports of
+// replicas that exist (and may be suspended, so not listening right now).
+func (d *Driver) freePort() (int, error) {
+	used := make(map[int]bool)
+	if sts, err := d.states(); err == nil {
+		for _, st := range sts {
+			used[st.Port] = true
+		}
+	}
+	for range 20 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if !used[port] {
+			return port, nil
+		}
+	}
+	return 0, errors.New("no free loopback port")
+}
+
+// launch prepares the replica directory and starts the agent.
+func (d *Driver) launch(spec vm.Spec, st state, workDir string, size vm.Size) (state, error) {
+	dir := d.path(spec.Name)
+	if err := os.Mkdir(filepath.Join(dir, dataDir), 0o700); err != nil {
+		return st, err
+	}
+	if !filepath.IsAbs(spec.WorkDir) {
+		// Absolute working directories are the operator's; they must exist.
+		if err := os.MkdirAll(workDir, 0o700); err != nil {
+			return st, err
+		}
+	}
+	var cgDir *os.File
+	if d.cg.parent != "" {
+		cg, f, err := d.cg.create(spec.Name, size, d.log)
+		if err != nil {
+			d.log.Warn("process: replica runs without a cgroup", "id", spec.Name, "err", err)
+		} else {
+			defer f.Close()
+			st.Cgroup, cgDir = cg, f
+		}
+	}
+	st.StartedAt = time.Now().UTC()
+	if err := writeState(dir, st); err != nil {
+		return st, err
+	}
+
+	args := slices.Clone(d.agent[1:])
+	args = append(args,
+		"--listen", "unix:"+filepath.Join(dir, sockFile),
+		"--log", filepath.Join(dir, logFile),
+		"--exit-file", filepath.Join(dir, exitFile),
+		"--workdir", workDir)
+	for _, h := range spec.SetupHooks {
+		args = append(args, "--setup", h)
+	}
+	if spec.Command != "" {
+		args = append(args, "--", "/bin/sh", "-c", spec.Command)
+	}
+	cmd := exec.Command(d.agent[0], args...)
+	cmd.Dir = filepath.Join(dir, dataDir)
+	cmd.Env = d.environ(spec, st)
+	errOut, err := os.OpenFile(filepath.Join(dir, errFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return st, err
+	}
+	defer errOut.Close()
+	cmd.Stdout, cmd.Stderr = errOut, errOut
+	// Setsid: the replica is not in berth's session or process group, so
+	// it survives berth's death and berth's terminal signals. No Pdeathsig
+	// on purpose.
+	attr := &syscall.SysProcAttr{Setsid: true}
+	if st.Isolated {
+		// CLONE_NEWPID must be a clone flag for the agent to become PID 1.
+		// Unsharing CLONE_NEWNS makes the runtime remount / recursively
+		// private in the child, so the replica's mounts stay its own.
+		attr.Cloneflags = syscall.CLONE_NEWPID
+		attr.Unshareflags = syscall.CLONE_NEWNS | syscall.CLONE_NEWIPC
+	}
+	if cgDir != nil {
+		// Born in its cgroup: no window in which the agent runs unlimited
+		// or forks children outside it.
+		attr.UseCgroupFD = true
+		attr.CgroupFD = int(cgDir.Fd())
+	}
+	cmd.SysProcAttr = attr
+	if st.Isolated {
+		err = startInUTS(cmd, hostname(spec.Name))
+	} else {
+		err = cmd.Start()
+	}
+	if err != nil {
+		return st, err
+	}
+	// Reap the agent while berth lives, so no zombie stays behind; after
+	// a berth restart it is init's child instead.
+	go cmd.Wait()
+	st.PID = cmd.Process.Pid
+	ps, err := readStat(st.PID)
+	if err != nil {
+		// The agent died at once, and was reaped already: keep pid 0 would
+		// make it look like an interrupted start, so record the pid; the
+		// start time mismatch makes it dead.
+		ps.startTicks = 0
+	}
+	st.StartTicks = ps.startTicks
+	if err := writeState(dir, st); err != nil {
+		cmd.Process.Kill()
+		return st, err
+	}
+	return st, nil
+}
+
+// environ is the agent's (and so the app's) environment: a small base, not
+// berth's own environment, which may hold berth's secrets.
+func (d *Driver) environ(spec vm.Spec, st state) []string {
+	path := os.Getenv("PATH")
+	if path == "" {
+		path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	}
+	env := []string{
+		"PATH=" + path,
+		"HOME=" + d.path(spec.Name, dataDir),
+		"HOSTNAME=" + hostname(spec.Name),
+	}
+	env = append(env, d.env...)
+	keys := make([]string, 0, len(spec.Env))
+	for k := range spec.Env {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		env = append(env, k+"="+spec.Env[k])
+	}
+	// PORT last: it must match the address berth routes to. exec.Cmd keeps
+	// the last value of a duplicated key.
+	return append(env, "PORT="+strconv.Itoa(st.Port))
+}
+
+// hostname is the UTS hostname of a replica: its id, cut to the 64 bytes
+// Linux allows.
+func hostname(id string) string {
+	if len(id) > 64 {
+		return id[:64]
+	}
+	return id
+}
+
+// startInUTS starts cmd in a new UTS namespace whose hostname is already set,
+// so the app never sees the host's name. The namespace is made on a locked OS
+// thread that forks the child and then dies with its goroutine (no
+// UnlockOSThread), so the rest of berth keeps the host's UTS namespace.
+func startInUTS(cmd *exec.Cmd, host string) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if err := syscall.Unshare(syscall.CLONE_NEWUTS); err != nil {
+			errc <- fmt.Errorf("new UTS namespace: %w", err)
+			return
+		}
+		if err := syscall.Sethostname([]byte(host)); err != nil {
+			errc <- fmt.Errorf("setting the hostname: %w", err)
+			return
+		}
+		errc <- cmd.Start()
+	}()
+	return <-errc
+}
+
+func writeState(dir string, st state) error {
+	b, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, stateFile+".tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, stateFile))
+}
+
+// load reads a replica's state. A directory without a state file (a start
+// interrupted before it launched anything) loads with pid 0.
+func (d *Driver) load(id string) (state, error) {
+	if !validID(id) {
+		return state{}, fmt.Errorf("process: %q: %w", id, vm.ErrNotFound)
+	}
+	b, err := os.ReadFile(d.path(id, stateFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		if _, err := os.Stat(d.path(id)); err != nil {
+			return state{}, fmt.Errorf("process: %s: %w", id, vm.ErrNotFound)
+		}
+		owner, _ := vm.Owner(id)
+		return state{ID: id, Deployment: owner, Isolated: d.isolate}, nil
+	}
+	if err != nil {
+		return state{}, fmt.Errorf("process: %s: %w", id, err)
+	}
+	var st state
+	if err := json.Unmarshal(b, &st); err != nil {
+		return state{}, fmt.Errorf("process: %s: corrupt %s: %w", id, stateFile, err)
+	}
+	if st.ID != id {
+		return state{}, fmt.Errorf("process: %s: %s names %q", id, stateFile, st.ID)
+	}
+	return st, nil
+}
+
+// states loads every replica under Dir.
+func (d *Driver) states() ([]state, error) {
+	ents, err := os.ReadDir(d.dir)
+	if err != nil {
+		return nil, fmt.Errorf("process: %w", err)
+	}
+	var sts []state
+	for _, e := range ents {
+		if !e.IsDir() || !validID(e.Name()) {
+			continue
+		}
+		st, err := d.load(e.Name())
+		if err != nil {
+			if !errors.Is(err, vm.ErrNotFound) {
+				d.log.Warn("process: skipping replica", "id", e.Name(), "err", err)
+			}
+			continue
+		}
+		sts = append(sts, st)
+	}
+	return sts, nil
+}
+
+// adopt fills in the agent of a replica whose state has no pid yet (berth
+// died between starting the agent and recording it) by finding the process
+// whose command line names the replica's exit file.
+func (d *Driver) adopt(st state) state {
+	if st.PID != 0 {
+		return st
+	}
+	if pid, ps, ok := findByArg(d.path(st.ID, exitFile)); ok {
+		st.PID, st.StartTicks = pid, ps.startTicks
+	}
+	return st
+}
+
+// Inspect reports one replica.
+func (d *Driver) Inspect(ctx context.Context, id string) (vm.Instance, error) {
+	st, err := d.load(id)
+	if err != nil {
+		return vm.Instance{}, err
+	}
+	return d.instance(st), nil
+}
+
+// List reports every replica under Dir, including those a previous berth
+// started.
+func (d *Driver) List(ctx context.Context) ([]vm.Instance, error) {
+	sts, err := d.states()
+	if err != nil {
+		return nil, err
+	}
+	insts := make([]vm.Instance, 0, len(sts))
+	for _, st := range sts {
+		insts = append(insts, d.instance(st))
+	}
+	return insts, nil
+}
+
+// exitRecord is the agent's exit file.
+type exitRecord struct {
+	ExitCode int    `json:"exit_code"`
+	Reason   string `json:"reason"`
+}
+
+// tailLines is how many output lines a Reason ends with.
+const tailLines = 5
+
+// instance derives a replica's state from its files and processes.
+func (d *Driver) instance(st state) vm.Instance {
+	inst := vm.Instance{
+		ID:         st.ID,
+		Deployment: st.Deployment,
+		Addr:       st.addr(),
+		StartedAt:  st.StartedAt,
+		PID:        st.PID,
+	}
+	d.mu.Lock()
+	starting := d.starting[st.ID]
+	d.mu.Unlock()
+	st = d.adopt(st)
+	// Liveness first: the agent writes the exit file before it exits, so
+	// a dead agent without an exit file read afterwards never had one.
+	alive := st.PID != 0 && isAlive(st.PID, st.StartTicks)
+	dir := d.path(st.ID)
+	if b, err := os.ReadFile(filepath.Join(dir, exitFile)); err == nil {
+		var ex exitRecord
+		if err := json.Unmarshal(b, &ex); err == nil {
+			inst.State = vm.StateExited
+			inst.ExitCode = &ex.ExitCode
+			inst.Reason = withTail(ex.Reason, d.tail(dir))
+			return inst
+		}
+		if !alive {
+			inst.State = vm.StateFailed
+			inst.Reason = withTail("the agent left an unreadable "+exitFile, d.tail(dir))
+			return inst
+		}
+	}
+	switch {
+	case alive && st.Suspended:
+		inst.State = vm.StateSuspended
+	case alive:
+		inst.State = vm.StateRunning
+	case st.PID == 0 && starting:
+		inst.State = vm.StateStarting
+	case st.PID == 0:
+		inst.State = vm.StateFailed
+		inst.Reason = "the start of this replica was interrupted before the agent ran"
+	default:
+		inst.State = vm.StateFailed
+		reason := "the agent ended without recording an exit"
+		if b, err := os.ReadFile(filepath.Join(dir, errFile)); err == nil && len(b) > 0 {
+			reason += ": " + lastLines(string(b), tailLines)
+		}
+		inst.Reason = withTail(reason, d.tail(dir))
+	}
+	return inst
+}
+
+// tail returns the last few stdout/stderr lines of a replica.
+func (d *Driver) tail(dir string) []string {
+	lines, err := readLogs(filepath.Join(dir, logFile), tailLines)
+	if err != nil {
+		return nil
+	}
+	texts := make([]string, len(lines))
+	for i, l := range lines {
+		texts[i] = l.Text
+	}
+	return texts
+}
+
+func withTail(reason string, tail []string) string {
+	if len(tail) == 0 {
+		return reason
+	}
+	return reason + "; last output:\n" + strings.Join(tail, "\n")
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Stop asks the replica to end (SIGTERM, which the agent forwards to the
+// app), waits up to grace, kills whatever remains, and removes the replica's
+// directory and cgroup. Stopping an ended replica just cleans up.
+func (d *Driver) Stop(ctx context.Context, id string, grace time.Duration) error {
+	st, err := d.load(id)
+	if err != nil {
+		return err
+	}
+	st = d.adopt(st)
+	if st.PID != 0 && isAlive(st.PID, st.StartTicks) {
+		syscall.Kill(st.PID, syscall.SIGTERM)
+		if st.Suspended {
+			// A stopped process only acts on SIGTERM once continued.
+			d.thaw(st)
+		}
+		waitFor(ctx, grace, func() bool { return !isAlive(st.PID, st.StartTicks) })
+	}
+	if err := d.kill(ctx, st); err != nil {
+		return fmt.Errorf("process: stop %s: %w", id, err)
+	}
+	if st.Cgroup != "" {
+		removeCgroup(st.Cgroup)
+	}
+	if err := os.RemoveAll(d.path(id)); err != nil {
+		return fmt.Errorf("process: stop %s: %w", id, err)
+	}
+	d.mu.Lock()
+	delete(d.cpu, id)
+	d.mu.Unlock()
+	return nil
+}
+
+// killPatience bounds how long Stop waits for SIGKILLed processes to vanish.
+const killPatience = 10 * time.Second
+
+// kill SIGKILLs the agent and every process of the replica until none is
+// left.
+func (d *Driver) kill(ctx context.Context, st state) error {
+	gone := func() bool {
+		left := false
+		if st.PID != 0 && isAlive(st.PID, st.StartTicks) {
+			syscall.Kill(st.PID, syscall.SIGKILL)
+			left = true
+		}
+		if st.Cgroup != "" {
+			os.WriteFile(filepath.Join(st.Cgroup, "cgroup.kill"), []byte("1"), 0)
+		}
+		for _, pid := range d.members(st) {
+			syscall.Kill(pid, syscall.SIGKILL)
+			left = true
+		}
+		return !left
+	}
+	if !waitFor(ctx, killPatience, gone) {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		return errors.New("processes of the replica survive SIGKILL")
+	}
+	return nil
+}
+
+// waitFor polls cond until it holds, d passes or ctx ends, and reports
+// whether cond held.
+func waitFor(ctx context.Context, d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	wait := time.Millisecond
+	for {
+		if cond() {
+			return true
+		}
+		if !time.Now().Before(deadline) || ctx.Err() != nil {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 50*time.Millisecond)
+	}
+}
