@@ -1,0 +1,85 @@
+// Package agent is berth's in-sandbox agent: a mode of the berth binary
+// (`berth agent`, see Main) that runs inside each replica's sandbox and
+// serves command execution, terminal sessions and file operations over a
+// local stream socket, and the Client that talks to it.
+//
+// Deployments' exec and shell go through the agent, and so will Computers
+// and the VM drivers (the same protocol over vsock or a virtio port), so
+// the protocol is designed once, versioned, and independent of the
+// transport: any net.Conn will do.
+//
+// # Protocol, version 1
+//
+// HTTP/1.1 over the stream connection, every path under /v1 (an
+// incompatible change starts /v2; GET /v1/info reports protocol 1).
+// Request and answer bodies are JSON unless noted. Every error is answered
+// with a JSON body {"error": "..."} and a status: 400 malformed request,
+// 403 path outside the root or permission denied, 404 no such endpoint or
+// file, 405 wrong method, 409 exists / not empty / is a directory, 413
+// body too large, 422 the command could not start, 500 anything else.
+// Unknown JSON fields are ignored.
+//
+//	GET    /v1/info                       Info
+//	POST   /v1/exec                       ExecRequest → ExecResult
+//	GET    /v1/exec/stream                websocket: streaming exec
+//	GET    /v1/pty                        websocket: terminal session
+//	GET    /v1/files?path=&offset=&limit= raw bytes (header X-File-Size)
+//	PUT    /v1/files?path=&mode=          raw bytes → FileInfo (atomic replace)
+//	DELETE /v1/files?path=&recursive=     204
+//	GET    /v1/files/stat?path=           FileInfo (lstat)
+//	GET    /v1/files/list?path=           ListResult, sorted by name
+//	POST   /v1/files/mkdir                MkdirRequest → FileInfo (201, or 200 if it existed)
+//
+// # Exec
+//
+// A command is argv (run directly, looked up in PATH) or command (run as
+// /bin/sh -c), in cwd (default the agent's --workdir), with the agent's
+// environment plus env. It runs in a process group of its own. When
+// timeout_ms elapses, or the client goes away (closes the connection of a
+// buffered exec, or the session of a streaming one), the whole group is
+// killed with SIGKILL; a timed-out command reports timed_out and exit code
+// 124. A command killed by signal N reports 128+N and the signal's name.
+// After the command exits its output is read for at most one more second,
+// in case a background child inherited the pipes. Buffered exec keeps at
+// most 16 MiB of stdout plus stderr (max_output lowers it), reads and
+// drops the rest, and sets truncated. Output interleaves both streams in
+// the order the agent read them. Stdin and outputs travel as JSON strings,
+// or as base64 with "encoding":"base64" (what Client does, so bytes are
+// exact).
+//
+// # Sessions
+//
+// /v1/exec/stream and /v1/pty are websockets. The client's first message
+// is the request (ExecRequest or PTYRequest) as a text message. Then:
+//
+//   - Binary messages carry data, the first byte naming the channel:
+//     0 stdin (client to agent; for a PTY, keyboard input), 1 stdout (or
+//     everything a terminal prints), 2 stderr.
+//   - Text messages are Control JSON: from the client {"type":"eof"}
+//     (close stdin; ignored by a PTY, where EOF is ^D typed as data),
+//     {"type":"resize","cols":C,"rows":R} (PTY only) and
+//     {"type":"signal","signal":"TERM"} (to the process group); from the
+//     agent, last, either {"type":"exit","exit_code":N,"signal":...,
+//     "timed_out":...} after all output, or {"type":"error","error":"..."}
+//     when the command could not start. The agent then closes normally.
+//
+// The agent kills the command's process group when the session ends
+// early. A PTY command runs as a session leader with the terminal as
+// controlling terminal, TERM=xterm-256color unless the request's env sets
+// it, 80x24 unless sized, and $SHELL (or /bin/sh) when no command is given.
+//
+// # Files
+//
+// Paths are absolute. With Options.Root (--root) they name files beneath
+// that directory, opened through os.Root, so neither ".." nor a symlink
+// can lead outside it; without a root they are used as given and the
+// sandbox is the wall. Writes go to a temp file in the same directory that
+// is fsynced and renamed over the target, so readers never see a partial
+// file; mode defaults to the replaced file's, or 0644.
+//
+// # Reaping
+//
+// As PID 1 of a PID namespace the agent reaps orphans on SIGCHLD. It scans
+// /proc for zombie children instead of calling wait(-1), which would steal
+// the exit status of the commands it runs itself.
+package agent

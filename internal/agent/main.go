@@ -1,0 +1,269 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// shutdownGrace is how long running execs and sessions get to finish when
+// the agent exits.
+const shutdownGrace = 2 * time.Second
+
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ", ") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
+
+// Main runs `berth agent ARGS` as specified by the agent contract: it
+// serves the protocol on --listen, runs the --setup hooks, then COMMAND,
+// and returns the process's exit code (COMMAND's, 128+N when a signal
+// killed it, 2 for a usage error). Cancelling ctx acts like SIGTERM.
+func Main(ctx context.Context, args []string, stderr io.Writer) int {
+	fl := flag.NewFlagSet("berth agent", flag.ContinueOnError)
+	fl.SetOutput(stderr)
+	var (
+		listen   = fl.String("listen", "", "`ADDR` to serve the agent protocol on: unix:/path/agent.sock")
+		logPath  = fl.String("log", "", "`FILE` to append JSON log lines to (default: pass output through)")
+		exitFile = fl.String("exit-file", "", "`FILE` to write COMMAND's exit status to")
+		workdir  = fl.String("workdir", "", "`DIR` to run hooks, COMMAND and execs in")
+		root     = fl.String("root", "", "`DIR` that confines the paths of file operations")
+		setups   stringList
+	)
+	fl.Var(&setups, "setup", "`CMD` to run with /bin/sh -c before COMMAND (repeatable)")
+	fl.Usage = func() {
+		fmt.Fprintln(stderr, "usage: berth agent --listen unix:/path/agent.sock [--log FILE] [--exit-file FILE] [--workdir DIR] [--root DIR] [--setup CMD]... [--] [COMMAND [ARGS...]]")
+		fl.PrintDefaults()
+	}
+	if err := fl.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if *listen == "" {
+		fmt.Fprintln(stderr, "berth agent: --listen is required")
+		fl.Usage()
+		return 2
+	}
+	m := &mainRun{stderr: stderr, exitFile: *exitFile, workdir: *workdir}
+	// Catch signals before anything starts, so none kills the agent
+	// instead of reaching COMMAND.
+	m.sigs = make(chan os.Signal, 4)
+	signal.Notify(m.sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(m.sigs)
+	m.done = ctx.Done()
+
+	if *logPath != "" {
+		l, err := openLog(*logPath, maxLogSize)
+		if err != nil {
+			return m.exit(1, fmt.Sprintf("agent: cannot open the log: %v", err))
+		}
+		defer l.Close()
+		m.log = l
+	}
+	ln, err := listenOn(*listen)
+	if err != nil {
+		return m.exit(1, fmt.Sprintf("agent: %v", err))
+	}
+	srv := NewServer(Options{Root: *root, Dir: *workdir, Logf: m.logf})
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	if os.Getpid() == 1 {
+		rctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go reapOrphans(rctx)
+	}
+	m.logf("agent listening on %s (pid %d)", *listen, os.Getpid())
+
+	for i, hook := range setups {
+		m.logf("setup hook %d: %s", i+1, hook)
+		code, reason := m.run(exec.Command("/bin/sh", "-c", hook), "stdout", "stderr")
+		if code != 0 {
+			return m.exit(code, fmt.Sprintf("setup hook %d (%s) %s", i+1, hook, reason))
+		}
+	}
+	if fl.NArg() == 0 {
+		select {
+		case sig := <-m.sigs:
+			return m.exit(0, "stopped by "+sig.String())
+		case <-m.done:
+			return m.exit(0, "stopped")
+		case err := <-served:
+			return m.exit(1, fmt.Sprintf("agent: serving: %v", err))
+		}
+	}
+	code, reason := m.run(exec.Command(fl.Arg(0), fl.Args()[1:]...), "stdout", "stderr")
+	return m.exit(code, reason)
+}
+
+// mainRun is the state of one Main.
+type mainRun struct {
+	stderr   io.Writer
+	log      *logFile // nil: output passes through
+	exitFile string
+	workdir  string
+	sigs     chan os.Signal
+	done     <-chan struct{} // Main's ctx; nil after it fired once
+}
+
+// logf records an agent event.
+func (m *mainRun) logf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	if m.log != nil {
+		m.log.line("agent", msg)
+		return
+	}
+	fmt.Fprintln(m.stderr, "berth agent:", msg)
+}
+
+// run runs cmd (a hook or COMMAND) in its own process group in the
+// workdir, with its output in the log, forwarding SIGTERM and SIGINT to
+// the group until it exits. It returns the exit code and the reason.
+func (m *mainRun) run(cmd *exec.Cmd, out, errs string) (int, string) {
+	cmd.Dir = m.workdir
+	setGroup(cmd)
+	var lw []*lineWriter
+	if m.log != nil {
+		o, e := &lineWriter{l: m.log, s: out}, &lineWriter{l: m.log, s: errs}
+		cmd.Stdout, cmd.Stderr = o, e
+		lw = append(lw, o, e)
+		// A daemon that inherited the output must not keep us waiting.
+		cmd.WaitDelay = waitDelay
+	} else {
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	}
+	if err := children.start(cmd); err != nil {
+		code := 126
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+			code = 127
+		}
+		return code, fmt.Sprintf("could not start: %v", err)
+	}
+	waited := make(chan struct{})
+	go func() {
+		_ = children.wait(cmd)
+		close(waited)
+	}()
+	for {
+		select {
+		case <-waited:
+			for _, w := range lw {
+				w.flush()
+			}
+			code, sig := exitStatus(cmd.ProcessState)
+			if sig != "" {
+				return code, fmt.Sprintf("killed by signal %d", code-128)
+			}
+			return code, fmt.Sprintf("exited with code %d", code)
+		case sig := <-m.sigs:
+			if s, ok := sig.(syscall.Signal); ok {
+				m.logf("forwarding %v to process group %d", sig, cmd.Process.Pid)
+				_ = signalGroup(cmd.Process.Pid, s)
+			}
+		case <-m.done:
+			m.done = nil
+			m.logf("stopping: sending SIGTERM to process group %d", cmd.Process.Pid)
+			_ = signalGroup(cmd.Process.Pid, syscall.SIGTERM)
+		}
+	}
+}
+
+// exit records the outcome in the log and the exit file and returns code.
+func (m *mainRun) exit(code int, reason string) int {
+	m.logf("exit %d: %s", code, reason)
+	if m.exitFile == "" {
+		return code
+	}
+	if err := writeExitFile(m.exitFile, code, reason); err != nil {
+		m.logf("cannot write the exit file: %v", err)
+		fmt.Fprintf(m.stderr, "berth agent: cannot write the exit file: %v\n", err)
+	}
+	return code
+}
+
+// writeExitFile writes {"exit_code","reason","at"} atomically, so a reader
+// never sees half of it.
+func writeExitFile(path string, code int, reason string) error {
+	b, err := json.Marshal(struct {
+		ExitCode int    `json:"exit_code"`
+		Reason   string `json:"reason"`
+		At       string `json:"at"`
+	}{code, reason, time.Now().UTC().Format(time.RFC3339Nano)})
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	_, err = tmp.Write(append(b, '\n'))
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp.Name(), 0o644)
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+	}
+	return err
+}
+
+// listenOn listens on a contract address. A stale socket file (one nobody
+// answers on) is removed first; a live one is an error, not a takeover.
+func listenOn(addr string) (net.Listener, error) {
+	scheme, rest, ok := strings.Cut(addr, ":")
+	switch {
+	case !ok || rest == "":
+		return nil, fmt.Errorf("listen address %q: want unix:/path", addr)
+	case scheme == "vsock":
+		return nil, fmt.Errorf("listen address %q: vsock is not supported yet", addr)
+	case scheme != "unix":
+		return nil, fmt.Errorf("listen address %q: unknown scheme %q", addr, scheme)
+	}
+	if fi, err := os.Lstat(rest); err == nil {
+		if fi.Mode()&fs.ModeSocket == 0 {
+			return nil, fmt.Errorf("listen: %s exists and is not a socket", rest)
+		}
+		if c, err := net.DialTimeout("unix", rest, time.Second); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("listen: another process is serving on %s", rest)
+		}
+		if err := os.Remove(rest); err != nil {
+			return nil, fmt.Errorf("listen: removing the stale socket: %w", err)
+		}
+	}
+	ln, err := net.Listen("unix", rest)
+	if err != nil {
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	if err := os.Chmod(rest, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	return ln, nil
+}
