@@ -98,15 +98,17 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 	w.buf = append(w.buf, p...)
 	for {
 		i := bytes.IndexByte(w.buf, '\n')
-		if i < 0 {
-			break
+		switch {
+		case i >= 0 && i <= maxLogLine:
+			w.l.line(w.s, string(bytes.TrimSuffix(w.buf[:i], []byte("\r"))))
+			w.buf = w.buf[i+1:]
+			continue
+		case len(w.buf) >= maxLogLine:
+			w.l.line(w.s, string(w.buf[:maxLogLine]))
+			w.buf = w.buf[maxLogLine:]
+			continue
 		}
-		w.l.line(w.s, string(bytes.TrimSuffix(w.buf[:i], []byte("\r"))))
-		w.buf = w.buf[i+1:]
-	}
-	for len(w.buf) >= maxLogLine {
-		w.l.line(w.s, string(w.buf[:maxLogLine]))
-		w.buf = w.buf[maxLogLine:]
+		break
 	}
 	if len(w.buf) == 0 {
 		w.buf = nil // let a large drained buffer go
