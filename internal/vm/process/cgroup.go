@@ -1,6 +1,7 @@
 package process
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -48,9 +49,13 @@ func setupCgroups(parent string, log *slog.Logger) cgroupConfig {
 		log.Warn("process: replicas run without cgroups: not a cgroup v2 directory", "dir", parent)
 		return cgroupConfig{}
 	}
+	// One controller per write: the kernel refuses a whole write if one of
+	// its controllers is unavailable.
 	for _, dir := range []string{filepath.Dir(parent), parent} {
-		if err := os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte("+cpu +memory"), 0); err != nil {
-			log.Warn("process: cannot enable the cpu and memory controllers; size classes are not enforced", "dir", dir, "err", err)
+		for _, c := range []string{"+cpu", "+memory"} {
+			if err := os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte(c), 0); err != nil {
+				log.Warn("process: cannot enable a cgroup controller; its size limits are not enforced", "dir", dir, "controller", c[1:], "err", err)
+			}
 		}
 	}
 	cg := cgroupConfig{parent: parent}
@@ -102,7 +107,7 @@ func removeCgroup(dir string) {
 	deadline := time.Now().Add(2 * time.Second)
 	for {
 		err := syscall.Rmdir(dir)
-		if err == nil || errors.Is(err, syscall.ENOENT) || !errors.Is(err, syscall.EBUSY) || time.Now().After(deadline) {
+		if err == nil || !errors.Is(err, syscall.EBUSY) || time.Now().After(deadline) {
 			return
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -135,4 +140,24 @@ func cgroupUsage(dir string) (mem int64, cpu time.Duration, ok bool) {
 		}
 	}
 	return 0, 0, false
+}
+
+// freezeCgroup freezes a cgroup and reports whether the kernel confirmed it
+// (cgroup.events says "frozen 1") before ctx ended or killPatience passed.
+func freezeCgroup(ctx context.Context, dir string) bool {
+	if os.WriteFile(filepath.Join(dir, "cgroup.freeze"), []byte("1"), 0) != nil {
+		return false
+	}
+	return waitFor(ctx, killPatience, func() bool {
+		b, err := os.ReadFile(filepath.Join(dir, "cgroup.events"))
+		if err != nil {
+			return false
+		}
+		for line := range strings.Lines(string(b)) {
+			if strings.TrimSpace(line) == "frozen 1" {
+				return true
+			}
+		}
+		return false
+	})
 }

@@ -3,6 +3,7 @@ package process
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -34,14 +35,23 @@ func readStat(pid int) (procStat, error) {
 	if err != nil {
 		return procStat{}, err
 	}
+	ps, ok := parseStat(b)
+	if !ok {
+		return procStat{}, fmt.Errorf("malformed /proc/%d/stat", pid)
+	}
+	return ps, nil
+}
+
+// parseStat parses the contents of a /proc/<pid>/stat file.
+func parseStat(b []byte) (procStat, bool) {
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
-		return procStat{}, fmt.Errorf("malformed /proc/%d/stat", pid)
+		return procStat{}, false
 	}
 	f := strings.Fields(string(b[i+1:]))
 	// f[0] is field 3 (state); field n is f[n-3].
 	if len(f) < 20 || len(f[0]) != 1 {
-		return procStat{}, fmt.Errorf("malformed /proc/%d/stat", pid)
+		return procStat{}, false
 	}
 	num := func(n int) uint64 {
 		v, _ := strconv.ParseUint(f[n-3], 10, 64)
@@ -52,7 +62,7 @@ func readStat(pid int) (procStat, error) {
 		session:    int(num(6)),
 		cpuTicks:   num(14) + num(15),
 		startTicks: num(22),
-	}, nil
+	}, true
 }
 
 func (ps procStat) dead() bool { return ps.state == 'Z' || ps.state == 'X' }
@@ -167,8 +177,21 @@ func (d *Driver) Suspend(ctx context.Context, id string) error {
 	if err := writeState(d.path(id), st); err != nil {
 		return fmt.Errorf("process: suspend %s: %w", id, err)
 	}
-	if st.Cgroup != "" {
-		os.WriteFile(filepath.Join(st.Cgroup, "cgroup.freeze"), []byte("1"), 0)
+	if err := d.freeze(ctx, st); err != nil {
+		d.thaw(st)
+		st.Suspended = false
+		writeState(d.path(id), st)
+		return fmt.Errorf("process: suspend %s: %w", id, err)
+	}
+	return nil
+}
+
+// freeze stops every process of a replica: with the cgroup v2 freezer where
+// the replica has a cgroup (atomic, and invisible to the app), else with
+// SIGSTOP.
+func (d *Driver) freeze(ctx context.Context, st state) error {
+	if st.Cgroup != "" && freezeCgroup(ctx, st.Cgroup) {
+		return nil
 	}
 	// The agent first, so it forks nothing new; then until every member
 	// is seen stopped (a member may fork while we signal).
@@ -187,9 +210,9 @@ func (d *Driver) Suspend(ctx context.Context, id string) error {
 	}
 	if !waitFor(ctx, killPatience, stopped) {
 		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("process: suspend %s: %w", id, err)
+			return err
 		}
-		return fmt.Errorf("process: suspend %s: processes keep running after SIGSTOP", id)
+		return errors.New("processes keep running after SIGSTOP")
 	}
 	return nil
 }

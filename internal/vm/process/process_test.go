@@ -10,12 +10,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/internal/agent"
 	"github.com/berth-dev/berth/internal/vm"
 	"github.com/berth-dev/berth/internal/vm/vmtest"
 )
@@ -36,8 +38,8 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// runAgent is the agent role.
-func runAgent(args []string) int { return standInAgent(args) }
+// runAgent is the agent role: what `berth agent` runs.
+func runAgent(args []string) int { return agent.Main(context.Background(), args, os.Stderr) }
 
 // serveApp answers HTTP 200 on 127.0.0.1:$PORT; with env, the body is what
 // vmtest.Options.EnvApp specifies.
@@ -90,6 +92,7 @@ func options(t testing.TB, dir string, isolate bool) Options {
 		AgentCommand: []string{testBinary(t)},
 		AgentEnv:     []string{"BERTH_TEST_ROLE=agent"},
 		Isolate:      &isolate,
+		CgroupParent: "none", // the Cgroup mode of TestDriver tests cgroups
 	}
 }
 
@@ -100,6 +103,24 @@ func newDriver(t *testing.T, dir string, isolate bool) *Driver {
 		t.Fatalf("New: %v", err)
 	}
 	return d
+}
+
+// testCgroupParent is where the Cgroup mode of TestDriver puts replicas'
+// cgroups: $BERTH_TEST_CGROUP_PARENT (any cgroup v2 directory, e.g. in a
+// cgroup2 filesystem mounted on a cgroup v1 host), else a berth-test
+// directory in /sys/fs/cgroup when it is a writable cgroup v2 hierarchy;
+// "" skips the mode.
+func testCgroupParent() string {
+	if p := os.Getenv("BERTH_TEST_CGROUP_PARENT"); p != "" {
+		return p
+	}
+	if os.Geteuid() != 0 {
+		return ""
+	}
+	if _, err := os.Stat(filepath.Join(cgroupRoot, "cgroup.controllers")); err != nil {
+		return ""
+	}
+	return filepath.Join(cgroupRoot, "berth-test")
 }
 
 // checkNoProcesses fails t if a live process still names dir on its command
@@ -150,6 +171,35 @@ func TestDriver(t *testing.T) {
 			})
 		})
 	}
+	t.Run("Cgroup", func(t *testing.T) {
+		parent := testCgroupParent()
+		if parent == "" {
+			t.Skip("no cgroup v2 hierarchy to test with (set BERTH_TEST_CGROUP_PARENT)")
+		}
+		isolate := os.Geteuid() == 0
+		t.Cleanup(func() { syscall.Rmdir(parent) })
+		open := func(t *testing.T, dir string) *Driver {
+			o := options(t, dir, isolate)
+			o.CgroupParent = parent
+			d, err := New(o)
+			if err != nil {
+				t.Fatalf("New: %v", err)
+			}
+			if d.cg.parent == "" {
+				t.Fatalf("the driver does not use the cgroup v2 directory %s", parent)
+			}
+			return d
+		}
+		vmtest.RunDriverTests(t, func(t *testing.T) vm.Driver {
+			dir := shortTempDir(t)
+			t.Cleanup(func() { checkNoProcesses(t, dir) })
+			return open(t, dir)
+		}, vmtest.Options{
+			App:    appCommand(t, "app"),
+			EnvApp: appCommand(t, "envapp"),
+			Reopen: func(t *testing.T, old vm.Driver) vm.Driver { return open(t, old.(*Driver).dir) },
+		})
+	})
 }
 
 // waitServing polls until the replica answers HTTP 200.
@@ -463,5 +513,47 @@ func TestStopSendsTERM(t *testing.T) {
 				t.Errorf("the app's TERM trap did not run: %q, %v", b, err)
 			}
 		})
+	}
+}
+
+// TestCgroupMembership checks that a replica is born in its own cgroup,
+// frozen through it, and that Stop removes it.
+func TestCgroupMembership(t *testing.T) {
+	parent := testCgroupParent()
+	if parent == "" {
+		t.Skip("no cgroup v2 hierarchy to test with (set BERTH_TEST_CGROUP_PARENT)")
+	}
+	t.Cleanup(func() { syscall.Rmdir(parent) })
+	o := options(t, shortTempDir(t), os.Geteuid() == 0)
+	o.CgroupParent = parent
+	d, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := vm.Name("cgroup", 6)
+	if _, err := d.Start(t.Context(), vm.Spec{Name: id, Command: appCommand(t, "app")}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Stop(context.Background(), id, time.Second) })
+	inst := waitServing(t, d, id)
+	cg := filepath.Join(parent, id)
+	procs, err := os.ReadFile(filepath.Join(cg, "cgroup.procs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := strings.Fields(string(procs)); !slices.Contains(f, strconv.Itoa(inst.PID)) || len(f) < 2 {
+		t.Errorf("cgroup.procs = %q, want the agent %d and the app", procs, inst.PID)
+	}
+	if err := d.Suspend(t.Context(), id); err != nil {
+		t.Fatal(err)
+	}
+	if ev, _ := os.ReadFile(filepath.Join(cg, "cgroup.events")); !strings.Contains(string(ev), "frozen 1") {
+		t.Errorf("after Suspend, cgroup.events = %q, want frozen 1", ev)
+	}
+	if err := d.Stop(t.Context(), id, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(cg); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the replica's cgroup survives Stop: %v", err)
 	}
 }

@@ -31,7 +31,10 @@ import (
 // Options tells the suite how to run apps in the driver's sandboxes. Commands
 // are start_command strings: the driver runs them with /bin/sh -c.
 type Options struct {
-	// App serves HTTP 200 on $PORT until it is signalled. Required.
+	// App serves HTTP 200 on $PORT until it is signalled, and is quiet
+	// once serving. The suite composes it with other shell commands
+	// ("echo x; APP", "(loop) & APP"), so it must be a complete command
+	// list; "exec prog" is fine. Required.
 	App string
 
 	// EnvApp serves HTTP 200 on $PORT with a body of four lines: the value

@@ -1,0 +1,275 @@
+package process
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth/internal/vm"
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestParseStat(t *testing.T) {
+	// Fields 4 on: ppid pgrp session tty tpgid flags minflt cminflt majflt
+	// cmajflt utime stime cutime cstime priority nice threads itrealvalue
+	// starttime vsize.
+	tail := " 1 1234 1234 0 -1 4194304 100 0 0 0 30 12 0 0 20 0 1 0 4242 1000"
+	tests := []struct {
+		name string
+		in   string
+		want procStat
+		ok   bool
+	}{
+		{"plain", "123 (sh) S" + tail, procStat{state: 'S', session: 1234, cpuTicks: 42, startTicks: 4242}, true},
+		{"spaces and parens in comm", "123 (a) b (c) Z" + tail, procStat{state: 'Z', session: 1234, cpuTicks: 42, startTicks: 4242}, true},
+		{"no comm", "123 sh S" + tail, procStat{}, false},
+		{"short", "123 (sh) S 1 2 3", procStat{}, false},
+		{"empty", "", procStat{}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := parseStat([]byte(tt.in))
+			if ok != tt.ok || got != tt.want {
+				t.Errorf("parseStat = %+v, %v; want %+v, %v", got, ok, tt.want, tt.ok)
+			}
+		})
+	}
+}
+
+func TestLimits(t *testing.T) {
+	tests := []struct {
+		class string
+		want  map[string]string
+	}{
+		{"micro", map[string]string{"cpu.max": "100000 100000", "memory.max": "268435456"}},
+		{"small", map[string]string{"cpu.max": "100000 100000", "memory.max": "1073741824"}},
+		{"xlarge", map[string]string{"cpu.max": "800000 100000", "memory.max": "8589934592"}},
+	}
+	for _, tt := range tests {
+		if diff := cmp.Diff(tt.want, limits(vm.Sizes[tt.class])); diff != "" {
+			t.Errorf("limits(%s) (-want +got):\n%s", tt.class, diff)
+		}
+	}
+}
+
+// TestCgroupCreate writes a replica's cgroup into a plain directory standing
+// in for a cgroup v2 parent: the files the kernel would enforce are the test.
+func TestCgroupCreate(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	for _, tt := range []struct {
+		name        string
+		cpu, memory bool
+		want        []string
+	}{
+		{"both", true, true, []string{"cpu.max=200000 100000", "memory.max=2147483648"}},
+		{"memory only", false, true, []string{"memory.max=2147483648"}},
+		{"none", false, false, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cg := cgroupConfig{parent: t.TempDir(), cpu: tt.cpu, memory: tt.memory}
+			dir, f, err := cg.create("berth-x-0123456789ab", vm.Sizes["medium"], log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+			var got []string
+			for _, name := range []string{"cpu.max", "memory.max"} {
+				if b, err := os.ReadFile(filepath.Join(dir, name)); err == nil {
+					got = append(got, name+"="+string(b))
+				}
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("cgroup files (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestSetupCgroupsDegrades(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	for _, parent := range []string{"none", t.TempDir(), "/proc/no/such/dir"} {
+		if cg := setupCgroups(parent, log); cg.parent != "" {
+			t.Errorf("setupCgroups(%q) = %+v, want no cgroups (not a cgroup v2 directory)", parent, cg)
+		}
+	}
+}
+
+// logLine renders one agent log line.
+func logLine(stream, text string) string {
+	b, _ := json.Marshal(logEntry{T: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC), S: stream, M: text})
+	return string(b) + "\n"
+}
+
+func TestReadLogs(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, logFile)
+	old := logLine("stdout", "old 1") + logLine("agent", "rotated") + logLine("stderr", "old 2")
+	// Enough lines to need more than one backwards chunk.
+	var cur strings.Builder
+	for i := range 1200 {
+		cur.WriteString(logLine("stdout", fmt.Sprintf("line %d %s", i, strings.Repeat("x", 40))))
+	}
+	cur.WriteString(logLine("agent", "exited with code 0"))
+	cur.WriteString(`{"t":"2025-01-02T03:04:05Z","s":"stdout","m":"partial`) // still being written
+	if err := os.WriteFile(path+".1", []byte(old), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(cur.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	texts := func(lines []vm.LogLine) []string {
+		var out []string
+		for _, l := range lines {
+			out = append(out, l.Stream+":"+l.Text)
+		}
+		return out
+	}
+	line := func(i int) string { return fmt.Sprintf("stdout:line %d %s", i, strings.Repeat("x", 40)) }
+	tests := []struct {
+		n     int
+		first []string // the first lines of the answer
+		count int
+	}{
+		{1, []string{line(1199)}, 1},
+		{1000, []string{line(200)}, 1000},
+		{1201, []string{"stderr:old 2", line(0)}, 1201},
+		{0, []string{"stdout:old 1", "stderr:old 2", line(0)}, 1202},
+		{-1, []string{"stdout:old 1"}, 1202},
+	}
+	for _, tt := range tests {
+		got, err := readLogs(path, tt.n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != tt.count {
+			t.Errorf("readLogs(n=%d): %d lines, want %d", tt.n, len(got), tt.count)
+			continue
+		}
+		if diff := cmp.Diff(tt.first, texts(got[:len(tt.first)])); diff != "" {
+			t.Errorf("readLogs(n=%d) first lines (-want +got):\n%s", tt.n, diff)
+		}
+		if last := texts(got[len(got)-1:])[0]; last != line(1199) {
+			t.Errorf("readLogs(n=%d) ends with %q, want %q", tt.n, last, line(1199))
+		}
+	}
+	if got, err := readLogs(filepath.Join(dir, "missing.log"), 10); err != nil || len(got) != 0 {
+		t.Errorf("readLogs of a missing log = %v, %v; want nothing", got, err)
+	}
+}
+
+// syncBuffer collects what FollowLogs writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// fakeReplica makes a replica directory whose "agent" is this test process,
+// so the driver sees it running while the test writes its log.
+func fakeReplica(t *testing.T, d *Driver, id string) string {
+	t.Helper()
+	ps, err := readStat(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := d.path(id)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	owner, _ := vm.Owner(id)
+	st := state{ID: id, Deployment: owner, Port: 1, PID: os.Getpid(), StartTicks: ps.startTicks, StartedAt: time.Now()}
+	if err := writeState(dir, st); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func appendFile(t *testing.T, path, s string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestFollowLogsRotation(t *testing.T) {
+	d := newDriver(t, t.TempDir(), false)
+	id := vm.Name("follow", 9)
+	dir := fakeReplica(t, d, id)
+	if inst, err := d.Inspect(t.Context(), id); err != nil || inst.State != vm.StateRunning {
+		t.Fatalf("fake replica: %+v, %v; want running", inst, err)
+	}
+	path := filepath.Join(dir, logFile)
+	appendFile(t, path, logLine("stdout", "before following"))
+
+	var out syncBuffer
+	done := make(chan error, 1)
+	go func() { done <- d.FollowLogs(t.Context(), id, &out) }()
+	waitOutput := func(want string) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for !strings.Contains(out.String(), want) {
+			if time.Now().After(deadline) {
+				t.Fatalf("FollowLogs wrote %q, want it to contain %q", out.String(), want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	// FollowLogs starts at the end of the log as it finds it: write until
+	// it is known to be reading.
+	for i := 0; !strings.Contains(out.String(), "sync"); i++ {
+		if i == 3000 {
+			t.Fatal("FollowLogs writes nothing")
+		}
+		appendFile(t, path, logLine("stdout", fmt.Sprintf("sync %d", i)))
+		time.Sleep(10 * time.Millisecond)
+	}
+	appendFile(t, path, logLine("stdout", "last of the old file")+logLine("agent", "not app output"))
+	if err := os.Rename(path, path+".1"); err != nil {
+		t.Fatal(err)
+	}
+	appendFile(t, path, logLine("stderr", "first of the new file"))
+	waitOutput(logLine("stderr", "first of the new file"))
+	got := out.String()
+	if strings.Contains(got, "before following") || strings.Contains(got, "not app output") {
+		t.Errorf("FollowLogs wrote old or agent lines: %q", got)
+	}
+	if i, j := strings.Index(got, "last of the old file"), strings.Index(got, "first of the new file"); i < 0 || i > j {
+		t.Errorf("FollowLogs lost or reordered lines across rotation: %q", got)
+	}
+
+	// Stopping the replica ends the follower.
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, vm.ErrNotFound) {
+			t.Errorf("FollowLogs of a removed replica returned %v, want ErrNotFound", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("FollowLogs goes on after the replica was removed")
+	}
+}
