@@ -8,15 +8,26 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/berth-dev/berth/internal/agent"
 	"github.com/berth-dev/berth/internal/cli"
+	"github.com/berth-dev/berth/internal/demo"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	args := os.Args[1:]
-	if len(args) > 0 && args[0] == "serve" {
-		os.Exit(serve(ctx, args[1:]))
+	if len(args) > 0 {
+		switch args[0] {
+		case "serve":
+			os.Exit(serve(ctx, args[1:]))
+		case "demo-app":
+			// What the demo deployment's replicas run.
+			os.Exit(demo.RunApp(ctx, os.Stderr))
+		case "agent":
+			// The in-sandbox agent: runs inside each replica.
+			os.Exit(agent.Main(ctx, args[1:], os.Stderr))
+		}
 	}
 	os.Exit(cli.Run(ctx, args, os.Stdin, os.Stdout, os.Stderr))
 }

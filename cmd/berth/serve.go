@@ -24,6 +24,16 @@ Runs the gateway: the data plane (proxy) and the admin API.
 Flags (each also read from the environment variable shown):
 `
 
+const serveEnvHelp = `
+Credentials (environment only, so they never show in the process list):
+  BERTH_ADMIN_PASSWORD  enables HTTP Basic for the operator and gates every
+                        admin route but /healthz; required to serve the admin
+                        API on a non-loopback --admin-addr
+  BERTH_SECRET_KEY      seals the secret store (64 hex characters, or any
+                        passphrase); unset: <data-dir>/secret.key, generated
+                        0600 on first use — back it up with the data dir
+`
+
 func env(name, def string) string {
 	if v, ok := os.LookupEnv(name); ok {
 		return v
@@ -36,6 +46,7 @@ func serve(ctx context.Context, args []string) int {
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), serveHelp)
 		fs.PrintDefaults()
+		fmt.Fprint(fs.Output(), serveEnvHelp)
 	}
 	proxyAddr := fs.String("proxy-addr", env("BERTH_PROXY_ADDR", "0.0.0.0:6188"), "data-plane listen address (BERTH_PROXY_ADDR)")
 	adminAddr := fs.String("admin-addr", env("BERTH_ADMIN_ADDR", "127.0.0.1:9090"), "admin API listen address (BERTH_ADMIN_ADDR)")
@@ -44,8 +55,10 @@ func serve(ctx context.Context, args []string) int {
 	baseDomain := fs.String("base-domain", env("BERTH_BASE_DOMAIN", ""), "give deployments without a host rule the route <id>.<base-domain> (BERTH_BASE_DOMAIN)")
 	publicIPs := fs.String("public-ips", env("BERTH_PUBLIC_IPS", ""), "comma-separated addresses served by GET /ingress (BERTH_PUBLIC_IPS)")
 	drain := fs.Duration("drain-timeout", durEnv("BERTH_DRAIN_TIMEOUT", 30*time.Second), "how long SIGTERM waits for in-flight requests and websockets (BERTH_DRAIN_TIMEOUT)")
+	adminUser := fs.String("admin-user", env("BERTH_ADMIN_USER", "admin"), "the operator's HTTP Basic user name (BERTH_ADMIN_USER)")
+	tenantTTL := fs.Duration("tenant-token-max-ttl", durEnv("BERTH_TENANT_TOKEN_MAX_TTL", 90*24*time.Hour), "longest lifetime of a token minted by a namespace credential (BERTH_TENANT_TOKEN_MAX_TTL)")
 	logLevel := fs.String("log-level", env("BERTH_LOG_LEVEL", "info"), "debug, info, warn or error (BERTH_LOG_LEVEL)")
-	withDemo := fs.Bool("demo", false, "register demo deployments (a static app and a site) and print how to reach them")
+	withDemo := fs.Bool("demo", false, "register demo deployments (a vm app that scales from zero, and a site) and print how to reach them")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -72,18 +85,20 @@ func serve(ctx context.Context, args []string) int {
 		ProxyAddr: *proxyAddr, AdminAddr: *adminAddr, DataDir: *dataDir,
 		TrustedProxies: prefixes, BaseDomain: *baseDomain, PublicIPs: splitList(*publicIPs),
 		DrainTimeout: *drain, Log: log,
+		// Credentials come from the environment only, never a flag: a
+		// flag's value is visible to every user in the process list.
+		AdminUser: *adminUser, AdminPassword: os.Getenv("BERTH_ADMIN_PASSWORD"),
+		SecretKey: os.Getenv("BERTH_SECRET_KEY"), TenantTokenMaxTTL: *tenantTTL,
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "berth serve: %v\n", err)
 		return 1
 	}
 	if *withDemo {
-		stop, err := startDemo(ctx, s, *dataDir)
-		if err != nil {
+		if err := startDemo(ctx, s, *dataDir); err != nil {
 			fmt.Fprintf(os.Stderr, "berth serve: demo: %v\n", err)
 			return 1
 		}
-		defer stop()
 	}
 	if err := s.Run(ctx); err != nil {
 		fmt.Fprintf(os.Stderr, "berth serve: %v\n", err)
@@ -92,34 +107,36 @@ func serve(ctx context.Context, args []string) int {
 	return 0
 }
 
-func startDemo(ctx context.Context, s *server.Server, dataDir string) (func(), error) {
-	app, err := demo.StartApp()
+func startDemo(ctx context.Context, s *server.Server, dataDir string) error {
+	self, err := os.Executable()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	root, err := filepath.Abs(filepath.Join(dataDir, "demo-site"))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if _, err := demo.WriteSite(root); err != nil {
-		return nil, err
+		return err
 	}
-	for _, sp := range demo.Specs(app.Addr, root) {
+	for _, sp := range demo.Specs(self, root) {
 		if _, _, err := s.Registry.Put(ctx, sp, registry.PutOptions{}); err != nil {
-			app.Close()
-			return nil, err
+			return err
 		}
 	}
 	base := "http://" + reachable(s.ProxyAddr())
 	fmt.Fprintf(os.Stderr, `
 berth is serving two demo deployments:
-  hello  (static, every path)   curl %s/
-  docs   (site under /site/)    curl %s/site/
-Admin API on http://%s  — try:  go run ./cmd/berth get deployments
+  hello  (vm, process driver, min_replicas 0)  curl -i %s/
+         no replica runs yet: the first request starts one and is held until
+         it is ready (see the X-Berth-Cold-Start header); after 60 s idle the
+         pool scales back to zero.
+  docs   (site under /site/)                    curl %s/site/
+Admin API on http://%s  — try:  go run ./cmd/berth get deployments -o wide
 Stop with Ctrl-C.
 
 `, base, base, s.AdminAddr())
-	return func() { app.Close() }, nil
+	return nil
 }
 
 // reachable turns a wildcard listen address into one a client can dial.

@@ -20,6 +20,9 @@ func (a *API) register(w http.ResponseWriter, r *http.Request) error {
 	if err := web.ReadJSON(w, r, &s); err != nil {
 		return err
 	}
+	if err := a.mayWrite(caller(r), &s); err != nil {
+		return err
+	}
 	var o registry.PutOptions
 	if inm := r.Header.Get("If-None-Match"); inm != "" {
 		if strings.TrimSpace(inm) != "*" {
@@ -37,10 +40,10 @@ func (a *API) register(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (a *API) list(w http.ResponseWriter, r *http.Request) error {
-	ns := r.URL.Query().Get("namespace")
+	ns, p := r.URL.Query().Get("namespace"), caller(r)
 	out := []apitype.DeploymentStatus{}
 	for _, e := range a.o.Registry.List() {
-		if ns != "" && namespace(e) != ns {
+		if ns != "" && namespace(e) != ns || !visible(p, e) {
 			continue
 		}
 		out = append(out, Status(e))
@@ -73,6 +76,9 @@ func (a *API) update(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	s.ID = id
+	if err := a.mayWrite(caller(r), &s); err != nil {
+		return err
+	}
 	o := registry.PutOptions{MustExist: true}
 	if im := r.Header.Get("If-Match"); im != "" {
 		tag, err := spec.ParseIfMatch(im)
@@ -198,7 +204,15 @@ func namespace(e *registry.Entry) string {
 // Status builds the DeploymentStatus of an entry.
 func Status(e *registry.Entry) apitype.DeploymentStatus {
 	st := apitype.DeploymentStatus{Spec: e.Spec, Kind: e.Kind, VMs: []apitype.VmStatus{}}
-	if e.Pool != nil {
+	if e.VMPool != nil {
+		ps := e.VMPool.Status()
+		st.DesiredReplicas, st.Ready, st.Pending, st.TotalInFlight = ps.Desired, ps.Ready, ps.Pending, ps.InFlight
+		for _, r := range ps.Replicas {
+			if r.Phase != "pending" {
+				st.VMs = append(st.VMs, apitype.VmStatus{SandboxID: r.ID, Addr: r.Addr, InFlight: r.InFlight, Healthy: r.Healthy, Draining: r.Draining})
+			}
+		}
+	} else if e.Pool != nil {
 		for _, b := range e.Pool.Backends() {
 			st.VMs = append(st.VMs, apitype.VmStatus{
 				SandboxID: b.ID, Addr: b.Addr, InFlight: int(b.InFlight()),

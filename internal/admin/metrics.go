@@ -1,8 +1,10 @@
 package admin
 
 import (
+	"context"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -10,6 +12,8 @@ import (
 	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/metrics"
 	"github.com/berth-dev/berth/internal/registry"
+	"github.com/berth-dev/berth/internal/spec"
+	"github.com/berth-dev/berth/internal/vm"
 	"github.com/berth-dev/berth/internal/web"
 )
 
@@ -70,7 +74,8 @@ func (a *API) metrics(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	now := time.Now()
-	entries := a.o.Registry.List()
+	p := caller(r)
+	entries := slices.DeleteFunc(a.o.Registry.List(), func(e *registry.Entry) bool { return !visible(p, e) })
 	resp := apitype.MetricsResponse{
 		GeneratedAt:        now.Unix(),
 		UptimeSecs:         int(now.Sub(a.o.Started).Seconds()),
@@ -120,6 +125,12 @@ func (a *API) metrics(w http.ResponseWriter, r *http.Request) error {
 	if !q.summary {
 		resp.HostSandboxes = []apitype.HostSandboxView{}
 	}
+	if !p.Fleet() {
+		// A caller below the fleet sees its own deployments only: not the
+		// host, the daemon or the whole gateway's traffic.
+		resp.Host, resp.Daemon = apitype.HostUsage{}, apitype.DaemonSnapshot{}
+		resp.Global = deploymentMetrics(metrics.DeploymentSnapshot{})
+	}
 	web.WriteJSON(w, http.StatusOK, resp)
 	return nil
 }
@@ -158,17 +169,17 @@ func (a *API) view(e *registry.Entry, now time.Time, summary bool) apitype.Deplo
 		Pending:         st.Pending,
 		TotalInFlight:   st.TotalInFlight,
 	}
-	for _, vm := range st.VMs {
-		if vm.Draining {
-			v.Pool.Draining++
+	if e.VMPool != nil {
+		a.vmPool(&v, e, now, summary)
+	} else {
+		for _, vm := range st.VMs {
+			if vm.Draining {
+				v.Pool.Draining++
+			}
+			if !summary {
+				v.VMs = append(v.VMs, apitype.VmView{SandboxID: vm.SandboxID, Addr: vm.Addr, InFlight: vm.InFlight, Healthy: vm.Healthy, Draining: vm.Draining})
+			}
 		}
-		if !summary {
-			v.VMs = append(v.VMs, apitype.VmView{SandboxID: vm.SandboxID, Addr: vm.Addr, InFlight: vm.InFlight, Healthy: vm.Healthy, Draining: vm.Draining})
-		}
-	}
-	if cap := v.Pool.Ready; cap > 0 && e.Kind == apitype.KindVM {
-		u := float64(v.Pool.TotalInFlight) / float64(cap*max(v.Pool.TargetConcurrency, 1))
-		v.Pool.Utilization = &u
 	}
 	var snap metrics.DeploymentSnapshot
 	if a.o.Metrics != nil {
@@ -181,6 +192,54 @@ func (a *API) view(e *registry.Entry, now time.Time, summary bool) apitype.Deplo
 	}
 	v.Metrics = deploymentMetrics(snap)
 	return v
+}
+
+// vmPool fills a vm deployment's pool, replicas and pending replicas.
+func (a *API) vmPool(v *apitype.DeploymentView, e *registry.Entry, now time.Time, summary bool) {
+	ps := e.VMPool.Status()
+	pol := spec.Scaling(e.Spec.Scaling)
+	v.Pool = apitype.PoolStatus{
+		DesiredReplicas: ps.Desired, Ready: ps.Ready + ps.Draining, Draining: ps.Draining, Pending: ps.Pending,
+		TotalInFlight: ps.InFlight, TargetConcurrency: pol.TargetConcurrency, MinReplicas: pol.MinReplicas,
+		MaxReplicas: pol.MaxReplicas, WarmPool: pol.WarmPool, BootTimeoutSecs: pol.BootTimeoutSecs,
+		ColdStartTimeoutSecs: pol.ColdStartTimeoutSecs, BootFailures: ps.Failures,
+	}
+	if ps.BackoffFor > 0 {
+		n := int(ps.BackoffFor.Seconds() + 0.999)
+		v.Pool.BootBackoffSecs = &n
+	}
+	if avail := ps.Ready; avail > 0 {
+		u := float64(ps.InFlight) / float64(avail*max(pol.TargetConcurrency, 1))
+		v.Pool.Utilization = &u
+	}
+	ur, _ := a.o.Fleet.Driver().(vm.UsageReader)
+	var cpu float64
+	var mem int64
+	measured := false
+	for _, r := range ps.Replicas {
+		if r.Phase == "pending" {
+			if !summary {
+				v.PendingVMs = append(v.PendingVMs, apitype.PendingVmView{SandboxID: r.ID, AgeSecs: int(now.Sub(r.Since).Seconds()), Status: r.Status})
+			}
+			continue
+		}
+		view := apitype.VmView{SandboxID: r.ID, Addr: r.Addr, InFlight: r.InFlight, Healthy: r.Healthy, Draining: r.Draining, UptimeSecs: int(now.Sub(r.Since).Seconds())}
+		if ur != nil {
+			if u, err := ur.Usage(context.Background(), r.ID); err == nil {
+				c, m := u.CPUPercent, u.MemoryBytes
+				view.CPUPercent, view.MemoryBytes = &c, &m
+				cpu += c
+				mem += m
+				measured = true
+			}
+		}
+		if !summary {
+			v.VMs = append(v.VMs, view)
+		}
+	}
+	if measured {
+		v.Pool.CPUPercent, v.Pool.MemoryBytes = &cpu, &mem
+	}
 }
 
 func hostUsage(h metrics.HostUsage) apitype.HostUsage {
@@ -222,4 +281,35 @@ func histogram(h metrics.HistogramSnapshot) apitype.Histogram {
 		out.Buckets = append(out.Buckets, apitype.Bucket{Le: b.Le, Count: int(b.Count)})
 	}
 	return out
+}
+
+// coldStartView is one deployment's cold-start phase histograms. berth adds
+// this route; app-lb has no counterpart, so the contract's types are left
+// untouched.
+type coldStartView struct {
+	ID     string                       `json:"id"`
+	Phases map[string]apitype.Histogram `json:"phases"`
+}
+
+// coldStarts is GET /metrics/cold-start[?deployment=]: for the requests held
+// while a replica started, how long each phase took (queue, create, boot,
+// first_byte, total), per deployment, in seconds.
+func (a *API) coldStarts(w http.ResponseWriter, r *http.Request) error {
+	want := r.URL.Query().Get("deployment")
+	out := struct {
+		Deployments []coldStartView `json:"deployments"`
+	}{Deployments: []coldStartView{}}
+	for _, e := range a.o.Registry.List() {
+		if e.Kind != apitype.KindVM || (want != "" && e.Spec.ID != want) {
+			continue
+		}
+		v := coldStartView{ID: e.Spec.ID, Phases: map[string]apitype.Histogram{}}
+		d := a.o.Metrics.Get(e.Spec.ID)
+		for name, h := range d.Phases.Snapshot() {
+			v.Phases[name] = histogram(h)
+		}
+		out.Deployments = append(out.Deployments, v)
+	}
+	web.WriteJSON(w, http.StatusOK, out)
+	return nil
 }

@@ -7,11 +7,13 @@ import (
 	"context"
 	"embed"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/berth-dev/berth/apitype"
@@ -20,35 +22,41 @@ import (
 //go:embed site
 var siteFiles embed.FS
 
-// App is the built-in demo upstream.
-type App struct {
-	Addr string
-	srv  *http.Server
-}
-
-// StartApp serves a tiny HTTP app on a loopback port until Close.
-func StartApp() (*App, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
+// RunApp serves the demo app on $PORT until ctx ends: what the demo vm
+// deployment's replicas run (`berth demo-app`). It answers with the replica
+// it runs in, so a newcomer can watch the pool scale.
+func RunApp(ctx context.Context, stderr io.Writer) int {
+	port := os.Getenv("PORT")
+	if port == "" {
+		fmt.Fprintln(stderr, "berth demo-app: PORT is not set")
+		return 2
 	}
-	a := &App{Addr: ln.Addr().String()}
+	ln, err := net.Listen("tcp", "127.0.0.1:"+port)
+	if err != nil {
+		fmt.Fprintln(stderr, "berth demo-app:", err)
+		return 1
+	}
+	started := time.Now()
+	host, _ := os.Hostname()
 	mux := http.NewServeMux()
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		fmt.Fprintf(w, "Hello from berth's demo app!\n\npath:            %s\nhost:            %s\nx-forwarded-for: %s\nserved at:       %s\n",
-			r.URL.RequestURI(), r.Host, r.Header.Get("X-Forwarded-For"), time.Now().UTC().Format(time.RFC3339))
+		fmt.Fprintf(w, "Hello from berth's demo app!\n\nreplica:         %s (pid %d, up %s)\npath:            %s\nx-forwarded-for: %s\n",
+			host, os.Getpid(), time.Since(started).Round(time.Second), r.URL.RequestURI(), r.Header.Get("X-Forwarded-For"))
 	})
-	a.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go a.srv.Serve(ln)
-	return a, nil
-}
-
-// Close stops the app.
-func (a *App) Close() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	return a.srv.Shutdown(ctx)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(sctx)
+	}()
+	fmt.Fprintf(stderr, "demo app listening on %s\n", ln.Addr())
+	if err := srv.Serve(ln); err != nil && err != http.ErrServerClosed {
+		fmt.Fprintln(stderr, "berth demo-app:", err)
+		return 1
+	}
+	return 0
 }
 
 // WriteSite copies the demo site's files into dir (created if missing) and
@@ -77,15 +85,23 @@ func WriteSite(dir string) (string, error) {
 	return dir, err
 }
 
-// Specs returns the demo deployments: "hello" (static, every path) in front of
-// the app at appAddr, and "docs" (a site under /site/).
-func Specs(appAddr, siteRoot string) []apitype.DeploymentSpec {
+// Specs returns the demo deployments: "hello", a vm deployment on the
+// process driver that scales from zero on the first request and back to zero
+// after a minute idle, running `<berth> demo-app`; and "docs", a site under
+// /site/.
+func Specs(berth, siteRoot string) []apitype.DeploymentSpec {
 	t := true
+	zero, maxR, idle := 0, 3, 60
 	return []apitype.DeploymentSpec{
 		{
-			ID:        "hello",
-			Routes:    []apitype.RouteRule{{PathPrefix: "/"}},
-			Upstreams: []string{appAddr},
+			ID:     "hello",
+			Routes: []apitype.RouteRule{{PathPrefix: "/"}},
+			VM: &apitype.VmSpec{
+				Driver:       apitype.DriverProcess,
+				Port:         8080,
+				StartCommand: "exec " + shellQuote(berth) + " demo-app",
+			},
+			Scaling: &apitype.ScalingPolicy{MinReplicas: &zero, MaxReplicas: &maxR, ScaleToZeroAfterSecs: &idle},
 		},
 		{
 			ID:     "docs",
@@ -94,3 +110,5 @@ func Specs(appAddr, siteRoot string) []apitype.DeploymentSpec {
 		},
 	}
 }
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }

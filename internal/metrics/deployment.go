@@ -21,6 +21,8 @@ type Deployment struct {
 	ColdStartS *Histogram
 	// Autoscale counts the autoscaler's actions for this deployment.
 	Autoscale AutoscaleCounters
+	// Phases breaks down the time requests held for a cold start waited.
+	Phases *ColdPhases
 }
 
 // NewDeployment returns an empty metric set with the standard bounds.
@@ -28,6 +30,7 @@ func NewDeployment() *Deployment {
 	return &Deployment{
 		LatencyMs:  mustHistogram(LatencyMsBounds),
 		ColdStartS: mustHistogram(ColdStartSecBounds),
+		Phases:     newColdPhases(),
 	}
 }
 

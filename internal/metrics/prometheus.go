@@ -51,7 +51,7 @@ func NewCollector(reg *Registry, host *HostSampler) prometheus.Collector {
 // Describe sends every descriptor the collector can emit.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
-		descRequests, descLatency, descColdStart, descAutoscale,
+		descRequests, descLatency, descColdStart, descAutoscale, descPhases,
 		descHostCPUPercent, descHostMemUsed, descHostMemTotal, descHostCPUCount,
 	} {
 		ch <- d
@@ -63,6 +63,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	if c.reg != nil {
 		c.reg.Each(func(id string, d *Deployment) {
 			collectDeployment(ch, id, d.Snapshot())
+			collectPhases(ch, id, d)
 		})
 	}
 	if c.host != nil {

@@ -14,11 +14,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/berth-dev/berth/apitype"
+	"github.com/berth-dev/berth/internal/autoscale"
+	"github.com/berth-dev/berth/internal/fleet"
+	"github.com/berth-dev/berth/internal/metrics"
+	"github.com/berth-dev/berth/internal/vm"
 	"github.com/berth-dev/berth/internal/proxy"
 	"github.com/berth-dev/berth/internal/route"
 	"github.com/berth-dev/berth/internal/site"
@@ -41,6 +46,16 @@ type Publisher interface {
 	Swap(t *proxy.Table)
 }
 
+// Pools runs the replica pools of vm deployments (implemented by
+// *fleet.Manager).
+type Pools interface {
+	Ensure(cfg fleet.Config) *fleet.Pool
+	Remove(ctx context.Context, id string)
+}
+
+// EnvResolver resolves a spec's env_from secret references in a namespace.
+type EnvResolver func(ctx context.Context, namespace string, refs []apitype.SecretEnv) (map[string]string, error)
+
 // Errors the registry returns; the admin API maps them to statuses.
 var (
 	ErrNotFound     = errors.New("registry: no such deployment")
@@ -60,6 +75,12 @@ type Options struct {
 	Recorder func(id string) proxy.Recorder
 	// Forget is called when a deployment is deleted (e.g. to drop metrics).
 	Forget func(id string)
+	// Pools runs vm deployments; nil refuses them at activation.
+	Pools Pools
+	// ResolveEnv resolves vm.env_from at each replica create.
+	ResolveEnv EnvResolver
+	// Metrics returns the metric set of a deployment, for pools.
+	Metrics func(id string) *metrics.Deployment
 	Log    *slog.Logger
 	Now    func() time.Time
 }
@@ -81,9 +102,10 @@ type Entry struct {
 	Revision  int64
 	CreatedAt time.Time
 	UpdatedAt time.Time
-	Pool      *proxy.Pool // static backends; nil for sites
+	Pool      *proxy.Pool // static backends or a vm pool's replicas; nil for sites
 	Upstreams []string    // as written, in spec order, for static
 	Site      *site.Config
+	VMPool    *fleet.Pool // the replica pool of a vm deployment
 	dp        *proxy.Deployment
 }
 
@@ -129,6 +151,7 @@ func (r *Registry) Load(ctx context.Context) error {
 			continue
 		}
 		e.Revision, e.CreatedAt, e.UpdatedAt = row.Revision, row.CreatedAt, row.UpdatedAt
+		r.activate(e)
 		r.deps[row.ID] = e
 	}
 	for _, d := range drains {
@@ -193,6 +216,72 @@ func (r *Registry) build(s apitype.DeploymentSpec, prev *Entry) (*Entry, error) 
 	e.dp = dp
 	return e, nil
 }
+
+// activate connects a vm deployment to its replica pool. It runs after the
+// spec was persisted, so a failed write never reconfigures a running pool.
+func (r *Registry) activate(e *Entry) {
+	if e.Kind != apitype.KindVM || r.o.Pools == nil {
+		return
+	}
+	p := r.o.Pools.Ensure(r.poolConfig(&e.Spec))
+	e.VMPool, e.Pool = p, p.Backends()
+	e.dp.Pool, e.dp.Hold = p.Backends(), p
+}
+
+// poolConfig derives a pool's configuration from a vm spec.
+func (r *Registry) poolConfig(s *apitype.DeploymentSpec) fleet.Config {
+	v := s.VM
+	key, _ := json.Marshal(v)
+	pol := spec.Scaling(s.Scaling)
+	hc := spec.Health(s)
+	cfg := fleet.Config{
+		Deployment: s.ID,
+		Key:        string(key),
+		Template: vm.Spec{
+			Image: v.Image, Command: v.StartCommand, Port: v.Port, Env: maps.Clone(v.EnvVars),
+			WorkDir: v.WorkingDirectory, SetupHooks: slices.Clone(v.SetupHooks),
+			SizeClass: string(v.SizeClass), OpenPorts: slices.Clone(v.OpenPorts),
+		},
+		Policy: autoscale.Policy{
+			Min: pol.MinReplicas, Max: pol.MaxReplicas, Warm: pol.WarmPool, Target: pol.TargetConcurrency,
+			ScaleToZeroAfter: secs(pol.ScaleToZeroAfterSecs), DrainTimeout: secs(pol.DrainTimeoutSecs),
+			BootTimeout: secs(pol.BootTimeoutSecs), ColdStartTimeout: secs(pol.ColdStartTimeoutSecs),
+		},
+		Retain:     pol.IdleAction == apitype.IdleAction("retain"),
+		HealthPath: hc.Path,
+		HealthTCP:  hc.Path == "",
+		HealthPort: hc.Port,
+		Timeout:    hc.Timeout,
+	}
+	if v.DiskSizeGB != nil {
+		cfg.Template.DiskSizeGB = *v.DiskSizeGB
+	}
+	if v.Driver == apitype.DriverProcess {
+		// Process replicas share the host's loopback: each gets its own
+		// port in $PORT, and is probed there.
+		cfg.Template.Port = 0
+		if s.Health == nil || s.Health.Port == nil {
+			cfg.HealthPort = 0
+		}
+	} else if cfg.HealthPort == v.Port {
+		cfg.HealthPort = 0
+	}
+	if refs := v.EnvFrom; len(refs) > 0 && r.o.ResolveEnv != nil {
+		ns := spec.Namespace(s)
+		refs = slices.Clone(refs)
+		cfg.Env = func(ctx context.Context) (map[string]string, error) { return r.o.ResolveEnv(ctx, ns, refs) }
+	} else if len(v.EnvFrom) > 0 {
+		cfg.Env = func(context.Context) (map[string]string, error) {
+			return nil, errors.New("this deployment names secrets in vm.env_from, but no secret store is configured")
+		}
+	}
+	if r.o.Metrics != nil {
+		cfg.Metrics = r.o.Metrics(s.ID)
+	}
+	return cfg
+}
+
+func secs(n int) time.Duration { return time.Duration(n) * time.Second }
 
 func siteConfig(s *apitype.SiteSpec) site.Config {
 	c := site.Config{Root: s.Root, Index: s.Index, NotFound: s.NotFound, CacheControl: s.CacheControl}
@@ -289,6 +378,7 @@ func (r *Registry) Put(ctx context.Context, s apitype.DeploymentSpec, o PutOptio
 		return nil, false, fmt.Errorf("the deployment was not saved: %w", err)
 	}
 	e.Revision, e.CreatedAt, e.UpdatedAt = row.Revision, row.CreatedAt, row.UpdatedAt
+	r.activate(e)
 	// Upstreams that left the spec take their persisted drains with them.
 	if prev != nil && prev.Pool != nil && e.Pool != prev.Pool {
 		for _, u := range prev.Upstreams {
@@ -314,8 +404,12 @@ func (r *Registry) Delete(ctx context.Context, id string) error {
 	if err := r.o.Store.DeleteDeployment(ctx, id); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("the deployment was not deleted: %w", err)
 	}
+	e := r.deps[id]
 	delete(r.deps, id)
 	r.publishLocked()
+	if e.Kind == apitype.KindVM && r.o.Pools != nil {
+		r.o.Pools.Remove(ctx, id)
+	}
 	if r.o.Forget != nil {
 		r.o.Forget(id)
 	}

@@ -15,15 +15,21 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/berth-dev/berth/internal/admin"
+	"github.com/berth-dev/berth/internal/auth"
+	"github.com/berth-dev/berth/internal/fleet"
 	"github.com/berth-dev/berth/internal/metrics"
+	"github.com/berth-dev/berth/internal/namespaces"
 	"github.com/berth-dev/berth/internal/proxy"
 	"github.com/berth-dev/berth/internal/registry"
+	"github.com/berth-dev/berth/internal/secrets"
 	"github.com/berth-dev/berth/internal/spec"
 	"github.com/berth-dev/berth/internal/store"
+	"github.com/berth-dev/berth/internal/vm/process"
 	"github.com/berth-dev/berth/internal/web"
 )
 
@@ -47,6 +53,28 @@ type Options struct {
 	ReadHeaderTimeout time.Duration
 	IdleTimeout       time.Duration
 
+	// AgentCommand and AgentEnv override how the process driver starts the
+	// in-sandbox agent (default: this executable's "agent" mode); tests use
+	// them to make the test binary the agent.
+	AgentCommand []string
+	AgentEnv     []string
+
+	// AdminUser and AdminPassword are the operator's HTTP Basic credential
+	// (BERTH_ADMIN_USER, default "admin"; BERTH_ADMIN_PASSWORD). With a
+	// password every admin route but /healthz needs a credential; without
+	// one, callers with no credential are trusted, so New refuses an
+	// AdminAddr that is not a loopback address.
+	AdminUser, AdminPassword string
+	// SecretKey seals the secret store (BERTH_SECRET_KEY). Empty uses the
+	// key file in DataDir, generated on first use; see package secrets.
+	SecretKey string
+	// TenantTokenMaxTTL caps the lifetime of tokens minted by namespace
+	// credentials; default 90 days.
+	TenantTokenMaxTTL time.Duration
+	// Brake tunes the failed-credential brake; zero fields take package
+	// auth's defaults.
+	Brake auth.BrakeConfig
+
 	Log *slog.Logger
 }
 
@@ -58,7 +86,11 @@ type Server struct {
 	Registry *registry.Registry
 	Proxy    *proxy.Handler
 	Metrics  *metrics.Registry
-	host     *metrics.HostSampler
+	Fleet    *fleet.Manager
+	// Secrets is the sealed secret store; the VM pools resolve env_from
+	// through it (ResolveEnv) when they create a replica.
+	Secrets *secrets.Store
+	host    *metrics.HostSampler
 
 	proxyLn, adminLn net.Listener
 	proxySrv         *http.Server
@@ -77,6 +109,9 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	if o.DataDir == "" {
 		return nil, errors.New("server: a data directory is required")
 	}
+	if o.AdminPassword == "" && !loopback(o.AdminAddr) {
+		return nil, fmt.Errorf("server: refusing to serve the admin API on %s without a credential: anyone who can reach it could change every deployment; set BERTH_ADMIN_PASSWORD (and mint tokens for other users), or bind --admin-addr to 127.0.0.1", o.AdminAddr)
+	}
 	if o.DrainTimeout <= 0 {
 		o.DrainTimeout = 30 * time.Second
 	}
@@ -93,14 +128,29 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{o: o, log: o.Log, store: st, Metrics: metrics.NewRegistry(), host: metrics.NewHostSampler("/proc")}
+	tokens, sec, err := openAccess(ctx, st, o)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	s := &Server{o: o, log: o.Log, store: st, Metrics: metrics.NewRegistry(), host: metrics.NewHostSampler("/proc"), Secrets: sec}
 	s.Proxy = proxy.New(proxy.Options{Log: o.Log, TrustedProxies: o.TrustedProxies})
+	drv, err := process.New(process.Options{
+		Dir: filepath.Join(o.DataDir, "replicas"), AgentCommand: o.AgentCommand, AgentEnv: o.AgentEnv, Log: o.Log,
+	})
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("process driver: %w", err)
+	}
+	s.Fleet = fleet.New(fleet.Options{Driver: drv, Log: o.Log})
 	s.Registry = registry.New(registry.Options{
 		Store:     st,
 		Publisher: s.Proxy,
 		Spec:      spec.Options{BaseDomain: o.BaseDomain, Drivers: Drivers()},
 		Recorder:  func(id string) proxy.Recorder { return recorder{s.Metrics.Get(id)} },
 		Forget:    s.Metrics.Delete,
+		Pools:     s.Fleet,
+		Metrics:   s.Metrics.Get,
 		Log:       o.Log,
 	})
 	if err := s.Registry.Load(ctx); err != nil {
@@ -133,8 +183,13 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		ErrorLog:          slog.NewLogLogger(o.Log.Handler(), slog.LevelDebug),
 	}
 	api := admin.New(admin.Options{
-		Registry: s.Registry, Metrics: s.Metrics, Host: s.host,
+		Registry: s.Registry, Fleet: s.Fleet, Metrics: s.Metrics, Host: s.host,
 		PublicIPs: o.PublicIPs, Revision: o.Revision, Log: o.Log,
+		Gate: auth.New(auth.Config{
+			User: o.AdminUser, Password: o.AdminPassword, Tokens: tokens,
+			Brake: auth.NewBrake(o.Brake), Log: o.Log,
+		}),
+		Tokens: tokens, Secrets: sec, Namespaces: namespaces.New(st),
 	})
 	s.adminSrv = &http.Server{
 		Handler:           web.Recover(o.Log, api),
@@ -150,7 +205,7 @@ func New(ctx context.Context, o Options) (*Server, error) {
 }
 
 // Drivers lists the VM drivers this host can run.
-func Drivers() []string { return []string{} }
+func Drivers() []string { return []string{"process"} }
 
 // ProxyAddr is the bound data-plane address.
 func (s *Server) ProxyAddr() string { return s.proxyLn.Addr().String() }
@@ -163,8 +218,14 @@ func (s *Server) AdminAddr() string { return s.adminLn.Addr().String() }
 func (s *Server) Run(ctx context.Context) error {
 	loopCtx, stopLoops := context.WithCancel(context.WithoutCancel(ctx))
 	var loops sync.WaitGroup
-	loops.Add(2)
+	loops.Add(3)
 	go func() { defer loops.Done(); s.Registry.Run(loopCtx) }()
+	go func() {
+		defer loops.Done()
+		if err := s.Fleet.Run(loopCtx); err != nil {
+			s.log.Error("fleet stopped", "err", err)
+		}
+	}()
 	go func() { defer loops.Done(); s.host.Run(loopCtx, 2*time.Second) }()
 
 	errc := make(chan error, 2)
@@ -214,4 +275,9 @@ func (r recorder) Observe(status int, elapsed time.Duration, failed bool) {
 		return
 	}
 	r.d.ObserveRequest(status, elapsed)
+}
+
+// ObservePhases records a held request's cold-start phases.
+func (r recorder) ObservePhases(p proxy.Phases) {
+	r.d.Phases.Observe(p.Queue, p.Create, p.Boot, p.FirstByte, p.Total)
 }

@@ -41,11 +41,13 @@ func start(t *testing.T, dir string) *harness {
 		dir = t.TempDir()
 	}
 	ctx := context.Background()
-	s, err := New(ctx, Options{
+	o := Options{
 		ProxyAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", DataDir: dir,
 		DrainTimeout: 10 * time.Second,
 		Log:          slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
+	}
+	agentOptions(&o)
+	s, err := New(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -545,7 +547,9 @@ func TestServerChild(t *testing.T) {
 	if os.Getenv("BERTH_SERVER_CHILD") != "1" {
 		t.Skip("helper process for TestKillNineKeepsAcknowledgedWrites")
 	}
-	s, err := New(context.Background(), Options{ProxyAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", DataDir: os.Getenv("BERTH_CHILD_DIR"), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	o := Options{ProxyAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", DataDir: os.Getenv("BERTH_CHILD_DIR"), Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	agentOptions(&o)
+	s, err := New(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}

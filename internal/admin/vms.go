@@ -1,0 +1,354 @@
+package admin
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/berth-dev/berth/apitype"
+	"github.com/berth-dev/berth/internal/agent"
+	"github.com/berth-dev/berth/internal/fleet"
+	"github.com/berth-dev/berth/internal/registry"
+	"github.com/berth-dev/berth/internal/vm"
+	"github.com/berth-dev/berth/internal/web"
+)
+
+// vmEntry returns a vm deployment's pool, or the error app-lb answers.
+func (a *API) vmEntry(id, what string) (*registry.Entry, error) {
+	e, ok := a.o.Registry.Get(id)
+	if !ok {
+		return nil, errorFor(registry.ErrNotFound, id)
+	}
+	if e.Kind != apitype.KindVM || e.VMPool == nil {
+		return nil, web.Errorf(http.StatusBadRequest, "deployment %q is a %s deployment; %s needs a vm deployment", id, e.Kind, what)
+	}
+	return e, nil
+}
+
+func (a *API) agentClient(sandbox string) (*agent.Client, error) {
+	d, ok := a.o.Fleet.Driver().(vm.AgentDialer)
+	if !ok {
+		return nil, web.Errorf(http.StatusNotImplemented, "the %T driver has no in-sandbox agent", a.o.Fleet.Driver())
+	}
+	return agent.NewClient(func(ctx context.Context) (net.Conn, error) { return d.DialAgent(ctx, sandbox) }), nil
+}
+
+func pickError(err error, id, sandbox string) error {
+	switch {
+	case errors.Is(err, fleet.ErrNoReplica):
+		return web.Errorf(http.StatusNotFound, "no VM %q in deployment %q", sandbox, id)
+	case errors.Is(err, fleet.ErrReplicaStarting):
+		return web.Errorf(http.StatusConflict, "VM %q of %q has not started serving yet", sandbox, id)
+	case errors.Is(err, fleet.ErrReplicaDraining):
+		return web.Errorf(http.StatusConflict, "VM %q of %q is draining", sandbox, id)
+	case errors.Is(err, fleet.ErrNoRunning):
+		return web.Errorf(http.StatusConflict, "deployment %q has no running VM (pass wake=true to start one)", id)
+	case errors.Is(err, fleet.ErrColdStartTimeout):
+		return &web.Error{Status: http.StatusServiceUnavailable, Message: fmt.Sprintf("deployment %q: no VM became available within cold_start_timeout_secs", id), Header: http.Header{"Retry-After": {"5"}}}
+	default:
+		return web.Errorf(http.StatusServiceUnavailable, "deployment %q: %v", id, err)
+	}
+}
+
+// exec is POST /deployments/{id}/exec: run a shell command in a replica
+// through its agent. A non-zero exit is still a 200.
+func (a *API) exec(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	var req apitype.ExecRequest
+	if err := web.ReadJSON(w, r, &req); err != nil {
+		return err
+	}
+	if strings.TrimSpace(req.Command) == "" {
+		return web.Invalid("command", "must not be empty")
+	}
+	timeout := 60
+	if req.TimeoutSecs != nil {
+		timeout = min(max(*req.TimeoutSecs, 1), 3600)
+	}
+	e, err := a.vmEntry(id, "exec")
+	if err != nil {
+		return err
+	}
+	wake := req.Wake == nil || *req.Wake
+	b, release, err := e.VMPool.Pick(r.Context(), req.SandboxID, wake)
+	if err != nil {
+		return pickError(err, id, req.SandboxID)
+	}
+	defer release()
+	c, err := a.agentClient(b.ID)
+	if err != nil {
+		return err
+	}
+	res, err := c.Exec(r.Context(), agent.ExecRequest{
+		Command: req.Command, Cwd: req.Cwd, Env: req.Env, TimeoutMS: int64(timeout) * 1000,
+	})
+	if err != nil {
+		return &web.Error{Status: http.StatusBadGateway, Message: fmt.Sprintf("could not run the command in %s: %v", b.ID, err)}
+	}
+	web.WriteJSON(w, http.StatusOK, apitype.ExecOutput{
+		SandboxID: b.ID, ExitCode: res.ExitCode, Stdout: res.Stdout, Stderr: res.Stderr, Output: res.Output,
+	})
+	return nil
+}
+
+// evict is DELETE /deployments/{id}/vms/{sandbox_id}[?force=true|false].
+func (a *API) evict(w http.ResponseWriter, r *http.Request) error {
+	id, sb := r.PathValue("id"), r.PathValue("sandbox_id")
+	force := false
+	switch v := r.URL.Query().Get("force"); v {
+	case "", "false":
+	case "true":
+		force = true
+	default:
+		return web.Invalid("force", "must be true or false, got %q", v)
+	}
+	e, err := a.vmEntry(id, "evicting a VM")
+	if err != nil {
+		return err
+	}
+	killed, err := e.VMPool.Evict(r.Context(), sb, force)
+	if errors.Is(err, fleet.ErrNoReplica) {
+		return web.Errorf(http.StatusNotFound, "no VM %q in deployment %q", sb, id)
+	}
+	if err != nil {
+		return &web.Error{Status: http.StatusBadGateway, Message: fmt.Sprintf("could not kill %s: %v", sb, err)}
+	}
+	if killed {
+		web.WriteJSON(w, http.StatusOK, apitype.EvictOutcome{SandboxID: sb, Outcome: "killed"})
+	} else {
+		web.WriteJSON(w, http.StatusAccepted, apitype.EvictOutcome{SandboxID: sb, Outcome: "draining"})
+	}
+	return nil
+}
+
+// logs is GET /deployments/{id}/logs[?limit=N][&follow=true]: the replicas'
+// recent output as text lines "<time> <replica> <stream> <text>". With
+// follow, new lines stream until the client goes away.
+func (a *API) logs(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	limit := 100
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 10000 {
+			return web.Invalid("limit", "must be an integer from 0 to 10000, got %q", v)
+		}
+		limit = n
+	}
+	follow := false
+	switch v := r.URL.Query().Get("follow"); v {
+	case "", "false":
+	case "true":
+		follow = true
+	default:
+		return web.Invalid("follow", "must be true or false, got %q", v)
+	}
+	e, err := a.vmEntry(id, "logs")
+	if err != nil {
+		return err
+	}
+	lr, ok := a.o.Fleet.Driver().(vm.LogReader)
+	if !ok {
+		return web.Errorf(http.StatusNotImplemented, "the %T driver keeps no logs", a.o.Fleet.Driver())
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	st := e.VMPool.Status()
+	for _, rep := range st.Replicas {
+		lines, err := lr.Logs(r.Context(), rep.ID, limit)
+		if err != nil {
+			continue
+		}
+		for _, l := range lines {
+			fmt.Fprintf(w, "%s %s %s %s\n", l.Time.UTC().Format(time.RFC3339Nano), rep.ID, l.Stream, l.Text)
+		}
+	}
+	if !follow {
+		return nil
+	}
+	lf, ok := a.o.Fleet.Driver().(vm.LogFollower)
+	if !ok {
+		return nil
+	}
+	rc := http.NewResponseController(w)
+	rc.Flush()
+	ctx := r.Context()
+	lw := &lockedWriter{w: w, rc: rc}
+	followed := map[string]bool{}
+	for {
+		for _, rep := range e.VMPool.Status().Replicas {
+			if followed[rep.ID] {
+				continue
+			}
+			followed[rep.ID] = true
+			go lf.FollowLogs(ctx, rep.ID, &prefixWriter{w: lw, prefix: rep.ID + " "})
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// shell is GET /deployments/{id}/shell: a websocket PTY session in a
+// replica, framed as app-lb.md §2.6 describes.
+func (a *API) shell(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	q := r.URL.Query()
+	cols, rows := 80, 24
+	for _, p := range []struct {
+		name string
+		dst  *int
+	}{{"cols", &cols}, {"rows", &rows}} {
+		if v := q.Get(p.name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > 1000 {
+				return web.Invalid(p.name, "must be an integer from 1 to 1000, got %q", v)
+			}
+			*p.dst = n
+		}
+	}
+	wake := true
+	switch v := q.Get("wake"); v {
+	case "", "true":
+	case "false":
+		wake = false
+	default:
+		return web.Invalid("wake", "must be true or false, got %q", v)
+	}
+	e, err := a.vmEntry(id, "a shell")
+	if err != nil {
+		return err
+	}
+	b, release, err := e.VMPool.Pick(r.Context(), q.Get("sandbox_id"), wake)
+	if err != nil {
+		return pickError(err, id, q.Get("sandbox_id"))
+	}
+	defer release()
+	c, err := a.agentClient(b.ID)
+	if err != nil {
+		return err
+	}
+	sess, err := c.PTY(r.Context(), agent.PTYRequest{Cwd: q.Get("cwd"), Cols: cols, Rows: rows})
+	if err != nil {
+		return &web.Error{Status: http.StatusBadGateway, Message: fmt.Sprintf("could not open a shell in %s: %v", b.ID, err)}
+	}
+	defer sess.Close()
+	ws, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return nil // Accept has answered
+	}
+	defer ws.CloseNow()
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	ready, _ := json.Marshal(map[string]string{"type": "ready", "sandbox_id": b.ID})
+	if err := ws.Write(ctx, websocket.MessageText, ready); err != nil {
+		return nil
+	}
+	// Terminal output → client, as binary 0x02 frames.
+	go func() {
+		defer cancel()
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := sess.Read(buf[1:])
+			if n > 0 {
+				buf[0] = 0x02
+				if ws.Write(ctx, websocket.MessageBinary, buf[:n+1]) != nil {
+					return
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	// Client → terminal: 0x01 stdin frames and resize messages.
+	go func() {
+		defer cancel()
+		for {
+			typ, msg, err := ws.Read(ctx)
+			if err != nil {
+				return
+			}
+			if typ == websocket.MessageBinary {
+				if len(msg) > 0 && msg[0] == 0x01 {
+					if _, err := sess.Write(msg[1:]); err != nil {
+						return
+					}
+				}
+				continue
+			}
+			var m struct {
+				Type       string
+				Cols, Rows int
+			}
+			if json.Unmarshal(msg, &m) == nil && m.Type == "resize" && m.Cols > 0 && m.Rows > 0 {
+				sess.Resize(m.Cols, m.Rows)
+			}
+		}
+	}()
+	code, werr := sess.Wait()
+	var end []byte
+	if werr != nil && ctx.Err() == nil {
+		end, _ = json.Marshal(map[string]string{"type": "error", "message": werr.Error()})
+	} else {
+		end, _ = json.Marshal(map[string]any{"type": "exit", "code": code})
+	}
+	wctx, wcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer wcancel()
+	ws.Write(wctx, websocket.MessageText, end)
+	ws.Close(websocket.StatusNormalClosure, "")
+	return nil
+}
+
+// lockedWriter serialises writers of a streamed response and flushes each
+// write to the client.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+	rc *http.ResponseController
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n, err := l.w.Write(p)
+	if err == nil {
+		err = l.rc.Flush()
+	}
+	return n, err
+}
+
+// prefixWriter writes each complete line it is given with a prefix.
+type prefixWriter struct {
+	w      io.Writer
+	prefix string
+	buf    []byte
+}
+
+func (p *prefixWriter) Write(b []byte) (int, error) {
+	p.buf = append(p.buf, b...)
+	for {
+		i := bytes.IndexByte(p.buf, '\n')
+		if i < 0 {
+			break
+		}
+		line := append([]byte(p.prefix), p.buf[:i+1]...)
+		p.buf = p.buf[i+1:]
+		if _, err := p.w.Write(line); err != nil {
+			return len(b), err
+		}
+	}
+	return len(b), nil
+}

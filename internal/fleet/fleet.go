@@ -1,0 +1,225 @@
+// Package fleet runs the replica pools of vm deployments: it creates replicas
+// through a vm.Driver, probes them until they are ready, hands ready ones to
+// the data plane, scales each pool with the decisions of package autoscale,
+// drains and retires replicas, backs off from failing boots, and re-adopts
+// replicas that outlived a berth restart.
+//
+// One Manager owns every replica on the host. Each deployment's Pool runs its
+// own reconcile loop (autoscale.Loop): a step every two seconds and at once
+// when poked — by a request held for a cold start, a replica that became
+// ready, or a spec change. Requests that find no ready replica wait in Await
+// (the data plane's cold-start hold) and count as demand until a replica is
+// ready or their cold_start_timeout_secs has passed.
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/berth-dev/berth/internal/autoscale"
+	"github.com/berth-dev/berth/internal/health"
+	"github.com/berth-dev/berth/internal/metrics"
+	"github.com/berth-dev/berth/internal/vm"
+)
+
+// Options configure a Manager.
+type Options struct {
+	Driver vm.Driver
+	Log    *slog.Logger
+	// Tick is the reconcile interval; default 2s.
+	Tick time.Duration
+	// BootProbe is how often a booting replica is probed; default 5ms, so
+	// noticing readiness adds at most that much to a cold start.
+	BootProbe time.Duration
+	// MaxCreates bounds concurrent creates across the fleet; default 8.
+	MaxCreates int
+	// MissingGrace is how long a replica may be absent from the driver's
+	// listing before it is given up; default 10s.
+	MissingGrace time.Duration
+}
+
+// Manager owns all pools. Safe for concurrent use.
+type Manager struct {
+	o       Options
+	log     *slog.Logger
+	creates chan struct{}
+	nonce   atomic.Uint64
+
+	mu      sync.Mutex // guards pools, ctx, adopted
+	pools   map[string]*Pool
+	ctx     context.Context // set by Run; pools started before Run wait for it
+	adopted map[string][]vm.Instance
+	started chan struct{}
+}
+
+// New returns a Manager. Call Run to start it.
+func New(o Options) *Manager {
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Tick <= 0 {
+		o.Tick = 2 * time.Second
+	}
+	if o.BootProbe <= 0 {
+		o.BootProbe = 5 * time.Millisecond
+	}
+	if o.MaxCreates <= 0 {
+		o.MaxCreates = 8
+	}
+	if o.MissingGrace <= 0 {
+		o.MissingGrace = 10 * time.Second
+	}
+	m := &Manager{o: o, log: o.Log, creates: make(chan struct{}, o.MaxCreates), pools: map[string]*Pool{}, started: make(chan struct{})}
+	m.nonce.Store(uint64(time.Now().UnixNano()) ^ rand.Uint64()>>16)
+	return m
+}
+
+// Driver returns the driver the manager runs replicas with.
+func (m *Manager) Driver() vm.Driver { return m.o.Driver }
+
+// Run adopts the replicas that are already running (left by a previous berth
+// process), then keeps every pool reconciled until ctx ends. Replicas keep
+// running when Run returns: a restarted berth re-adopts them.
+func (m *Manager) Run(ctx context.Context) error {
+	insts, err := m.o.Driver.List(ctx)
+	if err != nil {
+		return fmt.Errorf("fleet: listing replicas: %w", err)
+	}
+	byDep := map[string][]vm.Instance{}
+	for _, in := range insts {
+		if dep, ok := vm.Owner(in.ID); ok {
+			byDep[dep] = append(byDep[dep], in)
+		}
+	}
+	m.mu.Lock()
+	m.ctx = ctx
+	m.adopted = byDep
+	pools := make([]*Pool, 0, len(m.pools))
+	for _, p := range m.pools {
+		pools = append(pools, p)
+	}
+	m.mu.Unlock()
+	for _, p := range pools {
+		p.adopt(byDep[p.id])
+		p.start(ctx)
+	}
+	close(m.started)
+	// Replicas of deployments that no longer exist are orphans: berth is
+	// the only one that names replicas berth-…, and deleting a deployment
+	// destroys its replicas, so nothing else will ever claim them.
+	for dep, list := range byDep {
+		m.mu.Lock()
+		_, known := m.pools[dep]
+		m.mu.Unlock()
+		if known {
+			continue
+		}
+		for _, in := range list {
+			m.log.Warn("destroying an orphaned replica", "replica", in.ID, "deployment", dep)
+			if err := m.o.Driver.Stop(ctx, in.ID, 5*time.Second); err != nil && !errors.Is(err, vm.ErrNotFound) {
+				m.log.Error("could not destroy an orphaned replica", "replica", in.ID, "err", err)
+			}
+		}
+	}
+	<-ctx.Done()
+	m.mu.Lock()
+	for _, p := range m.pools {
+		p.wait()
+	}
+	m.mu.Unlock()
+	return nil
+}
+
+// Config is what a deployment's spec asks of its pool.
+type Config struct {
+	Deployment string
+	// Key identifies the replica template (e.g. the canonical JSON of the
+	// spec's vm section). When it changes, the pool's replicas are replaced.
+	Key        string
+	Template   vm.Spec // Name and Deployment are filled per replica
+	Policy     autoscale.Policy
+	Retain     bool // idle_action: retain — suspend idle replicas instead of destroying them
+	HealthPath string
+	HealthPort int // 0: the app port
+	HealthTCP  bool
+	Timeout    time.Duration // health probe timeout
+	// Env resolves secrets (vm.env_from) at each create; nil means none.
+	// An error fails the create with that reason.
+	Env     func(ctx context.Context) (map[string]string, error)
+	Metrics *metrics.Deployment
+}
+
+// Ensure creates the pool for cfg.Deployment or updates it. A changed Key
+// replaces the replicas; any other change (scaling, health) applies to the
+// replicas already running. Every call resets the boot backoff, as any spec
+// write does in app-lb.
+func (m *Manager) Ensure(cfg Config) *Pool {
+	m.mu.Lock()
+	p := m.pools[cfg.Deployment]
+	if p == nil {
+		p = newPool(m, cfg)
+		m.pools[cfg.Deployment] = p
+		ctx, adopted := m.ctx, m.adopted[cfg.Deployment]
+		m.mu.Unlock()
+		if ctx != nil {
+			p.adopt(adopted)
+			p.start(ctx)
+		}
+		return p
+	}
+	m.mu.Unlock()
+	p.update(cfg)
+	return p
+}
+
+// Remove destroys a deployment's pool and every replica it has, suspended
+// ones included.
+func (m *Manager) Remove(ctx context.Context, id string) {
+	m.mu.Lock()
+	p := m.pools[id]
+	delete(m.pools, id)
+	m.mu.Unlock()
+	if p != nil {
+		p.destroy(ctx)
+	}
+}
+
+// Pool returns a deployment's pool.
+func (m *Manager) Pool(id string) (*Pool, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p, ok := m.pools[id]
+	return p, ok
+}
+
+func (m *Manager) name(dep string) string { return vm.Name(dep, m.nonce.Add(1)) }
+
+// probe checks a replica once.
+func probe(ctx context.Context, cfg *Config, addr string) error {
+	c := health.Check{Addr: addr, Timeout: cfg.Timeout}
+	if cfg.HealthPort != 0 {
+		c.Addr = withPort(addr, cfg.HealthPort)
+	}
+	if !cfg.HealthTCP {
+		c.Path = cfg.HealthPath
+		if c.Path == "" {
+			c.Path = "/"
+		}
+	}
+	return health.Probe(ctx, c)
+}
+
+func withPort(addr string, port int) string {
+	for i := len(addr) - 1; i >= 0; i-- {
+		if addr[i] == ':' {
+			return fmt.Sprintf("%s:%d", addr[:i], port)
+		}
+	}
+	return fmt.Sprintf("%s:%d", addr, port)
+}

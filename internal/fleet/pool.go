@@ -1,0 +1,622 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/berth-dev/berth/internal/autoscale"
+	"github.com/berth-dev/berth/internal/proxy"
+	"github.com/berth-dev/berth/internal/vm"
+)
+
+type phase int
+
+const (
+	pending phase = iota
+	ready
+	draining
+)
+
+func (p phase) String() string {
+	return [...]string{"pending", "ready", "draining"}[p]
+}
+
+// replica is one replica the pool tracks. Guarded by Pool.mu.
+type replica struct {
+	id         string
+	key        string // the Config.Key it was created from
+	phase      phase
+	addr       string
+	created    time.Time // create requested
+	started    time.Time // driver.Start returned
+	readyAt    time.Time
+	drainAt    time.Time
+	missing    time.Time // first time the driver did not know it
+	backend    *proxy.Backend
+	adopted    bool
+	stopBoot   context.CancelFunc
+	bootErr    string
+	lastStatus string
+}
+
+// Pool is one vm deployment's replicas. The data plane reads Backends; the
+// reconcile loop and the boot probes write it.
+type Pool struct {
+	m        *Manager
+	id       string
+	cfg      atomic.Pointer[Config]
+	backends *proxy.Pool
+	poke     chan struct{}
+	waiters  atomic.Int64
+
+	mu         sync.Mutex // guards the fields below
+	replicas   map[string]*replica
+	creating   int      // creates whose driver.Start has not returned
+	suspended  []string // retained replicas, oldest first
+	backoff    autoscale.Backoff
+	lastActive time.Time // kept when the last backend leaves
+	desired    int
+	readyCh    chan struct{} // closed (and replaced) when a replica becomes ready
+	cancel     context.CancelFunc
+	done       chan struct{}
+	closed     bool
+}
+
+func newPool(m *Manager, cfg Config) *Pool {
+	p := &Pool{
+		m: m, id: cfg.Deployment, backends: proxy.NewPool(), poke: make(chan struct{}, 1),
+		replicas: map[string]*replica{}, readyCh: make(chan struct{}),
+	}
+	p.cfg.Store(&cfg)
+	return p
+}
+
+// Backends is the set of replicas the data plane may send requests to.
+func (p *Pool) Backends() *proxy.Pool { return p.backends }
+
+// Config returns the pool's current configuration.
+func (p *Pool) Config() *Config { return p.cfg.Load() }
+
+func (p *Pool) start(ctx context.Context) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || p.done != nil {
+		return
+	}
+	ctx, p.cancel = context.WithCancel(ctx)
+	p.done = make(chan struct{})
+	go func() {
+		defer close(p.done)
+		autoscale.Loop(ctx, p.m.o.Tick, p.poke, func(now time.Time) { p.step(ctx, now) })
+	}()
+}
+
+// wait stops the loop and waits for it (berth shutting down; replicas keep
+// running).
+func (p *Pool) wait() {
+	p.mu.Lock()
+	cancel, done := p.cancel, p.done
+	p.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+}
+
+// Poke asks the loop to reconcile now.
+func (p *Pool) Poke() { autoscale.Poke(p.poke) }
+
+func (p *Pool) update(cfg Config) {
+	old := p.cfg.Swap(&cfg)
+	p.mu.Lock()
+	p.backoff = p.backoff.Reset()
+	if old.Key != cfg.Key {
+		// The template changed: retire every replica of the old one. New
+		// replicas are created by the next step; requests wait for them.
+		for _, r := range p.replicas {
+			if r.key != cfg.Key {
+				p.retireLocked(r, time.Now())
+			}
+		}
+		suspended := p.suspended
+		p.suspended = nil
+		go p.stopAll(suspended)
+	}
+	p.mu.Unlock()
+	p.Poke()
+}
+
+// retireLocked takes a replica out of service: a pending one is stopped, a
+// ready one drains.
+func (p *Pool) retireLocked(r *replica, now time.Time) {
+	switch r.phase {
+	case pending:
+		if r.stopBoot != nil {
+			r.stopBoot()
+		}
+		delete(p.replicas, r.id)
+		go p.stopAll([]string{r.id})
+	case ready:
+		r.phase, r.drainAt = draining, now
+		r.backend.Drain("retired", now)
+	}
+}
+
+func (p *Pool) stopAll(ids []string) {
+	for _, id := range ids {
+		if err := p.m.o.Driver.Stop(context.Background(), id, 10*time.Second); err != nil && !errors.Is(err, vm.ErrNotFound) {
+			p.m.log.Error("could not stop a replica", "deployment", p.id, "replica", id, "err", err)
+		}
+	}
+}
+
+func (p *Pool) destroy(ctx context.Context) {
+	p.mu.Lock()
+	p.closed = true
+	cancel, done := p.cancel, p.done
+	p.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+	p.mu.Lock()
+	ids := slices.Clone(p.suspended)
+	for id, r := range p.replicas {
+		if r.stopBoot != nil {
+			r.stopBoot()
+		}
+		ids = append(ids, id)
+	}
+	p.replicas, p.suspended = map[string]*replica{}, nil
+	p.mu.Unlock()
+	p.backends.Set(nil)
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Add(1)
+		go func() { defer wg.Done(); p.stopAll([]string{id}) }()
+	}
+	wg.Wait()
+}
+
+// adopt takes over replicas a previous berth process left running.
+func (p *Pool) adopt(insts []vm.Instance) {
+	cfg := p.cfg.Load()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	for _, in := range insts {
+		switch {
+		case in.State == vm.StateSuspended:
+			p.suspended = append(p.suspended, in.ID)
+		case in.State.Terminal():
+			go p.stopAll([]string{in.ID})
+		default:
+			r := &replica{id: in.ID, key: cfg.Key, phase: pending, addr: in.Addr, created: now, started: now, adopted: true}
+			p.replicas[in.ID] = r
+			p.m.log.Info("adopting a running replica", "deployment", p.id, "replica", in.ID, "addr", in.Addr)
+			p.bootLocked(r)
+		}
+	}
+}
+
+// step is one reconcile: observe replicas, retire what failed or idled,
+// decide, act.
+func (p *Pool) step(ctx context.Context, now time.Time) {
+	cfg := p.cfg.Load()
+	p.observe(ctx, cfg, now)
+
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	obs := autoscale.Observation{Waiters: int(p.waiters.Load()), Pending: p.creating, LastActive: p.lastActive}
+	var serving []autoscale.Replica
+	var reap []*replica
+	for _, r := range p.replicas {
+		switch r.phase {
+		case pending:
+			obs.Pending++
+		case ready, draining:
+			n := int(r.backend.InFlight())
+			obs.InFlight += n
+			last := r.backend.LastUsed()
+			if last.After(obs.LastActive) {
+				obs.LastActive = last
+			}
+			if r.phase == ready {
+				obs.Ready++
+				serving = append(serving, autoscale.Replica{ID: r.id, InFlight: n, LastActive: last})
+			} else {
+				since := r.drainAt
+				if last.After(since) {
+					since = last
+				}
+				if done, forced := autoscale.DrainDone(n, since, cfg.Policy.DrainTimeout, now); done {
+					if forced {
+						p.m.log.Warn("drain timed out; stopping a replica with requests in flight", "deployment", p.id, "replica", r.id, "in_flight", n)
+					}
+					reap = append(reap, r)
+				}
+			}
+		}
+	}
+	p.lastActive = obs.LastActive
+	desired := autoscale.Desired(cfg.Policy, obs, now)
+	p.desired = desired
+	plan := autoscale.MakePlan(desired, serving, obs.Pending, p.backoff, now)
+	for _, id := range plan.Drain {
+		r := p.replicas[id]
+		r.phase, r.drainAt = draining, now
+		r.backend.Drain("scale down", now)
+		if m := cfg.Metrics; m != nil {
+			m.Autoscale.VMsDrained.Add(1)
+		}
+	}
+	if m := cfg.Metrics; m != nil {
+		if plan.Create > 0 {
+			m.Autoscale.ScaleUpEvents.Add(1)
+		}
+		if len(plan.Drain) > 0 {
+			m.Autoscale.ScaleDownEvents.Add(1)
+		}
+	}
+	for _, r := range reap {
+		delete(p.replicas, r.id)
+	}
+	if len(reap) > 0 {
+		p.syncBackendsLocked()
+	}
+	p.creating += plan.Create
+	p.mu.Unlock()
+
+	for _, r := range reap {
+		go p.reap(ctx, cfg, r)
+	}
+	for range plan.Create {
+		go p.create(ctx)
+	}
+}
+
+// observe asks the driver about every tracked replica and retires those
+// that died or took too long to boot.
+func (p *Pool) observe(ctx context.Context, cfg *Config, now time.Time) {
+	p.mu.Lock()
+	rs := slices.Collect(maps.Values(p.replicas))
+	p.mu.Unlock()
+	for _, r := range rs {
+		in, err := p.m.o.Driver.Inspect(ctx, r.id)
+		if ctx.Err() != nil {
+			return
+		}
+		p.mu.Lock()
+		if p.replicas[r.id] != r {
+			p.mu.Unlock()
+			continue
+		}
+		switch {
+		case errors.Is(err, vm.ErrNotFound):
+			if r.missing.IsZero() {
+				r.missing = now
+			}
+			if now.Sub(r.missing) >= p.m.o.MissingGrace {
+				p.failLocked(cfg, r, now, "the replica disappeared")
+			}
+		case err != nil:
+			p.m.log.Warn("could not inspect a replica", "deployment", p.id, "replica", r.id, "err", err)
+		case in.State.Terminal():
+			reason := in.Reason
+			if reason == "" {
+				reason = string(in.State)
+			}
+			p.failLocked(cfg, r, now, reason)
+			go p.stopAll([]string{r.id})
+		case r.phase == pending && autoscale.BootExpired(r.created, cfg.Policy.BootTimeout, now):
+			if m := cfg.Metrics; m != nil {
+				m.Autoscale.BootTimeouts.Add(1)
+			}
+			reason := fmt.Sprintf("did not become ready within boot_timeout_secs (%s)", cfg.Policy.BootTimeout)
+			if tail := p.logTail(ctx, r.id); tail != "" {
+				reason += "; last output: " + tail
+			}
+			p.failLocked(cfg, r, now, reason)
+			go p.stopAll([]string{r.id})
+		default:
+			r.missing = time.Time{}
+			r.lastStatus = string(in.State)
+		}
+		p.mu.Unlock()
+	}
+}
+
+// failLocked removes a replica that will not serve. A replica that never
+// became ready counts as a boot failure and extends the backoff.
+func (p *Pool) failLocked(cfg *Config, r *replica, now time.Time, reason string) {
+	if r.stopBoot != nil {
+		r.stopBoot()
+	}
+	delete(p.replicas, r.id)
+	if r.phase == pending {
+		p.backoff = p.backoff.Fail(now)
+		if m := cfg.Metrics; m != nil {
+			m.Autoscale.RecordCreateFailure(fmt.Sprintf("replica %s failed to boot: %s", r.id, reason), now)
+		}
+		p.m.log.Warn("replica failed to boot", "deployment", p.id, "replica", r.id, "reason", reason, "backoff", p.backoff.Remaining(now))
+	} else {
+		p.m.log.Warn("replica stopped serving", "deployment", p.id, "replica", r.id, "reason", reason)
+		p.syncBackendsLocked()
+	}
+}
+
+func (p *Pool) logTail(ctx context.Context, id string) string {
+	lr, ok := p.m.o.Driver.(vm.LogReader)
+	if !ok {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	lines, err := lr.Logs(ctx, id, 20)
+	if err != nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, l := range lines {
+		if b.Len() > 0 {
+			b.WriteString(" | ")
+		}
+		b.WriteString(l.Text)
+	}
+	s := b.String()
+	if len(s) > 2000 {
+		s = s[len(s)-2000:]
+	}
+	return s
+}
+
+// create starts one replica (or resumes a retained one) and begins probing it.
+func (p *Pool) create(ctx context.Context) {
+	select {
+	case p.m.creates <- struct{}{}:
+	case <-ctx.Done():
+		p.mu.Lock()
+		p.creating--
+		p.mu.Unlock()
+		return
+	}
+	defer func() { <-p.m.creates }()
+	cfg := p.cfg.Load()
+	now := time.Now()
+
+	if r := p.resume(ctx, cfg, now); r != nil {
+		return
+	}
+	spec := cfg.Template
+	spec.Name = p.m.name(p.id)
+	spec.Deployment = p.id
+	spec.Env = maps.Clone(spec.Env)
+	if spec.Env == nil {
+		spec.Env = map[string]string{}
+	}
+	var err error
+	if cfg.Env != nil {
+		var secret map[string]string
+		if secret, err = cfg.Env(ctx); err == nil {
+			maps.Copy(spec.Env, secret) // a secret wins over a literal
+		}
+	}
+	r := &replica{id: spec.Name, key: cfg.Key, phase: pending, created: now}
+	var in vm.Instance
+	if err == nil {
+		p.mu.Lock()
+		p.replicas[r.id] = r // tracked before Start, so nothing is orphaned
+		p.mu.Unlock()
+		in, err = p.m.o.Driver.Start(ctx, spec)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.creating--
+	if err != nil {
+		delete(p.replicas, r.id)
+		p.backoff = p.backoff.Fail(time.Now())
+		msg := err.Error()
+		if m := cfg.Metrics; m != nil {
+			m.Autoscale.RecordCreateFailure(msg, time.Now())
+		}
+		p.m.log.Warn("replica create failed", "deployment", p.id, "err", err, "backoff", p.backoff.Remaining(time.Now()))
+		if ctx.Err() == nil {
+			go p.stopAll([]string{r.id}) // the outcome is unknown: make sure
+		}
+		return
+	}
+	if m := cfg.Metrics; m != nil {
+		m.Autoscale.VMsCreated.Add(1)
+	}
+	if p.replicas[r.id] != r || p.closed {
+		go p.stopAll([]string{r.id}) // retired or removed while starting
+		return
+	}
+	r.addr, r.started = in.Addr, time.Now()
+	p.bootLocked(r)
+}
+
+// resume brings back the oldest retained replica, if any.
+func (p *Pool) resume(ctx context.Context, cfg *Config, now time.Time) *replica {
+	s, ok := p.m.o.Driver.(vm.Suspender)
+	if !ok {
+		return nil
+	}
+	p.mu.Lock()
+	if len(p.suspended) == 0 {
+		p.mu.Unlock()
+		return nil
+	}
+	id := p.suspended[0]
+	p.suspended = p.suspended[1:]
+	r := &replica{id: id, key: cfg.Key, phase: pending, created: now}
+	p.replicas[id] = r
+	p.mu.Unlock()
+	in, err := s.Resume(ctx, id)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err != nil {
+		delete(p.replicas, id)
+		p.m.log.Warn("could not resume a retained replica; creating a fresh one", "deployment", p.id, "replica", id, "err", err)
+		go p.stopAll([]string{id})
+		return nil
+	}
+	p.creating--
+	r.addr, r.started = in.Addr, time.Now()
+	p.bootLocked(r)
+	return r
+}
+
+// bootLocked starts probing a pending replica until it is ready.
+func (p *Pool) bootLocked(r *replica) {
+	ctx, cancel := context.WithCancel(context.Background())
+	r.stopBoot = cancel
+	cfg := p.cfg.Load()
+	go func() {
+		defer cancel()
+		t := time.NewTicker(p.m.o.BootProbe)
+		defer t.Stop()
+		for {
+			pctx, pcancel := context.WithTimeout(ctx, max(cfg.Timeout, time.Second))
+			err := probe(pctx, cfg, r.addr)
+			pcancel()
+			if err == nil {
+				p.promote(r)
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
+// promote makes a replica that passed its probe serve traffic.
+func (p *Pool) promote(r *replica) {
+	cfg := p.cfg.Load()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.replicas[r.id] != r || r.phase != pending || p.closed {
+		return
+	}
+	now := time.Now()
+	r.phase, r.readyAt, r.stopBoot = ready, now, nil
+	b := proxy.NewBackend(r.id, r.addr, false)
+	b.Timeline = proxy.Timeline{Created: r.created, Started: r.started, Ready: now}
+	r.backend = b
+	p.backoff = p.backoff.Reset()
+	if m := cfg.Metrics; m != nil && !r.adopted {
+		m.ObserveColdStart(now.Sub(r.created))
+	}
+	p.syncBackendsLocked()
+	close(p.readyCh)
+	p.readyCh = make(chan struct{})
+	p.m.log.Info("replica ready", "deployment", p.id, "replica", r.id, "addr", r.addr, "boot", now.Sub(r.created).Round(time.Millisecond))
+}
+
+// syncBackendsLocked publishes ready and draining replicas to the data
+// plane, oldest first.
+func (p *Pool) syncBackendsLocked() {
+	var bs []*proxy.Backend
+	rs := slices.SortedFunc(maps.Values(p.replicas), func(a, b *replica) int { return a.readyAt.Compare(b.readyAt) })
+	for _, r := range rs {
+		if r.phase != pending {
+			bs = append(bs, r.backend)
+		}
+	}
+	p.backends.Set(bs)
+}
+
+// reap ends a drained replica: suspended under idle_action retain, stopped
+// otherwise.
+func (p *Pool) reap(ctx context.Context, cfg *Config, r *replica) {
+	if m := cfg.Metrics; m != nil {
+		m.Autoscale.VMsReaped.Add(1)
+	}
+	if s, ok := p.m.o.Driver.(vm.Suspender); ok && cfg.Retain && r.key == cfg.Key {
+		if err := s.Suspend(ctx, r.id); err == nil {
+			p.mu.Lock()
+			p.suspended = append(p.suspended, r.id)
+			p.mu.Unlock()
+			return
+		} else {
+			p.m.log.Warn("could not suspend a replica; stopping it", "deployment", p.id, "replica", r.id, "err", err)
+		}
+	}
+	p.stopAll([]string{r.id})
+}
+
+// ErrColdStartTimeout means no replica became ready in time.
+var ErrColdStartTimeout = errors.New("fleet: no replica became available within cold_start_timeout_secs")
+
+// Await is the data plane's cold-start hold: a request that found no ready
+// replica waits here, counted as demand, until a replica becomes ready (it
+// returns true and the caller picks again) or cold_start_timeout_secs since
+// the request started waiting have passed (false). since is when the
+// request first waited; first says whether this is its first wait, for the
+// cold_start_waits counter.
+func (p *Pool) Await(ctx context.Context, since time.Time, first bool) bool {
+	cfg := p.cfg.Load()
+	if cfg.Policy.Max == 0 {
+		return false
+	}
+	m := cfg.Metrics
+	if first && m != nil {
+		m.Autoscale.ColdStartWaits.Add(1)
+	}
+	p.mu.Lock()
+	ch := p.readyCh
+	closed := p.closed
+	p.mu.Unlock()
+	if closed {
+		return false
+	}
+	p.waiters.Add(1)
+	defer p.waiters.Add(-1)
+	p.Poke()
+	left := time.Until(since.Add(cfg.Policy.ColdStartTimeout))
+	if left <= 0 {
+		if m != nil {
+			m.Autoscale.ColdStartTimeouts.Add(1)
+		}
+		return false
+	}
+	t := time.NewTimer(left)
+	defer t.Stop()
+	select {
+	case <-ch:
+		if m != nil {
+			m.Autoscale.ColdStartHits.Add(1)
+		}
+		return true
+	case <-t.C:
+		if m != nil {
+			m.Autoscale.ColdStartTimeouts.Add(1)
+		}
+		return false
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// RetryAfter is the Retry-After a timed-out hold answers with.
+func (p *Pool) RetryAfter() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if d := p.backoff.Remaining(time.Now()); d > 0 {
+		return d
+	}
+	return 5 * time.Second
+}

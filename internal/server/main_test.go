@@ -1,0 +1,54 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"testing"
+
+	"github.com/berth-dev/berth/internal/agent"
+)
+
+// TestMain lets the test binary play the parts a real deployment has: with
+// BERTH_TEST_ROLE=agent it is the in-sandbox agent (berth agent), with
+// BERTH_TEST_ROLE=app a small app serving $PORT.
+func TestMain(m *testing.M) {
+	switch os.Getenv("BERTH_TEST_ROLE") {
+	case "agent":
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+		defer stop()
+		os.Exit(agent.Main(ctx, os.Args[1:], os.Stderr))
+	case "app":
+		os.Exit(testApp())
+	}
+	os.Exit(m.Run())
+}
+
+func testApp() int {
+	ln, err := net.Listen("tcp", "127.0.0.1:"+os.Getenv("PORT"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	host, _ := os.Hostname()
+	fmt.Println("test app listening")
+	http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "app %s %s %s", host, r.URL.Path, os.Getenv("GREETING"))
+	}))
+	return 0
+}
+
+// appCommand is a start_command running the test binary as the app.
+func appCommand() string {
+	return fmt.Sprintf("exec env BERTH_TEST_ROLE=app %q -test.run=^$", os.Args[0])
+}
+
+// agentOptions make the test binary the agent of process replicas.
+func agentOptions(o *Options) {
+	o.AgentCommand = []string{os.Args[0]}
+	o.AgentEnv = []string{"BERTH_TEST_ROLE=agent"}
+}
