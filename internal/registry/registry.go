@@ -23,12 +23,12 @@ import (
 	"github.com/berth-dev/berth/internal/autoscale"
 	"github.com/berth-dev/berth/internal/fleet"
 	"github.com/berth-dev/berth/internal/metrics"
-	"github.com/berth-dev/berth/internal/vm"
 	"github.com/berth-dev/berth/internal/proxy"
 	"github.com/berth-dev/berth/internal/route"
 	"github.com/berth-dev/berth/internal/site"
 	"github.com/berth-dev/berth/internal/spec"
 	"github.com/berth-dev/berth/internal/store"
+	"github.com/berth-dev/berth/internal/vm"
 )
 
 // Store is the persistence the registry needs.
@@ -81,8 +81,8 @@ type Options struct {
 	ResolveEnv EnvResolver
 	// Metrics returns the metric set of a deployment, for pools.
 	Metrics func(id string) *metrics.Deployment
-	Log    *slog.Logger
-	Now    func() time.Time
+	Log     *slog.Logger
+	Now     func() time.Time
 }
 
 // Registry is the deployment set. Safe for concurrent use.
