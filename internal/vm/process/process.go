@@ -25,11 +25,14 @@
 // hostname is the replica id. The network is the host's, so the app's port
 // is reachable on 127.0.0.1.
 //
-// Where a writable cgroup v2 hierarchy exists, each replica gets the cgroup
-// <CgroupParent>/<id> with cpu.max and memory.max set from vm.Sizes (see
-// limits); elsewhere (cgroup v1 hosts, unprivileged berth) replicas run
-// without limits and membership is tracked through the PID namespace or the
-// session instead.
+// Where a writable cgroup v2 hierarchy exists, each replica is born (clone3
+// CLONE_INTO_CGROUP) in the cgroup <CgroupParent>/<id>, limited by the
+// size_class in vm.Sizes: cpu.max gives VCPUs × 100 ms of CPU per 100 ms, and
+// memory.max is MemoryMB MiB. The cgroup also serves membership, freezing
+// (Suspend) and cgroup.kill (Stop). Elsewhere (cgroup v1 hosts, unprivileged
+// berth, controllers that cannot be enabled) size classes are not enforced,
+// and a replica's processes are found through its PID namespace or, without
+// isolation, its session.
 package process
 
 import (
@@ -199,7 +202,15 @@ func (d *Driver) path(id string, name ...string) string {
 }
 
 // Start creates the replica directory and starts the agent, returning once
-// the agent runs.
+// the agent runs; readiness of the app is the caller's probe.
+//
+// The app's environment is PATH (berth's), HOME (the data directory),
+// HOSTNAME when isolated, Options.AgentEnv, spec.Env, and PORT, which wins
+// over a PORT in spec.Env because berth routes to it. Nothing else of
+// berth's environment is passed on. A relative spec.WorkDir is inside the
+// data directory and is created; an absolute one must exist. spec.Image
+// must be empty; DiskSizeGB is not enforced, and OpenPorts need nothing
+// (replicas share the host's network).
 func (d *Driver) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
 	if err := ctx.Err(); err != nil {
 		return vm.Instance{}, err
@@ -428,7 +439,9 @@ func (d *Driver) environ(spec vm.Spec, st state) []string {
 	env := []string{
 		"PATH=" + path,
 		"HOME=" + d.path(spec.Name, dataDir),
-		"HOSTNAME=" + hostname(spec.Name),
+	}
+	if st.Isolated {
+		env = append(env, "HOSTNAME="+hostname(spec.Name))
 	}
 	env = append(env, d.env...)
 	keys := make([]string, 0, len(spec.Env))
