@@ -1,3 +1,5 @@
+//go:build linux
+
 package agent_test
 
 import (
@@ -11,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -626,6 +629,16 @@ func BenchmarkExecTrue(b *testing.B) {
 		res, err := c.Exec(ctx, req)
 		if err != nil || res.ExitCode != 0 {
 			b.Fatal(res, err)
+		}
+	}
+}
+
+// BenchmarkRunTrueDirect is BenchmarkExecTrue's baseline: the same command
+// run by os/exec in the benchmark's own process, without the agent.
+func BenchmarkRunTrueDirect(b *testing.B) {
+	for b.Loop() {
+		if err := exec.Command("true").Run(); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

@@ -82,13 +82,15 @@ func (s *Server) Serve(ln net.Listener) error { return s.hs.Serve(ln) }
 // sessions to finish. When ctx ends first it kills every running command,
 // closes every connection and returns ctx's error.
 func (s *Server) Shutdown(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() {
-		s.sessions.Wait()
-		close(done)
-	}()
+	// Once http.Server.Shutdown returns no handler can start, so waiting
+	// for the sessions (hijacked, hence not waited for by it) is safe.
 	err := s.hs.Shutdown(ctx)
 	if err == nil {
+		done := make(chan struct{})
+		go func() {
+			s.sessions.Wait()
+			close(done)
+		}()
 		select {
 		case <-done:
 		case <-ctx.Done():
