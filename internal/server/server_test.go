@@ -21,6 +21,7 @@ import (
 
 	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/contracttest"
+	"github.com/berth-dev/berth/internal/vm/process"
 )
 
 // harness is a running server on loopback with a temp data dir.
@@ -40,6 +41,9 @@ func start(t *testing.T, dir string) *harness {
 	if dir == "" {
 		dir = t.TempDir()
 	}
+	// Replicas outlive berth by design; make sure none outlives the test.
+	// Registered first, so it runs after the server has stopped.
+	t.Cleanup(func() { stopReplicas(t, dir) })
 	ctx := context.Background()
 	o := Options{
 		ProxyAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", DataDir: dir,
@@ -56,6 +60,24 @@ func start(t *testing.T, dir string) *harness {
 	go func() { h.done <- s.Run(rctx) }()
 	t.Cleanup(h.stop)
 	return h
+}
+
+// stopReplicas stops every replica left in a data directory.
+func stopReplicas(t testing.TB, dir string) {
+	d, err := process.New(process.Options{Dir: filepath.Join(dir, "replicas")})
+	if err != nil {
+		t.Errorf("cleanup: %v", err)
+		return
+	}
+	insts, err := d.List(context.Background())
+	if err != nil {
+		t.Errorf("cleanup: %v", err)
+	}
+	for _, in := range insts {
+		if err := d.Stop(context.Background(), in.ID, time.Second); err != nil {
+			t.Errorf("cleanup: stopping %s: %v", in.ID, err)
+		}
+	}
 }
 
 func (h *harness) stop() {

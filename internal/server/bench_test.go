@@ -1,0 +1,187 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// buildBench builds the berth binary (the real agent) and the trivial cold
+// app once per benchmark run.
+var buildBench = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "berth-bench")
+	if err != nil {
+		return "", err
+	}
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		return "", err
+	}
+	for _, b := range [][2]string{{"berth", "./cmd/berth"}, {"coldapp", "./bench/coldapp"}} {
+		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, b[0]), b[1])
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("building %s: %v\n%s", b[1], err, out)
+		}
+	}
+	return dir, nil
+})
+
+func benchServer(b *testing.B) (*harness, string) {
+	b.Helper()
+	bin, err := buildBench()
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "bb")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { stopReplicas(b, dir); os.RemoveAll(dir) })
+	s, err := New(context.Background(), Options{
+		ProxyAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", DataDir: dir,
+		AgentCommand: []string{filepath.Join(bin, "berth"), "agent"},
+		Log:          slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t := &testing.T{}
+	h := &harness{t: t, s: s, dir: dir, admin: "http://" + s.AdminAddr(), proxy: "http://" + s.ProxyAddr(), cancel: cancel, done: make(chan error, 1)}
+	go func() { h.done <- s.Run(ctx) }()
+	b.Cleanup(func() { cancel(); <-h.done })
+	return h, filepath.Join(bin, "coldapp")
+}
+
+func post(b *testing.B, url, body string) {
+	b.Helper()
+	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		b.Fatalf("POST %s: %d", url, resp.StatusCode)
+	}
+}
+
+func del(url string) {
+	req, _ := http.NewRequest("DELETE", url, nil)
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		resp.Body.Close()
+	}
+}
+
+// BenchmarkScaleFromZero measures the first request to a vm deployment with
+// no replica, on the process driver with a trivial app: the time to first
+// byte, the app's own start-to-listen time, and berth's share (the
+// difference), reported as p50 and p90 over the iterations.
+func BenchmarkScaleFromZero(b *testing.B) {
+	h, app := benchServer(b)
+	var total, share []time.Duration
+	for i := 0; b.Loop(); i++ {
+		id := fmt.Sprintf("cold%d", i)
+		post(b, h.admin+"/deployments", `{"id":"`+id+`","routes":[{"host":"`+id+`.test"}],"vm":{"driver":"process","port":8080,"start_command":"exec `+app+`"},"scaling":{"min_replicas":0}}`)
+		req, _ := http.NewRequest("GET", h.proxy+"/", nil)
+		req.Host = id + ".test"
+		t0 := time.Now()
+		resp, err := http.DefaultClient.Do(req)
+		ttfb := time.Since(t0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var started, listening int64
+		if _, err := fmt.Sscan(string(body), &started, &listening); err != nil || resp.StatusCode != 200 {
+			b.Fatalf("%d %q", resp.StatusCode, body)
+		}
+		appOwn := time.Duration(listening - started)
+		total = append(total, ttfb)
+		share = append(share, ttfb-appOwn)
+		b.StopTimer()
+		del(h.admin + "/deployments/" + id)
+		b.StartTimer()
+	}
+	report(b, "ttfb", total)
+	report(b, "berth", share)
+}
+
+func report(b *testing.B, name string, ds []time.Duration) {
+	slices.Sort(ds)
+	q := func(p float64) float64 { return float64(ds[int(p*float64(len(ds)-1))].Microseconds()) / 1000 }
+	b.ReportMetric(q(0.5), name+"-p50-ms")
+	b.ReportMetric(q(0.9), name+"-p90-ms")
+}
+
+// BenchmarkExecAPI measures POST /deployments/:id/exec of `true` against a
+// running replica: admin API, replica pick, agent round trip.
+func BenchmarkExecAPI(b *testing.B) {
+	h, app := benchServer(b)
+	post(b, h.admin+"/deployments", `{"id":"ex","routes":[],"vm":{"driver":"process","port":8080,"start_command":"exec `+app+`"},"scaling":{"min_replicas":1}}`)
+	body := `{"command":"true"}`
+	post(b, h.admin+"/deployments/ex/exec", body) // wakes and warms
+	var ds []time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		post(b, h.admin+"/deployments/ex/exec", body)
+		ds = append(ds, time.Since(t0))
+	}
+	report(b, "exec", ds)
+}
+
+// BenchmarkStepLoad sends 10× target_concurrency concurrent requests to a
+// pool at zero and measures how long until the pool has the replicas that
+// load asks for (desired = 10 with target 1).
+func BenchmarkStepLoad(b *testing.B) {
+	h, app := benchServer(b)
+	var ds []time.Duration
+	for i := 0; b.Loop(); i++ {
+		id := fmt.Sprintf("step%d", i)
+		post(b, h.admin+"/deployments", `{"id":"`+id+`","routes":[{"host":"`+id+`.test"}],"vm":{"driver":"process","port":8080,"start_command":"exec `+app+`"},"scaling":{"min_replicas":0,"max_replicas":10,"target_concurrency":1}}`)
+		t0 := time.Now()
+		var wg sync.WaitGroup
+		for range 10 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				req, _ := http.NewRequest("GET", h.proxy+"/?sleep=3000", nil)
+				req.Host = id + ".test"
+				if resp, err := http.DefaultClient.Do(req); err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			}()
+		}
+		for {
+			e, ok := h.s.Registry.Get(id)
+			if ok && e.VMPool != nil && e.VMPool.Status().Ready >= 10 {
+				break
+			}
+			if time.Since(t0) > time.Minute {
+				b.Fatal("the pool never reached 10 replicas")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		ds = append(ds, time.Since(t0))
+		b.StopTimer()
+		wg.Wait()
+		del(h.admin + "/deployments/" + id)
+		b.StartTimer()
+	}
+	report(b, "reach10", ds)
+}
