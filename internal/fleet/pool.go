@@ -558,6 +558,9 @@ func (p *Pool) reap(ctx context.Context, cfg *Config, r *replica) {
 	p.stopAll([]string{r.id})
 }
 
+// MaxWaiters bounds how many requests one pool holds for a cold start.
+const MaxWaiters = 10000
+
 // ErrColdStartTimeout means no replica became ready in time.
 var ErrColdStartTimeout = errors.New("fleet: no replica became available within cold_start_timeout_secs")
 
@@ -583,7 +586,15 @@ func (p *Pool) Await(ctx context.Context, since time.Time, first bool) bool {
 	if closed {
 		return false
 	}
-	p.waiters.Add(1)
+	// The hold is a bounded queue: past MaxWaiters a request is refused at
+	// once rather than piling up goroutines and sockets.
+	if p.waiters.Add(1) > MaxWaiters {
+		p.waiters.Add(-1)
+		if m != nil {
+			m.Autoscale.ColdStartTimeouts.Add(1)
+		}
+		return false
+	}
 	defer p.waiters.Add(-1)
 	p.Poke()
 	left := time.Until(since.Add(cfg.Policy.ColdStartTimeout))
