@@ -282,6 +282,10 @@ func TestExecStream(t *testing.T) {
 	if ae := (*agent.Error)(nil); !errors.As(err, &ae) || ae.Status != 422 {
 		t.Errorf("not found: got %v, want *agent.Error 422", err)
 	}
+	_, err = c.ExecStream(t.Context(), agent.ExecRequest{}, nil, nil, nil)
+	if ae := (*agent.Error)(nil); !errors.As(err, &ae) || ae.Status != 400 {
+		t.Errorf("nothing to run: got %v, want *agent.Error 400", err)
+	}
 }
 
 func TestExecStreamTimeout(t *testing.T) {

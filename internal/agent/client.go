@@ -185,7 +185,11 @@ func controlMessage(data []byte) (Control, error) {
 		return m, fmt.Errorf("agent: malformed control message: %w", err)
 	}
 	if m.Type == CtlError {
-		return m, &Error{Status: http.StatusUnprocessableEntity, Message: m.Error}
+		status := m.Status
+		if status == 0 {
+			status = http.StatusUnprocessableEntity
+		}
+		return m, &Error{Status: status, Message: m.Error}
 	}
 	return m, nil
 }

@@ -60,8 +60,9 @@
 //     {"type":"resize","cols":C,"rows":R} (PTY only) and
 //     {"type":"signal","signal":"TERM"} (to the process group); from the
 //     agent, last, either {"type":"exit","exit_code":N,"signal":...,
-//     "timed_out":...} after all output, or {"type":"error","error":"..."}
-//     when the command could not start. The agent then closes normally.
+//     "timed_out":...} after all output, or {"type":"error","error":"...",
+//     "status":N} when the request was bad (400) or the command could not
+//     start (422). The agent then closes normally.
 //
 // The agent kills the command's process group when the session ends
 // early. A PTY command runs as a session leader with the terminal as

@@ -251,7 +251,12 @@ func (s *Server) accept(w http.ResponseWriter, r *http.Request, v any) *session 
 
 // fail ends the session with a CtlError message.
 func (ss *session) fail(ctx context.Context, err error) {
-	_ = ss.control(ctx, Control{Type: CtlError, Error: err.Error()})
+	status := http.StatusInternalServerError
+	var he *httpError
+	if errors.As(err, &he) {
+		status = he.status
+	}
+	_ = ss.control(ctx, Control{Type: CtlError, Error: err.Error(), Status: status})
 	ss.c.Close(websocket.StatusNormalClosure, "")
 }
 

@@ -138,8 +138,10 @@ type Control struct {
 	// ExitCode, Signal and TimedOut for CtlExit, with ExecResult's meaning.
 	ExitCode int  `json:"exit_code"`
 	TimedOut bool `json:"timed_out,omitempty"`
-	// Error for CtlError.
-	Error string `json:"error,omitempty"`
+	// Error and Status for CtlError: the message, and the HTTP status the
+	// same failure gets from the buffered endpoint (400, 422...).
+	Error  string `json:"error,omitempty"`
+	Status int    `json:"status,omitempty"`
 }
 
 // FileInfo describes a file in answers of the files endpoints. It is the
