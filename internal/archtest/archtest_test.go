@@ -66,6 +66,10 @@ var rules = []struct {
 	{mod + "/internal/spec", []string{mod + "/internal/proxy", mod + "/internal/registry", mod + "/internal/admin", mod + "/internal/server", mod + "/internal/store"}, "validation is pure"},
 	{mod + "/internal/proxy", []string{mod + "/internal/admin", mod + "/internal/store", mod + "/internal/server", mod + "/internal/registry", mod + "/internal/spec", mod + "/apitype"}, "the data plane depends only on routing and its own types"},
 	{mod + "/internal/registry", []string{mod + "/internal/admin", mod + "/internal/server"}, "the registry is below the API"},
+	{mod + "/internal/autoscale", []string{mod + "/"}, "scaling decisions are pure"},
+	{mod + "/internal/agent", []string{mod + "/"}, "the in-sandbox agent is small and self-contained: it runs inside every sandbox"},
+	{mod + "/internal/vm", []string{mod + "/internal/fleet", mod + "/internal/registry", mod + "/internal/admin", mod + "/internal/server", mod + "/internal/proxy", mod + "/internal/store"}, "drivers know only the runtime contract"},
+	{mod + "/internal/fleet", []string{mod + "/internal/registry", mod + "/internal/admin", mod + "/internal/server", mod + "/internal/store", mod + "/internal/vm/"}, "the pool manager uses drivers only through the vm contract"},
 	{mod + "/internal/admin", []string{mod + "/internal/server", mod + "/internal/store"}, "handlers reach storage through the registry"},
 }
 
