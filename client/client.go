@@ -188,10 +188,7 @@ func (c *Client) send(ctx context.Context, method, path string, header http.Head
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", "application/json")
-	req.Header.Set("User-Agent", c.userAgent)
-	if c.auth != "" {
-		req.Header.Set("Authorization", c.auth)
-	}
+	c.setHeaders(req.Header)
 
 	resp, err := c.hc.Do(req)
 	if err != nil {
@@ -219,6 +216,16 @@ func (c *Client) send(ctx context.Context, method, path string, header http.Head
 		return resp.Header, fmt.Errorf("client: %s %s: decoding %d response: %w", method, path, resp.StatusCode, err)
 	}
 	return resp.Header, nil
+}
+
+// setHeaders sets the headers every request carries: the credential and
+// the User-Agent. Requests built outside send (the shell's websocket dial,
+// exec, logs) call it too, so they authenticate exactly as the rest do.
+func (c *Client) setHeaders(h http.Header) {
+	h.Set("User-Agent", c.userAgent)
+	if c.auth != "" {
+		h.Set("Authorization", c.auth)
+	}
 }
 
 // encodeBody turns a request body into JSON bytes.
