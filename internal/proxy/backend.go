@@ -25,6 +25,9 @@ type Backend struct {
 	draining atomic.Bool
 	lastUsed atomic.Int64 // unix nanos of the last acquire or release
 
+	conns connPool // idle connections of the forwarder
+	vmID  []string // the X-Vm-Id header value, built once
+
 	mu          sync.Mutex // guards drainReason, drainStart
 	drainReason string
 	drainStart  time.Time
@@ -32,7 +35,7 @@ type Backend struct {
 
 // NewBackend returns a healthy, accepting backend.
 func NewBackend(id, addr string, tls bool) *Backend {
-	b := &Backend{ID: id, Addr: addr, TLS: tls, Scheme: "http"}
+	b := &Backend{ID: id, Addr: addr, TLS: tls, Scheme: "http", vmID: []string{id}}
 	if tls {
 		b.Scheme = "https"
 	}
@@ -82,6 +85,16 @@ func (b *Backend) DrainInfo() (reason string, since time.Time, draining bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.drainReason, b.drainStart, b.draining.Load()
+}
+
+// vmIDHeader is the X-Vm-Id header value for responses from b. The slice is
+// shared by all of them; its capacity equals its length, so an append by
+// anyone makes a copy rather than writing into it.
+func (b *Backend) vmIDHeader() []string {
+	if len(b.vmID) == 1 && b.vmID[0] == b.ID {
+		return b.vmID[:1:1]
+	}
+	return []string{b.ID} // a Backend built without NewBackend, or whose ID was changed
 }
 
 func (b *Backend) available() bool { return b.healthy.Load() && !b.draining.Load() }

@@ -13,10 +13,15 @@
 // least in-flight among healthy, non-draining ones, with up to three attempts
 // when a connection cannot be made (the failed backend is marked unhealthy
 // until a probe readmits it).
+//
+// Requests are relayed by berth's own HTTP/1.1 forwarder (forward.go), which
+// keeps a pool of connections per Backend; protocol upgrades (websockets), and
+// everything when Options.Transport is set, go through httputil.ReverseProxy.
 package proxy
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"log/slog"
@@ -94,8 +99,15 @@ type Options struct {
 	// TrustedProxies are peers whose X-Forwarded-For/-Proto/-Host headers are
 	// kept (and appended to). From anyone else those headers are replaced.
 	TrustedProxies []netip.Prefix
-	// Transport carries requests to backends; nil uses a tuned default.
+	// Transport, when set, carries every request to backends through
+	// httputil.ReverseProxy. When nil (the normal case) berth's own HTTP/1.1
+	// forwarder does (see forward.go), and ReverseProxy over NewTransport only
+	// carries protocol upgrades such as websockets.
 	Transport http.RoundTripper
+	// TLSClientConfig configures connections to https backends made by the
+	// forwarder (nil: system roots, SNI from the backend address). It does
+	// not apply when Transport is set.
+	TLSClientConfig *tls.Config
 }
 
 // Handler is the data-plane http.Handler.
@@ -104,6 +116,8 @@ type Handler struct {
 	log     *slog.Logger
 	trusted []netip.Prefix
 	rp      *httputil.ReverseProxy
+	fast    bool    // use the forwarder for non-upgrade requests
+	dial    *dialer // the forwarder's connections
 	nactive atomic.Int64
 
 	// Wait is built on a channel rather than a sync.WaitGroup: requests keep
@@ -120,10 +134,12 @@ func New(o Options) *Handler {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	h := &Handler{log: o.Log, trusted: o.TrustedProxies}
+	h := &Handler{log: o.Log, trusted: o.TrustedProxies, fast: o.Transport == nil, dial: newDialer(o.TLSClientConfig)}
 	base := o.Transport
 	if base == nil {
-		base = NewTransport()
+		t := NewTransport()
+		t.TLSClientConfig = o.TLSClientConfig
+		base = t
 	}
 	h.rp = &httputil.ReverseProxy{
 		Rewrite:      h.rewrite,
@@ -240,12 +256,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if m.Strip != "" {
 		stripURL(r, m.Strip)
 	}
-	sw := &statusWriter{ResponseWriter: w}
 	switch {
 	case d.Site != nil:
+		sw := &statusWriter{ResponseWriter: w}
 		d.Site.ServeHTTP(sw, r)
 		d.observe(sw.code(), start, false)
+	case d.Pool != nil && h.fast && !isUpgrade(r):
+		h.forward(w, r, d, start)
 	case d.Pool != nil:
+		sw := &statusWriter{ResponseWriter: w}
 		st := &reqState{dep: d}
 		r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, st))
 		h.rp.ServeHTTP(sw, r)
@@ -257,10 +276,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		d.observe(sw.code(), start, st.failed)
 	default:
-		plain(sw, http.StatusServiceUnavailable, textNoBackend)
+		plain(w, http.StatusServiceUnavailable, textNoBackend)
 		d.observe(http.StatusServiceUnavailable, start, true)
 	}
 }
+
+// isUpgrade reports a request to switch protocols (websocket): those go
+// through ReverseProxy, which splices the two connections.
+func isUpgrade(r *http.Request) bool { return len(r.Header["Upgrade"]) > 0 }
 
 func (d *Deployment) observe(status int, start time.Time, failed bool) {
 	if d.Metrics != nil {
