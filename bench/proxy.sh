@@ -25,6 +25,7 @@
 #   HALF_DURATION [8]  seconds of each half-load run (after 2 s of warm-up)
 #   BERTH_GOMAXPROCS [unset: Go's default, one per core]  GOMAXPROCS for berth
 #   PORT_BASE [18080]  first of five consecutive ports used
+#   BERTH_BIN [unset: go build ./cmd/berth]  a prebuilt berth binary to use
 set -euo pipefail
 export PATH="$PATH:/usr/sbin:/sbin"
 
@@ -81,7 +82,11 @@ trap 'exit 130' INT TERM
 
 # ---- 2. build ----------------------------------------------------------------
 log "building berth, bench/upstream, bench/load"
-go build -o "$WORK/berth" ./cmd/berth
+if [[ -n ${BERTH_BIN:-} ]]; then
+	cp "$BERTH_BIN" "$WORK/berth"
+else
+	go build -o "$WORK/berth" ./cmd/berth
+fi
 go build -o "$WORK/upstream" ./bench/upstream
 go build -o "$WORK/load" ./bench/load
 
@@ -271,7 +276,7 @@ ms() { awk -v u="$1" 'BEGIN { printf "%.2f", u / 1000 }'; }
 	echo "berth/nginx:   req/s $(ratio "${RPS[berth]}" "${RPS[nginx]}"), CPU/req $(ratio "${CPU[berth]}" "${CPU[nginx]}")"
 	echo "berth/haproxy: req/s $(ratio "${RPS[berth]}" "${RPS[haproxy]}"), CPU/req $(ratio "${CPU[berth]}" "${CPU[haproxy]}")"
 	echo
-	echo "half load: ${HALF_RATE} req/s constant (half of berth's peak), bench/load, $CONNS connections, ${HALF_DURATION}s; latency from each request's due time"
+	echo "half load: ${HALF_RATE} req/s constant (half of berth's peak), bench/load, $CONNS connections, ${HALF_DURATION}s; latency from when each request was released (scheduled)"
 	printf '%-8s %9s %9s %15s\n' run "p50 ms" "p99 ms" "added p99 ms"
 	for n in direct berth nginx haproxy; do
 		added="-"

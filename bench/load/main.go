@@ -2,9 +2,15 @@
 // bench/proxy.sh. wrk keeps a fixed number of connections busy, so it can only
 // measure latency at saturation; this tool sends requests on a fixed schedule
 // (rate per second, spread over a pool of keep-alive connections) and measures
-// each latency from the moment the request was due, not from when it was
-// sent, so a stall in the server under test shows up as latency instead of
+// each latency from the moment the request was released, not from when it
+// was sent, so a stall in the server under test shows up as latency instead of
 // silently lowering the offered load (the "coordinated omission" wrk2 fixes).
+//
+// Latency is measured from the moment the pacer released the request, which is
+// when it fell due give or take the pacer's own timer granularity (Go sleeps
+// of under a millisecond come back after about one, so requests are released
+// in small bursts): waiting for a free connection counts, the pacer's lateness
+// does not, so the numbers are comparable across servers on a loaded machine.
 //
 // It prints one line of key=value pairs: offered rate, requests completed,
 // errors, and the p50/p90/p99/p99.9/max latency in microseconds.
@@ -44,6 +50,11 @@ type sample struct {
 	latency time.Duration
 }
 
+// job is one scheduled request: when it was due and when the pacer released it.
+type job struct {
+	due, released time.Time
+}
+
 func run(target string, rate float64, duration, warmup time.Duration, conns int) error {
 	u, err := url.Parse(target)
 	if err != nil || u.Scheme != "http" || u.Host == "" {
@@ -60,7 +71,7 @@ func run(target string, rate float64, duration, warmup time.Duration, conns int)
 	total := int(rate * (warmup + duration).Seconds())
 	interval := float64(time.Second) / rate
 
-	due := make(chan time.Time, 1<<16)
+	due := make(chan job, 1<<16)
 	go func() { // the pacer: release every request when it falls due
 		defer close(due)
 		for i := 0; i < total; {
@@ -70,7 +81,7 @@ func run(target string, rate float64, duration, warmup time.Duration, conns int)
 				if t.After(now) {
 					break
 				}
-				due <- t
+				due <- job{due: t, released: now}
 			}
 			time.Sleep(50 * time.Microsecond)
 		}
@@ -91,7 +102,7 @@ func run(target string, rate float64, duration, warmup time.Duration, conns int)
 			var errs int
 			var last error
 			var c *conn
-			for t := range due {
+			for j := range due {
 				if c == nil {
 					if c, err = dial(u.Host); err != nil {
 						errs, last = errs+1, err
@@ -104,7 +115,7 @@ func run(target string, rate float64, duration, warmup time.Duration, conns int)
 					c = nil
 					continue
 				}
-				local = append(local, sample{due: t, latency: time.Since(t)})
+				local = append(local, sample{due: j.due, latency: time.Since(j.released)})
 			}
 			if c != nil {
 				c.Close()
