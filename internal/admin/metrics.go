@@ -212,7 +212,7 @@ func (a *API) vmPool(v *apitype.DeploymentView, e *registry.Entry, now time.Time
 		u := float64(ps.InFlight) / float64(avail*max(pol.TargetConcurrency, 1))
 		v.Pool.Utilization = &u
 	}
-	ur, _ := a.o.Fleet.Driver().(vm.UsageReader)
+	ur, _ := e.VMPool.Driver().(vm.UsageReader)
 	var cpu float64
 	var mem int64
 	measured := false

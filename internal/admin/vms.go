@@ -36,10 +36,10 @@ func (a *API) vmEntry(id, what string) (*registry.Entry, error) {
 	return e, nil
 }
 
-func (a *API) agentClient(sandbox string) (*agent.Client, error) {
-	d, ok := a.o.Fleet.Driver().(vm.AgentDialer)
+func (a *API) agentClient(e *registry.Entry, sandbox string) (*agent.Client, error) {
+	d, ok := e.VMPool.Driver().(vm.AgentDialer)
 	if !ok {
-		return nil, web.Errorf(http.StatusNotImplemented, "the %T driver has no in-sandbox agent", a.o.Fleet.Driver())
+		return nil, web.Errorf(http.StatusNotImplemented, "the %s driver has no in-sandbox agent", e.Spec.VM.Driver)
 	}
 	return agent.NewClient(func(ctx context.Context) (net.Conn, error) { return d.DialAgent(ctx, sandbox) }), nil
 }
@@ -86,7 +86,7 @@ func (a *API) exec(w http.ResponseWriter, r *http.Request) error {
 		return pickError(err, id, req.SandboxID)
 	}
 	defer release()
-	c, err := a.agentClient(b.ID)
+	c, err := a.agentClient(e, b.ID)
 	if err != nil {
 		return err
 	}
@@ -157,9 +157,9 @@ func (a *API) logs(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	lr, ok := a.o.Fleet.Driver().(vm.LogReader)
+	lr, ok := e.VMPool.Driver().(vm.LogReader)
 	if !ok {
-		return web.Errorf(http.StatusNotImplemented, "the %T driver keeps no logs", a.o.Fleet.Driver())
+		return web.Errorf(http.StatusNotImplemented, "the %s driver keeps no logs", e.Spec.VM.Driver)
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
@@ -176,7 +176,7 @@ func (a *API) logs(w http.ResponseWriter, r *http.Request) error {
 	if !follow {
 		return nil
 	}
-	lf, ok := a.o.Fleet.Driver().(vm.LogFollower)
+	lf, ok := e.VMPool.Driver().(vm.LogFollower)
 	if !ok {
 		return nil
 	}
@@ -236,7 +236,7 @@ func (a *API) shell(w http.ResponseWriter, r *http.Request) error {
 		return pickError(err, id, q.Get("sandbox_id"))
 	}
 	defer release()
-	c, err := a.agentClient(b.ID)
+	c, err := a.agentClient(e, b.ID)
 	if err != nil {
 		return err
 	}

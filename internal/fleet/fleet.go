@@ -17,7 +17,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,7 +32,11 @@ import (
 
 // Options configure a Manager.
 type Options struct {
-	Driver vm.Driver
+	// Drivers are the drivers replicas can run on, by name (the spec's
+	// vm.driver). Driver, if set, is also registered as "process" — a
+	// shorthand for tests with one driver.
+	Drivers map[string]vm.Driver
+	Driver  vm.Driver
 	Log    *slog.Logger
 	// Tick is the reconcile interval; default 2s.
 	Tick time.Duration
@@ -75,26 +81,42 @@ func New(o Options) *Manager {
 	if o.MissingGrace <= 0 {
 		o.MissingGrace = 10 * time.Second
 	}
+	if o.Drivers == nil {
+		o.Drivers = map[string]vm.Driver{}
+	}
+	if o.Driver != nil {
+		if _, ok := o.Drivers["process"]; !ok {
+			o.Drivers["process"] = o.Driver
+		}
+	}
 	m := &Manager{o: o, log: o.Log, creates: make(chan struct{}, o.MaxCreates), pools: map[string]*Pool{}, started: make(chan struct{})}
 	m.nonce.Store(uint64(time.Now().UnixNano()) ^ rand.Uint64()>>16)
 	return m
 }
 
-// Driver returns the driver the manager runs replicas with.
-func (m *Manager) Driver() vm.Driver { return m.o.Driver }
+// Driver returns the driver with the given name, or nil.
+func (m *Manager) Driver(name string) vm.Driver { return m.o.Drivers[name] }
+
+// DriverNames lists the drivers replicas can run on, sorted.
+func (m *Manager) DriverNames() []string { return slices.Sorted(maps.Keys(m.o.Drivers)) }
 
 // Run adopts the replicas that are already running (left by a previous berth
 // process), then keeps every pool reconciled until ctx ends. Replicas keep
 // running when Run returns: a restarted berth re-adopts them.
 func (m *Manager) Run(ctx context.Context) error {
-	insts, err := m.o.Driver.List(ctx)
-	if err != nil {
-		return fmt.Errorf("fleet: listing replicas: %w", err)
-	}
 	byDep := map[string][]vm.Instance{}
-	for _, in := range insts {
-		if dep, ok := vm.Owner(in.ID); ok {
-			byDep[dep] = append(byDep[dep], in)
+	owner := map[string]vm.Driver{} // replica id → the driver that runs it
+	for _, name := range m.DriverNames() {
+		d := m.o.Drivers[name]
+		insts, err := d.List(ctx)
+		if err != nil {
+			return fmt.Errorf("fleet: listing %s replicas: %w", name, err)
+		}
+		for _, in := range insts {
+			if dep, ok := vm.Owner(in.ID); ok {
+				byDep[dep] = append(byDep[dep], in)
+				owner[in.ID] = d
+			}
 		}
 	}
 	m.mu.Lock()
@@ -122,7 +144,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		}
 		for _, in := range list {
 			m.log.Warn("destroying an orphaned replica", "replica", in.ID, "deployment", dep)
-			if err := m.o.Driver.Stop(ctx, in.ID, 5*time.Second); err != nil && !errors.Is(err, vm.ErrNotFound) {
+			if err := owner[in.ID].Stop(ctx, in.ID, 5*time.Second); err != nil && !errors.Is(err, vm.ErrNotFound) {
 				m.log.Error("could not destroy an orphaned replica", "replica", in.ID, "err", err)
 			}
 		}
@@ -139,6 +161,8 @@ func (m *Manager) Run(ctx context.Context) error {
 // Config is what a deployment's spec asks of its pool.
 type Config struct {
 	Deployment string
+	// Driver names the driver replicas run on (vm.driver).
+	Driver string
 	// Key identifies the replica template (e.g. the canonical JSON of the
 	// spec's vm section). When it changes, the pool's replicas are replaced.
 	Key        string

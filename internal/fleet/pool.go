@@ -78,6 +78,51 @@ func newPool(m *Manager, cfg Config) *Pool {
 	return p
 }
 
+// driver is the driver of the pool's current configuration. A driver change
+// is a template change (the Key includes vm.driver), so replicas of the old
+// driver are retired through the old one (see driverOf).
+func (p *Pool) driver() vm.Driver {
+	d := p.m.o.Drivers[p.cfg.Load().Driver]
+	if d == nil {
+		return missingDriver{p.cfg.Load().Driver}
+	}
+	return d
+}
+
+// driverOf finds the driver that runs replica id: the pool's current one,
+// or, after a vm.driver change, the one the replica was created with.
+func (p *Pool) driverOf(ctx context.Context, id string) vm.Driver {
+	cur := p.driver()
+	if _, err := cur.Inspect(ctx, id); !errors.Is(err, vm.ErrNotFound) || len(p.m.o.Drivers) == 1 {
+		return cur
+	}
+	for _, d := range p.m.o.Drivers {
+		if _, err := d.Inspect(ctx, id); err == nil {
+			return d
+		}
+	}
+	return cur
+}
+
+// Driver returns the driver the pool's replicas run on.
+func (p *Pool) Driver() vm.Driver { return p.driver() }
+
+// missingDriver fails every call: the spec names a driver this host does not
+// have (validation normally refuses such a spec).
+type missingDriver struct{ name string }
+
+func (d missingDriver) err() error {
+	return fmt.Errorf("fleet: driver %q is not available on this host: %w", d.name, vm.ErrUnavailable)
+}
+func (d missingDriver) Start(context.Context, vm.Spec) (vm.Instance, error) {
+	return vm.Instance{}, d.err()
+}
+func (d missingDriver) Stop(context.Context, string, time.Duration) error { return d.err() }
+func (d missingDriver) Inspect(context.Context, string) (vm.Instance, error) {
+	return vm.Instance{}, d.err()
+}
+func (d missingDriver) List(context.Context) ([]vm.Instance, error) { return nil, d.err() }
+
 // Backends is the set of replicas the data plane may send requests to.
 func (p *Pool) Backends() *proxy.Pool { return p.backends }
 
@@ -151,7 +196,7 @@ func (p *Pool) retireLocked(r *replica, now time.Time) {
 
 func (p *Pool) stopAll(ids []string) {
 	for _, id := range ids {
-		if err := p.m.o.Driver.Stop(context.Background(), id, 10*time.Second); err != nil && !errors.Is(err, vm.ErrNotFound) {
+		if err := p.driverOf(context.Background(), id).Stop(context.Background(), id, 10*time.Second); err != nil && !errors.Is(err, vm.ErrNotFound) {
 			p.m.log.Error("could not stop a replica", "deployment", p.id, "replica", id, "err", err)
 		}
 	}
@@ -292,7 +337,7 @@ func (p *Pool) observe(ctx context.Context, cfg *Config, now time.Time) {
 	rs := slices.Collect(maps.Values(p.replicas))
 	p.mu.Unlock()
 	for _, r := range rs {
-		in, err := p.m.o.Driver.Inspect(ctx, r.id)
+		in, err := p.driverOf(ctx, r.id).Inspect(ctx, r.id)
 		if ctx.Err() != nil {
 			return
 		}
@@ -356,7 +401,7 @@ func (p *Pool) failLocked(cfg *Config, r *replica, now time.Time, reason string)
 }
 
 func (p *Pool) logTail(ctx context.Context, id string) string {
-	lr, ok := p.m.o.Driver.(vm.LogReader)
+	lr, ok := p.driver().(vm.LogReader)
 	if !ok {
 		return ""
 	}
@@ -417,7 +462,7 @@ func (p *Pool) create(ctx context.Context) {
 		p.mu.Lock()
 		p.replicas[r.id] = r // tracked before Start, so nothing is orphaned
 		p.mu.Unlock()
-		in, err = p.m.o.Driver.Start(ctx, spec)
+		in, err = p.driver().Start(ctx, spec)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -448,7 +493,7 @@ func (p *Pool) create(ctx context.Context) {
 
 // resume brings back the oldest retained replica, if any.
 func (p *Pool) resume(ctx context.Context, cfg *Config, now time.Time) *replica {
-	s, ok := p.m.o.Driver.(vm.Suspender)
+	s, ok := p.driver().(vm.Suspender)
 	if !ok {
 		return nil
 	}
@@ -545,7 +590,7 @@ func (p *Pool) reap(ctx context.Context, cfg *Config, r *replica) {
 	if m := cfg.Metrics; m != nil {
 		m.Autoscale.VMsReaped.Add(1)
 	}
-	if s, ok := p.m.o.Driver.(vm.Suspender); ok && cfg.Retain && r.key == cfg.Key {
+	if s, ok := p.driver().(vm.Suspender); ok && cfg.Retain && r.key == cfg.Key {
 		if err := s.Suspend(ctx, r.id); err == nil {
 			p.mu.Lock()
 			p.suspended = append(p.suspended, r.id)

@@ -158,7 +158,7 @@ func (p *Pool) Evict(ctx context.Context, id string, force bool) (killed bool, e
 	delete(p.replicas, id)
 	p.syncBackendsLocked()
 	p.mu.Unlock()
-	err = p.m.o.Driver.Stop(ctx, id, 0)
+	err = p.driver().Stop(ctx, id, 0)
 	if errors.Is(err, vm.ErrNotFound) {
 		err = nil
 	}

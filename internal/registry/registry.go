@@ -236,6 +236,7 @@ func (r *Registry) poolConfig(s *apitype.DeploymentSpec) fleet.Config {
 	hc := spec.Health(s)
 	cfg := fleet.Config{
 		Deployment: s.ID,
+		Driver:     string(v.Driver),
 		Key:        string(key),
 		Template: vm.Spec{
 			Image: v.Image, Command: v.StartCommand, Port: v.Port, Env: maps.Clone(v.EnvVars),

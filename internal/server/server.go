@@ -29,6 +29,7 @@ import (
 	"github.com/berth-dev/berth/internal/secrets"
 	"github.com/berth-dev/berth/internal/spec"
 	"github.com/berth-dev/berth/internal/store"
+	"github.com/berth-dev/berth/internal/vm"
 	"github.com/berth-dev/berth/internal/vm/process"
 	"github.com/berth-dev/berth/internal/web"
 )
@@ -142,11 +143,11 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		st.Close()
 		return nil, fmt.Errorf("process driver: %w", err)
 	}
-	s.Fleet = fleet.New(fleet.Options{Driver: drv, Log: o.Log})
+	s.Fleet = fleet.New(fleet.Options{Drivers: map[string]vm.Driver{"process": drv}, Log: o.Log})
 	s.Registry = registry.New(registry.Options{
 		Store:     st,
 		Publisher: s.Proxy,
-		Spec:      spec.Options{BaseDomain: o.BaseDomain, Drivers: Drivers()},
+		Spec:      spec.Options{BaseDomain: o.BaseDomain, Drivers: s.Fleet.DriverNames()},
 		Recorder:  func(id string) proxy.Recorder { return recorder{s.Metrics.Get(id)} },
 		Forget:    s.Metrics.Delete,
 		Pools:     s.Fleet,
@@ -204,8 +205,6 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	return s, nil
 }
 
-// Drivers lists the VM drivers this host can run.
-func Drivers() []string { return []string{"process"} }
 
 // ProxyAddr is the bound data-plane address.
 func (s *Server) ProxyAddr() string { return s.proxyLn.Addr().String() }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/contracttest"
+	"github.com/berth-dev/berth/internal/vm"
 	"github.com/berth-dev/berth/internal/vm/process"
 )
 
@@ -74,7 +76,7 @@ func stopReplicas(t testing.TB, dir string) {
 		t.Errorf("cleanup: %v", err)
 	}
 	for _, in := range insts {
-		if err := d.Stop(context.Background(), in.ID, time.Second); err != nil {
+		if err := d.Stop(context.Background(), in.ID, time.Second); err != nil && !errors.Is(err, vm.ErrNotFound) {
 			t.Errorf("cleanup: stopping %s: %v", in.ID, err)
 		}
 	}
