@@ -37,7 +37,7 @@ type Options struct {
 	// shorthand for tests with one driver.
 	Drivers map[string]vm.Driver
 	Driver  vm.Driver
-	Log    *slog.Logger
+	Log     *slog.Logger
 	// Tick is the reconcile interval; default 2s.
 	Tick time.Duration
 	// BootProbe is how often a booting replica is probed; default 5ms, so

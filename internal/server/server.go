@@ -205,7 +205,6 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	return s, nil
 }
 
-
 // ProxyAddr is the bound data-plane address.
 func (s *Server) ProxyAddr() string { return s.proxyLn.Addr().String() }
 
