@@ -15,7 +15,6 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -29,8 +28,6 @@ import (
 	"github.com/berth-dev/berth/internal/secrets"
 	"github.com/berth-dev/berth/internal/spec"
 	"github.com/berth-dev/berth/internal/store"
-	"github.com/berth-dev/berth/internal/vm"
-	"github.com/berth-dev/berth/internal/vm/process"
 	"github.com/berth-dev/berth/internal/web"
 )
 
@@ -136,14 +133,12 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	}
 	s := &Server{o: o, log: o.Log, store: st, Metrics: metrics.NewRegistry(), host: metrics.NewHostSampler("/proc"), Secrets: sec}
 	s.Proxy = proxy.New(proxy.Options{Log: o.Log, TrustedProxies: o.TrustedProxies})
-	drv, err := process.New(process.Options{
-		Dir: filepath.Join(o.DataDir, "replicas"), AgentCommand: o.AgentCommand, AgentEnv: o.AgentEnv, Log: o.Log,
-	})
+	drivers, err := buildDrivers(o)
 	if err != nil {
 		st.Close()
-		return nil, fmt.Errorf("process driver: %w", err)
+		return nil, err
 	}
-	s.Fleet = fleet.New(fleet.Options{Drivers: map[string]vm.Driver{"process": drv}, Log: o.Log})
+	s.Fleet = fleet.New(fleet.Options{Drivers: drivers, Log: o.Log})
 	s.Registry = registry.New(registry.Options{
 		Store:     st,
 		Publisher: s.Proxy,
