@@ -31,6 +31,11 @@ func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 // serves the protocol on --listen, runs the --setup hooks, then COMMAND,
 // and returns the process's exit code (COMMAND's, 128+N when a signal
 // killed it, 2 for a usage error). Cancelling ctx acts like SIGTERM.
+//
+// With --lease-file it is also the TTL backstop: once the deadline in the
+// file has passed it stops COMMAND (SIGTERM, SIGKILL after --lease-grace)
+// and exits with the reason "lease expired", so a replica whose berth is
+// gone for good does not run forever.
 func Main(ctx context.Context, args []string, stderr io.Writer) int {
 	fl := flag.NewFlagSet("berth agent", flag.ContinueOnError)
 	fl.SetOutput(stderr)
@@ -40,11 +45,14 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 		exitFile = fl.String("exit-file", "", "`FILE` to write COMMAND's exit status to")
 		workdir  = fl.String("workdir", "", "`DIR` to run hooks, COMMAND and execs in")
 		root     = fl.String("root", "", "`DIR` that confines the paths of file operations")
+		lease    = fl.String("lease-file", "", "`FILE` holding the lease deadline (unix seconds); once it has passed, COMMAND is stopped and the agent exits")
+		check    = fl.Duration("lease-check", defaultLeaseCheck, "how often to read the lease file")
+		grace    = fl.Duration("lease-grace", defaultLeaseGrace, "how long COMMAND gets between SIGTERM and SIGKILL once the lease has expired")
 		setups   stringList
 	)
 	fl.Var(&setups, "setup", "`CMD` to run with /bin/sh -c before COMMAND (repeatable)")
 	fl.Usage = func() {
-		fmt.Fprintln(stderr, "usage: berth agent --listen unix:/path/agent.sock [--log FILE] [--exit-file FILE] [--workdir DIR] [--root DIR] [--setup CMD]... [--] [COMMAND [ARGS...]]")
+		fmt.Fprintln(stderr, "usage: berth agent --listen unix:/path/agent.sock [--log FILE] [--exit-file FILE] [--workdir DIR] [--root DIR] [--lease-file FILE [--lease-check D] [--lease-grace D]] [--setup CMD]... [--] [COMMAND [ARGS...]]")
 		fl.PrintDefaults()
 	}
 	if err := fl.Parse(args); err != nil {
@@ -58,7 +66,12 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 		fl.Usage()
 		return 2
 	}
-	m := &mainRun{stderr: stderr, exitFile: *exitFile, workdir: *workdir}
+	if *check <= 0 || *grace < 0 {
+		fmt.Fprintln(stderr, "berth agent: --lease-check must be positive and --lease-grace not negative")
+		fl.Usage()
+		return 2
+	}
+	m := &mainRun{stderr: stderr, exitFile: *exitFile, workdir: *workdir, leaseGrace: *grace}
 	// Catch signals before anything starts, so none kills the agent
 	// instead of reaching COMMAND.
 	m.sigs = make(chan os.Signal, 4)
@@ -92,10 +105,20 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 		go reapOrphans(rctx)
 	}
 	m.logf("agent listening on %s (pid %d)", *listen, os.Getpid())
+	if *lease != "" {
+		expired := make(chan struct{})
+		m.expired = expired
+		lctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go m.watchLease(lctx, *lease, *check, expired)
+	}
 
 	for i, hook := range setups {
 		m.logf("setup hook %d: %s", i+1, hook)
 		code, reason := m.run(exec.Command("/bin/sh", "-c", hook), "stdout", "stderr")
+		if m.leaseGone {
+			return m.exit(code, leaseReason)
+		}
 		if code != 0 {
 			return m.exit(code, fmt.Sprintf("setup hook %d (%s) %s", i+1, hook, reason))
 		}
@@ -106,13 +129,28 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 			return m.exit(0, "stopped by "+sig.String())
 		case <-m.done:
 			return m.exit(0, "stopped")
+		case <-m.expired:
+			return m.exit(0, leaseReason)
 		case err := <-served:
 			return m.exit(1, fmt.Sprintf("agent: serving: %v", err))
 		}
 	}
+	select {
+	case <-m.expired:
+		// Expired while the hooks ran (and they finished anyway): do not
+		// start COMMAND just to stop it.
+		return m.exit(0, leaseReason)
+	default:
+	}
 	code, reason := m.run(exec.Command(fl.Arg(0), fl.Args()[1:]...), "stdout", "stderr")
+	if m.leaseGone {
+		reason = leaseReason
+	}
 	return m.exit(code, reason)
 }
+
+// leaseReason is the exit file's reason when the lease ended the replica.
+const leaseReason = "lease expired"
 
 // mainRun is the state of one Main.
 type mainRun struct {
@@ -122,6 +160,10 @@ type mainRun struct {
 	workdir  string
 	sigs     chan os.Signal
 	done     <-chan struct{} // Main's ctx; nil after it fired once
+
+	expired    <-chan struct{} // closed when the lease has passed; nil without --lease-file
+	leaseGrace time.Duration   // SIGTERM to SIGKILL once it has
+	leaseGone  bool            // the lease stopped a hook or COMMAND
 }
 
 // logf records an agent event.
@@ -162,6 +204,8 @@ func (m *mainRun) run(cmd *exec.Cmd, out, errs string) (int, string) {
 		_ = children.wait(cmd)
 		close(waited)
 	}()
+	expired := m.expired
+	var kill <-chan time.Time
 	for {
 		select {
 		case <-waited:
@@ -182,6 +226,18 @@ func (m *mainRun) run(cmd *exec.Cmd, out, errs string) (int, string) {
 			m.done = nil
 			m.logf("stopping: sending SIGTERM to process group %d", cmd.Process.Pid)
 			_ = signalGroup(cmd.Process.Pid, syscall.SIGTERM)
+		case <-expired:
+			expired = nil
+			m.leaseGone = true
+			m.logf("lease expired: sending SIGTERM to process group %d, SIGKILL in %s", cmd.Process.Pid, m.leaseGrace)
+			_ = signalGroup(cmd.Process.Pid, syscall.SIGTERM)
+			t := time.NewTimer(m.leaseGrace)
+			defer t.Stop()
+			kill = t.C
+		case <-kill:
+			kill = nil
+			m.logf("still running %s after SIGTERM: sending SIGKILL to process group %d", m.leaseGrace, cmd.Process.Pid)
+			_ = signalGroup(cmd.Process.Pid, syscall.SIGKILL)
 		}
 	}
 }
