@@ -2,7 +2,7 @@
 // replicas: processes, containers, KVM guests, Firecracker microVMs. Each
 // driver implements Driver; optional abilities are one-method interfaces a
 // caller discovers with a type assertion (Suspender, LogReader, AgentDialer,
-// UsageReader), as net/http does with http.Flusher.
+// UsageReader, Leaser), as net/http does with http.Flusher.
 //
 // Replicas are named so that berth can re-adopt them after its own restart:
 // Name(deployment, nonce) gives "berth-<deployment>-<12 hex>", and Owner
@@ -44,6 +44,13 @@ type Spec struct {
 	SizeClass  string            // micro … xlarge; see Sizes
 	DiskSizeGB int               // 0: driver default
 	OpenPorts  []int             // extra ports the app listens on
+
+	// TTL is the replica's initial lease (vm.ttl_seconds): a driver that
+	// is a Leaser ends the replica by itself once TTL has passed since
+	// Start unless Renew extended it. It is the backstop that keeps
+	// replicas of a berth that is gone for good from running forever.
+	// Zero means no lease. Drivers that are not Leasers ignore it.
+	TTL time.Duration
 }
 
 // State is a replica's lifecycle state.
@@ -94,6 +101,22 @@ type Driver interface {
 type Suspender interface {
 	Suspend(ctx context.Context, id string) error
 	Resume(ctx context.Context, id string) (Instance, error)
+}
+
+// Leaser bounds how long a replica lives without berth: every replica has a
+// lease (set at Start from Spec.TTL), and once its deadline has passed the
+// replica ends by itself, with an Instance.Reason that says the lease
+// expired. berth renews the leases of the replicas it tracks; when berth is
+// gone for good, its replicas expire instead of running forever.
+//
+// The lease must be enforced without berth (by the sandbox itself or the
+// host's VM daemon). Where the sandbox enforces it, a suspended (frozen)
+// replica cannot act on it until resumed, and ends then if it has passed.
+type Leaser interface {
+	// Renew moves the lease deadline of replica id to until (which may be
+	// in the past, to end it). It returns an error wrapping ErrNotFound for
+	// unknown ids.
+	Renew(ctx context.Context, id string, until time.Time) error
 }
 
 // LogLine is one line a replica wrote.

@@ -13,11 +13,17 @@
 //	output.log   the app's output as JSON lines, rotated to output.log.1
 //	exit.json    written by the agent when the app ends
 //	agent.err    the agent's own stderr, for when it cannot even start
+//	lease        the lease deadline in unix seconds (Spec.TTL, Renew); the
+//	             agent reads it every --lease-check and, once it has
+//	             passed, stops the app and exits ("lease expired")
 //
 // The agent is started in a new session (setsid) and without a parent-death
 // signal, so replicas outlive a berth crash; a new Driver over the same Dir
 // finds them through their state files (the start time defeats pid reuse)
-// and adopts them: no duplicates, no orphans.
+// and adopts them: no duplicates, no orphans. The lease is the backstop for a
+// berth that never comes back: without renewals, its replicas end by
+// themselves. A suspended replica is frozen with its agent, so its lease is
+// enforced only once it is resumed.
 //
 // When berth runs as root (see Options.Isolate) each replica gets its own
 // PID, mount, UTS and IPC namespaces: the agent is PID 1 and reaps, mounts
@@ -54,6 +60,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/berth-dev/berth/internal/agent"
 	"github.com/berth-dev/berth/internal/vm"
 )
 
@@ -65,6 +72,7 @@ var (
 	_ vm.LogFollower = (*Driver)(nil)
 	_ vm.AgentDialer = (*Driver)(nil)
 	_ vm.UsageReader = (*Driver)(nil)
+	_ vm.Leaser      = (*Driver)(nil)
 )
 
 // Options configures a Driver.
@@ -119,6 +127,7 @@ const (
 	logFile   = "output.log"
 	exitFile  = "exit.json"
 	errFile   = "agent.err"
+	leaseFile = "lease"
 )
 
 // maxSockPath is the longest unix socket path Linux accepts (sun_path less
@@ -362,12 +371,20 @@ func (d *Driver) launch(spec vm.Spec, st state, workDir string, size vm.Size) (s
 	if err := writeState(dir, st); err != nil {
 		return st, err
 	}
+	if spec.TTL > 0 {
+		if err := writeLease(dir, st.StartedAt.Add(spec.TTL)); err != nil {
+			return st, err
+		}
+	}
 
 	args := slices.Clone(d.agent[1:])
 	args = append(args,
 		"--listen", "unix:"+filepath.Join(dir, sockFile),
 		"--log", filepath.Join(dir, logFile),
 		"--exit-file", filepath.Join(dir, exitFile),
+		// Always, so that Renew can give a lease to a replica started
+		// without one; a missing file means no lease.
+		"--lease-file", filepath.Join(dir, leaseFile),
 		"--workdir", workDir)
 	for _, h := range spec.SetupHooks {
 		args = append(args, "--setup", h)
@@ -485,6 +502,49 @@ func startInUTS(cmd *exec.Cmd, host string) error {
 		errc <- cmd.Start()
 	}()
 	return <-errc
+}
+
+// writeLease replaces a replica's lease file atomically, so the agent never
+// reads half a deadline.
+func writeLease(dir string, until time.Time) error {
+	tmp, err := os.CreateTemp(dir, "."+leaseFile+".tmp-*")
+	if err != nil {
+		return err
+	}
+	_, err = tmp.Write(agent.FormatLease(until))
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), filepath.Join(dir, leaseFile))
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+	}
+	return err
+}
+
+// Renew moves a replica's lease deadline to until. The agent reads it at its
+// next check; a deadline in the past ends the replica then.
+func (d *Driver) Renew(ctx context.Context, id string, until time.Time) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if !validID(id) {
+		return fmt.Errorf("process: %q: %w", id, vm.ErrNotFound)
+	}
+	dir := d.path(id)
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return fmt.Errorf("process: renew %s: %w", id, vm.ErrNotFound)
+	}
+	if err := writeLease(dir, until); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			// Stopped meanwhile: its directory went away.
+			return fmt.Errorf("process: renew %s: %w", id, vm.ErrNotFound)
+		}
+		return fmt.Errorf("process: renew %s: %w", id, err)
+	}
+	return nil
 }
 
 func writeState(dir string, st state) error {

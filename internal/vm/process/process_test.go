@@ -86,10 +86,13 @@ func shortTempDir(t *testing.T) string {
 	return dir
 }
 
+// leaseCheck is how often the test agents read their lease.
+const leaseCheck = 50 * time.Millisecond
+
 func options(t testing.TB, dir string, isolate bool) Options {
 	return Options{
 		Dir:          dir,
-		AgentCommand: []string{testBinary(t)},
+		AgentCommand: []string{testBinary(t), "--lease-check=" + leaseCheck.String()},
 		AgentEnv:     []string{"BERTH_TEST_ROLE=agent"},
 		Isolate:      &isolate,
 		CgroupParent: "none", // the Cgroup mode of TestDriver tests cgroups
@@ -168,6 +171,7 @@ func TestDriver(t *testing.T) {
 				Reopen: func(t *testing.T, old vm.Driver) vm.Driver {
 					return newDriver(t, old.(*Driver).dir, isolate)
 				},
+				LeaseCheck: leaseCheck,
 			})
 		})
 	}
@@ -195,9 +199,10 @@ func TestDriver(t *testing.T) {
 			t.Cleanup(func() { checkNoProcesses(t, dir) })
 			return open(t, dir)
 		}, vmtest.Options{
-			App:    appCommand(t, "app"),
-			EnvApp: appCommand(t, "envapp"),
-			Reopen: func(t *testing.T, old vm.Driver) vm.Driver { return open(t, old.(*Driver).dir) },
+			App:        appCommand(t, "app"),
+			EnvApp:     appCommand(t, "envapp"),
+			Reopen:     func(t *testing.T, old vm.Driver) vm.Driver { return open(t, old.(*Driver).dir) },
+			LeaseCheck: leaseCheck,
 		})
 	})
 }

@@ -2,7 +2,8 @@
 // driver's own test calls RunDriverTests with a constructor and commands that
 // run inside its sandboxes; the suite then checks the contract of package vm
 // the same way for all of them, including the optional abilities the driver
-// implements (Suspender, LogReader, LogFollower, AgentDialer, UsageReader).
+// implements (Suspender, LogReader, LogFollower, AgentDialer, UsageReader,
+// Leaser).
 //
 // The suite only waits on conditions with bounded polling loops (a hang guard,
 // never a timing assertion), so slow hosts make it slower, not flaky.
@@ -62,6 +63,12 @@ type Options struct {
 
 	// Grace is passed to Stop. Zero means 5 seconds.
 	Grace time.Duration
+
+	// LeaseCheck is how often the driver's replicas notice that their
+	// lease has passed (the agent's --lease-check); the Lease test keeps a
+	// renewed replica alive across several of them. Required for drivers
+	// that are vm.Leasers; keep it short (tens of milliseconds).
+	LeaseCheck time.Duration
 }
 
 // CrashLine is the line CrashApp prints last; a crashed replica's
@@ -102,6 +109,7 @@ func RunDriverTests(t *testing.T, newDriver func(t *testing.T) vm.Driver, o Opti
 		{"FollowLogs", s.testFollowLogs},
 		{"Agent", s.testAgent},
 		{"Usage", s.testUsage},
+		{"Lease", s.testLease},
 		{"Reopen", s.testReopen},
 	}
 	for _, tt := range tests {
@@ -326,6 +334,14 @@ func (s *suite) testUnknown(t *testing.T) {
 	if ur, ok := d.(vm.UsageReader); ok {
 		if _, err := ur.Usage(ctx, id); !errors.Is(err, vm.ErrNotFound) {
 			t.Errorf("Usage: error %v, want ErrNotFound", err)
+		}
+	}
+	if l, ok := d.(vm.Leaser); ok {
+		if err := l.Renew(ctx, id, time.Now().Add(time.Hour)); !errors.Is(err, vm.ErrNotFound) {
+			t.Errorf("Renew: error %v, want ErrNotFound", err)
+		}
+		if err := l.Renew(ctx, "../../etc", time.Now().Add(time.Hour)); !errors.Is(err, vm.ErrNotFound) {
+			t.Errorf("Renew(../../etc): error %v, want ErrNotFound", err)
 		}
 	}
 }
@@ -761,4 +777,77 @@ func (s *suite) testReopen(t *testing.T) {
 	if _, err := d1.Inspect(t.Context(), spec.Name); !errors.Is(err, vm.ErrNotFound) {
 		t.Errorf("first driver's Inspect after the second stopped it: error %v, want ErrNotFound", err)
 	}
+}
+
+// leaseTTL is the initial lease of the Lease test's replicas: long enough to
+// start and serve, short enough that the test does not wait long for it.
+const leaseTTL = 2 * time.Second
+
+// testLease checks the TTL backstop: a lease moved into the past ends the
+// replica, a replica left alone ends once Spec.TTL has passed, and one whose
+// lease is renewed outlives the first (started earlier with the same TTL) and
+// keeps serving across further checks.
+func (s *suite) testLease(t *testing.T) {
+	d := s.newDriver(t)
+	l, ok := d.(vm.Leaser)
+	if !ok {
+		t.Skip("driver is not a vm.Leaser")
+	}
+	if s.o.LeaseCheck <= 0 {
+		t.Fatal("vmtest: the driver is a vm.Leaser, so Options.LeaseCheck is required")
+	}
+
+	expired := func(id string) (bool, string) {
+		inst, err := d.Inspect(t.Context(), id)
+		if err != nil {
+			t.Fatalf("Inspect(%s): %v", id, err)
+		}
+		if !inst.State.Terminal() {
+			return false, "state " + string(inst.State)
+		}
+		if !strings.Contains(inst.Reason, "lease expired") {
+			t.Errorf("%s ended in state %s with reason %q, want it to say the lease expired", id, inst.State, inst.Reason)
+		}
+		return true, ""
+	}
+
+	// A lease moved into the past ends a replica started without a TTL.
+	gone := s.spec("vmtest-lease", s.o.App)
+	s.start(t, d, gone)
+	inst, _ := waitServing(t, d, gone.Name)
+	if err := l.Renew(t.Context(), gone.Name, time.Now().Add(-time.Hour)); err != nil {
+		t.Fatalf("Renew into the past: %v", err)
+	}
+	eventually(t, gone.Name+" to end after its lease passed", func() (bool, string) { return expired(gone.Name) })
+	waitSilent(t, inst.Addr)
+
+	// Two replicas with the same TTL: the renewed one is started first, so
+	// its initial lease ends no later than the other's.
+	kept, left := s.spec("vmtest-lease", s.o.App), s.spec("vmtest-lease", s.o.App)
+	kept.TTL, left.TTL = leaseTTL, leaseTTL
+	s.start(t, d, kept)
+	s.start(t, d, left)
+	renew := func() {
+		if err := l.Renew(t.Context(), kept.Name, time.Now().Add(leaseTTL)); err != nil {
+			t.Fatalf("Renew(%s): %v", kept.Name, err)
+		}
+	}
+	tick := time.NewTicker(s.o.LeaseCheck)
+	defer tick.Stop()
+	eventually(t, left.Name+" to end when its TTL passed", func() (bool, string) {
+		renew()
+		<-tick.C
+		return expired(left.Name)
+	})
+	// The renewed replica's first lease has passed too; give its sandbox
+	// several more checks to (wrongly) act on it.
+	for range 10 {
+		renew()
+		<-tick.C
+	}
+	waitServing(t, d, kept.Name)
+	if err := l.Renew(t.Context(), kept.Name, time.Now().Add(-time.Second)); err != nil {
+		t.Fatalf("Renew into the past: %v", err)
+	}
+	eventually(t, kept.Name+" to end after its lease passed", func() (bool, string) { return expired(kept.Name) })
 }
