@@ -78,7 +78,8 @@ var commands []*command
 func init() {
 	commands = []*command{
 		applyCmd, getCmd, describeCmd, deleteCmd, scaleCmd,
-		cordonCmd, drainCmd, uncordonCmd, statusCmd, versionCmd, helpCmd,
+		cordonCmd, drainCmd, uncordonCmd, execCmd, shellCmd, logsCmd,
+		statusCmd, versionCmd, helpCmd,
 	}
 }
 
@@ -181,9 +182,12 @@ func (e *env) run(ctx context.Context, args []string) int {
 // report turns a command's error into output and an exit code.
 func (e *env) report(cmd *command, err error) int {
 	var ue *usageError
+	var ec *exitCodeError
 	switch {
 	case err == nil:
 		return exitOK
+	case errors.As(err, &ec): // exec and shell: the remote command's code
+		return ec.code
 	case errors.Is(err, errHelp):
 		fmt.Fprint(e.stdout, commandHelp(cmd))
 		return exitOK

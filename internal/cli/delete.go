@@ -7,16 +7,25 @@ import (
 
 var deleteCmd = &command{
 	name:    "delete",
-	summary: "Delete a deployment",
+	summary: "Delete a deployment, or one of its VMs",
 	help: `Usage: berth delete deployment ID
        berth delete deployment/ID
+       berth delete vm SB -d DEPLOYMENT [--force]
 
 Delete a deployment: its routes stop matching and its VMs are torn down.
+
+delete vm removes one VM (sandbox SB) of a vm deployment. It stops taking
+new requests and is killed once those in flight finish ("draining"), or
+at once when idle or with --force ("killed"). The autoscaler replaces it
+if the deployment still needs it.
 `,
 	run: runDelete,
 }
 
 func runDelete(ctx context.Context, e *env, args []string) error {
+	if e.isVMResource(args) {
+		return runDeleteVM(ctx, e, args)
+	}
 	pos, err := e.parse(e.flagSet("delete"), args)
 	if err != nil {
 		return err

@@ -12,15 +12,21 @@ import (
 
 var getCmd = &command{
 	name:    "get",
-	summary: "List deployments, or show one",
+	summary: "List deployments or a deployment's VMs, or show one",
 	help: `Usage: berth get deployments [-o json|yaml|wide]
        berth get deployment ID [-o json|yaml|wide]
        berth get deployment/ID
+       berth get vms -d DEPLOYMENT [-o json|yaml|wide]
 
 List deployments as a table: NAME KIND ROUTES DESIRED READY PENDING IN-FLIGHT.
 -o wide adds NAMESPACE MIN MAX WARM TARGET BACKEND, where BACKEND is the
 upstreams of a static deployment, the root of a site, or driver:image of a
 vm deployment. -o json and -o yaml print the server's reply as received.
+
+get vms lists the VMs of one deployment: SANDBOX ADDR STATE IN-FLIGHT
+UPTIME CPU MEMORY, where STATE is ready, unhealthy, draining or booting.
+-o wide adds HEALTHY and the VM driver's STATUS of a booting VM; -o json
+and -o yaml print {deployment, vms, pending_vms} with the server's lists.
 `,
 	run: runGet,
 }
@@ -68,6 +74,9 @@ func stripKind(arg string) string {
 func deploymentPath(id string) string { return "/deployments/" + url.PathEscape(id) }
 
 func runGet(ctx context.Context, e *env, args []string) error {
+	if e.isVMResource(args) {
+		return runGetVMs(ctx, e, args)
+	}
 	pos, err := e.parse(e.flagSet("get"), args)
 	if err != nil {
 		return err
