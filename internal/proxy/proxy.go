@@ -254,6 +254,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if m.Strip != "" {
+		if d.Site != nil && r.URL.Path == m.Strip && !strings.HasSuffix(m.Strip, "/") {
+			// /docs on a site routed at /docs: the site's root directory,
+			// which (like any directory) is addressed with a trailing
+			// slash, so that relative links in its index resolve.
+			to := m.Strip + "/"
+			if r.URL.RawQuery != "" {
+				to += "?" + r.URL.RawQuery
+			}
+			w.Header().Set("Location", to)
+			plain(w, http.StatusMovedPermanently, "redirecting to "+to+"\n")
+			d.observe(http.StatusMovedPermanently, start, false)
+			return
+		}
 		stripURL(r, m.Strip)
 	}
 	switch {

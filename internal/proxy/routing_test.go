@@ -356,3 +356,23 @@ func TestTLSUpstream(t *testing.T) {
 		t.Errorf("upstream saw Host %q URI %q", e.Host, e.URI)
 	}
 }
+
+// TestSiteRootRedirect: a site routed under a stripped prefix answers the
+// bare prefix with a redirect to the directory form.
+func TestSiteRootRedirect(t *testing.T) {
+	h := proxy.New(proxy.Options{})
+	var b route.Builder[*proxy.Deployment]
+	site := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("site " + r.URL.Path)) })
+	b.Add("docs", &proxy.Deployment{ID: "docs", Site: site}, []route.Rule{{PathPrefix: "/docs", StripPrefix: true}})
+	h.Swap(b.Build())
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/docs?x=1", nil))
+	if rec.Code != http.StatusMovedPermanently || rec.Header().Get("Location") != "/docs/?x=1" {
+		t.Errorf("GET /docs = %d %q", rec.Code, rec.Header().Get("Location"))
+	}
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/docs/", nil))
+	if rec.Code != 200 || rec.Body.String() != "site /" {
+		t.Errorf("GET /docs/ = %d %q", rec.Code, rec.Body.String())
+	}
+}
