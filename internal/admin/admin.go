@@ -12,9 +12,12 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/berth-dev/berth/internal/auth"
 	"github.com/berth-dev/berth/internal/fleet"
 	"github.com/berth-dev/berth/internal/metrics"
+	"github.com/berth-dev/berth/internal/namespaces"
 	"github.com/berth-dev/berth/internal/registry"
+	"github.com/berth-dev/berth/internal/secrets"
 	"github.com/berth-dev/berth/internal/spec"
 	"github.com/berth-dev/berth/internal/web"
 )
@@ -29,6 +32,13 @@ type Options struct {
 	Revision  string   // build revision, in x-heyo-revision on /healthz
 	Started   time.Time
 	Log       *slog.Logger
+
+	// Gate authenticates callers and enforces tiers and walls (package
+	// auth); nil trusts every caller, as an ungated loopback server does.
+	Gate       *auth.Gate
+	Tokens     *auth.Tokens      // app-tokens; nil answers 503 on /tokens
+	Secrets    *secrets.Store    // nil answers 503 on /secrets
+	Namespaces *namespaces.Store // declared namespaces and auth providers
 }
 
 // API is the admin http.Handler.
@@ -46,25 +56,45 @@ func New(o Options) *API {
 		o.Started = time.Now()
 	}
 	a := &API{o: o, mux: http.NewServeMux()}
-	h := func(pattern string, fn web.HandlerFunc) { a.mux.Handle(pattern, web.Handle(o.Log, fn)) }
 
-	h("GET /healthz", a.healthz)
-	h("GET /ingress", a.ingress)
-	h("GET /metrics", a.metrics)
-	a.mux.Handle("GET /metrics/prometheus", metrics.Handler(o.Metrics, o.Host))
+	a.handle("GET /healthz", tierOpen, wallNone, a.healthz)
+	a.handle("GET /ingress", tierView, wallNarrow, a.ingress)
+	a.handle("GET /metrics", tierView, wallNarrow, a.metrics)
+	a.handleHTTP("GET /metrics/prometheus", tierView, wallFleet, metrics.Handler(o.Metrics, o.Host))
+	a.handle("GET /metrics/cold-start", tierView, wallFleet, a.coldStarts)
 
-	h("POST /deployments", a.register)
-	h("GET /deployments", a.list)
-	h("GET /deployments/{id}", a.get)
-	h("PUT /deployments/{id}", a.update)
-	h("DELETE /deployments/{id}", a.delete)
-	h("PATCH /deployments/{id}/scaling", a.scale)
-	h("PUT /deployments/{id}/upstreams/{upstream}/drain", a.drain)
-	h("DELETE /deployments/{id}/upstreams/{upstream}/drain", a.undrain)
-	h("POST /deployments/{id}/exec", a.exec)
-	h("GET /deployments/{id}/shell", a.shell)
-	h("GET /deployments/{id}/logs", a.logs)
-	h("DELETE /deployments/{id}/vms/{sandbox_id}", a.evict)
+	a.handle("POST /deployments", tierCRUD, wallNarrow, a.register)
+	a.handle("GET /deployments", tierCRUD, wallNarrow, a.list)
+	a.handle("GET /deployments/{id}", tierCRUD, wallDeployment, a.get)
+	a.handle("PUT /deployments/{id}", tierCRUD, wallDeployment, a.update)
+	a.handle("DELETE /deployments/{id}", tierCRUD, wallDeployment, a.delete)
+	a.handle("PATCH /deployments/{id}/scaling", tierCRUD, wallDeployment, a.scale)
+	a.handle("PUT /deployments/{id}/upstreams/{upstream}/drain", tierCRUD, wallDeployment, a.drain)
+	a.handle("DELETE /deployments/{id}/upstreams/{upstream}/drain", tierCRUD, wallDeployment, a.undrain)
+	a.handle("POST /deployments/{id}/exec", tierCRUD, wallDeployment, a.exec)
+	a.handle("GET /deployments/{id}/shell", tierCRUD, wallDeployment|queryToken, a.shell)
+	a.handle("GET /deployments/{id}/logs", tierCRUD, wallDeployment, a.logs)
+	a.handle("DELETE /deployments/{id}/vms/{sandbox_id}", tierCRUD, wallDeployment, a.evict)
+
+	a.handle("GET /whoami", tierAny, wallNone, a.whoami)
+	a.handle("POST /tokens", tierCRUD, wallNarrow, a.mintToken)
+	a.handle("GET /tokens", tierCRUD, wallNarrow, a.listTokens)
+	a.handle("GET /tokens/{id}", tierCRUD, wallNarrow, a.getToken)
+	a.handle("PATCH /tokens/{id}", tierCRUD, wallNarrow, a.patchToken)
+	a.handle("DELETE /tokens/{id}", tierCRUD, wallNarrow, a.revokeToken)
+	a.handle("POST /secrets", tierCRUD, wallNarrow, a.postSecret)
+	a.handle("GET /secrets", tierCRUD, wallNarrow, a.listSecrets)
+	a.handle("GET /secrets/{id}", tierCRUD, wallNarrow, a.getSecret)
+	a.handle("PUT /secrets/{id}", tierCRUD, wallNarrow, a.putSecret)
+	a.handle("PATCH /secrets/{id}", tierCRUD, wallNarrow, a.patchSecret)
+	a.handle("DELETE /secrets/{id}", tierCRUD, wallNarrow, a.deleteSecret)
+	a.handle("GET /namespaces", tierView, wallNarrow, a.listNamespaces)
+	a.handle("POST /namespaces", tierCRUD, wallFleet, a.declareNamespace)
+	a.handle("DELETE /namespaces/{name}", tierCRUD, wallFleet, a.deleteNamespace)
+	a.handle("GET /auth-providers", tierView, wallNarrow, a.listProviders)
+	a.handle("POST /auth-providers", tierCRUD, wallNarrow, a.putProvider)
+	a.handle("GET /auth-providers/{namespace}/{name}", tierCRUD, wallNarrow, a.getProvider)
+	a.handle("DELETE /auth-providers/{namespace}/{name}", tierCRUD, wallNarrow, a.deleteProvider)
 
 	return a
 }

@@ -16,6 +16,17 @@
 //	upstream_drains(deployment TEXT → deployments.id ON DELETE CASCADE,
 //	                upstream TEXT, reason TEXT, started_at TEXT,
 //	                PK (deployment, upstream))
+//	tokens(id TEXT PK, name, admin, namespace, deployments JSON,
+//	       secret_sha256, created_at, expires_at, last_used_at, minted_by)
+//	secrets(namespace, id, sealed BLOB, updated_at, PK (namespace, id))
+//	secret_key_check(one INTEGER PK = 1, sealed BLOB)
+//	namespaces(name TEXT PK, description, created_at)
+//	auth_providers(namespace, name, spec JSON, created_at,
+//	               PK (namespace, name))
+//
+// Tokens hold only the SHA-256 of their secret, and a secret row's sealed
+// column is opaque here: package secrets seals and opens it (AES-256-GCM),
+// so no credential or secret value is stored in plaintext.
 //
 // The deployment spec is stored verbatim as the normalized JSON the API
 // layer produced; the store does not interpret it beyond checking that it

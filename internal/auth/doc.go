@@ -1,0 +1,63 @@
+// Package auth decides who is calling berth's admin API and what they may
+// do there: the operator's HTTP Basic credential, app-tokens (minting,
+// storage as hashes, verification), the tiers and scope walls of app-lb.md
+// §2.1 and §7, and a brake on repeated failed credentials.
+//
+// # Callers
+//
+// Every request that is not on an open route resolves to a [Principal]:
+//
+//   - Operator: `Authorization: Basic` with BERTH_ADMIN_USER and
+//     BERTH_ADMIN_PASSWORD, compared in constant time.
+//   - Token: `Authorization: Bearer berth_…`, an app-token (below). The query
+//     parameter `?app_token=` is accepted only on routes registered with
+//     [AllowQueryToken] (the shell websocket: browsers cannot set headers on
+//     a websocket).
+//   - Ungated: no credential, on a server with no operator password. berth
+//     refuses to serve the admin API on a non-loopback address in that state
+//     (package server), so an ungated caller is always local.
+//
+// A credential that is presented but does not verify is a 401 even on an
+// ungated server: a credential is never silently ignored, and presenting a
+// token always narrows what the caller may do to that token's scope.
+//
+// # Tiers and walls
+//
+// Each route is registered with a [Tier] and a [Wall]. The tier is checked
+// first (401 without a credential where one is needed; 403 for a token
+// whose admin scope is too weak), then the wall:
+//
+//   - [WallDeployment]: the route names a deployment in its {id} path value,
+//     and the caller must touch it ([Principal.Touches]). A confined caller
+//     asking about a deployment outside its reach gets the same 403 whether
+//     or not the deployment exists, so the API is no existence oracle.
+//   - [WallNarrow]: any caller may use the route; the handler narrows its
+//     answer to what [Principal] may see.
+//   - [WallFleet]: only callers that cover the whole fleet pass.
+//
+// When BERTH_ADMIN_PASSWORD is set both the view and the CRUD tier are
+// enforced (app-lb can leave the CRUD tier open with a password set; berth
+// cannot).
+//
+// # App-tokens
+//
+// A token is `berth_<id>_<secret>`: id is 12 lowercase hex characters (6
+// random bytes) and secret is 43 characters of unpadded base64url (32
+// random bytes, 256 bits). It is shown once, when minted. Only the hex
+// SHA-256 of the secret part is stored; verification looks the id up and
+// compares hashes with crypto/subtle. app-lb's `applb_…` tokens, and any
+// other shape, are refused.
+//
+// Revocation takes effect on the next request: verification reads the
+// in-memory token set, which every write updates after persisting it.
+//
+// # Brake
+//
+// Failed credentials are counted per client address (the socket peer, never
+// a forwarded header; IPv6 by /64). After a few failures each further
+// failure is answered more slowly; after [BrakeConfig.Threshold] failures
+// the address is refused with 429 and Retry-After, before its credential is
+// even looked at, for [BrakeConfig.Lockout]. Other addresses are not
+// affected. The table is bounded; the least recently seen addresses are
+// forgotten first.
+package auth

@@ -1,0 +1,351 @@
+package auth
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/berth-dev/berth/apitype"
+	"github.com/berth-dev/berth/internal/web"
+)
+
+// Tier is who may use a route at all (app-lb.md §2.1).
+type Tier int
+
+// The tiers, weakest first.
+const (
+	// Open routes check no credential (GET /healthz).
+	Open Tier = iota
+	// AnyCredential routes admit any valid credential, whatever its scope
+	// (GET /whoami).
+	AnyCredential
+	// View routes need admin scope view or admin.
+	View
+	// CRUD routes need admin scope admin.
+	CRUD
+)
+
+// Wall is the scope wall a route applies after its tier (app-lb.md §2.1).
+type Wall uint8
+
+// The walls. AllowQueryToken is not a wall but a modifier or-ed into one.
+const (
+	// NoWall: the tier is the whole check.
+	NoWall Wall = iota
+	// WallDeployment: the route's {id} path value names a deployment the
+	// caller must touch.
+	WallDeployment
+	// WallNarrow: any caller passes; the handler narrows its answer with
+	// the Principal in the request context.
+	WallNarrow
+	// WallFleet: only callers that cover the whole fleet pass.
+	WallFleet
+
+	// AllowQueryToken also accepts an app-token in the `app_token` query
+	// parameter (the shell websocket only: browsers cannot set headers on
+	// a websocket).
+	AllowQueryToken Wall = 1 << 7
+)
+
+// Refusal messages, as app-lb words them.
+const (
+	msgNoScope    = "this token has no admin scope, so it cannot read the admin API"
+	msgNotAdmin   = "this token's admin scope is not `admin`, which this route requires"
+	msgFleetWide  = `this token is scoped to specific deployments, so it cannot use a fleet-wide route — mint one scoped to "*" if that is what you want`
+	msgDeployment = "this token is not scoped to deployment %q"
+)
+
+// Locator finds the namespace of a deployment for the deployment wall.
+type Locator interface {
+	Locate(id string) (namespace string, ok bool)
+}
+
+// Config configures a Gate.
+type Config struct {
+	// User and Password are the operator's credential. An empty Password
+	// leaves the gate off: callers without a credential are Ungated. User
+	// defaults to "admin".
+	User, Password string
+	// Tokens verifies app-tokens; nil accepts none.
+	Tokens *Tokens
+	// Brake slows and then refuses addresses that keep failing; nil gets
+	// NewBrake with the defaults.
+	Brake *Brake
+	Now   func() time.Time
+	Log   *slog.Logger
+}
+
+// Gate authenticates admin requests and enforces tiers and walls.
+type Gate struct {
+	cfg      Config
+	gated    bool
+	userHash [32]byte
+	passHash [32]byte
+}
+
+// New returns a Gate.
+func New(cfg Config) *Gate {
+	if cfg.User == "" {
+		cfg.User = "admin"
+	}
+	if cfg.Brake == nil {
+		cfg.Brake = NewBrake(BrakeConfig{})
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Gate{
+		cfg:      cfg,
+		gated:    cfg.Password != "",
+		userHash: sha256.Sum256([]byte(cfg.User)),
+		passHash: sha256.Sum256([]byte(cfg.Password)),
+	}
+}
+
+// Gated reports whether an operator password is set, so that callers
+// without a credential are refused.
+func (g *Gate) Gated() bool { return g.gated }
+
+// Errors Authenticate returns.
+var (
+	// ErrNoCredential: nothing was presented on a gated server.
+	ErrNoCredential = errors.New("auth: no credential")
+	// ErrBadCredential: something was presented and it did not verify.
+	ErrBadCredential = errors.New("auth: invalid credential")
+)
+
+// maxAuthHeader bounds the Authorization header parsed; real ones are far
+// shorter, and a huge one is not worth hashing.
+const maxAuthHeader = 4096
+
+// ParseBasic parses an `Authorization: Basic …` value (standard base64 of
+// "user:password"). It never panics, whatever it is given.
+func ParseBasic(h string) (user, password string, ok bool) {
+	scheme, rest, found := strings.Cut(h, " ")
+	if !found || !strings.EqualFold(scheme, "Basic") || len(h) > maxAuthHeader {
+		return "", "", false
+	}
+	b, err := base64.StdEncoding.DecodeString(strings.TrimSpace(rest))
+	if err != nil {
+		return "", "", false
+	}
+	user, password, ok = strings.Cut(string(b), ":")
+	if !ok {
+		return "", "", false
+	}
+	return user, password, true
+}
+
+// bearer returns the credential of an `Authorization: Bearer …` value.
+func bearer(h string) (string, bool) {
+	scheme, rest, found := strings.Cut(h, " ")
+	if !found || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	rest = strings.TrimSpace(rest)
+	return rest, rest != ""
+}
+
+// Authenticate resolves the caller of r. allowQuery also accepts an
+// app-token in the `app_token` query parameter. It returns ErrNoCredential
+// or an error wrapping ErrBadCredential.
+func (g *Gate) Authenticate(r *http.Request, allowQuery bool) (*Principal, error) {
+	h := r.Header.Get("Authorization")
+	if h == "" && allowQuery {
+		if t := r.URL.Query().Get("app_token"); t != "" {
+			return g.token(r, t)
+		}
+	}
+	if h == "" {
+		if g.gated {
+			return nil, ErrNoCredential
+		}
+		return &Principal{Kind: Ungated}, nil
+	}
+	if len(h) > maxAuthHeader {
+		return nil, fmt.Errorf("%w: Authorization header too long", ErrBadCredential)
+	}
+	if t, ok := bearer(h); ok {
+		return g.token(r, t)
+	}
+	user, pass, ok := ParseBasic(h)
+	if !ok {
+		return nil, fmt.Errorf("%w: unsupported or malformed Authorization header", ErrBadCredential)
+	}
+	if !g.gated {
+		return nil, fmt.Errorf("%w: no operator password is configured", ErrBadCredential)
+	}
+	uh, ph := sha256.Sum256([]byte(user)), sha256.Sum256([]byte(pass))
+	// Both comparisons always run, so the time taken says nothing about
+	// which half was wrong.
+	if subtle.ConstantTimeCompare(uh[:], g.userHash[:])&subtle.ConstantTimeCompare(ph[:], g.passHash[:]) != 1 {
+		return nil, fmt.Errorf("%w: wrong operator user or password", ErrBadCredential)
+	}
+	return &Principal{Kind: Operator, User: g.cfg.User}, nil
+}
+
+func (g *Gate) token(r *http.Request, raw string) (*Principal, error) {
+	if g.cfg.Tokens == nil {
+		return nil, fmt.Errorf("%w: app-tokens are not enabled", ErrBadCredential)
+	}
+	t, err := g.cfg.Tokens.Verify(r.Context(), raw)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadCredential, err)
+	}
+	return &Principal{Kind: AppToken, Token: t}, nil
+}
+
+// Wrap returns next behind the gate: the brake, then the credential, the
+// tier and the wall. next finds the caller with FromContext. loc is needed
+// only for WallDeployment.
+func (g *Gate) Wrap(tier Tier, wall Wall, loc Locator, next http.Handler) http.Handler {
+	if tier == Open {
+		return next
+	}
+	allowQuery := wall&AllowQueryToken != 0
+	wall &^= AllowQueryToken
+	if wall == WallDeployment && loc == nil {
+		panic("auth: WallDeployment needs a Locator") // programmer error at registration
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key, keyed := ClientKey(r.RemoteAddr)
+		if keyed {
+			// Before anything is verified, so a locked-out client costs
+			// no hashing and learns nothing.
+			if left, blocked := g.cfg.Brake.Blocked(key, g.cfg.Now()); blocked {
+				g.tooMany(w, r, left)
+				return
+			}
+		}
+		p, err := g.Authenticate(r, allowQuery)
+		if err != nil {
+			if errors.Is(err, ErrBadCredential) && keyed {
+				delay, locked := g.cfg.Brake.Fail(key, g.cfg.Now())
+				g.cfg.Log.Info("admin credential refused", "peer", key, "path", r.URL.Path, "reason", err, "locked_out", locked)
+				if delay > 0 {
+					t := time.NewTimer(delay)
+					select {
+					case <-t.C:
+					case <-r.Context().Done():
+					}
+					t.Stop()
+				}
+			}
+			g.unauthorized(w)
+			return
+		}
+		if err := checkTier(p, tier); err != nil {
+			g.refuse(w, r, p, err)
+			return
+		}
+		switch wall {
+		case WallFleet:
+			if !p.Fleet() {
+				g.refuse(w, r, p, web.Errorf(http.StatusForbidden, msgFleetWide))
+				return
+			}
+		case WallDeployment:
+			id := r.PathValue("id")
+			ns, _ := loc.Locate(id)
+			// A deployment that does not exist has no namespace, so a
+			// confined caller is refused exactly as for a foreign one.
+			if !p.Touches(id, ns) {
+				g.refuse(w, r, p, web.Errorf(http.StatusForbidden, msgDeployment, id))
+				return
+			}
+		}
+		next.ServeHTTP(w, r.WithContext(NewContext(r.Context(), p)))
+	})
+}
+
+func checkTier(p *Principal, tier Tier) error {
+	switch tier {
+	case View:
+		if !p.Satisfies(apitype.ScopeView) {
+			return web.Errorf(http.StatusForbidden, msgNoScope)
+		}
+	case CRUD:
+		if !p.Satisfies(apitype.ScopeView) {
+			return web.Errorf(http.StatusForbidden, msgNoScope)
+		}
+		if !p.Satisfies(apitype.ScopeAdmin) {
+			return web.Errorf(http.StatusForbidden, msgNotAdmin)
+		}
+	}
+	return nil
+}
+
+// unauthorized writes app-lb's 401: plain text, with a Basic challenge (when
+// there is an operator password to answer it with) and a Bearer one.
+func (g *Gate) unauthorized(w http.ResponseWriter) {
+	h := w.Header()
+	if g.gated {
+		h.Add("WWW-Authenticate", `Basic realm="berth admin", charset="UTF-8"`)
+	}
+	h.Add("WWW-Authenticate", "Bearer")
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusUnauthorized)
+	w.Write([]byte("authentication required\n"))
+}
+
+func (g *Gate) refuse(w http.ResponseWriter, r *http.Request, p *Principal, err error) {
+	g.cfg.Log.Info("admin request refused", "caller", p.Name(), "method", r.Method, "path", r.URL.Path, "reason", err)
+	web.WriteError(g.cfg.Log, w, r, err)
+}
+
+func (g *Gate) tooMany(w http.ResponseWriter, r *http.Request, left time.Duration) {
+	secs := int64((left + time.Second - 1) / time.Second)
+	web.WriteError(g.cfg.Log, w, r, &web.Error{
+		Status:  http.StatusTooManyRequests,
+		Message: fmt.Sprintf("too many failed credentials from this address; try again in %d seconds", secs),
+		Header:  http.Header{"Retry-After": {strconv.FormatInt(secs, 10)}},
+	})
+}
+
+// WhoAmI describes p for `GET /whoami` (app-lb.md §7.5).
+func WhoAmI(p *Principal, now time.Time) apitype.WhoAmI {
+	w := apitype.WhoAmI{
+		Caller:   string(p.Kind),
+		Fleet:    p.Fleet(),
+		Confined: p.Confined(),
+		May: apitype.WhoAmIMay{
+			ReadViewRoutes: p.Satisfies(apitype.ScopeView),
+			UseAdminRoutes: p.Satisfies(apitype.ScopeAdmin),
+		},
+	}
+	switch p.Kind {
+	case Ungated:
+		w.AdminScope = "unchecked"
+		w.Detail = "no operator password is configured, so this loopback listener admits every caller; set BERTH_ADMIN_PASSWORD to require credentials"
+	case Operator:
+		w.AdminScope = string(apitype.ScopeAdmin)
+		w.Detail = fmt.Sprintf("the operator (HTTP Basic as %q)", p.User)
+	case AppToken:
+		t := p.Token
+		w.AdminScope = string(t.Admin)
+		w.Token = &apitype.WhoAmIToken{ID: t.ID, Name: t.Name}
+		w.Namespace = t.Namespace
+		w.Deployments = append([]string{}, t.Deployments...)
+		if !t.ExpiresAt.IsZero() {
+			at, in := t.ExpiresAt.Unix(), int64(t.ExpiresAt.Sub(now)/time.Second)
+			w.ExpiresAt, w.ExpiresInSecs = &at, &in
+		}
+		if t.Admin == apitype.ScopeNone {
+			w.Note = "this token has no admin scope: it is for data-plane gates only"
+		}
+	default:
+		w.AdminScope = string(apitype.ScopeNone)
+	}
+	return w
+}
