@@ -63,7 +63,8 @@ type Pool struct {
 	backoff    autoscale.Backoff
 	lastActive time.Time // kept when the last backend leaves
 	desired    int
-	readyCh    chan struct{} // closed (and replaced) when a replica becomes ready
+	leases     map[string]time.Time // replica id → last lease renewal; see renewLeases
+	readyCh    chan struct{}        // closed (and replaced) when a replica becomes ready
 	cancel     context.CancelFunc
 	done       chan struct{}
 	closed     bool
@@ -255,6 +256,7 @@ func (p *Pool) adopt(insts []vm.Instance) {
 // decide, act.
 func (p *Pool) step(ctx context.Context, now time.Time) {
 	cfg := p.cfg.Load()
+	p.renewLeases(ctx, cfg, now)
 	p.observe(ctx, cfg, now)
 
 	p.mu.Lock()

@@ -257,6 +257,12 @@ func (r *Registry) poolConfig(s *apitype.DeploymentSpec) fleet.Config {
 	if v.DiskSizeGB != nil {
 		cfg.Template.DiskSizeGB = *v.DiskSizeGB
 	}
+	cfg.Template.TTL = DefaultTTL
+	if v.TTLSeconds != nil {
+		// 0 turns the backstop off: such replicas outlive a berth that is
+		// gone for good.
+		cfg.Template.TTL = secs(*v.TTLSeconds)
+	}
 	if v.Driver == apitype.DriverProcess {
 		// Process replicas share the host's loopback: each gets its own
 		// port in $PORT, and is probed there.
@@ -281,6 +287,11 @@ func (r *Registry) poolConfig(s *apitype.DeploymentSpec) fleet.Config {
 	}
 	return cfg
 }
+
+// DefaultTTL is a replica's lease when its spec sets no vm.ttl_seconds (the
+// default app-lb's code uses): berth renews it while it runs, and replicas of
+// a berth that is gone for good end within this long.
+const DefaultTTL = 3600 * time.Second
 
 func secs(n int) time.Duration { return time.Duration(n) * time.Second }
 
