@@ -20,9 +20,10 @@ type logFile struct {
 	path string
 	max  int64
 
-	mu   sync.Mutex // guards f and size, and orders lines
-	f    *os.File
-	size int64
+	mu     sync.Mutex // guards f and size, and orders lines
+	f      *os.File
+	size   int64
+	rotate bool // a regular file, not a device
 }
 
 func openLog(path string, max int64) (*logFile, error) {
@@ -44,6 +45,9 @@ func (l *logFile) open() error {
 		return err
 	}
 	l.f, l.size = f, fi.Size()
+	// Only a regular file is rotated: a VM guest's agent logs to its
+	// serial console (/dev/ttyS0), which must never be renamed.
+	l.rotate = fi.Mode().IsRegular()
 	return nil
 }
 
@@ -68,7 +72,7 @@ func (l *logFile) line(s, m string) {
 	}
 	n, _ := l.f.Write(b)
 	l.size += int64(n)
-	if l.size > l.max {
+	if l.rotate && l.size > l.max {
 		l.f.Close()
 		l.f = nil
 		_ = os.Rename(l.path, l.path+".1")

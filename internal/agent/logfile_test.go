@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -70,5 +71,41 @@ func TestLineWriterSplitsLongLines(t *testing.T) {
 	}
 	if len(got) != 3 || got[0] != maxLogLine || got[1] != 10 || got[2] != 3 {
 		t.Errorf("line lengths %v, want [%d 10 3]", got, maxLogLine)
+	}
+}
+
+// TestLogNoRotationOfDevices logs past the size limit into a named pipe, as
+// a VM guest's agent does into its serial console: a file that is not a
+// regular file must never be renamed.
+func TestLogNoRotationOfDevices(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "console")
+	if err := syscall.Mkfifo(path, 0o600); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	// Held open for reading and writing, so the log's open and writes do
+	// not block.
+	r, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	l, err := openLog(path, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for range 3 {
+		l.line("stdout", "a line longer than ten bytes")
+	}
+	buf := make([]byte, 4096)
+	n, _ := r.Read(buf)
+	if got := strings.Count(string(buf[:n]), "\n"); got == 0 {
+		t.Errorf("read %q from the pipe, want log lines", buf[:n])
+	}
+	if fi, err := os.Lstat(path); err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
+		t.Errorf("the pipe is gone or replaced: %v, %v", fi, err)
+	}
+	if _, err := os.Lstat(path + ".1"); !os.IsNotExist(err) {
+		t.Errorf("the pipe was rotated to %s.1", path)
 	}
 }

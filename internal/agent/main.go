@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -40,7 +41,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 	fl := flag.NewFlagSet("berth agent", flag.ContinueOnError)
 	fl.SetOutput(stderr)
 	var (
-		listen   = fl.String("listen", "", "`ADDR` to serve the agent protocol on: unix:/path/agent.sock")
+		listen   = fl.String("listen", "", "`ADDR` to serve the agent protocol on: unix:/path/agent.sock or vsock:PORT")
 		logPath  = fl.String("log", "", "`FILE` to append JSON log lines to (default: pass output through)")
 		exitFile = fl.String("exit-file", "", "`FILE` to write COMMAND's exit status to")
 		workdir  = fl.String("workdir", "", "`DIR` to run hooks, COMMAND and execs in")
@@ -48,11 +49,13 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 		lease    = fl.String("lease-file", "", "`FILE` holding the lease deadline (unix seconds); once it has passed, COMMAND is stopped and the agent exits")
 		check    = fl.Duration("lease-check", defaultLeaseCheck, "how often to read the lease file")
 		grace    = fl.Duration("lease-grace", defaultLeaseGrace, "how long COMMAND gets between SIGTERM and SIGKILL once the lease has expired")
+		config   = fl.String("config", "", "`FILE` (or block device) holding a GuestConfig: further flags, COMMAND, the environment, files to write")
+		vmInitF  = fl.Bool("vm-init", false, "be the init of a VM guest: mount /proc, /sys, /dev, /run, /tmp first and reboot the guest when done")
 		setups   stringList
 	)
 	fl.Var(&setups, "setup", "`CMD` to run with /bin/sh -c before COMMAND (repeatable)")
 	fl.Usage = func() {
-		fmt.Fprintln(stderr, "usage: berth agent --listen unix:/path/agent.sock [--log FILE] [--exit-file FILE] [--workdir DIR] [--root DIR] [--lease-file FILE [--lease-check D] [--lease-grace D]] [--setup CMD]... [--] [COMMAND [ARGS...]]")
+		fmt.Fprintln(stderr, "usage: berth agent [--vm-init] [--config FILE] --listen unix:/path/agent.sock|vsock:PORT [--log FILE] [--exit-file FILE] [--workdir DIR] [--root DIR] [--lease-file FILE [--lease-check D] [--lease-grace D]] [--setup CMD]... [--] [COMMAND [ARGS...]]")
 		fl.PrintDefaults()
 	}
 	if err := fl.Parse(args); err != nil {
@@ -60,6 +63,37 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 			return 0
 		}
 		return 2
+	}
+	if *vmInitF {
+		if os.Getpid() != 1 {
+			fmt.Fprintln(stderr, "berth agent: --vm-init: the agent is not PID 1")
+			return 2
+		}
+		if err := vmInit(); err != nil {
+			fmt.Fprintf(stderr, "berth agent: --vm-init: %v\n", err)
+			vmPowerOff()
+			return 1
+		}
+		// Deferred first, so it runs last: after the log is closed and the
+		// server has shut down. init must not return (the kernel panics).
+		defer vmPowerOff()
+	}
+	if *config != "" {
+		if fl.NArg() > 0 {
+			fmt.Fprintln(stderr, "berth agent: --config: COMMAND belongs in the config file")
+			return 2
+		}
+		c, err := readGuestConfig(*config)
+		if err == nil {
+			err = c.apply()
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "berth agent: --config: %v\n", err)
+			return 2
+		}
+		if err := fl.Parse(c.Args); err != nil {
+			return 2
+		}
 	}
 	if *listen == "" {
 		fmt.Fprintln(stderr, "berth agent: --listen is required")
@@ -295,9 +329,13 @@ func listenOn(addr string) (net.Listener, error) {
 	scheme, rest, ok := strings.Cut(addr, ":")
 	switch {
 	case !ok || rest == "":
-		return nil, fmt.Errorf("listen address %q: want unix:/path", addr)
+		return nil, fmt.Errorf("listen address %q: want unix:/path or vsock:PORT", addr)
 	case scheme == "vsock":
-		return nil, fmt.Errorf("listen address %q: vsock is not supported yet", addr)
+		port, err := strconv.ParseUint(rest, 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("listen address %q: want vsock:PORT with a decimal port", addr)
+		}
+		return listenVsock(uint32(port))
 	case scheme != "unix":
 		return nil, fmt.Errorf("listen address %q: unknown scheme %q", addr, scheme)
 	}

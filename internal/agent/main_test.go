@@ -216,7 +216,7 @@ func TestMainUsage(t *testing.T) {
 		{nil, 2, "--listen is required"},
 		{[]string{"--bogus"}, 2, "bogus"},
 		{[]string{"--listen", "tcp:1.2.3.4:5"}, 1, "unknown scheme"},
-		{[]string{"--listen", "vsock:5"}, 1, "not supported"},
+		{[]string{"--listen", "vsock:x"}, 1, "decimal port"},
 		{[]string{"--listen", "unix:" + live}, 1, "another process"},
 		{[]string{"--listen", "unix:" + notSock}, 1, "not a socket"},
 		{[]string{"--listen", "unix:" + filepath.Join(dir, "a.sock"), "/nonexistent/prog"}, 127, "could not start"},
