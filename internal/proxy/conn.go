@@ -6,8 +6,8 @@ import (
 	"crypto/tls"
 	"errors"
 	"net"
-	"os"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -16,14 +16,15 @@ import (
 const (
 	maxIdlePerBackend = 1024
 	idleTimeout       = 90 * time.Second
-	// checkIdleAfter is how long a connection may sit idle before it is
-	// checked for a close from the backend's side before reuse. Servers
-	// close idle keep-alive connections on their own timers (Node after 5 s),
-	// and a request written into such a connection is lost; a connection
-	// reused sooner than this is taken as alive, so the check costs nothing
-	// under load.
-	checkIdleAfter = time.Second
 )
+
+// checkIdleAfter is how long a connection may sit idle before it is checked
+// for a close from the backend's side before reuse. Servers close idle
+// keep-alive connections on their own timers (Node after 5 s), and a request
+// written into such a connection is lost; a connection reused sooner than
+// this is taken as alive, so the check costs nothing under load. A variable
+// for tests.
+var checkIdleAfter = time.Second
 
 // upstreamConn is one persistent HTTP/1.1 connection to a backend, with its
 // buffers. It is used by one request at a time.
@@ -127,21 +128,27 @@ func (p *connPool) closeIdle() {
 	}
 }
 
-// alive reports whether an idle connection is still open: a read that would
-// block means nothing arrived, while EOF, an error or stray bytes (nothing is
-// expected between responses) mean the connection is unusable.
+// alive reports whether an idle connection is still open: nothing may arrive
+// between responses, so stray bytes, EOF or an error all mean the connection
+// is unusable. (A read with an expired deadline would not do: the poller
+// reports the deadline without trying the read.)
 func (c *upstreamConn) alive() bool {
 	if c.br.Buffered() > 0 {
 		return false
 	}
-	if err := c.SetReadDeadline(time.Now()); err != nil {
+	nc := c.Conn
+	if tc, ok := nc.(*tls.Conn); ok {
+		nc = tc.NetConn() // a close shows on the socket below TLS too
+	}
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return true // cannot tell; the stale-connection retry remains
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
 		return false
 	}
-	_, err := c.br.Peek(1)
-	if !errors.Is(err, os.ErrDeadlineExceeded) {
-		return false
-	}
-	return c.SetReadDeadline(time.Time{}) == nil
+	return peekAlive(rc)
 }
 
 // dialer opens connections to backends.
