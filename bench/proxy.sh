@@ -244,6 +244,10 @@ half() {
 	HP99[$name]=$(sed -n 's/.*p99_us=\([0-9]*\).*/\1/p' <<<"$line")
 }
 
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+if awk -v l="${LOAD_START%% *}" 'BEGIN { exit !(l > 1.0) }'; then
+	log "warning: load average $LOAD_START before starting: other work shares these CPUs and inflates every figure"
+fi
 STAMP=$(date +%Y%m%d-%H%M%S)
 OUTDIR="$ROOT/bench/out/proxy-$STAMP"
 mkdir -p "$OUTDIR"
@@ -263,6 +267,7 @@ ms() { awk -v u="$1" 'BEGIN { printf "%.2f", u / 1000 }'; }
 	echo "berth data-plane benchmark, $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
 	echo "machine: $(nproc) CPUs, $(uname -r); berth $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$ROOT" diff --quiet -- internal/proxy 2>/dev/null || echo '+dirty'), GOMAXPROCS=${BERTH_GOMAXPROCS:-default}"
 	echo "$(nginx -v 2>&1 | sed 's/.*: //'), haproxy $(haproxy -v | awk 'NR == 1 {print $3}'), $(wrk --version 2>&1 | awk 'NR == 1 {print $1, $2}')"
+	echo "load average: $LOAD_START at start, $(cut -d' ' -f1-3 /proc/loadavg) at end (the bench itself adds about 2)"
 	echo "upstream: bench/upstream (Go, GOMAXPROCS=1, 100-byte body), the same one for every row"
 	echo "peak: wrk --latency -t1 -c$CONNS -d${DURATION}s after a ${WARMUP}s warm-up; CPU = proxy utime+stime / requests"
 	echo
