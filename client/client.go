@@ -69,7 +69,7 @@ func WithHTTPClient(hc *http.Client) Option {
 }
 
 // WithToken authenticates every request with `Authorization: Bearer token`,
-// as an app token (applb_…) or a federated credential. It replaces any
+// as an app token (berth_…) or a federated credential. It replaces any
 // earlier [WithBasicAuth].
 func WithToken(token string) Option {
 	return func(c *Client) error {

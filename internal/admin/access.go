@@ -408,6 +408,9 @@ func (a *API) listNamespaces(w http.ResponseWriter, r *http.Request) error {
 		}
 		return all[ns]
 	}
+	if p.Confined() {
+		get(p.Token.Namespace) // its own namespace, even before anything lives there
+	}
 	for _, e := range a.o.Registry.List() {
 		ns := namespace(e)
 		x := get(ns)

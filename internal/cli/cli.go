@@ -56,8 +56,14 @@ type env struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 
-	server string // --server
+	server string // --server; "" means the current context's, else DefaultServer
 	output string // -o: "", json, yaml or wide
+
+	// Credentials: --token (BERTH_TOKEN) wins over --user/--password
+	// (BERTH_USER/BERTH_PASSWORD), which win over the token of the
+	// context (--context, BERTH_CONTEXT, else the current one).
+	token, user, password string
+	contextName           string
 
 	httpClient   *http.Client  // nil: the client package's default
 	pollInterval time.Duration // how often drain re-reads the deployment
@@ -79,7 +85,8 @@ func init() {
 	commands = []*command{
 		applyCmd, getCmd, describeCmd, deleteCmd, scaleCmd,
 		cordonCmd, drainCmd, uncordonCmd, execCmd, shellCmd, logsCmd,
-		statusCmd, versionCmd, helpCmd,
+		statusCmd, createCmd, loginCmd, logoutCmd, whoamiCmd, tokenCmd,
+		versionCmd, helpCmd,
 	}
 }
 
@@ -100,12 +107,13 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		stdin:        stdin,
 		stdout:       stdout,
 		stderr:       stderr,
-		server:       DefaultServer,
 		pollInterval: defaultPollInterval,
 	}
 	if s := os.Getenv("BERTH_SERVER"); s != "" {
 		e.server = s
 	}
+	e.token, e.user, e.password = os.Getenv("BERTH_TOKEN"), os.Getenv("BERTH_USER"), os.Getenv("BERTH_PASSWORD")
+	e.contextName = os.Getenv("BERTH_CONTEXT")
 	return e.run(ctx, args)
 }
 
@@ -131,8 +139,14 @@ Commands:
 
 // globalHelp describes the flags every command accepts.
 const globalHelp = `Global flags (before or after the command):
-  --server URL   admin API address (env BERTH_SERVER, default ` + DefaultServer + `)
+  --server URL   admin API address (env BERTH_SERVER; default: the current
+                 context's server, else ` + DefaultServer + `)
   -o FORMAT      output format: json, yaml or wide (default: human-readable)
+  --context NAME use a saved login context (env BERTH_CONTEXT; see 'berth login')
+  --token TOKEN  an app-token for this command (env BERTH_TOKEN)
+  --user U, --password P
+                 the operator's credential (env BERTH_USER, BERTH_PASSWORD);
+                 prefer the environment: flags show in the process list
 `
 
 // usageError is a mistake in how a command was invoked: exit 2 with help.
@@ -215,6 +229,10 @@ func (e *env) flagSet(name string) *flag.FlagSet {
 	fs.SetOutput(io.Discard) // Run prints usage itself
 	fs.Usage = func() {}
 	fs.StringVar(&e.server, "server", e.server, "admin API address")
+	fs.StringVar(&e.contextName, "context", e.contextName, "login context")
+	fs.StringVar(&e.token, "token", e.token, "app-token")
+	fs.StringVar(&e.user, "user", e.user, "operator user")
+	fs.StringVar(&e.password, "password", e.password, "operator password")
 	fs.StringVar(&e.output, "o", e.output, "output format")
 	fs.StringVar(&e.output, "output", e.output, "output format")
 	return fs
@@ -310,7 +328,14 @@ func (e *env) client() (*client.Client, error) {
 	if e.httpClient != nil {
 		opts = append(opts, client.WithHTTPClient(e.httpClient))
 	}
-	c, err := client.New(e.server, opts...)
+	server, auth, err := e.credentials()
+	if err != nil {
+		return nil, err
+	}
+	if auth != nil {
+		opts = append(opts, auth)
+	}
+	c, err := client.New(server, opts...)
 	if err != nil {
 		return nil, &usageError{msg: "--server: " + strings.TrimPrefix(err.Error(), "client: ")}
 	}

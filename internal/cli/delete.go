@@ -11,6 +11,12 @@ var deleteCmd = &command{
 	help: `Usage: berth delete deployment ID
        berth delete deployment/ID
        berth delete vm SB -d DEPLOYMENT [--force]
+       berth delete secret ID [-n NAMESPACE] [--force]
+       berth delete namespace NAME
+
+delete secret refuses while deployments reference the secret, unless
+--force. delete namespace forgets a declared namespace that holds no
+deployments.
 
 Delete a deployment: its routes stop matching and its VMs are torn down.
 
@@ -25,6 +31,9 @@ if the deployment still needs it.
 func runDelete(ctx context.Context, e *env, args []string) error {
 	if e.isVMResource(args) {
 		return runDeleteVM(ctx, e, args)
+	}
+	if kind := accessResource(args); kind != "" {
+		return runDeleteAccess(ctx, e, kind, args)
 	}
 	pos, err := e.parse(e.flagSet("delete"), args)
 	if err != nil {

@@ -17,11 +17,17 @@ var getCmd = &command{
        berth get deployment ID [-o json|yaml|wide]
        berth get deployment/ID
        berth get vms -d DEPLOYMENT [-o json|yaml|wide]
+       berth get secrets [-n NAMESPACE] [-o json|yaml]
+       berth get namespaces [-o json|yaml]
 
 List deployments as a table: NAME KIND ROUTES DESIRED READY PENDING IN-FLIGHT.
 -o wide adds NAMESPACE MIN MAX WARM TARGET BACKEND, where BACKEND is the
 upstreams of a static deployment, the root of a site, or driver:image of a
 vm deployment. -o json and -o yaml print the server's reply as received.
+
+get secrets lists secrets by NAMESPACE ID KEYS UPDATED; values never leave
+the server. get namespaces lists the namespaces you can see and how many of
+their deployments you reach.
 
 get vms lists the VMs of one deployment: SANDBOX ADDR STATE IN-FLIGHT
 UPTIME CPU MEMORY, where STATE is ready, unhealthy, draining or booting.
@@ -76,6 +82,9 @@ func deploymentPath(id string) string { return "/deployments/" + url.PathEscape(
 func runGet(ctx context.Context, e *env, args []string) error {
 	if e.isVMResource(args) {
 		return runGetVMs(ctx, e, args)
+	}
+	if kind := accessResource(args); kind != "" {
+		return runGetAccess(ctx, e, kind, args)
 	}
 	pos, err := e.parse(e.flagSet("get"), args)
 	if err != nil {
