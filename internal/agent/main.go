@@ -46,6 +46,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 		exitFile = fl.String("exit-file", "", "`FILE` to write COMMAND's exit status to")
 		workdir  = fl.String("workdir", "", "`DIR` to run hooks, COMMAND and execs in")
 		root     = fl.String("root", "", "`DIR` that confines the paths of file operations")
+		stateDir = fl.String("state-dir", "", "`DIR` for the output of background processes (default: a new temporary directory)")
 		lease    = fl.String("lease-file", "", "`FILE` holding the lease deadline (unix seconds); once it has passed, COMMAND is stopped and the agent exits")
 		check    = fl.Duration("lease-check", defaultLeaseCheck, "how often to read the lease file")
 		grace    = fl.Duration("lease-grace", defaultLeaseGrace, "how long COMMAND gets between SIGTERM and SIGKILL once the lease has expired")
@@ -125,7 +126,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 	if err != nil {
 		return m.exit(1, fmt.Sprintf("agent: %v", err))
 	}
-	srv := NewServer(Options{Root: *root, Dir: *workdir, Logf: m.logf})
+	srv := NewServer(Options{Root: *root, Dir: *workdir, StateDir: *stateDir, Logf: m.logf})
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	defer func() {

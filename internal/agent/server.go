@@ -25,6 +25,9 @@ type Options struct {
 	// Dir is the working directory of commands whose request has no cwd
 	// (and the base of a relative cwd); empty means the agent's own.
 	Dir string
+	// StateDir holds the output files of background processes
+	// (/v1/processes); empty means a new temporary directory.
+	StateDir string
 	// Version is reported by /v1/info; empty means the build's module
 	// version.
 	Version string
@@ -45,6 +48,8 @@ type Server struct {
 	cancel context.CancelFunc
 
 	sessions sync.WaitGroup // websocket sessions, which http.Server does not track
+
+	procs procTable // background processes (/v1/processes)
 }
 
 // NewServer returns a Server for o. It does no I/O.
@@ -56,6 +61,7 @@ func NewServer(o Options) *Server {
 		o.Logf = func(string, ...any) {}
 	}
 	s := &Server{opts: o, started: time.Now().UTC()}
+	s.procs = procTable{dirOpt: o.StateDir, procs: make(map[string]*bgProc)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.hs = &http.Server{
 		Handler:           s.Handler(),
@@ -85,6 +91,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	// Once http.Server.Shutdown returns no handler can start, so waiting
 	// for the sessions (hijacked, hence not waited for by it) is safe.
 	err := s.hs.Shutdown(ctx)
+	// Background processes belong to no request: stop them politely too.
+	s.procs.stopAll(ctx)
 	if err == nil {
 		done := make(chan struct{})
 		go func() {
@@ -136,6 +144,8 @@ func (s *Server) Handler() http.Handler {
 	route("/v1/files/stat", map[string]http.HandlerFunc{"GET": s.handleStat})
 	route("/v1/files/list", map[string]http.HandlerFunc{"GET": s.handleList})
 	route("/v1/files/mkdir", map[string]http.HandlerFunc{"POST": s.handleMkdir})
+	route("/v1/processes", map[string]http.HandlerFunc{"GET": s.handleListProcesses, "POST": s.handleStartProcess})
+	route("/v1/processes/", map[string]http.HandlerFunc{"GET": s.handleProcessGet, "DELETE": s.handleKillProcess})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no endpoint %s %s (protocol %d)", r.Method, r.URL.Path, ProtocolVersion))
 	})

@@ -51,6 +51,14 @@ type Spec struct {
 	// replicas of a berth that is gone for good from running forever.
 	// Zero means no lease. Drivers that are not Leasers ignore it.
 	TTL time.Duration
+
+	// Workspace is a host directory that outlives the replica (a
+	// Computer's files, package computer). It must exist. The sandbox
+	// sees it as its working directory and as the root of the agent's
+	// file operations: the process driver runs the agent in it with
+	// --root set to it; a container or VM driver mounts it at
+	// /workspace and roots the agent there. Empty means none.
+	Workspace string
 }
 
 // State is a replica's lifecycle state.

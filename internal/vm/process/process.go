@@ -16,6 +16,12 @@
 //	lease        the lease deadline in unix seconds (Spec.TTL, Renew); the
 //	             agent reads it every --lease-check and, once it has
 //	             passed, stops the app and exits ("lease expired")
+//	processes/   the agent's background processes' output (--state-dir)
+//
+// A spec with a Workspace (a Computer's files) runs the agent, hooks and
+// command in that directory, with HOME set to it and the agent's file
+// operations rooted there (--root); the workspace is the caller's and
+// outlives the replica.
 //
 // The agent is started in a new session (setsid) and without a parent-death
 // signal, so replicas outlive a berth crash; a new Driver over the same Dir
@@ -128,6 +134,7 @@ const (
 	exitFile  = "exit.json"
 	errFile   = "agent.err"
 	leaseFile = "lease"
+	procsDir  = "processes"
 )
 
 // maxSockPath is the longest unix socket path Linux accepts (sun_path less
@@ -305,8 +312,18 @@ func (d *Driver) check(spec vm.Spec) (state, string, vm.Size, error) {
 	if p := d.path(spec.Name, sockFile); len(p) > maxSockPath {
 		return fail("agent socket path %s is longer than %d bytes; use a shorter Dir", p, maxSockPath)
 	}
+	if spec.Workspace != "" {
+		if !filepath.IsAbs(spec.Workspace) || strings.ContainsRune(spec.Workspace, 0) {
+			return fail("workspace %q is not an absolute path", spec.Workspace)
+		}
+		if fi, err := os.Stat(spec.Workspace); err != nil || !fi.IsDir() {
+			return fail("workspace %q is not a directory", spec.Workspace)
+		}
+	}
 	workDir := spec.WorkDir
-	if workDir == "" {
+	if workDir == "" && spec.Workspace != "" {
+		workDir = spec.Workspace
+	} else if workDir == "" {
 		workDir = d.path(spec.Name, dataDir)
 	} else if !filepath.IsAbs(workDir) {
 		workDir = filepath.Join(d.path(spec.Name, dataDir), workDir)
@@ -385,7 +402,11 @@ func (d *Driver) launch(spec vm.Spec, st state, workDir string, size vm.Size) (s
 		// Always, so that Renew can give a lease to a replica started
 		// without one; a missing file means no lease.
 		"--lease-file", filepath.Join(dir, leaseFile),
-		"--workdir", workDir)
+		"--workdir", workDir,
+		"--state-dir", filepath.Join(dir, procsDir))
+	if spec.Workspace != "" {
+		args = append(args, "--root", spec.Workspace)
+	}
 	for _, h := range spec.SetupHooks {
 		args = append(args, "--setup", h)
 	}
@@ -453,9 +474,13 @@ func (d *Driver) environ(spec vm.Spec, st state) []string {
 	if path == "" {
 		path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	}
+	home := d.path(spec.Name, dataDir)
+	if spec.Workspace != "" {
+		home = spec.Workspace
+	}
 	env := []string{
 		"PATH=" + path,
-		"HOME=" + d.path(spec.Name, dataDir),
+		"HOME=" + home,
 	}
 	if st.Isolated {
 		env = append(env, "HOSTNAME="+hostname(spec.Name))
