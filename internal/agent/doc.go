@@ -15,20 +15,28 @@
 // Request and answer bodies are JSON unless noted. Every error is answered
 // with a JSON body {"error": "..."} and a status: 400 malformed request,
 // 403 path outside the root or permission denied, 404 no such endpoint or
-// file, 405 wrong method, 409 exists / not empty / is a directory, 413
-// body too large, 422 the command could not start, 500 anything else.
+// file, 405 wrong method, 409 exists / not empty / is a directory / an
+// edit or patch does not apply, 412 a file's expected_sha256 does not
+// match, 413 body or file too large, 415 not text, 422 the command could
+// not start, 500 anything else.
 // Unknown JSON fields are ignored.
 //
 //	GET    /v1/info                       Info
 //	POST   /v1/exec                       ExecRequest → ExecResult
 //	GET    /v1/exec/stream                websocket: streaming exec
 //	GET    /v1/pty                        websocket: terminal session
-//	GET    /v1/files?path=&offset=&limit= raw bytes (header X-File-Size)
-//	PUT    /v1/files?path=&mode=          raw bytes → FileInfo (atomic replace)
+//	GET    /v1/files?path=&offset=&limit= raw bytes (headers X-File-Size, X-File-Sha256)
+//	PUT    /v1/files?path=&mode=          raw bytes → FileInfo with sha256 (atomic replace)
 //	DELETE /v1/files?path=&recursive=     204
 //	GET    /v1/files/stat?path=           FileInfo (lstat)
 //	GET    /v1/files/list?path=           ListResult, sorted by name
 //	POST   /v1/files/mkdir                MkdirRequest → FileInfo (201, or 200 if it existed)
+//	POST   /v1/files/read                 ReadTextRequest → ReadTextResult (text, by lines)
+//	POST   /v1/files/write                WriteRequest → WriteResult (atomic replace)
+//	POST   /v1/files/glob                 GlobRequest → GlobResult, newest first
+//	POST   /v1/files/grep                 GrepRequest → GrepResult
+//	POST   /v1/files/edit                 EditRequest → EditResult (exact replacements)
+//	POST   /v1/files/patch                PatchRequest → PatchResult (unified diff)
 //
 // # Exec
 //
@@ -76,7 +84,46 @@
 // can lead outside it; without a root they are used as given and the
 // sandbox is the wall. Writes go to a temp file in the same directory that
 // is fsynced and renamed over the target, so readers never see a partial
-// file; mode defaults to the replaced file's, or 0644.
+// file; mode defaults to the replaced file's, or 0644. Every write, edit
+// and patch answers each file's path, new size and SHA-256 (berth's
+// files.written facts); GET /v1/files reports the SHA-256 of the whole
+// file, and write and edit take it back as expected_sha256, failing with
+// 412 when the file has changed since. The agent serializes those
+// check-and-replace steps per root, so two of its clients cannot clobber
+// each other; a process in the sandbox that writes files itself is not
+// held by that lock.
+//
+// read returns a window of lines (offset_line is 1-based; limit_lines 0
+// means all) of a UTF-8 file, refusing NUL bytes and invalid UTF-8 with
+// 415. read, edit and patch hold files in memory and refuse those over
+// MaxTextFile (10 MiB) with 413; GET and PUT stream any size.
+//
+// glob matches doublestar patterns (*, **, ?, [..], {a,b}) against file
+// paths relative to path (default /), and answers regular files, newest
+// first. grep matches an RE2 expression line by line, skipping files with
+// a NUL byte in their first 8000 bytes and files over MaxTextFile; its
+// glob filters base names, or relative paths when it holds a slash. Both
+// walk real directories only: a symlink to a file counts as that file
+// (resolved inside the root), a symlinked directory is never entered, so
+// walks neither loop nor leave the root. Walks stop after MaxWalkEntries
+// entries and grep after MaxGrepBytes, answering truncated.
+//
+// edit applies exact-string replacements in order, each to the result of
+// the ones before: an old text must occur exactly once unless replace_all,
+// and an edit that matches nothing or too much is a 409 naming it (with a
+// hint: changed by an earlier edit, line endings, whitespace). The file is
+// replaced once, keeping its mode, or not at all. Symlinks are refused
+// (409) rather than replaced by a file: name the file they point to.
+//
+// patch takes a unified diff (git's, with renames, copies, new and
+// deleted files and modes, or the traditional ---/+++ form) of regular
+// text files. Names are relative to dir (default /) after dropping strip
+// components (default: git's a/ and b/). Every hunk is checked against
+// the current content before anything is written; then each new content
+// goes to a temp file, and only when all are staged are they renamed into
+// place (and deleted files removed). If a rename fails midway the files
+// already replaced get their old content back. A hunk that does not apply
+// is a 409 naming the file and the hunk, and nothing changes.
 //
 // # Reaping
 //

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -200,7 +201,20 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request) error {
 	if fi.IsDir() {
 		return errorf(http.StatusBadRequest, "%s is a directory; use /v1/files/list", t.path)
 	}
-	if offset > 0 {
+	if fi.Mode().IsRegular() {
+		// The hash covers the whole file whatever the range, so that it
+		// can be an edit's precondition. Both passes read the same open
+		// file, and the agent's writers replace files by rename, so they
+		// see one content.
+		h := sha256.New()
+		if _, err := io.Copy(h, f); err != nil {
+			return fsError(err, t.path)
+		}
+		w.Header().Set(HeaderSHA256, hex.EncodeToString(h.Sum(nil)))
+		if _, err := f.Seek(offset, io.SeekStart); err != nil {
+			return fsError(err, t.path)
+		}
+	} else if offset > 0 {
 		if _, err := f.Seek(offset, io.SeekStart); err != nil {
 			return fsError(err, t.path)
 		}
@@ -266,8 +280,9 @@ func (s *Server) writeFile(r *http.Request) (FileInfo, error) {
 	if err != nil {
 		return FileInfo{}, fsError(err, t.path)
 	}
+	h := sha256.New()
 	err = func() error {
-		if _, err := io.Copy(f, r.Body); err != nil {
+		if _, err := io.Copy(io.MultiWriter(f, h), r.Body); err != nil {
 			return errorf(http.StatusBadRequest, "reading the request body: %v", err)
 		}
 		if err := f.Chmod(mode); err != nil { // exact mode, whatever the umask
@@ -282,9 +297,11 @@ func (s *Server) writeFile(r *http.Request) (FileInfo, error) {
 		err = fsError(cerr, t.path)
 	}
 	if err == nil {
+		s.fileLock().Lock() // not between another writer's check and replace
 		if rerr := t.fs.Rename(tmp, t.name); rerr != nil {
 			err = fsError(rerr, t.path)
 		}
+		s.fileLock().Unlock()
 	}
 	if err != nil {
 		_ = t.fs.Remove(tmp)
@@ -300,7 +317,9 @@ func (s *Server) writeFile(r *http.Request) (FileInfo, error) {
 	if err != nil {
 		return FileInfo{}, fsError(err, t.path)
 	}
-	return fileInfo(t, t.name, t.path, fi), nil
+	out := fileInfo(t, t.name, t.path, fi)
+	out.SHA256 = hex.EncodeToString(h.Sum(nil))
+	return out, nil
 }
 
 func (s *Server) handleStat(w http.ResponseWriter, r *http.Request) {

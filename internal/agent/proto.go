@@ -158,6 +158,9 @@ type FileInfo struct {
 	ModTime time.Time `json:"mod_time"`
 	// LinkTarget is the symlink's target, for Type "symlink".
 	LinkTarget string `json:"link_target,omitempty"`
+	// SHA256 is the hex SHA-256 of the content written, in the answer
+	// of PUT /v1/files (only there: hashing is not free).
+	SHA256 string `json:"sha256,omitempty"`
 }
 
 // Perm parses Mode; it is 0 when Mode is malformed.

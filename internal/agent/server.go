@@ -144,6 +144,12 @@ func (s *Server) Handler() http.Handler {
 	route("/v1/files/stat", map[string]http.HandlerFunc{"GET": s.handleStat})
 	route("/v1/files/list", map[string]http.HandlerFunc{"GET": s.handleList})
 	route("/v1/files/mkdir", map[string]http.HandlerFunc{"POST": s.handleMkdir})
+	route("/v1/files/read", map[string]http.HandlerFunc{"POST": serveJSON(s.readText)})
+	route("/v1/files/write", map[string]http.HandlerFunc{"POST": serveJSON(s.write)})
+	route("/v1/files/glob", map[string]http.HandlerFunc{"POST": serveJSON(s.glob)})
+	route("/v1/files/grep", map[string]http.HandlerFunc{"POST": serveJSON(s.grep)})
+	route("/v1/files/edit", map[string]http.HandlerFunc{"POST": serveJSON(s.edit)})
+	route("/v1/files/patch", map[string]http.HandlerFunc{"POST": serveJSON(s.patch)})
 	route("/v1/processes", map[string]http.HandlerFunc{"GET": s.handleListProcesses, "POST": s.handleStartProcess})
 	route("/v1/processes/", map[string]http.HandlerFunc{"GET": s.handleProcessGet, "DELETE": s.handleKillProcess})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
