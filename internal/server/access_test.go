@@ -567,3 +567,23 @@ func TestAdminAddrNeedsCredential(t *testing.T) {
 		t.Fatalf("New on 0.0.0.0 without a password: %v, want a refusal naming BERTH_ADMIN_PASSWORD", err)
 	}
 }
+
+// TestQueryTokenOnlyOnShell: ?app_token= is a credential on the shell
+// websocket route only.
+func TestQueryTokenOnlyOnShell(t *testing.T) {
+	w := newWorld(t)
+	tok := strings.TrimPrefix(w.callers["ns admin"], "Bearer ")
+	// Past the gate, the shell of a static deployment is refused by the
+	// handler (400), not by the gate (401/403).
+	if r := w.call(nil, "GET", "/deployments/a1/shell?app_token="+tok, "", ""); r.code != 400 {
+		t.Errorf("shell with ?app_token=: %s, want 400 from the handler", r)
+	}
+	if r := w.call(nil, "GET", "/deployments/b1/shell?app_token="+tok, "", ""); r.code != 403 {
+		t.Errorf("foreign shell with ?app_token=: %s, want 403", r)
+	}
+	for _, path := range []string{"/deployments/a1?app_token=", "/whoami?app_token=", "/deployments/a1/logs?app_token="} {
+		if r := w.call(nil, "GET", path+tok, "", ""); r.code != 401 {
+			t.Errorf("GET %s…: %s, want 401", path, r)
+		}
+	}
+}
