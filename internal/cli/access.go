@@ -574,7 +574,7 @@ func runTokenMint(ctx context.Context, e *env, args []string) error {
 	if m.ExpiresAt != nil {
 		exp = "expires " + stamp(m.ExpiresAt)
 	}
-	fmt.Fprintf(e.stderr, "token/%s %q minted: admin %s, %s, %s.\nThis is the only time the token is shown; store it now.\n", m.ID, m.Name, m.Admin, scope, exp)
+	fmt.Fprintf(e.stderr, "token/%s %q minted: admin scope %s, %s, %s.\nThis is the only time the token is shown; store it now.\n", m.ID, m.Name, m.Admin, scope, exp)
 	return nil
 }
 
