@@ -140,14 +140,15 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	}
 	s.Fleet = fleet.New(fleet.Options{Drivers: drivers, Log: o.Log})
 	s.Registry = registry.New(registry.Options{
-		Store:     st,
-		Publisher: s.Proxy,
-		Spec:      spec.Options{BaseDomain: o.BaseDomain, Drivers: s.Fleet.DriverNames()},
-		Recorder:  func(id string) proxy.Recorder { return recorder{s.Metrics.Get(id)} },
-		Forget:    s.Metrics.Delete,
-		Pools:     s.Fleet,
-		Metrics:   s.Metrics.Get,
-		Log:       o.Log,
+		Store:      st,
+		Publisher:  s.Proxy,
+		Spec:       spec.Options{BaseDomain: o.BaseDomain, Drivers: s.Fleet.DriverNames()},
+		Recorder:   func(id string) proxy.Recorder { return recorder{s.Metrics.Get(id)} },
+		Forget:     s.Metrics.Delete,
+		Pools:      s.Fleet,
+		ResolveEnv: sec.ResolveEnv,
+		Metrics:    s.Metrics.Get,
+		Log:        o.Log,
 	})
 	if err := s.Registry.Load(ctx); err != nil {
 		st.Close()

@@ -297,3 +297,33 @@ func ids(st apitype.DeploymentStatus) []string {
 	slices.Sort(out)
 	return out
 }
+
+// TestVMEnvFromSecrets: env_from resolves sealed secrets at replica creation
+// (a secret wins over a literal env var); a missing secret fails the create
+// with a reason that names it.
+func TestVMEnvFromSecrets(t *testing.T) {
+	h := start(t, "")
+	if r := h.json("POST", "/secrets", `{"id":"db","data":{"password":"s3cret"}}`); r.code != 201 {
+		t.Fatalf("secret: %d %s", r.code, r.body)
+	}
+	spec := `{"id":"sec","routes":[],"vm":{"driver":"process","port":8080,"start_command":` + jsonString(appCommand()) +
+		`,"env_vars":{"DB_PASSWORD":"literal"},"env_from":[{"secret":"db","key":"password","as":"DB_PASSWORD"}]},"scaling":{"min_replicas":0}}`
+	if r := h.json("POST", "/deployments", spec); r.code != 201 {
+		t.Fatalf("%d %s", r.code, r.body)
+	}
+	r := h.json("POST", "/deployments/sec/exec", `{"command":"echo $DB_PASSWORD"}`)
+	var out apitype.ExecOutput
+	json.Unmarshal(r.body, &out)
+	if r.code != 200 || out.Stdout != "s3cret\n" {
+		t.Errorf("exec: %d %s", r.code, r.body)
+	}
+	missing := strings.Replace(strings.Replace(spec, `"id":"sec"`, `"id":"nosec"`, 1), `"secret":"db"`, `"secret":"nope"`, 1)
+	missing = strings.Replace(missing, `"min_replicas":0`, `"min_replicas":1`, 1)
+	if r := h.json("POST", "/deployments", missing); r.code != 201 {
+		t.Fatalf("%d %s", r.code, r.body)
+	}
+	waitFor(t, "the create to fail", func() bool { return h.view("nosec").Metrics.Autoscale.CreateFailures > 0 })
+	if msg := h.view("nosec").Metrics.Autoscale.LastCreateError; !strings.Contains(msg, "nope") {
+		t.Errorf("last_create_error %q does not name the missing secret", msg)
+	}
+}
