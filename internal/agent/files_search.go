@@ -14,6 +14,10 @@ import (
 	"github.com/bmatcuk/doublestar/v4"
 )
 
+// maxGlobPattern bounds glob patterns, whose matching cost grows with
+// their length and number of ** wildcards.
+const maxGlobPattern = 4096
+
 // errStopWalk ends a walk early without being an error.
 var errStopWalk = errors.New("stop walk")
 
@@ -103,6 +107,9 @@ func (s *Server) glob(ctx context.Context, req GlobRequest) (GlobResult, error) 
 	if pattern == "" {
 		return GlobResult{}, errorf(http.StatusBadRequest, "pattern is required")
 	}
+	if len(pattern) > maxGlobPattern {
+		return GlobResult{}, errorf(http.StatusBadRequest, "pattern is over %d bytes", maxGlobPattern)
+	}
 	if !doublestar.ValidatePattern(pattern) {
 		return GlobResult{}, errorf(http.StatusBadRequest, "pattern %q is not a valid glob (unbalanced [ ] or { }, or a trailing \\)", req.Pattern)
 	}
@@ -181,6 +188,9 @@ func (s *Server) grep(ctx context.Context, req GrepRequest) (GrepResult, error) 
 	re, err := regexp.Compile(expr)
 	if err != nil {
 		return GrepResult{}, errorf(http.StatusBadRequest, "pattern is not a valid RE2 regular expression: %v", err)
+	}
+	if len(req.Glob) > maxGlobPattern {
+		return GrepResult{}, errorf(http.StatusBadRequest, "glob is over %d bytes", maxGlobPattern)
 	}
 	if req.Glob != "" && !doublestar.ValidatePattern(req.Glob) {
 		return GrepResult{}, errorf(http.StatusBadRequest, "glob %q is not a valid glob pattern", req.Glob)
