@@ -1,0 +1,242 @@
+package firecracker
+
+import (
+	"context"
+	"debug/elf"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth/internal/agent"
+	"github.com/berth-dev/berth/internal/vm"
+	"github.com/berth-dev/berth/internal/vm/vmtest"
+)
+
+// Environment of the real conformance run (see the package doc).
+const (
+	envKernel = "BERTH_FC_KERNEL" // guest vmlinux; required
+	envBin    = "BERTH_FC_BIN"    // firecracker binary; default: firecracker in PATH
+	envGuest  = "BERTH_FC_GUEST_ROLE"
+)
+
+// guestMain is this test binary's part inside a real guest: its init (the
+// kernel runs /berth-agent with "agent ...") and the apps the suite
+// starts there.
+func guestMain() (int, bool) {
+	if len(os.Args) > 1 && os.Args[1] == "agent" {
+		return agent.Main(context.Background(), os.Args[2:], os.Stderr), true
+	}
+	switch os.Getenv(envGuest) {
+	case "app":
+		return serveGuestApp(false), true
+	case "envapp":
+		return serveGuestApp(true), true
+	}
+	return 0, false
+}
+
+// serveGuestApp answers HTTP 200 on :$PORT; with env, the body is what
+// vmtest.Options.EnvApp specifies.
+func serveGuestApp(env bool) int {
+	token := strconv.FormatInt(time.Now().UnixNano(), 10)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !env {
+			fmt.Fprintln(w, "ok")
+			return
+		}
+		wd, _ := os.Getwd()
+		hook, _ := os.ReadFile("hook.txt")
+		fmt.Fprintf(w, "%s\n%s\n%s\n%s\n", os.Getenv("GREETING"), wd, strings.TrimSpace(string(hook)), token)
+	})
+	err := http.ListenAndServe(":"+os.Getenv("PORT"), h)
+	fmt.Fprintln(os.Stderr, err)
+	return 1
+}
+
+// TestConformance runs vmtest's suite against real microVMs. It needs a KVM
+// host; everywhere else it skips and says what is missing.
+func TestConformance(t *testing.T) {
+	if _, err := os.Stat("/dev/kvm"); err != nil {
+		t.Skip("no /dev/kvm: the Firecracker conformance suite runs only on a KVM host (see the package doc for how)")
+	}
+	fcBin := os.Getenv(envBin)
+	if fcBin == "" {
+		fcBin = "firecracker"
+	}
+	if _, err := exec.LookPath(fcBin); err != nil {
+		t.Skipf("no firecracker binary (%v): set $%s or put firecracker in PATH", err, envBin)
+	}
+	kernel := os.Getenv(envKernel)
+	if kernel == "" {
+		t.Skipf("$%s is not set: it must name a guest vmlinux", envKernel)
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("not root: tap devices need CAP_NET_ADMIN")
+	}
+	for _, tool := range []string{"busybox", "mkfs.ext4", "ip"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s is missing (%v)", tool, err)
+		}
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, err := elf.Open(exe); err == nil {
+		interp := f.Section(".interp")
+		f.Close()
+		if interp != nil {
+			t.Skip("the test binary is dynamically linked; it must run as the guest's init: build it with CGO_ENABLED=0 and without -race")
+		}
+	}
+
+	image := buildGuestImage(t, exe)
+	dir := shortTempDir(t)
+	o := Options{
+		Dir:            dir,
+		FirecrackerBin: fcBin,
+		Kernel:         kernel,
+		Images:         fixedImage(image),
+		Net:            &ipNet{base: 200 + os.Getpid()%50},
+		LeaseCheck:     50 * time.Millisecond,
+	}
+	app := "exec env " + envGuest + "=app /berth-agent"
+	vmtest.RunDriverTests(t, func(t *testing.T) vm.Driver {
+		d, err := New(o)
+		if err != nil {
+			t.Fatalf("New: %v", err)
+		}
+		return d
+	}, vmtest.Options{
+		App:        app,
+		EnvApp:     "exec env " + envGuest + "=envapp /berth-agent",
+		Image:      "conformance",
+		WorkDir:    "/tmp",
+		LeaseCheck: o.LeaseCheck,
+		Reopen: func(t *testing.T, old vm.Driver) vm.Driver {
+			d, err := New(o)
+			if err != nil {
+				t.Fatalf("New: %v", err)
+			}
+			return d
+		},
+	})
+}
+
+// buildGuestImage makes a small ext4 root file system without mounting
+// anything: busybox for /bin/sh and the shell tools the suite's commands
+// use, and this test binary as /berth-agent (the guest's init and apps).
+func buildGuestImage(t *testing.T, exe string) string {
+	t.Helper()
+	root := t.TempDir()
+	for _, d := range []string{"bin", "root", "tmp", "proc", "sys", "dev", "run", "etc"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	copyFile(t, exe, filepath.Join(root, "berth-agent"), 0o755)
+	bb, _ := exec.LookPath("busybox")
+	if f, err := elf.Open(bb); err == nil {
+		interp := f.Section(".interp")
+		f.Close()
+		if interp != nil {
+			t.Skipf("%s is dynamically linked; install busybox-static", bb)
+		}
+	}
+	copyFile(t, bb, filepath.Join(root, "bin", "busybox"), 0o755)
+	out, err := exec.Command(bb, "--list").Output()
+	if err != nil {
+		t.Fatalf("busybox --list: %v", err)
+	}
+	for _, applet := range strings.Fields(string(out)) {
+		if applet != "busybox" {
+			os.Symlink("busybox", filepath.Join(root, "bin", applet))
+		}
+	}
+	img := filepath.Join(t.TempDir(), "guest.ext4")
+	if out, err := exec.Command("mkfs.ext4", "-q", "-F", "-d", root, img, "512M").CombinedOutput(); err != nil {
+		t.Fatalf("mkfs.ext4: %v: %s", err, out)
+	}
+	return img
+}
+
+func copyFile(t *testing.T, src, dst string, mode os.FileMode) {
+	t.Helper()
+	in, err := os.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		t.Fatal(err)
+	}
+	if err := out.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// fixedImage serves one disk for every image name.
+type fixedImage string
+
+func (i fixedImage) Ext4(name string, sizeGB int) (string, error) { return string(i), nil }
+
+// ipNet is a minimal host network for the conformance run: one tap per
+// replica with a /30 of its own (172.30.<n>.0/30: host .1, guest .2), no
+// bridge and no NAT, which is all the suite needs (berth reaches the guest).
+type ipNet struct {
+	base int
+	mu   sync.Mutex
+	taps map[string]string
+	n    atomic.Int32
+}
+
+func (n *ipNet) CreateTap(id string) (tap, guestIP, hostIP, mac string, err error) {
+	i := int(n.n.Add(1))
+	sub := (n.base + i) % 256
+	tap = fmt.Sprintf("fct%d", sub)
+	host := fmt.Sprintf("172.30.%d.1", sub)
+	for _, args := range [][]string{
+		{"tuntap", "add", "dev", tap, "mode", "tap"},
+		{"addr", "add", host + "/30", "dev", tap},
+		{"link", "set", tap, "up"},
+	} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			exec.Command("ip", "link", "del", tap).Run()
+			return "", "", "", "", fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	n.mu.Lock()
+	if n.taps == nil {
+		n.taps = map[string]string{}
+	}
+	n.taps[id] = tap
+	n.mu.Unlock()
+	return tap, fmt.Sprintf("172.30.%d.2/30", sub), host, "", nil
+}
+
+func (n *ipNet) DeleteTap(id string) error {
+	n.mu.Lock()
+	tap, ok := n.taps[id]
+	delete(n.taps, id)
+	n.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	if out, err := exec.Command("ip", "link", "del", tap).CombinedOutput(); err != nil && !strings.Contains(string(out), "Cannot find") {
+		return fmt.Errorf("ip link del %s: %v: %s", tap, err, out)
+	}
+	return nil
+}

@@ -1,0 +1,1041 @@
+package firecracker
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/berth-dev/berth/internal/agent"
+	"github.com/berth-dev/berth/internal/vm"
+)
+
+// Compile-time checks of the abilities the driver offers.
+var (
+	_ vm.Driver      = (*Driver)(nil)
+	_ vm.Suspender   = (*Driver)(nil)
+	_ vm.LogReader   = (*Driver)(nil)
+	_ vm.LogFollower = (*Driver)(nil)
+	_ vm.AgentDialer = (*Driver)(nil)
+	_ vm.UsageReader = (*Driver)(nil)
+	_ vm.Leaser      = (*Driver)(nil)
+)
+
+// Images is what the driver needs of the local image store: a bootable ext4
+// disk for an image name, cached; the driver copies it per replica.
+type Images interface {
+	Ext4(name string, sizeGB int) (path string, err error)
+}
+
+// Network is what the driver needs of host networking: a tap device per
+// replica, attached to berth's bridge, and the addresses around it. guestIP
+// is in CIDR notation ("10.77.0.5/24"); a bare address means /24. mac may
+// be empty (the driver derives one from the id). Both must be idempotent
+// enough for a retried Stop: deleting a tap that is gone is not an error.
+type Network interface {
+	CreateTap(id string) (tap, guestIP, hostIP, mac string, err error)
+	DeleteTap(id string) error
+}
+
+// Options configures a Driver.
+type Options struct {
+	// Dir is the state root, e.g. <data-dir>/firecracker. Created if
+	// missing. Required. Unix socket paths live below it, so keep it short
+	// (see maxSockPath).
+	Dir string
+
+	// FirecrackerBin is the firecracker executable; a bare name is looked
+	// up in PATH. Empty means "firecracker".
+	FirecrackerBin string
+
+	// UseJailer runs every VMM under Firecracker's jailer (chroot, new
+	// mount and PID-less namespaces, cgroups, dropped privileges), as
+	// production deployments should. JailerBin defaults to "jailer";
+	// JailerUID and JailerGID are the unprivileged ids the VMM runs as;
+	// ChrootBase is the jailer's --chroot-base-dir, default <Dir>/jail.
+	UseJailer            bool
+	JailerBin            string
+	JailerUID, JailerGID int
+	ChrootBase           string
+	// JailerArgs are added to the jailer's flags, e.g. "--cgroup-version",
+	// "2" on cgroup v2 hosts, or "--netns", "/var/run/netns/berth".
+	JailerArgs []string
+
+	// Kernel is the guest kernel: an uncompressed vmlinux (x86_64) or
+	// Image (aarch64) built with virtio-mmio block, net and vsock, ext4,
+	// devtmpfs, IP_PNP and the 8250 serial console. Required.
+	Kernel string
+
+	// KernelArgs are added to the guest's kernel command line (see
+	// bootArgs for what the driver always passes).
+	KernelArgs string
+
+	// GuestInit is the path of the berth binary inside the image, which
+	// the kernel runs as init. Empty means /berth-agent.
+	GuestInit string
+
+	// Images provides the root disks. Required.
+	Images Images
+
+	// Net provides the tap devices and addresses. Required.
+	Net Network
+
+	// AgentPort is the vsock port the agent listens on in the guest.
+	// Zero means DefaultAgentPort.
+	AgentPort uint32
+
+	// LeaseCheck is how often the agent in the guest reads its lease
+	// file (its --lease-check). Zero means the agent's default.
+	LeaseCheck time.Duration
+
+	// KVMDevice is the device whose presence New requires. Empty means
+	// /dev/kvm; tests point it elsewhere to drive a fake VMM.
+	KVMDevice string
+
+	// Log receives what the driver degrades on. Nil discards.
+	Log *slog.Logger
+}
+
+// DefaultAgentPort is the guest vsock port of the agent.
+const DefaultAgentPort = 10052
+
+// DefaultPort is the app's port in the guest when the spec names none: each
+// replica has its own address, so every app may use the same port.
+const DefaultPort = 8080
+
+// guestCID is every guest's vsock context id. Firecracker's vsock is
+// emulated behind a unix socket per VMM, so ids need not be unique.
+const guestCID = 3
+
+// Paths inside the guest.
+const (
+	guestConsole = "/dev/ttyS0"
+	guestConfig  = "/dev/vdb" // the second drive; the root disk is vda
+	guestLease   = "/run/berth/lease"
+	guestHome    = "/root"
+)
+
+// Driver runs each replica as a Firecracker microVM. It is safe for
+// concurrent use, and several Drivers (or berth processes, one after
+// another) may share a Dir.
+type Driver struct {
+	dir        string
+	fcBin      string
+	jailer     string // empty: no jailer
+	uid, gid   int
+	jailerArgs []string
+	chrootBase string
+	kernel     string
+	kernelArgs string
+	init       string
+	images     Images
+	net        Network
+	agentPort  uint32
+	leaseCheck time.Duration
+	log        *slog.Logger
+
+	mu       sync.Mutex
+	starting map[string]bool        // ids whose Start has not returned yet
+	cpu      map[string]cpuSample   // last Usage reading per id
+	locks    map[string]*sync.Mutex // per id: Stop, Suspend and Resume
+}
+
+// lock serializes the operations that change a replica's VMM and state
+// (Stop, Suspend, Resume) within this process, and returns the unlock.
+func (d *Driver) lock(id string) func() {
+	d.mu.Lock()
+	l, ok := d.locks[id]
+	if !ok {
+		l = new(sync.Mutex)
+		d.locks[id] = l
+	}
+	d.mu.Unlock()
+	l.Lock()
+	return l.Unlock
+}
+
+// File names in a replica's directory (or, under the jailer, its chroot).
+const (
+	stateFile   = "state.json"
+	apiSock     = "fc.sock"
+	vsockSock   = "vsock.sock"
+	rootfsFile  = "rootfs.ext4"
+	configFile  = "config.img"
+	kernelFile  = "vmlinux"
+	consoleFile = "console.log" // the VMM's stdout and stderr: the serial console
+	vmmLogFile  = "vmm.log"     // the VMM's own log (PUT /logger)
+	leaseFile   = "lease"       // the last deadline Renew set, for Resume
+)
+
+// maxSockPath is the longest unix socket path Linux accepts.
+const maxSockPath = 107
+
+// New returns a driver keeping its state under o.Dir. It returns an error
+// wrapping vm.ErrUnavailable, naming what is missing, when this host cannot
+// run microVMs: no KVM device, no firecracker (or jailer) binary, no guest
+// kernel, or no image store or host network wired in.
+func New(o Options) (*Driver, error) {
+	unavailable := func(format string, args ...any) (*Driver, error) {
+		return nil, fmt.Errorf("firecracker: "+format+": %w", append(args, vm.ErrUnavailable)...)
+	}
+	if o.Dir == "" {
+		return nil, errors.New("firecracker: Options.Dir is required")
+	}
+	kvm := o.KVMDevice
+	if kvm == "" {
+		kvm = "/dev/kvm"
+	}
+	if _, err := os.Stat(kvm); err != nil {
+		return unavailable("no KVM on this host (%v)", err)
+	}
+	bin := o.FirecrackerBin
+	if bin == "" {
+		bin = "firecracker"
+	}
+	fcBin, err := exec.LookPath(bin)
+	if err != nil {
+		return unavailable("no firecracker binary (%v)", err)
+	}
+	if fcBin, err = filepath.Abs(fcBin); err != nil {
+		return nil, fmt.Errorf("firecracker: %w", err)
+	}
+	var jailer string
+	if o.UseJailer {
+		bin := o.JailerBin
+		if bin == "" {
+			bin = "jailer"
+		}
+		if jailer, err = exec.LookPath(bin); err != nil {
+			return unavailable("no jailer binary (%v)", err)
+		}
+		if jailer, err = filepath.Abs(jailer); err != nil {
+			return nil, fmt.Errorf("firecracker: %w", err)
+		}
+	}
+	if o.Kernel == "" {
+		return unavailable("no guest kernel configured")
+	}
+	kernel, err := filepath.Abs(o.Kernel)
+	if err != nil {
+		return nil, fmt.Errorf("firecracker: %w", err)
+	}
+	if _, err := os.Stat(kernel); err != nil {
+		return unavailable("guest kernel: %v", err)
+	}
+	if o.Images == nil {
+		return unavailable("no image store")
+	}
+	if o.Net == nil {
+		return unavailable("no host network for tap devices")
+	}
+	dir, err := filepath.Abs(o.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("firecracker: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("firecracker: %w", err)
+	}
+	chroot := o.ChrootBase
+	if chroot == "" {
+		chroot = filepath.Join(dir, "jail")
+	}
+	if chroot, err = filepath.Abs(chroot); err != nil {
+		return nil, fmt.Errorf("firecracker: %w", err)
+	}
+	init := o.GuestInit
+	if init == "" {
+		init = "/berth-agent"
+	}
+	if strings.ContainsAny(init, " \t\n") || !strings.HasPrefix(init, "/") {
+		return nil, fmt.Errorf("firecracker: GuestInit %q must be an absolute path without spaces", init)
+	}
+	if strings.Contains(o.KernelArgs, " -- ") || strings.HasPrefix(o.KernelArgs, "-- ") {
+		return nil, errors.New("firecracker: KernelArgs must not pass init arguments (--): the driver does")
+	}
+	port := o.AgentPort
+	if port == 0 {
+		port = DefaultAgentPort
+	}
+	log := o.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Driver{
+		dir:        dir,
+		fcBin:      fcBin,
+		jailer:     jailer,
+		uid:        o.JailerUID,
+		gid:        o.JailerGID,
+		jailerArgs: slices.Clone(o.JailerArgs),
+		chrootBase: chroot,
+		kernel:     kernel,
+		kernelArgs: strings.TrimSpace(o.KernelArgs),
+		init:       init,
+		images:     o.Images,
+		net:        o.Net,
+		agentPort:  port,
+		leaseCheck: o.LeaseCheck,
+		log:        log,
+		starting:   make(map[string]bool),
+		cpu:        make(map[string]cpuSample),
+		locks:      make(map[string]*sync.Mutex),
+	}, nil
+}
+
+// state is a replica's state.json: only what re-adoption needs, never the
+// environment (which may hold resolved secrets).
+type state struct {
+	ID         string    `json:"id"`
+	Deployment string    `json:"deployment"`
+	Port       int       `json:"port"`
+	Tap        string    `json:"tap,omitempty"`
+	GuestIP    string    `json:"guest_ip,omitempty"`
+	HostIP     string    `json:"host_ip,omitempty"`
+	PrefixLen  int       `json:"prefix_len,omitempty"`
+	MAC        string    `json:"mac,omitempty"`
+	JailID     string    `json:"jail_id,omitempty"` // set when the VMM runs under the jailer
+	PID        int       `json:"pid"`               // the VMM (the jailer execs into it); 0 when none runs
+	StartTicks uint64    `json:"start_ticks"`       // /proc/<pid>/stat field 22, against pid reuse
+	StartedAt  time.Time `json:"started_at"`
+	Suspended  bool      `json:"suspended,omitempty"`
+	SnapGen    int       `json:"snap_gen,omitempty"` // generation of the snapshot files
+}
+
+func (st state) addr() string {
+	if st.GuestIP == "" {
+		return ""
+	}
+	return net.JoinHostPort(st.GuestIP, strconv.Itoa(st.Port))
+}
+
+// validID reports whether id is a replica name berth gives and is safe as a
+// single path element.
+func validID(id string) bool {
+	if _, ok := vm.Owner(id); !ok {
+		return false
+	}
+	for _, c := range id {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+// jailID is the jailer's --id for a replica: short (socket paths in the
+// chroot must fit in 107 bytes) and made of the characters it accepts.
+func jailID(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return "berth-" + hex.EncodeToString(sum[:8])
+}
+
+// replicaDir is the directory with the replica's state and console log.
+func (d *Driver) replicaDir(id string) string { return filepath.Join(d.dir, id) }
+
+// vmmRoot is the directory holding the files the VMM opens: the replica
+// directory, or under the jailer its chroot.
+func (d *Driver) vmmRoot(st state) string {
+	if st.JailID == "" {
+		return d.replicaDir(st.ID)
+	}
+	return filepath.Join(d.chrootBase, filepath.Base(d.fcBin), st.JailID, "root")
+}
+
+// hostPath is where file name of a replica is on the host.
+func (d *Driver) hostPath(st state, name string) string {
+	return filepath.Join(d.vmmRoot(st), name)
+}
+
+// vmmPath is how the VMM names file name of a replica: the host path, or
+// under the jailer the path inside its chroot.
+func (d *Driver) vmmPath(st state, name string) string {
+	if st.JailID == "" {
+		return d.hostPath(st, name)
+	}
+	return "/" + name
+}
+
+func snapNames(gen int) (snap, mem string) {
+	return fmt.Sprintf("vm-%d.snap", gen), fmt.Sprintf("mem-%d.snap", gen)
+}
+
+// Start creates the replica's disk, tap and config drive, starts a VMM,
+// configures it and boots the guest, returning once the guest runs; the
+// agent and the app inside are still booting, readiness is the caller's
+// probe. spec.Image is required. The app's environment is PATH, HOME
+// (/root), HOSTNAME (the id), spec.Env and PORT (spec.Port, or
+// DefaultPort), which wins over a PORT in spec.Env. A relative WorkDir is
+// relative to /; the default is /root. OpenPorts need nothing: the guest's
+// address is its own.
+func (d *Driver) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
+	if err := ctx.Err(); err != nil {
+		return vm.Instance{}, err
+	}
+	st, size, err := d.check(spec)
+	if err != nil {
+		return vm.Instance{}, err
+	}
+	dir := d.replicaDir(spec.Name)
+	d.mu.Lock()
+	err = os.Mkdir(dir, 0o700)
+	if err == nil {
+		d.starting[spec.Name] = true
+	}
+	d.mu.Unlock()
+	if errors.Is(err, fs.ErrExist) {
+		return vm.Instance{}, fmt.Errorf("firecracker: start %s: the replica already exists", spec.Name)
+	}
+	if err != nil {
+		return vm.Instance{}, fmt.Errorf("firecracker: start %s: %w", spec.Name, err)
+	}
+	defer func() {
+		d.mu.Lock()
+		delete(d.starting, spec.Name)
+		d.mu.Unlock()
+	}()
+	st, err = d.launch(ctx, spec, st, size)
+	if err != nil {
+		if cerr := d.destroy(context.Background(), st, 0); cerr != nil {
+			d.log.Warn("firecracker: cleaning up a failed start", "id", spec.Name, "err", cerr)
+		}
+		return vm.Instance{}, fmt.Errorf("firecracker: start %s: %w", spec.Name, err)
+	}
+	return d.instance(st), nil
+}
+
+// check validates spec and returns the initial state and the size.
+func (d *Driver) check(spec vm.Spec) (state, vm.Size, error) {
+	fail := func(format string, args ...any) (state, vm.Size, error) {
+		return state{}, vm.Size{}, fmt.Errorf("firecracker: start %q: "+format, append([]any{spec.Name}, args...)...)
+	}
+	if !validID(spec.Name) {
+		return fail("not a replica name (want %s<deployment>-<12 hex digits>)", vm.NamePrefix)
+	}
+	owner, _ := vm.Owner(spec.Name)
+	if spec.Deployment != "" && spec.Deployment != owner {
+		return fail("the name belongs to deployment %q, not %q", owner, spec.Deployment)
+	}
+	if spec.Image == "" {
+		return fail("the firecracker driver needs an image")
+	}
+	if spec.Port < 0 || spec.Port > 65535 {
+		return fail("port %d out of range", spec.Port)
+	}
+	if spec.DiskSizeGB < 0 {
+		return fail("disk size %d GB is negative", spec.DiskSizeGB)
+	}
+	class := spec.SizeClass
+	if class == "" {
+		class = vm.DefaultSize
+	}
+	size, ok := vm.Sizes[class]
+	if !ok {
+		return fail("unknown size class %q", spec.SizeClass)
+	}
+	if size.VCPUs > 1 && size.VCPUs%2 != 0 || size.VCPUs > 32 {
+		return fail("size class %q has %d vCPUs; Firecracker takes 1 or an even number up to 32", class, size.VCPUs)
+	}
+	for k := range spec.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return fail("bad environment variable name %q", k)
+		}
+	}
+	if strings.ContainsRune(spec.Command, 0) || strings.ContainsRune(spec.WorkDir, 0) {
+		return fail("NUL byte in command or working directory")
+	}
+	for _, h := range spec.SetupHooks {
+		if strings.ContainsRune(h, 0) {
+			return fail("NUL byte in a setup hook")
+		}
+	}
+	st := state{ID: spec.Name, Deployment: owner, Port: spec.Port}
+	if st.Port == 0 {
+		st.Port = DefaultPort
+	}
+	if d.jailer != "" {
+		st.JailID = jailID(spec.Name)
+	}
+	for _, s := range []string{apiSock, vsockSock} {
+		if p := d.hostPath(st, s); len(p) > maxSockPath {
+			return fail("socket path %s is longer than %d bytes; use a shorter Dir or ChrootBase", p, maxSockPath)
+		}
+	}
+	return st, size, nil
+}
+
+// launch prepares the replica's files, starts the VMM and boots the guest.
+// The returned state is what exists so far, for cleanup when it fails.
+func (d *Driver) launch(ctx context.Context, spec vm.Spec, st state, size vm.Size) (state, error) {
+	st.StartedAt = time.Now().UTC()
+	root := d.vmmRoot(st)
+	if st.JailID != "" {
+		if err := os.MkdirAll(root, 0o700); err != nil {
+			return st, err
+		}
+	}
+	if err := writeState(d.replicaDir(st.ID), st); err != nil {
+		return st, err
+	}
+
+	img, err := d.images.Ext4(spec.Image, spec.DiskSizeGB)
+	if err != nil {
+		return st, fmt.Errorf("image %q: %w", spec.Image, err)
+	}
+	// Copy-on-write where the file system can (btrfs, xfs), a sparse copy
+	// elsewhere: every replica writes its own disk.
+	if out, err := exec.CommandContext(ctx, "cp", "--reflink=auto", "--sparse=always", img, filepath.Join(root, rootfsFile)).CombinedOutput(); err != nil {
+		return st, fmt.Errorf("copying the root disk: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+
+	tap, guestIP, hostIP, mac, err := d.net.CreateTap(st.ID)
+	if err != nil {
+		return st, fmt.Errorf("tap device: %w", err)
+	}
+	// Recorded at once, so that cleanup and a later Stop delete it.
+	st.Tap = tap
+	if err := writeState(d.replicaDir(st.ID), st); err != nil {
+		return st, err
+	}
+	guest, err := parseGuestIP(guestIP)
+	if err != nil {
+		return st, err
+	}
+	host, err := netip.ParseAddr(hostIP)
+	if err != nil || !host.Is4() {
+		return st, fmt.Errorf("host network: host address %q is not IPv4", hostIP)
+	}
+	if mac == "" {
+		mac = macFor(st.ID)
+	}
+	st.GuestIP, st.PrefixLen, st.HostIP, st.MAC = guest.Addr().String(), guest.Bits(), host.String(), mac
+
+	cfg, err := agent.EncodeGuestConfig(d.guestConfig(spec, st))
+	if err != nil {
+		return st, err
+	}
+	if err := os.WriteFile(filepath.Join(root, configFile), cfg, 0o600); err != nil {
+		return st, err
+	}
+	kernel := d.kernel
+	if st.JailID != "" {
+		// The jailed VMM sees only its chroot: link (or copy) the kernel
+		// in, and hand it the files it writes or opens read-write.
+		if kernel, err = d.jailFile(st, d.kernel, kernelFile); err != nil {
+			return st, err
+		}
+		for _, f := range []string{"", rootfsFile, configFile} {
+			if err := os.Chown(filepath.Join(root, f), d.uid, d.gid); err != nil {
+				return st, err
+			}
+		}
+	}
+
+	c, st, err := d.spawn(ctx, st)
+	if err != nil {
+		return st, err
+	}
+	steps := []func() error{
+		func() error {
+			return c.PutLogger(ctx, Logger{LogPath: d.vmmPath(st, vmmLogFile), Level: "Warning", ShowLevel: true})
+		},
+		func() error {
+			return c.PutMachineConfig(ctx, MachineConfig{VCPUCount: size.VCPUs, MemSizeMiB: size.MemoryMB})
+		},
+		func() error {
+			return c.PutBootSource(ctx, BootSource{KernelImagePath: kernel, BootArgs: d.bootArgs(st)})
+		},
+		func() error {
+			return c.PutDrive(ctx, Drive{DriveID: "rootfs", PathOnHost: d.vmmPath(st, rootfsFile), IsRootDevice: true})
+		},
+		func() error {
+			return c.PutDrive(ctx, Drive{DriveID: "config", PathOnHost: d.vmmPath(st, configFile), IsReadOnly: true})
+		},
+		func() error {
+			return c.PutNetworkInterface(ctx, NetworkInterface{IfaceID: "eth0", HostDevName: st.Tap, GuestMAC: st.MAC})
+		},
+		func() error {
+			return c.PutVsock(ctx, Vsock{GuestCID: guestCID, UDSPath: d.vmmPath(st, vsockSock)})
+		},
+		func() error { return c.Action(ctx, ActionInstanceStart) },
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return st, d.withConsole(st, err)
+		}
+	}
+	return st, nil
+}
+
+// kernelFile is only a file name under the jailer; outside it the kernel
+// stays where Options.Kernel says.
+func (d *Driver) jailFile(st state, src, name string) (string, error) {
+	dst := d.hostPath(st, name)
+	os.Remove(dst)
+	if err := os.Link(src, dst); err != nil {
+		if out, err := exec.Command("cp", "--reflink=auto", src, dst).CombinedOutput(); err != nil {
+			return "", fmt.Errorf("copying %s into the jail: %v: %s", src, err, strings.TrimSpace(string(out)))
+		}
+	}
+	return d.vmmPath(st, name), nil
+}
+
+// parseGuestIP parses the guest's address as CIDR or bare (/24).
+func parseGuestIP(s string) (netip.Prefix, error) {
+	if p, err := netip.ParsePrefix(s); err == nil && p.Addr().Is4() && p.Bits() > 0 && p.Bits() < 31 {
+		return p, nil
+	}
+	if a, err := netip.ParseAddr(s); err == nil && a.Is4() {
+		return netip.PrefixFrom(a, 24), nil
+	}
+	return netip.Prefix{}, fmt.Errorf("host network: guest address %q is not IPv4 (CIDR with a prefix of 1-30 bits, or bare)", s)
+}
+
+// macFor derives a stable, locally administered unicast MAC from an id.
+func macFor(id string) string {
+	s := sha256.Sum256([]byte(id))
+	return fmt.Sprintf("02:fc:%02x:%02x:%02x:%02x", s[0], s[1], s[2], s[3])
+}
+
+// mask is the dotted netmask of a prefix length.
+func mask(bits int) string {
+	m := net.CIDRMask(bits, 32)
+	return net.IP(m).String()
+}
+
+// bootArgs is the guest kernel's command line: the serial console (the log
+// and the exit record travel on it), reboot=k and panic=1 so that a guest
+// that ends or panics makes the VMM exit, the keyboard controller options
+// Firecracker needs for Ctrl-Alt-Del, the kernel's static IP configuration
+// of eth0, Options.KernelArgs, and the agent as init. Everything after
+// " -- " is init's argv; Firecracker keeps its own root=/dev/vda before it.
+func (d *Driver) bootArgs(st state) string {
+	args := []string{
+		"console=ttyS0", "reboot=k", "panic=1", "pci=off",
+		"i8042.noaux", "i8042.nomux", "i8042.nopnp", "i8042.dumbkbd",
+		fmt.Sprintf("ip=%s::%s:%s::eth0:off", st.GuestIP, st.HostIP, mask(st.PrefixLen)),
+	}
+	if d.kernelArgs != "" {
+		args = append(args, d.kernelArgs)
+	}
+	args = append(args, "init="+d.init, "--", "agent", "--vm-init", "--config", guestConfig)
+	return strings.Join(args, " ")
+}
+
+// guestConfig is what the agent in the guest is told: its flags, COMMAND,
+// the app's environment, and the initial lease.
+func (d *Driver) guestConfig(spec vm.Spec, st state) agent.GuestConfig {
+	workDir := spec.WorkDir
+	if workDir == "" {
+		workDir = guestHome
+	} else if !filepath.IsAbs(workDir) {
+		workDir = filepath.Join("/", workDir)
+	}
+	args := []string{
+		"--listen", "vsock:" + strconv.FormatUint(uint64(d.agentPort), 10),
+		"--log", guestConsole,
+		// Always, so that Renew can give a lease to a replica started
+		// without one; a missing file means no lease.
+		"--lease-file", guestLease,
+		"--workdir", workDir,
+	}
+	if d.leaseCheck > 0 {
+		args = append(args, "--lease-check", d.leaseCheck.String())
+	}
+	for _, h := range spec.SetupHooks {
+		args = append(args, "--setup", h)
+	}
+	if spec.Command != "" {
+		args = append(args, "--", "/bin/sh", "-c", spec.Command)
+	}
+	env := []string{
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"HOME=" + guestHome,
+		"HOSTNAME=" + hostname(st.ID),
+	}
+	keys := make([]string, 0, len(spec.Env))
+	for k := range spec.Env {
+		if k != "PORT" {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		env = append(env, k+"="+spec.Env[k])
+	}
+	env = append(env, "PORT="+strconv.Itoa(st.Port))
+	c := agent.GuestConfig{Args: args, Env: env, Hostname: hostname(st.ID)}
+	if spec.TTL > 0 {
+		c.Files = map[string]string{guestLease: string(agent.FormatLease(st.StartedAt.Add(spec.TTL)))}
+	}
+	return c
+}
+
+// hostname is a replica's host name: its id, cut to the 64 bytes Linux
+// allows.
+func hostname(id string) string {
+	if len(id) > 64 {
+		return id[:64]
+	}
+	return id
+}
+
+// apiPatience bounds how long a new VMM may take to answer on its socket.
+const apiPatience = 10 * time.Second
+
+// spawn starts a VMM (under the jailer if configured) in a new session, so
+// it outlives berth, with the serial console appended to console.log, and
+// returns a client once its API answers. The state returned has the VMM's
+// pid and is persisted.
+func (d *Driver) spawn(ctx context.Context, st state) (*Client, state, error) {
+	sock := d.hostPath(st, apiSock)
+	// Firecracker refuses to start over an existing socket file.
+	if err := os.Remove(sock); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, st, err
+	}
+	var cmd *exec.Cmd
+	if st.JailID == "" {
+		cmd = exec.Command(d.fcBin, "--api-sock", sock)
+	} else {
+		// A second run (Resume) must not trip over the device nodes and
+		// the VMM copy the first one made.
+		for _, p := range []string{"dev", "run", filepath.Base(d.fcBin)} {
+			os.RemoveAll(d.hostPath(st, p))
+		}
+		args := []string{
+			"--id", st.JailID, "--exec-file", d.fcBin,
+			"--uid", strconv.Itoa(d.uid), "--gid", strconv.Itoa(d.gid),
+			"--chroot-base-dir", d.chrootBase,
+		}
+		args = append(append(args, d.jailerArgs...), "--", "--api-sock", d.vmmPath(st, apiSock))
+		cmd = exec.Command(d.jailer, args...)
+	}
+	// Firecracker opens the log file without creating it.
+	vmmLog, err := os.OpenFile(d.hostPath(st, vmmLogFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, st, err
+	}
+	vmmLog.Close()
+	if st.JailID != "" {
+		if err := os.Chown(d.hostPath(st, vmmLogFile), d.uid, d.gid); err != nil {
+			return nil, st, err
+		}
+	}
+	cmd.Dir = d.replicaDir(st.ID)
+	// The VMM needs nothing of berth's environment, which may hold secrets.
+	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	console, err := os.OpenFile(filepath.Join(d.replicaDir(st.ID), consoleFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, st, err
+	}
+	defer console.Close()
+	cmd.Stdout, cmd.Stderr = console, console
+	// Setsid: not in berth's session or process group, so the VM survives
+	// berth's death and its terminal's signals. No Pdeathsig on purpose.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, st, err
+	}
+	// Reap it while berth lives; after a berth restart it is init's child.
+	go cmd.Wait()
+	st.PID = cmd.Process.Pid
+	if ps, err := readStat(st.PID); err == nil {
+		st.StartTicks = ps.startTicks
+	}
+	if err := writeState(d.replicaDir(st.ID), st); err != nil {
+		cmd.Process.Kill()
+		return nil, st, err
+	}
+	c := NewClient(sock)
+	deadline := time.Now().Add(apiPatience)
+	for wait := time.Millisecond; ; wait = min(2*wait, 20*time.Millisecond) {
+		if _, err := os.Stat(sock); err == nil {
+			if _, err := c.Describe(ctx); err == nil {
+				return c, st, nil
+			} else if isAPIError(err) {
+				return nil, st, err
+			}
+		}
+		if !isAlive(st.PID, st.StartTicks) {
+			return nil, st, d.withConsole(st, errors.New("the VMM exited before its API answered"))
+		}
+		if time.Now().After(deadline) {
+			return nil, st, d.withConsole(st, fmt.Errorf("the VMM's API did not answer within %s", apiPatience))
+		}
+		select {
+		case <-ctx.Done():
+			return nil, st, ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+}
+
+// withConsole adds the console's last lines to err: a VMM that refuses its
+// configuration or dies says why there.
+func (d *Driver) withConsole(st state, err error) error {
+	tail := consoleTail(filepath.Join(d.replicaDir(st.ID), consoleFile), tailLines)
+	if len(tail) == 0 {
+		return err
+	}
+	return fmt.Errorf("%w; console:\n%s", err, strings.Join(tail, "\n"))
+}
+
+func writeState(dir string, st state) error {
+	b, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	return writeAtomic(dir, stateFile, b)
+}
+
+// writeAtomic replaces dir/name by rename, so no reader sees half of it.
+func writeAtomic(dir, name string, b []byte) error {
+	tmp, err := os.CreateTemp(dir, "."+name+".tmp-*")
+	if err != nil {
+		return err
+	}
+	_, err = tmp.Write(b)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), filepath.Join(dir, name))
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+	}
+	return err
+}
+
+// load reads a replica's state. A directory without a state file (a start
+// interrupted before it wrote one) loads with pid 0.
+func (d *Driver) load(id string) (state, error) {
+	if !validID(id) {
+		return state{}, fmt.Errorf("firecracker: %q: %w", id, vm.ErrNotFound)
+	}
+	b, err := os.ReadFile(filepath.Join(d.replicaDir(id), stateFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		if _, err := os.Stat(d.replicaDir(id)); err != nil {
+			return state{}, fmt.Errorf("firecracker: %s: %w", id, vm.ErrNotFound)
+		}
+		owner, _ := vm.Owner(id)
+		return state{ID: id, Deployment: owner}, nil
+	}
+	if err != nil {
+		return state{}, fmt.Errorf("firecracker: %s: %w", id, err)
+	}
+	var st state
+	if err := json.Unmarshal(b, &st); err != nil {
+		return state{}, fmt.Errorf("firecracker: %s: corrupt %s: %w", id, stateFile, err)
+	}
+	if st.ID != id {
+		return state{}, fmt.Errorf("firecracker: %s: %s names %q", id, stateFile, st.ID)
+	}
+	return st, nil
+}
+
+// states loads every replica under Dir.
+func (d *Driver) states() ([]state, error) {
+	ents, err := os.ReadDir(d.dir)
+	if err != nil {
+		return nil, fmt.Errorf("firecracker: %w", err)
+	}
+	var sts []state
+	for _, e := range ents {
+		if !e.IsDir() || !validID(e.Name()) {
+			continue
+		}
+		st, err := d.load(e.Name())
+		if err != nil {
+			if !errors.Is(err, vm.ErrNotFound) {
+				d.log.Warn("firecracker: skipping replica", "id", e.Name(), "err", err)
+			}
+			continue
+		}
+		sts = append(sts, st)
+	}
+	return sts, nil
+}
+
+// Inspect reports one replica.
+func (d *Driver) Inspect(ctx context.Context, id string) (vm.Instance, error) {
+	st, err := d.load(id)
+	if err != nil {
+		return vm.Instance{}, err
+	}
+	return d.instance(st), nil
+}
+
+// List reports every replica under Dir, including those a previous berth
+// started.
+func (d *Driver) List(ctx context.Context) ([]vm.Instance, error) {
+	sts, err := d.states()
+	if err != nil {
+		return nil, err
+	}
+	insts := make([]vm.Instance, 0, len(sts))
+	for _, st := range sts {
+		insts = append(insts, d.instance(st))
+	}
+	return insts, nil
+}
+
+// tailLines is how many output lines a Reason ends with.
+const tailLines = 5
+
+// instance derives a replica's state from its files and its VMM. A guest
+// whose agent ended reboots, which ends the VMM; the agent's last log line
+// on the console ("exit N: reason") says how the app ended.
+func (d *Driver) instance(st state) vm.Instance {
+	inst := vm.Instance{
+		ID:         st.ID,
+		Deployment: st.Deployment,
+		Addr:       st.addr(),
+		StartedAt:  st.StartedAt,
+		PID:        st.PID,
+	}
+	d.mu.Lock()
+	starting := d.starting[st.ID]
+	d.mu.Unlock()
+	alive := st.PID != 0 && isAlive(st.PID, st.StartTicks)
+	console := filepath.Join(d.replicaDir(st.ID), consoleFile)
+	switch {
+	case st.Suspended:
+		inst.State = vm.StateSuspended
+		inst.PID = 0
+	case alive:
+		inst.State = vm.StateRunning
+	case starting:
+		inst.State = vm.StateStarting
+	default:
+		inst.PID = 0
+		if code, reason, ok := consoleExit(console); ok {
+			inst.State = vm.StateExited
+			inst.ExitCode = &code
+			inst.Reason = withTail(reason, appTail(console, tailLines))
+			return inst
+		}
+		inst.State = vm.StateFailed
+		reason := "the microVM ended without the agent recording an exit"
+		if st.PID == 0 {
+			reason = "the start of this replica was interrupted before its VMM ran"
+		}
+		if tail := consoleTail(console, tailLines); len(tail) > 0 {
+			reason += "; console:\n" + strings.Join(tail, "\n")
+		}
+		inst.Reason = reason
+	}
+	return inst
+}
+
+func withTail(reason string, tail []string) string {
+	if len(tail) == 0 {
+		return reason
+	}
+	return reason + "; last output:\n" + strings.Join(tail, "\n")
+}
+
+// Stop asks the guest to shut down (SendCtrlAltDel, which the agent as init
+// receives as SIGINT and forwards to the app), waits up to grace for the VMM
+// to exit, kills it, and removes the tap and every file of the replica,
+// snapshots included. Stopping an ended or suspended replica just cleans up.
+func (d *Driver) Stop(ctx context.Context, id string, grace time.Duration) error {
+	unlock := d.lock(id)
+	defer unlock()
+	st, err := d.load(id)
+	if err != nil {
+		return err
+	}
+	if err := d.destroy(ctx, st, grace); err != nil {
+		return fmt.Errorf("firecracker: stop %s: %w", id, err)
+	}
+	d.mu.Lock()
+	delete(d.cpu, id)
+	delete(d.locks, id)
+	d.mu.Unlock()
+	return nil
+}
+
+// destroy ends the VMM (politely for up to grace when it runs a guest) and
+// removes the tap, the jail and the replica directory.
+func (d *Driver) destroy(ctx context.Context, st state, grace time.Duration) error {
+	if st.PID != 0 && isAlive(st.PID, st.StartTicks) {
+		if grace > 0 && !st.Suspended {
+			actx, cancel := context.WithTimeout(ctx, min(grace, 2*time.Second))
+			err := NewClient(d.hostPath(st, apiSock)).Action(actx, ActionSendCtrlAltDel)
+			cancel()
+			if err == nil {
+				waitFor(ctx, grace, func() bool { return !isAlive(st.PID, st.StartTicks) })
+			}
+		}
+		if err := killVMM(ctx, st); err != nil {
+			return err
+		}
+	}
+	if st.Tap != "" {
+		if err := d.net.DeleteTap(st.ID); err != nil {
+			return fmt.Errorf("deleting tap %s: %w", st.Tap, err)
+		}
+	}
+	if st.JailID != "" {
+		if err := os.RemoveAll(filepath.Dir(d.vmmRoot(st))); err != nil {
+			return err
+		}
+	}
+	return os.RemoveAll(d.replicaDir(st.ID))
+}
+
+// killPatience bounds how long a SIGKILLed VMM may take to vanish.
+const killPatience = 10 * time.Second
+
+// killVMM SIGKILLs the VMM and waits until it is gone.
+func killVMM(ctx context.Context, st state) error {
+	gone := func() bool {
+		if !isAlive(st.PID, st.StartTicks) {
+			return true
+		}
+		syscall.Kill(st.PID, syscall.SIGKILL)
+		return false
+	}
+	if !waitFor(ctx, killPatience, gone) {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		return fmt.Errorf("the VMM (pid %d) survives SIGKILL", st.PID)
+	}
+	return nil
+}
+
+// waitFor polls cond until it holds, d passes or ctx ends, and reports
+// whether cond held.
+func waitFor(ctx context.Context, d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	wait := time.Millisecond
+	for {
+		if cond() {
+			return true
+		}
+		if !time.Now().Before(deadline) || ctx.Err() != nil {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 50*time.Millisecond)
+	}
+}
