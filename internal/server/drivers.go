@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 
 	"github.com/berth-dev/berth/internal/vm"
+	"github.com/berth-dev/berth/internal/vm/firecracker"
 	"github.com/berth-dev/berth/internal/vm/process"
 )
 
@@ -25,6 +26,16 @@ func buildDrivers(o Options) (map[string]vm.Driver, error) {
 	// Further drivers register here, each guarded by its availability:
 	//
 	//	if d, err := container.New(...); err == nil { ds["container"] = d } else if !errors.Is(err, vm.ErrUnavailable) { return nil, err } else { o.Log.Info(...) }
-	_ = errors.Is
+	//
+	// The firecracker driver also needs a guest kernel (Kernel), the image
+	// store (Images) and host networking (Net); until they are wired in,
+	// New reports it unavailable and says which is missing.
+	if d, err := firecracker.New(firecracker.Options{Dir: filepath.Join(o.DataDir, "firecracker"), Log: o.Log}); err == nil {
+		ds["firecracker"] = d
+	} else if !errors.Is(err, vm.ErrUnavailable) {
+		return nil, fmt.Errorf("firecracker driver: %w", err)
+	} else {
+		o.Log.Info("vm driver unavailable", "driver", "firecracker", "why", err)
+	}
 	return ds, nil
 }
