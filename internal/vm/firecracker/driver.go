@@ -581,8 +581,8 @@ func (d *Driver) launch(ctx context.Context, spec vm.Spec, st state, size vm.Siz
 	return st, nil
 }
 
-// kernelFile is only a file name under the jailer; outside it the kernel
-// stays where Options.Kernel says.
+// jailFile puts src into a replica's chroot as name (a hard link, or a
+// copy across file systems) and returns the path the jailed VMM uses.
 func (d *Driver) jailFile(st state, src, name string) (string, error) {
 	dst := d.hostPath(st, name)
 	os.Remove(dst)
