@@ -48,6 +48,11 @@ type Options struct {
 	// MissingGrace is how long a replica may be absent from the driver's
 	// listing before it is given up; default 10s.
 	MissingGrace time.Duration
+	// Ignore, if set, reports owners (vm.Owner of a replica name) whose
+	// replicas are not the fleet's: Run neither adopts nor destroys them.
+	// Package computer runs its sandboxes on the same drivers under
+	// owners "cmp_<id>".
+	Ignore func(owner string) bool
 }
 
 // Manager owns all pools. Safe for concurrent use.
@@ -113,7 +118,7 @@ func (m *Manager) Run(ctx context.Context) error {
 			return fmt.Errorf("fleet: listing %s replicas: %w", name, err)
 		}
 		for _, in := range insts {
-			if dep, ok := vm.Owner(in.ID); ok {
+			if dep, ok := vm.Owner(in.ID); ok && (m.o.Ignore == nil || !m.o.Ignore(dep)) {
 				byDep[dep] = append(byDep[dep], in)
 				owner[in.ID] = d
 			}

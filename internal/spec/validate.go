@@ -23,6 +23,10 @@ const (
 	MaxNSLen     = 63
 )
 
+// ReservedIDPrefix starts the owner names of Computers' sandboxes (package
+// computer), so no deployment may have an id that starts with it.
+const ReservedIDPrefix = "cmp_"
+
 // Validate checks a spec, normally after [Normalize]. It returns nil or a
 // *FieldError for the first problem, the checks running in a fixed order
 // (identity, backend kind, routes, upstreams, vm, scaling, health, site,
@@ -75,6 +79,10 @@ func idProblem(id string) string {
 		return fmt.Sprintf("longer than %d characters", MaxIDLen)
 	case id[0] == '.' || id[0] == '-':
 		return fmt.Sprintf("%q must not start with '.' or '-'", id)
+	case strings.HasPrefix(id, ReservedIDPrefix):
+		// Replica names carry the owner's id (vm.Name); Computers' sandboxes
+		// run on the same drivers as owners cmp_<id>.
+		return fmt.Sprintf("%q: the prefix %q is reserved for Computers", id, ReservedIDPrefix)
 	}
 	for i := 0; i < len(id); i++ {
 		c := id[i]

@@ -54,6 +54,7 @@ func TestValidate(t *testing.T) {
 		{"id charset", func() *apitype.DeploymentSpec { s := vmSpec(); s.ID = "a/b"; return s }, nil, "id: "},
 		{"id leading dot", func() *apitype.DeploymentSpec { s := vmSpec(); s.ID = ".app"; return s }, nil, "id: "},
 		{"id leading dash", func() *apitype.DeploymentSpec { s := vmSpec(); s.ID = "-app"; return s }, nil, "id: "},
+		{"id reserved for computers", func() *apitype.DeploymentSpec { s := vmSpec(); s.ID = "cmp_box"; return s }, nil, `id: "cmp_box": the prefix "cmp_" is reserved`},
 		{"id too long", func() *apitype.DeploymentSpec { s := vmSpec(); s.ID = strings.Repeat("a", 129); return s }, nil, "id: longer than 128"},
 		{"id max length and mixed chars", func() *apitype.DeploymentSpec {
 			s := vmSpec()

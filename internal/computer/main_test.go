@@ -1,0 +1,179 @@
+//go:build linux
+
+package computer
+
+import (
+	"context"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth/internal/agent"
+	"github.com/berth-dev/berth/internal/store"
+	"github.com/berth-dev/berth/internal/vm"
+	"github.com/berth-dev/berth/internal/vm/process"
+)
+
+// TestMain lets the test binary be the in-sandbox agent: with
+// BERTH_TEST_ROLE=agent it runs `berth agent`.
+func TestMain(m *testing.M) {
+	if os.Getenv("BERTH_TEST_ROLE") == "agent" {
+		os.Exit(agent.Main(context.Background(), os.Args[1:], os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// clock is a settable clock for the idle, recycle and ledger logic.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newClock() *clock { return &clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)} }
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// env is a test's berth: a real store, real process drivers whose agent is
+// this test binary, and the directories a Manager needs.
+type env struct {
+	t       *testing.T
+	dataDir string
+	st      *store.Store
+	drivers map[string]vm.Driver
+	clock   *clock
+}
+
+// newDriver returns a process driver in a short directory (agent socket
+// paths are limited to 107 bytes) that stops every sandbox it has when
+// the test ends.
+func newDriver(t *testing.T, agentCmd ...string) *process.Driver {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "cmp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(agentCmd) == 0 {
+		agentCmd = []string{os.Args[0]}
+	}
+	d, err := process.New(process.Options{Dir: dir, AgentCommand: agentCmd, AgentEnv: []string{"BERTH_TEST_ROLE=agent"}, CgroupParent: "none"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		insts, _ := d.List(context.Background())
+		for _, in := range insts {
+			if err := d.Stop(context.Background(), in.ID, time.Second); err != nil {
+				t.Errorf("stopping sandbox %s: %v", in.ID, err)
+			}
+		}
+		os.RemoveAll(dir)
+	})
+	return d
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	e := &env{t: t, dataDir: t.TempDir(), clock: newClock()}
+	e.drivers = map[string]vm.Driver{"process": newDriver(t)}
+	e.open()
+	return e
+}
+
+// open opens the store (again, after closeStore: a berth restart).
+func (e *env) open() {
+	st, err := store.Open(e.dataDir)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.st = st
+	e.t.Cleanup(func() { st.Close() })
+}
+
+func (e *env) manager(opts ...func(*Options)) *Manager {
+	e.t.Helper()
+	o := Options{
+		Store: e.st, Drivers: e.drivers, DataDir: e.dataDir, Now: e.clock.Now,
+		StopGrace: time.Second, Tick: time.Hour,
+	}
+	for _, f := range opts {
+		f(&o)
+	}
+	m, err := New(context.Background(), o)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return m
+}
+
+// sandboxes lists the running sandboxes of every driver.
+func (e *env) sandboxes() []vm.Instance {
+	e.t.Helper()
+	var out []vm.Instance
+	for _, d := range e.drivers {
+		insts, err := d.List(context.Background())
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		for _, in := range insts {
+			if in.State == vm.StateRunning {
+				out = append(out, in)
+			}
+		}
+	}
+	return out
+}
+
+// exec runs a shell command in Computer id (waking it) and returns its
+// stdout.
+func exec(t *testing.T, m *Manager, id, command string) string {
+	t.Helper()
+	c, release, err := m.Use(context.Background(), id)
+	if err != nil {
+		t.Fatalf("Use(%s): %v", id, err)
+	}
+	defer release()
+	res, err := c.Exec(context.Background(), agent.ExecRequest{Command: command})
+	if err != nil {
+		t.Fatalf("exec %q: %v", command, err)
+	}
+	if res.ExitCode != 0 {
+		t.Fatalf("exec %q: exit %d: %s", command, res.ExitCode, res.Output)
+	}
+	return res.Stdout
+}
+
+// facts returns every fact of Computer id.
+func facts(t *testing.T, m *Manager, id string) []Fact {
+	t.Helper()
+	recs, err := m.Facts(context.Background(), id, 0, MaxFactsLimit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]Fact, len(recs))
+	for i, r := range recs {
+		out[i] = r.Fact
+	}
+	return out
+}
+
+// lifecycle returns the states (with via) of the lifecycle facts.
+func lifecycle(fs []Fact) []string {
+	var out []string
+	for _, f := range fs {
+		if f.Kind == FactLifecycle {
+			out = append(out, f.State.State+"/"+f.Provenance.Via)
+		}
+	}
+	return out
+}
