@@ -1,0 +1,390 @@
+package computerapi
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/berth-dev/berth/internal/agent"
+	"github.com/berth-dev/berth/internal/web"
+)
+
+// Exec timeouts: a command with no timeoutMs gets DefaultTimeoutMs; none
+// may ask for more than MaxTimeoutMs.
+const (
+	DefaultTimeoutMs = 10 * 60 * 1000
+	MaxTimeoutMs     = 60 * 60 * 1000
+)
+
+// ExecRequest is the body of POST /computers/{id}/exec. Bash takes the
+// same fields with Script instead of Argv.
+type ExecRequest struct {
+	// Argv is the program and its arguments, run without a shell.
+	Argv []string `json:"argv,omitempty"`
+	// Script is bash's script, run as bash -c Script (bash only).
+	Script string `json:"script,omitempty"`
+	// Cwd is the working directory, relative to the workspace (an
+	// absolute path is taken with the workspace as /).
+	Cwd string            `json:"cwd,omitempty"`
+	Env map[string]string `json:"env,omitempty"`
+	// Stdin is written to the command's standard input, then closed.
+	Stdin string `json:"stdin,omitempty"`
+	// Encoding is how Stdin and the output are carried: "text" (the
+	// default; bytes that are not UTF-8 become U+FFFD) or "base64".
+	Encoding string `json:"encoding,omitempty"`
+	// TimeoutMs kills the command after that many milliseconds; default
+	// DefaultTimeoutMs, at most MaxTimeoutMs.
+	TimeoutMs int64 `json:"timeoutMs,omitempty"`
+	// Stream answers with output events as they happen
+	// (application/x-ndjson, one ExecEvent a line) rather than one
+	// ExecResult when the command ends.
+	Stream bool `json:"stream,omitempty"`
+}
+
+// ExecResult is the buffered answer of exec and bash.
+type ExecResult struct {
+	// RequestID names this run in its process.exited fact.
+	RequestID string `json:"requestId"`
+	// ExitCode is the exit status: 128+N when killed by signal N, 124
+	// when the timeout killed it.
+	ExitCode   int    `json:"exitCode"`
+	Signal     string `json:"signal,omitempty"`
+	Stdout     string `json:"stdout"`
+	Stderr     string `json:"stderr"`
+	Output     string `json:"output"` // both streams interleaved
+	Encoding   string `json:"encoding,omitempty"`
+	TimedOut   bool   `json:"timedOut"`
+	Truncated  bool   `json:"truncated"`
+	DurationMs int64  `json:"durationMs"`
+}
+
+// ExecEvent is one line of a streamed exec: "stdout" and "stderr" carry
+// Data (in the request's encoding), then "exit" (ExitCode, DurationMs) or
+// "error" (Error, Status) ends the stream.
+type ExecEvent struct {
+	Type       string `json:"type"`
+	Data       string `json:"data,omitempty"`
+	RequestID  string `json:"requestId,omitempty"`
+	ExitCode   *int   `json:"exitCode,omitempty"`
+	DurationMs int64  `json:"durationMs,omitempty"`
+	Error      string `json:"error,omitempty"`
+	Status     int    `json:"status,omitempty"`
+}
+
+func (a *API) exec(w http.ResponseWriter, r *http.Request, c *call) error {
+	var req ExecRequest
+	if err := web.ReadJSON(w, r, &req); err != nil {
+		return err
+	}
+	if len(req.Argv) == 0 || req.Argv[0] == "" {
+		return web.Invalid("argv", "must name a program")
+	}
+	if req.Script != "" {
+		return web.Invalid("script", "is for bash; exec takes argv")
+	}
+	return a.run(w, r, c, req, req.Argv)
+}
+
+func (a *API) bash(w http.ResponseWriter, r *http.Request, c *call) error {
+	var req ExecRequest
+	if err := web.ReadJSON(w, r, &req); err != nil {
+		return err
+	}
+	if req.Script == "" {
+		return web.Invalid("script", "is required")
+	}
+	if len(req.Argv) > 0 {
+		return web.Invalid("argv", "is for exec; bash takes a script")
+	}
+	return a.run(w, r, c, req, []string{"bash", "-c", req.Script})
+}
+
+// run runs argv for exec and bash.
+func (a *API) run(w http.ResponseWriter, r *http.Request, c *call, req ExecRequest, argv []string) error {
+	for _, s := range argv {
+		if containsNUL(s) {
+			return web.Invalid("argv", "must not contain NUL bytes")
+		}
+	}
+	b64 := false
+	switch req.Encoding {
+	case "", "text":
+	case "base64":
+		b64 = true
+	default:
+		return web.Invalid("encoding", "must be text or base64, got %q", req.Encoding)
+	}
+	stdin := req.Stdin
+	if b64 {
+		raw, err := base64.StdEncoding.DecodeString(req.Stdin)
+		if err != nil {
+			return web.Invalid("stdin", "is not base64")
+		}
+		stdin = string(raw)
+	}
+	timeout := int64(DefaultTimeoutMs)
+	if req.TimeoutMs != 0 {
+		if req.TimeoutMs < 0 || req.TimeoutMs > MaxTimeoutMs {
+			return web.Invalid("timeoutMs", "must be from 1 to %d", MaxTimeoutMs)
+		}
+		timeout = req.TimeoutMs
+	}
+	cwd, err := workPath(req.Cwd, "cwd", true)
+	if err != nil {
+		return err
+	}
+	for k := range req.Env {
+		if k == "" || containsNUL(k) || containsNUL(req.Env[k]) || containsByte(k, '=') {
+			return web.Invalid("env", "%q is not a valid variable", k)
+		}
+	}
+	ag, release, err := a.use(r, c)
+	if err != nil {
+		return err
+	}
+	defer release()
+	noReadDeadline(w)
+	areq := agent.ExecRequest{Argv: argv, Cwd: cwd, Env: req.Env, Stdin: stdin, TimeoutMS: timeout}
+	reqID := newRequestID()
+	started := time.Now()
+	if req.Stream {
+		return a.stream(w, r, c, ag, areq, reqID, b64, started)
+	}
+	res, err := ag.Exec(r.Context(), areq)
+	if err != nil {
+		a.exited(r, c, reqID, startFailed(err), nil, started)
+		return agentError(err, c.id)
+	}
+	code := res.ExitCode
+	a.exited(r, c, reqID, false, &code, started)
+	enc := func(s string) string { return s }
+	out := ExecResult{RequestID: reqID, ExitCode: res.ExitCode, Signal: res.Signal, TimedOut: res.TimedOut, Truncated: res.Truncated, DurationMs: res.DurationMS}
+	if b64 {
+		enc = func(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+		out.Encoding = "base64"
+	}
+	out.Stdout, out.Stderr, out.Output = enc(res.Stdout), enc(res.Stderr), enc(res.Output)
+	web.WriteJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// startFailed reports that err means the command never ran (so no
+// process.exited fact is due).
+func startFailed(err error) bool {
+	var ae *agent.Error
+	return errors.As(err, &ae) && (ae.Status == http.StatusUnprocessableEntity || ae.Status == http.StatusBadRequest)
+}
+
+// stream runs a command with its output sent as NDJSON events.
+func (a *API) stream(w http.ResponseWriter, r *http.Request, c *call, ag *agent.Client, areq agent.ExecRequest, reqID string, b64 bool, started time.Time) error {
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	ev := &eventWriter{w: w, rc: http.NewResponseController(w)}
+	ev.rc.Flush()
+	enc := func(p []byte) string {
+		if b64 {
+			return base64.StdEncoding.EncodeToString(p)
+		}
+		return string(p)
+	}
+	stdout := writerFunc(func(p []byte) (int, error) {
+		return len(p), ev.send(ExecEvent{Type: "stdout", Data: enc(p)})
+	})
+	stderr := writerFunc(func(p []byte) (int, error) {
+		return len(p), ev.send(ExecEvent{Type: "stderr", Data: enc(p)})
+	})
+	code, err := ag.ExecStream(r.Context(), areq, nil, stdout, stderr)
+	if err != nil {
+		a.exited(r, c, reqID, startFailed(err), nil, started)
+		status := http.StatusBadGateway
+		var ae *agent.Error
+		if errors.As(err, &ae) {
+			status = ae.Status
+		}
+		ev.send(ExecEvent{Type: "error", RequestID: reqID, Error: err.Error(), Status: status})
+		return nil
+	}
+	a.exited(r, c, reqID, false, &code, started)
+	ev.send(ExecEvent{Type: "exit", RequestID: reqID, ExitCode: &code, DurationMs: time.Since(started).Milliseconds()})
+	return nil
+}
+
+// eventWriter writes NDJSON events, flushing each.
+type eventWriter struct {
+	mu sync.Mutex
+	w  http.ResponseWriter
+	rc *http.ResponseController
+}
+
+func (e *eventWriter) send(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, err := e.w.Write(append(b, '\n')); err != nil {
+		return err
+	}
+	return e.rc.Flush()
+}
+
+type writerFunc func(p []byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// exited emits the process.exited fact of one run, unless it never
+// started. code is nil when the run's end is unknown (the caller went
+// away, the agent broke off).
+func (a *API) exited(r *http.Request, c *call, reqID string, neverRan bool, code *int, started time.Time) {
+	if neverRan {
+		return
+	}
+	a.emit(r.Context(), processExited(c, reqID, code, time.Since(started).Milliseconds()))
+}
+
+func newRequestID() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return "req_" + hex.EncodeToString(b[:])
+}
+
+// noReadDeadline lifts the server's ReadTimeout from a request that is
+// allowed to run long (exec, streams): once it passes, net/http would
+// cancel the request's context, killing the command.
+func noReadDeadline(w http.ResponseWriter) {
+	http.NewResponseController(w).SetReadDeadline(time.Time{})
+}
+
+func containsNUL(s string) bool { return containsByte(s, 0) }
+
+func containsByte(s string, b byte) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] == b {
+			return true
+		}
+	}
+	return false
+}
+
+// ---- terminal ----
+
+// terminal is GET /computers/{id}/terminal: a websocket PTY session in the
+// Computer, framed as the deployments' shell is (app-lb.md §2.6): binary
+// 0x01+bytes from the client are keystrokes, 0x02+bytes from the server
+// are terminal output, and text messages are JSON control messages
+// ({"type":"ready"} first, {"type":"resize","cols":C,"rows":R} from the
+// client, {"type":"exit","code":N} or {"type":"error","message":M} last).
+func (a *API) terminal(w http.ResponseWriter, r *http.Request, c *call) error {
+	q := r.URL.Query()
+	cols, rows := 80, 24
+	for _, p := range []struct {
+		name string
+		dst  *int
+	}{{"cols", &cols}, {"rows", &rows}} {
+		if v := q.Get(p.name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > 1000 {
+				return web.Invalid(p.name, "must be an integer from 1 to 1000, got %q", v)
+			}
+			*p.dst = n
+		}
+	}
+	cwd, err := workPath(q.Get("cwd"), "cwd", true)
+	if err != nil {
+		return err
+	}
+	ag, release, err := a.use(r, c)
+	if err != nil {
+		return err
+	}
+	defer release()
+	started := time.Now()
+	sess, err := ag.PTY(r.Context(), agent.PTYRequest{Cwd: cwd, Cols: cols, Rows: rows})
+	if err != nil {
+		return agentError(err, c.id)
+	}
+	defer sess.Close()
+	ws, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return nil // Accept has answered
+	}
+	defer ws.CloseNow()
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	reqID := newRequestID()
+	ready, _ := json.Marshal(map[string]string{"type": "ready", "computerId": c.id, "requestId": reqID})
+	if err := ws.Write(ctx, websocket.MessageText, ready); err != nil {
+		return nil
+	}
+	// Terminal output → client. The end message waits for all of it.
+	outDone := make(chan struct{})
+	go func() {
+		defer close(outDone)
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := sess.Read(buf[1:])
+			if n > 0 {
+				buf[0] = 0x02
+				if ws.Write(ctx, websocket.MessageBinary, buf[:n+1]) != nil {
+					sess.Close()
+					return
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	// Client → terminal. Its context is not cancelled when the shell
+	// ends: cancelling a websocket read closes the connection, and the
+	// end message is still to be sent.
+	go func() {
+		for {
+			typ, msg, err := ws.Read(ctx)
+			if err != nil {
+				sess.Close() // the client left: end the shell
+				return
+			}
+			if typ == websocket.MessageBinary {
+				if len(msg) > 0 && msg[0] == 0x01 {
+					sess.Write(msg[1:])
+				}
+				continue
+			}
+			var m struct {
+				Type       string
+				Cols, Rows int
+			}
+			if json.Unmarshal(msg, &m) == nil && m.Type == "resize" && m.Cols > 0 && m.Rows > 0 && m.Cols <= 1000 && m.Rows <= 1000 {
+				sess.Resize(m.Cols, m.Rows)
+			}
+		}
+	}()
+	code, werr := sess.Wait()
+	<-outDone
+	var end []byte
+	if werr != nil {
+		a.exited(r, c, reqID, false, nil, started)
+		end, _ = json.Marshal(map[string]string{"type": "error", "message": werr.Error()})
+	} else {
+		a.exited(r, c, reqID, false, &code, started)
+		end, _ = json.Marshal(map[string]any{"type": "exit", "code": code})
+	}
+	wctx, wcancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
+	defer wcancel()
+	ws.Write(wctx, websocket.MessageText, end)
+	ws.Close(websocket.StatusNormalClosure, "")
+	return nil
+}

@@ -1,0 +1,611 @@
+package computerapi
+
+import (
+	"encoding/base64"
+	"errors"
+	"io"
+	"io/fs"
+	"net/http"
+	"path"
+	"strconv"
+	"strings"
+
+	"github.com/berth-dev/berth/internal/agent"
+	"github.com/berth-dev/berth/internal/web"
+)
+
+// MaxWriteBytes bounds one files.writeBytes body; MaxPreconditionWrite
+// bounds one with a hash precondition or parent creation, which the agent
+// takes as JSON in memory.
+const (
+	MaxWriteBytes        = 1 << 30
+	MaxPreconditionWrite = 32 << 20
+)
+
+// HeaderSHA256 carries the hex SHA-256 of the whole file on files.readBytes
+// answers, for use as expectedSha256 in a later write or edit.
+const HeaderSHA256 = "X-File-Sha256"
+
+// workPath confines a client path to the workspace: relative paths are
+// taken from the workspace root and absolute ones with the workspace as
+// "/". It returns the cleaned absolute form the agent takes, or (rel) the
+// form relative to the workspace that exec's cwd takes. A NUL byte is a
+// 400; a ".." that climbs above the workspace a 403, whatever follows it.
+func workPath(p, field string, optional bool) (string, error) {
+	if p == "" {
+		if optional {
+			return "", nil
+		}
+		return "", web.Invalid(field, "is required")
+	}
+	if containsNUL(p) {
+		return "", web.Invalid(field, "must not contain a NUL byte")
+	}
+	depth := 0
+	for _, c := range strings.Split(p, "/") {
+		switch c {
+		case "", ".":
+		case "..":
+			depth--
+		default:
+			depth++
+		}
+		if depth < 0 {
+			return "", web.Errorf(http.StatusForbidden, "%s: %q leads outside the Computer's workspace", field, p)
+		}
+	}
+	clean := path.Clean("/" + p)
+	if field == "cwd" {
+		return strings.TrimPrefix(clean, "/"), nil
+	}
+	return clean, nil
+}
+
+// FileInfo describes a file in list and mkdir answers.
+type FileInfo struct {
+	Name       string `json:"name"`
+	Path       string `json:"path"`
+	Type       string `json:"type"` // file, dir, symlink or other
+	Size       int64  `json:"size"`
+	Mode       string `json:"mode"`    // octal, e.g. "0644"
+	ModTime    int64  `json:"modTime"` // Unix milliseconds
+	LinkTarget string `json:"linkTarget,omitempty"`
+}
+
+func fileInfo(fi agent.FileInfo) FileInfo {
+	return FileInfo{Name: fi.Name, Path: fi.Path, Type: fi.Type, Size: fi.Size, Mode: fi.Mode, ModTime: fi.ModTime.UnixMilli(), LinkTarget: fi.LinkTarget}
+}
+
+// ReadRequest is the body of files.read: a window of lines of a text file.
+type ReadRequest struct {
+	Path string `json:"path"`
+	// Offset is the 1-based number of the first line; 0 means 1.
+	Offset int `json:"offset,omitempty"`
+	// Limit is how many lines to return; 0 means all.
+	Limit int `json:"limit,omitempty"`
+}
+
+// ReadResult is the answer of files.read.
+type ReadResult struct {
+	Path       string `json:"path"`
+	Content    string `json:"content"`
+	StartLine  int    `json:"startLine"`
+	TotalLines int    `json:"totalLines"`
+	Truncated  bool   `json:"truncated"` // lines follow the window
+	Size       int64  `json:"size"`
+	SHA256     string `json:"sha256"` // of the whole file
+}
+
+func (a *API) readText(w http.ResponseWriter, r *http.Request, c *call) error {
+	var req ReadRequest
+	if err := web.ReadJSON(w, r, &req); err != nil {
+		return err
+	}
+	p, err := workPath(req.Path, "path", false)
+	if err != nil {
+		return err
+	}
+	if req.Offset < 0 || req.Limit < 0 {
+		return web.Invalid("offset", "offset and limit must not be negative")
+	}
+	ag, release, err := a.use(r, c)
+	if err != nil {
+		return err
+	}
+	defer release()
+	res, err := ag.ReadText(r.Context(), agent.ReadTextRequest{Path: p, OffsetLine: req.Offset, LimitLines: req.Limit})
+	if err != nil {
+		return agentError(err, c.id)
+	}
+	web.WriteJSON(w, http.StatusOK, ReadResult{Path: res.Path, Content: res.Content, StartLine: res.StartLine, TotalLines: res.TotalLines, Truncated: res.Truncated, Size: res.Size, SHA256: res.SHA256})
+	return nil
+}
+
+// readBytes is files.readBytes: GET ?path=&offset=&limit= answers the raw
+// bytes (from byte offset, at most limit), with the whole file's SHA-256
+// in X-File-Sha256.
+func (a *API) readBytes(w http.ResponseWriter, r *http.Request, c *call) error {
+	q := r.URL.Query()
+	p, err := workPath(q.Get("path"), "path", false)
+	if err != nil {
+		return err
+	}
+	offset, err := int64Param(q.Get("offset"), "offset")
+	if err != nil {
+		return err
+	}
+	limit := int64(-1)
+	if v := q.Get("limit"); v != "" {
+		if limit, err = int64Param(v, "limit"); err != nil {
+			return err
+		}
+	}
+	ag, release, err := a.use(r, c)
+	if err != nil {
+		return err
+	}
+	defer release()
+	b, sum, err := ag.ReadBytes(r.Context(), p, offset, limit)
+	if err != nil {
+		return agentError(err, c.id)
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	if sum != "" {
+		w.Header().Set(HeaderSHA256, sum)
+	}
+	w.WriteHeader(http.StatusOK)
+	w.Write(b)
+	return nil
+}
+
+// WriteRequest is the body of files.write: an atomic whole-file replace.
+type WriteRequest struct {
+	Path    string `json:"path"`
+	Content string `json:"content"`
+	// Encoding of Content: "text" (default) or "base64".
+	Encoding string `json:"encoding,omitempty"`
+	// Mode is octal permission bits; empty keeps the replaced file's, or
+	// 0644.
+	Mode string `json:"mode,omitempty"`
+	// ExpectedSHA256 makes the write fail with 412 unless the file now
+	// has this hex SHA-256 (the value files.read answered).
+	ExpectedSHA256 string `json:"expectedSha256,omitempty"`
+	// Parents creates missing parent directories.
+	Parents bool `json:"parents,omitempty"`
+}
+
+// WriteResult is the answer of files.write and files.writeBytes.
+type WriteResult struct {
+	Path    string `json:"path"`
+	Bytes   int64  `json:"bytes"`
+	SHA256  string `json:"sha256,omitempty"`
+	Created bool   `json:"created,omitempty"`
+}
+
+func (a *API) writeText(w http.ResponseWriter, r *http.Request, c *call) error {
+	var req WriteRequest
+	if err := web.ReadJSON(w, r, &req); err != nil {
+		return err
+	}
+	p, err := workPath(req.Path, "path", false)
+	if err != nil {
+		return err
+	}
+	content := req.Content
+	switch req.Encoding {
+	case "", "text":
+	case "base64":
+		b, err := base64.StdEncoding.DecodeString(req.Content)
+		if err != nil {
+			return web.Invalid("content", "is not base64")
+		}
+		content = string(b)
+	default:
+		return web.Invalid("encoding", "must be text or base64, got %q", req.Encoding)
+	}
+	return a.write(w, r, c, agent.WriteRequest{Path: p, Content: content, Mode: req.Mode, ExpectedSHA256: req.ExpectedSHA256, Parents: req.Parents})
+}
+
+func (a *API) write(w http.ResponseWriter, r *http.Request, c *call, req agent.WriteRequest) error {
+	ag, release, err := a.use(r, c)
+	if err != nil {
+		return err
+	}
+	defer release()
+	res, err := ag.Write(r.Context(), req)
+	if err != nil {
+		return agentError(err, c.id)
+	}
+	a.emit(r.Context(), filesWritten(c, res.Path, res.Bytes))
+	web.WriteJSON(w, http.StatusOK, WriteResult{Path: res.Path, Bytes: res.Bytes, SHA256: res.SHA256, Created: res.Created})
+	return nil
+}
+
+// writeBytes is files.writeBytes: PUT ?path=&mode=&expectedSha256=&parents=
+// with the raw content as the body.
+func (a *API) writeBytes(w http.ResponseWriter, r *http.Request, c *call) error {
+	q := r.URL.Query()
+	p, err := workPath(q.Get("path"), "path", false)
+	if err != nil {
+		return err
+	}
+	parents, err := boolParam(r, "parents")
+	if err != nil {
+		return err
+	}
+	mode := q.Get("mode")
+	var perm fs.FileMode
+	if mode != "" {
+		m, err := strconv.ParseUint(mode, 8, 32)
+		if err != nil || m > 0o777 {
+			return web.Invalid("mode", "must be octal permission bits like 0644, got %q", mode)
+		}
+		perm = fs.FileMode(m)
+	}
+	want := q.Get("expectedSha256")
+	if want != "" || parents {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxPreconditionWrite))
+		if err != nil {
+			return bodyError(err)
+		}
+		return a.write(w, r, c, agent.WriteRequest{Path: p, Content: string(body), Mode: mode, ExpectedSHA256: want, Parents: parents})
+	}
+	ag, release, err := a.use(r, c)
+	if err != nil {
+		return err
+	}
+	defer release()
+	noReadDeadline(w)
+	body := http.MaxBytesReader(w, r.Body, MaxWriteBytes)
+	fi, err := ag.WriteFile(r.Context(), p, body, perm)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return bodyError(err)
+		}
+		return agentError(err, c.id)
+	}
+	a.emit(r.Context(), filesWritten(c, p, fi.Size))
+	web.WriteJSON(w, http.StatusOK, WriteResult{Path: p, Bytes: fi.Size})
+	return nil
+}
+
+func bodyError(err error) error {
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return web.Errorf(http.StatusRequestEntityTooLarge, "the content exceeds %d bytes", mbe.Limit)
+	}
+	return web.Errorf(http.StatusBadRequest, "could not read the request body: %v", err)
+}
+
+// PathRequest is the body of files.list.
+type PathRequest struct {
+	Path string `json:"path"`
+}
+
+// ListFilesResult is the answer of files.list, entries sorted by name.
+type ListFilesResult struct {
+	Path    string     `json:"path"`
+	Entries []FileInfo `json:"entries"`
+}
+
+func (a *API) listFiles(w http.ResponseWriter, r *http.Request, c *call) error {
+	var req PathRequest
+	if err := web.ReadJSON(w, r, &req); err != nil {
+		return err
+	}
+	if req.Path == "" {
+		req.Path = "/"
+	}
+	p, err := workPath(req.Path, "path", false)
+	if err != nil {
+		return err
+	}
+	ag, release, err := a.use(r, c)
+	if err != nil {
+		return err
+	}
+	defer release()
+	ents, err := ag.List(r.Context(), p)
+	if err != nil {
+		return agentError(err, c.id)
+	}
+	out := ListFilesResult{Path: p, Entries: make([]FileInfo, 0, len(ents))}
+	for _, e := range ents {
+		out.Entries = append(out.Entries, fileInfo(e))
+	}
+	web.WriteJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// GlobRequest is the body of files.glob.
+type GlobRequest struct {
+	// Pattern is matched against paths relative to Path: *, **, ?, [a-z],
+	// {a,b}.
+	Pattern string `json:"pattern"`
+	// Path is the directory searched; empty means the workspace.
+	Path  string `json:"path,omitempty"`
+	Limit int    `json:"limit,omitempty"`
+}
+
+// GlobMatch is one file a glob found.
+type GlobMatch struct {
+	Path    string `json:"path"` // relative to the request's Path
+	Size    int64  `json:"size"`
+	ModTime int64  `json:"modTime"` // Unix milliseconds
+}
+
+// GlobResult is the answer of files.glob, newest first.
+type GlobResult struct {
+	Matches   []GlobMatch `json:"matches"`
+	Truncated bool        `json:"truncated"`
+}
+
+func (a *API) glob(w http.ResponseWriter, r *http.Request, c *call) error {
+	var req GlobRequest
+	if err := web.ReadJSON(w, r, &req); err != nil {
+		return err
+	}
+	if req.Pattern == "" {
+		return web.Invalid("pattern", "is required")
+	}
+	if _, err := workPath(req.Pattern, "pattern", false); err != nil {
+		return err
+	}
+	if strings.HasPrefix(req.Pattern, "/") {
+		return web.Invalid("pattern", "must be relative (to path)")
+	}
+	p, err := workPath(req.Path, "path", true)
+	if err != nil {
+		return err
+	}
+	ag, release, err := a.use(r, c)
+	if err != nil {
+		return err
+	}
+	defer release()
+	res, err := ag.Glob(r.Context(), agent.GlobRequest{Pattern: req.Pattern, Path: p, Limit: req.Limit})
+	if err != nil {
+		return agentError(err, c.id)
+	}
+	out := GlobResult{Matches: make([]GlobMatch, 0, len(res.Matches)), Truncated: res.Truncated}
+	for _, m := range res.Matches {
+		out.Matches = append(out.Matches, GlobMatch{Path: m.Path, Size: m.Size, ModTime: m.ModTime.UnixMilli()})
+	}
+	web.WriteJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// GrepRequest is the body of files.grep.
+type GrepRequest struct {
+	// Pattern is an RE2 regular expression matched against each line.
+	Pattern string `json:"pattern"`
+	// Path is the directory searched, or one file; empty means the
+	// workspace.
+	Path string `json:"path,omitempty"`
+	// Glob limits the files searched ("*.go", "src/**/*.go").
+	Glob       string `json:"glob,omitempty"`
+	IgnoreCase bool   `json:"ignoreCase,omitempty"`
+	MaxResults int    `json:"maxResults,omitempty"`
+	MaxPerFile int    `json:"maxPerFile,omitempty"`
+	Context    int    `json:"context,omitempty"`
+}
+
+// GrepMatch is one matching line.
+type GrepMatch struct {
+	Path   string   `json:"path"`
+	Line   int      `json:"line"` // 1-based
+	Text   string   `json:"text"`
+	Before []string `json:"before,omitempty"`
+	After  []string `json:"after,omitempty"`
+}
+
+// GrepResult is the answer of files.grep.
+type GrepResult struct {
+	Matches      []GrepMatch `json:"matches"`
+	Truncated    bool        `json:"truncated"`
+	FilesScanned int         `json:"filesScanned"`
+}
+
+func (a *API) grep(w http.ResponseWriter, r *http.Request, c *call) error {
+	var req GrepRequest
+	if err := web.ReadJSON(w, r, &req); err != nil {
+		return err
+	}
+	if req.Pattern == "" {
+		return web.Invalid("pattern", "is required")
+	}
+	p, err := workPath(req.Path, "path", true)
+	if err != nil {
+		return err
+	}
+	ag, release, err := a.use(r, c)
+	if err != nil {
+		return err
+	}
+	defer release()
+	res, err := ag.Grep(r.Context(), agent.GrepRequest{
+		Pattern: req.Pattern, Path: p, Glob: req.Glob, IgnoreCase: req.IgnoreCase,
+		MaxResults: req.MaxResults, MaxPerFile: req.MaxPerFile, Context: req.Context,
+	})
+	if err != nil {
+		return agentError(err, c.id)
+	}
+	out := GrepResult{Matches: make([]GrepMatch, 0, len(res.Matches)), Truncated: res.Truncated, FilesScanned: res.FilesScanned}
+	for _, m := range res.Matches {
+		out.Matches = append(out.Matches, GrepMatch{Path: m.Path, Line: m.Line, Text: m.Text, Before: m.Before, After: m.After})
+	}
+	web.WriteJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// Edit is one exact-string replacement.
+type Edit struct {
+	// Old is the text to find, byte for byte; without ReplaceAll it must
+	// occur exactly once.
+	Old        string `json:"old"`
+	New        string `json:"new"`
+	ReplaceAll bool   `json:"replaceAll,omitempty"`
+}
+
+// EditRequest is the body of files.edit: the edits apply in order, each to
+// the result of those before, and the file is replaced only if all apply
+// (else 409, naming the edit). ExpectedSHA256 makes it fail with 412
+// unless the file has that hash.
+type EditRequest struct {
+	Path           string `json:"path"`
+	Edits          []Edit `json:"edits"`
+	ExpectedSHA256 string `json:"expectedSha256,omitempty"`
+}
+
+// EditResult is the answer of files.edit.
+type EditResult struct {
+	Path         string `json:"path"`
+	Bytes        int64  `json:"bytes"`
+	SHA256       string `json:"sha256"`
+	Replacements int    `json:"replacements"`
+}
+
+func (a *API) edit(w http.ResponseWriter, r *http.Request, c *call) error {
+	var req EditRequest
+	if err := web.ReadJSON(w, r, &req); err != nil {
+		return err
+	}
+	p, err := workPath(req.Path, "path", false)
+	if err != nil {
+		return err
+	}
+	if len(req.Edits) == 0 {
+		return web.Invalid("edits", "must hold at least one edit")
+	}
+	edits := make([]agent.Edit, len(req.Edits))
+	for i, e := range req.Edits {
+		if e.Old == "" {
+			return web.Invalid("edits["+strconv.Itoa(i)+"].old", "must not be empty")
+		}
+		edits[i] = agent.Edit{Old: e.Old, New: e.New, ReplaceAll: e.ReplaceAll}
+	}
+	ag, release, err := a.use(r, c)
+	if err != nil {
+		return err
+	}
+	defer release()
+	res, err := ag.Edit(r.Context(), agent.EditRequest{Path: p, Edits: edits, ExpectedSHA256: req.ExpectedSHA256})
+	if err != nil {
+		return agentError(err, c.id)
+	}
+	a.emit(r.Context(), filesWritten(c, res.Path, res.Bytes))
+	web.WriteJSON(w, http.StatusOK, EditResult{Path: res.Path, Bytes: res.Bytes, SHA256: res.SHA256, Replacements: res.Replacements})
+	return nil
+}
+
+// PatchRequest is the body of files.patch: a unified diff of one or more
+// files (git or traditional format), applied all or nothing; a hunk that
+// does not apply is a 409 and changes no file.
+type PatchRequest struct {
+	Patch string `json:"patch"`
+	// Strip drops leading path components from the diff's names, as patch
+	// -p does; absent, a git diff drops its a/ and b/.
+	Strip *int `json:"strip,omitempty"`
+	// Dir is the directory names are taken from; empty means the
+	// workspace.
+	Dir string `json:"dir,omitempty"`
+}
+
+// PatchedFile is one file a patch changed.
+type PatchedFile struct {
+	Path    string `json:"path"`
+	Bytes   int64  `json:"bytes"`
+	SHA256  string `json:"sha256,omitempty"`
+	Created bool   `json:"created,omitempty"`
+	Deleted bool   `json:"deleted,omitempty"`
+}
+
+// PatchResult is the answer of files.patch.
+type PatchResult struct {
+	Files []PatchedFile `json:"files"`
+}
+
+func (a *API) patch(w http.ResponseWriter, r *http.Request, c *call) error {
+	var req PatchRequest
+	if err := web.ReadJSON(w, r, &req); err != nil {
+		return err
+	}
+	if strings.TrimSpace(req.Patch) == "" {
+		return web.Invalid("patch", "is required")
+	}
+	if req.Strip != nil && (*req.Strip < 0 || *req.Strip > 64) {
+		return web.Invalid("strip", "must be from 0 to 64")
+	}
+	dir, err := workPath(req.Dir, "dir", true)
+	if err != nil {
+		return err
+	}
+	ag, release, err := a.use(r, c)
+	if err != nil {
+		return err
+	}
+	defer release()
+	res, err := ag.Patch(r.Context(), agent.PatchRequest{Patch: req.Patch, Strip: req.Strip, Dir: dir})
+	if err != nil {
+		return agentError(err, c.id)
+	}
+	out := PatchResult{Files: make([]PatchedFile, 0, len(res.Files))}
+	for _, f := range res.Files {
+		a.emit(r.Context(), filesWritten(c, f.Path, f.Bytes))
+		out.Files = append(out.Files, PatchedFile{Path: f.Path, Bytes: f.Bytes, SHA256: f.SHA256, Created: f.Created, Deleted: f.Deleted})
+	}
+	web.WriteJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// MkdirRequest is the body of mkdir.
+type MkdirRequest struct {
+	Path string `json:"path"`
+	// Parents creates missing parents and accepts an existing directory.
+	Parents bool `json:"parents,omitempty"`
+	// Mode is octal permission bits; empty means 0755.
+	Mode string `json:"mode,omitempty"`
+}
+
+func (a *API) mkdir(w http.ResponseWriter, r *http.Request, c *call) error {
+	var req MkdirRequest
+	if err := web.ReadJSON(w, r, &req); err != nil {
+		return err
+	}
+	p, err := workPath(req.Path, "path", false)
+	if err != nil {
+		return err
+	}
+	if p == "/" {
+		return web.Invalid("path", "names the workspace itself")
+	}
+	var perm fs.FileMode
+	if req.Mode != "" {
+		m, err := strconv.ParseUint(req.Mode, 8, 32)
+		if err != nil || m > 0o777 || m == 0 {
+			return web.Invalid("mode", "must be octal permission bits like 0755, got %q", req.Mode)
+		}
+		perm = fs.FileMode(m)
+	}
+	ag, release, err := a.use(r, c)
+	if err != nil {
+		return err
+	}
+	defer release()
+	existed := false
+	if fi, err := ag.Stat(r.Context(), p); err == nil && fi.Type == "dir" {
+		existed = true
+	}
+	fi, err := ag.Mkdir(r.Context(), p, perm, req.Parents)
+	if err != nil {
+		return agentError(err, c.id)
+	}
+	code := http.StatusCreated
+	if existed {
+		code = http.StatusOK
+	}
+	web.WriteJSON(w, code, fileInfo(fi))
+	return nil
+}

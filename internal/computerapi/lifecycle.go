@@ -1,0 +1,362 @@
+package computerapi
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/berth-dev/berth/internal/auth"
+	"github.com/berth-dev/berth/internal/computer"
+	"github.com/berth-dev/berth/internal/grant"
+	"github.com/berth-dev/berth/internal/web"
+)
+
+// View is a Computer as the API answers it. Times are Unix milliseconds,
+// as everywhere in the contract.
+type View struct {
+	ID              string             `json:"id"`
+	Namespace       string             `json:"namespace"`
+	Image           string             `json:"image,omitempty"`
+	Size            string             `json:"size,omitempty"`
+	IdleTimeoutSecs int64              `json:"idleTimeoutSecs"`
+	Backings        []computer.Backing `json:"backings"`
+	State           computer.State     `json:"state"`
+	// Active is the backing the Computer runs on now; absent while it
+	// sleeps.
+	Active    *computer.Backing `json:"active,omitempty"`
+	CreatedAt int64             `json:"createdAt"`
+	UpdatedAt int64             `json:"updatedAt"`
+}
+
+func view(c computer.Computer) View {
+	v := View{
+		ID: c.ID, Namespace: c.Namespace, Image: c.Image, Size: c.Size,
+		IdleTimeoutSecs: int64(c.IdleTimeout / time.Second),
+		Backings:        c.Backings, State: c.State,
+		CreatedAt: c.CreatedAt.UnixMilli(), UpdatedAt: c.UpdatedAt.UnixMilli(),
+	}
+	if v.Backings == nil {
+		v.Backings = []computer.Backing{}
+	}
+	if c.Active.Kind != "" {
+		act := c.Active
+		v.Active = &act
+	}
+	return v
+}
+
+// CreateRequest is the body of POST /computers.
+type CreateRequest struct {
+	// ID names the Computer; empty picks a random one.
+	ID        string `json:"id,omitempty"`
+	Namespace string `json:"namespace,omitempty"`
+	Image     string `json:"image,omitempty"`
+	Size      string `json:"size,omitempty"`
+	// IdleTimeoutSecs is how long the Computer may idle before it sleeps;
+	// absent leaves the manager's default.
+	IdleTimeoutSecs *int64             `json:"idleTimeoutSecs,omitempty"`
+	Backings        []computer.Backing `json:"backings,omitempty"`
+	// Start starts the Computer at once rather than at first use.
+	Start bool `json:"start,omitempty"`
+}
+
+func (a *API) create(w http.ResponseWriter, r *http.Request) error {
+	var req CreateRequest
+	if err := web.ReadJSON(w, r, &req); err != nil {
+		return err
+	}
+	p := auth.FromContext(r.Context())
+	ns := req.Namespace
+	if ns == "" {
+		ns = "default"
+		if p.Confined() {
+			ns = p.Token.Namespace
+		}
+	}
+	if !p.Administers(ns) {
+		return web.Errorf(http.StatusForbidden, "this credential does not administer namespace %q", ns)
+	}
+	if req.ID == "" {
+		var b [6]byte
+		rand.Read(b[:])
+		req.ID = hex.EncodeToString(b[:])
+	}
+	cr := computer.CreateRequest{ID: req.ID, Namespace: ns, Image: req.Image, Size: req.Size, Backings: req.Backings, Start: req.Start}
+	if req.IdleTimeoutSecs != nil {
+		if *req.IdleTimeoutSecs < 0 {
+			return web.Invalid("idleTimeoutSecs", "must not be negative")
+		}
+		cr.IdleTimeout = time.Duration(*req.IdleTimeoutSecs) * time.Second
+	}
+	c, err := a.o.Manager.Create(r.Context(), cr)
+	if err != nil {
+		return managerError(err, req.ID)
+	}
+	w.Header().Set("Location", "/computers/"+c.ID)
+	web.WriteJSON(w, http.StatusCreated, view(c))
+	return nil
+}
+
+// ListResult is the body of GET /computers.
+type ListResult struct {
+	Computers []View `json:"computers"`
+}
+
+func (a *API) list(w http.ResponseWriter, r *http.Request) error {
+	p := auth.FromContext(r.Context())
+	ns := r.URL.Query().Get("namespace")
+	if ns != "" && !p.Reaches(ns) {
+		return web.Errorf(http.StatusForbidden, "this credential cannot reach namespace %q", ns)
+	}
+	cs, err := a.o.Manager.List(r.Context(), ns)
+	if err != nil {
+		return managerError(err, "")
+	}
+	out := ListResult{Computers: []View{}}
+	for _, c := range cs {
+		if p.Reaches(c.Namespace) {
+			out.Computers = append(out.Computers, view(c))
+		}
+	}
+	web.WriteJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (a *API) get(w http.ResponseWriter, r *http.Request, c *call) error {
+	web.WriteJSON(w, http.StatusOK, view(c.comp))
+	return nil
+}
+
+func (a *API) delete(w http.ResponseWriter, r *http.Request, c *call) error {
+	if err := a.o.Manager.Delete(r.Context(), c.id); err != nil {
+		return managerError(err, c.id)
+	}
+	// A later Computer with the same id must not inherit these grants.
+	if _, err := a.o.Grants.RevokeComputer(r.Context(), c.id); err != nil {
+		return &web.Error{Status: http.StatusInternalServerError, Message: "the Computer was deleted but its grants were not revoked; retry the delete", Err: err}
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (a *API) start(w http.ResponseWriter, r *http.Request, c *call) error {
+	wait, err := boolParam(r, "wait")
+	if err != nil {
+		return err
+	}
+	comp, err := a.o.Manager.Start(r.Context(), c.id, wait)
+	if err != nil {
+		return managerError(err, c.id)
+	}
+	code := http.StatusOK
+	if comp.State.State == "queued" || comp.State.State == "starting" {
+		code = http.StatusAccepted
+	}
+	web.WriteJSON(w, code, view(comp))
+	return nil
+}
+
+func (a *API) stop(w http.ResponseWriter, r *http.Request, c *call) error {
+	if err := a.o.Manager.Stop(r.Context(), c.id); err != nil {
+		return managerError(err, c.id)
+	}
+	comp, err := a.o.Manager.Get(r.Context(), c.id)
+	if err != nil {
+		return managerError(err, c.id)
+	}
+	web.WriteJSON(w, http.StatusOK, view(comp))
+	return nil
+}
+
+// Backings is the body of GET and PUT /computers/{id}/backings: the
+// contract's computerBackingChangeSchema, plus (answers only) the backing
+// the Computer runs on now.
+type Backings struct {
+	// ComputerID, when given in a PUT, must be the Computer of the path.
+	ComputerID string `json:"computerId,omitempty"`
+	// Backings is the fallback order; null (in a PUT) returns the
+	// Computer to the fleet default.
+	Backings []computer.Backing `json:"backings"`
+	Active   *computer.Backing  `json:"active,omitempty"`
+}
+
+func (a *API) getBackings(w http.ResponseWriter, r *http.Request, c *call) error {
+	v := view(c.comp)
+	web.WriteJSON(w, http.StatusOK, Backings{ComputerID: c.id, Backings: v.Backings, Active: v.Active})
+	return nil
+}
+
+func (a *API) putBackings(w http.ResponseWriter, r *http.Request, c *call) error {
+	var raw map[string]json.RawMessage
+	if err := web.ReadJSON(w, r, &raw); err != nil {
+		return err
+	}
+	if _, ok := raw["backings"]; !ok {
+		return web.Invalid("backings", "is required (null for the fleet default)")
+	}
+	var req Backings
+	if err := web.DecodeJSON(mustJSON(raw), &req); err != nil {
+		return err
+	}
+	if req.ComputerID != "" && req.ComputerID != c.id {
+		return web.Invalid("computerId", "names Computer %q, but the path names %q", req.ComputerID, c.id)
+	}
+	comp, err := a.o.Manager.SetBackings(r.Context(), c.id, req.Backings)
+	if err != nil {
+		return managerError(err, c.id)
+	}
+	v := view(comp)
+	web.WriteJSON(w, http.StatusOK, Backings{ComputerID: c.id, Backings: v.Backings, Active: v.Active})
+	return nil
+}
+
+func mustJSON(v any) []byte {
+	b, _ := json.Marshal(v)
+	return b
+}
+
+// ---- grants ----
+
+// GrantRequest is the body of POST /computers/{id}/grants. Exactly one of
+// ExpiresAt (Unix milliseconds) and ExpiresInSecs is required.
+type GrantRequest struct {
+	Actions       []grant.Action  `json:"actions"`
+	ExpiresAt     *int64          `json:"expiresAt,omitempty"`
+	ExpiresInSecs *int64          `json:"expiresInSecs,omitempty"`
+	Egress        json.RawMessage `json:"egress,omitempty"`
+	// Provenance is who the grant acts for; absent, the issuing caller.
+	Provenance *grant.Provenance `json:"provenance,omitempty"`
+}
+
+// GrantView is an issued grant: its id, the grant in the contract's
+// shape, and (when just issued) the token, shown once.
+type GrantView struct {
+	ID        string         `json:"id"`
+	Grant     grant.Contract `json:"grant"`
+	IssuedAt  int64          `json:"issuedAt"`
+	RevokedAt *int64         `json:"revokedAt,omitempty"`
+	Token     string         `json:"token,omitempty"`
+}
+
+func (a *API) issueGrant(w http.ResponseWriter, r *http.Request, c *call) error {
+	var req GrantRequest
+	if err := web.ReadJSON(w, r, &req); err != nil {
+		return err
+	}
+	now := a.o.Now()
+	var exp time.Time
+	switch {
+	case req.ExpiresAt != nil && req.ExpiresInSecs != nil:
+		return web.Invalid("expiresAt", "give expiresAt or expiresInSecs, not both")
+	case req.ExpiresAt != nil:
+		exp = time.UnixMilli(*req.ExpiresAt)
+	case req.ExpiresInSecs != nil:
+		if *req.ExpiresInSecs <= 0 || *req.ExpiresInSecs > int64(grant.DefaultMaxTTL/time.Second) {
+			return web.Invalid("expiresInSecs", "must be from 1 to %d", int64(grant.DefaultMaxTTL/time.Second))
+		}
+		exp = now.Add(time.Duration(*req.ExpiresInSecs) * time.Second)
+	default:
+		return web.Invalid("expiresAt", "is required (or expiresInSecs)")
+	}
+	prov := grant.Provenance{Actor: c.prov.Actor, Via: c.prov.Via}
+	if req.Provenance != nil {
+		prov = *req.Provenance
+	}
+	g, tok, err := a.o.Grants.Issue(r.Context(), grant.Request{
+		ComputerID: c.id, Actions: req.Actions, ExpiresAt: exp, Egress: req.Egress, Provenance: prov,
+	})
+	var fe *grant.FieldError
+	if errors.As(err, &fe) {
+		return web.Invalid(fe.Field, "%s", fe.Msg)
+	}
+	if err != nil {
+		return &web.Error{Status: http.StatusInternalServerError, Message: "the grant was not issued", Err: err}
+	}
+	w.Header().Set("Cache-Control", "no-store") // the token is in this body
+	web.WriteJSON(w, http.StatusCreated, GrantView{ID: g.ID, Grant: g.Contract(), IssuedAt: g.IssuedAt, Token: tok})
+	return nil
+}
+
+// GrantList is the body of GET /computers/{id}/grants: the unexpired
+// grants, revoked ones included, oldest first.
+type GrantList struct {
+	Grants []GrantView `json:"grants"`
+}
+
+func (a *API) listGrants(w http.ResponseWriter, r *http.Request, c *call) error {
+	out := GrantList{Grants: []GrantView{}}
+	for _, s := range a.o.Grants.List(c.id) {
+		v := GrantView{ID: s.Grant.ID, Grant: s.Grant.Contract(), IssuedAt: s.Grant.IssuedAt}
+		if !s.RevokedAt.IsZero() {
+			at := s.RevokedAt.UnixMilli()
+			v.RevokedAt = &at
+		}
+		out.Grants = append(out.Grants, v)
+	}
+	web.WriteJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (a *API) revokeGrant(w http.ResponseWriter, r *http.Request, c *call) error {
+	gid := r.PathValue("gid")
+	err := a.o.Grants.Revoke(r.Context(), c.id, gid)
+	if errors.Is(err, grant.ErrNotFound) {
+		return web.Errorf(http.StatusNotFound, "Computer %q has no grant %q (or it has expired)", c.id, gid)
+	}
+	if err != nil {
+		return &web.Error{Status: http.StatusInternalServerError, Message: "the grant was not revoked", Err: err}
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// ---- usage ----
+
+// Usage is the body of GET /computers/usage/pending and of POST
+// /computers/usage/acknowledge: usage intervals in the contract's
+// computerUsageIntervalSchema.
+type Usage struct {
+	Intervals []computer.UsageInterval `json:"intervals"`
+}
+
+func (a *API) pendingUsage(w http.ResponseWriter, r *http.Request) error {
+	us, err := a.o.Manager.PendingUsage(r.Context())
+	if err != nil {
+		return managerError(err, "")
+	}
+	if us == nil {
+		us = []computer.UsageInterval{}
+	}
+	web.WriteJSON(w, http.StatusOK, Usage{Intervals: us})
+	return nil
+}
+
+func (a *API) acknowledgeUsage(w http.ResponseWriter, r *http.Request) error {
+	var req Usage
+	if err := web.ReadJSON(w, r, &req); err != nil {
+		return err
+	}
+	if req.Intervals == nil {
+		return web.Invalid("intervals", "is required")
+	}
+	if err := a.o.Manager.AcknowledgeUsage(r.Context(), req.Intervals); err != nil {
+		return managerError(err, "")
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// boolParam parses a strictly true/false query parameter.
+func boolParam(r *http.Request, name string) (bool, error) {
+	switch v := r.URL.Query().Get(name); v {
+	case "", "false":
+		return false, nil
+	case "true":
+		return true, nil
+	default:
+		return false, web.Invalid(name, "must be true or false, got %q", v)
+	}
+}

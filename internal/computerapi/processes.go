@@ -1,0 +1,168 @@
+package computerapi
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/berth-dev/berth/internal/agent"
+	"github.com/berth-dev/berth/internal/computer"
+	"github.com/berth-dev/berth/internal/web"
+)
+
+// ProcessRequest is the body of processStart: a command started in the
+// background. It survives the caller disconnecting; its output is read
+// with GET .../processes/{pid}/output.
+type ProcessRequest struct {
+	// Argv is the program and its arguments; Script, a bash script.
+	// Exactly one is given.
+	Argv   []string          `json:"argv,omitempty"`
+	Script string            `json:"script,omitempty"`
+	Cwd    string            `json:"cwd,omitempty"`
+	Env    map[string]string `json:"env,omitempty"`
+}
+
+// Process is a background process as listed.
+type Process struct {
+	ID      string `json:"id"`
+	PID     int    `json:"pid"`
+	Command string `json:"command"`
+	Running bool   `json:"running"`
+	// ExitCode is set once the process ended (128+N when signal N killed
+	// it).
+	ExitCode  *int   `json:"exitCode"`
+	Signal    string `json:"signal,omitempty"`
+	StartedAt int64  `json:"startedAt"`
+	EndedAt   *int64 `json:"endedAt"`
+	CPUTimeMs *int64 `json:"cpuTimeMs"`
+	// Provenance is who started it.
+	Provenance *computer.Provenance `json:"provenance,omitempty"`
+}
+
+// ProcessList is the answer of processList.
+type ProcessList struct {
+	Processes []Process `json:"processes"`
+}
+
+func processView(pi agent.ProcessInfo) Process {
+	p := Process{ID: pi.ID, PID: pi.PID, Command: pi.Command, Running: pi.Running, ExitCode: pi.ExitCode, Signal: pi.Signal, StartedAt: pi.StartedAt.UnixMilli(), CPUTimeMs: pi.CPUTimeMS}
+	if pi.EndedAt != nil {
+		at := pi.EndedAt.UnixMilli()
+		p.EndedAt = &at
+	}
+	var prov computer.Provenance
+	if json.Unmarshal([]byte(pi.Tag), &prov) == nil && prov.Actor != "" {
+		p.Provenance = &prov
+	}
+	return p
+}
+
+func (a *API) processStart(w http.ResponseWriter, r *http.Request, c *call) error {
+	var req ProcessRequest
+	if err := web.ReadJSON(w, r, &req); err != nil {
+		return err
+	}
+	argv := req.Argv
+	switch {
+	case len(req.Argv) > 0 && req.Script != "":
+		return web.Invalid("argv", "give argv or script, not both")
+	case req.Script != "":
+		argv = []string{"bash", "-c", req.Script}
+	case len(argv) == 0 || argv[0] == "":
+		return web.Invalid("argv", "must name a program (or give a script)")
+	}
+	for _, s := range argv {
+		if containsNUL(s) {
+			return web.Invalid("argv", "must not contain NUL bytes")
+		}
+	}
+	cwd, err := workPath(req.Cwd, "cwd", true)
+	if err != nil {
+		return err
+	}
+	ag, release, err := a.use(r, c)
+	if err != nil {
+		return err
+	}
+	defer release()
+	st, err := ag.StartProcess(r.Context(), agent.ProcessRequest{Argv: argv, Cwd: cwd, Env: req.Env, Tag: computer.ProcessTag(c.prov)})
+	if err != nil {
+		return agentError(err, c.id)
+	}
+	pi, err := ag.Process(r.Context(), st.ID)
+	if err != nil {
+		pi = agent.ProcessInfo{ID: st.ID, PID: st.PID, Running: true, StartedAt: time.Now()}
+	}
+	w.Header().Set("Location", "/computers/"+c.id+"/processes/"+st.ID)
+	web.WriteJSON(w, http.StatusCreated, processView(pi))
+	return nil
+}
+
+func (a *API) processList(w http.ResponseWriter, r *http.Request, c *call) error {
+	ag, release, err := a.use(r, c)
+	if err != nil {
+		return err
+	}
+	defer release()
+	ps, err := ag.Processes(r.Context())
+	if err != nil {
+		return agentError(err, c.id)
+	}
+	out := ProcessList{Processes: make([]Process, 0, len(ps))}
+	for _, p := range ps {
+		out.Processes = append(out.Processes, processView(p))
+	}
+	web.WriteJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// processOutput answers a background process's output (stdout and stderr
+// interleaved) from byte ?offset= on, at most ?limit= bytes; the
+// X-Output-Size header is the output's size when read, so a poller
+// resumes at offset + the bytes it got.
+func (a *API) processOutput(w http.ResponseWriter, r *http.Request, c *call) error {
+	q := r.URL.Query()
+	offset, err := int64Param(q.Get("offset"), "offset")
+	if err != nil {
+		return err
+	}
+	limit := int64(-1)
+	if v := q.Get("limit"); v != "" {
+		if limit, err = int64Param(v, "limit"); err != nil {
+			return err
+		}
+	}
+	ag, release, err := a.use(r, c)
+	if err != nil {
+		return err
+	}
+	defer release()
+	b, size, err := ag.ProcessOutput(r.Context(), r.PathValue("pid"), offset, limit)
+	if err != nil {
+		return agentError(err, c.id)
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("X-Output-Size", strconv.FormatInt(size, 10))
+	w.WriteHeader(http.StatusOK)
+	w.Write(b)
+	return nil
+}
+
+func (a *API) processKill(w http.ResponseWriter, r *http.Request, c *call) error {
+	sig := r.URL.Query().Get("signal")
+	if len(sig) > 16 || containsNUL(sig) {
+		return web.Invalid("signal", "is not a signal name or number")
+	}
+	ag, release, err := a.use(r, c)
+	if err != nil {
+		return err
+	}
+	defer release()
+	pi, err := ag.KillProcess(r.Context(), r.PathValue("pid"), sig)
+	if err != nil {
+		return agentError(err, c.id)
+	}
+	web.WriteJSON(w, http.StatusOK, processView(pi))
+	return nil
+}
