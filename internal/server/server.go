@@ -20,6 +20,7 @@ import (
 
 	"github.com/berth-dev/berth/internal/admin"
 	"github.com/berth-dev/berth/internal/auth"
+	"github.com/berth-dev/berth/internal/computer"
 	"github.com/berth-dev/berth/internal/fleet"
 	"github.com/berth-dev/berth/internal/metrics"
 	"github.com/berth-dev/berth/internal/namespaces"
@@ -85,6 +86,9 @@ type Server struct {
 	Proxy    *proxy.Handler
 	Metrics  *metrics.Registry
 	Fleet    *fleet.Manager
+	// Computers runs the Computers (package computer) on the fleet's
+	// drivers; its sandboxes are invisible to the fleet.
+	Computers *computer.Manager
 	// Secrets is the sealed secret store; the VM pools resolve env_from
 	// through it (ResolveEnv) when they create a replica.
 	Secrets *secrets.Store
@@ -138,7 +142,14 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		st.Close()
 		return nil, err
 	}
-	s.Fleet = fleet.New(fleet.Options{Drivers: drivers, Log: o.Log})
+	s.Fleet = fleet.New(fleet.Options{Drivers: drivers, Log: o.Log, Ignore: computer.IsSandbox})
+	s.Computers, err = computer.New(ctx, computer.Options{
+		Store: st, Drivers: drivers, DataDir: o.DataDir, BaseDomain: o.BaseDomain, Log: o.Log,
+	})
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
 	s.Registry = registry.New(registry.Options{
 		Store:      st,
 		Publisher:  s.Proxy,
@@ -212,7 +223,8 @@ func (s *Server) AdminAddr() string { return s.adminLn.Addr().String() }
 func (s *Server) Run(ctx context.Context) error {
 	loopCtx, stopLoops := context.WithCancel(context.WithoutCancel(ctx))
 	var loops sync.WaitGroup
-	loops.Add(3)
+	loops.Add(4)
+	go func() { defer loops.Done(); s.Computers.Run(loopCtx) }()
 	go func() { defer loops.Done(); s.Registry.Run(loopCtx) }()
 	go func() {
 		defer loops.Done()
