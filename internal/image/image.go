@@ -112,6 +112,7 @@ type Store struct {
 
 	mu      sync.Mutex
 	digests map[string]string // name → digest
+	sizes   map[string]int64  // name → bytes of content
 	importM sync.Mutex        // serialises imports and deletes (tree GC)
 	disks   map[string]*sync.Mutex
 }
@@ -140,7 +141,7 @@ func New(ctx context.Context, o Options) (*Store, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Store{dir: dir, cat: o.Catalog, o: o, log: log, digests: map[string]string{}, disks: map[string]*sync.Mutex{}}
+	s := &Store{dir: dir, cat: o.Catalog, o: o, log: log, digests: map[string]string{}, sizes: map[string]int64{}, disks: map[string]*sync.Mutex{}}
 	list, err := o.Catalog.Images(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("image: %w", err)
@@ -149,7 +150,7 @@ func New(ctx context.Context, o Options) (*Store, error) {
 		if _, err := os.Stat(s.treeDir(im.Digest)); err != nil {
 			log.Warn("image: the tree of an image is missing; re-import it", "image", im.Name, "digest", im.Digest, "err", err)
 		}
-		s.digests[im.Name] = im.Digest
+		s.digests[im.Name], s.sizes[im.Name] = im.Digest, im.Size
 	}
 	return s, nil
 }
@@ -284,7 +285,7 @@ func (s *Store) importWith(ctx context.Context, name, source string, fill func(d
 		return Image{}, fmt.Errorf("image: import %q: %w", name, err)
 	}
 	s.mu.Lock()
-	s.digests[name] = digest
+	s.digests[name], s.sizes[name] = digest, size
 	s.mu.Unlock()
 	if had && old != digest {
 		s.collect(ctx, old)
@@ -407,6 +408,7 @@ func (s *Store) Delete(ctx context.Context, name string) error {
 	}
 	s.mu.Lock()
 	delete(s.digests, name)
+	delete(s.sizes, name)
 	s.mu.Unlock()
 	if !shared {
 		s.collect(ctx, digest)
@@ -436,22 +438,19 @@ const DefaultDiskGB = 1
 // large (0: DefaultDiskGB, or more when the tree needs it), made once with
 // `mkfs.ext4 -d` and cached beside the tree. The file is sparse. Callers
 // must not write to it: they copy it per replica (CloneFile).
-func (s *Store) Ext4(ctx context.Context, name string, sizeGB int) (string, error) {
+func (s *Store) Ext4(name string, sizeGB int) (string, error) {
 	if sizeGB < 0 {
 		return "", fmt.Errorf("image: disk size %d GiB is negative", sizeGB)
 	}
 	s.mu.Lock()
 	digest, ok := s.digests[name]
+	size := s.sizes[name]
 	s.mu.Unlock()
 	if !ok {
 		return "", fmt.Errorf("%w %q", ErrNotFound, name)
 	}
-	im, err := s.Get(ctx, name)
-	if err != nil {
-		return "", err
-	}
-	if min := int(im.Size*2>>30) + 1; sizeGB == 0 {
-		sizeGB = max(DefaultDiskGB, min)
+	if need := int(size*2>>30) + 1; sizeGB == 0 {
+		sizeGB = max(DefaultDiskGB, need)
 	}
 	disk := filepath.Join(s.treeDir(digest), "disk-"+strconv.Itoa(sizeGB)+"g.ext4")
 	s.mu.Lock()
@@ -481,7 +480,7 @@ func (s *Store) Ext4(ctx context.Context, name string, sizeGB int) (string, erro
 		os.Remove(tmp)
 		return "", fmt.Errorf("image: %w", err)
 	}
-	cmd := exec.CommandContext(ctx, mkfs, "-q", "-F", "-t", "ext4", "-L", "berth-root", "-E", "root_owner=0:0", "-d", filepath.Join(s.treeDir(digest), "rootfs"), tmp)
+	cmd := exec.Command(mkfs, "-q", "-F", "-t", "ext4", "-L", "berth-root", "-E", "root_owner=0:0", "-d", filepath.Join(s.treeDir(digest), "rootfs"), tmp)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		os.Remove(tmp)
 		return "", fmt.Errorf("image: mkfs.ext4 for %q: %w: %s", name, err, strings.TrimSpace(string(out)))

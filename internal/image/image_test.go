@@ -336,7 +336,7 @@ func TestExt4(t *testing.T) {
 	paths := make([]string, 2)
 	errs := make([]error, 2)
 	for i := range paths {
-		wg.Go(func() { paths[i], errs[i] = s.Ext4(ctx, "disk", 0) })
+		wg.Go(func() { paths[i], errs[i] = s.Ext4("disk", 0) })
 	}
 	wg.Wait()
 	if errs[0] != nil || errs[1] != nil || paths[0] != paths[1] {
@@ -366,10 +366,10 @@ func TestExt4(t *testing.T) {
 	if st, ok := ci.Sys().(*syscall.Stat_t); ok && st.Blocks*512 >= ci.Size()/2 {
 		t.Errorf("the clone allocates %d of %d bytes; want it sparse", st.Blocks*512, ci.Size())
 	}
-	if _, err := s.Ext4(ctx, "nope", 1); !errors.Is(err, ErrNotFound) {
+	if _, err := s.Ext4("nope", 1); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Ext4(nope): %v, want ErrNotFound", err)
 	}
-	if _, err := s.Ext4(ctx, "disk", -1); err == nil {
+	if _, err := s.Ext4("disk", -1); err == nil {
 		t.Error("Ext4 with a negative size succeeded")
 	}
 }

@@ -1,0 +1,537 @@
+// Package hostnet is the host side of guest networking for berth's
+// isolating drivers: one Linux bridge (berth0 by default) holding the
+// gateway address of a guest subnet, and per replica either a veth pair
+// whose far end is eth0 in the container's network namespace (container
+// driver) or a tap device (VM drivers). Every replica gets one address of
+// the subnet, so berth routes to guest_ip:vm.port the same way for every
+// isolating driver.
+//
+// Addresses are allocated in a state directory shared by all drivers and
+// berth processes on the host:
+//
+//	<StateDir>/ip/<addr>   holds the replica id (created O_EXCL: the lock)
+//	<StateDir>/id/<id>     holds the address (the lookup)
+//
+// so an allocation survives a berth restart and re-adopted replicas keep
+// their address, with no lock file and no database write on the start path.
+//
+// Bridge ports are isolated from each other (bridge_slave isolated on):
+// replicas reach the gateway, not one another. Guest egress (forwarding and
+// NAT to the outside) is off unless Config.Egress is set; Setup then adds
+// the MASQUERADE rule, and otherwise a FORWARD DROP rule for traffic from
+// the bridge to anywhere else. The host's interfaces and rules are changed
+// only by Setup and Teardown, which `berth host setup` and the drivers'
+// constructors call.
+//
+// Everything is done with iproute2's ip (and iptables for the egress
+// rules), batched so that attaching a replica costs two short commands.
+package hostnet
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// Defaults of Config.
+const (
+	DefaultBridge = "berth0"
+	DefaultSubnet = "10.213.0.0/16"
+)
+
+// Config is the guest network of a host.
+type Config struct {
+	Bridge   string       // the bridge's name; DefaultBridge when empty
+	Subnet   netip.Prefix // guest addresses; the first host address is the gateway
+	Egress   bool         // let guests reach beyond the host (forwarding and NAT)
+	StateDir string       // allocation directory, e.g. <data-dir>/net
+}
+
+// ConfigFromEnv reads the guest network settings berth serve and `berth
+// host setup` share: BERTH_BRIDGE, BERTH_GUEST_SUBNET (CIDR) and
+// BERTH_GUEST_EGRESS (1/true/yes/on), with StateDir <dataDir>/net.
+func ConfigFromEnv(dataDir string) (Config, error) {
+	c := Config{Bridge: os.Getenv("BERTH_BRIDGE"), StateDir: filepath.Join(dataDir, "net")}
+	subnet := os.Getenv("BERTH_GUEST_SUBNET")
+	if subnet == "" {
+		subnet = DefaultSubnet
+	}
+	p, err := netip.ParsePrefix(subnet)
+	if err != nil {
+		return Config{}, fmt.Errorf("hostnet: BERTH_GUEST_SUBNET %q: %w", subnet, err)
+	}
+	c.Subnet = p
+	switch strings.ToLower(os.Getenv("BERTH_GUEST_EGRESS")) {
+	case "", "0", "false", "no", "off":
+	case "1", "true", "yes", "on":
+		c.Egress = true
+	default:
+		return Config{}, fmt.Errorf("hostnet: BERTH_GUEST_EGRESS %q: want on or off", os.Getenv("BERTH_GUEST_EGRESS"))
+	}
+	return c.normalize()
+}
+
+// normalize fills defaults and checks the config.
+func (c Config) normalize() (Config, error) {
+	if c.Bridge == "" {
+		c.Bridge = DefaultBridge
+	}
+	if !validIfName(c.Bridge) {
+		return c, fmt.Errorf("hostnet: bridge name %q: want 1-15 letters, digits, - or _", c.Bridge)
+	}
+	if !c.Subnet.IsValid() {
+		c.Subnet = netip.MustParsePrefix(DefaultSubnet)
+	}
+	c.Subnet = c.Subnet.Masked()
+	if !c.Subnet.Addr().Is4() || c.Subnet.Bits() > 29 || c.Subnet.Bits() < 8 {
+		return c, fmt.Errorf("hostnet: guest subnet %s: want an IPv4 prefix from /8 to /29", c.Subnet)
+	}
+	return c, nil
+}
+
+func validIfName(s string) bool {
+	if s == "" || len(s) > 15 {
+		return false
+	}
+	for _, r := range s {
+		if !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// Gateway is the bridge's address: the subnet's first host address.
+func (c Config) Gateway() netip.Addr { return c.Subnet.Addr().Next() }
+
+// GatewayPrefix is the gateway with the subnet's length, as the bridge
+// holds it.
+func (c Config) GatewayPrefix() netip.Prefix { return netip.PrefixFrom(c.Gateway(), c.Subnet.Bits()) }
+
+// run runs a command and returns its error with its output.
+func run(ctx context.Context, stdin string, name string, args ...string) error {
+	cmd := exec.CommandContext(ctx, name, args...)
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// Setup makes the host ready for guests: the bridge with the gateway
+// address, up; and the egress rules Config.Egress asks for. It is
+// idempotent.
+func Setup(ctx context.Context, c Config) error {
+	c, err := c.normalize()
+	if err != nil {
+		return err
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		return fmt.Errorf("hostnet: needs ip (Debian package iproute2): %w", err)
+	}
+	if !linkExists(ctx, c.Bridge) {
+		if err := run(ctx, "", "ip", "link", "add", c.Bridge, "type", "bridge"); err != nil && !linkExists(ctx, c.Bridge) {
+			return fmt.Errorf("hostnet: creating the bridge: %w", err)
+		}
+	}
+	if !hasAddr(ctx, c.Bridge, c.GatewayPrefix()) {
+		if err := run(ctx, "", "ip", "addr", "add", c.GatewayPrefix().String(), "dev", c.Bridge); err != nil && !hasAddr(ctx, c.Bridge, c.GatewayPrefix()) {
+			return fmt.Errorf("hostnet: addressing the bridge: %w", err)
+		}
+	}
+	if err := run(ctx, "", "ip", "link", "set", c.Bridge, "up"); err != nil {
+		return fmt.Errorf("hostnet: %w", err)
+	}
+	return egress(ctx, c)
+}
+
+// rules are the iptables rules of a config: those Egress adds and the one
+// that blocks egress otherwise.
+func rules(c Config) (allow [][]string, block []string) {
+	src := c.Subnet.String()
+	allow = [][]string{
+		{"-t", "nat", "POSTROUTING", "-s", src, "!", "-o", c.Bridge, "-j", "MASQUERADE"},
+		{"-t", "filter", "FORWARD", "-i", c.Bridge, "!", "-o", c.Bridge, "-j", "ACCEPT"},
+		{"-t", "filter", "FORWARD", "-o", c.Bridge, "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT"},
+	}
+	block = []string{"-t", "filter", "FORWARD", "-i", c.Bridge, "!", "-o", c.Bridge, "-j", "DROP"}
+	return allow, block
+}
+
+// iptables runs op (-C, -A, -I, -D) on a rule written as table, chain,
+// match...
+func iptables(ctx context.Context, op string, rule []string) error {
+	args := append([]string{"-w", rule[0], rule[1], op, rule[2]}, rule[3:]...)
+	return run(ctx, "", "iptables", args...)
+}
+
+// egress installs the rules of c.Egress and removes those of its opposite.
+func egress(ctx context.Context, c Config) error {
+	allow, block := rules(c)
+	if _, err := exec.LookPath("iptables"); err != nil {
+		if c.Egress {
+			return fmt.Errorf("hostnet: guest egress needs iptables (Debian package iptables): %w", err)
+		}
+		// Without iptables nothing forwards unless the host does already.
+		if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_forward"); err == nil && strings.TrimSpace(string(b)) == "1" {
+			return errors.New("hostnet: this host forwards IPv4 and iptables is missing, so guest egress cannot be blocked; install iptables (Debian package iptables)")
+		}
+		return nil
+	}
+	if c.Egress {
+		iptables(ctx, "-D", block)
+		for _, r := range allow {
+			if iptables(ctx, "-C", r) != nil {
+				if err := iptables(ctx, "-A", r); err != nil {
+					return fmt.Errorf("hostnet: %w", err)
+				}
+			}
+		}
+		if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0); err != nil {
+			return fmt.Errorf("hostnet: enabling IPv4 forwarding: %w", err)
+		}
+		return nil
+	}
+	for _, r := range allow {
+		for iptables(ctx, "-D", r) == nil {
+		}
+	}
+	if iptables(ctx, "-C", block) != nil {
+		if err := iptables(ctx, "-I", block); err != nil {
+			return fmt.Errorf("hostnet: %w", err)
+		}
+	}
+	return nil
+}
+
+// Teardown removes the bridge and the rules Setup added. Replicas'
+// interfaces on the bridge go with it.
+func Teardown(ctx context.Context, c Config) error {
+	c, err := c.normalize()
+	if err != nil {
+		return err
+	}
+	if _, err := exec.LookPath("iptables"); err == nil {
+		allow, block := rules(c)
+		for _, r := range append(allow, block) {
+			for iptables(ctx, "-D", r) == nil {
+			}
+		}
+	}
+	if linkExists(ctx, c.Bridge) {
+		if err := run(ctx, "", "ip", "link", "del", c.Bridge); err != nil {
+			return fmt.Errorf("hostnet: %w", err)
+		}
+	}
+	return nil
+}
+
+// Check reports what keeps guests from having a network on this host, or
+// nil: a missing ip command, bridge, gateway address, or a bridge that is
+// down.
+func Check(ctx context.Context, c Config) error {
+	c, err := c.normalize()
+	if err != nil {
+		return err
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		return errors.New("ip (Debian package iproute2) is not installed")
+	}
+	if !linkExists(ctx, c.Bridge) {
+		return fmt.Errorf("bridge %s does not exist (berth host setup creates it)", c.Bridge)
+	}
+	if !hasAddr(ctx, c.Bridge, c.GatewayPrefix()) {
+		return fmt.Errorf("bridge %s lacks the gateway address %s (berth host setup adds it)", c.Bridge, c.GatewayPrefix())
+	}
+	out, err := exec.CommandContext(ctx, "ip", "-o", "link", "show", "dev", c.Bridge).Output()
+	if err != nil || !strings.Contains(string(out), ",UP") && !strings.Contains(string(out), "<UP") {
+		return fmt.Errorf("bridge %s is down (berth host setup brings it up)", c.Bridge)
+	}
+	return nil
+}
+
+func linkExists(ctx context.Context, name string) bool {
+	return exec.CommandContext(ctx, "ip", "link", "show", "dev", name).Run() == nil
+}
+
+func hasAddr(ctx context.Context, dev string, p netip.Prefix) bool {
+	out, err := exec.CommandContext(ctx, "ip", "-o", "-4", "addr", "show", "dev", dev).Output()
+	return err == nil && strings.Contains(string(out), " "+p.String()+" ")
+}
+
+// Network allocates guest addresses and plugs replicas into the bridge.
+// It is safe for concurrent use, and several Networks (in one berth or
+// across restarts) may share a StateDir.
+type Network struct {
+	c    Config
+	mu   sync.Mutex
+	next netip.Addr // where the next allocation starts looking
+}
+
+// New returns a Network over c. The bridge must exist (Setup, or Check to
+// ask); New does not change the host's interfaces.
+func New(c Config) (*Network, error) {
+	c, err := c.normalize()
+	if err != nil {
+		return nil, err
+	}
+	if c.StateDir == "" {
+		return nil, errors.New("hostnet: Config.StateDir is required")
+	}
+	for _, d := range []string{"ip", "id"} {
+		if err := os.MkdirAll(filepath.Join(c.StateDir, d), 0o700); err != nil {
+			return nil, fmt.Errorf("hostnet: %w", err)
+		}
+	}
+	return &Network{c: c}, nil
+}
+
+// Config returns the network's configuration, defaults filled in.
+func (n *Network) Config() Config { return n.c }
+
+// validID reports whether id can name a file: replica ids are
+// berth-<deployment>-<hex>, so this only guards against misuse.
+func validID(id string) bool {
+	if id == "" || len(id) > 200 || id[0] == '.' {
+		return false
+	}
+	for _, r := range id {
+		if !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+// Lookup returns the address allocated to id.
+func (n *Network) Lookup(id string) (netip.Addr, bool) {
+	if !validID(id) {
+		return netip.Addr{}, false
+	}
+	b, err := os.ReadFile(filepath.Join(n.c.StateDir, "id", id))
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	a, err := netip.ParseAddr(strings.TrimSpace(string(b)))
+	return a, err == nil
+}
+
+// ErrExhausted means every address of the subnet is allocated.
+var ErrExhausted = errors.New("hostnet: no free guest address")
+
+// Allocate returns id's address, allocating one the first time.
+func (n *Network) Allocate(id string) (netip.Addr, error) {
+	if !validID(id) {
+		return netip.Addr{}, fmt.Errorf("hostnet: %q is not a replica id", id)
+	}
+	if a, ok := n.Lookup(id); ok {
+		return a, nil
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	first := n.c.Gateway().Next()
+	start := n.next
+	if !start.IsValid() || !n.c.Subnet.Contains(start) {
+		start = first
+	}
+	a := start
+	for {
+		if n.usable(a) {
+			f, err := os.OpenFile(filepath.Join(n.c.StateDir, "ip", a.String()), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+			if err == nil {
+				_, err = f.WriteString(id + "\n")
+				if cerr := f.Close(); err == nil {
+					err = cerr
+				}
+				if err == nil {
+					err = writeFile(filepath.Join(n.c.StateDir, "id", id), a.String()+"\n")
+				}
+				if err != nil {
+					os.Remove(filepath.Join(n.c.StateDir, "ip", a.String()))
+					return netip.Addr{}, fmt.Errorf("hostnet: %w", err)
+				}
+				n.next = a.Next()
+				return a, nil
+			}
+			if !errors.Is(err, fs.ErrExist) {
+				return netip.Addr{}, fmt.Errorf("hostnet: %w", err)
+			}
+		}
+		a = a.Next()
+		if !n.c.Subnet.Contains(a) {
+			a = first
+		}
+		if a == start {
+			return netip.Addr{}, fmt.Errorf("%w in %s", ErrExhausted, n.c.Subnet)
+		}
+	}
+}
+
+// usable reports whether a may be a guest's: not the gateway, not the
+// network or broadcast address.
+func (n *Network) usable(a netip.Addr) bool {
+	if a == n.c.Gateway() || a == n.c.Subnet.Addr() {
+		return false
+	}
+	b := a.As4()
+	host := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+	mask := uint32(1)<<(32-n.c.Subnet.Bits()) - 1
+	return host&mask != mask
+}
+
+func writeFile(path, content string) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// Release frees id's address. Releasing an id without one is not an error.
+func (n *Network) Release(id string) error {
+	a, ok := n.Lookup(id)
+	if !ok {
+		return nil
+	}
+	ipFile := filepath.Join(n.c.StateDir, "ip", a.String())
+	if b, err := os.ReadFile(ipFile); err == nil && strings.TrimSpace(string(b)) == id {
+		if err := os.Remove(ipFile); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("hostnet: %w", err)
+		}
+	}
+	if err := os.Remove(filepath.Join(n.c.StateDir, "id", id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("hostnet: %w", err)
+	}
+	return nil
+}
+
+// Allocated lists the ids that hold an address.
+func (n *Network) Allocated() ([]string, error) {
+	ents, err := os.ReadDir(filepath.Join(n.c.StateDir, "id"))
+	if err != nil {
+		return nil, fmt.Errorf("hostnet: %w", err)
+	}
+	var ids []string
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".tmp") {
+			ids = append(ids, e.Name())
+		}
+	}
+	return ids, nil
+}
+
+// ifName derives a 15-byte interface name from a replica id: prefix and 12
+// hex digits of the id's SHA-256, so names are unique without depending on
+// how long deployment ids are.
+func ifName(prefix, id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return prefix + hex.EncodeToString(sum[:])[:15-len(prefix)]
+}
+
+// VethName is the host end of a replica's veth pair.
+func VethName(id string) string { return ifName("bv", id) }
+
+// TapName is a replica's tap device.
+func TapName(id string) string { return ifName("bt", id) }
+
+// AttachVeth plugs the network namespace of process pid (a container's
+// init, not yet running its app) into the bridge: a veth pair whose host
+// end is VethName(id) on the bridge and whose other end is eth0 in the
+// namespace with id's address, a default route via the gateway, and lo up.
+// It returns the address. A leftover host end of the same id is replaced.
+func (n *Network) AttachVeth(ctx context.Context, id string, pid int) (netip.Addr, error) {
+	addr, err := n.Allocate(id)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	veth := VethName(id)
+	host := fmt.Sprintf("link add %s type veth peer name eth0 netns %d\n"+
+		"link set %s master %s\n"+
+		"link set dev %s type bridge_slave isolated on\n"+
+		"link set %s up\n", veth, pid, veth, n.c.Bridge, veth, veth)
+	if err := run(ctx, host, "ip", "-batch", "-"); err != nil {
+		if !linkExists(ctx, veth) {
+			return netip.Addr{}, fmt.Errorf("hostnet: attaching %s: %w", id, err)
+		}
+		// A leftover of a replica of the same id (berth died in Stop):
+		// replace it.
+		run(ctx, "", "ip", "link", "del", veth)
+		if err := run(ctx, host, "ip", "-batch", "-"); err != nil {
+			return netip.Addr{}, fmt.Errorf("hostnet: attaching %s: %w", id, err)
+		}
+	}
+	guest := fmt.Sprintf("link set lo up\n"+
+		"addr add %s dev eth0\n"+
+		"link set eth0 up\n"+
+		"route add default via %s\n", netip.PrefixFrom(addr, n.c.Subnet.Bits()), n.c.Gateway())
+	if err := run(ctx, guest, "nsenter", "--net=/proc/"+strconv.Itoa(pid)+"/ns/net", "ip", "-batch", "-"); err != nil {
+		run(ctx, "", "ip", "link", "del", veth)
+		return netip.Addr{}, fmt.Errorf("hostnet: configuring the network of %s: %w", id, err)
+	}
+	return addr, nil
+}
+
+// DetachVeth removes id's veth pair (if its namespace still holds it) and
+// frees its address.
+func (n *Network) DetachVeth(ctx context.Context, id string) error {
+	veth := VethName(id)
+	if linkExists(ctx, veth) {
+		if err := run(ctx, "", "ip", "link", "del", veth); err != nil && linkExists(ctx, veth) {
+			return fmt.Errorf("hostnet: %w", err)
+		}
+	}
+	return n.Release(id)
+}
+
+// CreateTap makes id's tap device on the bridge for a VM driver and
+// returns it, the guest's address in CIDR notation, the gateway and a MAC
+// address derived from the id (locally administered, unicast).
+func (n *Network) CreateTap(id string) (tap, guestIP, hostIP, mac string, err error) {
+	ctx := context.Background()
+	addr, err := n.Allocate(id)
+	if err != nil {
+		return "", "", "", "", err
+	}
+	tap = TapName(id)
+	if linkExists(ctx, tap) {
+		run(ctx, "", "ip", "link", "del", tap)
+	}
+	script := fmt.Sprintf("tuntap add dev %s mode tap\n"+
+		"link set %s master %s\n"+
+		"link set dev %s type bridge_slave isolated on\n"+
+		"link set %s up\n", tap, tap, n.c.Bridge, tap, tap)
+	if err := run(ctx, script, "ip", "-batch", "-"); err != nil {
+		run(ctx, "", "ip", "link", "del", tap)
+		return "", "", "", "", fmt.Errorf("hostnet: tap for %s: %w", id, err)
+	}
+	sum := sha256.Sum256([]byte(id))
+	mac = fmt.Sprintf("02:%02x:%02x:%02x:%02x:%02x", sum[0], sum[1], sum[2], sum[3], sum[4])
+	return tap, netip.PrefixFrom(addr, n.c.Subnet.Bits()).String(), n.c.Gateway().String(), mac, nil
+}
+
+// DeleteTap removes id's tap device and frees its address. A tap that is
+// gone is not an error.
+func (n *Network) DeleteTap(id string) error {
+	ctx := context.Background()
+	tap := TapName(id)
+	if linkExists(ctx, tap) {
+		if err := run(ctx, "", "ip", "link", "del", tap); err != nil && linkExists(ctx, tap) {
+			return fmt.Errorf("hostnet: %w", err)
+		}
+	}
+	return n.Release(id)
+}

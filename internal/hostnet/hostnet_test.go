@@ -1,0 +1,264 @@
+package hostnet
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth/internal/hostnet/netnstest"
+)
+
+func TestMain(m *testing.M) { os.Exit(netnstest.Main(m)) }
+
+func newNet(t *testing.T, subnet string) *Network {
+	t.Helper()
+	n, err := New(Config{Bridge: "btest0", Subnet: netip.MustParsePrefix(subnet), StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestAllocate(t *testing.T) {
+	n := newNet(t, "10.9.0.0/29") // .1 gateway, .2-.6 guests, .7 broadcast
+	var got []string
+	for i := range 5 {
+		a, err := n.Allocate("r" + strconv.Itoa(i))
+		if err != nil {
+			t.Fatalf("Allocate %d: %v", i, err)
+		}
+		got = append(got, a.String())
+	}
+	if want := "10.9.0.2 10.9.0.3 10.9.0.4 10.9.0.5 10.9.0.6"; strings.Join(got, " ") != want {
+		t.Errorf("allocated %v, want %s", got, want)
+	}
+	if _, err := n.Allocate("r5"); !errors.Is(err, ErrExhausted) {
+		t.Errorf("sixth Allocate: %v, want ErrExhausted", err)
+	}
+	// Idempotent per id, and kept across a new Network (a berth restart).
+	n2, err := New(n.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, err := n2.Allocate("r3"); err != nil || a.String() != "10.9.0.5" {
+		t.Errorf("re-Allocate(r3) = %v, %v; want 10.9.0.5", a, err)
+	}
+	if err := n2.Release("r1"); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := n.Allocate("new"); err != nil || a.String() != "10.9.0.3" {
+		t.Errorf("Allocate after a release = %v, %v; want the freed 10.9.0.3", a, err)
+	}
+	if err := n.Release("never"); err != nil {
+		t.Errorf("Release of an id without an address: %v", err)
+	}
+	ids, err := n.Allocated()
+	if err != nil || len(ids) != 5 {
+		t.Errorf("Allocated = %v, %v; want 5 ids", ids, err)
+	}
+	for _, bad := range []string{"", "../x", "a/b", ".hidden"} {
+		if _, err := n.Allocate(bad); err == nil {
+			t.Errorf("Allocate(%q) succeeded", bad)
+		}
+	}
+}
+
+func TestAllocateConcurrently(t *testing.T) {
+	dir := t.TempDir()
+	c := Config{Subnet: netip.MustParsePrefix("10.9.0.0/24"), StateDir: dir}
+	// Two Networks over one directory, as two berth processes would be.
+	a, _ := New(c)
+	b, _ := New(c)
+	var wg sync.WaitGroup
+	addrs := make([]netip.Addr, 100)
+	for i := range addrs {
+		n := a
+		if i%2 == 1 {
+			n = b
+		}
+		wg.Go(func() {
+			var err error
+			if addrs[i], err = n.Allocate("r" + strconv.Itoa(i)); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	seen := map[netip.Addr]int{}
+	for i, addr := range addrs {
+		if j, dup := seen[addr]; dup {
+			t.Errorf("r%d and r%d share %s", i, j, addr)
+		}
+		seen[addr] = i
+	}
+}
+
+func TestConfig(t *testing.T) {
+	for _, tc := range []struct {
+		env map[string]string
+		ok  bool
+	}{
+		{map[string]string{}, true},
+		{map[string]string{"BERTH_GUEST_SUBNET": "10.50.0.0/24", "BERTH_GUEST_EGRESS": "on", "BERTH_BRIDGE": "br-x"}, true},
+		{map[string]string{"BERTH_GUEST_SUBNET": "nope"}, false},
+		{map[string]string{"BERTH_GUEST_SUBNET": "10.0.0.0/30"}, false},
+		{map[string]string{"BERTH_GUEST_SUBNET": "fd00::/64"}, false},
+		{map[string]string{"BERTH_GUEST_EGRESS": "maybe"}, false},
+		{map[string]string{"BERTH_BRIDGE": "a-bridge-name-too-long"}, false},
+	} {
+		for _, k := range []string{"BERTH_GUEST_SUBNET", "BERTH_GUEST_EGRESS", "BERTH_BRIDGE"} {
+			t.Setenv(k, tc.env[k])
+		}
+		c, err := ConfigFromEnv("/data")
+		if (err == nil) != tc.ok {
+			t.Errorf("ConfigFromEnv with %v: %v, want ok %v", tc.env, err, tc.ok)
+			continue
+		}
+		if err != nil {
+			continue
+		}
+		if c.StateDir != "/data/net" || c.Bridge == "" {
+			t.Errorf("ConfigFromEnv with %v = %+v", tc.env, c)
+		}
+		if tc.env["BERTH_GUEST_EGRESS"] == "on" && !c.Egress {
+			t.Error("BERTH_GUEST_EGRESS=on did not turn egress on")
+		}
+	}
+	c, _ := Config{Subnet: netip.MustParsePrefix("10.7.3.9/16")}.normalize()
+	if c.Gateway().String() != "10.7.0.1" || c.GatewayPrefix().String() != "10.7.0.1/16" {
+		t.Errorf("gateway of 10.7.3.9/16 = %s (%s), want 10.7.0.1", c.Gateway(), c.GatewayPrefix())
+	}
+	if VethName("berth-a-0123456789ab") == VethName("berth-a-0123456789ac") || len(VethName("x")) != 15 || len(TapName("x")) != 15 {
+		t.Error("interface names are not unique 15-byte names")
+	}
+}
+
+// TestVeth plugs a namespace into a bridge in the test's own network
+// namespace and talks to a listener inside it.
+func TestVeth(t *testing.T) {
+	netnstest.Require(t)
+	ctx := t.Context()
+	n := newNet(t, "10.9.0.0/24")
+	if err := Check(ctx, n.Config()); err == nil {
+		t.Fatal("Check passed before Setup")
+	}
+	if err := Setup(ctx, n.Config()); err != nil {
+		t.Fatalf("Setup: %v", err)
+	}
+	t.Cleanup(func() { Teardown(context.Background(), n.Config()) })
+	if err := Setup(ctx, n.Config()); err != nil {
+		t.Fatalf("second Setup: %v", err)
+	}
+	if err := Check(ctx, n.Config()); err != nil {
+		t.Fatalf("Check after Setup: %v", err)
+	}
+	if out, err := exec.Command("iptables", "-w", "-C", "FORWARD", "-i", "btest0", "!", "-o", "btest0", "-j", "DROP").CombinedOutput(); err != nil {
+		t.Errorf("egress is off but the FORWARD DROP rule is missing: %v: %s", err, out)
+	}
+
+	// A process in a network namespace of its own plays the container.
+	guest := exec.Command("unshare", "--net", "sleep", "600")
+	if err := guest.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { guest.Process.Kill(); guest.Wait() })
+	waitNetns(t, guest.Process.Pid)
+	const id = "berth-veth-0123456789ab"
+	addr, err := n.AttachVeth(ctx, id, guest.Process.Pid)
+	if err != nil {
+		t.Fatalf("AttachVeth: %v", err)
+	}
+	if !n.Config().Subnet.Contains(addr) || addr == n.Config().Gateway() {
+		t.Errorf("address %s is not a guest address of %s", addr, n.Config().Subnet)
+	}
+	// Serve inside the guest namespace, answer from the test.
+	srv := exec.Command("nsenter", "--net=/proc/"+strconv.Itoa(guest.Process.Pid)+"/ns/net", "busybox", "nc", "-l", "-p", "7000", "-e", "echo", "hello from the guest")
+	if _, err := exec.LookPath("busybox"); err != nil {
+		t.Skip("busybox (Debian package busybox-static) is missing")
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { srv.Process.Kill(); srv.Wait() }()
+	var got string
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		c, err := net.DialTimeout("tcp", netip.AddrPortFrom(addr, 7000).String(), time.Second)
+		if err == nil {
+			b := make([]byte, 64)
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			k, _ := c.Read(b)
+			c.Close()
+			got = string(b[:k])
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.Contains(got, "hello from the guest") {
+		t.Errorf("read %q from the guest, want its greeting", got)
+	}
+	if err := n.DetachVeth(ctx, id); err != nil {
+		t.Fatalf("DetachVeth: %v", err)
+	}
+	if linkExists(ctx, VethName(id)) {
+		t.Error("the veth survived DetachVeth")
+	}
+	if _, ok := n.Lookup(id); ok {
+		t.Error("the address survived DetachVeth")
+	}
+
+	tap, gip, hip, mac, err := n.CreateTap("berth-tap-0123456789ab")
+	if err != nil {
+		t.Fatalf("CreateTap: %v", err)
+	}
+	if !linkExists(ctx, tap) || !strings.Contains(gip, "/24") || hip != "10.9.0.1" || len(mac) != 17 {
+		t.Errorf("CreateTap = %s %s %s %s", tap, gip, hip, mac)
+	}
+	if err := n.DeleteTap("berth-tap-0123456789ab"); err != nil || linkExists(ctx, tap) {
+		t.Errorf("DeleteTap: %v (tap left: %v)", err, linkExists(ctx, tap))
+	}
+	if err := n.DeleteTap("berth-tap-0123456789ab"); err != nil {
+		t.Errorf("second DeleteTap: %v", err)
+	}
+
+	// Egress on swaps the DROP rule for NAT.
+	on := n.Config()
+	on.Egress = true
+	if err := Setup(ctx, on); err != nil {
+		t.Fatalf("Setup with egress: %v", err)
+	}
+	if exec.Command("iptables", "-w", "-t", "nat", "-C", "POSTROUTING", "-s", "10.9.0.0/24", "!", "-o", "btest0", "-j", "MASQUERADE").Run() != nil {
+		t.Error("egress on, but no MASQUERADE rule")
+	}
+	if exec.Command("iptables", "-w", "-C", "FORWARD", "-i", "btest0", "!", "-o", "btest0", "-j", "DROP").Run() == nil {
+		t.Error("egress on, but the DROP rule is still there")
+	}
+	if err := Teardown(ctx, on); err != nil {
+		t.Fatalf("Teardown: %v", err)
+	}
+	if linkExists(ctx, "btest0") {
+		t.Error("the bridge survived Teardown")
+	}
+}
+
+// waitNetns waits until pid has left the test's network namespace.
+func waitNetns(t *testing.T, pid int) {
+	self, _ := os.Readlink("/proc/self/ns/net")
+	for range 500 {
+		l, err := os.Readlink(filepath.Join("/proc", strconv.Itoa(pid), "ns", "net"))
+		if err == nil && l != self {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("the guest never entered its network namespace")
+}
