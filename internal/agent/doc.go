@@ -37,6 +37,11 @@
 //	POST   /v1/files/grep                 GrepRequest → GrepResult
 //	POST   /v1/files/edit                 EditRequest → EditResult (exact replacements)
 //	POST   /v1/files/patch                PatchRequest → PatchResult (unified diff)
+//	POST   /v1/processes                  ProcessRequest → ProcessStarted (201)
+//	GET    /v1/processes                  ProcessList, in start order
+//	GET    /v1/processes/{id}             ProcessInfo
+//	GET    /v1/processes/{id}/output?offset=&limit= raw bytes (headers X-File-Size, X-Process-Running)
+//	DELETE /v1/processes/{id}?signal=     ProcessInfo (default SIGTERM, to the group)
 //
 // # Exec
 //
@@ -124,6 +129,20 @@
 // place (and deleted files removed). If a rename fails midway the files
 // already replaced get their old content back. A hunk that does not apply
 // is a 409 naming the file and the hunk, and nothing changes.
+//
+// # Background processes
+//
+// /v1/processes starts a command (argv or command, cwd, env, as exec)
+// detached from the request: in a process group of its own, stdin
+// /dev/null, stdout and stderr appended to one file in --state-dir, and
+// bound to the agent's lifetime instead of the client's, so it keeps
+// running when the client disconnects. Its output is read by byte offset
+// while and after it runs. When it ends the agent records its exit code
+// (128+N for signal N), the end time, and the CPU time from the kernel's
+// rusage (user plus system, null where not measured). An opaque tag is
+// echoed for the caller's bookkeeping. The agent keeps the 256 most recent
+// ended processes. Shutdown sends SIGTERM to running ones; Close kills
+// them.
 //
 // # Reaping
 //

@@ -627,7 +627,7 @@ func waitAgent(ctx context.Context, d vm.Driver, sandbox string, c *agent.Client
 			return fmt.Errorf("the agent did not answer: %w (last: %v)", ctx.Err(), err)
 		case <-time.After(wait):
 		}
-		wait = min(2*wait, 10*time.Millisecond)
+		wait = min(2*wait, 2*time.Millisecond)
 	}
 }
 

@@ -23,6 +23,19 @@
 //	namespaces(name TEXT PK, description, created_at)
 //	auth_providers(namespace, name, spec JSON, created_at,
 //	               PK (namespace, name))
+//	computers(id PK, namespace, image, size, idle_timeout_ms, backings JSON,
+//	          state, active JSON, driver, sandbox, runtime_id, created_at,
+//	          updated_at)
+//	computer_slots(computer_id PK → computers), computer_queue(seq PK
+//	          AUTOINCREMENT, computer_id UNIQUE → computers), computer_hosts,
+//	computer_usage(runtime_id PK, ...; Unix ms), computer_recycles,
+//	computer_fact_seq, computer_facts(PK (computer_id, seq), dedupe),
+//	computer_ports(PK (computer_id, port) → computers)
+//
+// The Computer tables (package computer) keep its state machine, fleet
+// slots (ReserveComputerSlot counts and inserts in one transaction), the
+// FIFO start queue, the usage ledger and the facts log; the ledger and the
+// facts have no foreign key, so they outlive a deleted Computer.
 //
 // Tokens hold only the SHA-256 of their secret, and a secret row's sealed
 // column is opaque here: package secrets seals and opens it (AES-256-GCM),
