@@ -1,0 +1,948 @@
+// Package container is berth's container driver (vm.driver "container"):
+// each replica runs from its image's root filesystem (package image) under
+// an OCI runtime — crun, or runc where crun cannot run — with the berth
+// agent (package agent) as the container's init. A replica has its own PID,
+// mount, UTS, IPC and network namespaces; its network is a veth pair on
+// berth's bridge with one guest address of its own (package hostnet), the
+// same model as the VM drivers' taps, so berth reaches every isolating
+// driver's replicas at guest_ip:vm.port.
+//
+// Every replica has a directory <Dir>/<id>/ (mode 0700):
+//
+//	state.json   what re-adoption needs: id, deployment, image, port,
+//	             guest address, init pid and its start time, cgroup path,
+//	             suspended flag. Never the environment (it may hold secrets).
+//	bundle/      the OCI bundle: config.json, generated here
+//	rootfs/      the container's root: an overlay of the image's tree
+//	             (read-only lower) and upper/ (this replica's writes), or
+//	             a copy of the tree where overlayfs is unavailable
+//	upper/ work/ the overlay's upper and work directories
+//	run/         mounted at /.berth/run in the container: the agent's
+//	             socket (DialAgent), output.log, exit.json, lease, and the
+//	             background processes' output (processes/)
+//	init.pid     the init's host pid, written by the runtime
+//	runtime.err  the runtime's and the agent's own stderr
+//
+// The agent binary (Options.Agent, a statically linked berth) is
+// bind-mounted read-only at /.berth/berth and runs as PID 1 with the agent
+// contract's flags; it runs the setup hooks and start_command with
+// /bin/sh -c from the image. A Spec.Workspace is bind-mounted at /workspace
+// and roots the agent's file operations.
+//
+// Start is: mount the rootfs; write config.json; `runtime create` (the
+// init waits on the runtime's fifo); plug the init's network namespace into
+// the bridge; `runtime start`. Stop sends SIGTERM to the init (the agent
+// forwards it to the app), SIGKILL after the grace period (PID 1 dying
+// takes the namespace with it), then `runtime delete`, which removes the
+// cgroup, and removes the veth, the mount, the address and the directory:
+// a stopped replica leaves nothing behind.
+//
+// The runtime manages cgroups (cgroupsPath <CgroupParent>/<id>, cgroupfs
+// manager), with limits from the size class (vm.Sizes):
+//
+//	class   vCPUs  memory    cpu quota per 100 ms period
+//	micro     1    256 MiB   100 ms
+//	mini      1    512 MiB   100 ms
+//	small     1    1 GiB     100 ms   (the default)
+//	medium    2    2 GiB     200 ms
+//	large     4    4 GiB     400 ms
+//	xlarge    8    8 GiB     800 ms
+//
+// and a limit of 4096 processes. Suspend is the cgroup freezer (`runtime
+// pause`), Resume thaws it (`runtime resume`); memory, sockets and the
+// address are kept. Spec.DiskSizeGB is not enforced: overlayfs has no quota
+// unless its upper directory is on XFS with project quotas, which berth
+// does not set up; it is logged once.
+//
+// Replicas outlive berth: the runtime detaches them, and a new Driver over
+// the same Dir finds them through their state files (the init's start time
+// defeats pid reuse). A replica whose init was killed from outside is
+// reported failed, with the runtime's stderr and its last output lines in
+// the reason, so the pool replaces it.
+package container
+
+import (
+	"context"
+	"debug/elf"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/berth-dev/berth/internal/agent"
+	"github.com/berth-dev/berth/internal/vm"
+)
+
+// Compile-time checks of the abilities the driver offers.
+var (
+	_ vm.Driver      = (*Driver)(nil)
+	_ vm.Suspender   = (*Driver)(nil)
+	_ vm.LogReader   = (*Driver)(nil)
+	_ vm.LogFollower = (*Driver)(nil)
+	_ vm.AgentDialer = (*Driver)(nil)
+	_ vm.UsageReader = (*Driver)(nil)
+	_ vm.Leaser      = (*Driver)(nil)
+)
+
+// Images gives the root filesystem of an image by name (*image.Store).
+type Images interface {
+	Rootfs(name string) (string, error)
+}
+
+// Network plugs a container's network namespace into berth's bridge
+// (*hostnet.Network).
+type Network interface {
+	// AttachVeth gives the network namespace of pid an eth0 with id's
+	// guest address (allocating it the first time) and returns it.
+	AttachVeth(ctx context.Context, id string, pid int) (netip.Addr, error)
+	// DetachVeth removes id's interface and frees its address.
+	DetachVeth(ctx context.Context, id string) error
+}
+
+// Options configures a Driver.
+type Options struct {
+	// Dir is the state root, e.g. <data-dir>/containers; created if
+	// missing. Required. Agent sockets live below it, so keep it short.
+	Dir string
+
+	// Runtime is the OCI runtime: "crun", "runc" or a path to either.
+	// Empty means crun when it can run on this host, else runc.
+	Runtime string
+
+	// RuntimeRoot is the runtime's state directory (its --root). Empty
+	// means <Dir>/.runtime.
+	RuntimeRoot string
+
+	// Images resolves Spec.Image. Required.
+	Images Images
+
+	// Net gives replicas their addresses. Required.
+	Net Network
+
+	// Agent is a statically linked berth binary, bind-mounted into every
+	// container as its init. Empty means the running executable, which
+	// must then be static (CGO_ENABLED=0).
+	Agent string
+
+	// AgentArgs are put between "agent" and the contract's flags, e.g.
+	// "--lease-check=50ms" in tests.
+	AgentArgs []string
+
+	// CgroupParent is where replicas' cgroups go, as an absolute cgroup
+	// path. Empty means /berth.
+	CgroupParent string
+
+	// Log receives what the driver degrades on. Nil discards.
+	Log *slog.Logger
+}
+
+// Driver runs replicas as OCI containers. It is safe for concurrent use,
+// and Drivers of successive berth processes may share a Dir.
+type Driver struct {
+	dir      string
+	rt       runtime
+	images   Images
+	net      Network
+	agent    string
+	args     []string
+	cgParent string
+	overlay  bool
+	log      *slog.Logger
+
+	diskOnce sync.Once
+
+	mu       sync.Mutex
+	starting map[string]bool
+	cpu      map[string]cpuSample
+}
+
+// File names inside a replica directory.
+const (
+	stateFile   = "state.json"
+	bundleDir   = "bundle"
+	rootfsDir   = "rootfs"
+	upperDir    = "upper"
+	workDir     = "work"
+	runDir      = "run"
+	pidFile     = "init.pid"
+	runtimeErr  = "runtime.err"
+	sockFile    = "agent.sock"
+	logFile     = "output.log"
+	exitFile    = "exit.json"
+	leaseFile   = "lease"
+	agentInside = "/.berth/berth"
+	runInside   = "/.berth/run"
+)
+
+// maxSockPath is the longest unix socket path Linux accepts.
+const maxSockPath = 107
+
+// DefaultPort is the app's port when a spec names none.
+const DefaultPort = 8080
+
+// New returns a driver keeping its state under o.Dir. It fails with an
+// error wrapping vm.ErrUnavailable, saying what is missing, on hosts where
+// containers cannot run: not root, no usable runtime, no static agent.
+func New(o Options) (*Driver, error) {
+	if o.Dir == "" {
+		return nil, errors.New("container: Options.Dir is required")
+	}
+	if o.Images == nil || o.Net == nil {
+		return nil, errors.New("container: Options.Images and Options.Net are required")
+	}
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("container: needs root (namespaces, mounts, cgroups): %w", vm.ErrUnavailable)
+	}
+	rt, err := findRuntime(o.Runtime)
+	if err != nil {
+		return nil, fmt.Errorf("container: %w: %w", err, vm.ErrUnavailable)
+	}
+	agentBin := o.Agent
+	if agentBin == "" {
+		if agentBin, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("container: finding the agent: %w", err)
+		}
+	}
+	if err := checkStatic(agentBin); err != nil {
+		return nil, fmt.Errorf("container: %w: %w", err, vm.ErrUnavailable)
+	}
+	dir, err := filepath.Abs(o.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("container: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("container: %w", err)
+	}
+	rt.root = o.RuntimeRoot
+	if rt.root == "" {
+		rt.root = filepath.Join(dir, ".runtime")
+	}
+	if err := os.MkdirAll(rt.root, 0o700); err != nil {
+		return nil, fmt.Errorf("container: %w", err)
+	}
+	parent := o.CgroupParent
+	if parent == "" {
+		parent = "/berth"
+	}
+	if !filepath.IsAbs(parent) || filepath.Clean(parent) != parent {
+		return nil, fmt.Errorf("container: CgroupParent %q must be a clean absolute cgroup path", parent)
+	}
+	log := o.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	d := &Driver{
+		dir: dir, rt: rt, images: o.Images, net: o.Net, agent: agentBin,
+		args: slices.Clone(o.AgentArgs), cgParent: parent, overlay: hasOverlay(), log: log,
+		starting: map[string]bool{}, cpu: map[string]cpuSample{},
+	}
+	if !d.overlay {
+		log.Warn("container: overlayfs is unavailable; every replica gets a full copy of its image")
+	}
+	return d, nil
+}
+
+// checkStatic makes sure the agent can run in any image: a dynamically
+// linked berth would need the host's libc inside every container.
+func checkStatic(path string) error {
+	f, err := elf.Open(path)
+	if err != nil {
+		return fmt.Errorf("the agent binary %s: %w", path, err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return fmt.Errorf("the agent binary %s is dynamically linked, so it cannot run inside images; build berth with CGO_ENABLED=0", path)
+		}
+	}
+	return nil
+}
+
+// hasOverlay reports whether the kernel has overlayfs.
+func hasOverlay() bool {
+	b, err := os.ReadFile("/proc/filesystems")
+	return err == nil && strings.Contains(string(b), "\toverlay\n")
+}
+
+// state is a replica's state.json.
+type state struct {
+	ID         string     `json:"id"`
+	Deployment string     `json:"deployment"`
+	Image      string     `json:"image"`
+	Port       int        `json:"port"`
+	Addr       netip.Addr `json:"addr"`
+	PID        int        `json:"pid"`         // host pid of the init; 0 until created
+	StartTicks uint64     `json:"start_ticks"` // /proc/<pid>/stat field 22
+	Cgroup     string     `json:"cgroup"`      // cgroupsPath
+	Overlay    bool       `json:"overlay"`
+	StartedAt  time.Time  `json:"started_at"`
+	Suspended  bool       `json:"suspended,omitempty"`
+}
+
+func (st state) addr() string {
+	if !st.Addr.IsValid() {
+		return ""
+	}
+	return netip.AddrPortFrom(st.Addr, uint16(st.Port)).String()
+}
+
+// validID reports whether id is a replica name berth gives and safe as a
+// path element.
+func validID(id string) bool {
+	if _, ok := vm.Owner(id); !ok {
+		return false
+	}
+	for _, c := range id {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+func (d *Driver) path(id string, name ...string) string {
+	return filepath.Join(append([]string{d.dir, id}, name...)...)
+}
+
+// Start creates and starts a replica, returning once its init runs.
+//
+// The app's environment is PATH (a standard one), HOME=/root, HOSTNAME (the
+// replica id), spec.Env, and PORT (spec.Port, default 8080), which wins
+// over a PORT in spec.Env. WorkDir is a path in the container (relative
+// ones are relative to /, or to /workspace with a Workspace) and is
+// created. Every port the app opens is reachable at the replica's address,
+// so OpenPorts need nothing more.
+func (d *Driver) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
+	if err := ctx.Err(); err != nil {
+		return vm.Instance{}, err
+	}
+	st, size, err := d.check(spec)
+	if err != nil {
+		return vm.Instance{}, err
+	}
+	lower, err := d.images.Rootfs(spec.Image)
+	if err != nil {
+		return vm.Instance{}, fmt.Errorf("container: start %s: %w", spec.Name, err)
+	}
+	if spec.DiskSizeGB > 0 {
+		d.diskOnce.Do(func() {
+			d.log.Warn("container: vm.disk_size_gb is not enforced: the overlay has no quota", "disk_size_gb", spec.DiskSizeGB)
+		})
+	}
+	dir := d.path(spec.Name)
+	d.mu.Lock()
+	err = os.Mkdir(dir, 0o700)
+	if err == nil {
+		d.starting[spec.Name] = true
+	}
+	d.mu.Unlock()
+	if errors.Is(err, fs.ErrExist) {
+		return vm.Instance{}, fmt.Errorf("container: start %s: the replica already exists", spec.Name)
+	}
+	if err != nil {
+		return vm.Instance{}, fmt.Errorf("container: start %s: %w", spec.Name, err)
+	}
+	defer func() {
+		d.mu.Lock()
+		delete(d.starting, spec.Name)
+		d.mu.Unlock()
+	}()
+	st, err = d.launch(ctx, spec, st, lower, size)
+	if err != nil {
+		reason := err.Error()
+		if b, rerr := os.ReadFile(d.path(spec.Name, runtimeErr)); rerr == nil && len(strings.TrimSpace(string(b))) > 0 {
+			reason += "; runtime: " + lastLines(string(b), tailLines)
+		}
+		d.cleanup(context.WithoutCancel(ctx), st)
+		return vm.Instance{}, fmt.Errorf("container: start %s: %s", spec.Name, reason)
+	}
+	return d.instance(st), nil
+}
+
+// check validates spec and returns the initial state and size.
+func (d *Driver) check(spec vm.Spec) (state, vm.Size, error) {
+	fail := func(format string, args ...any) (state, vm.Size, error) {
+		return state{}, vm.Size{}, fmt.Errorf("container: start %q: "+format, append([]any{spec.Name}, args...)...)
+	}
+	if !validID(spec.Name) {
+		return fail("not a replica name (want %s<deployment>-<12 hex digits>)", vm.NamePrefix)
+	}
+	owner, _ := vm.Owner(spec.Name)
+	if spec.Deployment != "" && spec.Deployment != owner {
+		return fail("the name belongs to deployment %q, not %q", owner, spec.Deployment)
+	}
+	if spec.Image == "" {
+		return fail("the container driver needs an image (vm.image)")
+	}
+	if spec.Port < 0 || spec.Port > 65535 {
+		return fail("port %d out of range", spec.Port)
+	}
+	class := spec.SizeClass
+	if class == "" {
+		class = vm.DefaultSize
+	}
+	size, ok := vm.Sizes[class]
+	if !ok {
+		return fail("unknown size class %q", spec.SizeClass)
+	}
+	for k, v := range spec.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			return fail("bad environment variable %q", k)
+		}
+	}
+	if strings.ContainsRune(spec.Command, 0) || strings.ContainsRune(spec.WorkDir, 0) {
+		return fail("NUL byte in command or working directory")
+	}
+	for _, h := range spec.SetupHooks {
+		if strings.ContainsRune(h, 0) {
+			return fail("NUL byte in a setup hook")
+		}
+	}
+	if spec.Workspace != "" {
+		if !filepath.IsAbs(spec.Workspace) || strings.ContainsRune(spec.Workspace, 0) {
+			return fail("workspace %q is not an absolute path", spec.Workspace)
+		}
+		if fi, err := os.Stat(spec.Workspace); err != nil || !fi.IsDir() {
+			return fail("workspace %q is not a directory", spec.Workspace)
+		}
+	}
+	if p := d.path(spec.Name, runDir, sockFile); len(p) > maxSockPath {
+		return fail("agent socket path %s is longer than %d bytes; use a shorter Dir", p, maxSockPath)
+	}
+	port := spec.Port
+	if port == 0 {
+		port = DefaultPort
+	}
+	return state{
+		ID: spec.Name, Deployment: owner, Image: spec.Image, Port: port,
+		Cgroup: d.cgParent + "/" + spec.Name, Overlay: d.overlay,
+	}, size, nil
+}
+
+// containerWorkDir is the app's working directory inside the container.
+func containerWorkDir(spec vm.Spec) string {
+	base := "/"
+	if spec.Workspace != "" {
+		base = workspaceInside
+	}
+	if spec.WorkDir == "" {
+		return base
+	}
+	if filepath.IsAbs(spec.WorkDir) {
+		return filepath.Clean(spec.WorkDir)
+	}
+	return filepath.Join(base, spec.WorkDir)
+}
+
+// workspaceInside is where a Spec.Workspace appears in the container.
+const workspaceInside = "/workspace"
+
+// launch prepares the replica's files and starts its container.
+func (d *Driver) launch(ctx context.Context, spec vm.Spec, st state, lower string, size vm.Size) (state, error) {
+	dir := d.path(spec.Name)
+	for _, sub := range []string{bundleDir, rootfsDir, upperDir, workDir, runDir} {
+		if err := os.Mkdir(filepath.Join(dir, sub), 0o700); err != nil {
+			return st, err
+		}
+	}
+	os.Chmod(filepath.Join(dir, rootfsDir), 0o755)
+	st.StartedAt = time.Now().UTC()
+	// Recorded before anything is mounted, so a berth that dies from here
+	// on leaves state a later Stop can clean up from.
+	if err := writeState(dir, st); err != nil {
+		return st, err
+	}
+	if err := d.mountRootfs(dir, lower, st.Overlay); err != nil {
+		return st, err
+	}
+	wd := containerWorkDir(spec)
+	if spec.Workspace == "" || !strings.HasPrefix(wd+"/", workspaceInside+"/") {
+		if err := mkdirIn(filepath.Join(dir, rootfsDir), wd); err != nil {
+			return st, fmt.Errorf("creating the working directory %s: %w", wd, err)
+		}
+	}
+	if spec.TTL > 0 {
+		if err := writeLease(filepath.Join(dir, runDir), st.StartedAt.Add(spec.TTL)); err != nil {
+			return st, err
+		}
+	}
+	cfg := d.config(spec, st, wd, size)
+	b, err := json.MarshalIndent(cfg, "", "\t")
+	if err != nil {
+		return st, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, bundleDir, "config.json"), b, 0o600); err != nil {
+		return st, err
+	}
+	if err := d.rt.create(ctx, spec.Name, filepath.Join(dir, bundleDir), filepath.Join(dir, pidFile), filepath.Join(dir, runtimeErr)); err != nil {
+		return st, err
+	}
+	pb, err := os.ReadFile(filepath.Join(dir, pidFile))
+	if err != nil {
+		return st, fmt.Errorf("reading the init's pid: %w", err)
+	}
+	st.PID, err = strconv.Atoi(strings.TrimSpace(string(pb)))
+	if err != nil || st.PID <= 0 {
+		return st, fmt.Errorf("the runtime wrote a bad pid %q", pb)
+	}
+	ps, err := readStat(st.PID)
+	if err != nil {
+		return st, fmt.Errorf("the init is gone before it started: %w", err)
+	}
+	st.StartTicks = ps.startTicks
+	if err := writeState(dir, st); err != nil {
+		return st, err
+	}
+	if st.Addr, err = d.net.AttachVeth(ctx, spec.Name, st.PID); err != nil {
+		return st, err
+	}
+	if err := writeState(dir, st); err != nil {
+		return st, err
+	}
+	if err := d.rt.start(ctx, spec.Name, filepath.Join(dir, runtimeErr)); err != nil {
+		return st, err
+	}
+	return st, nil
+}
+
+// mkdirIn creates the directory p (absolute, inside the container) under
+// root without following symlinks out of it.
+func mkdirIn(root, p string) error {
+	rel := strings.TrimPrefix(filepath.Clean(p), "/")
+	if rel == "" {
+		return nil
+	}
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	return r.MkdirAll(rel, 0o755)
+}
+
+// environ is the app's environment.
+func environ(spec vm.Spec, st state) []string {
+	env := []string{
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"HOME=/root",
+		"HOSTNAME=" + hostname(spec.Name),
+	}
+	if spec.Workspace != "" {
+		env[1] = "HOME=" + workspaceInside
+	}
+	keys := slices.Sorted(func(yield func(string) bool) {
+		for k := range spec.Env {
+			if !yield(k) {
+				return
+			}
+		}
+	})
+	for _, k := range keys {
+		if k == "PORT" {
+			continue
+		}
+		env = append(env, k+"="+spec.Env[k])
+	}
+	return append(env, "PORT="+strconv.Itoa(st.Port))
+}
+
+// hostname is the UTS hostname of a replica: its id, cut to 64 bytes.
+func hostname(id string) string {
+	if len(id) > 64 {
+		return id[:64]
+	}
+	return id
+}
+
+// agentCommand is the init's command line inside the container.
+func (d *Driver) agentCommand(spec vm.Spec, wd string) []string {
+	args := []string{agentInside, "agent"}
+	args = append(args, d.args...)
+	args = append(args,
+		"--listen", "unix:"+runInside+"/"+sockFile,
+		"--log", runInside+"/"+logFile,
+		"--exit-file", runInside+"/"+exitFile,
+		"--lease-file", runInside+"/"+leaseFile,
+		"--state-dir", runInside+"/processes",
+		"--workdir", wd)
+	if spec.Workspace != "" {
+		args = append(args, "--root", workspaceInside)
+	}
+	for _, h := range spec.SetupHooks {
+		args = append(args, "--setup", h)
+	}
+	if spec.Command != "" {
+		args = append(args, "--", "/bin/sh", "-c", spec.Command)
+	}
+	return args
+}
+
+// writeLease replaces a lease file atomically.
+func writeLease(dir string, until time.Time) error {
+	tmp, err := os.CreateTemp(dir, "."+leaseFile+".tmp-*")
+	if err != nil {
+		return err
+	}
+	_, err = tmp.Write(agent.FormatLease(until))
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp.Name(), 0o644)
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), filepath.Join(dir, leaseFile))
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+	}
+	return err
+}
+
+// Renew moves a replica's lease deadline to until.
+func (d *Driver) Renew(ctx context.Context, id string, until time.Time) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if !validID(id) {
+		return fmt.Errorf("container: %q: %w", id, vm.ErrNotFound)
+	}
+	if fi, err := os.Stat(d.path(id)); err != nil || !fi.IsDir() {
+		return fmt.Errorf("container: renew %s: %w", id, vm.ErrNotFound)
+	}
+	if err := writeLease(d.path(id, runDir), until); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("container: renew %s: %w", id, vm.ErrNotFound)
+		}
+		return fmt.Errorf("container: renew %s: %w", id, err)
+	}
+	return nil
+}
+
+func writeState(dir string, st state) error {
+	b, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, stateFile+".tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, stateFile))
+}
+
+// load reads a replica's state. A directory without a state file (a start
+// interrupted at once) loads with pid 0.
+func (d *Driver) load(id string) (state, error) {
+	if !validID(id) {
+		return state{}, fmt.Errorf("container: %q: %w", id, vm.ErrNotFound)
+	}
+	b, err := os.ReadFile(d.path(id, stateFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		if _, err := os.Stat(d.path(id)); err != nil {
+			return state{}, fmt.Errorf("container: %s: %w", id, vm.ErrNotFound)
+		}
+		owner, _ := vm.Owner(id)
+		return state{ID: id, Deployment: owner, Cgroup: d.cgParent + "/" + id}, nil
+	}
+	if err != nil {
+		return state{}, fmt.Errorf("container: %s: %w", id, err)
+	}
+	var st state
+	if err := json.Unmarshal(b, &st); err != nil {
+		return state{}, fmt.Errorf("container: %s: corrupt %s: %w", id, stateFile, err)
+	}
+	if st.ID != id {
+		return state{}, fmt.Errorf("container: %s: %s names %q", id, stateFile, st.ID)
+	}
+	return st, nil
+}
+
+// states loads every replica under Dir.
+func (d *Driver) states() ([]state, error) {
+	ents, err := os.ReadDir(d.dir)
+	if err != nil {
+		return nil, fmt.Errorf("container: %w", err)
+	}
+	var sts []state
+	for _, e := range ents {
+		if !e.IsDir() || !validID(e.Name()) {
+			continue
+		}
+		st, err := d.load(e.Name())
+		if err != nil {
+			if !errors.Is(err, vm.ErrNotFound) {
+				d.log.Warn("container: skipping replica", "id", e.Name(), "err", err)
+			}
+			continue
+		}
+		sts = append(sts, st)
+	}
+	return sts, nil
+}
+
+// Inspect reports one replica.
+func (d *Driver) Inspect(ctx context.Context, id string) (vm.Instance, error) {
+	st, err := d.load(id)
+	if err != nil {
+		return vm.Instance{}, err
+	}
+	return d.instance(st), nil
+}
+
+// List reports every replica under Dir, including a previous berth's.
+func (d *Driver) List(ctx context.Context) ([]vm.Instance, error) {
+	sts, err := d.states()
+	if err != nil {
+		return nil, err
+	}
+	insts := make([]vm.Instance, 0, len(sts))
+	for _, st := range sts {
+		insts = append(insts, d.instance(st))
+	}
+	return insts, nil
+}
+
+// exitRecord is the agent's exit file.
+type exitRecord struct {
+	ExitCode int    `json:"exit_code"`
+	Reason   string `json:"reason"`
+}
+
+// tailLines is how many output lines a Reason ends with.
+const tailLines = 5
+
+// instance derives a replica's state from its files and its init.
+func (d *Driver) instance(st state) vm.Instance {
+	inst := vm.Instance{
+		ID: st.ID, Deployment: st.Deployment, Addr: st.addr(),
+		StartedAt: st.StartedAt, PID: st.PID,
+	}
+	d.mu.Lock()
+	starting := d.starting[st.ID]
+	d.mu.Unlock()
+	alive := st.PID != 0 && isAlive(st.PID, st.StartTicks)
+	dir := d.path(st.ID)
+	if b, err := os.ReadFile(filepath.Join(dir, runDir, exitFile)); err == nil {
+		var ex exitRecord
+		if err := json.Unmarshal(b, &ex); err == nil {
+			inst.State = vm.StateExited
+			inst.ExitCode = &ex.ExitCode
+			inst.Reason = withTail(ex.Reason, d.tail(dir))
+			return inst
+		}
+		if !alive {
+			inst.State = vm.StateFailed
+			inst.Reason = withTail("the agent left an unreadable "+exitFile, d.tail(dir))
+			return inst
+		}
+	}
+	switch {
+	case alive && starting:
+		inst.State = vm.StateStarting
+	case alive && st.Suspended:
+		inst.State = vm.StateSuspended
+	case alive:
+		inst.State = vm.StateRunning
+	case starting:
+		inst.State = vm.StateStarting
+	case st.PID == 0:
+		inst.State = vm.StateFailed
+		inst.Reason = "the start of this replica was interrupted before its container ran"
+	default:
+		inst.State = vm.StateFailed
+		reason := "the container's init ended without recording an exit"
+		if b, err := os.ReadFile(filepath.Join(dir, runtimeErr)); err == nil && len(strings.TrimSpace(string(b))) > 0 {
+			reason += ": " + lastLines(string(b), tailLines)
+		}
+		inst.Reason = withTail(reason, d.tail(dir))
+	}
+	return inst
+}
+
+func (d *Driver) tail(dir string) []string {
+	lines, err := readLogs(filepath.Join(dir, runDir, logFile), tailLines)
+	if err != nil {
+		return nil
+	}
+	texts := make([]string, len(lines))
+	for i, l := range lines {
+		texts[i] = l.Text
+	}
+	return texts
+}
+
+func withTail(reason string, tail []string) string {
+	if len(tail) == 0 {
+		return reason
+	}
+	return reason + "; last output:\n" + strings.Join(tail, "\n")
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// killPatience bounds how long Stop waits for a SIGKILLed init to vanish.
+const killPatience = 10 * time.Second
+
+// Stop asks the replica to end (SIGTERM to the init, which the agent
+// forwards to the app), waits up to grace, kills it, and removes the
+// container, its cgroup, veth, mount, address and directory. Stopping an
+// ended replica just cleans up.
+func (d *Driver) Stop(ctx context.Context, id string, grace time.Duration) error {
+	st, err := d.load(id)
+	if err != nil {
+		return err
+	}
+	if st.PID != 0 && isAlive(st.PID, st.StartTicks) {
+		if st.Suspended {
+			// A frozen process acts on signals only once thawed.
+			d.rt.resume(ctx, id)
+		}
+		syscall.Kill(st.PID, syscall.SIGTERM)
+		waitFor(ctx, grace, func() bool { return !isAlive(st.PID, st.StartTicks) })
+		syscall.Kill(st.PID, syscall.SIGKILL)
+		if !waitFor(ctx, killPatience, func() bool { return !isAlive(st.PID, st.StartTicks) }) {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			return fmt.Errorf("container: stop %s: the init survives SIGKILL", id)
+		}
+	}
+	if err := d.cleanup(ctx, st); err != nil {
+		return fmt.Errorf("container: stop %s: %w", id, err)
+	}
+	d.mu.Lock()
+	delete(d.cpu, id)
+	d.mu.Unlock()
+	return nil
+}
+
+// cleanup removes everything of a replica whose init is gone (or never
+// ran): the runtime's container and cgroup, the veth and address, the
+// rootfs mount and the directory.
+func (d *Driver) cleanup(ctx context.Context, st state) error {
+	var errs []error
+	if err := d.rt.delete(ctx, st.ID); err != nil {
+		errs = append(errs, err)
+	}
+	if st.PID != 0 && isAlive(st.PID, st.StartTicks) {
+		// The runtime's delete --force killed a created-but-not-started
+		// init; let it go before its mounts do.
+		syscall.Kill(st.PID, syscall.SIGKILL)
+		waitFor(ctx, killPatience, func() bool { return !isAlive(st.PID, st.StartTicks) })
+	}
+	removeCgroups(st.Cgroup)
+	if err := d.net.DetachVeth(ctx, st.ID); err != nil {
+		errs = append(errs, err)
+	}
+	dir := d.path(st.ID)
+	if err := unmount(filepath.Join(dir, rootfsDir)); err != nil {
+		errs = append(errs, err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// waitFor polls cond until it holds, d passes or ctx ends.
+func waitFor(ctx context.Context, d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	wait := time.Millisecond
+	for {
+		if cond() {
+			return true
+		}
+		if !time.Now().Before(deadline) || ctx.Err() != nil {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 50*time.Millisecond)
+	}
+}
+
+// Suspend freezes every process of the replica (the runtime's pause, the
+// cgroup freezer). The flag is persisted first, so a berth that dies
+// midway reports the replica suspended and Resume thaws it.
+func (d *Driver) Suspend(ctx context.Context, id string) error {
+	st, err := d.load(id)
+	if err != nil {
+		return err
+	}
+	if st.PID == 0 || !isAlive(st.PID, st.StartTicks) {
+		return fmt.Errorf("container: suspend %s: the replica is not running", id)
+	}
+	st.Suspended = true
+	if err := writeState(d.path(id), st); err != nil {
+		return fmt.Errorf("container: suspend %s: %w", id, err)
+	}
+	if err := d.rt.pause(ctx, id); err != nil {
+		st.Suspended = false
+		writeState(d.path(id), st)
+		return fmt.Errorf("container: suspend %s: %w", id, err)
+	}
+	return nil
+}
+
+// Resume thaws a suspended replica.
+func (d *Driver) Resume(ctx context.Context, id string) (vm.Instance, error) {
+	st, err := d.load(id)
+	if err != nil {
+		return vm.Instance{}, err
+	}
+	if st.PID == 0 || !isAlive(st.PID, st.StartTicks) {
+		return vm.Instance{}, fmt.Errorf("container: resume %s: the replica is not running", id)
+	}
+	if err := d.rt.resume(ctx, id); err != nil && st.Suspended {
+		return vm.Instance{}, fmt.Errorf("container: resume %s: %w", id, err)
+	}
+	st.Suspended = false
+	if err := writeState(d.path(id), st); err != nil {
+		return vm.Instance{}, fmt.Errorf("container: resume %s: %w", id, err)
+	}
+	return d.instance(st), nil
+}
+
+// DialAgent connects to the replica's agent over its unix socket, which
+// the container's init binds in the replica's run/ directory.
+func (d *Driver) DialAgent(ctx context.Context, id string) (net.Conn, error) {
+	if _, err := d.load(id); err != nil {
+		return nil, err
+	}
+	var dialer net.Dialer
+	c, err := dialer.DialContext(ctx, "unix", d.path(id, runDir, sockFile))
+	if err != nil {
+		return nil, fmt.Errorf("container: agent of %s: %w", id, err)
+	}
+	return c, nil
+}
+
+// lookRuntime finds a runtime binary by name or path.
+func lookRuntime(name string) (string, error) {
+	p, err := exec.LookPath(name)
+	if err != nil {
+		return "", fmt.Errorf("OCI runtime %s not found (Debian package %s)", name, filepath.Base(name))
+	}
+	return p, nil
+}

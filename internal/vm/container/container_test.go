@@ -1,0 +1,453 @@
+package container
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth/internal/hostnet"
+	"github.com/berth-dev/berth/internal/hostnet/netnstest"
+	"github.com/berth-dev/berth/internal/image"
+	"github.com/berth-dev/berth/internal/store"
+	"github.com/berth-dev/berth/internal/vm"
+	"github.com/berth-dev/berth/internal/vm/vmtest"
+)
+
+// The tests run inside a network namespace of their own (netnstest), so the
+// bridge, the veths and every guest address exist only there.
+func TestMain(m *testing.M) { os.Exit(netnstest.Main(m)) }
+
+// leaseCheck is how often the test agents read their lease.
+const leaseCheck = 50 * time.Millisecond
+
+// testCgroupParent keeps the tests' cgroups apart from a real berth's.
+const testCgroupParent = "/berth-test"
+
+// env is what every test of the package shares: the agent binary, an
+// image store holding a busybox image, and the guest network.
+type env struct {
+	agent  string
+	images *image.Store
+	net    *hostnet.Network
+	dir    string // holds everything; removed at the end
+}
+
+var (
+	envOnce sync.Once
+	shared  *env
+	skip    string // why the driver cannot be tested on this host
+	envErr  error  // why the environment could not be built (a failure)
+)
+
+// setup builds the shared environment once, or says why it cannot.
+func setup(t testing.TB) *env {
+	t.Helper()
+	envOnce.Do(func() {
+		if skip = canTest(); skip == "" {
+			shared, envErr = buildEnv()
+		}
+	})
+	if skip != "" {
+		t.Skip(skip)
+	}
+	if envErr != nil {
+		t.Fatal(envErr)
+	}
+	return shared
+}
+
+// canTest says why this host cannot run the driver's tests, or "".
+func canTest() string {
+	if os.Geteuid() != 0 {
+		return "the container driver needs root"
+	}
+	if netnstest.Inside() == "" {
+		return "no network namespace of the tests' own (netnstest): ip or nsenter missing"
+	}
+	if _, err := FindRuntime(""); err != nil {
+		return fmt.Sprintf("no OCI runtime: %v (scripts/test installs crun and runc)", err)
+	}
+	busybox, err := exec.LookPath("busybox")
+	if err != nil {
+		return "busybox is missing (Debian package busybox-static; scripts/test installs it)"
+	}
+	if err := checkStatic(busybox); err != nil {
+		return fmt.Sprintf("busybox must be static (Debian package busybox-static): %v", err)
+	}
+	return ""
+}
+
+func buildEnv() (*env, error) {
+	busybox, _ := exec.LookPath("busybox")
+	dir, err := os.MkdirTemp("", "bct")
+	if err != nil {
+		return nil, err
+	}
+	e := &env{dir: dir, agent: filepath.Join(dir, "berth")}
+	// The agent must be static to run in the image: build it without cgo
+	// (the test binary, built with -race, is not). testdata/agent is
+	// berth's agent mode alone.
+	build := exec.Command("go", "build", "-o", e.agent, "./testdata/agent")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("building the agent: %v: %s", err, out)
+	}
+	rootfs := filepath.Join(dir, "busybox-rootfs")
+	if err := busyboxRootfs(busybox, rootfs); err != nil {
+		return nil, err
+	}
+	st, err := store.Open(filepath.Join(dir, "db"))
+	if err != nil {
+		return nil, err
+	}
+	if e.images, err = image.New(context.Background(), image.Options{Dir: filepath.Join(dir, "images"), Catalog: st}); err != nil {
+		return nil, err
+	}
+	if _, err := e.images.Import(context.Background(), "busybox", rootfs); err != nil {
+		return nil, err
+	}
+	// An image without /bin/sh: its replicas cannot run their command.
+	broken := filepath.Join(dir, "broken-rootfs")
+	os.MkdirAll(filepath.Join(broken, "etc"), 0o755)
+	os.WriteFile(filepath.Join(broken, "etc", "motd"), []byte("no shell here\n"), 0o644)
+	if _, err := e.images.Import(context.Background(), "broken", broken); err != nil {
+		return nil, err
+	}
+	cfg := hostnet.Config{Subnet: netip.MustParsePrefix(hostnet.DefaultSubnet), StateDir: filepath.Join(dir, "net")}
+	if err := hostnet.Setup(context.Background(), cfg); err != nil {
+		return nil, err
+	}
+	if e.net, err = hostnet.New(cfg); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// busyboxRootfs makes a tiny root filesystem: busybox and a symlink per
+// applet in /bin, and the directories a container needs.
+func busyboxRootfs(busybox, dir string) error {
+	for _, d := range []string{"bin", "etc", "proc", "sys", "dev", "tmp", "root"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			return err
+		}
+	}
+	os.Chmod(filepath.Join(dir, "tmp"), 0o1777)
+	b, err := os.ReadFile(busybox)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "bin", "busybox"), b, 0o755); err != nil {
+		return err
+	}
+	out, err := exec.Command(busybox, "--list").Output()
+	if err != nil {
+		return fmt.Errorf("busybox --list: %w", err)
+	}
+	for _, applet := range strings.Fields(string(out)) {
+		if applet == "busybox" || strings.Contains(applet, "/") {
+			continue
+		}
+		if err := os.Symlink("busybox", filepath.Join(dir, "bin", applet)); err != nil {
+			return err
+		}
+	}
+	return os.WriteFile(filepath.Join(dir, "etc", "passwd"), []byte("root:x:0:0:root:/root:/bin/sh\n"), 0o644)
+}
+
+// shortTempDir is a temporary directory with a short path: agent sockets
+// live in it, and unix socket paths are limited to 107 bytes.
+func shortTempDir(t testing.TB) string {
+	dir, err := os.MkdirTemp("", "bc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+func newDriverAt(t testing.TB, e *env, dir string) *Driver {
+	t.Helper()
+	d, err := New(Options{
+		Dir: dir, Images: e.images, Net: e.net, Agent: e.agent,
+		AgentArgs: []string{"--lease-check=" + leaseCheck.String()}, CgroupParent: testCgroupParent,
+	})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return d
+}
+
+func newDriver(t testing.TB) *Driver {
+	e := setup(t)
+	return newDriverAt(t, e, shortTempDir(t))
+}
+
+// app serves "ok" with busybox httpd on $PORT.
+const app = "mkdir -p /www && echo ok > /www/index.html && exec httpd -f -p $PORT -h /www"
+
+// envApp serves what vmtest.Options.EnvApp specifies, computed at start.
+const envApp = `mkdir -p /www && printf '%s\n%s\n%s\n%s\n' "$GREETING" "$(pwd)" "$(cat hook.txt)" "$(cat /proc/sys/kernel/random/uuid)" > /www/index.html && exec httpd -f -p $PORT -h /www`
+
+func TestConformance(t *testing.T) {
+	setup(t)
+	vmtest.RunDriverTests(t, func(t *testing.T) vm.Driver { return newDriver(t) }, vmtest.Options{
+		App:     app,
+		EnvApp:  envApp,
+		Image:   "busybox",
+		WorkDir: "/srv/app",
+		Reopen: func(t *testing.T, old vm.Driver) vm.Driver {
+			return newDriverAt(t, shared, old.(*Driver).dir)
+		},
+		LeaseCheck: leaseCheck,
+	})
+}
+
+func spec(deployment, command string) vm.Spec {
+	return vm.Spec{
+		Name: vm.Name(deployment, uint64(time.Now().UnixNano())), Deployment: deployment,
+		Image: "busybox", Command: command,
+	}
+}
+
+// start starts a replica and stops it when the test ends.
+func start(t *testing.T, d *Driver, s vm.Spec) vm.Instance {
+	t.Helper()
+	inst, err := d.Start(t.Context(), s)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() { d.Stop(context.Background(), s.Name, time.Second) })
+	return inst
+}
+
+// eventually polls cond for up to 30 s (a hang guard, not a timing
+// assertion).
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s", what)
+		}
+	}
+}
+
+// TestNoLeftovers checks that a stopped replica leaves no veth, cgroup,
+// mount, address, runtime state or directory behind.
+func TestNoLeftovers(t *testing.T) {
+	d := newDriver(t)
+	s := spec("leak", app)
+	inst := start(t, d, s)
+	ctx := t.Context()
+	if inst.PID == 0 {
+		t.Fatal("Start returned no pid")
+	}
+	veth := hostnet.VethName(s.Name)
+	if exec.Command("ip", "link", "show", "dev", veth).Run() != nil {
+		t.Fatalf("no veth %s while the replica runs", veth)
+	}
+	cgroups := func() []string {
+		var found []string
+		for _, m := range cgroupMounts() {
+			if _, err := os.Stat(filepath.Join(m, testCgroupParent, s.Name)); err == nil {
+				found = append(found, filepath.Join(m, testCgroupParent, s.Name))
+			}
+		}
+		return found
+	}
+	if len(cgroups()) == 0 {
+		t.Fatal("the replica has no cgroup while it runs")
+	}
+	if !mounted(d.path(s.Name)) {
+		t.Fatal("the replica's rootfs is not mounted while it runs")
+	}
+	if err := d.Stop(ctx, s.Name, time.Second); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if exec.Command("ip", "link", "show", "dev", veth).Run() == nil {
+		t.Errorf("veth %s outlived its replica", veth)
+	}
+	if left := cgroups(); len(left) > 0 {
+		t.Errorf("cgroups outlived the replica: %v", left)
+	}
+	if mounted(d.path(s.Name)) {
+		t.Error("a mount outlived the replica")
+	}
+	if _, err := os.Stat(d.path(s.Name)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the replica directory outlived it: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(d.rt.root, s.Name)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the runtime still knows the replica: %v", err)
+	}
+	if ids, _ := shared.net.Allocated(); contains(ids, s.Name) {
+		t.Error("the replica's address is still allocated")
+	}
+	if isAlive(inst.PID, mustStat(inst.PID)) {
+		t.Errorf("the init %d outlived its replica", inst.PID)
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func mustStat(pid int) uint64 {
+	ps, err := readStat(pid)
+	if err != nil {
+		return 0
+	}
+	return ps.startTicks
+}
+
+// mounted reports whether anything is mounted at or below dir.
+func mounted(dir string) bool {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false
+	}
+	for line := range strings.Lines(string(b)) {
+		f := strings.Fields(line)
+		if len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestKilledFromOutside checks that an init killed by someone else is
+// reported failed, with a reason, so the pool replaces it.
+func TestKilledFromOutside(t *testing.T) {
+	d := newDriver(t)
+	s := spec("killed", "echo about to be killed; "+app)
+	inst := start(t, d, s)
+	if err := syscall.Kill(inst.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	var got vm.Instance
+	eventually(t, "the killed replica to be reported failed", func() bool {
+		var err error
+		if got, err = d.Inspect(t.Context(), s.Name); err != nil {
+			t.Fatal(err)
+		}
+		return got.State.Terminal()
+	})
+	if got.State != vm.StateFailed || !strings.Contains(got.Reason, "without recording an exit") {
+		t.Errorf("state %s, reason %q; want failed, without an exit record", got.State, got.Reason)
+	}
+	if err := d.Stop(t.Context(), s.Name, time.Second); err != nil {
+		t.Errorf("Stop of a killed replica: %v", err)
+	}
+}
+
+// TestBrokenImage checks that an image that cannot run the command ends
+// the replica with a reason instead of leaving it starting.
+func TestBrokenImage(t *testing.T) {
+	d := newDriver(t)
+	s := spec("broken", app)
+	s.Image = "broken"
+	start(t, d, s)
+	var got vm.Instance
+	eventually(t, "the replica of a broken image to end", func() bool {
+		var err error
+		if got, err = d.Inspect(t.Context(), s.Name); err != nil {
+			t.Fatal(err)
+		}
+		return got.State.Terminal()
+	})
+	if got.Reason == "" || got.ExitCode == nil && got.State != vm.StateFailed {
+		t.Errorf("state %s, exit %v, reason %q; want a reason", got.State, got.ExitCode, got.Reason)
+	}
+	t.Logf("reason: %s", got.Reason)
+
+	s = spec("broken", app)
+	s.Image = "no-such-image"
+	if _, err := d.Start(t.Context(), s); !errors.Is(err, image.ErrNotFound) {
+		t.Errorf("Start with an unknown image: %v, want image.ErrNotFound", err)
+	}
+	if _, err := os.Stat(d.path(s.Name)); !errors.Is(err, os.ErrNotExist) {
+		t.Error("a refused start left its directory")
+	}
+	s.Image = ""
+	if _, err := d.Start(t.Context(), s); err == nil {
+		t.Error("Start without an image succeeded")
+	}
+}
+
+// TestLimits checks the size class's cgroup limits, the hostname and the
+// namespaces of a replica.
+func TestLimits(t *testing.T) {
+	d := newDriver(t)
+	s := spec("limits", "hostname > /.berth/run/hostname; "+app)
+	s.SizeClass = "micro"
+	inst := start(t, d, s)
+	eventually(t, "the app to start", func() bool {
+		_, err := os.Stat(d.path(s.Name, runDir, "hostname"))
+		return err == nil
+	})
+	v2, mem, _ := cgroupDirs(inst.PID)
+	var limit string
+	if v2 != "" {
+		b, _ := os.ReadFile(filepath.Join(v2, "memory.max"))
+		limit = strings.TrimSpace(string(b))
+	} else if mem != "" {
+		b, _ := os.ReadFile(filepath.Join(mem, "memory.limit_in_bytes"))
+		limit = strings.TrimSpace(string(b))
+	}
+	if want := strconv.Itoa(256 << 20); limit != want {
+		t.Errorf("memory limit of a micro replica = %q, want %s", limit, want)
+	}
+	if b, _ := os.ReadFile(d.path(s.Name, runDir, "hostname")); strings.TrimSpace(string(b)) != s.Name {
+		t.Errorf("hostname in the container = %q, want %q", b, s.Name)
+	}
+	for _, ns := range []string{"pid", "mnt", "uts", "ipc", "net"} {
+		mine, _ := os.Readlink("/proc/self/ns/" + ns)
+		theirs, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", inst.PID, ns))
+		if err != nil || mine == theirs {
+			t.Errorf("the replica shares the %s namespace (%v)", ns, err)
+		}
+	}
+}
+
+var httpClient = &http.Client{Timeout: 2 * time.Second}
+
+// TestPortsAndEnv checks PORT, an explicit port and an extra open port.
+func TestPortsAndEnv(t *testing.T) {
+	d := newDriver(t)
+	s := spec("ports", "mkdir -p /extra && echo extra > /extra/index.html && (httpd -f -p 9229 -h /extra &) && "+app)
+	s.Port = 8000
+	s.Env = map[string]string{"PORT": "1", "X": "y"}
+	s.OpenPorts = []int{9229}
+	inst := start(t, d, s)
+	if !strings.HasSuffix(inst.Addr, ":8000") {
+		t.Fatalf("Addr = %q, want port 8000", inst.Addr)
+	}
+	host, _, _ := strings.Cut(inst.Addr, ":")
+	for _, addr := range []string{inst.Addr, host + ":9229"} {
+		eventually(t, addr+" to answer", func() bool {
+			resp, err := httpClient.Get("http://" + addr + "/")
+			if err != nil {
+				return false
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode == http.StatusOK && len(bytes.TrimSpace(b)) > 0
+		})
+	}
+}
