@@ -108,6 +108,12 @@ type Options struct {
 	// forwarder (nil: system roots, SNI from the backend address). It does
 	// not apply when Transport is set.
 	TLSClientConfig *tls.Config
+	// Resolve, when set, is asked about requests no route matches (for
+	// example a Computer's exposed port, named by host). It returns the
+	// deployment to serve the request with, and a release func called when
+	// the request is done; nil means the 404 stands. It may answer the
+	// request itself and return handled (a refusal, say).
+	Resolve func(w http.ResponseWriter, r *http.Request, host string) (d *Deployment, release func(), handled bool)
 }
 
 // Handler is the data-plane http.Handler.
@@ -118,6 +124,7 @@ type Handler struct {
 	rp      *httputil.ReverseProxy
 	fast    bool    // use the forwarder for non-upgrade requests
 	dial    *dialer // the forwarder's connections
+	resolve func(w http.ResponseWriter, r *http.Request, host string) (*Deployment, func(), bool)
 	nactive atomic.Int64
 
 	// Wait is built on a channel rather than a sync.WaitGroup: requests keep
@@ -134,7 +141,7 @@ func New(o Options) *Handler {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	h := &Handler{log: o.Log, trusted: o.TrustedProxies, fast: o.Transport == nil, dial: newDialer(o.TLSClientConfig)}
+	h := &Handler{log: o.Log, trusted: o.TrustedProxies, fast: o.Transport == nil, dial: newDialer(o.TLSClientConfig), resolve: o.Resolve}
 	base := o.Transport
 	if base == nil {
 		t := NewTransport()
@@ -239,6 +246,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	host := route.NormalizeHost(r.Host)
 	m, ok := h.table.Load().Lookup(host, r.URL.Path)
 	if !ok {
+		if h.resolve != nil {
+			d, release, handled := h.resolve(w, r, host)
+			if handled {
+				return
+			}
+			if d != nil {
+				defer release()
+				h.serve(w, r, d, start)
+				return
+			}
+		}
 		plain(w, http.StatusNotFound, textNoRoute)
 		return
 	}
@@ -269,6 +287,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		stripURL(r, m.Strip)
 	}
+	h.serve(w, r, d, start)
+}
+
+// serve answers a routed request from its deployment's site or backends.
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request, d *Deployment, start time.Time) {
 	switch {
 	case d.Site != nil:
 		sw := &statusWriter{ResponseWriter: w}

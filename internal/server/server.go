@@ -21,7 +21,9 @@ import (
 	"github.com/berth-dev/berth/internal/admin"
 	"github.com/berth-dev/berth/internal/auth"
 	"github.com/berth-dev/berth/internal/computer"
+	"github.com/berth-dev/berth/internal/computerapi"
 	"github.com/berth-dev/berth/internal/fleet"
+	"github.com/berth-dev/berth/internal/grant"
 	"github.com/berth-dev/berth/internal/metrics"
 	"github.com/berth-dev/berth/internal/namespaces"
 	"github.com/berth-dev/berth/internal/proxy"
@@ -98,6 +100,7 @@ type Server struct {
 	proxySrv         *http.Server
 	adminSrv         *http.Server
 	cancelReqs       context.CancelFunc // ends request contexts after the drain deadline
+	ports            *portRoutes        // Computers' exposed ports on the data plane
 }
 
 // New opens the store, restores deployments and binds the listeners.
@@ -136,7 +139,8 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{o: o, log: o.Log, store: st, Metrics: metrics.NewRegistry(), host: metrics.NewHostSampler("/proc"), Secrets: sec}
-	s.Proxy = proxy.New(proxy.Options{Log: o.Log, TrustedProxies: o.TrustedProxies})
+	s.ports = &portRoutes{}
+	s.Proxy = proxy.New(proxy.Options{Log: o.Log, TrustedProxies: o.TrustedProxies, Resolve: s.ports.resolve})
 	drivers, err := buildDrivers(o)
 	if err != nil {
 		st.Close()
@@ -144,12 +148,18 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	}
 	s.Fleet = fleet.New(fleet.Options{Drivers: drivers, Log: o.Log, Ignore: computer.IsSandbox})
 	s.Computers, err = computer.New(ctx, computer.Options{
-		Store: st, Drivers: drivers, DataDir: o.DataDir, BaseDomain: o.BaseDomain, Log: o.Log,
+		Store: st, Drivers: drivers, DataDir: o.DataDir, BaseDomain: portDomain(o), Log: o.Log,
 	})
 	if err != nil {
 		st.Close()
 		return nil, err
 	}
+	grants, err := openGrants(ctx, st, o.DataDir)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	s.ports.computers, s.ports.grants = s.Computers, grants
 	s.Registry = registry.New(registry.Options{
 		Store:      st,
 		Publisher:  s.Proxy,
@@ -190,17 +200,24 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		BaseContext:       base,
 		ErrorLog:          slog.NewLogLogger(o.Log.Handler(), slog.LevelDebug),
 	}
+	gate := auth.New(auth.Config{
+		User: o.AdminUser, Password: o.AdminPassword, Tokens: tokens,
+		Brake: auth.NewBrake(o.Brake), Log: o.Log,
+	})
 	api := admin.New(admin.Options{
 		Registry: s.Registry, Fleet: s.Fleet, Metrics: s.Metrics, Host: s.host,
 		PublicIPs: o.PublicIPs, Revision: o.Revision, Log: o.Log,
-		Gate: auth.New(auth.Config{
-			User: o.AdminUser, Password: o.AdminPassword, Tokens: tokens,
-			Brake: auth.NewBrake(o.Brake), Log: o.Log,
-		}),
+		Gate:   gate,
 		Tokens: tokens, Secrets: sec, Namespaces: namespaces.New(st),
 	})
+	// The Computer API shares the listener and the gate (so its brake).
+	computers := computerapi.New(computerapi.Options{Manager: s.Computers, Grants: grants, Gate: gate, Log: o.Log})
+	adminMux := http.NewServeMux()
+	adminMux.Handle("/", api)
+	adminMux.Handle("/computers", computers)
+	adminMux.Handle("/computers/", computers)
 	s.adminSrv = &http.Server{
-		Handler:           web.Recover(o.Log, api),
+		Handler:           web.Recover(o.Log, adminMux),
 		ReadHeaderTimeout: o.ReadHeaderTimeout,
 		ReadTimeout:       time.Minute,
 		IdleTimeout:       o.IdleTimeout,
@@ -210,6 +227,16 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	}
 	o.Log.Info("berth listening", "proxy", s.ProxyAddr(), "admin", s.AdminAddr(), "data_dir", o.DataDir, "deployments", s.Registry.Len())
 	return s, nil
+}
+
+// portDomain is the domain Computers' exposed ports are named under:
+// <port>-<id>.<domain>. It is the base domain when one is set, else
+// "localhost", whose subdomains resolve to the loopback address.
+func portDomain(o Options) string {
+	if o.BaseDomain != "" {
+		return o.BaseDomain
+	}
+	return "localhost"
 }
 
 // ProxyAddr is the bound data-plane address.
@@ -270,6 +297,16 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.log.Info("stopped")
 	return err
+}
+
+// openGrants opens the Computer grant issuer: the signing key in the data
+// directory (generated on first use) and the issued grants in the store.
+func openGrants(ctx context.Context, st *store.Store, dataDir string) (*grant.Issuer, error) {
+	key, err := grant.LoadKey(dataDir)
+	if err != nil {
+		return nil, err
+	}
+	return grant.New(ctx, grant.Config{Key: key, Store: st})
 }
 
 // recorder adapts a metrics set to the proxy's Recorder.
