@@ -21,7 +21,7 @@ type portRoutes struct {
 	computers *computer.Manager
 	grants    *grant.Issuer
 
-	mu   sync.Mutex // guards deps
+	mu   sync.Mutex                   // guards deps
 	deps map[string]*proxy.Deployment // by target address: keeps connection pools and in-flight counts across requests
 }
 
