@@ -424,3 +424,50 @@ func TestForwardColdStartHold(t *testing.T) {
 		t.Errorf("gave up: %d Retry-After %q %q", resp.StatusCode, resp.Header.Get("Retry-After"), body)
 	}
 }
+
+// TestForwardBodilessResponses checks responses that carry no body whatever
+// their headers say (HEAD, 204, 304): the client gets the head, and the
+// upstream connection stays usable for the next request.
+func TestForwardBodilessResponses(t *testing.T) {
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/204":
+			w.WriteHeader(http.StatusNoContent)
+		case "/304":
+			w.Header().Set("Etag", `"v1"`)
+			w.WriteHeader(http.StatusNotModified)
+		default:
+			w.Header().Set("Content-Length", "5")
+			io.WriteString(w, "hello")
+		}
+	}))
+	conns := countConns(up)
+	up.Start()
+	t.Cleanup(up.Close)
+	h := proxy.New(proxy.Options{})
+	h.Swap(table(entry{static("app", proxy.NewBackend("app-1", strings.TrimPrefix(up.URL, "http://"), false)), catchAll}))
+	base := startProxy(t, h)
+	c := newClient(t)
+	tests := []struct {
+		method, path string
+		status       int
+		length, body string
+	}{
+		{http.MethodHead, "/", 200, "5", ""},
+		{http.MethodGet, "/204", 204, "", ""},
+		{http.MethodGet, "/304", 304, "", ""},
+		{http.MethodGet, "/", 200, "5", "hello"},
+	}
+	for _, tt := range tests {
+		resp, body := send(t, c, tt.method, base+tt.path, "app.test", nil, nil)
+		if resp.StatusCode != tt.status || body != tt.body {
+			t.Errorf("%s %s: %d %q", tt.method, tt.path, resp.StatusCode, body)
+		}
+		if got := resp.Header.Get("Content-Length"); got != tt.length {
+			t.Errorf("%s %s: Content-Length %q, want %q", tt.method, tt.path, got, tt.length)
+		}
+	}
+	if n := conns.Load(); n != 1 {
+		t.Errorf("upstream connections = %d, want 1 (each response left it reusable)", n)
+	}
+}
