@@ -11,6 +11,7 @@ import (
 	"github.com/berth-dev/berth/internal/agent"
 	"github.com/berth-dev/berth/internal/cli"
 	"github.com/berth-dev/berth/internal/demo"
+	"github.com/berth-dev/berth/internal/hostcheck"
 )
 
 func main() {
@@ -27,6 +28,9 @@ func main() {
 		case "agent":
 			// The in-sandbox agent: runs inside each replica.
 			os.Exit(agent.Main(ctx, args[1:], os.Stderr))
+		case "host":
+			// Checks and prepares this machine; needs no server.
+			os.Exit(hostcheck.Main(ctx, args[1:], os.Stdout, os.Stderr))
 		}
 	}
 	os.Exit(cli.Run(ctx, args, os.Stdin, os.Stdout, os.Stderr))

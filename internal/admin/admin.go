@@ -14,6 +14,7 @@ import (
 
 	"github.com/berth-dev/berth/internal/auth"
 	"github.com/berth-dev/berth/internal/fleet"
+	"github.com/berth-dev/berth/internal/image"
 	"github.com/berth-dev/berth/internal/metrics"
 	"github.com/berth-dev/berth/internal/namespaces"
 	"github.com/berth-dev/berth/internal/registry"
@@ -39,6 +40,7 @@ type Options struct {
 	Tokens     *auth.Tokens      // app-tokens; nil answers 503 on /tokens
 	Secrets    *secrets.Store    // nil answers 503 on /secrets
 	Namespaces *namespaces.Store // declared namespaces and auth providers
+	Images     *image.Store      // root filesystems; nil answers 503 on /images
 }
 
 // API is the admin http.Handler.
@@ -95,6 +97,11 @@ func New(o Options) *API {
 	a.handle("POST /auth-providers", tierCRUD, wallNarrow, a.putProvider)
 	a.handle("GET /auth-providers/{namespace}/{name}", tierCRUD, wallNarrow, a.getProvider)
 	a.handle("DELETE /auth-providers/{namespace}/{name}", tierCRUD, wallNarrow, a.deleteProvider)
+	a.handle("GET /images", tierView, wallFleet, a.listImages)
+	a.handle("POST /images", tierCRUD, wallFleet, a.importImage)
+	a.handle("GET /images/{name...}", tierView, wallFleet, a.getImage)
+	a.handle("PATCH /images/{name...}", tierCRUD, wallFleet, a.patchImage)
+	a.handle("DELETE /images/{name...}", tierCRUD, wallFleet, a.deleteImage)
 
 	return a
 }

@@ -155,6 +155,9 @@ func New(ctx context.Context, o Options) (*Store, error) {
 	return s, nil
 }
 
+// Dir is the store's directory.
+func (s *Store) Dir() string { return s.dir }
+
 // maxName bounds an image name.
 const maxName = 128
 

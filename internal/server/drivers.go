@@ -3,9 +3,13 @@ package server
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 
+	"github.com/berth-dev/berth/internal/hostnet"
+	"github.com/berth-dev/berth/internal/image"
 	"github.com/berth-dev/berth/internal/vm"
+	"github.com/berth-dev/berth/internal/vm/container"
 	"github.com/berth-dev/berth/internal/vm/firecracker"
 	"github.com/berth-dev/berth/internal/vm/process"
 )
@@ -14,7 +18,11 @@ import (
 // use in vm.driver. The process driver always works; the isolating drivers
 // are added when their host requirements are met (a driver whose New
 // answers an error wrapping vm.ErrUnavailable is left out and logged).
-func buildDrivers(o Options) (map[string]vm.Driver, error) {
+//
+// images and net are the image store and the guest network of the
+// isolating drivers; net is nil when the host has no guest bridge (`berth
+// host setup` makes one), and then those drivers are left out.
+func buildDrivers(o Options, images *image.Store, net *hostnet.Network) (map[string]vm.Driver, error) {
 	ds := map[string]vm.Driver{}
 	p, err := process.New(process.Options{
 		Dir: filepath.Join(o.DataDir, "replicas"), AgentCommand: o.AgentCommand, AgentEnv: o.AgentEnv, Log: o.Log,
@@ -23,14 +31,28 @@ func buildDrivers(o Options) (map[string]vm.Driver, error) {
 		return nil, fmt.Errorf("process driver: %w", err)
 	}
 	ds["process"] = p
-	// Further drivers register here, each guarded by its availability:
-	//
-	//	if d, err := container.New(...); err == nil { ds["container"] = d } else if !errors.Is(err, vm.ErrUnavailable) { return nil, err } else { o.Log.Info(...) }
-	//
-	// The firecracker driver also needs a guest kernel (Kernel), the image
-	// store (Images) and host networking (Net); until they are wired in,
-	// New reports it unavailable and says which is missing.
-	if d, err := firecracker.New(firecracker.Options{Dir: filepath.Join(o.DataDir, "firecracker"), Log: o.Log}); err == nil {
+	// Further drivers register here, each guarded by its availability.
+	if net == nil {
+		o.Log.Info("vm driver unavailable", "driver", "container", "why", "no guest network (run berth host setup)")
+	} else if d, err := container.New(container.Options{
+		Dir: filepath.Join(o.DataDir, "containers"), Images: images, Net: net, Log: o.Log,
+		// A statically linked berth to run as the containers' init when
+		// this one is not (built with cgo).
+		Agent: os.Getenv("BERTH_CONTAINER_AGENT"), Runtime: os.Getenv("BERTH_OCI_RUNTIME"),
+	}); err == nil {
+		ds["container"] = d
+	} else if !errors.Is(err, vm.ErrUnavailable) {
+		return nil, fmt.Errorf("container driver: %w", err)
+	} else {
+		o.Log.Info("vm driver unavailable", "driver", "container", "why", err)
+	}
+	// The firecracker driver also needs a guest kernel (Kernel); until it
+	// is wired in, New reports it unavailable and says so.
+	fc := firecracker.Options{Dir: filepath.Join(o.DataDir, "firecracker"), Images: images, Log: o.Log}
+	if net != nil {
+		fc.Net = net
+	}
+	if d, err := firecracker.New(fc); err == nil {
 		ds["firecracker"] = d
 	} else if !errors.Is(err, vm.ErrUnavailable) {
 		return nil, fmt.Errorf("firecracker driver: %w", err)

@@ -24,6 +24,7 @@ import (
 	"github.com/berth-dev/berth/internal/computerapi"
 	"github.com/berth-dev/berth/internal/fleet"
 	"github.com/berth-dev/berth/internal/grant"
+	"github.com/berth-dev/berth/internal/image"
 	"github.com/berth-dev/berth/internal/metrics"
 	"github.com/berth-dev/berth/internal/namespaces"
 	"github.com/berth-dev/berth/internal/proxy"
@@ -94,7 +95,10 @@ type Server struct {
 	// Secrets is the sealed secret store; the VM pools resolve env_from
 	// through it (ResolveEnv) when they create a replica.
 	Secrets *secrets.Store
-	host    *metrics.HostSampler
+	// Images is the local image store: root filesystems for the
+	// container and VM drivers (vm.image).
+	Images *image.Store
+	host   *metrics.HostSampler
 
 	proxyLn, adminLn net.Listener
 	proxySrv         *http.Server
@@ -141,7 +145,11 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	s := &Server{o: o, log: o.Log, store: st, Metrics: metrics.NewRegistry(), host: metrics.NewHostSampler("/proc"), Secrets: sec}
 	s.ports = &portRoutes{}
 	s.Proxy = proxy.New(proxy.Options{Log: o.Log, TrustedProxies: o.TrustedProxies, Resolve: s.ports.resolve})
-	drivers, err := buildDrivers(o)
+	if s.Images, err = s.openImages(ctx, st); err != nil {
+		st.Close()
+		return nil, err
+	}
+	drivers, err := buildDrivers(o, s.Images, guestNetwork(ctx, o.DataDir, o.Log))
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -163,7 +171,7 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	s.Registry = registry.New(registry.Options{
 		Store:      st,
 		Publisher:  s.Proxy,
-		Spec:       spec.Options{BaseDomain: o.BaseDomain, Drivers: s.Fleet.DriverNames()},
+		Spec:       spec.Options{BaseDomain: o.BaseDomain, Drivers: s.Fleet.DriverNames(), ImageExists: s.Images.Exists},
 		Recorder:   func(id string) proxy.Recorder { return recorder{s.Metrics.Get(id)} },
 		Forget:     s.Metrics.Delete,
 		Pools:      s.Fleet,
@@ -208,7 +216,7 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		Registry: s.Registry, Fleet: s.Fleet, Metrics: s.Metrics, Host: s.host,
 		PublicIPs: o.PublicIPs, Revision: o.Revision, Log: o.Log,
 		Gate:   gate,
-		Tokens: tokens, Secrets: sec, Namespaces: namespaces.New(st),
+		Tokens: tokens, Secrets: sec, Namespaces: namespaces.New(st), Images: s.Images,
 	})
 	// The Computer API shares the listener and the gate (so its brake).
 	computers := computerapi.New(computerapi.Options{Manager: s.Computers, Grants: grants, Gate: gate, Log: o.Log})

@@ -46,6 +46,11 @@ type Options struct {
 	// SitesDir, when set, is where managed site roots live: a site with an
 	// empty root gets <SitesDir>/<namespace>/<id>.
 	SitesDir string
+	// ImageExists, when set, reports whether the local image store holds
+	// an image: a vm spec for an image-based driver (container,
+	// firecracker, kvm, libvirt) must then name one it holds in vm.image,
+	// so a missing image is a 400 at registration, not a boot loop.
+	ImageExists func(name string) bool
 }
 
 // FieldError is one validation failure. Field is a JSON path into the spec,

@@ -356,6 +356,14 @@ func (v validator) vm() *FieldError {
 	if vm.Port < 1 || vm.Port > 65535 {
 		return fieldErr("vm.port", "%d is not a port in 1..65535", vm.Port)
 	}
+	if v.o.ImageExists != nil && vm.Driver != apitype.DriverProcess {
+		switch {
+		case vm.Image == "":
+			return fieldErr("vm.image", "required for the %s driver: name an image imported with `berth image import`", vm.Driver)
+		case !v.o.ImageExists(vm.Image):
+			return fieldErr("vm.image", "no image %q on this host; import it first (`berth image import %s DIR|TARBALL`)", vm.Image, vm.Image)
+		}
+	}
 	if vm.SizeClass != "" && !slices.Contains(sizeClasses, vm.SizeClass) {
 		return fieldErr("vm.size_class", "%q is not one of micro, mini, small, medium, large, xlarge", vm.SizeClass)
 	}

@@ -183,6 +183,8 @@ func newDriverAt(t testing.TB, e *env, dir string) *Driver {
 	d, err := New(Options{
 		Dir: dir, Images: e.images, Net: e.net, Agent: e.agent,
 		AgentArgs: []string{"--lease-check=" + leaseCheck.String()}, CgroupParent: testCgroupParent,
+		// crun, else runc; BERTH_TEST_OCI_RUNTIME=runc tests the other.
+		Runtime: os.Getenv("BERTH_TEST_OCI_RUNTIME"),
 	})
 	if err != nil {
 		t.Fatalf("New: %v", err)

@@ -1,0 +1,54 @@
+package apitype
+
+// ImageInventory is `GET /images`: the root filesystems berth holds for
+// its isolating drivers, in the shape of app-lb's images inventory
+// (app-lb.md §2.5). berth keeps every image locally, so Complete and
+// Present are always true and Tier is "local"; it has no remote store to
+// offload to, so Offload is false.
+type ImageInventory struct {
+	GeneratedAt     string      `json:"generated_at"` // RFC 3339
+	Complete        bool        `json:"complete"`
+	DeleteSupported bool        `json:"delete_supported"`
+	Offload         bool        `json:"offload"`
+	DiskUsedPct     float64     `json:"disk_used_pct"` // of the filesystem holding the images
+	PressurePct     float64     `json:"pressure_pct"`  // berth sweeps nothing: always 0
+	LocalBytes      int64       `json:"local_bytes"`   // content bytes of all images, shared trees once
+	Images          []ImageView `json:"images"`
+}
+
+// ImageView is one image of the inventory; `PATCH /images/:name` answers
+// it too.
+type ImageView struct {
+	Name       string           `json:"name"`
+	Source     string           `json:"source"` // the host path or "upload" it was imported from
+	Tier       string           `json:"tier"`   // "local"
+	Digest     string           `json:"digest"` // "sha256:<hex>" over the canonical walk of the tree
+	Store      string           `json:"store"`  // "" : no artifact store
+	Ref        string           `json:"ref"`    // "" : no artifact reference
+	Bytes      int64            `json:"bytes"`
+	LastUsed   *string          `json:"last_used"` // not tracked: null
+	Pinned     bool             `json:"pinned"`
+	Present    bool             `json:"present"`
+	CreatedAt  string           `json:"created_at,omitempty"` // berth's own: RFC 3339
+	References []ImageReference `json:"references"`
+}
+
+// ImageReference is something that uses an image, e.g. {kind:
+// "deployment", id: "web"}.
+type ImageReference struct {
+	Kind string `json:"kind"`
+	ID   string `json:"id"`
+}
+
+// ImagePatch is the body of `PATCH /images/:name`.
+type ImagePatch struct {
+	Pinned *bool `json:"pinned"`
+}
+
+// ImageImport is the JSON body of `POST /images` that imports a directory
+// or tarball already on berth's host. (A tarball upload names the image in
+// the ?name= query instead.)
+type ImageImport struct {
+	Name string `json:"name"`
+	Path string `json:"path"`
+}

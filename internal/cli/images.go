@@ -1,0 +1,185 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/berth-dev/berth/apitype"
+)
+
+// The image and host commands register themselves here, before version and
+// help, so that adding them touched no other file.
+func init() {
+	at := len(commands)
+	for i, c := range commands {
+		if c.name == "version" {
+			at = i
+			break
+		}
+	}
+	commands = append(commands[:at], append([]*command{imageCmd, hostCmd}, commands[at:]...)...)
+}
+
+var imageCmd = &command{
+	name:    "image",
+	summary: "Import, list, pin and delete root filesystem images",
+	help: `Usage: berth image import NAME DIR|TARBALL [--on-server]
+       berth image list [-o json|yaml]
+       berth image pin NAME...
+       berth image unpin NAME...
+       berth image delete NAME...
+
+Images are the root filesystems the container and VM drivers boot replicas
+from; a vm deployment names one in vm.image.
+
+import uploads a directory (sent as a gzipped tarball) or a tarball (.tar or
+.tar.gz, sent as it is) under NAME. With --on-server the path is read on
+the server's host instead, and nothing is uploaded. Importing the same
+content again changes nothing; other content under a name that a deployment
+uses is refused.
+
+list shows every image with its digest, size, pin and the deployments that
+use it. A pinned image cannot be deleted; neither can one a deployment uses.
+`,
+	run: runImage,
+}
+
+func runImage(ctx context.Context, e *env, args []string) error {
+	if len(args) == 0 {
+		return usagef("missing subcommand (import, list, pin, unpin or delete)")
+	}
+	sub, rest := args[0], args[1:]
+	switch sub {
+	case "import":
+		fs := e.flagSet("image import")
+		onServer := fs.Bool("on-server", false, "")
+		pos, err := e.parse(fs, rest)
+		if err != nil {
+			return err
+		}
+		if len(pos) != 2 {
+			return usagef("want NAME and DIR|TARBALL")
+		}
+		c, err := e.client()
+		if err != nil {
+			return err
+		}
+		var im *apitype.ImageView
+		if *onServer {
+			im, err = c.ImportImageFromHost(ctx, pos[0], pos[1])
+		} else {
+			im, err = c.ImportImage(ctx, pos[0], pos[1])
+		}
+		if err != nil {
+			return err
+		}
+		if e.structured() {
+			b, err := json.Marshal(im)
+			if err != nil {
+				return err
+			}
+			return e.printDocs([]json.RawMessage{b}, false)
+		}
+		fmt.Fprintf(e.stdout, "image/%s imported (%s, %s)\n", im.Name, shortDigest(im.Digest), sizeString(im.Bytes))
+		return nil
+	case "list", "ls":
+		pos, err := e.parse(e.flagSet("image list"), rest)
+		if err != nil {
+			return err
+		}
+		if err := noArgs(pos); err != nil {
+			return err
+		}
+		c, err := e.client()
+		if err != nil {
+			return err
+		}
+		if e.structured() {
+			return e.fetchAndPrint(ctx, c, "GET", "/images", nil, nil)
+		}
+		inv, err := c.Images(ctx)
+		if err != nil {
+			return err
+		}
+		if len(inv.Images) == 0 {
+			fmt.Fprintln(e.stderr, "No images found.")
+			return nil
+		}
+		tw := newTable(e.stdout)
+		row(tw, "NAME", "DIGEST", "SIZE", "PINNED", "USED-BY", "CREATED")
+		for _, im := range inv.Images {
+			var users []string
+			for _, r := range im.References {
+				users = append(users, r.Kind+"/"+r.ID)
+			}
+			row(tw, im.Name, shortDigest(im.Digest), sizeString(im.Bytes), im.Pinned, orDash(strings.Join(users, ",")), orDash(im.CreatedAt))
+		}
+		return tw.Flush()
+	case "pin", "unpin":
+		pos, err := e.parse(e.flagSet("image "+sub), rest)
+		if err != nil {
+			return err
+		}
+		if len(pos) == 0 {
+			return usagef("missing image NAME")
+		}
+		c, err := e.client()
+		if err != nil {
+			return err
+		}
+		for _, name := range pos {
+			if _, err := c.PinImage(ctx, name, sub == "pin"); err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "image/%s %sned\n", name, sub)
+		}
+		return nil
+	case "delete", "rm":
+		pos, err := e.parse(e.flagSet("image delete"), rest)
+		if err != nil {
+			return err
+		}
+		if len(pos) == 0 {
+			return usagef("missing image NAME")
+		}
+		c, err := e.client()
+		if err != nil {
+			return err
+		}
+		for _, name := range pos {
+			if err := c.DeleteImage(ctx, name); err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "image/%s deleted\n", name)
+		}
+		return nil
+	case "-h", "--help", "help":
+		return errHelp
+	}
+	return usagef("unknown subcommand %q (want import, list, pin, unpin or delete)", sub)
+}
+
+// shortDigest is the first 12 hex digits of a digest, as docker shows.
+func shortDigest(d string) string {
+	h := strings.TrimPrefix(d, "sha256:")
+	if len(h) > 12 {
+		h = h[:12]
+	}
+	return h
+}
+
+// sizeString shows a byte count in binary units.
+func sizeString(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

@@ -1,0 +1,413 @@
+// Package hostcheck is `berth host check` and `berth host setup`: host
+// preparation as code. Check reports, for every vm driver, whether this
+// machine can run it and what is missing (binaries, kernel features,
+// /dev/kvm, the guest bridge, cgroup controllers, privileges); Setup
+// creates what berth may create (the bridge and its egress rules, berth's
+// directories, and on hybrid cgroup hosts the v1 hierarchies crun needs).
+// Both run on the machine itself, without a server.
+//
+// The guest network settings are the environment variables berth serve
+// reads (package hostnet: BERTH_BRIDGE, BERTH_GUEST_SUBNET,
+// BERTH_GUEST_EGRESS), so the two agree on the bridge.
+package hostcheck
+
+import (
+	"context"
+	"debug/elf"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+
+	"github.com/berth-dev/berth/internal/hostnet"
+	"github.com/berth-dev/berth/internal/vm/container"
+)
+
+// Result is what Check found for one driver.
+type Result struct {
+	Driver    string   `json:"driver"`
+	Available bool     `json:"available"`
+	Missing   []string `json:"missing"`         // what keeps it from running, each with its remedy
+	Notes     []string `json:"notes,omitempty"` // what it runs without (degraded, not missing)
+}
+
+// Host is what Check looks at; the zero value is this machine, and tests
+// point the paths elsewhere.
+type Host struct {
+	Net     hostnet.Config
+	KVM     string // the KVM device; empty means /dev/kvm
+	Root    bool   // whether berth runs as root
+	LookBin func(string) (string, error)
+}
+
+// ThisHost describes this machine with the guest network of dataDir.
+func ThisHost(dataDir string) (Host, error) {
+	c, err := hostnet.ConfigFromEnv(dataDir)
+	if err != nil {
+		return Host{}, err
+	}
+	return Host{Net: c, KVM: "/dev/kvm", Root: os.Geteuid() == 0, LookBin: exec.LookPath}, nil
+}
+
+// check accumulates one driver's findings.
+type check struct{ r Result }
+
+func (c *check) missing(format string, args ...any) {
+	c.r.Missing = append(c.r.Missing, fmt.Sprintf(format, args...))
+}
+
+func (c *check) note(format string, args ...any) {
+	c.r.Notes = append(c.r.Notes, fmt.Sprintf(format, args...))
+}
+
+func (c *check) done() Result {
+	c.r.Available = len(c.r.Missing) == 0
+	if c.r.Missing == nil {
+		c.r.Missing = []string{}
+	}
+	return c.r
+}
+
+// bin requires an executable, naming the Debian package that has it.
+func (h Host) bin(c *check, name, pkg string) bool {
+	if _, err := h.LookBin(name); err != nil {
+		c.missing("%s (Debian package %s)", name, pkg)
+		return false
+	}
+	return true
+}
+
+// Check inspects the host for every driver, in the order process,
+// container, firecracker, kvm.
+func Check(ctx context.Context, h Host) []Result {
+	return []Result{h.process(), h.container(ctx), h.firecracker(ctx), h.kvm(ctx)}
+}
+
+func (h Host) process() Result {
+	c := &check{r: Result{Driver: "process"}}
+	if !h.Root {
+		c.note("not root: replicas share berth's namespaces and get no cgroup limits")
+	}
+	if cgroupV2() == "" {
+		c.note("no cgroup v2 hierarchy at /sys/fs/cgroup: size classes are not enforced")
+	}
+	return c.done()
+}
+
+func (h Host) container(ctx context.Context) Result {
+	c := &check{r: Result{Driver: "container"}}
+	if !h.Root {
+		c.missing("root privileges (namespaces, mounts, cgroups)")
+	}
+	if _, err := container.FindRuntime(""); err != nil {
+		c.missing("an OCI runtime: %v", err)
+	}
+	for _, b := range [][2]string{{"ip", "iproute2"}, {"nsenter", "util-linux"}} {
+		h.bin(c, b[0], b[1])
+	}
+	if !hasFS("overlay") {
+		c.note("no overlayfs: every replica gets a full copy of its image")
+	}
+	if exe, err := os.Executable(); err == nil && !static(exe) {
+		c.missing("a statically linked berth to run as the containers' init (build with CGO_ENABLED=0)")
+	}
+	for _, ctl := range missingControllers("memory", "cpu", "pids", "freezer") {
+		c.missing("the %s cgroup controller", ctl)
+	}
+	h.bridge(ctx, c)
+	return c.done()
+}
+
+func (h Host) firecracker(ctx context.Context) Result {
+	c := &check{r: Result{Driver: "firecracker"}}
+	if !h.Root {
+		c.missing("root privileges (taps, the bridge, /dev/kvm)")
+	}
+	h.bin(c, "firecracker", "firecracker (not in Debian: install the release binary)")
+	h.bin(c, "mkfs.ext4", "e2fsprogs")
+	h.kvmDevice(c)
+	if _, err := os.Stat("/dev/vhost-vsock"); err != nil {
+		c.missing("/dev/vhost-vsock (modprobe vhost_vsock)")
+	}
+	h.bridge(ctx, c)
+	return c.done()
+}
+
+func (h Host) kvm(ctx context.Context) Result {
+	c := &check{r: Result{Driver: "kvm"}}
+	if !h.Root {
+		c.missing("root privileges (taps, the bridge, /dev/kvm)")
+	}
+	h.bin(c, "qemu-system-x86_64", "qemu-system-x86")
+	h.bin(c, "mkfs.ext4", "e2fsprogs")
+	if _, err := h.LookBin("virsh"); err != nil {
+		c.note("no virsh (Debian package libvirt-daemon-system): only direct QEMU")
+	}
+	h.kvmDevice(c)
+	h.bridge(ctx, c)
+	return c.done()
+}
+
+func (h Host) kvmDevice(c *check) {
+	dev := h.KVM
+	if dev == "" {
+		dev = "/dev/kvm"
+	}
+	f, err := os.OpenFile(dev, os.O_RDWR, 0)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			c.missing("%s: no hardware virtualization here (enable VT-x/AMD-V or nested virtualization, modprobe kvm_intel or kvm_amd)", dev)
+		} else {
+			c.missing("read-write access to %s: %v", dev, err)
+		}
+		return
+	}
+	f.Close()
+}
+
+func (h Host) bridge(ctx context.Context, c *check) {
+	if err := hostnet.Check(ctx, h.Net); err != nil {
+		c.missing("the guest network: %v", err)
+	}
+}
+
+// cgroupV2 returns the mount point of a cgroup v2 hierarchy with
+// controllers (the unified one), or "".
+func cgroupV2() string {
+	var st syscall.Statfs_t
+	if syscall.Statfs("/sys/fs/cgroup", &st) == nil && st.Type == 0x63677270 {
+		return "/sys/fs/cgroup"
+	}
+	return ""
+}
+
+// missingControllers returns the controllers of want that neither a v1
+// hierarchy nor the unified hierarchy offers.
+func missingControllers(want ...string) []string {
+	have := map[string]bool{}
+	if v2 := cgroupV2(); v2 != "" {
+		if b, err := os.ReadFile(filepath.Join(v2, "cgroup.controllers")); err == nil {
+			for _, c := range strings.Fields(string(b)) {
+				have[c] = true
+			}
+		}
+		have["freezer"] = true // cgroup.freeze is in the core of v2
+	}
+	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+		for line := range strings.Lines(string(b)) {
+			_, right, ok := strings.Cut(line, " - ")
+			if f := strings.Fields(right); ok && len(f) >= 3 && f[0] == "cgroup" {
+				for _, o := range strings.Split(f[2], ",") {
+					have[o] = true
+				}
+			}
+		}
+	}
+	var out []string
+	for _, c := range want {
+		if !have[c] {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func hasFS(name string) bool {
+	b, err := os.ReadFile("/proc/filesystems")
+	return err == nil && strings.Contains(string(b), "\t"+name+"\n")
+}
+
+func static(path string) bool {
+	f, err := elf.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return false
+		}
+	}
+	return true
+}
+
+// Setup prepares the host: berth's directories under dataDir, the guest
+// bridge with its egress rules (hostnet.Setup), and on hybrid cgroup hosts
+// v1 hierarchies for the controllers of the unified one, which crun
+// requires to be empty. It needs root and is idempotent.
+func Setup(ctx context.Context, dataDir string, net hostnet.Config) ([]string, error) {
+	if os.Geteuid() != 0 {
+		return nil, errors.New("berth host setup needs root")
+	}
+	var did []string
+	for _, d := range []string{dataDir, filepath.Join(dataDir, "images"), filepath.Join(dataDir, "containers"), filepath.Join(dataDir, "net")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return did, err
+		}
+	}
+	did = append(did, "directories under "+dataDir)
+	if err := hostnet.Setup(ctx, net); err != nil {
+		return did, err
+	}
+	egress := "off"
+	if net.Egress {
+		egress = "on (NAT)"
+	}
+	did = append(did, fmt.Sprintf("bridge %s on %s, guest egress %s", bridgeName(net), net.Subnet, egress))
+	if container.CrunCgroupProblem() != nil {
+		moved, err := moveHybridControllers()
+		if err != nil {
+			return did, err
+		}
+		did = append(did, "cgroup v1 hierarchies for "+strings.Join(moved, ", ")+" (crun needs the unified hierarchy empty)")
+	}
+	return did, nil
+}
+
+func bridgeName(c hostnet.Config) string {
+	if c.Bridge == "" {
+		return hostnet.DefaultBridge
+	}
+	return c.Bridge
+}
+
+// moveHybridControllers mounts a v1 hierarchy for each controller of the
+// unified hierarchy, which takes it out of the unified one.
+func moveHybridControllers() ([]string, error) {
+	b, err := os.ReadFile("/sys/fs/cgroup/unified/cgroup.controllers")
+	if err != nil {
+		return nil, err
+	}
+	var moved []string
+	for _, ctl := range strings.Fields(string(b)) {
+		dir := filepath.Join("/sys/fs/cgroup", ctl)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return moved, fmt.Errorf("cgroup %s: %w", ctl, err)
+		}
+		if err := syscall.Mount("cgroup", dir, "cgroup", 0, ctl); err != nil {
+			return moved, fmt.Errorf("mounting a v1 hierarchy for the %s controller: %w", ctl, err)
+		}
+		moved = append(moved, ctl)
+	}
+	return moved, nil
+}
+
+const usage = `Usage: berth host check [--data-dir DIR] [--require DRIVER,...] [-o json]
+       berth host setup [--data-dir DIR] [--egress]
+`
+
+// Main runs `berth host ARGS` (args exclude "host") and returns the exit
+// code: 0 success, 1 a driver named by --require is unavailable or setup
+// failed, 2 usage.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(stdout, usage)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	sub := args[0]
+	fs := flag.NewFlagSet("host "+sub, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dataDir := fs.String("data-dir", envOr("BERTH_DATA_DIR", "./berth-data"), "berth's data directory (BERTH_DATA_DIR)")
+	output := fs.String("o", "", "json for a machine-readable report")
+	egress := fs.Bool("egress", false, "let guests reach beyond the host (NAT); also BERTH_GUEST_EGRESS=on")
+	require := fs.String("require", "", "comma-separated drivers that must be available, else exit 1")
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "berth host %s: unexpected argument %q\n%s", sub, fs.Arg(0), usage)
+		return 2
+	}
+	h, err := ThisHost(*dataDir)
+	if err != nil {
+		fmt.Fprintf(stderr, "error: %v\n", err)
+		return 2
+	}
+	switch sub {
+	case "check":
+		results := Check(ctx, h)
+		if *output == "json" {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			enc.Encode(results)
+		} else if *output != "" {
+			fmt.Fprintf(stderr, "berth host check: -o %q: want json\n", *output)
+			return 2
+		} else {
+			Print(stdout, results)
+		}
+		code := 0
+		for _, name := range strings.Split(*require, ",") {
+			if name = strings.TrimSpace(name); name == "" {
+				continue
+			}
+			found := false
+			for _, r := range results {
+				if r.Driver == name {
+					found = true
+					if !r.Available {
+						code = 1
+					}
+				}
+			}
+			if !found {
+				fmt.Fprintf(stderr, "berth host check: --require: no driver %q\n", name)
+				return 2
+			}
+		}
+		return code
+	case "setup":
+		net := h.Net
+		net.Egress = net.Egress || *egress
+		did, err := Setup(ctx, *dataDir, net)
+		for _, d := range did {
+			fmt.Fprintln(stdout, "ok:", d)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "error: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	fmt.Fprintf(stderr, "berth host: unknown subcommand %q\n%s", sub, usage)
+	return 2
+}
+
+// Print writes results as a table: a line per driver, then what each
+// lacks or runs without.
+func Print(w io.Writer, results []Result) {
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "DRIVER\tAVAILABLE\tMISSING")
+	for _, r := range results {
+		fmt.Fprintf(tw, "%s\t%v\t%d\n", r.Driver, r.Available, len(r.Missing))
+	}
+	tw.Flush()
+	for _, r := range results {
+		for _, m := range r.Missing {
+			fmt.Fprintf(w, "%s: missing: %s\n", r.Driver, m)
+		}
+		for _, n := range r.Notes {
+			fmt.Fprintf(w, "%s: note: %s\n", r.Driver, n)
+		}
+	}
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,58 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"path/filepath"
+
+	"github.com/berth-dev/berth/internal/hostnet"
+	"github.com/berth-dev/berth/internal/image"
+	"github.com/berth-dev/berth/internal/store"
+)
+
+// openImages opens the local image store in <data-dir>/images. What uses
+// an image is asked of the registry (deployments whose vm.image it is)
+// once it exists.
+func (s *Server) openImages(ctx context.Context, st *store.Store) (*image.Store, error) {
+	return image.New(ctx, image.Options{
+		Dir: filepath.Join(s.o.DataDir, "images"), Catalog: st, Log: s.log,
+		InUse: s.imageUsers,
+	})
+}
+
+// imageUsers lists the deployments whose vm.image is name.
+func (s *Server) imageUsers(name string) []image.Reference {
+	if s.Registry == nil {
+		return nil
+	}
+	var refs []image.Reference
+	for _, e := range s.Registry.List() {
+		if e.Spec.VM != nil && e.Spec.VM.Image == name {
+			refs = append(refs, image.Reference{Kind: "deployment", ID: e.Spec.ID})
+		}
+	}
+	return refs
+}
+
+// guestNetwork returns the host's guest network (hostnet) for the isolating
+// drivers, configured by BERTH_BRIDGE, BERTH_GUEST_SUBNET and
+// BERTH_GUEST_EGRESS, or nil with the reason logged when the host is not
+// prepared: berth serve does not change the host's interfaces or rules by
+// itself; `berth host setup` does.
+func guestNetwork(ctx context.Context, dataDir string, log *slog.Logger) *hostnet.Network {
+	cfg, err := hostnet.ConfigFromEnv(dataDir)
+	if err != nil {
+		log.Warn("guest network disabled", "err", err)
+		return nil
+	}
+	if err := hostnet.Check(ctx, cfg); err != nil {
+		log.Info("guest network unavailable; run berth host setup", "why", err)
+		return nil
+	}
+	n, err := hostnet.New(cfg)
+	if err != nil {
+		log.Warn("guest network disabled", "err", err)
+		return nil
+	}
+	return n
+}
