@@ -86,7 +86,7 @@ func init() {
 		applyCmd, getCmd, describeCmd, deleteCmd, scaleCmd,
 		cordonCmd, drainCmd, uncordonCmd, execCmd, shellCmd, logsCmd,
 		statusCmd, createCmd, loginCmd, logoutCmd, whoamiCmd, tokenCmd,
-		versionCmd, helpCmd,
+		computerCmd, versionCmd, helpCmd,
 	}
 }
 

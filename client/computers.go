@@ -1,0 +1,580 @@
+package client
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// The Computer API (/computers): persistent sandboxes, the grants that let
+// agents use them, and their operations. Its JSON is camelCase and its
+// times are Unix milliseconds, as in the Computer contract; the types here
+// mirror the server's.
+
+// Computer is a Computer as the API describes it.
+type Computer struct {
+	ID              string            `json:"id"`
+	Namespace       string            `json:"namespace"`
+	Image           string            `json:"image,omitempty"`
+	Size            string            `json:"size,omitempty"`
+	IdleTimeoutSecs int64             `json:"idleTimeoutSecs"`
+	Backings        []ComputerBacking `json:"backings"`
+	State           ComputerState     `json:"state"`
+	// Active is the backing it runs on now; nil while it sleeps.
+	Active    *ComputerBacking `json:"active,omitempty"`
+	CreatedAt int64            `json:"createdAt"`
+	UpdatedAt int64            `json:"updatedAt"`
+}
+
+// ComputerBacking is one place a Computer can run: kind "process",
+// "platform-container" or "on-box-vm" (with HostID).
+type ComputerBacking struct {
+	Kind   string `json:"kind"`
+	HostID string `json:"hostId,omitempty"`
+}
+
+// ComputerState is running, sleeping, starting, or queued at Position.
+type ComputerState struct {
+	State    string `json:"state"`
+	Position *int   `json:"position,omitempty"`
+}
+
+// NewComputer is the body of [Client.CreateComputer]. Every field is
+// optional: the server picks an id and its defaults.
+type NewComputer struct {
+	ID              string            `json:"id,omitempty"`
+	Namespace       string            `json:"namespace,omitempty"`
+	Image           string            `json:"image,omitempty"`
+	Size            string            `json:"size,omitempty"`
+	IdleTimeoutSecs *int64            `json:"idleTimeoutSecs,omitempty"`
+	Backings        []ComputerBacking `json:"backings,omitempty"`
+	Start           bool              `json:"start,omitempty"`
+}
+
+// ComputerProvenance is who a grant acts for.
+type ComputerProvenance struct {
+	Actor string `json:"actor"`
+	Via   string `json:"via,omitempty"`
+}
+
+// NewComputerGrant is the body of [Client.GrantComputer]: exactly one of
+// ExpiresAt (Unix milliseconds) and ExpiresInSecs.
+type NewComputerGrant struct {
+	Actions       []string            `json:"actions"`
+	ExpiresAt     *int64              `json:"expiresAt,omitempty"`
+	ExpiresInSecs *int64              `json:"expiresInSecs,omitempty"`
+	Egress        json.RawMessage     `json:"egress,omitempty"`
+	Provenance    *ComputerProvenance `json:"provenance,omitempty"`
+}
+
+// ComputerGrant is an issued grant. Token, the bearer credential, is set
+// only in the answer to the issue, once.
+type ComputerGrant struct {
+	ID    string `json:"id"`
+	Grant struct {
+		ComputerID string             `json:"computerId"`
+		Actions    []string           `json:"actions"`
+		ExpiresAt  int64              `json:"expiresAt"`
+		Egress     json.RawMessage    `json:"egress,omitempty"`
+		Provenance ComputerProvenance `json:"provenance"`
+	} `json:"grant"`
+	IssuedAt  int64  `json:"issuedAt"`
+	RevokedAt *int64 `json:"revokedAt,omitempty"`
+	Token     string `json:"token,omitempty"`
+}
+
+// ComputerExec is a command for [Client.ComputerExec]: Argv runs a program
+// (exec), Script a bash script (bash). Cwd is relative to the workspace.
+type ComputerExec struct {
+	Argv      []string          `json:"argv,omitempty"`
+	Script    string            `json:"script,omitempty"`
+	Cwd       string            `json:"cwd,omitempty"`
+	Env       map[string]string `json:"env,omitempty"`
+	TimeoutMs int64             `json:"timeoutMs,omitempty"`
+}
+
+// ComputerExit is how a command run by [Client.ComputerExec] ended.
+type ComputerExit struct {
+	RequestID  string
+	ExitCode   int
+	DurationMs int64
+}
+
+// ComputerPort is an exposed port and where the gateway reaches it.
+type ComputerPort struct {
+	Port   int    `json:"port"`
+	Host   string `json:"host"`
+	URL    string `json:"url"`
+	Public bool   `json:"public"`
+}
+
+// ComputerFact is one entry of a Computer's facts log: its sequence number
+// (the resume cursor) and the fact, a computerFactSchema object kept as
+// the server sent it.
+type ComputerFact struct {
+	Seq  int64           `json:"seq"`
+	Fact json.RawMessage `json:"fact"`
+}
+
+// ComputerWrite describes a file written by [Client.WriteComputerFile].
+type ComputerWrite struct {
+	Path   string `json:"path"`
+	Bytes  int64  `json:"bytes"`
+	SHA256 string `json:"sha256,omitempty"`
+}
+
+var errNoComputer = errors.New("client: empty Computer id")
+
+func computerPath(id, suffix string) string {
+	return "/computers/" + url.PathEscape(id) + suffix
+}
+
+// CreateComputer creates a Computer (`POST /computers`).
+func (c *Client) CreateComputer(ctx context.Context, req NewComputer) (*Computer, error) {
+	var out Computer
+	if _, err := c.send(ctx, http.MethodPost, "/computers", nil, req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Computers lists the Computers the caller reaches, of one namespace or
+// ("") of all.
+func (c *Client) Computers(ctx context.Context, namespace string) ([]Computer, error) {
+	path := "/computers"
+	if namespace != "" {
+		path += "?namespace=" + url.QueryEscape(namespace)
+	}
+	var out struct {
+		Computers []Computer `json:"computers"`
+	}
+	if _, err := c.send(ctx, http.MethodGet, path, nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Computers, nil
+}
+
+// Computer returns one Computer.
+func (c *Client) Computer(ctx context.Context, id string) (*Computer, error) {
+	return c.computerCall(ctx, http.MethodGet, id, "")
+}
+
+// StartComputer starts a Computer. With wait, a full fleet queues it
+// (State queued) instead of answering 429.
+func (c *Client) StartComputer(ctx context.Context, id string, wait bool) (*Computer, error) {
+	return c.computerCall(ctx, http.MethodPost, id, "/start?wait="+strconv.FormatBool(wait))
+}
+
+// StopComputer puts a Computer to sleep; its workspace stays.
+func (c *Client) StopComputer(ctx context.Context, id string) (*Computer, error) {
+	return c.computerCall(ctx, http.MethodPost, id, "/stop")
+}
+
+func (c *Client) computerCall(ctx context.Context, method, id, suffix string) (*Computer, error) {
+	if id == "" {
+		return nil, errNoComputer
+	}
+	var out Computer
+	if _, err := c.send(ctx, method, computerPath(id, suffix), nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// DeleteComputer deletes a Computer, its workspace and its grants.
+func (c *Client) DeleteComputer(ctx context.Context, id string) error {
+	if id == "" {
+		return errNoComputer
+	}
+	_, err := c.send(ctx, http.MethodDelete, computerPath(id, ""), nil, nil, nil)
+	return err
+}
+
+// GrantComputer issues a grant on Computer id; the answer's Token is the
+// credential to hand to the agent.
+func (c *Client) GrantComputer(ctx context.Context, id string, req NewComputerGrant) (*ComputerGrant, error) {
+	if id == "" {
+		return nil, errNoComputer
+	}
+	var out ComputerGrant
+	if _, err := c.send(ctx, http.MethodPost, computerPath(id, "/grants"), nil, req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// ComputerGrants lists the unexpired grants of Computer id.
+func (c *Client) ComputerGrants(ctx context.Context, id string) ([]ComputerGrant, error) {
+	if id == "" {
+		return nil, errNoComputer
+	}
+	var out struct {
+		Grants []ComputerGrant `json:"grants"`
+	}
+	if _, err := c.send(ctx, http.MethodGet, computerPath(id, "/grants"), nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Grants, nil
+}
+
+// RevokeComputerGrant revokes grant gid of Computer id.
+func (c *Client) RevokeComputerGrant(ctx context.Context, id, gid string) error {
+	if id == "" || gid == "" {
+		return errors.New("client: a Computer id and a grant id are required")
+	}
+	_, err := c.send(ctx, http.MethodDelete, computerPath(id, "/grants/"+url.PathEscape(gid)), nil, nil, nil)
+	return err
+}
+
+// execEvent is one line of a streamed exec.
+type execEvent struct {
+	Type       string `json:"type"`
+	Data       string `json:"data"`
+	RequestID  string `json:"requestId"`
+	ExitCode   *int   `json:"exitCode"`
+	DurationMs int64  `json:"durationMs"`
+	Error      string `json:"error"`
+	Status     int    `json:"status"`
+}
+
+// ComputerExec runs a command in Computer id (waking it), copying its
+// output to stdout and stderr as it comes, and returns how it ended. A
+// non-zero exit is not an error. The HTTP client's timeout does not apply;
+// ctx and req.TimeoutMs bound the run.
+func (c *Client) ComputerExec(ctx context.Context, id string, req ComputerExec, stdout, stderr io.Writer) (*ComputerExit, error) {
+	if id == "" {
+		return nil, errNoComputer
+	}
+	route := "/exec"
+	if req.Script != "" {
+		route = "/bash"
+	}
+	body := struct {
+		ComputerExec
+		Encoding string `json:"encoding"`
+		Stream   bool   `json:"stream"`
+	}{req, "base64", true}
+	b, err := json.Marshal(body)
+	if err != nil {
+		return nil, fmt.Errorf("client: exec: %w", err)
+	}
+	path := computerPath(id, route)
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(b))
+	if err != nil {
+		return nil, fmt.Errorf("client: POST %s: %w", path, err)
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	c.setHeaders(hreq.Header)
+	resp, err := c.untimed().Do(hreq)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		eb, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBytes))
+		return nil, newError(resp.StatusCode, eb)
+	}
+	if stdout == nil {
+		stdout = io.Discard
+	}
+	if stderr == nil {
+		stderr = io.Discard
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		var ev execEvent
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			return nil, fmt.Errorf("client: POST %s: malformed event: %w", path, err)
+		}
+		switch ev.Type {
+		case "stdout", "stderr":
+			data, err := base64.StdEncoding.DecodeString(ev.Data)
+			if err != nil {
+				return nil, fmt.Errorf("client: POST %s: malformed output: %w", path, err)
+			}
+			w := stdout
+			if ev.Type == "stderr" {
+				w = stderr
+			}
+			if _, err := w.Write(data); err != nil {
+				return nil, fmt.Errorf("client: writing command output: %w", err)
+			}
+		case "exit":
+			if ev.ExitCode == nil {
+				return nil, fmt.Errorf("client: POST %s: exit event without a code", path)
+			}
+			return &ComputerExit{RequestID: ev.RequestID, ExitCode: *ev.ExitCode, DurationMs: ev.DurationMs}, nil
+		case "error":
+			return nil, &Error{Status: ev.Status, Message: ev.Error}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("client: POST %s: %w", path, err)
+	}
+	return nil, fmt.Errorf("client: POST %s: the stream ended before the command did", path)
+}
+
+// ComputerTerminal opens an interactive terminal in Computer id over a
+// websocket. The session speaks the shell protocol, so it is a
+// [ShellSession] (whose SandboxID is empty). opts.NoWake and
+// opts.SandboxID do not apply.
+func (c *Client) ComputerTerminal(ctx context.Context, id string, opts ShellOptions) (*ShellSession, error) {
+	if id == "" {
+		return nil, errNoComputer
+	}
+	if opts.Cols < 0 || opts.Cols > 1000 || opts.Rows < 0 || opts.Rows > 1000 {
+		return nil, fmt.Errorf("client: terminal size %d×%d out of range (1 to 1000 each)", opts.Cols, opts.Rows)
+	}
+	q := url.Values{}
+	if opts.Cols > 0 {
+		q.Set("cols", strconv.Itoa(opts.Cols))
+	}
+	if opts.Rows > 0 {
+		q.Set("rows", strconv.Itoa(opts.Rows))
+	}
+	if opts.Cwd != "" {
+		q.Set("cwd", opts.Cwd)
+	}
+	path := computerPath(id, "/terminal")
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	h := http.Header{}
+	c.setHeaders(h)
+	conn, resp, err := websocket.Dial(ctx, c.base+path, &websocket.DialOptions{HTTPClient: c.hc, HTTPHeader: h})
+	if err != nil {
+		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
+			var b []byte
+			if resp.Body != nil {
+				b, _ = io.ReadAll(io.LimitReader(resp.Body, maxErrorBytes))
+			}
+			return nil, newError(resp.StatusCode, b)
+		}
+		return nil, fmt.Errorf("client: GET %s: %w", path, err)
+	}
+	conn.SetReadLimit(shellReadLimit)
+	if _, err := readReady(ctx, conn); err != nil {
+		conn.CloseNow()
+		return nil, fmt.Errorf("client: terminal: %w", err)
+	}
+	pr, pw := io.Pipe()
+	s := &ShellSession{conn: conn, ctx: ctx, out: pr, done: make(chan struct{})}
+	go s.readLoop(pw)
+	return s, nil
+}
+
+// ReadComputerFile copies the file at path in Computer id's workspace to
+// w and returns its hex SHA-256.
+func (c *Client) ReadComputerFile(ctx context.Context, id, path string, w io.Writer) (string, error) {
+	if id == "" {
+		return "", errNoComputer
+	}
+	p := computerPath(id, "/files/readBytes?path="+url.QueryEscape(path))
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+p, nil)
+	if err != nil {
+		return "", fmt.Errorf("client: GET %s: %w", p, err)
+	}
+	c.setHeaders(req.Header)
+	resp, err := c.untimed().Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBytes))
+		return "", newError(resp.StatusCode, b)
+	}
+	if _, err := io.Copy(w, resp.Body); err != nil {
+		return "", fmt.Errorf("client: GET %s: %w", p, err)
+	}
+	return resp.Header.Get("X-File-Sha256"), nil
+}
+
+// WriteComputerFile atomically replaces (or creates, with missing parent
+// directories when parents is set) the file at path in Computer id's
+// workspace with the content of r. A zero mode keeps the replaced file's.
+func (c *Client) WriteComputerFile(ctx context.Context, id, path string, r io.Reader, mode uint32, parents bool) (*ComputerWrite, error) {
+	if id == "" {
+		return nil, errNoComputer
+	}
+	q := url.Values{"path": {path}}
+	if mode != 0 {
+		q.Set("mode", fmt.Sprintf("%04o", mode))
+	}
+	if parents {
+		q.Set("parents", "true")
+	}
+	p := computerPath(id, "/files/writeBytes?"+q.Encode())
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, c.base+p, r)
+	if err != nil {
+		return nil, fmt.Errorf("client: PUT %s: %w", p, err)
+	}
+	req.Header.Set("Content-Type", "application/octet-stream")
+	req.Header.Set("Accept", "application/json")
+	c.setHeaders(req.Header)
+	resp, err := c.untimed().Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBytes))
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return nil, newError(resp.StatusCode, b)
+	}
+	var out ComputerWrite
+	if err := decodeBody(b, &out); err != nil {
+		return nil, fmt.Errorf("client: PUT %s: %w", p, err)
+	}
+	return &out, nil
+}
+
+// ExposeComputerPort makes port inside Computer id reachable through the
+// gateway's data plane; public makes it reachable without a credential.
+func (c *Client) ExposeComputerPort(ctx context.Context, id string, port int, public bool) (*ComputerPort, error) {
+	if id == "" {
+		return nil, errNoComputer
+	}
+	var out ComputerPort
+	body := map[string]any{"port": port, "public": public}
+	if _, err := c.send(ctx, http.MethodPost, computerPath(id, "/ports"), nil, body, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// ComputerPorts lists the exposed ports of Computer id.
+func (c *Client) ComputerPorts(ctx context.Context, id string) ([]ComputerPort, error) {
+	if id == "" {
+		return nil, errNoComputer
+	}
+	var out struct {
+		Ports []ComputerPort `json:"ports"`
+	}
+	if _, err := c.send(ctx, http.MethodGet, computerPath(id, "/ports"), nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Ports, nil
+}
+
+// UnexposeComputerPort withdraws an exposed port.
+func (c *Client) UnexposeComputerPort(ctx context.Context, id string, port int) error {
+	if id == "" {
+		return errNoComputer
+	}
+	_, err := c.send(ctx, http.MethodDelete, computerPath(id, "/ports/"+strconv.Itoa(port)), nil, nil, nil)
+	return err
+}
+
+// ComputerFacts returns up to limit (0: the server's default) facts of
+// Computer id after sequence number after, and the cursor for the next
+// page.
+func (c *Client) ComputerFacts(ctx context.Context, id string, after int64, limit int) ([]ComputerFact, int64, error) {
+	if id == "" {
+		return nil, 0, errNoComputer
+	}
+	q := url.Values{"after": {strconv.FormatInt(after, 10)}}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var out struct {
+		Facts []ComputerFact `json:"facts"`
+		Next  int64          `json:"next"`
+	}
+	if _, err := c.send(ctx, http.MethodGet, computerPath(id, "/facts?"+q.Encode()), nil, nil, &out); err != nil {
+		return nil, 0, err
+	}
+	return out.Facts, out.Next, nil
+}
+
+// followRetry is how long FollowComputerFacts waits before it reconnects
+// a stream that broke.
+var followRetry = 2 * time.Second
+
+// FollowComputerFacts calls fn with each fact of Computer id after
+// sequence number after, as the server-sent event stream delivers them,
+// until ctx ends (then it returns nil) or fn fails. A stream that breaks
+// is resumed where it stopped (Last-Event-ID); an error answer ends it.
+func (c *Client) FollowComputerFacts(ctx context.Context, id string, after int64, fn func(ComputerFact) error) error {
+	if id == "" {
+		return errNoComputer
+	}
+	for {
+		err := c.followOnce(ctx, id, &after, fn)
+		var ae *Error
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case errors.As(err, &ae), errors.Is(err, errStop):
+			return err
+		}
+		t := time.NewTimer(followRetry)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// errStop marks an error that ends a follow: the caller's fn failed, or
+// the stream cannot be resumed.
+var errStop = errors.New("client: facts: stopped")
+
+func (c *Client) followOnce(ctx context.Context, id string, after *int64, fn func(ComputerFact) error) error {
+	p := computerPath(id, "/facts")
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+p, nil)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errStop, err)
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Last-Event-ID", strconv.FormatInt(*after, 10))
+	c.setHeaders(req.Header)
+	resp, err := c.untimed().Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBytes))
+		return newError(resp.StatusCode, b)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	var idLine, data string
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "":
+			if idLine != "" && data != "" {
+				seq, err := strconv.ParseInt(idLine, 10, 64)
+				if err != nil {
+					return fmt.Errorf("%w: bad event id %q", errStop, idLine)
+				}
+				if err := fn(ComputerFact{Seq: seq, Fact: json.RawMessage(data)}); err != nil {
+					return fmt.Errorf("%w: %w", errStop, err)
+				}
+				*after = seq
+			}
+			idLine, data = "", ""
+		case strings.HasPrefix(line, "id:"):
+			idLine = strings.TrimSpace(strings.TrimPrefix(line, "id:"))
+		case strings.HasPrefix(line, "data:"):
+			data += strings.TrimPrefix(strings.TrimPrefix(line, "data:"), " ")
+		}
+	}
+	return sc.Err()
+}
