@@ -23,8 +23,9 @@
 // only by Setup and Teardown, which `berth host setup` and the drivers'
 // constructors call.
 //
-// Everything is done with iproute2's ip (and iptables for the egress
-// rules), batched so that attaching a replica costs two short commands.
+// Replicas are plugged in over netlink (no command on the start path);
+// Setup, Teardown and taps use iproute2's ip, and iptables for the egress
+// rules.
 package hostnet
 
 import (
@@ -35,13 +36,16 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 )
 
 // Defaults of Config.
@@ -453,45 +457,88 @@ func TapName(id string) string { return ifName("bt", id) }
 // end is VethName(id) on the bridge and whose other end is eth0 in the
 // namespace with id's address, a default route via the gateway, and lo up.
 // It returns the address. A leftover host end of the same id is replaced.
+// It talks netlink directly (no ip command on the start path).
 func (n *Network) AttachVeth(ctx context.Context, id string, pid int) (netip.Addr, error) {
 	addr, err := n.Allocate(id)
 	if err != nil {
 		return netip.Addr{}, err
 	}
-	veth := VethName(id)
-	host := fmt.Sprintf("link add %s type veth peer name eth0 netns %d\n"+
-		"link set %s master %s\n"+
-		"link set dev %s type bridge_slave isolated on\n"+
-		"link set %s up\n", veth, pid, veth, n.c.Bridge, veth, veth)
-	if err := run(ctx, host, "ip", "-batch", "-"); err != nil {
-		if !linkExists(ctx, veth) {
-			return netip.Addr{}, fmt.Errorf("hostnet: attaching %s: %w", id, err)
-		}
-		// A leftover of a replica of the same id (berth died in Stop):
-		// replace it.
-		run(ctx, "", "ip", "link", "del", veth)
-		if err := run(ctx, host, "ip", "-batch", "-"); err != nil {
-			return netip.Addr{}, fmt.Errorf("hostnet: attaching %s: %w", id, err)
-		}
+	fail := func(what string, err error) (netip.Addr, error) {
+		return netip.Addr{}, fmt.Errorf("hostnet: attaching %s: %s: %w", id, what, err)
 	}
-	guest := fmt.Sprintf("link set lo up\n"+
-		"addr add %s dev eth0\n"+
-		"link set eth0 up\n"+
-		"route add default via %s\n", netip.PrefixFrom(addr, n.c.Subnet.Bits()), n.c.Gateway())
-	if err := run(ctx, guest, "nsenter", "--net=/proc/"+strconv.Itoa(pid)+"/ns/net", "ip", "-batch", "-"); err != nil {
-		run(ctx, "", "ip", "link", "del", veth)
-		return netip.Addr{}, fmt.Errorf("hostnet: configuring the network of %s: %w", id, err)
+	br, err := netlink.LinkByName(n.c.Bridge)
+	if err != nil {
+		return fail("bridge "+n.c.Bridge, err)
+	}
+	veth := VethName(id)
+	if old, err := netlink.LinkByName(veth); err == nil {
+		// A leftover of a replica of the same id (berth died in Stop).
+		netlink.LinkDel(old)
+	}
+	la := netlink.NewLinkAttrs()
+	la.Name, la.MasterIndex = veth, br.Attrs().Index
+	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: "eth0", PeerNamespace: netlink.NsPid(pid)}); err != nil {
+		return fail("creating the veth pair", err)
+	}
+	host, err := netlink.LinkByName(veth)
+	if err == nil {
+		err = netlink.LinkSetIsolated(host, true)
+	}
+	if err == nil {
+		err = netlink.LinkSetUp(host)
+	}
+	if err != nil {
+		netlink.LinkDel(host)
+		return fail("the host end", err)
+	}
+	if err := configureGuest(pid, netip.PrefixFrom(addr, n.c.Subnet.Bits()), n.c.Gateway()); err != nil {
+		netlink.LinkDel(host)
+		return fail("the guest end", err)
 	}
 	return addr, nil
+}
+
+// configureGuest sets up eth0 and lo in the network namespace of pid.
+func configureGuest(pid int, addr netip.Prefix, gw netip.Addr) error {
+	ns, err := netns.GetFromPid(pid)
+	if err != nil {
+		return err
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	lo, err := h.LinkByName("lo")
+	if err != nil {
+		return err
+	}
+	if err := h.LinkSetUp(lo); err != nil {
+		return err
+	}
+	eth, err := h.LinkByName("eth0")
+	if err != nil {
+		return err
+	}
+	ipnet := &net.IPNet{IP: addr.Addr().AsSlice(), Mask: net.CIDRMask(addr.Bits(), 32)}
+	if err := h.AddrAdd(eth, &netlink.Addr{IPNet: ipnet}); err != nil {
+		return err
+	}
+	if err := h.LinkSetUp(eth); err != nil {
+		return err
+	}
+	return h.RouteAdd(&netlink.Route{LinkIndex: eth.Attrs().Index, Gw: gw.AsSlice()})
 }
 
 // DetachVeth removes id's veth pair (if its namespace still holds it) and
 // frees its address.
 func (n *Network) DetachVeth(ctx context.Context, id string) error {
-	veth := VethName(id)
-	if linkExists(ctx, veth) {
-		if err := run(ctx, "", "ip", "link", "del", veth); err != nil && linkExists(ctx, veth) {
-			return fmt.Errorf("hostnet: %w", err)
+	if l, err := netlink.LinkByName(VethName(id)); err == nil {
+		if err := netlink.LinkDel(l); err != nil {
+			if _, gone := netlink.LinkByName(VethName(id)); gone == nil {
+				return fmt.Errorf("hostnet: %w", err)
+			}
 		}
 	}
 	return n.Release(id)

@@ -1,0 +1,122 @@
+package container
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth/internal/agent"
+)
+
+// report adds the p50 and p90 of ds, in milliseconds, to b's metrics.
+func report(b *testing.B, name string, ds []time.Duration) {
+	if len(ds) == 0 {
+		return
+	}
+	slices.Sort(ds)
+	q := func(p float64) float64 { return float64(ds[int(p*float64(len(ds)-1))].Microseconds()) / 1000 }
+	b.ReportMetric(q(0.5), name+"-p50-ms")
+	b.ReportMetric(q(0.9), name+"-p90-ms")
+}
+
+// BenchmarkScaleFromZero measures a replica of a trivial app (busybox
+// httpd) from nothing to the first byte of its first answer, on the
+// driver: Start (mount, files, runtime create, network, runtime start),
+// then the agent, the shell and httpd coming up. berth's share is Start
+// less the runtime's create and start.
+func BenchmarkScaleFromZero(b *testing.B) {
+	d := newDriver(b)
+	var mu sync.Mutex
+	steps := map[string][]time.Duration{}
+	d.trace = func(step string, dur time.Duration) {
+		mu.Lock()
+		steps[step] = append(steps[step], dur)
+		mu.Unlock()
+	}
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	var total, start, share, ready []time.Duration
+	for b.Loop() {
+		s := spec("bench", app)
+		mu.Lock()
+		nc, ns := len(steps["create"]), len(steps["start"])
+		mu.Unlock()
+		t0 := time.Now()
+		inst, err := d.Start(context.Background(), s)
+		if err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		for {
+			resp, err := client.Get("http://" + inst.Addr + "/")
+			if err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					break
+				}
+			}
+			if time.Since(t0) > 30*time.Second {
+				b.Fatalf("no answer from %s: %v", inst.Addr, err)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		t2 := time.Now()
+		total = append(total, t2.Sub(t0))
+		start = append(start, t1.Sub(t0))
+		ready = append(ready, t2.Sub(t1))
+		mu.Lock()
+		rt := steps["create"][nc] + steps["start"][ns]
+		mu.Unlock()
+		share = append(share, t1.Sub(t0)-rt)
+		b.StopTimer()
+		if err := d.Stop(context.Background(), s.Name, time.Second); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	report(b, "ttfb", total)
+	report(b, "start", start)
+	report(b, "berth", share)
+	report(b, "app", ready)
+	for _, step := range []string{"mount", "prepare", "create", "network", "start"} {
+		report(b, step, steps[step])
+	}
+}
+
+// BenchmarkExec measures an exec round trip through the agent of a
+// running replica: `true` over the agent's unix socket.
+func BenchmarkExec(b *testing.B) {
+	d := newDriver(b)
+	s := spec("exec", app)
+	if _, err := d.Start(context.Background(), s); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { d.Stop(context.Background(), s.Name, time.Second) })
+	c := agent.NewClient(func(ctx context.Context) (net.Conn, error) { return d.DialAgent(ctx, s.Name) })
+	defer c.Close()
+	ctx := context.Background()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := c.Exec(ctx, agent.ExecRequest{Argv: []string{"true"}}); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			b.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var ds []time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		res, err := c.Exec(ctx, agent.ExecRequest{Argv: []string{"true"}})
+		if err != nil || res.ExitCode != 0 {
+			b.Fatalf("exec true: %+v, %v", res, err)
+		}
+		ds = append(ds, time.Since(t0))
+	}
+	report(b, "exec", ds)
+}
