@@ -578,3 +578,151 @@ func (c *Client) followOnce(ctx context.Context, id string, after *int64, fn fun
 	}
 	return sc.Err()
 }
+
+// ComputerEdit is one exact-string replacement for [Client.EditComputerFile].
+type ComputerEdit struct {
+	Old        string `json:"old"`
+	New        string `json:"new"`
+	ReplaceAll bool   `json:"replaceAll,omitempty"`
+}
+
+// ComputerEdited describes a file after an edit or a patch.
+type ComputerEdited struct {
+	Path         string `json:"path"`
+	Bytes        int64  `json:"bytes"`
+	SHA256       string `json:"sha256,omitempty"`
+	Replacements int    `json:"replacements,omitempty"`
+	Created      bool   `json:"created,omitempty"`
+	Deleted      bool   `json:"deleted,omitempty"`
+}
+
+// EditComputerFile applies exact-string replacements to the file at path,
+// all or none: an edit whose Old is missing, or found more than once
+// without ReplaceAll, fails with a 409 ([IsConflict]) and changes nothing.
+// A non-empty expectSHA256 makes it fail with a 412 unless the file has
+// that hash.
+func (c *Client) EditComputerFile(ctx context.Context, id, path string, edits []ComputerEdit, expectSHA256 string) (*ComputerEdited, error) {
+	if id == "" {
+		return nil, errNoComputer
+	}
+	body := map[string]any{"path": path, "edits": edits}
+	if expectSHA256 != "" {
+		body["expectedSha256"] = expectSHA256
+	}
+	var out ComputerEdited
+	if _, err := c.send(ctx, http.MethodPost, computerPath(id, "/files/edit"), nil, body, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// PatchComputer applies a unified diff of one or more files to Computer
+// id's workspace, all or nothing (a hunk that does not apply is a 409 and
+// changes no file), and returns the files it changed.
+func (c *Client) PatchComputer(ctx context.Context, id, patch string) ([]ComputerEdited, error) {
+	if id == "" {
+		return nil, errNoComputer
+	}
+	var out struct {
+		Files []ComputerEdited `json:"files"`
+	}
+	if _, err := c.send(ctx, http.MethodPost, computerPath(id, "/files/patch"), nil, map[string]string{"patch": patch}, &out); err != nil {
+		return nil, err
+	}
+	return out.Files, nil
+}
+
+// ComputerProcess is a background process of a Computer.
+type ComputerProcess struct {
+	ID         string              `json:"id"`
+	PID        int                 `json:"pid"`
+	Command    string              `json:"command"`
+	Running    bool                `json:"running"`
+	ExitCode   *int                `json:"exitCode"`
+	Signal     string              `json:"signal,omitempty"`
+	StartedAt  int64               `json:"startedAt"`
+	EndedAt    *int64              `json:"endedAt"`
+	CPUTimeMs  *int64              `json:"cpuTimeMs"`
+	Provenance *ComputerProvenance `json:"provenance,omitempty"`
+}
+
+// StartComputerProcess starts a command in the background in Computer id:
+// it outlives the request, keeps the Computer awake while it runs, and its
+// output is read with [Client.ComputerProcessOutput].
+func (c *Client) StartComputerProcess(ctx context.Context, id string, req ComputerExec) (*ComputerProcess, error) {
+	if id == "" {
+		return nil, errNoComputer
+	}
+	body := map[string]any{"cwd": req.Cwd}
+	if req.Script != "" {
+		body["script"] = req.Script
+	} else {
+		body["argv"] = req.Argv
+	}
+	if len(req.Env) > 0 {
+		body["env"] = req.Env
+	}
+	var out ComputerProcess
+	if _, err := c.send(ctx, http.MethodPost, computerPath(id, "/processes"), nil, body, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// ComputerProcesses lists the background processes of Computer id.
+func (c *Client) ComputerProcesses(ctx context.Context, id string) ([]ComputerProcess, error) {
+	if id == "" {
+		return nil, errNoComputer
+	}
+	var out struct {
+		Processes []ComputerProcess `json:"processes"`
+	}
+	if _, err := c.send(ctx, http.MethodGet, computerPath(id, "/processes"), nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Processes, nil
+}
+
+// ComputerProcessOutput copies the output of background process pid from
+// byte offset on to w and returns the offset to resume from.
+func (c *Client) ComputerProcessOutput(ctx context.Context, id, pid string, offset int64, w io.Writer) (int64, error) {
+	if id == "" || pid == "" {
+		return 0, errors.New("client: a Computer id and a process id are required")
+	}
+	p := computerPath(id, "/processes/"+url.PathEscape(pid)+"/output?offset="+strconv.FormatInt(offset, 10))
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+p, nil)
+	if err != nil {
+		return 0, fmt.Errorf("client: GET %s: %w", p, err)
+	}
+	c.setHeaders(req.Header)
+	resp, err := c.untimed().Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBytes))
+		return 0, newError(resp.StatusCode, b)
+	}
+	n, err := io.Copy(w, resp.Body)
+	if err != nil {
+		return offset + n, fmt.Errorf("client: GET %s: %w", p, err)
+	}
+	return offset + n, nil
+}
+
+// KillComputerProcess sends sig ("" for TERM) to background process pid.
+func (c *Client) KillComputerProcess(ctx context.Context, id, pid, sig string) (*ComputerProcess, error) {
+	if id == "" || pid == "" {
+		return nil, errors.New("client: a Computer id and a process id are required")
+	}
+	p := computerPath(id, "/processes/"+url.PathEscape(pid))
+	if sig != "" {
+		p += "?signal=" + url.QueryEscape(sig)
+	}
+	var out ComputerProcess
+	if _, err := c.send(ctx, http.MethodDelete, p, nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}

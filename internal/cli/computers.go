@@ -44,7 +44,18 @@ Subcommands:
   exec ID [--cwd DIR] [-e K=V]... [--timeout DUR] -c SCRIPT
                                run a command (or a bash script); output
                                streams, berth exits with its exit code
+  exec ID --detach [--cwd DIR] [-e K=V]... (-- CMD [ARG...] | -c SCRIPT)
+                               start it in the background (it keeps the
+                               Computer awake); prints the process id
+  ps ID                        list background processes
+  logs ID PROCESS_ID           print a background process's output
+  kill ID PROCESS_ID [--signal SIG]
   shell ID [--cwd DIR]         an interactive terminal
+  edit ID PATH --old TEXT --new TEXT [--all]
+                               replace TEXT exactly (once, or --all); a
+                               missing or ambiguous TEXT changes nothing
+  patch ID FILE|-              apply a unified diff (git or traditional)
+                               to the workspace, all files or none
   cp SRC DST                   copy a file to or from a Computer: one side
                                is ID:PATH (relative to the workspace), the
                                other a local path or - for stdin/stdout
@@ -85,7 +96,8 @@ func runComputer(ctx context.Context, e *env, args []string) error {
 		"exec": computerExec, "shell": computerShell, "cp": computerCp,
 		"grant": computerGrant, "grants": computerGrants, "revoke": computerRevoke,
 		"expose": computerExpose, "ports": computerPorts, "unexpose": computerUnexpose,
-		"facts": computerFacts,
+		"facts": computerFacts, "ps": computerPs, "logs": computerLogs, "kill": computerKill,
+		"edit": computerEdit, "patch": computerPatch,
 	}[sub]
 	switch {
 	case sub == "" && len(rest) == 0:
@@ -333,11 +345,13 @@ func computerExec(ctx context.Context, e *env, args []string) error {
 	fs.Var(env, "env", "")
 	timeout := fs.String("timeout", "", "")
 	script := fs.String("c", "", "")
+	detach := fs.Bool("detach", false, "")
+	fs.BoolVar(detach, "d", false, "")
 	pos, err := e.parse(fs, args)
 	if err != nil {
 		return err
 	}
-	if err := e.noDocument("computer exec"); err != nil {
+	if err := e.noDocument("computer exec"); err != nil && !*detach {
 		return err
 	}
 	if len(pos) == 0 || pos[0] == "" {
@@ -364,6 +378,21 @@ func computerExec(ctx context.Context, e *env, args []string) error {
 	c, err := e.client()
 	if err != nil {
 		return err
+	}
+	if *detach {
+		if *timeout != "" {
+			return usagef("exec: --timeout does not apply to --detach; stop it with kill")
+		}
+		p, err := c.StartComputerProcess(ctx, id, req)
+		if err != nil {
+			return err
+		}
+		if e.structured() {
+			return e.printValue(p)
+		}
+		fmt.Fprintln(e.stdout, p.ID)
+		fmt.Fprintf(e.stderr, "started in the background as pid %d; see its output with: berth computer logs %s %s\n", p.PID, id, p.ID)
+		return nil
 	}
 	exit, err := c.ComputerExec(ctx, id, req, e.stdout, e.stderr)
 	if err != nil {
@@ -847,4 +876,163 @@ func describeFact(f client.ComputerFact) string {
 		detail = fmt.Sprintf("runtime %s observed %s ended=%t", v.RuntimeID, msStamp(v.ObservedAt), v.Ended)
 	}
 	return clean(fmt.Sprintf("%d  %-14s  %-20s  %s", f.Seq, v.Kind, actor, detail))
+}
+
+func computerPs(ctx context.Context, e *env, args []string) error {
+	id, _, err := oneID(e, "ps", e.flagSet("computer ps"), args, 0)
+	if err != nil {
+		return err
+	}
+	c, err := e.client()
+	if err != nil {
+		return err
+	}
+	list, err := c.ComputerProcesses(ctx, id)
+	if err != nil {
+		return err
+	}
+	if e.structured() {
+		return e.printValue(list)
+	}
+	if len(list) == 0 {
+		fmt.Fprintf(e.stderr, "computer/%s has no background processes.\n", id)
+		return nil
+	}
+	tw := newTable(e.stdout)
+	row(tw, "ID", "PID", "STATE", "STARTED", "BY", "COMMAND")
+	for _, p := range list {
+		st := "running"
+		if !p.Running {
+			st = "exited"
+			if p.ExitCode != nil {
+				st = "exit " + strconv.Itoa(*p.ExitCode)
+			}
+		}
+		by := "-"
+		if p.Provenance != nil {
+			by = p.Provenance.Actor
+		}
+		row(tw, p.ID, p.PID, st, ageMs(p.StartedAt), by, p.Command)
+	}
+	tw.Flush()
+	return nil
+}
+
+func computerLogs(ctx context.Context, e *env, args []string) error {
+	id, rest, err := oneID(e, "logs", e.flagSet("computer logs"), args, 1)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 1 {
+		return usagef("logs: want ID PROCESS_ID")
+	}
+	if err := e.noDocument("computer logs"); err != nil {
+		return err
+	}
+	c, err := e.client()
+	if err != nil {
+		return err
+	}
+	_, err = c.ComputerProcessOutput(ctx, id, rest[0], 0, e.stdout)
+	return err
+}
+
+func computerKill(ctx context.Context, e *env, args []string) error {
+	fs := e.flagSet("computer kill")
+	sig := fs.String("signal", "", "")
+	fs.StringVar(sig, "s", "", "")
+	id, rest, err := oneID(e, "kill", fs, args, 1)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 1 {
+		return usagef("kill: want ID PROCESS_ID")
+	}
+	c, err := e.client()
+	if err != nil {
+		return err
+	}
+	p, err := c.KillComputerProcess(ctx, id, rest[0], *sig)
+	if err != nil {
+		return err
+	}
+	if e.structured() {
+		return e.printValue(p)
+	}
+	fmt.Fprintf(e.stdout, "process %s signalled\n", p.ID)
+	return nil
+}
+
+func computerEdit(ctx context.Context, e *env, args []string) error {
+	fs := e.flagSet("computer edit")
+	var olds, news stringList
+	fs.Var(&olds, "old", "")
+	fs.Var(&news, "new", "")
+	all := fs.Bool("all", false, "")
+	id, rest, err := oneID(e, "edit", fs, args, 1)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 1 {
+		return usagef("edit: want ID PATH")
+	}
+	if len(olds) == 0 || len(olds) != len(news) {
+		return usagef("edit: give --old and --new in pairs (%d --old, %d --new)", len(olds), len(news))
+	}
+	edits := make([]client.ComputerEdit, len(olds))
+	for i := range olds {
+		if olds[i] == "" {
+			return usagef("edit: --old must not be empty")
+		}
+		edits[i] = client.ComputerEdit{Old: olds[i], New: news[i], ReplaceAll: *all}
+	}
+	c, err := e.client()
+	if err != nil {
+		return err
+	}
+	out, err := c.EditComputerFile(ctx, id, rest[0], edits, "")
+	if err != nil {
+		return err
+	}
+	if e.structured() {
+		return e.printValue(out)
+	}
+	fmt.Fprintf(e.stdout, "%s: %d replacement(s), %d bytes\n", out.Path, out.Replacements, out.Bytes)
+	return nil
+}
+
+func computerPatch(ctx context.Context, e *env, args []string) error {
+	id, rest, err := oneID(e, "patch", e.flagSet("computer patch"), args, 1)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 1 {
+		return usagef("patch: want ID FILE (or - for stdin)")
+	}
+	diff, err := e.readInput(rest[0])
+	if err != nil {
+		return err
+	}
+	c, err := e.client()
+	if err != nil {
+		return err
+	}
+	files, err := c.PatchComputer(ctx, id, string(diff))
+	if err != nil {
+		return err
+	}
+	if e.structured() {
+		return e.printValue(files)
+	}
+	for _, f := range files {
+		what := "patched"
+		switch {
+		case f.Created:
+			what = "created"
+		case f.Deleted:
+			what = "deleted"
+		}
+		fmt.Fprintf(e.stdout, "%s %s\n", what, f.Path)
+	}
+	return nil
 }

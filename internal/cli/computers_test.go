@@ -91,7 +91,7 @@ func TestComputerCLI(t *testing.T) {
 		t.Errorf("list: %q", out)
 	}
 
-	token := strings.TrimSpace(mustRun(t, "", op("computer", "grant", "desk", "--actions", "exec,bash,files.*,terminal,start", "--expires-in", "1h", "--actor", "agent-1", "--via", "cli-test")...))
+	token := strings.TrimSpace(mustRun(t, "", op("computer", "grant", "desk", "--actions", "exec,bash,files.*,terminal,start,processStart,processList,processKill", "--expires-in", "1h", "--actor", "agent-1", "--via", "cli-test")...))
 	if !strings.HasPrefix(token, "bcg_") {
 		t.Fatalf("grant printed %q, want a bcg_ token", token)
 	}
@@ -123,6 +123,37 @@ func TestComputerCLI(t *testing.T) {
 		t.Errorf("cp of a path outside the workspace: exit %d, %q", code, errs)
 	}
 
+	// edit and patch: exact, all or nothing.
+	if out := mustRun(t, "", agentRun("computer", "edit", "desk", "src/notes.txt", "--old", "first", "--new", "1st")...); !strings.Contains(out, "1 replacement") {
+		t.Errorf("edit: %q", out)
+	}
+	if code, _, errs := berth(t, "", agentRun("computer", "edit", "desk", "src/notes.txt", "--old", "line", "--new", "row")...); code != 1 || !strings.Contains(errs, "line") {
+		t.Errorf("ambiguous edit: exit %d, %q", code, errs)
+	}
+	diff := "--- a/src/notes.txt\n+++ b/src/notes.txt\n@@ -1,2 +1,2 @@\n 1st line\n-second line\n+2nd line\n--- /dev/null\n+++ b/src/new.txt\n@@ -0,0 +1 @@\n+new\n"
+	if out := mustRun(t, diff, agentRun("computer", "patch", "desk", "-")...); out != "patched /src/notes.txt\ncreated /src/new.txt\n" {
+		t.Errorf("patch: %q", out)
+	}
+	if code, _, _ := berth(t, diff, agentRun("computer", "patch", "desk", "-")...); code != 1 {
+		t.Errorf("re-applying the patch: exit %d, want 1", code)
+	}
+	if out := mustRun(t, "", agentRun("computer", "cp", "desk:src/notes.txt", "-")...); out != "1st line\n2nd line\n" {
+		t.Errorf("after edit and patch: %q", out)
+	}
+
+	// Background processes.
+	pid := strings.TrimSpace(mustRun(t, "", agentRun("computer", "exec", "desk", "--detach", "-c", "echo bg-started; exec sleep 60")...))
+	if out := mustRun(t, "", agentRun("computer", "ps", "desk")...); !strings.Contains(out, pid) || !strings.Contains(out, "running") || !strings.Contains(out, "agent-1") {
+		t.Errorf("ps: %q", out)
+	}
+	for {
+		if out := mustRun(t, "", agentRun("computer", "logs", "desk", pid)...); out == "bg-started\n" {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	mustRun(t, "", agentRun("computer", "kill", "desk", pid, "--signal", "KILL")...)
+
 	// A shell with piped input.
 	code, out, _ = berth(t, "cd src && echo in-$(cat piped.txt)\nexit 4\n", agentRun("computer", "shell", "desk")...)
 	if code != 4 || !strings.Contains(out, "in-piped") {
@@ -141,7 +172,7 @@ func TestComputerCLI(t *testing.T) {
 	if out := mustRun(t, "", op("computer", "stop", "desk")...); !strings.Contains(out, "sleeping") {
 		t.Errorf("stop: %q", out)
 	}
-	if out := mustRun(t, "", agentRun("computer", "exec", "desk", "--", "cat", "src/notes.txt")...); out != "first line\nsecond line\n" {
+	if out := mustRun(t, "", agentRun("computer", "exec", "desk", "--", "cat", "src/notes.txt")...); out != "1st line\n2nd line\n" {
 		t.Errorf("after sleep: %q", out)
 	}
 
