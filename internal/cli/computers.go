@@ -875,7 +875,7 @@ func describeFact(f client.ComputerFact) string {
 	case "interval":
 		detail = fmt.Sprintf("runtime %s observed %s ended=%t", v.RuntimeID, msStamp(v.ObservedAt), v.Ended)
 	}
-	return clean(fmt.Sprintf("%d  %-14s  %-20s  %s", f.Seq, v.Kind, actor, detail))
+	return clean(fmt.Sprintf("%-4d  %-14s  %-20s  %s", f.Seq, v.Kind, actor, detail))
 }
 
 func computerPs(ctx context.Context, e *env, args []string) error {
