@@ -1,0 +1,23 @@
+package container
+
+import (
+	"testing"
+
+	"github.com/berth-dev/berth/internal/image"
+)
+
+// SharedEnv gives the package's external tests (the gateway tests, which
+// import package server and so cannot live in package container) the
+// shared environment: the static agent, the image store and the busybox
+// tree it was imported from.
+func SharedEnv(t testing.TB) (agent string, images *image.Store, busyboxRootfs string) {
+	e := setup(t)
+	root, err := e.images.Rootfs("busybox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e.agent, e.images, root
+}
+
+// App is the trivial busybox httpd app of the tests.
+const App = app
