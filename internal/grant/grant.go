@@ -195,7 +195,12 @@ type Store interface {
 	Grants(ctx context.Context, notBefore int64) ([]store.Grant, error)
 	PutGrant(ctx context.Context, g store.Grant) error
 	RevokeGrants(ctx context.Context, computerID string, at time.Time, ids ...string) ([]string, error)
+	PruneGrants(ctx context.Context, before int64) (int64, error)
 }
+
+// pruneEvery is how often Issue deletes expired grants from the store:
+// they can never verify again, so their rows only take room.
+const pruneEvery = time.Hour
 
 // Config configures an Issuer.
 type Config struct {
@@ -219,6 +224,8 @@ type Issuer struct {
 
 	mu    sync.Mutex // guards known
 	known map[string]*entry
+
+	pruned time.Time // last store prune; guarded by wmu
 }
 
 type entry struct {
@@ -292,6 +299,12 @@ func (i *Issuer) Issue(ctx context.Context, r Request) (Grant, string, error) {
 	i.known[g.ID] = &entry{g: g}
 	i.sweepLocked(now)
 	i.mu.Unlock()
+	if now.Sub(i.pruned) >= pruneEvery {
+		// Best effort: a failed prune is retried at the next issue.
+		if _, err := i.cfg.Store.PruneGrants(ctx, now.UnixMilli()); err == nil {
+			i.pruned = now
+		}
+	}
 	return g, i.sign(payload), nil
 }
 

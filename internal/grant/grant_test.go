@@ -192,7 +192,7 @@ func TestUnknownGrant(t *testing.T) {
 }
 
 func TestExpiry(t *testing.T) {
-	i, c, _, _ := newIssuer(t)
+	i, c, st, _ := newIssuer(t)
 	_, tok, err := i.Issue(context.Background(), request(c, "c1", Exec))
 	if err != nil {
 		t.Fatal(err)
@@ -207,6 +207,15 @@ func TestExpiry(t *testing.T) {
 	}
 	if got := i.List("c1"); len(got) != 0 {
 		t.Errorf("List after expiry = %v, want none", got)
+	}
+	// The next issue, an hour on, deletes the expired row from the store.
+	c.t = c.t.Add(pruneEvery)
+	if _, _, err := i.Issue(context.Background(), request(c, "c1", Exec)); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := st.Grants(context.Background(), 0)
+	if err != nil || len(rows) != 1 {
+		t.Errorf("stored grants after a prune = %d, %v; want only the new one", len(rows), err)
 	}
 }
 

@@ -31,11 +31,17 @@
 //	computer_usage(runtime_id PK, ...; Unix ms), computer_recycles,
 //	computer_fact_seq, computer_facts(PK (computer_id, seq), dedupe),
 //	computer_ports(PK (computer_id, port) → computers)
+//	computer_grants(id PK, computer_id, payload JSON, expires_at Unix ms,
+//	          issued_at, revoked_at)
 //
 // The Computer tables (package computer) keep its state machine, fleet
 // slots (ReserveComputerSlot counts and inserts in one transaction), the
 // FIFO start queue, the usage ledger and the facts log; the ledger and the
 // facts have no foreign key, so they outlive a deleted Computer.
+//
+// computer_grants (package grant) lists the grants issued, for listing and
+// revocation; a grant's token is never stored, only its signed payload, and
+// the signing key lives outside the database.
 //
 // Tokens hold only the SHA-256 of their secret, and a secret row's sealed
 // column is opaque here: package secrets seals and opens it (AES-256-GCM),
