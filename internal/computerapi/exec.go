@@ -152,7 +152,6 @@ func (a *API) run(w http.ResponseWriter, r *http.Request, c *call, req ExecReque
 		return err
 	}
 	defer release()
-	noReadDeadline(w)
 	areq := agent.ExecRequest{Argv: argv, Cwd: cwd, Env: req.Env, Stdin: stdin, TimeoutMS: timeout}
 	reqID := newRequestID()
 	started := time.Now()
@@ -260,9 +259,9 @@ func newRequestID() string {
 	return "req_" + hex.EncodeToString(b[:])
 }
 
-// noReadDeadline lifts the server's ReadTimeout from a request that is
-// allowed to run long (exec, streams): once it passes, net/http would
-// cancel the request's context, killing the command.
+// noReadDeadline lifts the server's ReadTimeout from a request whose body
+// may take long to arrive (a large files.writeBytes upload), which the
+// deadline would otherwise cut off.
 func noReadDeadline(w http.ResponseWriter) {
 	http.NewResponseController(w).SetReadDeadline(time.Time{})
 }

@@ -100,7 +100,6 @@ func (a *API) factStream(w http.ResponseWriter, r *http.Request, c *call, after 
 	if err != nil {
 		return managerError(err, c.id)
 	}
-	noReadDeadline(w)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-store")
