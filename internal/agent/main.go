@@ -38,10 +38,17 @@ func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 // and exits with the reason "lease expired", so a replica whose berth is
 // gone for good does not run forever.
 func Main(ctx context.Context, args []string, stderr io.Writer) int {
+	// The flags keep copies: a spare rewrites the process's argument
+	// bytes once assigned (rewriteArgs).
+	orig := args
+	args = make([]string, len(orig))
+	for i, a := range orig {
+		args[i] = strings.Clone(a)
+	}
 	fl := flag.NewFlagSet("berth agent", flag.ContinueOnError)
 	fl.SetOutput(stderr)
 	var (
-		listen   = fl.String("listen", "", "`ADDR` to serve the agent protocol on: unix:/path/agent.sock or vsock:PORT")
+		listen   = fl.String("listen", "", "`ADDR` to serve the agent protocol on: unix:/path/agent.sock, vsock:PORT or virtio:PORT-NAME")
 		logPath  = fl.String("log", "", "`FILE` to append JSON log lines to (default: pass output through)")
 		exitFile = fl.String("exit-file", "", "`FILE` to write COMMAND's exit status to")
 		workdir  = fl.String("workdir", "", "`DIR` to run hooks, COMMAND and execs in")
@@ -53,10 +60,12 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 		config   = fl.String("config", "", "`FILE` (or block device) holding a GuestConfig: further flags, COMMAND, the environment, files to write")
 		vmInitF  = fl.Bool("vm-init", false, "be the init of a VM guest: mount /proc, /sys, /dev, /run, /tmp first and reboot the guest when done")
 		setups   stringList
+		spare    spareFlags
 	)
 	fl.Var(&setups, "setup", "`CMD` to run with /bin/sh -c before COMMAND (repeatable)")
+	spare.register(fl)
 	fl.Usage = func() {
-		fmt.Fprintln(stderr, "usage: berth agent [--vm-init] [--config FILE] --listen unix:/path/agent.sock|vsock:PORT [--log FILE] [--exit-file FILE] [--workdir DIR] [--root DIR] [--lease-file FILE [--lease-check D] [--lease-grace D]] [--setup CMD]... [--] [COMMAND [ARGS...]]")
+		fmt.Fprintln(stderr, "usage: berth agent [--vm-init] [--config FILE] --listen unix:/path/agent.sock|vsock:PORT|virtio:NAME [--log FILE] [--exit-file FILE] [--workdir DIR] [--root DIR] [--lease-file FILE [--lease-check D] [--lease-grace D]] [--setup CMD]... [--] [COMMAND [ARGS...]]")
 		fl.PrintDefaults()
 	}
 	if err := fl.Parse(args); err != nil {
@@ -101,17 +110,29 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 		fl.Usage()
 		return 2
 	}
+	// Catch signals before anything starts, so none kills the agent
+	// instead of reaching COMMAND.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+	var ln net.Listener
+	if spare.on {
+		if *vmInitF || *config != "" || fl.NArg() > 0 || len(setups) > 0 {
+			fmt.Fprintln(stderr, "berth agent: --spare takes no --vm-init, --config, --setup or COMMAND: they come with the assignment")
+			return 2
+		}
+		var code int
+		if ln, code = awaitAssignment(ctx, fl, *listen, &spare, orig, sigs, stderr); ln == nil {
+			return code
+		}
+		defer ln.Close()
+	}
 	if *check <= 0 || *grace < 0 {
 		fmt.Fprintln(stderr, "berth agent: --lease-check must be positive and --lease-grace not negative")
 		fl.Usage()
 		return 2
 	}
-	m := &mainRun{stderr: stderr, exitFile: *exitFile, workdir: *workdir, leaseGrace: *grace}
-	// Catch signals before anything starts, so none kills the agent
-	// instead of reaching COMMAND.
-	m.sigs = make(chan os.Signal, 4)
-	signal.Notify(m.sigs, syscall.SIGTERM, syscall.SIGINT)
-	defer signal.Stop(m.sigs)
+	m := &mainRun{stderr: stderr, exitFile: *exitFile, workdir: *workdir, leaseGrace: *grace, sigs: sigs}
 	m.done = ctx.Done()
 
 	if *logPath != "" {
@@ -122,9 +143,11 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 		defer l.Close()
 		m.log = l
 	}
-	ln, err := listenOn(*listen)
-	if err != nil {
-		return m.exit(1, fmt.Sprintf("agent: %v", err))
+	if ln == nil {
+		var err error
+		if ln, err = listenOn(*listen); err != nil {
+			return m.exit(1, fmt.Sprintf("agent: %v", err))
+		}
 	}
 	srv := NewServer(Options{Root: *root, Dir: *workdir, StateDir: *stateDir, Logf: m.logf})
 	served := make(chan error, 1)
@@ -150,7 +173,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 
 	for i, hook := range setups {
 		m.logf("setup hook %d: %s", i+1, hook)
-		code, reason := m.run(exec.Command("/bin/sh", "-c", hook), "stdout", "stderr")
+		code, reason := m.run(mainCommand([]string{"/bin/sh", "-c", hook}, m.workdir), "stdout", "stderr")
 		if m.leaseGone {
 			return m.exit(code, leaseReason)
 		}
@@ -177,7 +200,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 		return m.exit(0, leaseReason)
 	default:
 	}
-	code, reason := m.run(exec.Command(fl.Arg(0), fl.Args()[1:]...), "stdout", "stderr")
+	code, reason := m.run(mainCommand(fl.Args(), m.workdir), "stdout", "stderr")
 	if m.leaseGone {
 		reason = leaseReason
 	}
@@ -330,13 +353,15 @@ func listenOn(addr string) (net.Listener, error) {
 	scheme, rest, ok := strings.Cut(addr, ":")
 	switch {
 	case !ok || rest == "":
-		return nil, fmt.Errorf("listen address %q: want unix:/path or vsock:PORT", addr)
+		return nil, fmt.Errorf("listen address %q: want unix:/path, vsock:PORT or virtio:PORT-NAME", addr)
 	case scheme == "vsock":
 		port, err := strconv.ParseUint(rest, 10, 32)
 		if err != nil {
 			return nil, fmt.Errorf("listen address %q: want vsock:PORT with a decimal port", addr)
 		}
 		return listenVsock(uint32(port))
+	case scheme == "virtio":
+		return listenVirtio(rest)
 	case scheme != "unix":
 		return nil, fmt.Errorf("listen address %q: unknown scheme %q", addr, scheme)
 	}
