@@ -75,10 +75,10 @@ func (c *check) done() Result {
 	return c.r
 }
 
-// bin requires an executable, naming the Debian package that has it.
-func (h Host) bin(c *check, name, pkg string) bool {
+// bin requires an executable; where says where to get it.
+func (h Host) bin(c *check, name, where string) bool {
 	if _, err := h.LookBin(name); err != nil {
-		c.missing("%s (Debian package %s)", name, pkg)
+		c.missing("%s (%s)", name, where)
 		return false
 	}
 	return true
@@ -109,7 +109,7 @@ func (h Host) container(ctx context.Context) Result {
 	if _, err := container.FindRuntime(""); err != nil {
 		c.missing("an OCI runtime: %v", err)
 	}
-	for _, b := range [][2]string{{"ip", "iproute2"}, {"nsenter", "util-linux"}} {
+	for _, b := range [][2]string{{"ip", "Debian package iproute2"}, {"nsenter", "Debian package util-linux"}} {
 		h.bin(c, b[0], b[1])
 	}
 	if !hasFS("overlay") {
@@ -130,8 +130,8 @@ func (h Host) firecracker(ctx context.Context) Result {
 	if !h.Root {
 		c.missing("root privileges (taps, the bridge, /dev/kvm)")
 	}
-	h.bin(c, "firecracker", "firecracker (not in Debian: install the release binary)")
-	h.bin(c, "mkfs.ext4", "e2fsprogs")
+	h.bin(c, "firecracker", "not packaged by Debian: put its release binary in PATH")
+	h.bin(c, "mkfs.ext4", "Debian package e2fsprogs")
 	h.kvmDevice(c)
 	if _, err := os.Stat("/dev/vhost-vsock"); err != nil {
 		c.missing("/dev/vhost-vsock (modprobe vhost_vsock)")
@@ -145,8 +145,8 @@ func (h Host) kvm(ctx context.Context) Result {
 	if !h.Root {
 		c.missing("root privileges (taps, the bridge, /dev/kvm)")
 	}
-	h.bin(c, "qemu-system-x86_64", "qemu-system-x86")
-	h.bin(c, "mkfs.ext4", "e2fsprogs")
+	h.bin(c, "qemu-system-x86_64", "Debian package qemu-system-x86")
+	h.bin(c, "mkfs.ext4", "Debian package e2fsprogs")
 	if _, err := h.LookBin("virsh"); err != nil {
 		c.note("no virsh (Debian package libvirt-daemon-system): only direct QEMU")
 	}
