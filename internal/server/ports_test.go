@@ -57,17 +57,19 @@ func TestComputerPortThroughGateway(t *testing.T) {
 	if err := json.Unmarshal(gr.body, &g); err != nil || g.Token == "" {
 		t.Fatalf("grant: %d %s", gr.code, gr.body)
 	}
-	req, _ := http.NewRequest("GET", h.proxy+"/x", nil)
-	req.Host = host(priv)
-	req.Header.Set("Authorization", "Bearer "+g.Token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	withGrant := func() int {
+		req, _ := http.NewRequest("GET", h.proxy+"/x", nil)
+		req.Host = host(priv)
+		req.Header.Set("Authorization", "Bearer "+g.Token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
 	}
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Errorf("private port with a grant: %d", resp.StatusCode)
-	}
+	// The private app may still be starting (502 until it listens).
+	waitFor(t, "the private port to answer with a grant", func() bool { return withGrant() == 200 })
 	// Ports not exposed, and unknown Computers, are the ordinary 404.
 	for _, hh := range []string{fmt.Sprintf("%d-box.localhost", freePort(t)), fmt.Sprintf("%d-nobox.localhost", pub)} {
 		if r := get(t, h.proxy+"/", hh); r.code != 404 {
