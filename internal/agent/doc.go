@@ -42,6 +42,7 @@
 //	GET    /v1/processes/{id}             ProcessInfo
 //	GET    /v1/processes/{id}/output?offset=&limit= raw bytes (headers X-File-Size, X-Process-Running)
 //	DELETE /v1/processes/{id}?signal=     ProcessInfo (default SIGTERM, to the group)
+//	POST   /v1/assign                     GuestConfig → 204 (spares only; 409 elsewhere)
 //
 // # Exec
 //
@@ -59,6 +60,19 @@
 // the order the agent read them. Stdin and outputs travel as JSON strings,
 // or as base64 with "encoding":"base64" (what Client does, so bytes are
 // exact).
+//
+// A command line (an exec's command, a hook, and a COMMAND of the form
+// /bin/sh -c LINE) runs without the shell when it is a plain program with
+// plain words: see shell.go for the exact rule. The program, arguments,
+// environment and working directory are the same either way.
+//
+// # Spare agents
+//
+// `berth agent --spare` is an agent started ahead of need: it listens and
+// waits for POST /v1/assign, whose GuestConfig carries the flags and
+// COMMAND, environment, host name and files a cold start would have had;
+// then it is that replica's agent. The rules are in spare.go; the process
+// driver's use of them in package process.
 //
 // # Sessions
 //

@@ -41,7 +41,8 @@ func (s *Server) command(ctx context.Context, argv []string, command, cwd string
 		return nil, errorf(http.StatusBadRequest, "set argv or command, not both")
 	case len(argv) == 0 && command == "":
 		return nil, errorf(http.StatusBadRequest, "set argv or command")
-	case command != "":
+	}
+	if command != "" {
 		argv = []string{"/bin/sh", "-c", command}
 	}
 	if argv[0] == "" {
@@ -63,20 +64,32 @@ func (s *Server) command(ctx context.Context, argv []string, command, cwd string
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	// exec.Cmd keeps the last of duplicate keys, so appending overrides.
-	cmd.Env = os.Environ()
+	cmdEnv := os.Environ()
 	for _, k := range keys {
-		cmd.Env = append(cmd.Env, k+"="+env[k])
+		cmdEnv = append(cmdEnv, k+"="+env[k])
 	}
+	var dir string
 	switch {
 	case cwd == "":
-		cmd.Dir = s.opts.Dir
+		dir = s.opts.Dir
 	case filepath.IsAbs(cwd) || s.opts.Dir == "":
-		cmd.Dir = cwd
+		dir = cwd
 	default:
-		cmd.Dir = filepath.Join(s.opts.Dir, cwd)
+		dir = filepath.Join(s.opts.Dir, cwd)
 	}
+	var cmd *exec.Cmd
+	if command != "" {
+		// A plain command line runs without the shell (shell.go).
+		if path, words, ok := shellFree(command, cmdEnv, dir); ok {
+			cmd = exec.CommandContext(ctx, path, words[1:]...)
+			cmd.Args[0] = words[0]
+		}
+	}
+	if cmd == nil {
+		cmd = exec.CommandContext(ctx, argv[0], argv[1:]...)
+	}
+	cmd.Env, cmd.Dir = cmdEnv, dir
 	setGroup(cmd)
 	cmd.Cancel = func() error { return signalGroup(cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = waitDelay

@@ -152,6 +152,11 @@ func (s *Server) Handler() http.Handler {
 	route("/v1/files/patch", map[string]http.HandlerFunc{"POST": serveJSON(s.patch)})
 	route("/v1/processes", map[string]http.HandlerFunc{"GET": s.handleListProcesses, "POST": s.handleStartProcess})
 	route("/v1/processes/", map[string]http.HandlerFunc{"GET": s.handleProcessGet, "DELETE": s.handleKillProcess})
+	// Only a spare (spare.go) takes assignments; every other agent has
+	// its replica.
+	route("/v1/assign", map[string]http.HandlerFunc{"POST": func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusConflict, "this agent is not a spare: it has its replica already")
+	}})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no endpoint %s %s (protocol %d)", r.Method, r.URL.Path, ProtocolVersion))
 	})
