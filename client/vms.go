@@ -372,6 +372,13 @@ func (s *ShellSession) Read(p []byte) (int, error) { return s.out.Read(p) }
 // Write sends keystrokes (bytes for the remote terminal's input). It fails
 // once the session has ended.
 func (s *ShellSession) Write(p []byte) (int, error) {
+	select {
+	case <-s.done:
+		// The remote shell has exited; the connection may linger until the
+		// server closes it, but nothing reads the input any more.
+		return 0, errors.New("client: shell: the remote shell has exited")
+	default:
+	}
 	n := 0
 	for len(p) > 0 {
 		chunk := p[:min(len(p), maxShellChunk)]
