@@ -61,18 +61,70 @@
 // or as base64 with "encoding":"base64" (what Client does, so bytes are
 // exact).
 //
-// A command line (an exec's command, a hook, and a COMMAND of the form
-// /bin/sh -c LINE) runs without the shell when it is a plain program with
-// plain words: see shell.go for the exact rule. The program, arguments,
-// environment and working directory are the same either way.
+// # Command lines
+//
+// A command line (an exec's or background process's command, a --setup
+// hook, or a COMMAND of the form `/bin/sh -c LINE`, which is how the
+// process driver passes start commands) costs a spawn of /bin/sh before the
+// program itself runs. When the line is a plain
+// program with plain words, the shell adds nothing, so the agent runs the
+// program directly:
+//
+//   - every byte is an ASCII letter or digit, a space, a tab, or one of
+//     the punctuation characters in "-_./:,+@%=", so no quoting, expansion
+//     ($, `, ~, globs), redirection, pipeline, list, comment, subshell or
+//     escape can occur;
+//   - an optional leading "exec " is dropped (the shell would replace
+//     itself with the program, which is what running it directly does);
+//   - the first word names no shell keyword or builtin (those behave as
+//     the shell's, not as a binary of the same name: echo, pwd, cd, true,
+//     ...), starts with no '-' and holds no '=' (a variable assignment);
+//   - the program is found: a word with a '/' is a path (relative to the
+//     working directory), else it is looked up in the absolute directories
+//     of the command's own PATH, as the shell would; a program that is not
+//     found (or a relative PATH entry) is left to the shell, so its error
+//     and exit code 127 are the shell's.
+//
+// Otherwise the line runs as /bin/sh -c LINE. Either way the program gets
+// the same arguments (argv[0] as written), environment, working directory
+// and process group. One difference can be visible, and is the truth: a
+// program killed by a signal is reported as killed by it, where a shell
+// that forked it (rather than replacing itself) exits with 128+N.
 //
 // # Spare agents
 //
-// `berth agent --spare` is an agent started ahead of need: it listens and
-// waits for POST /v1/assign, whose GuestConfig carries the flags and
-// COMMAND, environment, host name and files a cold start would have had;
-// then it is that replica's agent. The rules are in spare.go; the process
-// driver's use of them in package process.
+// Starting the agent costs a process spawn and the berth binary's start-up
+// (tens of milliseconds) before the app can even begin, which
+// scale-from-zero pays in full. So the process driver keeps a few
+// agents started ahead of time, idle: `berth agent --listen ADDR --spare`
+// listens on ADDR and serves only
+//
+//	POST /v1/assign   GuestConfig → 204
+//
+// until a replica is handed to it. The assignment carries what a cold
+// start puts on the command line and in the environment: Args (the
+// agent's flags and COMMAND, parsed exactly as on the command line, on top
+// of the flags the spare was started with), Env (the complete environment
+// of the agent, hooks, COMMAND and execs), Hostname (set with
+// sethostname; the spare must have a UTS namespace of its own) and Files
+// (written first, e.g. a lease). From then on the agent is that replica's,
+// exactly as if it had been started with those arguments, and keeps
+// serving on the listener it already has: --listen in Args only names
+// where the socket is now (the driver renames the spare's directory; a
+// bound unix socket keeps working through that). Where it can, the agent
+// also rewrites its command line (/proc/PID/cmdline) to show the assigned
+// arguments within the room the spare was started with (--spare-room), so
+// ps and tools that find agents by their arguments see the replica's.
+//
+// A spare is single-use: a bad assignment is answered 400 and the spare
+// exits (status 2); a second assignment is answered 409. Other requests
+// are answered 503 until the assignment. SIGTERM, SIGINT or the end of
+// Main's context end a spare with status 0.
+//
+// With --spare-fd N (a stream socket or pipe inherited from the driver) the
+// spare writes "ready\n" to it once it listens, and exits when the other
+// end goes away (end of file) before the assignment: spares die with the
+// berth that started them instead of idling forever.
 //
 // # Sessions
 //

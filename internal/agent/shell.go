@@ -7,31 +7,8 @@ import (
 	"strings"
 )
 
-// Shell-free commands. A command line (an exec's command, or the COMMAND
-// `/bin/sh -c LINE` that the process driver hands the agent) costs a spawn
-// of /bin/sh before the program itself runs. When the line is a plain
-// program with plain words, the shell adds nothing, so the agent runs the
-// program directly:
-//
-//   - every byte is a letter, a digit, a space or a tab, or one of
-//     - _ . / : , + @ % = — so no quoting, expansion ($, `, ~, globs),
-//     redirection, pipeline, list, comment, subshell or escape can occur;
-//   - an optional leading "exec " is dropped (the shell would replace
-//     itself with the program, which is what running it directly does);
-//   - the first word names no shell keyword or builtin (those behave as
-//     the shell's, not as a binary of the same name: echo, pwd, cd, true,
-//     ...), starts with no '-' and holds no '=' (a variable assignment);
-//   - the program is found: a word with a '/' is a path (relative to the
-//     working directory), else it is looked up in the absolute directories
-//     of the command's own PATH, as the shell would; a program that is not
-//     found (or a relative PATH entry) is left to the shell, so its error
-//     and exit code 127 are the shell's.
-//
-// Otherwise the line runs as /bin/sh -c LINE. Either way the program gets
-// the same arguments (argv[0] as written), environment, working directory
-// and process group. One difference is visible, and is the truth: a
-// program killed by a signal is reported as killed by it, where a shell
-// that forked it would have exited with 128+N itself.
+// Shell-free command lines: the rules are in the package documentation
+// ("Command lines").
 
 // shellWords are the words that must reach the shell: its keywords, and
 // its builtins, which differ from binaries of the same name (dash's echo

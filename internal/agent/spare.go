@@ -18,38 +18,7 @@ import (
 	"time"
 )
 
-// Spare agents. Starting the agent costs a process spawn and the berth
-// binary's start-up (tens of milliseconds) before the app can even begin,
-// which scale-from-zero pays in full. So the process driver keeps a few
-// agents started ahead of time, idle: `berth agent --listen ADDR --spare`
-// listens on ADDR and serves only
-//
-//	POST /v1/assign   GuestConfig → 204
-//
-// until a replica is handed to it. The assignment carries what a cold
-// start puts on the command line and in the environment: Args (the
-// agent's flags and COMMAND, parsed exactly as on the command line, on top
-// of the flags the spare was started with), Env (the complete environment
-// of the agent, hooks, COMMAND and execs), Hostname (set with
-// sethostname; the spare must have a UTS namespace of its own) and Files
-// (written first, e.g. a lease). From then on the agent is that replica's,
-// exactly as if it had been started with those arguments, and keeps
-// serving on the listener it already has: --listen in Args only names
-// where the socket is now (the driver renames the spare's directory; a
-// bound unix socket keeps working through that). Where it can, the agent
-// also rewrites its command line (/proc/PID/cmdline) to show the assigned
-// arguments within the room the spare was started with (--spare-room), so
-// ps and tools that find agents by their arguments see the replica's.
-//
-// A spare is single-use: a bad assignment is answered 400 and the spare
-// exits (status 2); a second assignment is answered 409. Other requests
-// are answered 503 until the assignment. SIGTERM, SIGINT or the end of
-// Main's context end a spare with status 0.
-//
-// With --spare-fd N (a stream socket or pipe inherited from the driver) the
-// spare writes "ready\n" to it once it listens, and exits when the other
-// end goes away (end of file) before the assignment: spares die with the
-// berth that started them instead of idling forever.
+// Spare mode: the rules are in the package documentation ("Spare agents").
 
 // spareFlags are the flags of spare mode.
 type spareFlags struct {

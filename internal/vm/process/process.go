@@ -1,7 +1,7 @@
 // Package process is berth's embedded default replica driver: each replica is
 // the berth agent (package agent) running the deployment's start_command with
-// /bin/sh -c as a process tree on this host, listening on its own loopback
-// port.
+// /bin/sh -c (or directly, when it is a plain command line: see package
+// agent) as a process tree on this host, listening on its own loopback port.
 //
 // Every replica has a directory <Dir>/<id>/ (mode 0700) holding:
 //
@@ -45,6 +45,43 @@
 // berth, controllers that cannot be enabled) size classes are not enforced,
 // and a replica's processes are found through its PID namespace or, without
 // isolation, its session.
+//
+// # Spare agents
+//
+// Starting a replica cold costs a process spawn plus the berth binary's
+// start-up before the agent can start the app: tens of milliseconds that
+// scale-from-zero pays on the request path. So after a Start the driver
+// starts up to Spares idle agents in the background (`berth agent --spare`),
+// each in <Dir>/.spare-<hex>/ (state.json with its pid, data/, agent.sock,
+// agent.err), made exactly like a replica's agent (own session; with
+// isolation its own PID, mount, UTS and IPC namespaces) but without a
+// cgroup, and waiting for an assignment. Start then takes a ready spare:
+//
+//  1. with cgroups, it creates the replica's cgroup with its size limits
+//     and moves the spare (a single process that has forked nothing) into
+//     it, so the app is born there; memory the spare already used stays
+//     charged where it was;
+//  2. it writes the replica's state.json (and lease) into the spare's
+//     directory and renames that directory over the empty <Dir>/<id>/ that
+//     Start made to claim the id, so the id appears with a live agent in
+//     one step; the spare's socket, agent.err and working directory move
+//     with it (open files and bound sockets follow a rename);
+//  3. it POSTs the assignment: the same flags and COMMAND a cold start
+//     would pass (with the new paths), the replica's environment, and its
+//     host name, which the agent (PID 1 of its UTS namespace) sets; the
+//     agent's command line then reads like a cold start's.
+//
+// If any step fails, the spare is killed and the replica starts cold in a
+// clean directory: a spare can only make a Start faster, never fail it.
+// The first Start after New runs cold (spares are started lazily, so a
+// Driver that is only opened to list or stop replicas starts none).
+//
+// Spares die with the driver: each holds one end of a socket pair whose
+// other end only the driver has (--spare-fd), and exits when it closes —
+// at Close, or when berth dies. New kills and removes whatever spare
+// directories a previous berth left; since several Drivers may share a
+// Dir, a Driver whose spare disappeared that way just starts cold. Spares
+// never appear in List: their names are no replica ids.
 package process
 
 import (
@@ -107,6 +144,12 @@ type Options struct {
 	// Log receives what the driver degrades on (no cgroup limits, ...).
 	// Nil discards.
 	Log *slog.Logger
+
+	// Spares is how many idle agents the driver keeps started, so that a
+	// Start hands the replica to one instead of spawning an agent (see
+	// spares.go). Nil means DefaultSpares; 0 disables them. The Driver
+	// starts them after its first Start; Close stops them.
+	Spares *int
 }
 
 // Driver runs replicas as local process trees. It is safe for concurrent
@@ -123,6 +166,14 @@ type Driver struct {
 	mu       sync.Mutex
 	starting map[string]bool      // ids whose Start is between mkdir and state.json
 	cpu      map[string]cpuSample // last Usage reading per id
+
+	spareN        int            // Options.Spares
+	spareMu       sync.Mutex     // guards the fields below
+	spares        []*spare       // ready, oldest first
+	filling       int            // spares being started
+	spareFailures int            // spare starts that failed in a row
+	sparesClosed  bool           // Close was called
+	fillWG        sync.WaitGroup // spare starts under way
 }
 
 // File names inside a replica directory.
@@ -172,7 +223,14 @@ func New(o Options) (*Driver, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Driver{
+	spares := DefaultSpares
+	if o.Spares != nil {
+		if *o.Spares < 0 {
+			return nil, fmt.Errorf("process: Options.Spares is negative (%d)", *o.Spares)
+		}
+		spares = *o.Spares
+	}
+	d := &Driver{
 		dir:      dir,
 		agent:    slices.Clone(agent),
 		env:      slices.Clone(o.AgentEnv),
@@ -181,7 +239,10 @@ func New(o Options) (*Driver, error) {
 		log:      log,
 		starting: make(map[string]bool),
 		cpu:      make(map[string]cpuSample),
-	}, nil
+		spareN:   spares,
+	}
+	d.cleanSpares()
+	return d, nil
 }
 
 // state is a replica's state.json: only what re-adoption needs.
@@ -258,6 +319,18 @@ func (d *Driver) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
 		delete(d.starting, spec.Name)
 		d.mu.Unlock()
 	}()
+	// Top the spares up after this Start, in the background.
+	defer d.refill()
+	if sp := d.takeSpare(); sp != nil {
+		ast, err := d.assign(sp, spec, st, workDir, size)
+		if err == nil {
+			return d.instance(ast), nil
+		}
+		d.log.Warn("process: a spare agent could not take the replica; starting a new agent", "id", spec.Name, "err", err)
+		if _, serr := os.Stat(dir); serr != nil {
+			return vm.Instance{}, fmt.Errorf("process: start %s: %w", spec.Name, err)
+		}
+	}
 	st, err = d.launch(spec, st, workDir, size)
 	if err != nil {
 		if st.Cgroup != "" {
@@ -394,25 +467,7 @@ func (d *Driver) launch(spec vm.Spec, st state, workDir string, size vm.Size) (s
 		}
 	}
 
-	args := slices.Clone(d.agent[1:])
-	args = append(args,
-		"--listen", "unix:"+filepath.Join(dir, sockFile),
-		"--log", filepath.Join(dir, logFile),
-		"--exit-file", filepath.Join(dir, exitFile),
-		// Always, so that Renew can give a lease to a replica started
-		// without one; a missing file means no lease.
-		"--lease-file", filepath.Join(dir, leaseFile),
-		"--workdir", workDir,
-		"--state-dir", filepath.Join(dir, procsDir))
-	if spec.Workspace != "" {
-		args = append(args, "--root", spec.Workspace)
-	}
-	for _, h := range spec.SetupHooks {
-		args = append(args, "--setup", h)
-	}
-	if spec.Command != "" {
-		args = append(args, "--", "/bin/sh", "-c", spec.Command)
-	}
+	args := append(slices.Clone(d.agent[1:]), d.agentFlags(spec, workDir)...)
 	cmd := exec.Command(d.agent[0], args...)
 	cmd.Dir = filepath.Join(dir, dataDir)
 	cmd.Env = d.environ(spec, st)
@@ -422,30 +477,14 @@ func (d *Driver) launch(spec vm.Spec, st state, workDir string, size vm.Size) (s
 	}
 	defer errOut.Close()
 	cmd.Stdout, cmd.Stderr = errOut, errOut
-	// Setsid: the replica is not in berth's session or process group, so
-	// it survives berth's death and berth's terminal signals. No Pdeathsig
-	// on purpose.
-	attr := &syscall.SysProcAttr{Setsid: true}
-	if st.Isolated {
-		// CLONE_NEWPID must be a clone flag for the agent to become PID 1.
-		// Unsharing CLONE_NEWNS makes the runtime remount / recursively
-		// private in the child, so the replica's mounts stay its own.
-		attr.Cloneflags = syscall.CLONE_NEWPID
-		attr.Unshareflags = syscall.CLONE_NEWNS | syscall.CLONE_NEWIPC
-	}
+	cmd.SysProcAttr = agentAttr(st.Isolated)
 	if cgDir != nil {
 		// Born in its cgroup: no window in which the agent runs unlimited
 		// or forks children outside it.
-		attr.UseCgroupFD = true
-		attr.CgroupFD = int(cgDir.Fd())
+		cmd.SysProcAttr.UseCgroupFD = true
+		cmd.SysProcAttr.CgroupFD = int(cgDir.Fd())
 	}
-	cmd.SysProcAttr = attr
-	if st.Isolated {
-		err = startInUTS(cmd, hostname(spec.Name))
-	} else {
-		err = cmd.Start()
-	}
-	if err != nil {
+	if err := startAgent(cmd, st.Isolated, hostname(spec.Name)); err != nil {
 		return st, err
 	}
 	// Reap the agent while berth lives, so no zombie stays behind; after
@@ -467,19 +506,42 @@ func (d *Driver) launch(spec vm.Spec, st state, workDir string, size vm.Size) (s
 	return st, nil
 }
 
+// agentFlags are the agent's flags and COMMAND for a replica, after the
+// agent command's own arguments: on the command line of a new agent, or in
+// a spare's assignment.
+func (d *Driver) agentFlags(spec vm.Spec, workDir string) []string {
+	dir := d.path(spec.Name)
+	args := []string{
+		"--listen", "unix:" + filepath.Join(dir, sockFile),
+		"--log", filepath.Join(dir, logFile),
+		"--exit-file", filepath.Join(dir, exitFile),
+		// Always, so that Renew can give a lease to a replica started
+		// without one; a missing file means no lease.
+		"--lease-file", filepath.Join(dir, leaseFile),
+		"--workdir", workDir,
+		"--state-dir", filepath.Join(dir, procsDir),
+	}
+	if spec.Workspace != "" {
+		args = append(args, "--root", spec.Workspace)
+	}
+	for _, h := range spec.SetupHooks {
+		args = append(args, "--setup", h)
+	}
+	if spec.Command != "" {
+		args = append(args, "--", "/bin/sh", "-c", spec.Command)
+	}
+	return args
+}
+
 // environ is the agent's (and so the app's) environment: a small base, not
 // berth's own environment, which may hold berth's secrets.
 func (d *Driver) environ(spec vm.Spec, st state) []string {
-	path := os.Getenv("PATH")
-	if path == "" {
-		path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-	}
 	home := d.path(spec.Name, dataDir)
 	if spec.Workspace != "" {
 		home = spec.Workspace
 	}
 	env := []string{
-		"PATH=" + path,
+		"PATH=" + hostPath(),
 		"HOME=" + home,
 	}
 	if st.Isolated {
@@ -497,6 +559,38 @@ func (d *Driver) environ(spec vm.Spec, st state) []string {
 	// PORT last: it must match the address berth routes to. exec.Cmd keeps
 	// the last value of a duplicated key.
 	return append(env, "PORT="+strconv.Itoa(st.Port))
+}
+
+// agentAttr is how an agent process is made. Setsid: the replica is not in
+// berth's session or process group, so it survives berth's death and
+// berth's terminal signals. No Pdeathsig on purpose.
+func agentAttr(isolated bool) *syscall.SysProcAttr {
+	attr := &syscall.SysProcAttr{Setsid: true}
+	if isolated {
+		// CLONE_NEWPID must be a clone flag for the agent to become PID 1.
+		// Unsharing CLONE_NEWNS makes the runtime remount / recursively
+		// private in the child, so the replica's mounts stay its own.
+		attr.Cloneflags = syscall.CLONE_NEWPID
+		attr.Unshareflags = syscall.CLONE_NEWNS | syscall.CLONE_NEWIPC
+	}
+	return attr
+}
+
+// startAgent starts an agent process, isolated ones in a UTS namespace of
+// their own named host.
+func startAgent(cmd *exec.Cmd, isolated bool, host string) error {
+	if isolated {
+		return startInUTS(cmd, host)
+	}
+	return cmd.Start()
+}
+
+// hostPath is the PATH replicas get: berth's.
+func hostPath() string {
+	if path := os.Getenv("PATH"); path != "" {
+		return path
+	}
+	return "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 }
 
 // hostname is the UTS hostname of a replica: its id, cut to the 64 bytes

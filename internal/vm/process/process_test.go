@@ -105,6 +105,7 @@ func newDriver(t *testing.T, dir string, isolate bool) *Driver {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
+	t.Cleanup(func() { d.Close() })
 	return d
 }
 
@@ -189,6 +190,7 @@ func TestDriver(t *testing.T) {
 			if err != nil {
 				t.Fatalf("New: %v", err)
 			}
+			t.Cleanup(func() { d.Close() })
 			if d.cg.parent == "" {
 				t.Fatalf("the driver does not use the cgroup v2 directory %s", parent)
 			}
@@ -535,6 +537,7 @@ func TestCgroupMembership(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { d.Close() })
 	id := vm.Name("cgroup", 6)
 	if _, err := d.Start(t.Context(), vm.Spec{Name: id, Command: appCommand(t, "app")}); err != nil {
 		t.Fatal(err)

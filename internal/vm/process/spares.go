@@ -1,0 +1,344 @@
+package process
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/berth-dev/berth/internal/agent"
+	"github.com/berth-dev/berth/internal/vm"
+)
+
+// Spare agents: the design is in the package documentation.
+
+// DefaultSpares is how many spare agents a Driver keeps when
+// Options.Spares is nil.
+const DefaultSpares = 2
+
+// spareRoom is the length of the --spare-room argument: room on a spare's
+// command line for the arguments of its assignment, which the agent writes
+// over its own so that ps shows the replica's (paths first, so a long
+// COMMAND is what gets cut).
+const spareRoom = 2048
+
+// spareReady bounds the wait for a new spare to listen.
+const spareReady = 30 * time.Second
+
+// assignTimeout bounds the assignment request.
+const assignTimeout = 10 * time.Second
+
+// maxSpareFailures is how many spare starts in a row may fail before the
+// driver stops trying (an agent binary without --spare, say).
+const maxSpareFailures = 3
+
+// sparePrefix starts the directory names of spares.
+const sparePrefix = ".spare-"
+
+// spare is a started, idle agent.
+type spare struct {
+	name  string // its directory under Dir
+	pid   int
+	ticks uint64
+	link  *os.File      // the driver's end of --spare-fd
+	done  chan struct{} // closed once the process is reaped
+}
+
+// spareState is a spare's state.json.
+type spareState struct {
+	Spare      string `json:"spare"`
+	PID        int    `json:"pid"`
+	StartTicks uint64 `json:"start_ticks"`
+}
+
+// takeSpare returns a ready, live spare, or nil.
+func (d *Driver) takeSpare() *spare {
+	d.spareMu.Lock()
+	defer d.spareMu.Unlock()
+	for len(d.spares) > 0 {
+		sp := d.spares[0]
+		d.spares = d.spares[1:]
+		select {
+		case <-sp.done:
+		default:
+			if isAlive(sp.pid, sp.ticks) {
+				return sp
+			}
+		}
+		go d.dropSpare(sp)
+	}
+	return nil
+}
+
+// refill starts spares in the background until Spares are ready or
+// starting.
+func (d *Driver) refill() {
+	d.spareMu.Lock()
+	defer d.spareMu.Unlock()
+	for !d.sparesClosed && d.spareFailures < maxSpareFailures && len(d.spares)+d.filling < d.spareN {
+		d.filling++
+		d.fillWG.Add(1)
+		go func() {
+			defer d.fillWG.Done()
+			sp, err := d.startSpare()
+			d.spareMu.Lock()
+			d.filling--
+			if err != nil {
+				d.spareFailures++
+				if d.spareFailures == maxSpareFailures {
+					d.log.Warn("process: no more spare agents: starting them keeps failing; replicas start cold", "err", err)
+				}
+			} else {
+				d.spareFailures = 0
+				if !d.sparesClosed {
+					d.spares = append(d.spares, sp)
+					sp = nil
+				}
+			}
+			d.spareMu.Unlock()
+			if err != nil {
+				d.log.Debug("process: could not start a spare agent", "err", err)
+			}
+			if sp != nil {
+				d.dropSpare(sp) // closed meanwhile
+			}
+		}()
+	}
+}
+
+// startSpare starts a spare agent and waits until it listens.
+func (d *Driver) startSpare() (*spare, error) {
+	var rnd [6]byte
+	rand.Read(rnd[:])
+	name := sparePrefix + hex.EncodeToString(rnd[:])
+	dir := filepath.Join(d.dir, name)
+	if len(filepath.Join(dir, sockFile)) > maxSockPath {
+		return nil, fmt.Errorf("spare socket path in %s is too long", dir)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, err
+	}
+	sp, err := d.spawnSpare(name, dir)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return sp, nil
+}
+
+func (d *Driver) spawnSpare(name, dir string) (*spare, error) {
+	if err := os.Mkdir(filepath.Join(dir, dataDir), 0o700); err != nil {
+		return nil, err
+	}
+	errOut, err := os.OpenFile(filepath.Join(dir, errFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer errOut.Close()
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	syscall.SetNonblock(fds[0], true)
+	link := os.NewFile(uintptr(fds[0]), "spare-link")
+	theirs := os.NewFile(uintptr(fds[1]), "spare-link")
+	defer theirs.Close()
+
+	args := append(slices.Clone(d.agent[1:]),
+		"--listen", "unix:"+filepath.Join(dir, sockFile),
+		"--spare", "--spare-fd", "3",
+		"--spare-room="+strings.Repeat(" ", spareRoom))
+	cmd := exec.Command(d.agent[0], args...)
+	cmd.Dir = filepath.Join(dir, dataDir)
+	cmd.Env = append([]string{"PATH=" + hostPath()}, d.env...)
+	cmd.Stdout, cmd.Stderr = errOut, errOut
+	cmd.ExtraFiles = []*os.File{theirs}
+	cmd.SysProcAttr = agentAttr(d.isolate)
+	if err := startAgent(cmd, d.isolate, "berth-spare"); err != nil {
+		link.Close()
+		return nil, err
+	}
+	sp := &spare{name: name, pid: cmd.Process.Pid, link: link, done: make(chan struct{})}
+	go func() {
+		cmd.Wait()
+		close(sp.done)
+	}()
+	fail := func(err error) (*spare, error) {
+		d.dropSpare(sp)
+		return nil, err
+	}
+	ps, err := readStat(sp.pid)
+	if err != nil {
+		return fail(fmt.Errorf("the spare agent ended at once: %w", err))
+	}
+	sp.ticks = ps.startTicks
+	b, _ := json.Marshal(spareState{Spare: name, PID: sp.pid, StartTicks: sp.ticks})
+	if err := os.WriteFile(filepath.Join(dir, stateFile), b, 0o600); err != nil {
+		return fail(err)
+	}
+	link.SetReadDeadline(time.Now().Add(spareReady))
+	var buf [16]byte
+	n, err := link.Read(buf[:])
+	if err != nil || string(buf[:n]) != "ready\n" {
+		reason := "did not report ready"
+		if b, rerr := os.ReadFile(filepath.Join(dir, errFile)); rerr == nil && len(b) > 0 {
+			reason += ": " + lastLines(string(b), tailLines)
+		}
+		return fail(fmt.Errorf("the spare agent %s", reason))
+	}
+	link.SetReadDeadline(time.Time{})
+	return sp, nil
+}
+
+// dropSpare kills an unassigned spare, waits for it and removes its
+// directory.
+func (d *Driver) dropSpare(sp *spare) {
+	sp.link.Close()
+	syscall.Kill(sp.pid, syscall.SIGKILL)
+	select {
+	case <-sp.done:
+	case <-time.After(killPatience):
+		d.log.Warn("process: a spare agent survives SIGKILL", "pid", sp.pid)
+	}
+	os.RemoveAll(filepath.Join(d.dir, sp.name))
+}
+
+// assign makes sp the agent of the replica spec describes (see the steps
+// above). dir <Dir>/<id> exists and is empty. On failure sp is gone and dir
+// is empty again, ready for a cold start.
+func (d *Driver) assign(sp *spare, spec vm.Spec, st state, workDir string, size vm.Size) (state, error) {
+	dir := d.path(spec.Name)
+	sdir := filepath.Join(d.dir, sp.name)
+	st.PID, st.StartTicks = sp.pid, sp.ticks
+	renamed := false
+	fail := func(err error) (state, error) {
+		sp.link.Close()
+		syscall.Kill(sp.pid, syscall.SIGKILL)
+		select {
+		case <-sp.done:
+		case <-time.After(killPatience):
+		}
+		if st.Cgroup != "" {
+			removeCgroup(st.Cgroup)
+		}
+		if renamed {
+			os.RemoveAll(dir)
+			if merr := os.Mkdir(dir, 0o700); merr != nil {
+				return st, fmt.Errorf("%w; and the replica directory could not be made again: %w", err, merr)
+			}
+		} else {
+			os.RemoveAll(sdir)
+		}
+		st.PID, st.StartTicks, st.Cgroup = 0, 0, ""
+		return st, err
+	}
+	if d.cg.parent != "" {
+		cg, f, err := d.cg.create(spec.Name, size, d.log)
+		if err == nil {
+			f.Close()
+			// One process, with nothing forked yet: moving it moves the
+			// whole replica.
+			err = os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(strconv.Itoa(sp.pid)), 0)
+			if err != nil {
+				removeCgroup(cg)
+			} else {
+				st.Cgroup = cg
+			}
+		}
+		if err != nil {
+			d.log.Warn("process: replica runs without a cgroup", "id", spec.Name, "err", err)
+		}
+	}
+	st.StartedAt = time.Now().UTC()
+	if err := writeState(sdir, st); err != nil {
+		return fail(err)
+	}
+	if spec.TTL > 0 {
+		if err := writeLease(sdir, st.StartedAt.Add(spec.TTL)); err != nil {
+			return fail(err)
+		}
+	}
+	// Replaces the empty directory Start made to claim the id (rename(2)
+	// does; os.Rename refuses to replace a directory).
+	if err := syscall.Rename(sdir, dir); err != nil {
+		return fail(&os.LinkError{Op: "rename", Old: sdir, New: dir, Err: err})
+	}
+	renamed = true
+	if !filepath.IsAbs(spec.WorkDir) {
+		if err := os.MkdirAll(workDir, 0o700); err != nil {
+			return fail(err)
+		}
+	}
+	g := agent.GuestConfig{Args: d.agentFlags(spec, workDir), Env: d.environ(spec, st)}
+	if st.Isolated {
+		g.Hostname = hostname(spec.Name)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), assignTimeout)
+	defer cancel()
+	c := agent.NewClient(agent.UnixDialer(filepath.Join(dir, sockFile)))
+	defer c.Close()
+	if err := c.Assign(ctx, g); err != nil {
+		return fail(err)
+	}
+	// The agent stopped watching its end once assigned.
+	sp.link.Close()
+	return st, nil
+}
+
+// cleanSpares kills and removes the spares a previous driver over Dir left.
+func (d *Driver) cleanSpares() {
+	ents, err := os.ReadDir(d.dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), sparePrefix) {
+			continue
+		}
+		dir := filepath.Join(d.dir, e.Name())
+		// state.json is a spareState, or a replica's state when an
+		// assignment was under way: both have the pid and start time.
+		var ss spareState
+		if b, err := os.ReadFile(filepath.Join(dir, stateFile)); err != nil || json.Unmarshal(b, &ss) != nil || ss.PID == 0 {
+			// Killed before it recorded the spare's pid.
+			if p, ps, ok := findByArg("unix:" + filepath.Join(dir, sockFile)); ok {
+				ss.PID, ss.StartTicks = p, ps.startTicks
+			}
+		}
+		pid, ticks := ss.PID, ss.StartTicks
+		if pid != 0 && isAlive(pid, ticks) {
+			syscall.Kill(pid, syscall.SIGKILL)
+			if !waitFor(context.Background(), killPatience, func() bool { return !isAlive(pid, ticks) }) {
+				d.log.Warn("process: a stale spare agent survives SIGKILL", "pid", pid)
+			}
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			d.log.Warn("process: removing a stale spare", "dir", dir, "err", err)
+		}
+	}
+}
+
+// Close stops the driver's spare agents and starts no more. Replicas are
+// not touched: they outlive the driver as they outlive berth. Other
+// methods keep working, starting replicas cold.
+func (d *Driver) Close() error {
+	d.spareMu.Lock()
+	d.sparesClosed = true
+	spares := d.spares
+	d.spares = nil
+	d.spareMu.Unlock()
+	d.fillWG.Wait()
+	for _, sp := range spares {
+		d.dropSpare(sp)
+	}
+	return nil
+}
