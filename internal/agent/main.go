@@ -58,6 +58,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 		check    = fl.Duration("lease-check", defaultLeaseCheck, "how often to read the lease file")
 		grace    = fl.Duration("lease-grace", defaultLeaseGrace, "how long COMMAND gets between SIGTERM and SIGKILL once the lease has expired")
 		config   = fl.String("config", "", "`FILE` (or block device) holding a GuestConfig: further flags, COMMAND, the environment, files to write")
+		hostName = fl.String("hostname", "", "`NAME` to set as the host name before anything starts (the agent needs a UTS namespace of its own)")
 		vmInitF  = fl.Bool("vm-init", false, "be the init of a VM guest: mount /proc, /sys, /dev, /run, /tmp first and reboot the guest when done")
 		setups   stringList
 		spare    spareFlags
@@ -142,6 +143,14 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 		}
 		defer l.Close()
 		m.log = l
+	}
+	if *hostName != "" {
+		// Here rather than by the driver before the fork: a process
+		// setting up a UTS namespace for a child has to sacrifice a
+		// thread to it.
+		if err := setHostname(*hostName); err != nil {
+			return m.exit(1, fmt.Sprintf("agent: setting the host name: %v", err))
+		}
 	}
 	if ln == nil {
 		var err error

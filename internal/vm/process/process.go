@@ -34,7 +34,8 @@
 // When berth runs as root (see Options.Isolate) each replica gets its own
 // PID, mount, UTS and IPC namespaces: the agent is PID 1 and reaps, mounts
 // made inside stay inside (the root is made recursively private), and the
-// hostname is the replica id. The network is the host's, so the app's port
+// hostname is the replica id (the agent sets it, --hostname, before it
+// starts anything). The network is the host's, so the app's port
 // is reachable on 127.0.0.1.
 //
 // Where a writable cgroup v2 hierarchy exists, each replica is born (clone3
@@ -67,8 +68,8 @@
 //     one step; the spare's socket, agent.err and working directory move
 //     with it (open files and bound sockets follow a rename);
 //  3. it POSTs the assignment: the same flags and COMMAND a cold start
-//     would pass (with the new paths), the replica's environment, and its
-//     host name, which the agent (PID 1 of its UTS namespace) sets; the
+//     would pass (with the new paths, and --hostname, which the agent
+//     sets in its UTS namespace) and the replica's environment; the
 //     agent's command line then reads like a cold start's.
 //
 // If any step fails, the spare is killed and the replica starts cold in a
@@ -95,7 +96,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -484,7 +484,7 @@ func (d *Driver) launch(spec vm.Spec, st state, workDir string, size vm.Size) (s
 		cmd.SysProcAttr.UseCgroupFD = true
 		cmd.SysProcAttr.CgroupFD = int(cgDir.Fd())
 	}
-	if err := startAgent(cmd, st.Isolated, hostname(spec.Name)); err != nil {
+	if err := cmd.Start(); err != nil {
 		return st, err
 	}
 	// Reap the agent while berth lives, so no zombie stays behind; after
@@ -523,6 +523,9 @@ func (d *Driver) agentFlags(spec vm.Spec, workDir string) []string {
 	}
 	if spec.Workspace != "" {
 		args = append(args, "--root", spec.Workspace)
+	}
+	if d.isolate {
+		args = append(args, "--hostname", hostname(spec.Name))
 	}
 	for _, h := range spec.SetupHooks {
 		args = append(args, "--setup", h)
@@ -570,19 +573,12 @@ func agentAttr(isolated bool) *syscall.SysProcAttr {
 		// CLONE_NEWPID must be a clone flag for the agent to become PID 1.
 		// Unsharing CLONE_NEWNS makes the runtime remount / recursively
 		// private in the child, so the replica's mounts stay its own.
-		attr.Cloneflags = syscall.CLONE_NEWPID
+		// The agent names its UTS namespace itself (--hostname) before it
+		// starts anything.
+		attr.Cloneflags = syscall.CLONE_NEWPID | syscall.CLONE_NEWUTS
 		attr.Unshareflags = syscall.CLONE_NEWNS | syscall.CLONE_NEWIPC
 	}
 	return attr
-}
-
-// startAgent starts an agent process, isolated ones in a UTS namespace of
-// their own named host.
-func startAgent(cmd *exec.Cmd, isolated bool, host string) error {
-	if isolated {
-		return startInUTS(cmd, host)
-	}
-	return cmd.Start()
 }
 
 // hostPath is the PATH replicas get: berth's.
@@ -600,27 +596,6 @@ func hostname(id string) string {
 		return id[:64]
 	}
 	return id
-}
-
-// startInUTS starts cmd in a new UTS namespace whose hostname is already set,
-// so the app never sees the host's name. The namespace is made on a locked OS
-// thread that forks the child and then dies with its goroutine (no
-// UnlockOSThread), so the rest of berth keeps the host's UTS namespace.
-func startInUTS(cmd *exec.Cmd, host string) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		if err := syscall.Unshare(syscall.CLONE_NEWUTS); err != nil {
-			errc <- fmt.Errorf("new UTS namespace: %w", err)
-			return
-		}
-		if err := syscall.Sethostname([]byte(host)); err != nil {
-			errc <- fmt.Errorf("setting the hostname: %w", err)
-			return
-		}
-		errc <- cmd.Start()
-	}()
-	return <-errc
 }
 
 // writeLease replaces a replica's lease file atomically, so the agent never

@@ -163,7 +163,7 @@ func (d *Driver) spawnSpare(name, dir string) (*spare, error) {
 	cmd.Stdout, cmd.Stderr = errOut, errOut
 	cmd.ExtraFiles = []*os.File{theirs}
 	cmd.SysProcAttr = agentAttr(d.isolate)
-	if err := startAgent(cmd, d.isolate, "berth-spare"); err != nil {
+	if err := cmd.Start(); err != nil {
 		link.Close()
 		return nil, err
 	}
@@ -279,9 +279,6 @@ func (d *Driver) assign(sp *spare, spec vm.Spec, st state, workDir string, size 
 		}
 	}
 	g := agent.GuestConfig{Args: d.agentFlags(spec, workDir), Env: d.environ(spec, st)}
-	if st.Isolated {
-		g.Hostname = hostname(spec.Name)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), assignTimeout)
 	defer cancel()
 	c := agent.NewClient(agent.UnixDialer(filepath.Join(dir, sockFile)))
