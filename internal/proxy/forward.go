@@ -179,10 +179,10 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request, d *Deployment, b
 	if rerr != nil && werr == nil && ctx.Err() == nil {
 		// The backend broke off mid-response. Cut the client off so it
 		// does not take a truncated body for a whole one; outside an
-		// http.Server (a direct ServeHTTP call) there is no connection to
-		// cut.
+		// http.Server or the front end (a direct ServeHTTP call) there is
+		// no connection to cut.
 		h.log.Debug("backend response broken", "host", r.Host, "path", r.URL.Path, "err", rerr)
-		abort = ctx.Value(http.ServerContextKey) != nil
+		abort = ctx.Value(http.ServerContextKey) != nil || ctx.Value(frontKey{}) != nil
 	}
 	return status, false, abort
 }

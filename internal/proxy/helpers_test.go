@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -21,7 +22,7 @@ import (
 const hangGuard = 10 * time.Second
 
 // startProxy serves h with a real http.Server on a loopback listener, with
-// HTTP/1.1 and h2c enabled, and returns its base URL.
+// HTTP/1.1 and h2c enabled, and returns its base URL. See frontEnd.
 func startProxy(t testing.TB, h http.Handler, configure ...func(*http.Server)) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -35,9 +36,28 @@ func startProxy(t testing.TB, h http.Handler, configure ...func(*http.Server)) s
 	for _, f := range configure {
 		f(srv)
 	}
+	if ph, ok := h.(*proxy.Handler); ok && frontEnd != "" {
+		fe := ph.NewH1Server(srv, proxy.H1Options{})
+		go fe.Serve(ln)
+		t.Cleanup(func() { fe.Close() })
+		return "http://" + ln.Addr().String()
+	}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 	return "http://" + ln.Addr().String()
+}
+
+// frontEnd selects what startProxy serves a *proxy.Handler with: net/http
+// (empty), or the HTTP/1.1 front end with net/http as its fallback ("h1"; and
+// "h1-watch", where every request's connection is watched for the client
+// hanging up, which is otherwise done only for slow ones).
+// TestH1FrontEndSuite runs the whole package's tests again with each.
+var frontEnd = os.Getenv("BERTH_PROXY_FRONTEND")
+
+func init() {
+	if frontEnd == "h1-watch" {
+		*proxy.WatchAfter = time.Nanosecond
+	}
 }
 
 // newClient returns an HTTP/1.1 client that does not follow redirects and is

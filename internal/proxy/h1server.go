@@ -1,0 +1,819 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/berth-dev/berth/internal/route"
+)
+
+// This file is the data plane's HTTP/1.1 front end: an accept loop that serves
+// plain HTTP/1.1 and 1.0 requests itself and hands every other connection to
+// net/http.
+//
+// net/http's server was about 40% of berth's CPU per proxied request: a
+// goroutine and a deadline dance per request to notice a client hanging up
+// (the background read), a response writer with two layers of buffering, a
+// header map cloned or built several times, a context per request. The front
+// end keeps one goroutine per connection with pooled buffers, parses the head
+// into one string (h1parse.go), builds the http.Request in place, and calls
+// Handler.ServeHTTP with a small ResponseWriter that writes the response head
+// and body straight into the connection's buffer: a small response costs one
+// read and one write system call on the client side.
+//
+// What it does not serve it hands to the fallback http.Server, before reading
+// any body, with the bytes already read replayed: h2c (prior knowledge or
+// Upgrade), websockets and every other Upgrade, Expect: 100-continue, CONNECT,
+// absolute-form and asterisk-form targets, announced request trailers, other
+// HTTP versions, and requests routed to a site (whose file server relies on
+// net/http's response writer). From that request on, net/http owns the
+// connection.
+//
+// A client hanging up is noticed the way net/http does it — a read on the
+// idle connection while the backend works — but only for requests that are
+// still running after watchAfter, so a quick exchange pays nothing for it.
+
+// H1Options configure an H1Server. Zero fields take the fallback server's
+// values, and net/http's defaults when those are zero too.
+type H1Options struct {
+	// ReadHeaderTimeout bounds reading a request head (from its first byte,
+	// or from the connection's start for its first request).
+	ReadHeaderTimeout time.Duration
+	// IdleTimeout bounds the wait for the next request on a kept-alive
+	// connection.
+	IdleTimeout time.Duration
+	// MaxHeaderBytes bounds a request head; larger ones are answered 431.
+	MaxHeaderBytes int
+	// Log receives panics recovered while serving, at error level.
+	Log *slog.Logger
+}
+
+// watchAfter is how long a request without a body runs before its connection
+// is watched for the client hanging up (see above). A variable for tests.
+var watchAfter = 50 * time.Millisecond
+
+// lingerTime bounds the wait, before closing a connection with request bytes
+// left unread, for the client to read the answer and close first: closing
+// with unread data sends a reset, which can destroy the answer in flight.
+const lingerTime = 500 * time.Millisecond
+
+// H1Server serves a Handler's HTTP/1.x traffic (see above). Its Serve,
+// Shutdown and Close mirror http.Server's and drive the fallback server too.
+type H1Server struct {
+	h          *Handler
+	fallback   *http.Server
+	readHeader time.Duration
+	idle       time.Duration
+	maxHeader  int
+	log        *slog.Logger
+
+	inShutdown atomic.Bool
+	mu         sync.Mutex
+	listeners  map[*net.Listener]struct{}
+	conns      map[*h1conn]struct{}
+}
+
+// NewH1Server returns a front end serving h, which hands what it does not
+// serve itself to fallback. fallback's Handler must serve h too (wrapped as it
+// likes); NewH1Server does not modify it, and H1Server.Serve runs it.
+func (h *Handler) NewH1Server(fallback *http.Server, o H1Options) *H1Server {
+	s := &H1Server{
+		h: h, fallback: fallback,
+		readHeader: o.ReadHeaderTimeout, idle: o.IdleTimeout, maxHeader: o.MaxHeaderBytes, log: o.Log,
+		listeners: make(map[*net.Listener]struct{}),
+		conns:     make(map[*h1conn]struct{}),
+	}
+	if s.readHeader <= 0 {
+		s.readHeader = fallback.ReadHeaderTimeout
+		if s.readHeader <= 0 {
+			s.readHeader = fallback.ReadTimeout
+		}
+	}
+	if s.idle <= 0 {
+		s.idle = fallback.IdleTimeout
+		if s.idle <= 0 {
+			s.idle = fallback.ReadTimeout
+		}
+	}
+	if s.maxHeader <= 0 {
+		s.maxHeader = fallback.MaxHeaderBytes
+		if s.maxHeader <= 0 {
+			s.maxHeader = http.DefaultMaxHeaderBytes
+		}
+	}
+	if s.log == nil {
+		s.log = h.log
+	}
+	return s
+}
+
+// frontKey marks a request context as the front end's: a response whose
+// backend broke off is then aborted (see relay).
+type frontKey struct{}
+
+// Serve accepts connections on ln until Shutdown or Close, and runs the
+// fallback server on the connections handed to it. It always returns a
+// non-nil error: http.ErrServerClosed after Shutdown or Close.
+func (s *H1Server) Serve(ln net.Listener) error {
+	if s.inShutdown.Load() {
+		ln.Close()
+		return http.ErrServerClosed
+	}
+	hl := &handoffListener{addr: ln.Addr(), ch: make(chan net.Conn), done: make(chan struct{})}
+	s.mu.Lock()
+	s.listeners[&ln] = struct{}{}
+	s.mu.Unlock()
+	go s.fallback.Serve(hl)
+	defer func() {
+		hl.Close()
+		s.mu.Lock()
+		delete(s.listeners, &ln)
+		s.mu.Unlock()
+	}()
+
+	base := context.Background()
+	if s.fallback.BaseContext != nil {
+		base = s.fallback.BaseContext(ln)
+	}
+	base = context.WithValue(base, frontKey{}, s)
+	var delay time.Duration
+	for {
+		rwc, err := ln.Accept()
+		if err != nil {
+			if s.inShutdown.Load() {
+				return http.ErrServerClosed
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return err
+			}
+			// Out of file descriptors and the like: back off as
+			// http.Server does, rather than spin.
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			s.log.Debug("accept failed; retrying", "err", err, "delay", delay)
+			time.Sleep(delay)
+			continue
+		}
+		delay = 0
+		c := newH1conn(s, rwc, hl, base)
+		if !s.track(c) {
+			rwc.Close()
+			c.release()
+			continue
+		}
+		go c.serve()
+	}
+}
+
+func (s *H1Server) track(c *h1conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.inShutdown.Load() {
+		return false
+	}
+	s.conns[c] = struct{}{}
+	return true
+}
+
+func (s *H1Server) untrack(c *h1conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+}
+
+// Shutdown stops accepting, closes idle connections, lets requests in progress
+// finish (their connections close after the response), and shuts the fallback
+// server down likewise (which covers the handed-off connections), until ctx
+// ends. Connections switched to another protocol (websockets) are not waited
+// for; Handler.Wait counts them.
+func (s *H1Server) Shutdown(ctx context.Context) error {
+	s.inShutdown.Store(true)
+	s.closeListeners()
+	fb := make(chan error, 1)
+	go func() { fb <- s.fallback.Shutdown(ctx) }()
+	const maxPoll = 500 * time.Millisecond
+	poll := time.Millisecond
+	t := time.NewTimer(poll)
+	defer t.Stop()
+	for !s.closeIdle() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			poll = min(2*poll, maxPoll)
+			t.Reset(poll)
+		}
+	}
+	return <-fb
+}
+
+// Close closes the listeners and every connection at once, the fallback
+// server's included.
+func (s *H1Server) Close() error {
+	s.inShutdown.Store(true)
+	err := s.closeListeners()
+	s.mu.Lock()
+	for c := range s.conns {
+		c.state.Store(connClosing)
+		c.rwc.Close()
+	}
+	s.mu.Unlock()
+	if ferr := s.fallback.Close(); err == nil {
+		err = ferr
+	}
+	return err
+}
+
+func (s *H1Server) closeListeners() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var err error
+	for ln := range s.listeners {
+		if cerr := (*ln).Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+		delete(s.listeners, ln)
+	}
+	return err
+}
+
+// closeIdle closes the connections waiting for a request and reports whether
+// none are left.
+func (s *H1Server) closeIdle() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		if c.state.CompareAndSwap(connIdle, connClosing) {
+			c.rwc.Close()
+		}
+	}
+	return len(s.conns) == 0
+}
+
+// Connection states, for Shutdown.
+const (
+	connIdle    int32 = iota // waiting for a request
+	connActive               // reading or serving one
+	connClosing              // being closed
+)
+
+// Watcher states (see h1conn.arm).
+const (
+	watchOff int32 = iota
+	watchArmed
+	watchReading
+)
+
+// h1conn is one client connection. Its buffers are pooled.
+type h1conn struct {
+	s      *H1Server
+	rwc    net.Conn
+	hl     *handoffListener
+	cr     connReader
+	br     *bufio.Reader
+	bw     *bufio.Writer
+	p      parser
+	w      h1Writer
+	req    http.Request
+	url    url.URL
+	tmpl   *http.Request // an empty request carrying ctx
+	ctx    context.Context
+	cancel context.CancelFunc
+	remote string
+	state  atomic.Int32
+
+	watch     atomic.Int32
+	watchT    *time.Timer
+	watchDone chan struct{}
+	gone      bool // the watcher saw the client hang up
+	// dirty means the read deadline may be one set for something else
+	// than reading the next request (a watch's end, a drain), so that
+	// without configured timeouts it must be cleared before reading.
+	dirty    bool
+	watchBuf [1]byte
+}
+
+var connPoolH1 sync.Pool
+
+func newH1conn(s *H1Server, rwc net.Conn, hl *handoffListener, base context.Context) *h1conn {
+	c, _ := connPoolH1.Get().(*h1conn)
+	if c == nil {
+		c = &h1conn{
+			br:        bufio.NewReaderSize(nil, 4<<10),
+			bw:        bufio.NewWriterSize(nil, 4<<10),
+			watchDone: make(chan struct{}, 1),
+		}
+		c.watchT = time.AfterFunc(time.Hour, c.watchClient)
+		c.watchT.Stop()
+		c.w.c = c
+		c.w.hdr = make(http.Header, 16)
+	}
+	c.s, c.rwc, c.hl = s, rwc, hl
+	c.cr = connReader{c: rwc}
+	c.br.Reset(&c.cr)
+	c.bw.Reset(rwc)
+	c.p.maxBytes = s.maxHeader
+	c.ctx, c.cancel = context.WithCancel(base)
+	c.tmpl = new(http.Request).WithContext(c.ctx)
+	c.remote = rwc.RemoteAddr().String()
+	c.state.Store(connIdle)
+	c.gone, c.dirty = false, false
+	return c
+}
+
+// release returns c's buffers to the pool. Nothing may use c afterwards.
+func (c *h1conn) release() {
+	if c.cancel != nil {
+		c.cancel()
+	}
+	c.s, c.rwc, c.hl, c.cr.c = nil, nil, nil, nil
+	c.ctx, c.cancel, c.tmpl = nil, nil, nil
+	c.req = http.Request{}
+	c.br.Reset(nil)
+	c.bw.Reset(nil)
+	clear(c.w.hdr)
+	connPoolH1.Put(c)
+}
+
+// serve runs the connection's request loop.
+func (c *h1conn) serve() {
+	reuse := false
+	defer func() {
+		if v := recover(); v != nil {
+			reuse = false
+			if v != http.ErrAbortHandler {
+				c.s.log.Error("panic serving connection", "remote", c.remote, "panic", v, "stack", string(debug.Stack()))
+			}
+		}
+		c.s.untrack(c)
+		if c.rwc != nil {
+			c.rwc.Close()
+		}
+		if reuse {
+			c.release()
+		} else if c.cancel != nil {
+			c.cancel()
+		}
+	}()
+	for first := true; ; first = false {
+		next, handedOff := c.serveOne(first)
+		if handedOff {
+			c.rwc = nil // net/http's now
+			reuse = true
+			return
+		}
+		if !next {
+			reuse = true
+			return
+		}
+	}
+}
+
+// serveOne reads and serves one request and reports whether the connection
+// may carry another, or was handed to net/http.
+func (c *h1conn) serveOne(first bool) (next, handedOff bool) {
+	s := c.s
+	if first {
+		if s.readHeader > 0 {
+			c.rwc.SetReadDeadline(time.Now().Add(s.readHeader))
+		}
+	} else if c.br.Buffered() == 0 {
+		if s.idle > 0 {
+			c.rwc.SetReadDeadline(time.Now().Add(s.idle))
+		} else if c.dirty {
+			c.rwc.SetReadDeadline(time.Time{})
+		}
+		c.dirty = false
+	}
+	buf, err := c.br.Peek(1)
+	if err != nil {
+		return false, false // closed, idle timeout, or Shutdown
+	}
+	if !c.state.CompareAndSwap(connIdle, connActive) {
+		return false, false // Shutdown closed it just now
+	}
+	if !first {
+		// The header deadline runs from the request's first byte. A head
+		// already in the buffer needs no more reads, and no deadline.
+		buf, _ = c.br.Peek(c.br.Buffered())
+		if bytes.Index(buf, crlfcrlf) < 0 {
+			if s.readHeader > 0 {
+				c.rwc.SetReadDeadline(time.Now().Add(s.readHeader))
+			} else if c.dirty {
+				c.rwc.SetReadDeadline(time.Time{})
+			}
+			c.dirty = false
+		}
+	}
+
+	err = c.p.readHead(c.br)
+	var he *headError
+	switch {
+	case err == nil:
+	case err == errHandOff:
+		c.handOff()
+		return false, true
+	case errors.As(err, &he):
+		c.answerError(he)
+		return false, false
+	default:
+		return false, false // the client went away or was too slow
+	}
+	head := &c.p.head
+	if c.forSite(head) {
+		c.handOff()
+		return false, true
+	}
+
+	r := &c.req
+	var body *h1Body
+	if head.contentLength != 0 {
+		// A request with a body gets its own Request and body reader: the
+		// forwarder's body writer may still be reading when the handler
+		// returns (a backend that answered early), and must not see the
+		// next request's.
+		r = new(http.Request)
+		body = &h1Body{br: c.br, remaining: head.contentLength}
+		if head.contentLength < 0 {
+			body.cr = httputil.NewChunkedReader(c.br)
+		}
+		c.rwc.SetReadDeadline(time.Time{})
+		c.dirty = false
+	}
+	*r = *c.tmpl
+	r.Method = head.method
+	if body == nil {
+		c.url = head.url
+		r.URL = &c.url
+		r.Body = http.NoBody
+	} else {
+		u := head.url
+		r.URL = &u
+		r.Body = body
+		r.ContentLength = head.contentLength
+		if head.contentLength < 0 {
+			r.TransferEncoding = []string{"chunked"}
+		}
+	}
+	r.Proto, r.ProtoMajor, r.ProtoMinor = head.proto, 1, head.minor
+	r.Header = head.header
+	r.Host = head.host
+	r.RemoteAddr = c.remote
+	r.RequestURI = head.target
+	r.Close = head.close
+
+	w := &c.w
+	w.reset(r, head)
+	if body == nil && c.br.Buffered() == 0 {
+		c.arm()
+	}
+	c.serveHTTP(w, r)
+	if body == nil {
+		c.disarm()
+		if c.gone {
+			return false, false // nobody to answer
+		}
+	}
+	w.finish()
+	linger := false
+	if body != nil && !c.finishBody(body) {
+		w.closeAfter = true
+		linger = true
+	}
+	if err := c.bw.Flush(); err != nil || w.err != nil {
+		return false, false
+	}
+	if w.closeAfter || s.inShutdown.Load() {
+		if linger {
+			c.lingerClose()
+		}
+		return false, false
+	}
+	if !c.state.CompareAndSwap(connActive, connIdle) {
+		return false, false
+	}
+	return true, false
+}
+
+var crlfcrlf = []byte("\r\n\r\n")
+
+// serveHTTP calls the Handler, recovering a panic as net/http does: logged
+// (unless it is http.ErrAbortHandler), a 500 if nothing was sent yet, and the
+// connection closed.
+func (c *h1conn) serveHTTP(w *h1Writer, r *http.Request) {
+	defer func() {
+		v := recover()
+		if v == nil {
+			return
+		}
+		c.disarm()
+		w.closeAfter = true
+		if v == http.ErrAbortHandler {
+			panic(v) // cut the response off: the connection closes unfinished
+		}
+		c.s.log.Error("panic serving request", "method", r.Method, "path", r.URL.Path, "panic", v, "stack", string(debug.Stack()))
+		if w.committed {
+			panic(http.ErrAbortHandler)
+		}
+		clear(w.hdr)
+		w.status = 0
+		w.pending = w.pending[:0]
+		plain(w, http.StatusInternalServerError, "internal error\n")
+	}()
+	c.s.h.ServeHTTP(w, r)
+}
+
+// forSite reports a request whose route leads to a site, which net/http
+// serves (see above).
+func (c *h1conn) forSite(head *reqHead) bool {
+	m, ok := c.s.h.table.Load().Lookup(route.NormalizeHost(head.host), head.url.Path)
+	return ok && m.Rule.Redirect == nil && !m.Target.Maintenance && m.Target.Site != nil
+}
+
+// handOff gives the connection to the fallback server, replaying the bytes
+// read from it: the current request's head and whatever was read past it.
+func (c *h1conn) handOff() {
+	n := c.br.Buffered()
+	replay := make([]byte, 0, len(c.p.raw)+n+1)
+	replay = append(replay, c.p.raw...)
+	buffered, _ := c.br.Peek(n)
+	replay = append(replay, buffered...)
+	if c.cr.hasPending {
+		replay = append(replay, c.cr.pending)
+	}
+	c.rwc.SetDeadline(time.Time{})
+	c.hl.push(&replayConn{Conn: c.rwc, replay: replay})
+}
+
+// answerError answers a request the parser refused, and closes.
+func (c *h1conn) answerError(e *headError) {
+	text := http.StatusText(e.status)
+	body := "400 Bad Request: " + e.reason
+	if e.status != http.StatusBadRequest {
+		body = itoa3(e.status) + " " + text
+	}
+	bw := c.bw
+	bw.WriteString(statusLine(e.status))
+	bw.WriteString("Content-Type: text/plain; charset=utf-8\r\nConnection: close\r\nContent-Length: ")
+	bw.WriteString(itoa(int64(len(body))))
+	bw.WriteString("\r\n\r\n")
+	bw.WriteString(body)
+	if bw.Flush() == nil {
+		c.lingerClose()
+	}
+}
+
+// lingerClose half-closes the connection and reads (and drops) what the
+// client still sends, for at most lingerTime, so that closing does not reset
+// the connection under the answer just sent (see lingerTime).
+func (c *h1conn) lingerClose() {
+	if cw, ok := c.rwc.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+	}
+	c.rwc.SetReadDeadline(time.Now().Add(lingerTime))
+	io.CopyN(io.Discard, c.rwc, 256<<10)
+}
+
+// finishBody ends the request body's use by the handler and reports whether
+// it was read to its end, which keeping the connection requires. A body
+// writer still blocked on the client is interrupted.
+func (c *h1conn) finishBody(b *h1Body) bool {
+	if !b.mu.TryLock() {
+		// A body writer is blocked reading: the backend answered
+		// without the rest. Interrupt it.
+		c.rwc.SetReadDeadline(aLongTimeAgo)
+		c.dirty = true
+		b.mu.Lock()
+	}
+	defer b.mu.Unlock()
+	if !b.eof && b.err == nil {
+		// Whatever the handler left unread, within reason, is read and
+		// dropped (as net/http does), so that the connection can go on.
+		c.rwc.SetReadDeadline(time.Now().Add(lingerTime))
+		c.dirty = true
+		io.CopyN(io.Discard, readerFunc(b.readLocked), maxDrain)
+	}
+	b.closed = true
+	return b.eof
+}
+
+// maxDrain bounds the unread request body finishBody reads to keep a
+// connection (net/http's maxPostHandlerReadBytes).
+const maxDrain = 256 << 10
+
+// arm starts the hang-up watch timer for a request without a body.
+func (c *h1conn) arm() {
+	c.watch.Store(watchArmed)
+	c.watchT.Reset(watchAfter)
+}
+
+// disarm ends the watch: the timer is stopped, or the read it started is
+// interrupted and waited for.
+func (c *h1conn) disarm() {
+	if c.watch.CompareAndSwap(watchArmed, watchOff) {
+		c.watchT.Stop()
+		return
+	}
+	if c.watch.Load() == watchOff {
+		return // disarmed already (a panic's recovery does it)
+	}
+	c.rwc.SetReadDeadline(aLongTimeAgo)
+	<-c.watchDone
+	c.watch.Store(watchOff)
+	c.dirty = true
+}
+
+// watchClient runs when a request without a body outlasts watchAfter: it
+// reads from the connection until the client sends something (the byte is
+// kept for the next request) or hangs up (the request's context is then
+// canceled, which stops the backend's work), or disarm interrupts it.
+func (c *h1conn) watchClient() {
+	if !c.watch.CompareAndSwap(watchArmed, watchReading) {
+		return
+	}
+	c.rwc.SetReadDeadline(time.Time{})
+	n, err := c.rwc.Read(c.watchBuf[:])
+	if n > 0 {
+		c.cr.pending, c.cr.hasPending = c.watchBuf[0], true
+	} else if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+		c.gone = true
+		c.cancel()
+	}
+	c.watchDone <- struct{}{}
+}
+
+// connReader reads the connection, after a byte the watcher read ahead.
+type connReader struct {
+	c          net.Conn
+	pending    byte
+	hasPending bool
+}
+
+func (r *connReader) Read(p []byte) (int, error) {
+	if r.hasPending && len(p) > 0 {
+		p[0], r.hasPending = r.pending, false
+		return 1, nil
+	}
+	return r.c.Read(p)
+}
+
+// h1Body is a request body read from the client connection. Reads and the
+// end of the request (finishBody) are serialized, so a reader that outlives
+// the handler never touches the connection's next request.
+type h1Body struct {
+	mu        sync.Mutex
+	br        *bufio.Reader
+	remaining int64     // Content-Length bodies: bytes left
+	cr        io.Reader // chunked bodies: the chunk decoder; nil otherwise
+	eof       bool
+	closed    bool
+	err       error
+}
+
+func (b *h1Body) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return 0, http.ErrBodyReadAfterClose
+	}
+	return b.readLocked(p)
+}
+
+func (b *h1Body) readLocked(p []byte) (n int, err error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	if b.eof {
+		return 0, io.EOF
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if b.cr == nil {
+		if int64(len(p)) > b.remaining {
+			p = p[:b.remaining]
+		}
+		n, err = b.br.Read(p)
+		b.remaining -= int64(n)
+		if b.remaining == 0 {
+			b.eof = true
+			return n, io.EOF
+		}
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+	} else {
+		n, err = b.cr.Read(p)
+		if err == io.EOF {
+			if terr := skipTrailer(b.br); terr != nil {
+				err = terr
+			} else {
+				b.eof = true
+			}
+		}
+	}
+	if err != nil && err != io.EOF {
+		b.err = err
+	}
+	return n, err
+}
+
+// Close does nothing: the front end ends the body when the handler is done.
+func (b *h1Body) Close() error { return nil }
+
+// skipTrailer reads the trailer section after a chunked body's last chunk.
+// Trailer fields the client did not announce are dropped, as net/http does
+// (requests announcing some are handed to net/http); they must still be well
+// formed, and fit in maxTrailerBytes (net/http's limit is its buffer, 4 KiB).
+func skipTrailer(br *bufio.Reader) error {
+	total := 0
+	for {
+		line, err := br.ReadSlice('\n')
+		total += len(line)
+		if total > maxTrailerBytes || err == bufio.ErrBufferFull {
+			return errors.New("request trailer too large")
+		}
+		if err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
+		}
+		if len(line) < 2 || line[len(line)-2] != '\r' {
+			return errors.New("malformed trailer: line not terminated by CRLF")
+		}
+		if len(line) == 2 {
+			return nil
+		}
+		k, v, ok := bytes.Cut(line[:len(line)-2], []byte(":"))
+		if !ok || len(k) == 0 || !validToken(string(k)) || !validFieldValue(string(v)) {
+			return errors.New("malformed trailer field")
+		}
+	}
+}
+
+type readerFunc func([]byte) (int, error)
+
+func (f readerFunc) Read(p []byte) (int, error) { return f(p) }
+
+// handoffListener is the fallback server's listener: it yields the
+// connections the front end hands over.
+type handoffListener struct {
+	addr net.Addr
+	ch   chan net.Conn
+	done chan struct{}
+	once sync.Once
+}
+
+func (l *handoffListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.ch:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *handoffListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *handoffListener) Addr() net.Addr { return l.addr }
+
+// push hands c to the fallback server, or closes it when that has stopped.
+func (l *handoffListener) push(c net.Conn) {
+	select {
+	case l.ch <- c:
+	case <-l.done:
+		c.Close()
+	}
+}
+
+// replayConn is a handed-off connection: the bytes the front end read come
+// first.
+type replayConn struct {
+	net.Conn
+	replay []byte
+}
+
+func (c *replayConn) Read(p []byte) (int, error) {
+	if len(c.replay) > 0 {
+		n := copy(p, c.replay)
+		c.replay = c.replay[n:]
+		return n, nil
+	}
+	return c.Conn.Read(p)
+}
