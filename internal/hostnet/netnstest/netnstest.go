@@ -30,9 +30,13 @@ const envName = "BERTH_TEST_NETNS"
 // removes leftovers of killed runs by it.
 const Prefix = "berth-test-"
 
+// Runner is what Main runs: a *testing.M, or a wrapper that cleans up
+// after it.
+type Runner interface{ Run() int }
+
 // Main runs m inside a fresh network namespace when it can (root, with ip
 // and nsenter), else runs m as it is; it returns the exit code.
-func Main(m *testing.M) int {
+func Main(m Runner) int {
 	if os.Getenv(envName) != "" || os.Geteuid() != 0 {
 		return m.Run()
 	}

@@ -28,7 +28,18 @@ import (
 
 // The tests run inside a network namespace of their own (netnstest), so the
 // bridge, the veths and every guest address exist only there.
-func TestMain(m *testing.M) { os.Exit(netnstest.Main(m)) }
+func TestMain(m *testing.M) { os.Exit(netnstest.Main(cleaning{m})) }
+
+// cleaning runs the tests, then removes the shared environment.
+type cleaning struct{ m *testing.M }
+
+func (c cleaning) Run() int {
+	code := c.m.Run()
+	if shared != nil {
+		shared.close()
+	}
+	return code
+}
 
 // leaseCheck is how often the test agents read their lease.
 const leaseCheck = 50 * time.Millisecond
@@ -42,7 +53,20 @@ type env struct {
 	agent  string
 	images *image.Store
 	net    *hostnet.Network
+	db     *store.Store
 	dir    string // holds everything; removed at the end
+}
+
+// close removes the environment: the bridge (in the tests' namespace),
+// the store and the directory.
+func (e *env) close() {
+	if e.net != nil {
+		hostnet.Teardown(context.Background(), e.net.Config())
+	}
+	if e.db != nil {
+		e.db.Close()
+	}
+	os.RemoveAll(e.dir)
 }
 
 var (
@@ -90,13 +114,18 @@ func canTest() string {
 	return ""
 }
 
-func buildEnv() (*env, error) {
+func buildEnv() (_ *env, err error) {
 	busybox, _ := exec.LookPath("busybox")
 	dir, err := os.MkdirTemp("", "bct")
 	if err != nil {
 		return nil, err
 	}
 	e := &env{dir: dir, agent: filepath.Join(dir, "berth")}
+	defer func() {
+		if err != nil {
+			e.close()
+		}
+	}()
 	// The agent must be static to run in the image: build it without cgo
 	// (the test binary, built with -race, is not). testdata/agent is
 	// berth's agent mode alone.
@@ -109,11 +138,10 @@ func buildEnv() (*env, error) {
 	if err := busyboxRootfs(busybox, rootfs); err != nil {
 		return nil, err
 	}
-	st, err := store.Open(filepath.Join(dir, "db"))
-	if err != nil {
+	if e.db, err = store.Open(filepath.Join(dir, "db")); err != nil {
 		return nil, err
 	}
-	if e.images, err = image.New(context.Background(), image.Options{Dir: filepath.Join(dir, "images"), Catalog: st}); err != nil {
+	if e.images, err = image.New(context.Background(), image.Options{Dir: filepath.Join(dir, "images"), Catalog: e.db}); err != nil {
 		return nil, err
 	}
 	if _, err := e.images.Import(context.Background(), "busybox", rootfs); err != nil {
@@ -396,7 +424,8 @@ func TestBrokenImage(t *testing.T) {
 // namespaces of a replica.
 func TestLimits(t *testing.T) {
 	d := newDriver(t)
-	s := spec("limits", "hostname > /.berth/run/hostname; "+app)
+	// Written aside and renamed, so the test never reads it half written.
+	s := spec("limits", "hostname > /.berth/run/hostname.tmp && mv /.berth/run/hostname.tmp /.berth/run/hostname; "+app)
 	s.SizeClass = "micro"
 	inst := start(t, d, s)
 	eventually(t, "the app to start", func() bool {
