@@ -54,6 +54,10 @@ type Options struct {
 	// idle clients; defaults 10s and 120s.
 	ReadHeaderTimeout time.Duration
 	IdleTimeout       time.Duration
+	// StdHTTP serves the data plane with net/http alone instead of the
+	// proxy's HTTP/1.1 front end (proxy.H1Server), which serves plain
+	// HTTP/1.x requests itself and hands everything else to net/http.
+	StdHTTP bool
 
 	// AgentCommand and AgentEnv override how the process driver starts the
 	// in-sandbox agent (default: this executable's "agent" mode); tests use
@@ -102,6 +106,7 @@ type Server struct {
 
 	proxyLn, adminLn net.Listener
 	proxySrv         *http.Server
+	proxyFront       frontEnd // proxySrv, or the H1Server in front of it
 	adminSrv         *http.Server
 	cancelReqs       context.CancelFunc // ends request contexts after the drain deadline
 	ports            *portRoutes        // Computers' exposed ports on the data plane
@@ -208,6 +213,10 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		BaseContext:       base,
 		ErrorLog:          slog.NewLogLogger(o.Log.Handler(), slog.LevelDebug),
 	}
+	s.proxyFront = s.proxySrv
+	if !o.StdHTTP {
+		s.proxyFront = s.Proxy.NewH1Server(s.proxySrv, proxy.H1Options{Log: o.Log})
+	}
 	gate := auth.New(auth.Config{
 		User: o.AdminUser, Password: o.AdminPassword, Tokens: tokens,
 		Brake: auth.NewBrake(o.Brake), Log: o.Log,
@@ -235,6 +244,13 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	}
 	o.Log.Info("berth listening", "proxy", s.ProxyAddr(), "admin", s.AdminAddr(), "data_dir", o.DataDir, "deployments", s.Registry.Len())
 	return s, nil
+}
+
+// frontEnd serves the data-plane listener: *http.Server or *proxy.H1Server.
+type frontEnd interface {
+	Serve(net.Listener) error
+	Shutdown(context.Context) error
+	Close() error
 }
 
 // portDomain is the domain Computers' exposed ports are named under:
@@ -270,7 +286,7 @@ func (s *Server) Run(ctx context.Context) error {
 	go func() { defer loops.Done(); s.host.Run(loopCtx, 2*time.Second) }()
 
 	errc := make(chan error, 2)
-	go func() { errc <- s.proxySrv.Serve(s.proxyLn) }()
+	go func() { errc <- s.proxyFront.Serve(s.proxyLn) }()
 	go func() { errc <- s.adminSrv.Serve(s.adminLn) }()
 
 	var err error
@@ -284,7 +300,7 @@ func (s *Server) Run(ctx context.Context) error {
 	defer cancel()
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); s.proxySrv.Shutdown(dctx) }()
+	go func() { defer wg.Done(); s.proxyFront.Shutdown(dctx) }()
 	go func() { defer wg.Done(); s.adminSrv.Shutdown(dctx) }()
 	wg.Wait()
 	// Shutdown does not wait for hijacked connections (websockets); the
@@ -293,7 +309,7 @@ func (s *Server) Run(ctx context.Context) error {
 		s.log.Warn("drain deadline passed; closing what is left", "in_flight", s.Proxy.Active())
 	}
 	s.cancelReqs()
-	s.proxySrv.Close()
+	s.proxyFront.Close()
 	s.adminSrv.Close()
 	stopLoops()
 	loops.Wait()
