@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -28,21 +30,30 @@ type gateway struct {
 	s            *server.Server
 	admin, proxy string
 	dir          string
+	stop         func() // stops the server (its replicas run on)
 }
 
 func startGateway(t testing.TB) *gateway {
 	t.Helper()
-	agent, _, rootfs := container.SharedEnv(t)
-	t.Setenv("BERTH_CONTAINER_AGENT", agent)
-	t.Setenv("BERTH_OCI_RUNTIME", os.Getenv("BERTH_TEST_OCI_RUNTIME"))
-	// The server's guest network is the default bridge the shared
-	// environment set up, with addresses from a subnet of its own.
-	t.Setenv("BERTH_GUEST_SUBNET", hostnet.DefaultSubnet)
 	dir, err := os.MkdirTemp("", "bg")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
+	return startGatewayAt(t, dir)
+}
+
+// startGatewayAt starts a server over dir, as a restarted berth would.
+func startGatewayAt(t testing.TB, dir string) *gateway {
+	t.Helper()
+	agent, _, rootfs := container.SharedEnv(t)
+	t.Setenv("BERTH_CONTAINER_AGENT", agent)
+	t.Setenv("BERTH_OCI_RUNTIME", os.Getenv("BERTH_TEST_OCI_RUNTIME"))
+	// The server's guest network is the default bridge the shared
+	// environment set up. Its allocations are kept in its own data
+	// directory, so they could collide with the driver tests' ones: the
+	// gateway tests do not run in parallel with those.
+	t.Setenv("BERTH_GUEST_SUBNET", hostnet.DefaultSubnet)
 	s, err := server.New(context.Background(), server.Options{
 		ProxyAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", DataDir: dir,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -53,14 +64,18 @@ func startGateway(t testing.TB) *gateway {
 	if !slices.Contains(s.Fleet.DriverNames(), "container") {
 		t.Fatalf("the server has no container driver (drivers %v)", s.Fleet.DriverNames())
 	}
-	if _, err := s.Images.Import(context.Background(), "busybox", rootfs); err != nil {
-		t.Fatal(err)
+	if !s.Images.Exists("busybox") {
+		if _, err := s.Images.Import(context.Background(), "busybox", rootfs); err != nil {
+			t.Fatal(err)
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return &gateway{s: s, admin: "http://" + s.AdminAddr(), proxy: "http://" + s.ProxyAddr(), dir: dir}
+	var once sync.Once
+	stop := func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return &gateway{s: s, admin: "http://" + s.AdminAddr(), proxy: "http://" + s.ProxyAddr(), dir: dir, stop: stop}
 }
 
 func (g *gateway) call(t testing.TB, method, path, body string) (int, []byte) {
@@ -227,4 +242,73 @@ func BenchmarkGatewayExec(b *testing.B) {
 	slices.Sort(ds)
 	b.ReportMetric(float64(ds[len(ds)/2].Microseconds())/1000, "exec-p50-ms")
 	g.call(b, "DELETE", "/deployments/gwx", "")
+}
+
+// status is the part of GET /deployments/:id this file reads.
+func (g *gateway) status(t testing.TB, id string) apitype.DeploymentStatus {
+	t.Helper()
+	code, b := g.call(t, "GET", "/deployments/"+id, "")
+	var st apitype.DeploymentStatus
+	if code != http.StatusOK || json.Unmarshal(b, &st) != nil {
+		t.Fatalf("GET /deployments/%s: %d %s", id, code, b)
+	}
+	return st
+}
+
+// readyVM waits until the deployment has one ready replica other than
+// not, and returns its id.
+func (g *gateway) readyVM(t testing.TB, id, not string) string {
+	t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		for _, vm := range g.status(t, id).VMs {
+			if vm.Healthy && vm.SandboxID != not {
+				return vm.SandboxID
+			}
+		}
+	}
+	t.Fatalf("%s never had a ready replica other than %q", id, not)
+	return ""
+}
+
+// TestGatewayKillAndRestart kills a replica's init from outside (the pool
+// must replace it) and restarts berth while a replica runs (the new berth
+// must adopt it, not start another).
+func TestGatewayKillAndRestart(t *testing.T) {
+	g := startGateway(t)
+	g.register(t, "gwk", 1)
+	first := g.readyVM(t, "gwk", "")
+	b, err := os.ReadFile(filepath.Join(g.dir, "containers", first, "state.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct{ PID int }
+	if err := json.Unmarshal(b, &st); err != nil || st.PID == 0 {
+		t.Fatalf("state.json of %s: %s", first, b)
+	}
+	if err := syscall.Kill(st.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	second := g.readyVM(t, "gwk", first)
+	if code, body := g.get(t, "gwk"); code != http.StatusOK {
+		t.Fatalf("after the kill: %d %q", code, body)
+	}
+
+	g.stop()
+	g2 := startGatewayAt(t, g.dir)
+	if got := g2.readyVM(t, "gwk", ""); got != second {
+		t.Errorf("the restarted berth serves %s, want the adopted %s", got, second)
+	}
+	if vms := g2.status(t, "gwk").VMs; len(vms) != 1 {
+		t.Errorf("after a restart the pool has %d replicas, want the 1 it adopted", len(vms))
+	}
+	if code, body := g2.get(t, "gwk"); code != http.StatusOK {
+		t.Errorf("after the restart: %d %q", code, body)
+	}
+	g2.call(t, "DELETE", "/deployments/gwk", "")
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if len(g2.leftovers(t)) == 0 {
+			return
+		}
+	}
+	t.Errorf("a deleted deployment left %v", g2.leftovers(t))
 }
