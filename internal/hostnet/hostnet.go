@@ -41,11 +41,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // Defaults of Config.
@@ -453,12 +455,32 @@ func VethName(id string) string { return ifName("bv", id) }
 func TapName(id string) string { return ifName("bt", id) }
 
 // AttachVeth plugs the network namespace of process pid (a container's
-// init, not yet running its app) into the bridge: a veth pair whose host
-// end is VethName(id) on the bridge and whose other end is eth0 in the
-// namespace with id's address, a default route via the gateway, and lo up.
-// It returns the address. A leftover host end of the same id is replaced.
-// It talks netlink directly (no ip command on the start path).
+// init, not yet running its app) into the bridge; see AttachVethAt.
 func (n *Network) AttachVeth(ctx context.Context, id string, pid int) (netip.Addr, error) {
+	ns, err := netns.GetFromPid(pid)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("hostnet: attaching %s: %w", id, err)
+	}
+	defer ns.Close()
+	return n.attach(id, ns)
+}
+
+// AttachVethAt plugs the network namespace bound at path (NewNetns) into
+// the bridge: a veth pair whose host end is VethName(id) on the bridge and
+// whose other end is eth0 in the namespace with id's address, a default
+// route via the gateway, and lo up. It returns the address. A leftover
+// host end of the same id is replaced. It talks netlink directly (no ip
+// command on the start path).
+func (n *Network) AttachVethAt(ctx context.Context, id, path string) (netip.Addr, error) {
+	ns, err := netns.GetFromPath(path)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("hostnet: attaching %s: %w", id, err)
+	}
+	defer ns.Close()
+	return n.attach(id, ns)
+}
+
+func (n *Network) attach(id string, ns netns.NsHandle) (netip.Addr, error) {
 	addr, err := n.Allocate(id)
 	if err != nil {
 		return netip.Addr{}, err
@@ -477,7 +499,7 @@ func (n *Network) AttachVeth(ctx context.Context, id string, pid int) (netip.Add
 	}
 	la := netlink.NewLinkAttrs()
 	la.Name, la.MasterIndex = veth, br.Attrs().Index
-	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: "eth0", PeerNamespace: netlink.NsPid(pid)}); err != nil {
+	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: "eth0", PeerNamespace: netlink.NsFd(int(ns))}); err != nil {
 		return fail("creating the veth pair", err)
 	}
 	host, err := netlink.LinkByName(veth)
@@ -491,20 +513,61 @@ func (n *Network) AttachVeth(ctx context.Context, id string, pid int) (netip.Add
 		netlink.LinkDel(host)
 		return fail("the host end", err)
 	}
-	if err := configureGuest(pid, netip.PrefixFrom(addr, n.c.Subnet.Bits()), n.c.Gateway()); err != nil {
+	if err := configureGuest(ns, netip.PrefixFrom(addr, n.c.Subnet.Bits()), n.c.Gateway()); err != nil {
 		netlink.LinkDel(host)
 		return fail("the guest end", err)
 	}
 	return addr, nil
 }
 
-// configureGuest sets up eth0 and lo in the network namespace of pid.
-func configureGuest(pid int, addr netip.Prefix, gw netip.Addr) error {
-	ns, err := netns.GetFromPid(pid)
+// NewNetns creates a network namespace and binds it at path (a file that
+// must not exist), so a runtime can put a container into it and berth can
+// plug it in before the container runs. RemoveNetns undoes it.
+func NewNetns(path string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o444)
 	if err != nil {
-		return err
+		return fmt.Errorf("hostnet: %w", err)
 	}
-	defer ns.Close()
+	f.Close()
+	errc := make(chan error, 1)
+	go func() {
+		// The namespace is made on a locked thread that is never unlocked:
+		// it ends with this goroutine, so no other goroutine ever runs in
+		// the new namespace.
+		runtime.LockOSThread()
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			errc <- fmt.Errorf("unshare: %w", err)
+			return
+		}
+		self := fmt.Sprintf("/proc/%d/task/%d/ns/net", os.Getpid(), unix.Gettid())
+		if err := unix.Mount(self, path, "", unix.MS_BIND, ""); err != nil {
+			errc <- fmt.Errorf("binding the namespace: %w", err)
+			return
+		}
+		errc <- nil
+	}()
+	if err := <-errc; err != nil {
+		os.Remove(path)
+		return fmt.Errorf("hostnet: new network namespace: %w", err)
+	}
+	return nil
+}
+
+// RemoveNetns unbinds and removes a namespace made by NewNetns; the kernel
+// frees it (and the veth end inside) once no process is in it. A path that
+// is gone is fine.
+func RemoveNetns(path string) error {
+	if err := unix.Unmount(path, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("hostnet: %w", err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("hostnet: %w", err)
+	}
+	return nil
+}
+
+// configureGuest sets up eth0 and lo in the network namespace ns.
+func configureGuest(ns netns.NsHandle, addr netip.Prefix, gw netip.Addr) error {
 	h, err := netlink.NewHandleAt(ns)
 	if err != nil {
 		return err

@@ -26,9 +26,9 @@ func report(b *testing.B, name string, ds []time.Duration) {
 
 // BenchmarkScaleFromZero measures a replica of a trivial app (busybox
 // httpd) from nothing to the first byte of its first answer, on the
-// driver: Start (mount, files, runtime create, network, runtime start),
-// then the agent, the shell and httpd coming up. berth's share is Start
-// less the runtime's create and start.
+// driver: Start (mount, files, network, the runtime's run), then the
+// agent, the shell and httpd coming up. berth's share is Start less the
+// runtime's run.
 func BenchmarkScaleFromZero(b *testing.B) {
 	d := newDriver(b)
 	var mu sync.Mutex
@@ -43,7 +43,7 @@ func BenchmarkScaleFromZero(b *testing.B) {
 	for b.Loop() {
 		s := spec("bench", app)
 		mu.Lock()
-		nc, ns := len(steps["create"]), len(steps["start"])
+		nr := len(steps["run"])
 		mu.Unlock()
 		t0 := time.Now()
 		inst, err := d.Start(context.Background(), s)
@@ -70,7 +70,7 @@ func BenchmarkScaleFromZero(b *testing.B) {
 		start = append(start, t1.Sub(t0))
 		ready = append(ready, t2.Sub(t1))
 		mu.Lock()
-		rt := steps["create"][nc] + steps["start"][ns]
+		rt := steps["run"][nr]
 		mu.Unlock()
 		share = append(share, t1.Sub(t0)-rt)
 		b.StopTimer()
@@ -83,7 +83,7 @@ func BenchmarkScaleFromZero(b *testing.B) {
 	report(b, "start", start)
 	report(b, "berth", share)
 	report(b, "app", ready)
-	for _, step := range []string{"mount", "prepare", "create", "network", "start"} {
+	for _, step := range []string{"mount", "prepare", "network", "run"} {
 		report(b, step, steps[step])
 	}
 }

@@ -61,7 +61,7 @@ func (d *Driver) config(spec vm.Spec, st state, wd string, size vm.Size) *specs.
 		Linux: &specs.Linux{
 			Namespaces: []specs.LinuxNamespace{
 				{Type: specs.PIDNamespace}, {Type: specs.MountNamespace}, {Type: specs.UTSNamespace},
-				{Type: specs.IPCNamespace}, {Type: specs.NetworkNamespace},
+				{Type: specs.IPCNamespace}, {Type: specs.NetworkNamespace, Path: filepath.Join(dir, netnsFile)},
 			},
 			CgroupsPath: st.Cgroup,
 			Resources: &specs.LinuxResources{

@@ -21,6 +21,7 @@
 //	             socket (DialAgent), output.log, exit.json, lease, and the
 //	             background processes' output (processes/)
 //	init.pid     the init's host pid, written by the runtime
+//	netns        the replica's network namespace, bound here
 //	runtime.err  the runtime's and the agent's own stderr
 //
 // The agent binary (Options.Agent, a statically linked berth) is
@@ -29,9 +30,10 @@
 // /bin/sh -c from the image. A Spec.Workspace is bind-mounted at /workspace
 // and roots the agent's file operations.
 //
-// Start is: mount the rootfs; write config.json; `runtime create` (the
-// init waits on the runtime's fifo); plug the init's network namespace into
-// the bridge; `runtime start`. Stop sends SIGTERM to the init (the agent
+// Start is: mount the rootfs; make a network namespace and plug it into
+// the bridge; write config.json; `runtime run --detach` into that
+// namespace — one runtime command, and the network is up before the app
+// runs. Stop sends SIGTERM to the init (the agent
 // forwards it to the app), SIGKILL after the grace period (PID 1 dying
 // takes the namespace with it), then `runtime delete`, which removes the
 // cgroup, and removes the veth, the mount, the address and the directory:
@@ -82,6 +84,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/internal/agent"
+	"github.com/berth-dev/berth/internal/hostnet"
 	"github.com/berth-dev/berth/internal/vm"
 )
 
@@ -104,9 +107,10 @@ type Images interface {
 // Network plugs a container's network namespace into berth's bridge
 // (*hostnet.Network).
 type Network interface {
-	// AttachVeth gives the network namespace of pid an eth0 with id's
-	// guest address (allocating it the first time) and returns it.
-	AttachVeth(ctx context.Context, id string, pid int) (netip.Addr, error)
+	// AttachVethAt gives the network namespace bound at path an eth0
+	// with id's guest address (allocating it the first time) and returns
+	// it.
+	AttachVethAt(ctx context.Context, id, path string) (netip.Addr, error)
 	// DetachVeth removes id's interface and frees its address.
 	DetachVeth(ctx context.Context, id string) error
 }
@@ -164,8 +168,7 @@ type Driver struct {
 	diskOnce sync.Once
 
 	// trace, when set (benchmarks), is told how long each step of a start
-	// took: "mount", "prepare" (files), "create" and "start" (the
-	// runtime), "network".
+	// took: "mount", "prepare" (files), "network", "run" (the runtime).
 	trace func(step string, d time.Duration)
 
 	mu       sync.Mutex
@@ -182,6 +185,7 @@ const (
 	workDir     = "work"
 	runDir      = "run"
 	pidFile     = "init.pid"
+	netnsFile   = "netns"
 	runtimeErr  = "runtime.err"
 	sockFile    = "agent.sock"
 	logFile     = "output.log"
@@ -501,10 +505,21 @@ func (d *Driver) launch(ctx context.Context, spec vm.Spec, st state, lower strin
 		return st, err
 	}
 	step("prepare")
-	if err := d.rt.create(ctx, spec.Name, filepath.Join(dir, bundleDir), filepath.Join(dir, pidFile), filepath.Join(dir, runtimeErr)); err != nil {
+	ns := filepath.Join(dir, netnsFile)
+	if err := hostnet.NewNetns(ns); err != nil {
 		return st, err
 	}
-	step("create")
+	if st.Addr, err = d.net.AttachVethAt(ctx, spec.Name, ns); err != nil {
+		return st, err
+	}
+	if err := writeState(dir, st); err != nil {
+		return st, err
+	}
+	step("network")
+	if err := d.rt.run(ctx, spec.Name, filepath.Join(dir, bundleDir), filepath.Join(dir, pidFile), filepath.Join(dir, runtimeErr)); err != nil {
+		return st, err
+	}
+	step("run")
 	pb, err := os.ReadFile(filepath.Join(dir, pidFile))
 	if err != nil {
 		return st, fmt.Errorf("reading the init's pid: %w", err)
@@ -513,25 +528,17 @@ func (d *Driver) launch(ctx context.Context, spec vm.Spec, st state, lower strin
 	if err != nil || st.PID <= 0 {
 		return st, fmt.Errorf("the runtime wrote a bad pid %q", pb)
 	}
-	ps, err := readStat(st.PID)
-	if err != nil {
-		return st, fmt.Errorf("the init is gone before it started: %w", err)
+	if ps, err := readStat(st.PID); err == nil {
+		st.StartTicks = ps.startTicks
+	} else {
+		// The init is gone already (the app failed at once): keep the
+		// pid, and a start time that matches nothing, so it reads dead
+		// and its exit file says why.
+		st.StartTicks = 0
 	}
-	st.StartTicks = ps.startTicks
 	if err := writeState(dir, st); err != nil {
 		return st, err
 	}
-	if st.Addr, err = d.net.AttachVeth(ctx, spec.Name, st.PID); err != nil {
-		return st, err
-	}
-	step("network")
-	if err := writeState(dir, st); err != nil {
-		return st, err
-	}
-	if err := d.rt.start(ctx, spec.Name, filepath.Join(dir, runtimeErr)); err != nil {
-		return st, err
-	}
-	step("start")
 	return st, nil
 }
 
@@ -872,6 +879,9 @@ func (d *Driver) cleanup(ctx context.Context, st state) error {
 		errs = append(errs, err)
 	}
 	dir := d.path(st.ID)
+	if err := hostnet.RemoveNetns(filepath.Join(dir, netnsFile)); err != nil {
+		errs = append(errs, err)
+	}
 	if err := unmount(filepath.Join(dir, rootfsDir)); err != nil {
 		errs = append(errs, err)
 	}

@@ -13,7 +13,7 @@ import (
 )
 
 // runtime drives an OCI runtime's command line: crun and runc share the
-// verbs berth uses (create, start, pause, resume, delete).
+// verbs berth uses (run --detach, pause, resume, delete).
 type runtime struct {
 	path string
 	crun bool   // crun takes --cgroup-manager; runc uses cgroupfs by default
@@ -115,12 +115,10 @@ func (r runtime) cmd(ctx context.Context, errFile string, args ...string) error 
 	return nil
 }
 
-func (r runtime) create(ctx context.Context, id, bundle, pidFile, errFile string) error {
-	return r.cmd(ctx, errFile, "create", "--bundle", bundle, "--pid-file", pidFile, id)
-}
-
-func (r runtime) start(ctx context.Context, id, errFile string) error {
-	return r.cmd(ctx, errFile, "start", id)
+// run creates and starts a container, detached: the runtime returns once
+// the init runs.
+func (r runtime) run(ctx context.Context, id, bundle, pidFile, errFile string) error {
+	return r.cmd(ctx, errFile, "run", "--detach", "--bundle", bundle, "--pid-file", pidFile, id)
 }
 
 func (r runtime) pause(ctx context.Context, id string) error  { return r.cmd(ctx, "", "pause", id) }
