@@ -113,7 +113,7 @@ in_ns curl -sf "http://$ADMIN/images" | jq -e '.images[0].name == "busybox"' >/d
 api() { in_ns curl -s -X "$1" "http://$ADMIN$2" ${3:+-H 'Content-Type: application/json' --data "$3"}; }
 ready() { api GET "/deployments/$DEP" | jq -r '.ready // 0'; }
 
-mem_avail() { awk '/MemAvailable/ {printf "%d\n", $2 * 1024}' /proc/meminfo; }
+mem_avail() { awk '/MemAvailable/ {printf "%.0f\n", $2 * 1024}' /proc/meminfo; }
 BEFORE=$(mem_avail)
 
 echo "== starting $N replicas"
@@ -157,7 +157,7 @@ for d in "$T"/data/containers/berth-*; do
 	# agent binary, busybox) divided among the processes that map them.
 	procs=$(cat "/sys/fs/cgroup/memory$cg/cgroup.procs" 2>/dev/null || cat "/sys/fs/cgroup$cg/cgroup.procs")
 	for p in $procs; do
-		PSS=$((PSS + $(awk '/^Pss:/ {print $2 * 1024}' "/proc/$p/smaps_rollup" 2>/dev/null || echo 0)))
+		PSS=$((PSS + $(awk '/^Pss:/ {print $2}' "/proc/$p/smaps_rollup" 2>/dev/null || echo 0) * 1024))
 	done
 done
 echo "replicas measured: $COUNT"
