@@ -330,8 +330,12 @@ func NewPortSession(ctx context.Context, conn net.Conn) (*PortSession, error) {
 		err = ctx.Err()
 	}
 	if err != nil {
-		if ctx.Err() != nil {
-			err = fmt.Errorf("%w (%v)", ctx.Err(), err)
+		if cerr := ctx.Err(); cerr != nil {
+			err = fmt.Errorf("%w (%v)", cerr, err)
+		} else if errors.Is(err, os.ErrDeadlineExceeded) && ok {
+			// The connection's deadline is ctx's; its timer may not
+			// have fired yet.
+			err = fmt.Errorf("%w (%v)", context.DeadlineExceeded, err)
 		}
 		return nil, fmt.Errorf("agent handshake on the virtio port: %w", err)
 	}

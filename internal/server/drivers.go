@@ -11,6 +11,7 @@ import (
 	"github.com/berth-dev/berth/internal/vm"
 	"github.com/berth-dev/berth/internal/vm/container"
 	"github.com/berth-dev/berth/internal/vm/firecracker"
+	"github.com/berth-dev/berth/internal/vm/kvm"
 	"github.com/berth-dev/berth/internal/vm/process"
 )
 
@@ -58,6 +59,16 @@ func buildDrivers(o Options, images *image.Store, net *hostnet.Network) (map[str
 		return nil, fmt.Errorf("firecracker driver: %w", err)
 	} else {
 		o.Log.Info("vm driver unavailable", "driver", "firecracker", "why", err)
+	}
+	// The kvm driver (QEMU; KVM where /dev/kvm exists, TCG emulation
+	// elsewhere) needs a guest kernel and initramfs (Kernel, Initrd; see
+	// kvm.WriteInitrd), the image store and host networking wired in too.
+	if d, err := kvm.New(kvm.Options{Dir: filepath.Join(o.DataDir, "kvm"), Log: o.Log}); err == nil {
+		ds["kvm"] = d
+	} else if !errors.Is(err, vm.ErrUnavailable) {
+		return nil, fmt.Errorf("kvm driver: %w", err)
+	} else {
+		o.Log.Info("vm driver unavailable", "driver", "kvm", "why", err)
 	}
 	return ds, nil
 }

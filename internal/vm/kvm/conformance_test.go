@@ -1,0 +1,381 @@
+package kvm
+
+import (
+	"bytes"
+	"context"
+	"debug/elf"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth/internal/agent"
+	"github.com/berth-dev/berth/internal/vm"
+	"github.com/berth-dev/berth/internal/vm/vmtest"
+)
+
+// Environment of the conformance run (see the package doc).
+const (
+	envKernel  = "BERTH_KVM_KERNEL"  // guest kernel; default: the newest /boot/vmlinuz-*
+	envModules = "BERTH_KVM_MODULES" // its module tree; default: /lib/modules/<its release>
+	envAccel   = "BERTH_KVM_ACCEL"   // kvm or tcg; default: auto
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	// Guests are heavy, under TCG very: the suite's subtests run one at a
+	// time (two on a KVM host), whatever -parallel says.
+	if _, err := os.Stat("/dev/kvm"); err == nil {
+		flag.Set("test.parallel", "2")
+	} else {
+		flag.Set("test.parallel", "1")
+	}
+	os.Exit(m.Run())
+}
+
+// conformanceEnv is what the real runs need, set up once.
+type conformanceEnv struct {
+	kernel, initrd, image string
+}
+
+var (
+	envOnce sync.Once
+	envVal  conformanceEnv
+	envSkip string
+	envErr  error
+)
+
+// setup builds the guest binary, kernel, initramfs and image, or says why
+// this host cannot run guests.
+func setup(t *testing.T) conformanceEnv {
+	t.Helper()
+	envOnce.Do(func() { envVal, envSkip, envErr = prepare() })
+	if envSkip != "" {
+		t.Skip(envSkip)
+	}
+	if envErr != nil {
+		t.Fatal(envErr)
+	}
+	return envVal
+}
+
+// testDir holds the run's kernel, initramfs, image and driver state;
+// TestConformance removes it.
+var testDir = sync.OnceValue(func() string {
+	d, err := os.MkdirTemp("", "kvmtest")
+	if err != nil {
+		panic(err)
+	}
+	return d
+})
+
+func prepare() (conformanceEnv, string, error) {
+	if runtime.GOOS != "linux" || runtime.GOARCH != "amd64" {
+		return conformanceEnv{}, "the kvm driver's guests are x86_64 Linux", nil
+	}
+	if os.Geteuid() != 0 {
+		return conformanceEnv{}, "not root: tap devices need CAP_NET_ADMIN", nil
+	}
+	if _, err := os.Stat("/dev/net/tun"); err != nil {
+		return conformanceEnv{}, "no /dev/net/tun: " + err.Error(), nil
+	}
+	for _, tool := range []string{"qemu-system-x86_64", "busybox", "mkfs.ext4", "ip", "go"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return conformanceEnv{}, fmt.Sprintf("%s is missing (%v); scripts/test installs the packages", tool, err), nil
+		}
+	}
+	kernel := os.Getenv(envKernel)
+	if kernel == "" {
+		ks, _ := filepath.Glob("/boot/vmlinuz-*")
+		if len(ks) == 0 {
+			return conformanceEnv{}, "no guest kernel: install linux-image-amd64 or set $" + envKernel, nil
+		}
+		sort.Strings(ks)
+		kernel = ks[len(ks)-1]
+	}
+	modules := os.Getenv(envModules)
+	if modules == "" {
+		release := strings.TrimPrefix(filepath.Base(kernel), "vmlinuz-")
+		modules = filepath.Join("/lib/modules", release)
+	}
+	if _, err := os.Stat(filepath.Join(modules, "modules.dep")); err != nil {
+		return conformanceEnv{}, fmt.Sprintf("no module tree for %s (%v): set $%s", kernel, err, envModules), nil
+	}
+	bb, _ := exec.LookPath("busybox")
+	if f, err := elf.Open(bb); err == nil {
+		dynamic := f.Section(".interp") != nil
+		f.Close()
+		if dynamic {
+			return conformanceEnv{}, bb + " is dynamically linked; install busybox-static", nil
+		}
+	}
+	dir := testDir()
+	var e conformanceEnv
+	// An uncompressed kernel boots seconds faster under TCG (no
+	// decompression); a bzImage works too.
+	e.kernel = kernel
+	if vmlinux, err := extractVmlinux(kernel, filepath.Join(dir, "vmlinux")); err == nil {
+		e.kernel = vmlinux
+	}
+	e.initrd = filepath.Join(dir, "initrd.img")
+	f, err := os.Create(e.initrd)
+	if err != nil {
+		return e, "", err
+	}
+	err = WriteInitrd(f, InitrdOptions{ModulesDir: modules, Busybox: bb})
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return e, "", err
+	}
+	guest := filepath.Join(dir, "guest")
+	build := exec.Command("go", "build", "-o", guest, "./testdata/guest")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		return e, "", fmt.Errorf("building the guest binary: %v: %s", err, out)
+	}
+	e.image, err = buildGuestImage(dir, guest, bb)
+	return e, "", err
+}
+
+// extractVmlinux finds the xz stream in a bzImage and decompresses it with
+// xz into an ELF vmlinux, which QEMU boots through its PVH entry.
+func extractVmlinux(bzImage, out string) (string, error) {
+	b, err := os.ReadFile(bzImage)
+	if err != nil {
+		return "", err
+	}
+	i := bytes.Index(b, []byte("\xfd7zXZ\x00"))
+	if i < 0 {
+		return "", fmt.Errorf("%s: no xz payload", bzImage)
+	}
+	cmd := exec.Command("xz", "-dc")
+	cmd.Stdin = bytes.NewReader(b[i:])
+	// xz complains about the bytes after the stream, but writes all of it.
+	raw, _ := cmd.Output()
+	if len(raw) < 4 || string(raw[:4]) != "\x7fELF" {
+		return "", fmt.Errorf("%s: the payload is not an ELF kernel", bzImage)
+	}
+	return out, os.WriteFile(out, raw, 0o644)
+}
+
+// buildGuestImage makes a small ext4 root file system without mounting
+// anything: busybox for /bin/sh and the shell tools the suite's commands
+// use, and the guest binary as /berth-agent (init and apps).
+func buildGuestImage(dir, guest, bb string) (string, error) {
+	root := filepath.Join(dir, "root")
+	for _, d := range []string{"bin", "root", "tmp", "proc", "sys", "dev", "run", "etc"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			return "", err
+		}
+	}
+	if err := copyFile(guest, filepath.Join(root, "berth-agent")); err != nil {
+		return "", err
+	}
+	if err := copyFile(bb, filepath.Join(root, "bin", "busybox")); err != nil {
+		return "", err
+	}
+	out, err := exec.Command(bb, "--list").Output()
+	if err != nil {
+		return "", fmt.Errorf("busybox --list: %v", err)
+	}
+	for _, applet := range strings.Fields(string(out)) {
+		if applet != "busybox" {
+			os.Symlink("busybox", filepath.Join(root, "bin", applet))
+		}
+	}
+	img := filepath.Join(dir, "guest.ext4")
+	if out, err := exec.Command("mkfs.ext4", "-q", "-F", "-d", root, img, "256M").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("mkfs.ext4: %v: %s", err, out)
+	}
+	return img, nil
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// fixedImage serves one disk for every image name.
+type fixedImage string
+
+func (i fixedImage) Ext4(name string, sizeGB int) (string, error) { return string(i), nil }
+
+// ipNet is a minimal host network for the tests: one tap per replica with
+// a /30 of its own (172.31.<n>.0/30: host .1, guest .2), no bridge and no
+// NAT, which is all the suite needs (berth reaches the guest).
+type ipNet struct {
+	base int
+	mu   sync.Mutex
+	taps map[string]string
+	n    atomic.Int32
+}
+
+func (n *ipNet) CreateTap(id string) (tap, guestIP, hostIP, mac string, err error) {
+	i := int(n.n.Add(1))
+	sub := (n.base + i) % 256
+	tap = fmt.Sprintf("kvmt%d", sub)
+	host := fmt.Sprintf("172.31.%d.1", sub)
+	exec.Command("ip", "link", "del", tap).Run() // left over by a killed run
+	for _, args := range [][]string{
+		{"tuntap", "add", "dev", tap, "mode", "tap"},
+		{"addr", "add", host + "/30", "dev", tap},
+		{"link", "set", tap, "up"},
+	} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			exec.Command("ip", "link", "del", tap).Run()
+			return "", "", "", "", fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	n.mu.Lock()
+	if n.taps == nil {
+		n.taps = map[string]string{}
+	}
+	n.taps[id] = tap
+	n.mu.Unlock()
+	return tap, fmt.Sprintf("172.31.%d.2/30", sub), host, "", nil
+}
+
+func (n *ipNet) DeleteTap(id string) error {
+	n.mu.Lock()
+	tap, ok := n.taps[id]
+	delete(n.taps, id)
+	n.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	if out, err := exec.Command("ip", "link", "del", tap).CombinedOutput(); err != nil && !strings.Contains(string(out), "Cannot find") {
+		return fmt.Errorf("ip link del %s: %v: %s", tap, err, out)
+	}
+	return nil
+}
+
+// testOptions are the driver options of the real runs.
+func testOptions(t *testing.T, e conformanceEnv) Options {
+	dir, err := os.MkdirTemp(testDir(), "d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Options{
+		Dir:        dir,
+		Kernel:     e.kernel,
+		Initrd:     e.initrd,
+		Images:     fixedImage(e.image),
+		Net:        &ipNet{base: os.Getpid() % 200},
+		Accel:      os.Getenv(envAccel),
+		LeaseCheck: 100 * time.Millisecond,
+	}
+}
+
+const guestApp = "exec env BERTH_KVM_GUEST_ROLE=app /berth-agent"
+
+// TestConformance runs vmtest's suite against real QEMU guests: with KVM
+// where /dev/kvm exists, under TCG emulation elsewhere. It first measures
+// boot-to-ready once.
+func TestConformance(t *testing.T) {
+	e := setup(t)
+	o := testOptions(t, e)
+	t.Cleanup(func() { os.RemoveAll(testDir()) })
+
+	t.Run("BootToReady", func(t *testing.T) { measureBoot(t, o) })
+
+	vmtest.RunDriverTests(t, func(t *testing.T) vm.Driver {
+		d, err := New(o)
+		if err != nil {
+			t.Fatalf("New: %v", err)
+		}
+		return d
+	}, vmtest.Options{
+		App:        guestApp,
+		EnvApp:     "exec env BERTH_KVM_GUEST_ROLE=envapp /berth-agent",
+		Image:      "conformance",
+		WorkDir:    "/tmp",
+		LeaseCheck: o.LeaseCheck,
+		Reopen: func(t *testing.T, old vm.Driver) vm.Driver {
+			d, err := New(o)
+			if err != nil {
+				t.Fatalf("New: %v", err)
+			}
+			return d
+		},
+	})
+}
+
+// measureBoot starts one guest and reports how long it took from Start to
+// the agent answering and to the app serving HTTP.
+func measureBoot(t *testing.T, o Options) {
+	d, err := New(o)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	id := vm.Name("boot", uint64(time.Now().UnixNano()))
+	t0 := time.Now()
+	inst, err := d.Start(t.Context(), vm.Spec{Name: id, Image: "conformance", Command: guestApp})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			d.Stop(context.Background(), id, 5*time.Second)
+		}
+	}()
+	started := time.Since(t0)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	c := agent.NewClient(func(ctx context.Context) (net.Conn, error) { return d.DialAgent(ctx, id) })
+	defer c.Close()
+	if _, err := c.Info(ctx); err != nil {
+		in, _ := d.Inspect(context.Background(), id)
+		t.Fatalf("the agent did not answer: %v (state %s, %s)", err, in.State, in.Reason)
+	}
+	agentUp := time.Since(t0)
+	for {
+		resp, err := http.Get("http://" + inst.Addr + "/")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the app did not serve: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("accel %s: Start returned after %v, agent ready after %v, app serving after %v",
+		d.Accel(), started.Round(time.Millisecond), agentUp.Round(time.Millisecond), time.Since(t0).Round(time.Millisecond))
+
+	// A polite Stop: Ctrl-Alt-Del reaches the agent, which stops the app
+	// and ends the guest well before this grace.
+	t1 := time.Now()
+	stopped = true
+	if err := d.Stop(t.Context(), id, time.Minute); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	t.Logf("Stop took %v (grace 1m)", time.Since(t1).Round(time.Millisecond))
+}

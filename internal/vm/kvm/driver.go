@@ -1,0 +1,1030 @@
+package kvm
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"math"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/berth-dev/berth/internal/agent"
+	"github.com/berth-dev/berth/internal/vm"
+)
+
+// Compile-time checks of the abilities the driver offers.
+var (
+	_ vm.Driver      = (*Driver)(nil)
+	_ vm.Suspender   = (*Driver)(nil)
+	_ vm.LogReader   = (*Driver)(nil)
+	_ vm.LogFollower = (*Driver)(nil)
+	_ vm.AgentDialer = (*Driver)(nil)
+	_ vm.UsageReader = (*Driver)(nil)
+	_ vm.Leaser      = (*Driver)(nil)
+)
+
+// Images is what the driver needs of the local image store: a bootable ext4
+// disk for an image name, cached; the driver copies it per replica.
+type Images interface {
+	Ext4(name string, sizeGB int) (path string, err error)
+}
+
+// Network is what the driver needs of host networking: a tap device per
+// replica, attached to berth's bridge, and the addresses around it. guestIP
+// is in CIDR notation ("10.77.0.5/24"); a bare address means /24. mac may
+// be empty (the driver derives one from the id). Deleting a tap that is
+// gone must not be an error, so that a retried Stop succeeds.
+type Network interface {
+	CreateTap(id string) (tap, guestIP, hostIP, mac string, err error)
+	DeleteTap(id string) error
+}
+
+// Options configures a Driver.
+type Options struct {
+	// Dir is the state root, e.g. <data-dir>/kvm. Created if missing.
+	// Required. Unix sockets live below it, so keep it short.
+	Dir string
+
+	// QEMUBin is the QEMU system emulator; a bare name is looked up in
+	// PATH. Empty means "qemu-system-x86_64" (Debian: qemu-system-x86).
+	QEMUBin string
+
+	// Kernel is the guest kernel: an uncompressed vmlinux (booted through
+	// its PVH entry, fastest) or a bzImage such as Debian's
+	// /boot/vmlinuz-* (linux-image-amd64). Required.
+	Kernel string
+
+	// Initrd is the initramfs that loads the modules the guest needs and
+	// mounts the root disk (see WriteInitrd). Required unless the kernel
+	// has virtio-mmio, virtio block, net and console and ext4 built in and
+	// KernelArgs says how to boot without it (then set NoInitrd).
+	Initrd string
+
+	// NoInitrd boots without an initramfs: the kernel mounts the root disk
+	// itself (root=/dev/vda) and runs the agent, and configures eth0 from
+	// its ip= parameter (CONFIG_IP_PNP). For kernels built for it, like
+	// Firecracker's CI kernels.
+	NoInitrd bool
+
+	// KernelArgs are added to the guest's kernel command line.
+	KernelArgs string
+
+	// GuestInit is the path of the berth binary inside the image, which
+	// becomes the guest's init. Empty means /berth-agent.
+	GuestInit string
+
+	// Images provides the root disks. Required.
+	Images Images
+
+	// Net provides the tap devices and addresses. Required.
+	Net Network
+
+	// Accel is "kvm", "tcg" (emulation: slow, but needs no /dev/kvm), or
+	// empty: kvm where /dev/kvm can be opened, tcg otherwise.
+	Accel string
+
+	// LeaseCheck is how often the agent in the guest reads its lease
+	// file (its --lease-check). Zero means the agent's default.
+	LeaseCheck time.Duration
+
+	// BootAllowance is how long past Spec.TTL the guest's own backstop
+	// lease reaches. The lease's deadline is absolute and the guest boots
+	// after Start, slowly under TCG, so the guest boots with Spec.TTL plus
+	// this, and the driver passes the real deadline (Spec.TTL after Start,
+	// or what Renew set since) on once the agent answers; the backstop
+	// only counts when berth is gone before that. It is also how long the
+	// driver tries to reach a booting guest for that. Zero means 1 minute
+	// with KVM and 5 minutes under TCG.
+	BootAllowance time.Duration
+
+	// Log receives what the driver degrades on. Nil discards.
+	Log *slog.Logger
+}
+
+// DefaultPort is the app's port in the guest when the spec names none: each
+// replica has its own address, so every app may use the same port.
+const DefaultPort = 8080
+
+// AgentPortName is the name of the virtio serial port the agent listens
+// on in the guest (virtserialport name=, `--listen virtio:berth.agent`).
+const AgentPortName = "berth.agent"
+
+// Paths inside the guest.
+const (
+	guestConsole = "/dev/ttyS0"
+	guestRoot    = "/dev/vda"
+	guestConfig  = "/dev/vdb" // the second virtio disk; see qemuArgs
+	guestLease   = "/run/berth/lease"
+	guestHome    = "/root"
+)
+
+// File names in a replica's directory.
+const (
+	stateFile   = "state.json"
+	pidFile     = "qemu.pid"
+	qmpSock     = "qmp.sock"
+	agentSock   = "agent.sock"
+	rootfsFile  = "rootfs.ext4"
+	configFile  = "config.img"
+	consoleFile = "console.log" // the serial console
+	qemuLogFile = "qemu.log"    // QEMU's own messages after it daemonized
+	leaseFile   = "lease"       // the last deadline Renew set
+)
+
+// maxSockPath is the longest unix socket path Linux accepts.
+const maxSockPath = 107
+
+// Driver runs each replica as a QEMU microvm guest. It is safe for
+// concurrent use, and several Drivers (or berth processes, one after
+// another) may share a Dir.
+type Driver struct {
+	dir        string
+	qemu       string
+	kernel     string
+	initrd     string // empty: none
+	kernelArgs string
+	init       string
+	images     Images
+	net        Network
+	accel      string
+	tscKHz     int64 // TCG: the guest's TSC rate, 0 if unknown
+	leaseCheck time.Duration
+	allowance  time.Duration
+	log        *slog.Logger
+
+	mu       sync.Mutex
+	starting map[string]bool        // ids whose Start has not returned yet
+	cpu      map[string]cpuSample   // last Usage reading per id
+	locks    map[string]*sync.Mutex // per id: Stop, Suspend and Resume
+	agents   map[string]*agentConn  // per id: the session to its agent
+}
+
+// lock serializes the operations that change a replica's VM and state
+// (Stop, Suspend, Resume) within this process, and returns the unlock.
+func (d *Driver) lock(id string) func() {
+	d.mu.Lock()
+	l, ok := d.locks[id]
+	if !ok {
+		l = new(sync.Mutex)
+		d.locks[id] = l
+	}
+	d.mu.Unlock()
+	l.Lock()
+	return l.Unlock
+}
+
+// New returns a driver keeping its state under o.Dir. It returns an error
+// wrapping vm.ErrUnavailable, naming what is missing, when this host cannot
+// run guests: no QEMU, no guest kernel or initramfs, no KVM when Accel is
+// "kvm", or no image store or host network wired in.
+func New(o Options) (*Driver, error) {
+	unavailable := func(format string, args ...any) (*Driver, error) {
+		return nil, fmt.Errorf("kvm: "+format+": %w", append(args, vm.ErrUnavailable)...)
+	}
+	if o.Dir == "" {
+		return nil, errors.New("kvm: Options.Dir is required")
+	}
+	accel := o.Accel
+	switch accel {
+	case "":
+		accel = "tcg"
+		if kvmUsable() == nil {
+			accel = "kvm"
+		}
+	case "kvm":
+		if err := kvmUsable(); err != nil {
+			return unavailable("no KVM on this host (%v)", err)
+		}
+	case "tcg":
+	default:
+		return nil, fmt.Errorf("kvm: Accel %q: want kvm, tcg or empty", o.Accel)
+	}
+	bin := o.QEMUBin
+	if bin == "" {
+		bin = "qemu-system-x86_64"
+	}
+	qemu, err := exec.LookPath(bin)
+	if err != nil {
+		return unavailable("no QEMU (%v); on Debian install qemu-system-x86", err)
+	}
+	if qemu, err = filepath.Abs(qemu); err != nil {
+		return nil, fmt.Errorf("kvm: %w", err)
+	}
+	if o.Kernel == "" {
+		return unavailable("no guest kernel configured")
+	}
+	kernel, err := filepath.Abs(o.Kernel)
+	if err != nil {
+		return nil, fmt.Errorf("kvm: %w", err)
+	}
+	if _, err := os.Stat(kernel); err != nil {
+		return unavailable("guest kernel: %v", err)
+	}
+	var initrd string
+	if !o.NoInitrd {
+		if o.Initrd == "" {
+			return unavailable("no guest initramfs configured (see WriteInitrd)")
+		}
+		if initrd, err = filepath.Abs(o.Initrd); err != nil {
+			return nil, fmt.Errorf("kvm: %w", err)
+		}
+		if _, err := os.Stat(initrd); err != nil {
+			return unavailable("guest initramfs: %v", err)
+		}
+	}
+	if o.Images == nil {
+		return unavailable("no image store")
+	}
+	if o.Net == nil {
+		return unavailable("no host network for tap devices")
+	}
+	dir, err := filepath.Abs(o.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("kvm: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("kvm: %w", err)
+	}
+	init := o.GuestInit
+	if init == "" {
+		init = "/berth-agent"
+	}
+	if strings.ContainsAny(init, " \t\n") || !strings.HasPrefix(init, "/") {
+		return nil, fmt.Errorf("kvm: GuestInit %q must be an absolute path without spaces", init)
+	}
+	if strings.Contains(" "+o.KernelArgs+" ", " -- ") {
+		return nil, errors.New("kvm: KernelArgs must not pass init arguments (--): the driver does")
+	}
+	allowance := o.BootAllowance
+	if allowance <= 0 {
+		allowance = time.Minute
+		if accel == "tcg" {
+			allowance = 5 * time.Minute
+		}
+	}
+	log := o.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	d := &Driver{
+		dir:        dir,
+		qemu:       qemu,
+		kernel:     kernel,
+		initrd:     initrd,
+		kernelArgs: strings.TrimSpace(o.KernelArgs),
+		init:       init,
+		images:     o.Images,
+		net:        o.Net,
+		accel:      accel,
+		leaseCheck: o.LeaseCheck,
+		allowance:  allowance,
+		log:        log,
+		starting:   make(map[string]bool),
+		cpu:        make(map[string]cpuSample),
+		locks:      make(map[string]*sync.Mutex),
+		agents:     make(map[string]*agentConn),
+	}
+	if accel == "tcg" {
+		d.tscKHz = hostTSCKHz()
+	}
+	return d, nil
+}
+
+// Accel reports the accelerator the driver's guests run with: "kvm" or
+// "tcg".
+func (d *Driver) Accel() string { return d.accel }
+
+// kvmUsable reports why /dev/kvm cannot be used, or nil.
+func kvmUsable() error {
+	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// hostTSCKHz is the host CPU's clock in kHz from /proc/cpuinfo, which under
+// TCG is the rate of the guest's TSC (QEMU passes the host's through). The
+// guest is told it (tsc_early_khz): calibrating the TSC against the
+// emulated PIT fails on a busy host, and a microvm has no other timer to
+// calibrate against, so the boot hangs. 0 if unknown.
+func hostTSCKHz() int64 {
+	f, err := os.Open("/proc/cpuinfo")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok || strings.TrimSpace(k) != "cpu MHz" {
+			continue
+		}
+		mhz, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil || mhz <= 0 || mhz > 100000 {
+			return 0
+		}
+		return int64(math.Round(mhz * 1000))
+	}
+	return 0
+}
+
+// state is a replica's state.json: only what re-adoption needs, never the
+// environment (which may hold resolved secrets).
+type state struct {
+	ID         string    `json:"id"`
+	Deployment string    `json:"deployment"`
+	Port       int       `json:"port"`
+	Tap        string    `json:"tap,omitempty"`
+	GuestIP    string    `json:"guest_ip,omitempty"`
+	HostIP     string    `json:"host_ip,omitempty"`
+	PrefixLen  int       `json:"prefix_len,omitempty"`
+	MAC        string    `json:"mac,omitempty"`
+	PID        int       `json:"pid"`         // QEMU; 0 before it runs
+	StartTicks uint64    `json:"start_ticks"` // /proc/<pid>/stat field 22, against pid reuse
+	StartedAt  time.Time `json:"started_at"`
+	Suspended  bool      `json:"suspended,omitempty"`
+}
+
+func (st state) addr() string {
+	if st.GuestIP == "" {
+		return ""
+	}
+	return net.JoinHostPort(st.GuestIP, strconv.Itoa(st.Port))
+}
+
+// validID reports whether id is a replica name berth gives and is safe as a
+// single path element and in QEMU's option syntax (no commas).
+func validID(id string) bool {
+	if _, ok := vm.Owner(id); !ok {
+		return false
+	}
+	for _, c := range id {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+// replicaDir is the directory with the replica's files.
+func (d *Driver) replicaDir(id string) string { return filepath.Join(d.dir, id) }
+
+func (d *Driver) path(id, name string) string { return filepath.Join(d.dir, id, name) }
+
+// Start creates the replica's disk, tap and config drive and starts QEMU,
+// returning once the guest runs; the kernel, the agent and the app are
+// still booting, readiness is the caller's probe (under TCG boot-to-ready
+// takes seconds). spec.Image is required. The app's environment is PATH,
+// HOME (/root), HOSTNAME (the id), spec.Env and PORT (spec.Port, or
+// DefaultPort), which wins over a PORT in spec.Env. A relative WorkDir is
+// relative to /; the default is /root.
+func (d *Driver) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
+	if err := ctx.Err(); err != nil {
+		return vm.Instance{}, err
+	}
+	st, size, err := d.check(spec)
+	if err != nil {
+		return vm.Instance{}, err
+	}
+	dir := d.replicaDir(spec.Name)
+	d.mu.Lock()
+	err = os.Mkdir(dir, 0o700)
+	if err == nil {
+		d.starting[spec.Name] = true
+	}
+	d.mu.Unlock()
+	if errors.Is(err, fs.ErrExist) {
+		return vm.Instance{}, fmt.Errorf("kvm: start %s: the replica already exists", spec.Name)
+	}
+	if err != nil {
+		return vm.Instance{}, fmt.Errorf("kvm: start %s: %w", spec.Name, err)
+	}
+	defer func() {
+		d.mu.Lock()
+		delete(d.starting, spec.Name)
+		d.mu.Unlock()
+	}()
+	st, err = d.launch(ctx, spec, st, size)
+	if err != nil {
+		if cerr := d.destroy(context.Background(), st, 0); cerr != nil {
+			d.log.Warn("kvm: cleaning up a failed start", "id", spec.Name, "err", cerr)
+		}
+		return vm.Instance{}, fmt.Errorf("kvm: start %s: %w", spec.Name, err)
+	}
+	return d.instance(st), nil
+}
+
+// check validates spec and returns the initial state and the size.
+func (d *Driver) check(spec vm.Spec) (state, vm.Size, error) {
+	fail := func(format string, args ...any) (state, vm.Size, error) {
+		return state{}, vm.Size{}, fmt.Errorf("kvm: start %q: "+format, append([]any{spec.Name}, args...)...)
+	}
+	if !validID(spec.Name) {
+		return fail("not a replica name (want %s<deployment>-<12 hex digits>)", vm.NamePrefix)
+	}
+	owner, _ := vm.Owner(spec.Name)
+	if spec.Deployment != "" && spec.Deployment != owner {
+		return fail("the name belongs to deployment %q, not %q", owner, spec.Deployment)
+	}
+	if spec.Image == "" {
+		return fail("the kvm driver needs an image")
+	}
+	if spec.Port < 0 || spec.Port > 65535 {
+		return fail("port %d out of range", spec.Port)
+	}
+	if spec.DiskSizeGB < 0 {
+		return fail("disk size %d GB is negative", spec.DiskSizeGB)
+	}
+	class := spec.SizeClass
+	if class == "" {
+		class = vm.DefaultSize
+	}
+	size, ok := vm.Sizes[class]
+	if !ok {
+		return fail("unknown size class %q", spec.SizeClass)
+	}
+	for k := range spec.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return fail("bad environment variable name %q", k)
+		}
+	}
+	if strings.ContainsRune(spec.Command, 0) || strings.ContainsRune(spec.WorkDir, 0) {
+		return fail("NUL byte in command or working directory")
+	}
+	if spec.Workspace != "" {
+		return fail("workspaces are not supported by the kvm driver yet")
+	}
+	st := state{ID: spec.Name, Deployment: owner, Port: spec.Port}
+	if st.Port == 0 {
+		st.Port = DefaultPort
+	}
+	for _, s := range []string{qmpSock, agentSock} {
+		if p := d.path(st.ID, s); len(p) > maxSockPath {
+			return fail("socket path %s is longer than %d bytes; use a shorter Dir", p, maxSockPath)
+		}
+	}
+	return st, size, nil
+}
+
+// launch prepares the replica's files and starts QEMU. The returned state
+// is what exists so far, for cleanup when it fails.
+func (d *Driver) launch(ctx context.Context, spec vm.Spec, st state, size vm.Size) (state, error) {
+	st.StartedAt = time.Now().UTC()
+	if err := writeState(d.replicaDir(st.ID), st); err != nil {
+		return st, err
+	}
+	img, err := d.images.Ext4(spec.Image, spec.DiskSizeGB)
+	if err != nil {
+		return st, fmt.Errorf("image %q: %w", spec.Image, err)
+	}
+	// Copy-on-write where the file system can (btrfs, xfs), a sparse copy
+	// elsewhere: every replica writes its own disk.
+	if out, err := exec.CommandContext(ctx, "cp", "--reflink=auto", "--sparse=always", img, d.path(st.ID, rootfsFile)).CombinedOutput(); err != nil {
+		return st, fmt.Errorf("copying the root disk: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+
+	tap, guestIP, hostIP, mac, err := d.net.CreateTap(st.ID)
+	if err != nil {
+		return st, fmt.Errorf("tap device: %w", err)
+	}
+	// Recorded at once, so that cleanup and a later Stop delete it.
+	st.Tap = tap
+	if err := writeState(d.replicaDir(st.ID), st); err != nil {
+		return st, err
+	}
+	guest, err := parseGuestIP(guestIP)
+	if err != nil {
+		return st, err
+	}
+	host, err := netip.ParseAddr(hostIP)
+	if err != nil || !host.Is4() {
+		return st, fmt.Errorf("host network: host address %q is not IPv4", hostIP)
+	}
+	if mac == "" {
+		mac = macFor(st.ID)
+	}
+	if !validMAC(mac) {
+		return st, fmt.Errorf("host network: MAC address %q is malformed", mac)
+	}
+	if !validIfName(tap) {
+		return st, fmt.Errorf("host network: tap name %q is not a valid interface name", tap)
+	}
+	st.GuestIP, st.PrefixLen, st.HostIP, st.MAC = guest.Addr().String(), guest.Bits(), host.String(), mac
+
+	cfg, err := agent.EncodeGuestConfig(d.guestConfig(spec, st))
+	if err != nil {
+		return st, err
+	}
+	if err := os.WriteFile(d.path(st.ID, configFile), cfg, 0o600); err != nil {
+		return st, err
+	}
+	if spec.TTL > 0 {
+		if err := writeAtomic(d.replicaDir(st.ID), leaseFile, agent.FormatLease(st.StartedAt.Add(spec.TTL))); err != nil {
+			return st, err
+		}
+	}
+	if st, err = d.spawn(ctx, st, size); err != nil {
+		return st, err
+	}
+	d.agentFor(st.ID)
+	d.mu.Lock()
+	d.agents[st.ID].bootPending = true
+	d.mu.Unlock()
+	go d.afterBoot(st)
+	return st, nil
+}
+
+// parseGuestIP parses the guest's address as CIDR or bare (/24).
+func parseGuestIP(s string) (netip.Prefix, error) {
+	if p, err := netip.ParsePrefix(s); err == nil && p.Addr().Is4() && p.Bits() > 0 && p.Bits() < 31 {
+		return p, nil
+	}
+	if a, err := netip.ParseAddr(s); err == nil && a.Is4() {
+		return netip.PrefixFrom(a, 24), nil
+	}
+	return netip.Prefix{}, fmt.Errorf("host network: guest address %q is not IPv4 (CIDR with a prefix of 1-30 bits, or bare)", s)
+}
+
+// macFor derives a stable, locally administered unicast MAC from an id.
+func macFor(id string) string {
+	s := sha256.Sum256([]byte(id))
+	return fmt.Sprintf("02:b5:%02x:%02x:%02x:%02x", s[0], s[1], s[2], s[3])
+}
+
+func validMAC(s string) bool {
+	hw, err := net.ParseMAC(s)
+	return err == nil && len(hw) == 6
+}
+
+// validIfName accepts what Linux accepts as an interface name, and nothing
+// that QEMU's option syntax would split (commas).
+func validIfName(s string) bool {
+	if s == "" || len(s) > 15 {
+		return false
+	}
+	for _, c := range s {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+// bootArgs is the guest kernel's command line: the serial console (the log
+// and the exit record travel on it); reboot=k, so that the agent's reboot
+// when it is done resets through the keyboard controller and QEMU, started
+// with -no-reboot, exits; panic=1 for the same on a panic; no probing of
+// the keyboard controller's mouse port; under
+// TCG the TSC rate (see hostTSCKHz); the initramfs's parameters (root disk
+// and eth0's address, which init receives as environment variables); then
+// Options.KernelArgs; and after " -- " init's arguments: the agent.
+func (d *Driver) bootArgs(st state) string {
+	args := []string{
+		"console=ttyS0", "reboot=k", "panic=1", "quiet",
+		"i8042.noaux",
+	}
+	if d.tscKHz > 0 && !strings.Contains(d.kernelArgs, "tsc_early_khz=") {
+		args = append(args, "tsc_early_khz="+strconv.FormatInt(d.tscKHz, 10))
+	}
+	ip := st.GuestIP + "/" + strconv.Itoa(st.PrefixLen)
+	if d.initrd != "" {
+		args = append(args, "berth_root="+guestRoot, "berth_ip="+ip, "berth_gw="+st.HostIP)
+	} else {
+		args = append(args, "root="+guestRoot, "rw", "init="+d.init,
+			fmt.Sprintf("ip=%s::%s:%s::eth0:off", st.GuestIP, st.HostIP, mask(st.PrefixLen)))
+	}
+	if d.kernelArgs != "" {
+		args = append(args, d.kernelArgs)
+	}
+	args = append(args, "--")
+	if d.initrd != "" {
+		// The initramfs's init switches to the root disk and execs these.
+		args = append(args, d.init)
+	}
+	args = append(args, "agent", "--vm-init", "--config", guestConfig)
+	return strings.Join(args, " ")
+}
+
+// mask is the dotted netmask of a prefix length.
+func mask(bits int) string {
+	return net.IP(net.CIDRMask(bits, 32)).String()
+}
+
+// qemuArgs is QEMU's command line for a replica: a microvm (no PCI, no
+// firmware to speak of, virtio-mmio devices) with the keyboard controller
+// added for Ctrl-Alt-Del and resets, daemonized with a pid file and a QMP
+// socket in the replica's directory, the serial console appended to
+// console.log, the root disk as the first virtio disk (vda) and the config
+// drive as the second (vdb, read-only), the tap as eth0, and the agent's
+// virtio serial port behind agent.sock.
+func (d *Driver) qemuArgs(st state, size vm.Size) []string {
+	dir := d.replicaDir(st.ID)
+	cpu := "max"
+	if d.accel == "kvm" {
+		cpu = "host"
+	}
+	args := []string{
+		"-name", st.ID,
+		"-machine", "microvm,isa-serial=on,rtc=on",
+		"-accel", d.accel,
+		"-cpu", cpu,
+		"-m", strconv.Itoa(size.MemoryMB),
+		"-smp", strconv.Itoa(size.VCPUs),
+		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
+		"-daemonize", "-pidfile", filepath.Join(dir, pidFile),
+		"-D", filepath.Join(dir, qemuLogFile),
+		"-qmp", "unix:" + opt(filepath.Join(dir, qmpSock)) + ",server=on,wait=off",
+		"-chardev", "file,id=console,append=on,path=" + opt(filepath.Join(dir, consoleFile)),
+		"-serial", "chardev:console",
+		"-device", "i8042",
+		"-kernel", d.kernel,
+		"-append", d.bootArgs(st),
+		"-drive", "if=none,id=root,format=raw,file=" + opt(filepath.Join(dir, rootfsFile)),
+		"-device", "virtio-blk-device,drive=root",
+		"-drive", "if=none,id=config,format=raw,readonly=on,file=" + opt(filepath.Join(dir, configFile)),
+		"-device", "virtio-blk-device,drive=config",
+		"-netdev", "tap,id=net0,script=no,downscript=no,ifname=" + st.Tap,
+		"-device", "virtio-net-device,netdev=net0,mac=" + st.MAC,
+		"-device", "virtio-serial-device,max_ports=2",
+		"-chardev", "socket,id=agent,server=on,wait=off,path=" + opt(filepath.Join(dir, agentSock)),
+		"-device", "virtserialport,chardev=agent,name=" + AgentPortName,
+	}
+	if d.initrd != "" {
+		args = append(args, "-initrd", d.initrd)
+	}
+	return args
+}
+
+// opt escapes a value for QEMU's comma-separated option syntax.
+func opt(s string) string { return strings.ReplaceAll(s, ",", ",,") }
+
+// guestConfig is what the agent in the guest is told: its flags, COMMAND,
+// the app's environment, and the initial lease.
+func (d *Driver) guestConfig(spec vm.Spec, st state) agent.GuestConfig {
+	workDir := spec.WorkDir
+	if workDir == "" {
+		workDir = guestHome
+	} else if !filepath.IsAbs(workDir) {
+		workDir = filepath.Join("/", workDir)
+	}
+	args := []string{
+		"--listen", "virtio:" + AgentPortName,
+		"--log", guestConsole,
+		// Always, so that Renew can give a lease to a replica started
+		// without one; a missing file means no lease.
+		"--lease-file", guestLease,
+		"--workdir", workDir,
+	}
+	if d.leaseCheck > 0 {
+		args = append(args, "--lease-check", d.leaseCheck.String())
+	}
+	for _, h := range spec.SetupHooks {
+		args = append(args, "--setup", h)
+	}
+	if spec.Command != "" {
+		args = append(args, "--", "/bin/sh", "-c", spec.Command)
+	}
+	env := []string{
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"HOME=" + guestHome,
+		"HOSTNAME=" + hostname(st.ID),
+	}
+	keys := make([]string, 0, len(spec.Env))
+	for k := range spec.Env {
+		if k != "PORT" {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		env = append(env, k+"="+spec.Env[k])
+	}
+	env = append(env, "PORT="+strconv.Itoa(st.Port))
+	c := agent.GuestConfig{Args: args, Env: env, Hostname: hostname(st.ID)}
+	if spec.TTL > 0 {
+		// The backstop: the real deadline follows once the guest is up
+		// (leaseAfterBoot), which a short TTL may not outlast.
+		c.Files = map[string]string{guestLease: string(agent.FormatLease(st.StartedAt.Add(spec.TTL + d.allowance)))}
+	}
+	return c
+}
+
+// hostname is a replica's host name: its id, cut to the 64 bytes Linux
+// allows.
+func hostname(id string) string {
+	if len(id) > 64 {
+		return id[:64]
+	}
+	return id
+}
+
+// spawn starts QEMU, which daemonizes once the machine is set up (so a bad
+// option or a missing tap fails here, with QEMU's message), reads its pid
+// file and records the pid in the state.
+func (d *Driver) spawn(ctx context.Context, st state, size vm.Size) (state, error) {
+	dir := d.replicaDir(st.ID)
+	for _, s := range []string{qmpSock, agentSock, pidFile} {
+		if err := os.Remove(filepath.Join(dir, s)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return st, err
+		}
+	}
+	cmd := exec.CommandContext(ctx, d.qemu, d.qemuArgs(st, size)...)
+	cmd.Dir = dir
+	// QEMU needs nothing of berth's environment, which may hold secrets.
+	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	// Setsid: the daemon must not share berth's session or process group,
+	// so the VM survives berth's death and its terminal's signals.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Run(); err != nil {
+		return st, fmt.Errorf("qemu: %v: %s", err, strings.TrimSpace(out.String()))
+	}
+	b, err := os.ReadFile(filepath.Join(dir, pidFile))
+	if err != nil {
+		return st, fmt.Errorf("qemu daemonized without a pid file: %w", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return st, fmt.Errorf("qemu pid file holds %q", b)
+	}
+	st.PID = pid
+	if ps, err := readStat(pid); err == nil {
+		st.StartTicks = ps.startTicks
+	}
+	if err := writeState(dir, st); err != nil {
+		syscall.Kill(pid, syscall.SIGKILL)
+		return st, err
+	}
+	return st, nil
+}
+
+func writeState(dir string, st state) error {
+	b, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	return writeAtomic(dir, stateFile, b)
+}
+
+// writeAtomic replaces dir/name by rename, so no reader sees half of it.
+func writeAtomic(dir, name string, b []byte) error {
+	tmp, err := os.CreateTemp(dir, "."+name+".tmp-*")
+	if err != nil {
+		return err
+	}
+	_, err = tmp.Write(b)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), filepath.Join(dir, name))
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+	}
+	return err
+}
+
+// load reads a replica's state. A directory without a state file (a start
+// interrupted before it wrote one) loads with pid 0.
+func (d *Driver) load(id string) (state, error) {
+	if !validID(id) {
+		return state{}, fmt.Errorf("kvm: %q: %w", id, vm.ErrNotFound)
+	}
+	b, err := os.ReadFile(d.path(id, stateFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		if _, err := os.Stat(d.replicaDir(id)); err != nil {
+			return state{}, fmt.Errorf("kvm: %s: %w", id, vm.ErrNotFound)
+		}
+		owner, _ := vm.Owner(id)
+		return state{ID: id, Deployment: owner}, nil
+	}
+	if err != nil {
+		return state{}, fmt.Errorf("kvm: %s: %w", id, err)
+	}
+	var st state
+	if err := json.Unmarshal(b, &st); err != nil {
+		return state{}, fmt.Errorf("kvm: %s: corrupt %s: %w", id, stateFile, err)
+	}
+	if st.ID != id {
+		return state{}, fmt.Errorf("kvm: %s: %s names %q", id, stateFile, st.ID)
+	}
+	return st, nil
+}
+
+// states loads every replica under Dir.
+func (d *Driver) states() ([]state, error) {
+	ents, err := os.ReadDir(d.dir)
+	if err != nil {
+		return nil, fmt.Errorf("kvm: %w", err)
+	}
+	var sts []state
+	for _, e := range ents {
+		if !e.IsDir() || !validID(e.Name()) {
+			continue
+		}
+		st, err := d.load(e.Name())
+		if err != nil {
+			if !errors.Is(err, vm.ErrNotFound) {
+				d.log.Warn("kvm: skipping replica", "id", e.Name(), "err", err)
+			}
+			continue
+		}
+		sts = append(sts, st)
+	}
+	return sts, nil
+}
+
+// Inspect reports one replica.
+func (d *Driver) Inspect(ctx context.Context, id string) (vm.Instance, error) {
+	st, err := d.load(id)
+	if err != nil {
+		return vm.Instance{}, err
+	}
+	return d.instance(st), nil
+}
+
+// List reports every replica under Dir, including those a previous berth
+// started.
+func (d *Driver) List(ctx context.Context) ([]vm.Instance, error) {
+	sts, err := d.states()
+	if err != nil {
+		return nil, err
+	}
+	insts := make([]vm.Instance, 0, len(sts))
+	for _, st := range sts {
+		insts = append(insts, d.instance(st))
+	}
+	return insts, nil
+}
+
+// tailLines is how many output lines a Reason ends with.
+const tailLines = 5
+
+// instance derives a replica's state from its files and its QEMU process.
+// A guest whose agent ended reboots, which ends QEMU; the agent's last log
+// line on the console ("exit N: reason") says how the app ended.
+func (d *Driver) instance(st state) vm.Instance {
+	inst := vm.Instance{
+		ID:         st.ID,
+		Deployment: st.Deployment,
+		Addr:       st.addr(),
+		StartedAt:  st.StartedAt,
+		PID:        st.PID,
+	}
+	d.mu.Lock()
+	starting := d.starting[st.ID]
+	d.mu.Unlock()
+	alive := st.PID != 0 && isAlive(st.PID, st.StartTicks)
+	console := d.path(st.ID, consoleFile)
+	switch {
+	case alive && st.Suspended:
+		inst.State = vm.StateSuspended
+	case alive:
+		inst.State = vm.StateRunning
+	case starting:
+		inst.State = vm.StateStarting
+	default:
+		inst.PID = 0
+		if code, reason, ok := consoleExit(console); ok {
+			inst.State = vm.StateExited
+			inst.ExitCode = &code
+			inst.Reason = withTail(reason, appTail(console, tailLines))
+			return inst
+		}
+		inst.State = vm.StateFailed
+		reason := "the guest ended without the agent recording an exit"
+		if st.PID == 0 {
+			reason = "the start of this replica was interrupted before QEMU ran"
+		}
+		if tail := consoleTail(console, tailLines); len(tail) > 0 {
+			reason += "; console:\n" + strings.Join(tail, "\n")
+		}
+		if tail := consoleTail(d.path(st.ID, qemuLogFile), 2); len(tail) > 0 {
+			reason += "\nqemu: " + strings.Join(tail, "\n")
+		}
+		inst.Reason = reason
+	}
+	return inst
+}
+
+func withTail(reason string, tail []string) string {
+	if len(tail) == 0 {
+		return reason
+	}
+	return reason + "; last output:\n" + strings.Join(tail, "\n")
+}
+
+// Stop asks the guest to shut down (Ctrl-Alt-Del through QMP, which the
+// agent as init receives as SIGINT and forwards to the app), waits up to
+// grace for QEMU to exit, kills it, and removes the tap and every file of
+// the replica. Stopping an ended replica just cleans up; a suspended one is
+// killed at once.
+func (d *Driver) Stop(ctx context.Context, id string, grace time.Duration) error {
+	unlock := d.lock(id)
+	defer unlock()
+	st, err := d.load(id)
+	if err != nil {
+		return err
+	}
+	d.dropAgent(id)
+	if err := d.destroy(ctx, st, grace); err != nil {
+		return fmt.Errorf("kvm: stop %s: %w", id, err)
+	}
+	d.mu.Lock()
+	delete(d.cpu, id)
+	delete(d.locks, id)
+	d.mu.Unlock()
+	return nil
+}
+
+// destroy ends QEMU (politely for up to grace when its guest runs) and
+// removes the tap and the replica directory.
+func (d *Driver) destroy(ctx context.Context, st state, grace time.Duration) error {
+	if st.PID != 0 && isAlive(st.PID, st.StartTicks) {
+		if grace > 0 && !st.Suspended {
+			qctx, cancel := context.WithTimeout(ctx, min(grace, 2*time.Second))
+			err := qmpRun(qctx, d.path(st.ID, qmpSock), "send-key", ctrlAltDel)
+			cancel()
+			if err == nil {
+				waitFor(ctx, grace, func() bool { return !isAlive(st.PID, st.StartTicks) })
+			} else {
+				d.log.Warn("kvm: Ctrl-Alt-Del", "id", st.ID, "err", err)
+			}
+		}
+		if err := kill(ctx, st); err != nil {
+			return err
+		}
+	}
+	if st.Tap != "" {
+		if err := d.net.DeleteTap(st.ID); err != nil {
+			return fmt.Errorf("deleting tap %s: %w", st.Tap, err)
+		}
+	}
+	return os.RemoveAll(d.replicaDir(st.ID))
+}
+
+// ctrlAltDel is QMP send-key's argument for Ctrl-Alt-Del.
+var ctrlAltDel = map[string]any{"keys": []map[string]string{
+	{"type": "qcode", "data": "ctrl"},
+	{"type": "qcode", "data": "alt"},
+	{"type": "qcode", "data": "delete"},
+}}
+
+// killPatience bounds how long a SIGKILLed QEMU may take to vanish.
+const killPatience = 10 * time.Second
+
+// kill SIGKILLs QEMU and waits until it is gone.
+func kill(ctx context.Context, st state) error {
+	gone := func() bool {
+		if !isAlive(st.PID, st.StartTicks) {
+			return true
+		}
+		syscall.Kill(st.PID, syscall.SIGKILL)
+		return false
+	}
+	if !waitFor(ctx, killPatience, gone) {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		return fmt.Errorf("QEMU (pid %d) survives SIGKILL", st.PID)
+	}
+	return nil
+}
+
+// waitFor polls cond until it holds, d passes or ctx ends, and reports
+// whether cond held.
+func waitFor(ctx context.Context, d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	wait := time.Millisecond
+	for {
+		if cond() {
+			return true
+		}
+		if !time.Now().Before(deadline) || ctx.Err() != nil {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 50*time.Millisecond)
+	}
+}
