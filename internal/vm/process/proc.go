@@ -68,10 +68,31 @@ func parseStat(b []byte) (procStat, bool) {
 func (ps procStat) dead() bool { return ps.state == 'Z' || ps.state == 'X' }
 
 // isAlive reports whether pid is the process that started at startTicks and
-// has not exited (a zombie has).
+// has not exited (a zombie has). A thread-group leader shows as a zombie as
+// soon as its own thread exits, while its other threads may still be
+// exiting: until the last one has, the process is not gone (the agent is
+// multi-threaded, and as a PID namespace's init it takes the namespace's
+// other processes down only when its last thread exits).
 func isAlive(pid int, startTicks uint64) bool {
 	ps, err := readStat(pid)
-	return err == nil && ps.startTicks == startTicks && !ps.dead()
+	if err != nil || ps.startTicks != startTicks {
+		return false
+	}
+	return !ps.dead() || threadsLeft(pid)
+}
+
+// threadsLeft reports whether a process has threads other than its leader.
+func threadsLeft(pid int) bool {
+	tasks, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+	if err != nil {
+		return false
+	}
+	for _, t := range tasks {
+		if t.Name() != strconv.Itoa(pid) {
+			return true
+		}
+	}
+	return false
 }
 
 // pids lists the processes in /proc.

@@ -56,12 +56,15 @@
 // each in <Dir>/.spare-<hex>/ (state.json with its pid, data/, agent.sock,
 // agent.err), made exactly like a replica's agent (own session; with
 // isolation its own PID, mount, UTS and IPC namespaces) but without a
-// cgroup, and waiting for an assignment. Start then takes a ready spare:
+// cgroup, and waiting for an assignment. As root they start at nice 19, so
+// that topping them up right after a Start does not slow down the app that
+// Start boots. Start then takes a ready spare:
 //
-//  1. with cgroups, it creates the replica's cgroup with its size limits
-//     and moves the spare (a single process that has forked nothing) into
-//     it, so the app is born there; memory the spare already used stays
-//     charged where it was;
+//  1. it gives the spare berth's CPU priority back; with cgroups, it
+//     creates the replica's cgroup with its size limits and moves the
+//     spare (a single process that has forked nothing) into it, so the
+//     app is born there; memory the spare already used stays charged
+//     where it was;
 //  2. it writes the replica's state.json (and lease) into the spare's
 //     directory and renames that directory over the empty <Dir>/<id>/ that
 //     Start made to claim the id, so the id appears with a live agent in
@@ -168,6 +171,8 @@ type Driver struct {
 	cpu      map[string]cpuSample // last Usage reading per id
 
 	spareN        int            // Options.Spares
+	niceSpares    bool           // start spares at spareNice (needs root to undo)
+	nice          int            // berth's nice value, which assigned spares get
 	spareMu       sync.Mutex     // guards the fields below
 	spares        []*spare       // ready, oldest first
 	filling       int            // spares being started
@@ -240,6 +245,9 @@ func New(o Options) (*Driver, error) {
 		starting: make(map[string]bool),
 		cpu:      make(map[string]cpuSample),
 		spareN:   spares,
+	}
+	if raw, err := syscall.Getpriority(syscall.PRIO_PROCESS, 0); err == nil && os.Geteuid() == 0 {
+		d.niceSpares, d.nice = true, 20-raw
 	}
 	d.cleanSpares()
 	return d, nil

@@ -241,7 +241,7 @@ func waitGone(t *testing.T, pid int) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		ps, err := readStat(pid)
-		if err != nil || ps.dead() {
+		if err != nil || ps.dead() && !threadsLeft(pid) {
 			return
 		}
 		if time.Now().After(deadline) {

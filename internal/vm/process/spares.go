@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -163,7 +164,11 @@ func (d *Driver) spawnSpare(name, dir string) (*spare, error) {
 	cmd.Stdout, cmd.Stderr = errOut, errOut
 	cmd.ExtraFiles = []*os.File{theirs}
 	cmd.SysProcAttr = agentAttr(d.isolate)
-	if err := cmd.Start(); err != nil {
+	start := cmd.Start
+	if d.niceSpares {
+		start = func() error { return startNiced(cmd) }
+	}
+	if err := start(); err != nil {
 		link.Close()
 		return nil, err
 	}
@@ -197,6 +202,38 @@ func (d *Driver) spawnSpare(name, dir string) (*spare, error) {
 	}
 	link.SetReadDeadline(time.Time{})
 	return sp, nil
+}
+
+// spareNice is the nice value spares start at, as root: the lowest
+// priority, so that starting them (the berth binary's start-up, tens of
+// milliseconds of CPU) right after a Start does not slow down the app that
+// Start is booting. Assignment restores berth's own.
+const spareNice = 19
+
+// startNiced starts cmd at nice spareNice: from a thread set to it for the
+// fork, which the child inherits, so even its runtime's start-up runs at
+// that priority. The thread gets its priority back afterwards (raising it
+// needs CAP_SYS_NICE; if that fails, the thread ends with the goroutine
+// rather than run berth's work at nice 19).
+func startNiced(cmd *exec.Cmd) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		tid := syscall.Gettid()
+		// Linux's getpriority returns 20 - nice.
+		raw, err := syscall.Getpriority(syscall.PRIO_PROCESS, tid)
+		if err != nil || syscall.Setpriority(syscall.PRIO_PROCESS, tid, spareNice) != nil {
+			runtime.UnlockOSThread()
+			errc <- cmd.Start()
+			return
+		}
+		err = cmd.Start()
+		if syscall.Setpriority(syscall.PRIO_PROCESS, tid, 20-raw) == nil {
+			runtime.UnlockOSThread()
+		}
+		errc <- err
+	}()
+	return <-errc
 }
 
 // dropSpare kills an unassigned spare, waits for it and removes its
@@ -240,6 +277,13 @@ func (d *Driver) assign(sp *spare, spec vm.Spec, st state, workDir string, size 
 		}
 		st.PID, st.StartTicks, st.Cgroup = 0, 0, ""
 		return st, err
+	}
+	if d.niceSpares {
+		// Back to berth's priority: the spare's process group is the
+		// agent alone (it is a session leader and has forked nothing).
+		if err := syscall.Setpriority(syscall.PRIO_PGRP, sp.pid, d.nice); err != nil {
+			return fail(fmt.Errorf("restoring the spare's CPU priority: %w", err))
+		}
 	}
 	if d.cg.parent != "" {
 		cg, f, err := d.cg.create(spec.Name, size, d.log)

@@ -40,6 +40,26 @@ func readySpares(t *testing.T, d *Driver, n int) []int {
 	}
 }
 
+// niceValues returns the nice values of pid's threads.
+func niceValues(t *testing.T, pid int) []int {
+	t.Helper()
+	tasks, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	for _, task := range tasks {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + task.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		n, _ := strconv.Atoi(f[19-3])
+		out = append(out, n)
+	}
+	return out
+}
+
 // spareDirs lists the spare directories under dir.
 func spareDirs(t *testing.T, dir string) []string {
 	t.Helper()
@@ -98,6 +118,21 @@ func TestSpares(t *testing.T) {
 				t.Errorf("List = %+v, want only %s", list, first)
 			}
 
+			raw, err := syscall.Getpriority(syscall.PRIO_PROCESS, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ours := 20 - raw
+			if os.Geteuid() == 0 {
+				for _, pid := range spares {
+					for _, n := range niceValues(t, pid) {
+						if n != spareNice {
+							t.Errorf("a spare's thread runs at nice %d, want %d", n, spareNice)
+						}
+					}
+				}
+			}
+
 			id := vm.Name("spare", 2)
 			spec := vm.Spec{
 				Name:       id,
@@ -114,6 +149,11 @@ func TestSpares(t *testing.T) {
 			t.Cleanup(func() { d.Stop(context.Background(), id, time.Second) })
 			if !slices.Contains(spares, inst.PID) {
 				t.Fatalf("the replica's agent %d is none of the spares %v", inst.PID, spares)
+			}
+			for _, n := range niceValues(t, inst.PID) {
+				if n != ours {
+					t.Errorf("an assigned spare's thread runs at nice %d, want berth's %d", n, ours)
+				}
 			}
 			inst = waitServing(t, d, id)
 			wd := filepath.Join(dir, id, dataDir, "sub")
