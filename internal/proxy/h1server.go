@@ -295,6 +295,8 @@ type h1conn struct {
 	state  atomic.Int32
 
 	watch     atomic.Int32
+	watchMu   sync.Mutex // orders the watch's deadline against disarm's
+	stopWatch bool       // disarm has begun; guarded by watchMu
 	watchT    *time.Timer
 	watchDone chan struct{}
 	gone      bool // the watcher saw the client hang up
@@ -341,6 +343,10 @@ func (c *h1conn) release() {
 	c.s, c.rwc, c.hl, c.cr.c = nil, nil, nil, nil
 	c.ctx, c.cancel, c.tmpl = nil, nil, nil
 	c.req = http.Request{}
+	if cap(c.p.raw) > 64<<10 {
+		// A huge head's buffers are not kept for every later connection.
+		c.p.raw, c.p.ends, c.p.vals = nil, nil, nil
+	}
 	c.br.Reset(nil)
 	c.bw.Reset(nil)
 	clear(c.w.hdr)
@@ -349,31 +355,29 @@ func (c *h1conn) release() {
 
 // serve runs the connection's request loop.
 func (c *h1conn) serve() {
-	reuse := false
+	reuse, handedOff := false, false
 	defer func() {
 		if v := recover(); v != nil {
+			// The connection's state is unknown: it is closed, and its
+			// buffers are left to the garbage collector.
 			reuse = false
 			if v != http.ErrAbortHandler {
 				c.s.log.Error("panic serving connection", "remote", c.remote, "panic", v, "stack", string(debug.Stack()))
 			}
 		}
 		c.s.untrack(c)
-		if c.rwc != nil {
+		if !handedOff {
 			c.rwc.Close()
 		}
 		if reuse {
 			c.release()
-		} else if c.cancel != nil {
+		} else {
 			c.cancel()
 		}
 	}()
 	for first := true; ; first = false {
-		next, handedOff := c.serveOne(first)
-		if handedOff {
-			c.rwc = nil // net/http's now
-			reuse = true
-			return
-		}
+		var next bool
+		next, handedOff = c.serveOne(first)
 		if !next {
 			reuse = true
 			return
@@ -418,17 +422,15 @@ func (c *h1conn) serveOne(first bool) (next, handedOff bool) {
 		}
 	}
 
-	err = c.p.readHead(c.br)
-	var he *headError
-	switch {
-	case err == nil:
-	case err == errHandOff:
-		c.handOff()
-		return false, true
-	case errors.As(err, &he):
-		c.answerError(he)
-		return false, false
-	default:
+	if err := c.p.readHead(c.br); err != nil {
+		if he, ok := err.(*headError); ok {
+			c.answerError(he)
+			return false, false
+		}
+		if err == errHandOff {
+			c.handOff()
+			return false, true
+		}
 		return false, false // the client went away or was too slow
 	}
 	head := &c.p.head
@@ -487,18 +489,16 @@ func (c *h1conn) serveOne(first bool) (next, handedOff bool) {
 		}
 	}
 	w.finish()
-	linger := false
-	if body != nil && !c.finishBody(body) {
-		w.closeAfter = true
-		linger = true
-	}
 	if err := c.bw.Flush(); err != nil || w.err != nil {
 		return false, false
 	}
+	// The body's end is settled after the answer is out: a client may wait
+	// for the answer before sending the rest (or giving up on it).
+	if body != nil && !c.finishBody(body) {
+		c.lingerClose()
+		return false, false
+	}
 	if w.closeAfter || s.inShutdown.Load() {
-		if linger {
-			c.lingerClose()
-		}
 		return false, false
 	}
 	if !c.state.CompareAndSwap(connActive, connIdle) {
@@ -583,7 +583,7 @@ func (c *h1conn) lingerClose() {
 		cw.CloseWrite()
 	}
 	c.rwc.SetReadDeadline(time.Now().Add(lingerTime))
-	io.CopyN(io.Discard, c.rwc, 256<<10)
+	io.Copy(io.Discard, c.rwc)
 }
 
 // finishBody ends the request body's use by the handler and reports whether
@@ -629,8 +629,12 @@ func (c *h1conn) disarm() {
 	if c.watch.Load() == watchOff {
 		return // disarmed already (a panic's recovery does it)
 	}
+	c.watchMu.Lock()
+	c.stopWatch = true
 	c.rwc.SetReadDeadline(aLongTimeAgo)
+	c.watchMu.Unlock()
 	<-c.watchDone
+	c.stopWatch = false
 	c.watch.Store(watchOff)
 	c.dirty = true
 }
@@ -643,7 +647,16 @@ func (c *h1conn) watchClient() {
 	if !c.watch.CompareAndSwap(watchArmed, watchReading) {
 		return
 	}
+	// The deadline is cleared unless disarm came first: its deadline in
+	// the past must win, or this read could wait for ever.
+	c.watchMu.Lock()
+	if c.stopWatch {
+		c.watchMu.Unlock()
+		c.watchDone <- struct{}{}
+		return
+	}
 	c.rwc.SetReadDeadline(time.Time{})
+	c.watchMu.Unlock()
 	n, err := c.rwc.Read(c.watchBuf[:])
 	if n > 0 {
 		c.cr.pending, c.cr.hasPending = c.watchBuf[0], true

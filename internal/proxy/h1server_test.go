@@ -442,3 +442,28 @@ func TestH1PanicRecovered(t *testing.T) {
 		t.Errorf("after the panic: %d %q", resp.StatusCode, body)
 	}
 }
+
+// BenchmarkH1 measures the front end end to end over loopback TCP with a raw
+// keep-alive client and the minimal upstream of BenchmarkForward, so the
+// allocations reported are the front end's and the forwarder's.
+func BenchmarkH1(b *testing.B) {
+	addr := rawUpstream(b)
+	h := proxy.New(proxy.Options{})
+	h.Swap(table(entry{static("bench", proxy.NewBackend("bench-1", addr, false)), catchAll}))
+	paddr, _ := startH1(b, h, proxy.H1Options{})
+	rc := dialRaw(b, paddr)
+	rc.c.SetDeadline(time.Time{})
+	req := "GET /bench?q=1 HTTP/1.1\r\nHost: bench.test\r\nUser-Agent: bench\r\nAccept: */*\r\n\r\n"
+	b.ReportAllocs()
+	for b.Loop() {
+		rc.send(req)
+		resp, err := http.ReadResponse(rc.br, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		n, err := io.Copy(io.Discard, resp.Body)
+		if err != nil || resp.StatusCode != 200 || n != 100 {
+			b.Fatalf("status %d, %d bytes, %v", resp.StatusCode, n, err)
+		}
+	}
+}
