@@ -447,7 +447,7 @@ func (c *h1conn) serveOne(first bool) (next, handedOff bool) {
 		// returns (a backend that answered early), and must not see the
 		// next request's.
 		r = new(http.Request)
-		body = &h1Body{br: c.br, remaining: head.contentLength}
+		body = &h1Body{br: c.br, remaining: head.contentLength, onEOF: c.armAfterBody}
 		if head.contentLength < 0 {
 			body.cr = httputil.NewChunkedReader(c.br)
 		}
@@ -489,13 +489,22 @@ func (c *h1conn) serveOne(first bool) (next, handedOff bool) {
 		}
 	}
 	w.finish()
-	if err := c.bw.Flush(); err != nil || w.err != nil {
-		return false, false
-	}
-	// The body's end is settled after the answer is out: a client may wait
-	// for the answer before sending the rest (or giving up on it).
-	if body != nil && !c.finishBody(body) {
-		c.lingerClose()
+	flushed := c.bw.Flush() == nil && w.err == nil
+	if body != nil {
+		// The body's end is settled after the answer is out: a client
+		// may wait for the answer before sending the rest (or giving up
+		// on it). Until then a body writer may still use the reader, so
+		// this comes before any return.
+		complete := c.finishBody(body, flushed)
+		c.disarm() // a watch the body's end may have started
+		if !flushed || c.gone {
+			return false, false
+		}
+		if !complete {
+			c.lingerClose()
+			return false, false
+		}
+	} else if !flushed {
 		return false, false
 	}
 	if w.closeAfter || s.inShutdown.Load() {
@@ -589,7 +598,7 @@ func (c *h1conn) lingerClose() {
 // finishBody ends the request body's use by the handler and reports whether
 // it was read to its end, which keeping the connection requires. A body
 // writer still blocked on the client is interrupted.
-func (c *h1conn) finishBody(b *h1Body) bool {
+func (c *h1conn) finishBody(b *h1Body, drain bool) bool {
 	if !b.mu.TryLock() {
 		// A body writer is blocked reading: the backend answered
 		// without the rest. Interrupt it.
@@ -598,7 +607,8 @@ func (c *h1conn) finishBody(b *h1Body) bool {
 		b.mu.Lock()
 	}
 	defer b.mu.Unlock()
-	if !b.eof && b.err == nil {
+	b.onEOF = nil
+	if drain && !b.eof && b.err == nil {
 		// Whatever the handler left unread, within reason, is read and
 		// dropped (as net/http does), so that the connection can go on.
 		c.rwc.SetReadDeadline(time.Now().Add(lingerTime))
@@ -613,7 +623,18 @@ func (c *h1conn) finishBody(b *h1Body) bool {
 // connection (net/http's maxPostHandlerReadBytes).
 const maxDrain = 256 << 10
 
-// arm starts the hang-up watch timer for a request without a body.
+// armAfterBody starts the hang-up watch once a request's body has been read
+// to its end (by the forwarder, while the backend works), as net/http does;
+// not when the client has already sent more (pipelining). It runs under the
+// body's lock, which finishBody takes before disarm.
+func (c *h1conn) armAfterBody() {
+	if c.br.Buffered() == 0 && !c.cr.hasPending {
+		c.arm()
+	}
+}
+
+// arm starts the hang-up watch timer for a request without a body, or whose
+// body has been read.
 func (c *h1conn) arm() {
 	c.watch.Store(watchArmed)
 	c.watchT.Reset(watchAfter)
@@ -693,6 +714,7 @@ type h1Body struct {
 	eof       bool
 	closed    bool
 	err       error
+	onEOF     func() // called once the body has been read to its end
 }
 
 func (b *h1Body) Read(p []byte) (int, error) {
@@ -721,7 +743,7 @@ func (b *h1Body) readLocked(p []byte) (n int, err error) {
 		n, err = b.br.Read(p)
 		b.remaining -= int64(n)
 		if b.remaining == 0 {
-			b.eof = true
+			b.setEOF()
 			return n, io.EOF
 		}
 		if err == io.EOF {
@@ -733,7 +755,7 @@ func (b *h1Body) readLocked(p []byte) (n int, err error) {
 			if terr := skipTrailer(b.br); terr != nil {
 				err = terr
 			} else {
-				b.eof = true
+				b.setEOF()
 			}
 		}
 	}
@@ -741,6 +763,14 @@ func (b *h1Body) readLocked(p []byte) (n int, err error) {
 		b.err = err
 	}
 	return n, err
+}
+
+func (b *h1Body) setEOF() {
+	b.eof = true
+	if b.onEOF != nil {
+		b.onEOF()
+		b.onEOF = nil
+	}
 }
 
 // Close does nothing: the front end ends the body when the handler is done.

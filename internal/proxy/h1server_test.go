@@ -467,3 +467,46 @@ func BenchmarkH1(b *testing.B) {
 		}
 	}
 }
+
+// TestH1ClientGoneAfterBody: a client that sent its whole body and hangs up
+// while the backend works cancels the backend's request, as it does for a
+// request without a body (TestForwardClientGone).
+func TestH1ClientGoneAfterBody(t *testing.T) {
+	arrived := make(chan string, 1)
+	canceled := make(chan struct{})
+	_, addr := startBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		arrived <- "A"
+		<-r.Context().Done()
+		close(canceled)
+	}))
+	be := proxy.NewBackend("A", addr, false)
+	rec := newRecorder()
+	d := static("app", be)
+	d.Metrics = rec
+	h := proxy.New(proxy.Options{})
+	h.Swap(table(entry{d, catchAll}))
+	paddr, _ := startH1(t, h, proxy.H1Options{})
+
+	for _, framing := range []string{"Content-Length: 5\r\n\r\nhello", "Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"} {
+		rc := dialRaw(t, paddr)
+		rc.send("POST /slow HTTP/1.1\r\nHost: app.test\r\n" + framing)
+		waitArrival(t, arrived)
+		rc.c.Close()
+		select {
+		case <-canceled:
+		case <-time.After(hangGuard):
+			t.Fatalf("%q: the backend's request was not canceled when the client left", framing)
+		}
+		if o := rec.next(t); o != (observation{499, true}) {
+			t.Errorf("%q: observed %+v, want 499 failed", framing, o)
+		}
+		canceled = make(chan struct{})
+	}
+	if err := h.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := be.InFlight(); n != 0 {
+		t.Errorf("in flight = %d", n)
+	}
+}

@@ -17,6 +17,10 @@
 // Requests are relayed by berth's own HTTP/1.1 forwarder (forward.go), which
 // keeps a pool of connections per Backend; protocol upgrades (websockets), and
 // everything when Options.Transport is set, go through httputil.ReverseProxy.
+//
+// The Handler can be served by any http.Server, or by its own HTTP/1.1 front
+// end, H1Server (h1server.go), which reads plain HTTP/1.x requests itself and
+// hands every other connection to an http.Server.
 package proxy
 
 import (
