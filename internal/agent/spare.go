@@ -155,8 +155,12 @@ func awaitAssignment(ctx context.Context, fl *flag.FlagSet, listen string, sf *s
 				return fail(spareUsage)
 			}
 			req.reply <- nil
-			stop()
 			closeLink()
+			// In the background: Shutdown closes the stage at once, so
+			// new connections already go to Main's server, but waiting
+			// for the answer to be written and its connection to go idle
+			// (Shutdown polls) would delay COMMAND.
+			go stop()
 			return h.stage(true), -1
 		case <-lost:
 			// The driver is gone: nobody will ever assign this spare.
@@ -310,5 +314,11 @@ func (c *Client) Assign(ctx context.Context, g GuestConfig) error {
 	if err != nil {
 		return err
 	}
-	return c.do(ctx, "POST", "/v1/assign", nil, bytes.NewReader(b), nil)
+	if err := c.do(ctx, "POST", "/v1/assign", nil, bytes.NewReader(b), nil); err != nil {
+		return err
+	}
+	// The spare's staging server closes its connections once assigned;
+	// later requests must dial afresh to reach the replica's agent.
+	c.Close()
+	return nil
 }

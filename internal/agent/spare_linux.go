@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"os"
+	"strings"
 	"unsafe"
 )
 
@@ -35,6 +36,13 @@ func rewriteArgs(orig, assigned []string) error {
 			return errors.New("the process's arguments are not laid out contiguously")
 		}
 	}
+	// os.Args keeps what the process was started with, in memory of its
+	// own.
+	args := make([]string, len(os.Args))
+	for i, a := range os.Args {
+		args[i] = strings.Clone(a)
+	}
+	os.Args = args
 	start := unsafe.StringData(orig[0])
 	size := int(uintptr(unsafe.Pointer(unsafe.StringData(orig[n-1])))-uintptr(unsafe.Pointer(start))) + len(orig[n-1]) + 1
 	block := unsafe.Slice(start, size)

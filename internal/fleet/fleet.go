@@ -40,8 +40,10 @@ type Options struct {
 	Log     *slog.Logger
 	// Tick is the reconcile interval; default 2s.
 	Tick time.Duration
-	// BootProbe is how often a booting replica is probed; default 5ms, so
-	// noticing readiness adds at most that much to a cold start.
+	// BootProbe is how often a booting replica is probed; default 2ms, so
+	// noticing readiness adds at most that much (1ms on average) to a cold
+	// start. A probe of an app that is not listening yet is one refused
+	// loopback connect, tens of microseconds of CPU.
 	BootProbe time.Duration
 	// MaxCreates bounds concurrent creates across the fleet; default 8.
 	MaxCreates int
@@ -78,7 +80,7 @@ func New(o Options) *Manager {
 		o.Tick = 2 * time.Second
 	}
 	if o.BootProbe <= 0 {
-		o.BootProbe = 5 * time.Millisecond
+		o.BootProbe = 2 * time.Millisecond
 	}
 	if o.MaxCreates <= 0 {
 		o.MaxCreates = 8

@@ -56,7 +56,7 @@
 // each in <Dir>/.spare-<hex>/ (state.json with its pid, data/, agent.sock,
 // agent.err), made exactly like a replica's agent (own session; with
 // isolation its own PID, mount, UTS and IPC namespaces) but without a
-// cgroup, and waiting for an assignment. As root they start at nice 19, so
+// cgroup, and waiting for an assignment. As root they start at nice 10, so
 // that topping them up right after a Start does not slow down the app that
 // Start boots. Start then takes a ready spare:
 //

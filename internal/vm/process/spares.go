@@ -75,7 +75,11 @@ func (d *Driver) takeSpare() *spare {
 				return sp
 			}
 		}
-		go d.dropSpare(sp)
+		d.fillWG.Add(1) // Close waits for it like for a start
+		go func() {
+			defer d.fillWG.Done()
+			d.dropSpare(sp)
+		}()
 	}
 	return nil
 }
@@ -204,17 +208,18 @@ func (d *Driver) spawnSpare(name, dir string) (*spare, error) {
 	return sp, nil
 }
 
-// spareNice is the nice value spares start at, as root: the lowest
-// priority, so that starting them (the berth binary's start-up, tens of
-// milliseconds of CPU) right after a Start does not slow down the app that
-// Start is booting. Assignment restores berth's own.
-const spareNice = 19
+// spareNice is the nice value spares start at, as root: a low priority, so
+// that starting them (the berth binary's start-up, tens of milliseconds of
+// CPU) right after a Start does not slow down the app that Start is
+// booting, but not the lowest, so that other work on a busy host does not
+// starve them. Assignment restores berth's own.
+const spareNice = 10
 
 // startNiced starts cmd at nice spareNice: from a thread set to it for the
 // fork, which the child inherits, so even its runtime's start-up runs at
 // that priority. The thread gets its priority back afterwards (raising it
 // needs CAP_SYS_NICE; if that fails, the thread ends with the goroutine
-// rather than run berth's work at nice 19).
+// rather than run berth's work at a low priority).
 func startNiced(cmd *exec.Cmd) error {
 	errc := make(chan error, 1)
 	go func() {
