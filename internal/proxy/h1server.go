@@ -43,8 +43,9 @@ import (
 // connection.
 //
 // A client hanging up is noticed the way net/http does it — a read on the
-// idle connection while the backend works — but only for requests that are
-// still running after watchAfter, so a quick exchange pays nothing for it.
+// connection while the backend works, once the request (and its body) has
+// been read — but only for requests still running after watchAfter, so a
+// quick exchange pays nothing for it.
 
 // H1Options configure an H1Server. Zero fields take the fallback server's
 // values, and net/http's defaults when those are zero too.
