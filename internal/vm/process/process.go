@@ -56,9 +56,10 @@
 // each in <Dir>/.spare-<hex>/ (state.json with its pid, data/, agent.sock,
 // agent.err), made exactly like a replica's agent (own session; with
 // isolation its own PID, mount, UTS and IPC namespaces) but without a
-// cgroup, and waiting for an assignment. As root they start at nice 10, so
-// that topping them up right after a Start does not slow down the app that
-// Start boots. Start then takes a ready spare:
+// cgroup, and waiting for an assignment. A spare's start-up would slow down
+// the app that Start is booting (on a 2-CPU host, by about 10 ms), so the
+// top-up waits until that app listens (at most a second), and as root
+// spares start at nice 10. Start then takes a ready spare:
 //
 //  1. it gives the spare berth's CPU priority back; with cgroups, it
 //     creates the replica's cgroup with its size limits and moves the
@@ -327,8 +328,9 @@ func (d *Driver) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
 		delete(d.starting, spec.Name)
 		d.mu.Unlock()
 	}()
-	// Top the spares up after this Start, in the background.
-	defer d.refill()
+	// Top the spares up after this Start, in the background, once its app
+	// is up.
+	defer d.refillAfter(st.Port)
 	if sp := d.takeSpare(); sp != nil {
 		ast, err := d.assign(sp, spec, st, workDir, size)
 		if err == nil {

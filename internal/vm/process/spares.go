@@ -84,6 +84,46 @@ func (d *Driver) takeSpare() *spare {
 	return nil
 }
 
+// refillWait bounds how long refillAfter waits for the app of the replica
+// just started to listen.
+const refillWait = time.Second
+
+// refillAfter calls refill once something listens on the loopback port of
+// the replica just started, or refillWait has passed. Starting a spare is
+// the berth binary's start-up, which on a small host slows down an app
+// booting at the same time even at a low CPU priority (memory, page
+// faults); waiting for the app keeps the two apart, and then spares are
+// topped up well before the next scale-from-zero, usually.
+func (d *Driver) refillAfter(port int) {
+	go func() {
+		deadline := time.Now().Add(refillWait)
+		for !listening(port) && time.Now().Before(deadline) {
+			time.Sleep(2 * time.Millisecond)
+		}
+		d.refill()
+	}()
+}
+
+// listening reports whether a TCP socket listens on port, from the kernel's
+// tables rather than by connecting, which the app would see.
+func listening(port int) bool {
+	hexPort := fmt.Sprintf(":%04X", port)
+	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(table)
+		if err != nil {
+			continue
+		}
+		for line := range strings.Lines(string(b)) {
+			// sl local_address rem_address st ...; 0A is LISTEN.
+			f := strings.Fields(line)
+			if len(f) > 3 && f[3] == "0A" && strings.HasSuffix(f[1], hexPort) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // refill starts spares in the background until Spares are ready or
 // starting.
 func (d *Driver) refill() {

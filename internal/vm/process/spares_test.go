@@ -271,6 +271,21 @@ func TestDeadSpare(t *testing.T) {
 	waitServing(t, d, id)
 }
 
+func TestListening(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	if !listening(port) {
+		t.Errorf("listening(%d) = false with a listener", port)
+	}
+	ln.Close()
+	if listening(port) {
+		t.Errorf("listening(%d) = true after the listener closed", port)
+	}
+}
+
 // TestNoSpares checks that Spares 0 starts none.
 func TestNoSpares(t *testing.T) {
 	dir := shortTempDir(t)
