@@ -233,7 +233,9 @@ func TestMainUsage(t *testing.T) {
 }
 
 // TestMainReapsOrphans runs the agent as PID 1 of a new PID namespace,
-// where orphans are reparented to it.
+// where orphans are reparented to it: with a /proc of that namespace, and
+// with the host's (as the process driver runs it), where /proc's pids are
+// not the namespace's.
 func TestMainReapsOrphans(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for a PID namespace")
@@ -242,27 +244,32 @@ func TestMainReapsOrphans(t *testing.T) {
 	if err != nil {
 		t.Skip("needs unshare")
 	}
-	dir := shortDir(t)
-	exit := filepath.Join(dir, "exit.json")
-	// The subshell leaves an orphan and prints its pid; the command waits
-	// (bounded) for the orphan to vanish, which it only does when reaped.
-	script := `pid=$( (sleep 0.01 >/dev/null & echo $!) ); i=0
+	for _, proc := range []string{"--mount-proc", "--mount"} {
+		t.Run(proc, func(t *testing.T) {
+			dir := shortDir(t)
+			exit := filepath.Join(dir, "exit.json")
+			// The subshell leaves an orphan and prints its pid; the
+			// command waits (bounded) for the orphan to vanish, which it
+			// only does when reaped (kill -0 succeeds on a zombie).
+			script := `pid=$( (sleep 0.01 >/dev/null & echo $!) ); i=0
 while [ $i -lt 500 ]; do
-  if [ ! -e /proc/$pid ]; then exit 0; fi
+  kill -0 $pid 2>/dev/null || exit 0
   i=$((i+1)); sleep 0.02
 done
-cat /proc/$pid/stat >&2; exit 1`
-	cmd := exec.Command(unshare, "--pid", "--fork", "--mount-proc", os.Args[0],
-		"--listen", "unix:"+filepath.Join(dir, "a.sock"), "--exit-file", exit, "--", "sh", "-c", script)
-	cmd.Env = append(os.Environ(), "BERTH_AGENT_TEST_MODE=main")
-	out, err := cmd.CombinedOutput()
-	if err != nil && strings.Contains(string(out), "unshare failed") {
-		t.Skipf("no PID namespace here: %s", out)
-	}
-	if err != nil {
-		t.Errorf("agent as PID 1: %v\n%s", err, out)
-	}
-	if ef := readExitFile(t, exit); *ef.ExitCode != 0 {
-		t.Errorf("exit file %+v, want 0: the orphan was not reaped", ef)
+exit 1`
+			cmd := exec.Command(unshare, "--pid", "--fork", proc, os.Args[0],
+				"--listen", "unix:"+filepath.Join(dir, "a.sock"), "--exit-file", exit, "--", "sh", "-c", script)
+			cmd.Env = append(os.Environ(), "BERTH_AGENT_TEST_MODE=main")
+			out, err := cmd.CombinedOutput()
+			if err != nil && strings.Contains(string(out), "unshare failed") {
+				t.Skipf("no PID namespace here: %s", out)
+			}
+			if err != nil {
+				t.Errorf("agent as PID 1: %v\n%s", err, out)
+			}
+			if ef := readExitFile(t, exit); *ef.ExitCode != 0 {
+				t.Errorf("exit file %+v, want 0: the orphan was not reaped", ef)
+			}
+		})
 	}
 }

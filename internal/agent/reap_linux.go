@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 )
 
@@ -25,24 +26,26 @@ func reapOrphans(ctx context.Context) {
 	}
 }
 
-// reapOnce finds zombies whose parent is this process in /proc and waits
-// for the ones no exec.Cmd owns. Scanning /proc (rather than wait(-1))
-// is what lets owned children keep their exit status.
+// reapOnce finds zombie children in /proc and waits for the ones no
+// exec.Cmd owns. Scanning /proc (rather than wait(-1)) is what lets owned
+// children keep their exit status.
+//
+// /proc may be the host's rather than the agent's PID namespace's (the
+// process driver does not mount one): then its pids, the agent's own
+// included, are the host's. So the agent finds itself as /proc/self, its
+// children through /proc/self/task/*/children (not a scan of every process
+// on the host, on every SIGCHLD), and a zombie's pid in its own namespace,
+// which wait4 takes, from the NSpid line of its status.
 func reapOnce() int {
 	children.startMu.Lock()
 	defer children.startMu.Unlock()
-	self := os.Getpid()
-	ents, err := os.ReadDir("/proc")
+	self, err := os.Readlink("/proc/self")
 	if err != nil {
 		return 0
 	}
 	n := 0
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == self {
-			continue
-		}
-		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+	for _, p := range childCandidates(self) {
+		stat, err := os.ReadFile("/proc/" + p + "/stat")
 		if err != nil {
 			continue
 		}
@@ -53,16 +56,74 @@ func reapOnce() int {
 			continue
 		}
 		f := bytes.Fields(stat[i+1:])
-		if len(f) < 2 || string(f[0]) != "Z" {
+		if len(f) < 2 || string(f[0]) != "Z" || string(f[1]) != self {
 			continue
 		}
-		if ppid, _ := strconv.Atoi(string(f[1])); ppid != self || children.isOwned(pid) {
+		pid, ok := nsPID(p)
+		if !ok || children.isOwned(pid) {
 			continue
 		}
 		var ws syscall.WaitStatus
-		if p, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil); err == nil && p == pid {
+		if got, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil); err == nil && got == pid {
 			n++
 		}
 	}
 	return n
+}
+
+// childCandidates returns the /proc pids that may be children of the
+// process that /proc knows as self: its threads' children files, or every
+// process where the kernel has no such files.
+func childCandidates(self string) []string {
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err == nil {
+		var out []string
+		found := true
+		for _, t := range tasks {
+			b, err := os.ReadFile("/proc/self/task/" + t.Name() + "/children")
+			if err != nil {
+				found = false
+				break
+			}
+			for _, p := range strings.Fields(string(b)) {
+				out = append(out, p)
+			}
+		}
+		if found {
+			return out
+		}
+	}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err == nil && e.Name() != self {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// nsPID returns the pid of /proc's process p in its own (innermost) PID
+// namespace, which is the agent's for its children: the last NSpid field
+// of its status (p itself on kernels without the line).
+func nsPID(p string) (int, bool) {
+	b, err := os.ReadFile("/proc/" + p + "/status")
+	if err != nil {
+		return 0, false
+	}
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, "NSpid:"); ok {
+			f := strings.Fields(rest)
+			if len(f) == 0 {
+				return 0, false
+			}
+			pid, err := strconv.Atoi(f[len(f)-1])
+			return pid, err == nil
+		}
+	}
+	pid, err := strconv.Atoi(p)
+	return pid, err == nil
 }
