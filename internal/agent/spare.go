@@ -317,8 +317,19 @@ func (c *Client) Assign(ctx context.Context, g GuestConfig) error {
 	if err := c.do(ctx, "POST", "/v1/assign", nil, bytes.NewReader(b), nil); err != nil {
 		return err
 	}
-	// The spare's staging server closes its connections once assigned;
-	// later requests must dial afresh to reach the replica's agent.
+	// The spare's staging server closes its connections once assigned
+	// and stops accepting soon after; until then new connections may still
+	// reach it. Wait (bounded) until the replica's own agent answers.
+	for range 400 {
+		c.Close()
+		if _, err := c.Info(ctx); err == nil {
+			c.Close()
+			return nil
+		} else if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	c.Close()
 	return nil
 }
