@@ -531,16 +531,32 @@ func NewNetns(path string) error {
 	f.Close()
 	errc := make(chan error, 1)
 	go func() {
-		// The namespace is made on a locked thread that is never unlocked:
-		// it ends with this goroutine, so no other goroutine ever runs in
-		// the new namespace.
+		// The namespace is made on a locked thread, which goes back to its
+		// own namespace afterwards. If it cannot, it stays locked and ends
+		// with this goroutine, so no other goroutine ever runs in the new
+		// namespace. (Going back matters: a locked goroutine that ends on
+		// the main thread wedges that thread rather than end it, and
+		// /proc/self/ns/net, the process's namespace to anyone looking,
+		// would then name a replica's.)
 		runtime.LockOSThread()
+		self := fmt.Sprintf("/proc/%d/task/%d/ns/net", os.Getpid(), unix.Gettid())
+		orig, err := os.Open(self)
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("opening the thread's namespace: %w", err)
+			return
+		}
+		defer orig.Close()
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
 			errc <- fmt.Errorf("unshare: %w", err)
 			return
 		}
-		self := fmt.Sprintf("/proc/%d/task/%d/ns/net", os.Getpid(), unix.Gettid())
-		if err := unix.Mount(self, path, "", unix.MS_BIND, ""); err != nil {
+		err = unix.Mount(self, path, "", unix.MS_BIND, "")
+		if unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		}
+		if err != nil {
 			errc <- fmt.Errorf("binding the namespace: %w", err)
 			return
 		}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/internal/hostnet/netnstest"
+	"golang.org/x/sys/unix"
 )
 
 func TestMain(m *testing.M) { os.Exit(netnstest.Main(m)) }
@@ -261,4 +262,50 @@ func waitNetns(t *testing.T, pid int) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatal("the guest never entered its network namespace")
+}
+
+// TestNewNetnsLeavesThreads checks that NewNetns makes a namespace of its
+// own and leaves every thread of the process in the namespace it was in,
+// the main thread included (which a locked goroutine ending on it would
+// wedge there for good).
+func TestNewNetnsLeavesThreads(t *testing.T) {
+	netnstest.Require(t)
+	host, err := os.Readlink("/proc/self/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	var wg sync.WaitGroup
+	for i := range 16 {
+		wg.Go(func() {
+			p := filepath.Join(dir, "ns"+strconv.Itoa(i))
+			if err := NewNetns(p); err != nil {
+				t.Error(err)
+				return
+			}
+			defer RemoveNetns(p)
+			var st, hs unix.Stat_t
+			if err := unix.Stat(p, &st); err != nil {
+				t.Error(err)
+				return
+			}
+			if err := unix.Stat("/proc/self/ns/net", &hs); err != nil || st.Ino == hs.Ino {
+				t.Errorf("namespace %s is the host's (%v)", p, err)
+			}
+		})
+	}
+	wg.Wait()
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		ns, err := os.Readlink(filepath.Join("/proc/self/task", task.Name(), "ns/net"))
+		if err != nil {
+			continue // the thread ended
+		}
+		if ns != host {
+			t.Errorf("thread %s is in %s, want the process's %s", task.Name(), ns, host)
+		}
+	}
 }
