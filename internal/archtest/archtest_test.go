@@ -74,6 +74,11 @@ var rules = []struct {
 	{mod + "/internal/vm", []string{mod + "/internal/fleet", mod + "/internal/registry", mod + "/internal/admin", mod + "/internal/server", mod + "/internal/proxy", mod + "/internal/store"}, "drivers know only the runtime contract"},
 	{mod + "/internal/fleet", []string{mod + "/internal/registry", mod + "/internal/admin", mod + "/internal/server", mod + "/internal/store", mod + "/internal/vm/"}, "the pool manager uses drivers only through the vm contract"},
 	{mod + "/internal/admin", []string{mod + "/internal/server", mod + "/internal/store"}, "handlers reach storage through the registry"},
+	{mod + "/internal/agentbin", []string{mod + "/"}, "bundling the agent binary is a leaf"},
+	{mod + "/internal/hostnet", []string{mod + "/"}, "host networking is a leaf"},
+	{mod + "/internal/image", []string{mod + "/internal/vm", mod + "/internal/server", mod + "/internal/admin", mod + "/internal/registry"}, "the image store knows nothing of the drivers that boot its images"},
+	{mod + "/internal/grant", []string{mod + "/internal/computer", mod + "/internal/computerapi", mod + "/internal/server"}, "grant tokens know nothing of what they guard"},
+	{mod + "/internal/computer", []string{mod + "/internal/computerapi", mod + "/internal/server", mod + "/internal/admin", mod + "/internal/registry", mod + "/internal/fleet", mod + "/internal/vm/"}, "Computers use drivers only through the vm contract, below their API"},
 }
 
 func TestLayering(t *testing.T) {
