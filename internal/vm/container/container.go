@@ -17,6 +17,9 @@
 //	             (read-only lower) and upper/ (this replica's writes), or
 //	             a copy of the tree where overlayfs is unavailable
 //	upper/ work/ the overlay's upper and work directories
+//	disk.ext4    with Spec.DiskSizeGB only: the replica's own filesystem,
+//	             a sparse file on a loop device
+//	disk/        where it is mounted; it holds upper/ and work/ instead
 //	run/         mounted at /.berth/run in the container: the agent's
 //	             socket (DialAgent), output.log, exit.json, lease, and the
 //	             background processes' output (processes/)
@@ -50,11 +53,22 @@
 //	large     4    4 GiB     400 ms
 //	xlarge    8    8 GiB     800 ms
 //
-// and a limit of 4096 processes. Suspend is the cgroup freezer (`runtime
-// pause`), Resume thaws it (`runtime resume`); memory, sockets and the
-// address are kept. Spec.DiskSizeGB is not enforced: overlayfs has no quota
-// unless its upper directory is on XFS with project quotas, which berth
-// does not set up; it is logged once.
+// and a limit of 4096 processes. The CPU quota caps a replica at its
+// vCPUs' worth of time whatever the host's core count.
+// Suspend is the cgroup freezer (`runtime pause`), Resume thaws it
+// (`runtime resume`); memory, sockets and the address are kept.
+//
+// Spec.DiskSizeGB (0: unlimited) bounds what the replica can write: its
+// overlay's upper and work directories live on an ext4 filesystem of that
+// many GiB of its own (disk.ext4 on a loop device, cloned from an empty
+// one made once per size under <Dir>/.disks), so a write past it fails
+// with ENOSPC in the container; the image's files do not count (without
+// overlayfs the image's copy is on that disk, and does). The file
+// is sparse: it takes host space only for what the replica writes. The
+// loop device detaches itself when Stop unmounts the filesystem. Without
+// a disk size a replica gets no loop device and writes to the data
+// directory's filesystem, unbounded. A host without loop devices, ext4 or
+// mkfs.ext4 runs such replicas unbounded too, and says so in the log once.
 //
 // Replicas outlive berth: the runtime detaches them, and a new Driver over
 // the same Dir finds them through their state files (the init's start time
@@ -165,7 +179,11 @@ type Driver struct {
 	overlay  bool
 	log      *slog.Logger
 
+	// noDisk says why Spec.DiskSizeGB cannot be enforced here ("": it
+	// can); diskOnce logs it once; diskMu serializes making templates.
+	noDisk   string
 	diskOnce sync.Once
+	diskMu   sync.Mutex
 
 	// trace, when set (benchmarks), is told how long each step of a start
 	// took: "mount", "prepare" (files), "network", "run" (the runtime).
@@ -255,6 +273,7 @@ func New(o Options) (*Driver, error) {
 	d := &Driver{
 		dir: dir, rt: rt, images: o.Images, net: o.Net, agent: agentBin,
 		args: slices.Clone(o.AgentArgs), cgParent: parent, overlay: hasOverlay(), log: log,
+		noDisk:   diskProblem(),
 		starting: map[string]bool{}, cpu: map[string]cpuSample{},
 	}
 	if !d.overlay {
@@ -296,6 +315,7 @@ type state struct {
 	StartTicks uint64     `json:"start_ticks"` // /proc/<pid>/stat field 22
 	Cgroup     string     `json:"cgroup"`      // cgroupsPath
 	Overlay    bool       `json:"overlay"`
+	DiskGB     int        `json:"disk_gb,omitempty"` // size of the replica's own disk; 0: none
 	StartedAt  time.Time  `json:"started_at"`
 	Suspended  bool       `json:"suspended,omitempty"`
 }
@@ -345,9 +365,9 @@ func (d *Driver) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
 	if err != nil {
 		return vm.Instance{}, fmt.Errorf("container: start %s: %w", spec.Name, err)
 	}
-	if spec.DiskSizeGB > 0 {
+	if spec.DiskSizeGB > 0 && st.DiskGB == 0 {
 		d.diskOnce.Do(func() {
-			d.log.Warn("container: vm.disk_size_gb is not enforced: the overlay has no quota", "disk_size_gb", spec.DiskSizeGB)
+			d.log.Warn("container: vm.disk_size_gb is not enforced on this host", "disk_size_gb", spec.DiskSizeGB, "why", d.noDisk)
 		})
 	}
 	dir := d.path(spec.Name)
@@ -427,6 +447,9 @@ func (d *Driver) check(spec vm.Spec) (state, vm.Size, error) {
 			return fail("workspace %q is not a directory", spec.Workspace)
 		}
 	}
+	if spec.DiskSizeGB < 0 || spec.DiskSizeGB > maxDiskGB {
+		return fail("disk size %d GB out of range (1 to %d, or 0 for none)", spec.DiskSizeGB, maxDiskGB)
+	}
 	if p := d.path(spec.Name, runDir, sockFile); len(p) > maxSockPath {
 		return fail("agent socket path %s is longer than %d bytes; use a shorter Dir", p, maxSockPath)
 	}
@@ -434,10 +457,14 @@ func (d *Driver) check(spec vm.Spec) (state, vm.Size, error) {
 	if port == 0 {
 		port = DefaultPort
 	}
-	return state{
+	st := state{
 		ID: spec.Name, Deployment: owner, Image: spec.Image, Port: port,
 		Cgroup: d.cgParent + "/" + spec.Name, Overlay: d.overlay,
-	}, size, nil
+	}
+	if d.noDisk == "" {
+		st.DiskGB = spec.DiskSizeGB
+	}
+	return st, size, nil
 }
 
 // containerWorkDir is the app's working directory inside the container.
@@ -481,7 +508,7 @@ func (d *Driver) launch(ctx context.Context, spec vm.Spec, st state, lower strin
 			t = now
 		}
 	}
-	if err := d.mountRootfs(dir, lower, st.Overlay); err != nil {
+	if err := d.mountRootfs(dir, lower, st); err != nil {
 		return st, err
 	}
 	step("mount")
@@ -883,6 +910,9 @@ func (d *Driver) cleanup(ctx context.Context, st state) error {
 		errs = append(errs, err)
 	}
 	if err := unmount(filepath.Join(dir, rootfsDir)); err != nil {
+		errs = append(errs, err)
+	}
+	if err := releaseDisk(dir); err != nil {
 		errs = append(errs, err)
 	}
 	if err := os.RemoveAll(dir); err != nil {

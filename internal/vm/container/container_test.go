@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -275,57 +276,92 @@ func eventually(t *testing.T, what string, cond func() bool) {
 }
 
 // TestNoLeftovers checks that a stopped replica leaves no veth, cgroup,
-// mount, address, runtime state or directory behind.
+// mount (rootfs, netns, disk), loop device, address, runtime state,
+// process or directory behind: without a disk size, with one, and with
+// one when a new Driver (a restarted berth) adopts and stops the replica.
 func TestNoLeftovers(t *testing.T) {
-	d := newDriver(t)
-	s := spec("leak", app)
-	inst := start(t, d, s)
-	ctx := t.Context()
-	if inst.PID == 0 {
-		t.Fatal("Start returned no pid")
-	}
-	veth := hostnet.VethName(s.Name)
-	if exec.Command("ip", "link", "show", "dev", veth).Run() != nil {
-		t.Fatalf("no veth %s while the replica runs", veth)
-	}
-	cgroups := func() []string {
-		var found []string
-		for _, m := range cgroupMounts() {
-			if _, err := os.Stat(filepath.Join(m, testCgroupParent, s.Name)); err == nil {
-				found = append(found, filepath.Join(m, testCgroupParent, s.Name))
+	e := setup(t)
+	for _, tt := range []struct {
+		name   string
+		diskGB int
+		reopen bool
+	}{
+		{"plain", 0, false},
+		{"disk", 1, false},
+		{"disk-reopened", 1, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			d := newDriver(t)
+			s := spec("leak", app)
+			s.DiskSizeGB = tt.diskGB
+			inst := start(t, d, s)
+			ctx := t.Context()
+			if inst.PID == 0 {
+				t.Fatal("Start returned no pid")
 			}
-		}
-		return found
-	}
-	if len(cgroups()) == 0 {
-		t.Fatal("the replica has no cgroup while it runs")
-	}
-	if !mounted(d.path(s.Name)) {
-		t.Fatal("the replica's rootfs is not mounted while it runs")
-	}
-	if err := d.Stop(ctx, s.Name, time.Second); err != nil {
-		t.Fatalf("Stop: %v", err)
-	}
-	if exec.Command("ip", "link", "show", "dev", veth).Run() == nil {
-		t.Errorf("veth %s outlived its replica", veth)
-	}
-	if left := cgroups(); len(left) > 0 {
-		t.Errorf("cgroups outlived the replica: %v", left)
-	}
-	if mounted(d.path(s.Name)) {
-		t.Error("a mount outlived the replica")
-	}
-	if _, err := os.Stat(d.path(s.Name)); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the replica directory outlived it: %v", err)
-	}
-	if _, err := os.Stat(filepath.Join(d.rt.root, s.Name)); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the runtime still knows the replica: %v", err)
-	}
-	if ids, _ := shared.net.Allocated(); contains(ids, s.Name) {
-		t.Error("the replica's address is still allocated")
-	}
-	if isAlive(inst.PID, mustStat(inst.PID)) {
-		t.Errorf("the init %d outlived its replica", inst.PID)
+			dir, img := d.path(s.Name), d.path(s.Name, diskFile)
+			veth := hostnet.VethName(s.Name)
+			if exec.Command("ip", "link", "show", "dev", veth).Run() != nil {
+				t.Fatalf("no veth %s while the replica runs", veth)
+			}
+			cgroups := func() []string {
+				var found []string
+				for _, m := range cgroupMounts() {
+					if _, err := os.Stat(filepath.Join(m, testCgroupParent, s.Name)); err == nil {
+						found = append(found, filepath.Join(m, testCgroupParent, s.Name))
+					}
+				}
+				return found
+			}
+			if len(cgroups()) == 0 {
+				t.Fatal("the replica has no cgroup while it runs")
+			}
+			if !mountedAt(d.path(s.Name, rootfsDir)) || !mountedAt(d.path(s.Name, netnsFile)) {
+				t.Fatal("the replica's rootfs or netns is not mounted while it runs")
+			}
+			if got := mountedAt(d.path(s.Name, diskDir)); got != (tt.diskGB > 0) {
+				t.Errorf("disk mounted = %v with disk size %d GB", got, tt.diskGB)
+			}
+			if got := len(loopsOf(img)); got != min(tt.diskGB, 1) {
+				t.Errorf("%d loop devices back the replica's disk while it runs, want %d", got, min(tt.diskGB, 1))
+			}
+			if _, err := os.Stat(img); (err == nil) != (tt.diskGB > 0) {
+				t.Errorf("disk image with disk size %d GB: %v", tt.diskGB, err)
+			}
+			if tt.reopen {
+				d = newDriverAt(t, e, d.dir)
+				if got, err := d.Inspect(ctx, s.Name); err != nil || got.State != vm.StateRunning {
+					t.Fatalf("the new driver's Inspect: %+v, %v; want it running", got, err)
+				}
+			}
+			if err := d.Stop(ctx, s.Name, time.Second); err != nil {
+				t.Fatalf("Stop: %v", err)
+			}
+			if exec.Command("ip", "link", "show", "dev", veth).Run() == nil {
+				t.Errorf("veth %s outlived its replica", veth)
+			}
+			if left := cgroups(); len(left) > 0 {
+				t.Errorf("cgroups outlived the replica: %v", left)
+			}
+			if mounted(dir) {
+				t.Error("a mount (rootfs, netns or disk) outlived the replica")
+			}
+			// The loop device detaches itself once the filesystem's last
+			// reference goes, which may be after the lazy unmount returns.
+			eventually(t, "the replica's loop device to be released", func() bool { return len(loopsOf(img)) == 0 })
+			if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("the replica directory outlived it: %v", err)
+			}
+			if _, err := os.Stat(filepath.Join(d.rt.root, s.Name)); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("the runtime still knows the replica: %v", err)
+			}
+			if ids, _ := shared.net.Allocated(); contains(ids, s.Name) {
+				t.Error("the replica's address is still allocated")
+			}
+			if isAlive(inst.PID, mustStat(inst.PID)) {
+				t.Errorf("the init %d outlived its replica", inst.PID)
+			}
+		})
 	}
 }
 
@@ -346,6 +382,20 @@ func mustStat(pid int) uint64 {
 	return ps.startTicks
 }
 
+// mountedAt reports whether something is mounted at path.
+func mountedAt(path string) bool {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false
+	}
+	for line := range strings.Lines(string(b)) {
+		if f := strings.Fields(line); len(f) > 4 && unescapeMount(f[4]) == path {
+			return true
+		}
+	}
+	return false
+}
+
 // mounted reports whether anything is mounted at or below dir.
 func mounted(dir string) bool {
 	b, err := os.ReadFile("/proc/self/mountinfo")
@@ -362,11 +412,15 @@ func mounted(dir string) bool {
 }
 
 // TestKilledFromOutside checks that an init killed by someone else is
-// reported failed, with a reason, so the pool replaces it.
+// reported failed, with a reason ending in the replica's last output, so
+// the pool replaces it.
 func TestKilledFromOutside(t *testing.T) {
 	d := newDriver(t)
 	s := spec("killed", "echo about to be killed; "+app)
 	inst := start(t, d, s)
+	eventually(t, "the app's first output line", func() bool {
+		return slices.Contains(d.tail(d.path(s.Name)), "about to be killed")
+	})
 	if err := syscall.Kill(inst.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -378,8 +432,8 @@ func TestKilledFromOutside(t *testing.T) {
 		}
 		return got.State.Terminal()
 	})
-	if got.State != vm.StateFailed || !strings.Contains(got.Reason, "without recording an exit") {
-		t.Errorf("state %s, reason %q; want failed, without an exit record", got.State, got.Reason)
+	if got.State != vm.StateFailed || !strings.Contains(got.Reason, "without recording an exit") || !strings.Contains(got.Reason, "about to be killed") {
+		t.Errorf("state %s, reason %q; want failed, without an exit record, with the last output", got.State, got.Reason)
 	}
 	if err := d.Stop(t.Context(), s.Name, time.Second); err != nil {
 		t.Errorf("Stop of a killed replica: %v", err)

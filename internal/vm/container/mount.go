@@ -12,14 +12,37 @@ import (
 )
 
 // mountRootfs makes dir/rootfs the replica's root: an overlay of the
-// image's tree (never written) and dir/upper, or, without overlayfs, a
-// copy of the tree.
-func (d *Driver) mountRootfs(dir, lower string, overlay bool) error {
+// image's tree (never written) and an upper directory, or, without
+// overlayfs, a copy of the tree. The upper directory (or the copy) is on
+// the replica's own disk when st.DiskGB is set (mountDisk), else in dir.
+func (d *Driver) mountRootfs(dir, lower string, st state) error {
 	target := filepath.Join(dir, rootfsDir)
-	if !overlay {
-		out, err := exec.Command("cp", "-a", lower+"/.", target).CombinedOutput()
+	layer := dir
+	if st.DiskGB > 0 {
+		if err := d.mountDisk(dir, st.DiskGB); err != nil {
+			return err
+		}
+		layer = filepath.Join(dir, diskDir)
+		sub := []string{upperDir, workDir}
+		if !st.Overlay {
+			sub = []string{rootfsDir}
+		}
+		for _, s := range sub {
+			if err := os.Mkdir(filepath.Join(layer, s), 0o700); err != nil {
+				return err
+			}
+		}
+	}
+	if !st.Overlay {
+		copyTo := filepath.Join(layer, rootfsDir)
+		out, err := exec.Command("cp", "-a", lower+"/.", copyTo).CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("copying the image: %w: %s", err, strings.TrimSpace(string(out)))
+		}
+		if copyTo != target {
+			if err := syscall.Mount(copyTo, target, "", syscall.MS_BIND, ""); err != nil {
+				return fmt.Errorf("binding the image's copy on %s: %w", target, err)
+			}
 		}
 		return nil
 	}
@@ -28,7 +51,7 @@ func (d *Driver) mountRootfs(dir, lower string, overlay bool) error {
 			return fmt.Errorf("overlayfs cannot use the path %q (it holds , : or \\)", p)
 		}
 	}
-	opts := "lowerdir=" + lower + ",upperdir=" + filepath.Join(dir, upperDir) + ",workdir=" + filepath.Join(dir, workDir)
+	opts := "lowerdir=" + lower + ",upperdir=" + filepath.Join(layer, upperDir) + ",workdir=" + filepath.Join(layer, workDir)
 	if err := syscall.Mount("overlay", target, "overlay", syscall.MS_NODEV, opts); err != nil {
 		return fmt.Errorf("mounting the overlay on %s: %w", target, err)
 	}
