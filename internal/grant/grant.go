@@ -9,7 +9,8 @@
 //	bcg_<payload>.<signature>
 //
 // where payload is the unpadded base64url of the grant's JSON (the
-// contract's fields computerId, actions, expiresAt, egress and provenance,
+// contract's fields computerId, actions, expiresAt, egress (an egress
+// policy, package egress; validated at issue) and provenance,
 // plus the grant id "gid" and the issue time "iat", both chosen by the
 // issuer) and signature is the unpadded base64url of HMAC-SHA256 over
 // "berth-computer-grant-v1\x00" followed by the payload text, under a
@@ -45,6 +46,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/berth-dev/berth/internal/egress"
 	"github.com/berth-dev/berth/internal/store"
 )
 
@@ -268,7 +270,9 @@ type Request struct {
 	ComputerID string
 	Actions    []Action
 	ExpiresAt  time.Time
-	Egress     json.RawMessage // optional JSON Schema; nil for none
+	// Egress is the grant's egress policy (package egress's Policy:
+	// {"allow": [...], "deny": [...]}); nil for none, which denies all.
+	Egress     json.RawMessage
 	Provenance Provenance
 }
 
@@ -352,10 +356,15 @@ func (i *Issuer) validate(r Request, now time.Time) (Grant, error) {
 		if err := json.Compact(&buf, r.Egress); err != nil {
 			return g, &FieldError{"egress", "must be JSON"}
 		}
+		if _, err := egress.ParsePolicy(buf.Bytes()); err != nil {
+			var pe *egress.PolicyError
+			if errors.As(err, &pe) && pe.Field != "" {
+				return g, &FieldError{"egress." + pe.Field, pe.Msg}
+			}
+			return g, &FieldError{"egress", strings.TrimPrefix(err.Error(), "egress: ")}
+		}
 		if v := buf.String(); v == "null" {
 			g.Egress = nil
-		} else if v[0] != '{' && v != "true" && v != "false" {
-			return g, &FieldError{"egress", "must be a JSON Schema: an object or a boolean"}
 		} else {
 			g.Egress = buf.Bytes()
 		}
@@ -445,6 +454,31 @@ func (i *Issuer) Authorize(token, computerID string, action Action) (Grant, erro
 	}
 	if err := g.Check(computerID, action); err != nil {
 		return Grant{}, err
+	}
+	return g, nil
+}
+
+// Lookup returns grant id of Computer computerID by its id, for the
+// egress proxy, which knows the grant a process works under by id (not
+// by token). A grant that no longer stands is returned with ErrRevoked or
+// ErrExpired, so its provenance can still be named; one this issuer does
+// not know (never issued, or expired and forgotten) is ErrUnknown.
+func (i *Issuer) Lookup(computerID, id string) (Grant, error) {
+	i.mu.Lock()
+	e, ok := i.known[id]
+	var g Grant
+	var revoked time.Time
+	if ok {
+		g, revoked = e.g, e.revoked
+	}
+	i.mu.Unlock()
+	switch {
+	case !ok || g.ComputerID != computerID:
+		return Grant{}, ErrUnknown
+	case g.Expired(i.cfg.Now()):
+		return g, fmt.Errorf("%w at %s", ErrExpired, time.UnixMilli(g.ExpiresAt).UTC().Format(time.RFC3339))
+	case !revoked.IsZero():
+		return g, fmt.Errorf("%w at %s", ErrRevoked, revoked.UTC().Format(time.RFC3339))
 	}
 	return g, nil
 }

@@ -294,6 +294,10 @@ func TestIssueValidation(t *testing.T) {
 		{"egress not JSON", func(r *Request) { r.Egress = json.RawMessage("{") }, "egress"},
 		{"egress a string", func(r *Request) { r.Egress = json.RawMessage(`"all"`) }, "egress"},
 		{"egress too big", func(r *Request) { r.Egress = json.RawMessage(`{"x":"` + strings.Repeat("a", MaxEgress) + `"}`) }, "egress"},
+		{"egress a boolean", func(r *Request) { r.Egress = json.RawMessage(`true`) }, "egress"},
+		{"egress unknown field", func(r *Request) { r.Egress = json.RawMessage(`{"allowed":[]}`) }, "egress.allowed"},
+		{"egress bad rule", func(r *Request) { r.Egress = json.RawMessage(`{"allow":["ok.com","https://x.com/"]}`) }, "egress.allow[1]"},
+		{"egress bad port", func(r *Request) { r.Egress = json.RawMessage(`{"deny":["x.com:99999"]}`) }, "egress.deny[0]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := ok
@@ -317,6 +321,42 @@ func TestIssueValidation(t *testing.T) {
 	v, err := i.Verify(tok)
 	if err != nil || string(v.Egress) != string(g.Egress) {
 		t.Errorf("verified egress = %s, %v", v.Egress, err)
+	}
+}
+
+func TestLookup(t *testing.T) {
+	i, c, _, _ := newIssuer(t)
+	ctx := context.Background()
+	r := request(c, "c1", Exec)
+	r.Egress = json.RawMessage(`{"allow":["example.com"]}`)
+	g, _, err := i.Issue(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := i.Lookup("c1", g.ID)
+	if err != nil || string(got.Egress) != `{"allow":["example.com"]}` || got.Provenance != g.Provenance {
+		t.Fatalf("Lookup = %+v, %v", got, err)
+	}
+	if _, err := i.Lookup("c2", g.ID); !errors.Is(err, ErrUnknown) {
+		t.Errorf("Lookup for another Computer: %v, want ErrUnknown", err)
+	}
+	if _, err := i.Lookup("c1", "nope"); !errors.Is(err, ErrUnknown) {
+		t.Errorf("Lookup of an unknown id: %v, want ErrUnknown", err)
+	}
+	if err := i.Revoke(ctx, "c1", g.ID); err != nil {
+		t.Fatal(err)
+	}
+	got, err = i.Lookup("c1", g.ID)
+	if !errors.Is(err, ErrRevoked) || got.Provenance != g.Provenance {
+		t.Errorf("Lookup of a revoked grant = %+v, %v; want its provenance and ErrRevoked", got, err)
+	}
+	g2, _, err := i.Issue(ctx, request(c, "c1", Exec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.t = time.UnixMilli(g2.ExpiresAt)
+	if _, err := i.Lookup("c1", g2.ID); !errors.Is(err, ErrExpired) {
+		t.Errorf("Lookup of an expired grant: %v, want ErrExpired", err)
 	}
 }
 
