@@ -270,6 +270,12 @@ func New(o Options) (*Driver, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if rt.crun {
+		if rt.exe, err = sealedCopy(rt.path); err != nil {
+			// Only slower: crun makes its own copy on every command.
+			log.Warn("container: no sealed copy of crun; it copies itself on every command", "err", err)
+		}
+	}
 	d := &Driver{
 		dir: dir, rt: rt, images: o.Images, net: o.Net, agent: agentBin,
 		args: slices.Clone(o.AgentArgs), cgParent: parent, overlay: hasOverlay(), log: log,
