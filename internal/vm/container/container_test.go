@@ -455,8 +455,8 @@ func TestBrokenImage(t *testing.T) {
 		}
 		return got.State.Terminal()
 	})
-	if got.Reason == "" || got.ExitCode == nil && got.State != vm.StateFailed {
-		t.Errorf("state %s, exit %v, reason %q; want a reason", got.State, got.ExitCode, got.Reason)
+	if !strings.Contains(got.Reason, "/bin/sh") || got.ExitCode == nil && got.State != vm.StateFailed {
+		t.Errorf("state %s, exit %v, reason %q; want a reason naming the missing /bin/sh", got.State, got.ExitCode, got.Reason)
 	}
 	t.Logf("reason: %s", got.Reason)
 
