@@ -23,7 +23,23 @@
 // A grant that does not verify (malformed, forged, expired, revoked, not
 // issued here) is a 401; a valid grant used for another Computer or an
 // action outside its set is a 403, answered before the Computer is looked
-// up, so a grant is no oracle for other Computers' existence. The
+// up, so a grant is no oracle for other Computers' existence. Each 401
+// counts as a failed credential of the client's address in the brake the
+// admin gate shares (Options.Brake): repeated bad grants are slowed, then
+// answered 429 with Retry-After, as bad admin credentials are. The 403s
+// do not count: the caller holds a real grant.
+//
+// # Egress
+//
+// With Options.Egress, every command the API starts (exec, bash,
+// processStart, terminal) gets HTTP_PROXY, HTTPS_PROXY (and lower-case)
+// pointing at berth's egress proxy with a credential naming the Computer
+// and the grant used, so its traffic is checked against that grant's
+// egress policy and recorded as egress facts with the grant's provenance
+// (package egress). Work started with an admin credential carries no
+// policy: its egress is refused, and recorded with the admin's
+// provenance. These variables override the request's env; NO_PROXY is
+// the request's when it sets one. The
 // terminal websocket also accepts the grant in a `grant` query parameter,
 // since browsers cannot set headers on a websocket.
 //
@@ -108,6 +124,14 @@ type Options struct {
 	// FactsKeepAlive is how often an idle facts stream gets a comment
 	// line, so proxies do not close it; default 15s.
 	FactsKeepAlive time.Duration
+	// Brake counts grants that do not verify as failed credentials of
+	// the client's address; pass the Gate's, so grant and admin failures
+	// add up (berth serve does). Nil counts no grant failures.
+	Brake *auth.Brake
+	// Egress, when set, gives every command the API starts (exec, bash,
+	// processStart, terminal) the proxy variables of the egress proxy
+	// for the grant it runs under (see package egress).
+	Egress Egress
 }
 
 // API is the Computer API's http.Handler. It serves /computers and the
@@ -247,6 +271,9 @@ func (a *API) adminComputer(pattern string, tier auth.Tier, fn opFunc) {
 func (a *API) refuseGrant(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if tok, ok := grantToken(r, false); ok {
+			if a.blocked(w, r) {
+				return
+			}
 			if _, err := a.o.Grants.Verify(tok); err != nil {
 				a.unauthorized(w, r, err)
 				return
@@ -284,6 +311,9 @@ func (a *API) op(pattern string, action grant.Action, fn opFunc) {
 			admin.ServeHTTP(w, r)
 			return
 		}
+		if a.blocked(w, r) {
+			return
+		}
 		g, err := a.o.Grants.Verify(tok)
 		if err != nil {
 			a.unauthorized(w, r, err)
@@ -307,6 +337,7 @@ func (a *API) op(pattern string, action grant.Action, fn opFunc) {
 				// The grant was issued for an earlier Computer of the same
 				// id (deleting a Computer revokes its grants; this catches
 				// a Computer created behind berth's back).
+				a.fail(r)
 				return &web.Error{Status: http.StatusUnauthorized, Message: "this grant predates the Computer it names", Header: bearerChallenge()}
 			}
 			prov := computer.Provenance{Actor: g.Provenance.Actor, Via: g.Provenance.Via}
@@ -374,6 +405,7 @@ func bearerChallenge() http.Header {
 // and, since it is about the caller's own token, said.
 func (a *API) unauthorized(w http.ResponseWriter, r *http.Request, err error) {
 	a.o.Log.Info("grant refused", "method", r.Method, "path", r.URL.Path, "reason", err)
+	a.fail(r)
 	msg := "the grant is not valid"
 	switch {
 	case errors.Is(err, grant.ErrExpired):

@@ -152,7 +152,7 @@ func (a *API) run(w http.ResponseWriter, r *http.Request, c *call, req ExecReque
 		return err
 	}
 	defer release()
-	areq := agent.ExecRequest{Argv: argv, Cwd: cwd, Env: req.Env, Stdin: stdin, TimeoutMS: timeout}
+	areq := agent.ExecRequest{Argv: argv, Cwd: cwd, Env: a.withEgress(c, req.Env), Stdin: stdin, TimeoutMS: timeout}
 	reqID := newRequestID()
 	started := time.Now()
 	if req.Stream {
@@ -310,7 +310,7 @@ func (a *API) terminal(w http.ResponseWriter, r *http.Request, c *call) error {
 	}
 	defer release()
 	started := time.Now()
-	sess, err := ag.PTY(r.Context(), agent.PTYRequest{Cwd: cwd, Cols: cols, Rows: rows})
+	sess, err := ag.PTY(r.Context(), agent.PTYRequest{Cwd: cwd, Cols: cols, Rows: rows, Env: a.withEgress(c, nil)})
 	if err != nil {
 		return agentError(err, c.id)
 	}

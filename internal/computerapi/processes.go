@@ -86,7 +86,7 @@ func (a *API) processStart(w http.ResponseWriter, r *http.Request, c *call) erro
 		return err
 	}
 	defer release()
-	st, err := ag.StartProcess(r.Context(), agent.ProcessRequest{Argv: argv, Cwd: cwd, Env: req.Env, Tag: computer.ProcessTag(c.prov)})
+	st, err := ag.StartProcess(r.Context(), agent.ProcessRequest{Argv: argv, Cwd: cwd, Env: a.withEgress(c, req.Env), Tag: computer.ProcessTag(c.prov)})
 	if err != nil {
 		return agentError(err, c.id)
 	}
