@@ -22,6 +22,7 @@ import (
 	"github.com/berth-dev/berth/internal/auth"
 	"github.com/berth-dev/berth/internal/computer"
 	"github.com/berth-dev/berth/internal/computerapi"
+	"github.com/berth-dev/berth/internal/egress"
 	"github.com/berth-dev/berth/internal/fleet"
 	"github.com/berth-dev/berth/internal/grant"
 	"github.com/berth-dev/berth/internal/image"
@@ -81,6 +82,15 @@ type Options struct {
 	// auth's defaults.
 	Brake auth.BrakeConfig
 
+	// EgressAddr is where the Computers' egress proxy (package egress)
+	// listens. Default: port 0 on the guest bridge's gateway when the host
+	// has a guest network (containers reach it there, host processes
+	// too), else on 127.0.0.1. "off" runs no proxy: Computers then get no
+	// proxy variables. The port is written into the proxy variables of the
+	// commands Computers run, so pin it (e.g. 10.213.0.1:3128) for
+	// background processes to keep their way out across berth restarts.
+	EgressAddr string
+
 	Log *slog.Logger
 }
 
@@ -108,6 +118,8 @@ type Server struct {
 	proxySrv         *http.Server
 	proxyFront       frontEnd // proxySrv, or the H1Server in front of it
 	adminSrv         *http.Server
+	egress           *egress.Proxy // nil when EgressAddr is "off"
+	egressLn         net.Listener
 	cancelReqs       context.CancelFunc // ends request contexts after the drain deadline
 	ports            *portRoutes        // Computers' exposed ports on the data plane
 }
@@ -154,7 +166,8 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		st.Close()
 		return nil, err
 	}
-	drivers, err := buildDrivers(o, s.Images, guestNetwork(ctx, o.DataDir, o.Log))
+	gnet := guestNetwork(ctx, o.DataDir, o.Log)
+	drivers, err := buildDrivers(o, s.Images, gnet)
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -167,8 +180,12 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		st.Close()
 		return nil, err
 	}
-	grants, err := openGrants(ctx, st, o.DataDir)
+	grants, grantKey, err := openGrants(ctx, st, o.DataDir)
 	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	if err := s.openEgress(grants, grantKey, gnet); err != nil {
 		st.Close()
 		return nil, err
 	}
@@ -185,15 +202,18 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		Log:        o.Log,
 	})
 	if err := s.Registry.Load(ctx); err != nil {
+		s.closeEgress()
 		st.Close()
 		return nil, err
 	}
 	if s.proxyLn, err = net.Listen("tcp", o.ProxyAddr); err != nil {
+		s.closeEgress()
 		st.Close()
 		return nil, fmt.Errorf("proxy listener: %w", err)
 	}
 	if s.adminLn, err = net.Listen("tcp", o.AdminAddr); err != nil {
 		s.proxyLn.Close()
+		s.closeEgress()
 		st.Close()
 		return nil, fmt.Errorf("admin listener: %w", err)
 	}
@@ -217,9 +237,10 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	if !o.StdHTTP {
 		s.proxyFront = s.Proxy.NewH1Server(s.proxySrv, proxy.H1Options{Log: o.Log})
 	}
+	brake := auth.NewBrake(o.Brake)
 	gate := auth.New(auth.Config{
 		User: o.AdminUser, Password: o.AdminPassword, Tokens: tokens,
-		Brake: auth.NewBrake(o.Brake), Log: o.Log,
+		Brake: brake, Log: o.Log,
 	})
 	api := admin.New(admin.Options{
 		Registry: s.Registry, Fleet: s.Fleet, Metrics: s.Metrics, Host: s.host,
@@ -227,8 +248,13 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		Gate:   gate,
 		Tokens: tokens, Secrets: sec, Namespaces: namespaces.New(st), Images: s.Images,
 	})
-	// The Computer API shares the listener and the gate (so its brake).
-	computers := computerapi.New(computerapi.Options{Manager: s.Computers, Grants: grants, Gate: gate, Log: o.Log})
+	// The Computer API shares the listener and the gate, and its brake
+	// counts bad grants with bad admin credentials.
+	capi := computerapi.Options{Manager: s.Computers, Grants: grants, Gate: gate, Brake: brake, Log: o.Log}
+	if s.egress != nil {
+		capi.Egress = s.egress
+	}
+	computers := computerapi.New(capi)
 	adminMux := http.NewServeMux()
 	adminMux.Handle("/", api)
 	adminMux.Handle("/computers", computers)
@@ -285,9 +311,12 @@ func (s *Server) Run(ctx context.Context) error {
 	}()
 	go func() { defer loops.Done(); s.host.Run(loopCtx, 2*time.Second) }()
 
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	go func() { errc <- s.proxyFront.Serve(s.proxyLn) }()
 	go func() { errc <- s.adminSrv.Serve(s.adminLn) }()
+	if s.egress != nil {
+		go func() { errc <- s.egress.Serve(s.egressLn) }()
+	}
 
 	var err error
 	select {
@@ -311,6 +340,7 @@ func (s *Server) Run(ctx context.Context) error {
 	s.cancelReqs()
 	s.proxyFront.Close()
 	s.adminSrv.Close()
+	s.closeEgress()
 	stopLoops()
 	loops.Wait()
 	if cerr := s.store.Close(); cerr != nil && err == nil {
@@ -325,12 +355,14 @@ func (s *Server) Run(ctx context.Context) error {
 
 // openGrants opens the Computer grant issuer: the signing key in the data
 // directory (generated on first use) and the issued grants in the store.
-func openGrants(ctx context.Context, st *store.Store, dataDir string) (*grant.Issuer, error) {
+// It returns the key too, from which the egress proxy's is derived.
+func openGrants(ctx context.Context, st *store.Store, dataDir string) (*grant.Issuer, []byte, error) {
 	key, err := grant.LoadKey(dataDir)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return grant.New(ctx, grant.Config{Key: key, Store: st})
+	i, err := grant.New(ctx, grant.Config{Key: key, Store: st})
+	return i, key, err
 }
 
 // recorder adapts a metrics set to the proxy's Recorder.

@@ -1,0 +1,66 @@
+package server
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/berth-dev/berth/internal/computer"
+	"github.com/berth-dev/berth/internal/computerapi"
+)
+
+// TestEgressWiring: berth serve runs the egress proxy, the Computer API
+// points commands at it with the grant's credential, the proxy enforces
+// the grant's policy and the platform deny set, and its refusals land in
+// the Computer's facts with the grant's provenance. (Traffic that is let
+// through is tested in package computerapi, where the proxy may reach
+// loopback.)
+func TestEgressWiring(t *testing.T) {
+	h := start(t, "")
+	if h.s.EgressAddr() == "" {
+		t.Fatal("no egress proxy")
+	}
+	if r := h.json("POST", "/computers", `{"id":"eg1","backings":[{"kind":"process"}]}`); r.code != http.StatusCreated {
+		t.Fatalf("create: %d %s", r.code, r.body)
+	}
+	// A policy that would allow a metadata address: the platform deny set
+	// refuses it anyway.
+	r := h.json("POST", "/computers/eg1/grants", `{"actions":["bash"],"expiresInSecs":600,"egress":{"allow":["*"]},"provenance":{"actor":"agent-w","via":"wiring"}}`)
+	if r.code != http.StatusCreated {
+		t.Fatalf("grant: %d %s", r.code, r.body)
+	}
+	var g computerapi.GrantView
+	json.Unmarshal(r.body, &g)
+	if r := h.json("POST", "/computers/eg1/grants", `{"actions":["bash"],"expiresInSecs":600,"egress":{"allow":["ftp://x"]}}`); r.code != http.StatusBadRequest || !strings.Contains(string(r.body), "egress.allow[0]") {
+		t.Errorf("a bad policy: %d %s, want 400 naming egress.allow[0]", r.code, r.body)
+	}
+	// A Go-free client in the Computer: bash's /dev/tcp speaks to the
+	// proxy named by $http_proxy, with the credential it carries.
+	script := `
+u=${http_proxy#http://}; cred=${u%@*}; hp=${u##*@}
+exec 3<>/dev/tcp/${hp%:*}/${hp##*:}
+printf 'GET http://169.254.169.254/latest/meta-data/ HTTP/1.1\r\nHost: 169.254.169.254\r\nProxy-Authorization: Basic %s\r\nConnection: close\r\n\r\n' "$(printf %s "$cred" | base64 -w0)" >&3
+head -n1 <&3`
+	body, _ := json.Marshal(map[string]string{"script": script})
+	r = h.do("POST", "/computers/eg1/bash", "application/json", string(body), "Authorization", "Bearer "+g.Token)
+	var res computerapi.ExecResult
+	json.Unmarshal(r.body, &res)
+	if r.code != http.StatusOK || !strings.HasPrefix(res.Stdout, "HTTP/1.1 403") {
+		t.Fatalf("metadata through the proxy: %d %s (stdout %q, stderr %q), want a 403 answer", r.code, r.body, res.Stdout, res.Stderr)
+	}
+	facts, err := h.s.Computers.Facts(t.Context(), "eg1", 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var egress []computer.Fact
+	for _, f := range facts {
+		if f.Fact.Kind == computer.FactEgress {
+			egress = append(egress, f.Fact)
+		}
+	}
+	want := computer.Fact{Kind: computer.FactEgress, ComputerID: "eg1", Provenance: computer.Provenance{Actor: "agent-w", Via: "wiring"}, Host: "169.254.169.254", Method: "GET", Status: 403}
+	if len(egress) != 1 || egress[0] != want {
+		t.Errorf("egress facts %+v, want [%+v]", egress, want)
+	}
+}
