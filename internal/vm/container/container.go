@@ -75,6 +75,38 @@
 // defeats pid reuse). A replica whose init was killed from outside is
 // reported failed, with the runtime's stderr and its last output lines in
 // the reason, so the pool replaces it.
+//
+// # Spares
+//
+// A cold start pays for the runtime (cgroups, namespaces, mounts: ~25 ms
+// on a 2-CPU VM) and for the agent's own start-up (a Go binary: ~15 ms)
+// before the app can begin. So once a replica of an image has started and
+// its app listens, the driver makes Options.Spares (DefaultSpares) spare
+// containers for that image and size class, for the maxSpareKinds most
+// recently started ones: <Dir>/.spare-<hex>/ with the same layout (its
+// spare.json instead of state.json), the overlay over the image, an empty
+// network namespace, and the agent in spare mode (`berth agent --spare`,
+// see package agent) as init, linked to the driver by a socket passed as
+// its fd 3 (`runtime run --preserve-fds 1`). A Start that fits a spare (an
+// image and size class with one, no workspace, no disk of its own,
+// overlayfs) takes it, waiting up to spareWait for one being made:
+//
+//  1. it renames the spare's directory onto the replica's (the mounts and
+//     the agent's socket move with it) and writes state.json, which keeps
+//     the spare's runtime name and cgroup (RuntimeID, Cgroup);
+//  2. it makes the working directory and lease, and sets the UTS host
+//     name from outside (setns; the container has no CAP_SYS_ADMIN);
+//  3. it plugs the replica's veth, named after the replica, into the
+//     namespace, with the replica's address;
+//  4. it hands the agent the replica's flags, command and environment
+//     (POST /v1/assign), and the agent starts the app.
+//
+// If any step fails the spare is removed and the replica starts cold: a
+// spare can only make a Start faster. Spares are no replicas: List never
+// shows them. A spare's agent exits when the driver's end of its link
+// closes — at Close, or when berth dies — and a Driver removes the
+// spares it finds ended (at New and before making more); a live one
+// belongs to a live Driver. Close removes the Driver's own.
 package container
 
 import (
@@ -164,6 +196,11 @@ type Options struct {
 
 	// Log receives what the driver degrades on. Nil discards.
 	Log *slog.Logger
+
+	// Spares is how many idle containers to keep ready per image and
+	// size class recently started (see "Spares" in the package
+	// documentation). Nil means DefaultSpares; 0 disables them.
+	Spares *int
 }
 
 // Driver runs replicas as OCI containers. It is safe for concurrent use,
@@ -192,6 +229,16 @@ type Driver struct {
 	mu       sync.Mutex
 	starting map[string]bool
 	cpu      map[string]cpuSample
+
+	spareN        int                    // Options.Spares
+	spareMu       sync.Mutex             // guards the fields below
+	spares        map[spareKind][]*spare // ready, oldest first
+	filling       map[spareKind]int      // spares being made
+	kinds         []spareKind            // kept spares for, most recent first
+	spareCh       chan struct{}          // closed and replaced when a fill ends
+	spareFailures int                    // spare starts that failed in a row
+	sparesClosed  bool                   // Close was called
+	fillWG        sync.WaitGroup         // spares being made
 }
 
 // File names inside a replica directory.
@@ -281,7 +328,14 @@ func New(o Options) (*Driver, error) {
 		args: slices.Clone(o.AgentArgs), cgParent: parent, overlay: hasOverlay(), log: log,
 		noDisk:   diskProblem(),
 		starting: map[string]bool{}, cpu: map[string]cpuSample{},
+		spareN: DefaultSpares, spares: map[spareKind][]*spare{}, filling: map[spareKind]int{},
+		spareCh: make(chan struct{}),
 	}
+	if o.Spares != nil {
+		d.spareN = max(*o.Spares, 0)
+	}
+	// Spares of a berth that is gone ended with it; remove what is left.
+	d.reapStale()
 	if !d.overlay {
 		log.Warn("container: overlayfs is unavailable; every replica gets a full copy of its image")
 	}
@@ -324,6 +378,17 @@ type state struct {
 	DiskGB     int        `json:"disk_gb,omitempty"` // size of the replica's own disk; 0: none
 	StartedAt  time.Time  `json:"started_at"`
 	Suspended  bool       `json:"suspended,omitempty"`
+	// RuntimeID is the runtime's name for the container when it is not
+	// ID: a replica started from a spare keeps the spare's.
+	RuntimeID string `json:"runtime_id,omitempty"`
+}
+
+// runtimeID is the runtime's name for the replica's container.
+func (st state) runtimeID() string {
+	if st.RuntimeID != "" {
+		return st.RuntimeID
+	}
+	return st.ID
 }
 
 func (st state) addr() string {
@@ -394,6 +459,21 @@ func (d *Driver) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
 		delete(d.starting, spec.Name)
 		d.mu.Unlock()
 	}()
+	if d.spareEligible(spec, st) {
+		if sp := d.takeSpare(ctx, kindOf(spec), lower); sp != nil {
+			warm, err := d.assign(ctx, spec, st, sp)
+			if err == nil {
+				d.afterStart(spec, warm, lower, size)
+				return d.instance(warm), nil
+			}
+			// A spare only ever makes a start faster: start cold.
+			d.log.Warn("container: a spare container could not take the replica; starting a new one", "id", spec.Name, "err", err)
+			d.cleanup(context.WithoutCancel(ctx), warm)
+			if err := os.Mkdir(dir, 0o700); err != nil {
+				return vm.Instance{}, fmt.Errorf("container: start %s: %w", spec.Name, err)
+			}
+		}
+	}
 	st, err = d.launch(ctx, spec, st, lower, size)
 	if err != nil {
 		reason := err.Error()
@@ -403,6 +483,7 @@ func (d *Driver) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
 		d.cleanup(context.WithoutCancel(ctx), st)
 		return vm.Instance{}, fmt.Errorf("container: start %s: %s", spec.Name, reason)
 	}
+	d.afterStart(spec, st, lower, size)
 	return d.instance(st), nil
 }
 
@@ -862,7 +943,7 @@ const killPatience = 10 * time.Second
 
 // Stop asks the replica to end (SIGTERM to the init, which the agent
 // forwards to the app), waits up to grace, kills it, and removes the
-// container, its cgroup, veth, mount, address and directory. Stopping an
+// container, its cgroup, veth, mounts, loop device, address and directory. Stopping an
 // ended replica just cleans up.
 func (d *Driver) Stop(ctx context.Context, id string, grace time.Duration) error {
 	st, err := d.load(id)
@@ -872,7 +953,7 @@ func (d *Driver) Stop(ctx context.Context, id string, grace time.Duration) error
 	if st.PID != 0 && isAlive(st.PID, st.StartTicks) {
 		if st.Suspended {
 			// A frozen process acts on signals only once thawed.
-			d.rt.resume(ctx, id)
+			d.rt.resume(ctx, st.runtimeID())
 		}
 		syscall.Kill(st.PID, syscall.SIGTERM)
 		waitFor(ctx, grace, func() bool { return !isAlive(st.PID, st.StartTicks) })
@@ -895,10 +976,10 @@ func (d *Driver) Stop(ctx context.Context, id string, grace time.Duration) error
 
 // cleanup removes everything of a replica whose init is gone (or never
 // ran): the runtime's container and cgroup, the veth and address, the
-// rootfs mount and the directory.
+// rootfs mount, the disk's mount and loop device, and the directory.
 func (d *Driver) cleanup(ctx context.Context, st state) error {
 	var errs []error
-	if err := d.rt.delete(ctx, st.ID); err != nil {
+	if err := d.rt.delete(ctx, st.runtimeID()); err != nil {
 		errs = append(errs, err)
 	}
 	if st.PID != 0 && isAlive(st.PID, st.StartTicks) {
@@ -961,7 +1042,7 @@ func (d *Driver) Suspend(ctx context.Context, id string) error {
 	if err := writeState(d.path(id), st); err != nil {
 		return fmt.Errorf("container: suspend %s: %w", id, err)
 	}
-	if err := d.rt.pause(ctx, id); err != nil {
+	if err := d.rt.pause(ctx, st.runtimeID()); err != nil {
 		st.Suspended = false
 		writeState(d.path(id), st)
 		return fmt.Errorf("container: suspend %s: %w", id, err)
@@ -978,7 +1059,7 @@ func (d *Driver) Resume(ctx context.Context, id string) (vm.Instance, error) {
 	if st.PID == 0 || !isAlive(st.PID, st.StartTicks) {
 		return vm.Instance{}, fmt.Errorf("container: resume %s: the replica is not running", id)
 	}
-	if err := d.rt.resume(ctx, id); err != nil && st.Suspended {
+	if err := d.rt.resume(ctx, st.runtimeID()); err != nil && st.Suspended {
 		return vm.Instance{}, fmt.Errorf("container: resume %s: %w", id, err)
 	}
 	st.Suspended = false

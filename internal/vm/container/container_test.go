@@ -218,6 +218,8 @@ func newDriverAt(t testing.TB, e *env, dir string) *Driver {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
+	// Its spare containers end with it; replicas do not.
+	t.Cleanup(func() { d.Close() })
 	return d
 }
 

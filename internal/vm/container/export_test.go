@@ -21,3 +21,11 @@ func SharedEnv(t testing.TB) (agent string, images *image.Store, busyboxRootfs s
 
 // App is the trivial busybox httpd app of the tests.
 const App = app
+
+// ReapSpares removes every spare container under dir (a Driver's Dir),
+// live or not: the gateway tests' servers do not close their drivers.
+func ReapSpares(t testing.TB, dir string) {
+	e := setup(t)
+	d := newDriverAt(t, e, dir)
+	d.reapSpares(true)
+}

@@ -74,6 +74,9 @@ func startGatewayAt(t testing.TB, dir string) *gateway {
 	go func() { done <- s.Run(ctx) }()
 	var once sync.Once
 	stop := func() { once.Do(func() { cancel(); <-done }) }
+	// After stop (cleanups run last first): the server leaves its
+	// driver's spare containers running.
+	t.Cleanup(func() { container.ReapSpares(t, filepath.Join(dir, "containers")) })
 	t.Cleanup(stop)
 	return &gateway{s: s, admin: "http://" + s.AdminAddr(), proxy: "http://" + s.ProxyAddr(), dir: dir, stop: stop}
 }
@@ -146,7 +149,8 @@ func (g *gateway) leftovers(t testing.TB) []string {
 	}
 	mi, _ := os.ReadFile("/proc/self/mountinfo")
 	for line := range strings.Lines(string(mi)) {
-		if strings.Contains(line, g.dir+"/") {
+		// Spare containers belong to no deployment.
+		if strings.Contains(line, g.dir+"/") && !strings.Contains(line, "/.spare-") {
 			left = append(left, "mount "+strings.Fields(line)[4])
 		}
 	}

@@ -91,6 +91,11 @@ const cgroup2Magic = 0x63677270
 // cmd runs the runtime with args, its output appended to errFile (or
 // returned in the error when errFile is "").
 func (r runtime) cmd(ctx context.Context, errFile string, args ...string) error {
+	return r.cmdWith(ctx, errFile, nil, args...)
+}
+
+// cmdWith is cmd with extra descriptors for the runtime (3 on).
+func (r runtime) cmdWith(ctx context.Context, errFile string, extra []*os.File, args ...string) error {
 	full := []string{"--root", r.root}
 	if r.crun {
 		full = append(full, "--cgroup-manager=cgroupfs")
@@ -103,6 +108,7 @@ func (r runtime) cmd(ctx context.Context, errFile string, args ...string) error 
 		c.Path = "/proc/self/fd/" + strconv.Itoa(int(r.exe.Fd()))
 		c.Args[0] = r.path
 	}
+	c.ExtraFiles = extra
 	var buf bytes.Buffer
 	if errFile != "" {
 		f, err := os.OpenFile(errFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
@@ -172,6 +178,11 @@ func sealedCopy(path string) (*os.File, error) {
 // the init runs.
 func (r runtime) run(ctx context.Context, id, bundle, pidFile, errFile string) error {
 	return r.cmd(ctx, errFile, "run", "--detach", "--bundle", bundle, "--pid-file", pidFile, id)
+}
+
+// runWith is run with link passed to the container's init as its fd 3.
+func (r runtime) runWith(ctx context.Context, id, bundle, pidFile, errFile string, link *os.File) error {
+	return r.cmdWith(ctx, errFile, []*os.File{link}, "run", "--detach", "--preserve-fds", "1", "--bundle", bundle, "--pid-file", pidFile, id)
 }
 
 func (r runtime) pause(ctx context.Context, id string) error  { return r.cmd(ctx, "", "pause", id) }
