@@ -37,8 +37,10 @@ type Fact struct {
 	Path  string
 	Bytes int64
 
-	// egress: Method and Status are "" and 0 where the backing sees only
-	// connections (HTTPS without interception), so only Host is known.
+	// egress (package egress's proxy): Host is the destination host only;
+	// Method is the HTTP method, or "CONNECT" for an HTTPS tunnel, whose
+	// Status is the proxy's answer to the CONNECT (berth does not
+	// intercept TLS, so the method and status inside are unknown).
 	Host   string
 	Method string
 	Status int
@@ -180,8 +182,8 @@ func (f Fact) Validate() error {
 			return bad("files.written needs a path and bytes ≥ 0")
 		}
 	case FactEgress:
-		if f.Host == "" {
-			return bad("egress needs a host")
+		if f.Host == "" || f.Method == "" || f.Status < 100 || f.Status > 599 {
+			return bad("egress needs a host, a method and a status from 100 to 599")
 		}
 	case FactLifecycle:
 		switch f.State.State {

@@ -286,6 +286,8 @@ func TestFactJSON(t *testing.T) {
 	for _, bad := range []string{
 		`{"kind":"nope","computerId":"c","provenance":{"actor":"a"}}`,
 		`{"kind":"egress","computerId":"c","provenance":{"actor":"a"}}`,
+		`{"kind":"egress","host":"h","method":"GET","status":99,"computerId":"c","provenance":{"actor":"a"}}`,
+		`{"kind":"egress","host":"h","status":200,"computerId":"c","provenance":{"actor":"a"}}`,
 		`{"kind":"lifecycle","state":{"state":"queued"},"computerId":"c","provenance":{"actor":"a"}}`,
 		`{"kind":"files.written","path":"/x","bytes":1,"computerId":"c"}`,
 		`[1]`,
@@ -329,10 +331,10 @@ func TestFactsLog(t *testing.T) {
 	if err != nil || len(recs) != 1 || recs[0].Seq != last+1 || recs[0].Fact.Path != "/x" {
 		t.Errorf("Facts after %d = %+v, %v", last, recs, err)
 	}
-	if err := m.Emit(ctx, Fact{Kind: FactEgress, ComputerID: "nope", Provenance: Provenance{Actor: "a"}, Host: "h"}); !errors.Is(err, ErrNotFound) {
+	if err := m.Emit(ctx, Fact{Kind: FactEgress, ComputerID: "nope", Provenance: Provenance{Actor: "a"}, Host: "h", Method: "GET", Status: 200}); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Emit(unknown computer) = %v", err)
 	}
-	if err := m.Emit(ctx, Fact{Kind: FactEgress, ComputerID: "f", Host: "h"}); !errors.Is(err, ErrInvalid) {
+	if err := m.Emit(ctx, Fact{Kind: FactEgress, ComputerID: "f", Host: "h", Method: "GET", Status: 200}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("Emit(no actor) = %v", err)
 	}
 	// Retention: old facts go, sequence numbers keep growing.
