@@ -160,12 +160,12 @@ func (d *Driver) Suspend(ctx context.Context, id string) error {
 	if st.Suspended || st.PID == 0 || !isAlive(st.PID, st.StartTicks) {
 		return fmt.Errorf("kvm: suspend %s: the replica is not running", id)
 	}
-	if err := qmpRun(ctx, d.path(id, qmpSock), "stop", nil); err != nil {
+	if err := d.pause(ctx, id); err != nil {
 		return fmt.Errorf("kvm: suspend %s: %w", id, err)
 	}
 	st.Suspended = true
 	if err := writeState(d.replicaDir(id), st); err != nil {
-		qmpRun(context.Background(), d.path(id, qmpSock), "cont", nil)
+		d.cont(context.Background(), id)
 		return fmt.Errorf("kvm: suspend %s: %w", id, err)
 	}
 	return nil
@@ -187,7 +187,7 @@ func (d *Driver) Resume(ctx context.Context, id string) (vm.Instance, error) {
 	if !isAlive(st.PID, st.StartTicks) {
 		return vm.Instance{}, fmt.Errorf("kvm: resume %s: QEMU is gone", id)
 	}
-	if err := qmpRun(ctx, d.path(id, qmpSock), "cont", nil); err != nil {
+	if err := d.cont(ctx, id); err != nil {
 		return vm.Instance{}, fmt.Errorf("kvm: resume %s: %w", id, err)
 	}
 	st.Suspended = false

@@ -112,6 +112,10 @@ type Options struct {
 	// with KVM and 5 minutes under TCG.
 	BootAllowance time.Duration
 
+	// Hypervisor runs the guests' QEMU. Nil means the driver runs QEMU
+	// itself (QEMUBin); package libvirt sets one that asks libvirtd.
+	Hypervisor Hypervisor
+
 	// Log receives what the driver degrades on. Nil discards.
 	Log *slog.Logger
 }
@@ -161,6 +165,7 @@ type Driver struct {
 	init       string
 	images     Images
 	net        Network
+	hv         Hypervisor // nil: QEMU run directly
 	accel      string
 	tscKHz     int64 // TCG: the guest's TSC rate, 0 if unknown
 	leaseCheck time.Duration
@@ -214,16 +219,19 @@ func New(o Options) (*Driver, error) {
 	default:
 		return nil, fmt.Errorf("kvm: Accel %q: want kvm, tcg or empty", o.Accel)
 	}
-	bin := o.QEMUBin
-	if bin == "" {
-		bin = "qemu-system-x86_64"
-	}
-	qemu, err := exec.LookPath(bin)
-	if err != nil {
-		return unavailable("no QEMU (%v); on Debian install qemu-system-x86", err)
-	}
-	if qemu, err = filepath.Abs(qemu); err != nil {
-		return nil, fmt.Errorf("kvm: %w", err)
+	var qemu string
+	if o.Hypervisor == nil {
+		bin := o.QEMUBin
+		if bin == "" {
+			bin = "qemu-system-x86_64"
+		}
+		var err error
+		if qemu, err = exec.LookPath(bin); err != nil {
+			return unavailable("no QEMU (%v); on Debian install qemu-system-x86", err)
+		}
+		if qemu, err = filepath.Abs(qemu); err != nil {
+			return nil, fmt.Errorf("kvm: %w", err)
+		}
 	}
 	if o.Kernel == "" {
 		return unavailable("no guest kernel configured")
@@ -290,6 +298,7 @@ func New(o Options) (*Driver, error) {
 		init:       init,
 		images:     o.Images,
 		net:        o.Net,
+		hv:         o.Hypervisor,
 		accel:      accel,
 		leaseCheck: o.LeaseCheck,
 		allowance:  allowance,
@@ -744,6 +753,9 @@ func (d *Driver) spawn(ctx context.Context, st state, size vm.Size) (state, erro
 			return st, err
 		}
 	}
+	if d.hv != nil {
+		return d.launchHV(ctx, st, size)
+	}
 	cmd := exec.CommandContext(ctx, d.qemu, d.qemuArgs(st, size)...)
 	cmd.Dir = dir
 	// QEMU needs nothing of berth's environment, which may hold secrets.
@@ -764,11 +776,16 @@ func (d *Driver) spawn(ctx context.Context, st state, size vm.Size) (state, erro
 	if err != nil || pid <= 0 {
 		return st, fmt.Errorf("qemu pid file holds %q", b)
 	}
+	return d.recordPID(st, pid)
+}
+
+// recordPID records QEMU's pid and start time in the state.
+func (d *Driver) recordPID(st state, pid int) (state, error) {
 	st.PID = pid
 	if ps, err := readStat(pid); err == nil {
 		st.StartTicks = ps.startTicks
 	}
-	if err := writeState(dir, st); err != nil {
+	if err := writeState(d.replicaDir(st.ID), st); err != nil {
 		syscall.Kill(pid, syscall.SIGKILL)
 		return st, err
 	}
@@ -961,12 +978,17 @@ func (d *Driver) destroy(ctx context.Context, st state, grace time.Duration) err
 	if st.PID != 0 && isAlive(st.PID, st.StartTicks) {
 		if grace > 0 && !st.Suspended {
 			qctx, cancel := context.WithTimeout(ctx, min(grace, 2*time.Second))
-			err := qmpRun(qctx, d.path(st.ID, qmpSock), "send-key", ctrlAltDel)
+			err := d.shutdown(qctx, st.ID)
 			cancel()
 			if err == nil {
 				waitFor(ctx, grace, func() bool { return !isAlive(st.PID, st.StartTicks) })
 			} else {
 				d.log.Warn("kvm: Ctrl-Alt-Del", "id", st.ID, "err", err)
+			}
+		}
+		if d.hv != nil {
+			if err := d.hv.Kill(ctx, st.ID); err != nil {
+				d.log.Warn("kvm: hypervisor kill", "id", st.ID, "err", err)
 			}
 		}
 		if err := kill(ctx, st); err != nil {

@@ -341,17 +341,19 @@ func TestWriteInitrd(t *testing.T) {
 	bb := staticELF(t)
 	dir := t.TempDir()
 	mods := map[string]string{
-		"kernel/drivers/virtio/virtio.ko":          "",
-		"kernel/drivers/virtio/virtio_ring.ko":     "",
-		"kernel/drivers/virtio/virtio_mmio.ko":     "kernel/drivers/virtio/virtio.ko kernel/drivers/virtio/virtio_ring.ko",
-		"kernel/drivers/block/virtio_blk.ko":       "kernel/drivers/virtio/virtio.ko kernel/drivers/virtio/virtio_ring.ko",
-		"kernel/drivers/net/virtio_net.ko.gz":      "kernel/net/core/failover.ko kernel/drivers/virtio/virtio.ko kernel/drivers/virtio/virtio_ring.ko",
-		"kernel/net/core/failover.ko":              "",
-		"kernel/crypto/crc32c_generic.ko":          "",
-		"kernel/lib/crc16.ko":                      "",
-		"kernel/fs/jbd2/jbd2.ko":                   "",
-		"kernel/fs/ext4/ext4.ko":                   "kernel/lib/crc16.ko kernel/fs/jbd2/jbd2.ko",
-		"kernel/drivers/char/hw_random/extra-a.ko": "",
+		"kernel/drivers/virtio/virtio.ko":                "",
+		"kernel/drivers/virtio/virtio_ring.ko":           "",
+		"kernel/drivers/virtio/virtio_mmio.ko":           "kernel/drivers/virtio/virtio.ko kernel/drivers/virtio/virtio_ring.ko",
+		"kernel/drivers/virtio/virtio_pci.ko":            "kernel/drivers/virtio/virtio_pci_modern_dev.ko kernel/drivers/virtio/virtio.ko kernel/drivers/virtio/virtio_ring.ko",
+		"kernel/drivers/virtio/virtio_pci_modern_dev.ko": "",
+		"kernel/drivers/block/virtio_blk.ko":             "kernel/drivers/virtio/virtio.ko kernel/drivers/virtio/virtio_ring.ko",
+		"kernel/drivers/net/virtio_net.ko.gz":            "kernel/net/core/failover.ko kernel/drivers/virtio/virtio.ko kernel/drivers/virtio/virtio_ring.ko",
+		"kernel/net/core/failover.ko":                    "",
+		"kernel/crypto/crc32c_generic.ko":                "",
+		"kernel/lib/crc16.ko":                            "",
+		"kernel/fs/jbd2/jbd2.ko":                         "",
+		"kernel/fs/ext4/ext4.ko":                         "kernel/lib/crc16.ko kernel/fs/jbd2/jbd2.ko",
+		"kernel/drivers/char/hw_random/extra-a.ko":       "",
 	}
 	var dep strings.Builder
 	for m, deps := range mods {
@@ -388,7 +390,7 @@ func TestWriteInitrd(t *testing.T) {
 	}
 	files := readCpio(t, raw)
 	order := strings.Fields(string(files["lib/modules/order"].data))
-	want := []string{"virtio_ring.ko", "virtio.ko", "virtio_mmio.ko", "virtio_blk.ko", "failover.ko", "virtio_net.ko",
+	want := []string{"virtio_ring.ko", "virtio.ko", "virtio_mmio.ko", "virtio_pci_modern_dev.ko", "virtio_pci.ko", "virtio_blk.ko", "failover.ko", "virtio_net.ko",
 		"crc32c_generic.ko", "jbd2.ko", "crc16.ko", "ext4.ko", "extra_a.ko"}
 	if !slices.Equal(order, want) {
 		t.Errorf("load order %q, want %q", order, want)

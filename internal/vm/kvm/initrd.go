@@ -29,10 +29,11 @@ type InitrdOptions struct {
 
 // InitrdModules are the modules every guest needs, in load order (each
 // after its dependencies, which WriteInitrd adds): virtio over MMIO (the
-// microvm's bus), the virtio disk, network and serial-port drivers, and
+// microvm's bus) and over PCI (the PC machine package libvirt's guests
+// run on), the virtio disk, network and serial-port drivers, and
 // ext4 with the crc32c it asks the crypto API for. Modules the kernel has
 // built in (modules.builtin) are skipped.
-var InitrdModules = []string{"virtio_mmio", "virtio_blk", "virtio_net", "virtio_console", "crc32c_generic", "ext4"}
+var InitrdModules = []string{"virtio_mmio", "virtio_pci", "virtio_blk", "virtio_net", "virtio_console", "crc32c_generic", "ext4"}
 
 // initScript is the initramfs's /init. The kernel passes it the command
 // line's unknown name=value parameters as environment variables
