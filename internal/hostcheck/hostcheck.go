@@ -19,15 +19,18 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"text/tabwriter"
+	"time"
 
 	"github.com/berth-dev/berth/internal/hostnet"
 	"github.com/berth-dev/berth/internal/vm/container"
+	"github.com/berth-dev/berth/internal/vm/libvirt"
 )
 
 // Result is what Check found for one driver.
@@ -41,10 +44,13 @@ type Result struct {
 // Host is what Check looks at; the zero value is this machine, and tests
 // point the paths elsewhere.
 type Host struct {
-	Net     hostnet.Config
-	KVM     string // the KVM device; empty means /dev/kvm
-	Root    bool   // whether berth runs as root
-	LookBin func(string) (string, error)
+	Net hostnet.Config
+	KVM string // the KVM device; empty means /dev/kvm
+	// LibvirtSocket is libvirtd's read-write socket; empty means
+	// libvirt.DefaultSocket.
+	LibvirtSocket string
+	Root          bool // whether berth runs as root
+	LookBin       func(string) (string, error)
 }
 
 // ThisHost describes this machine with the guest network of dataDir.
@@ -53,7 +59,7 @@ func ThisHost(dataDir string) (Host, error) {
 	if err != nil {
 		return Host{}, err
 	}
-	return Host{Net: c, KVM: "/dev/kvm", Root: os.Geteuid() == 0, LookBin: exec.LookPath}, nil
+	return Host{Net: c, KVM: "/dev/kvm", LibvirtSocket: os.Getenv("BERTH_LIBVIRT_SOCKET"), Root: os.Geteuid() == 0, LookBin: exec.LookPath}, nil
 }
 
 // check accumulates one driver's findings.
@@ -85,9 +91,9 @@ func (h Host) bin(c *check, name, where string) bool {
 }
 
 // Check inspects the host for every driver, in the order process,
-// container, firecracker, kvm.
+// container, firecracker, kvm, libvirt.
 func Check(ctx context.Context, h Host) []Result {
-	return []Result{h.process(), h.container(ctx), h.firecracker(ctx), h.kvm(ctx)}
+	return []Result{h.process(), h.container(ctx), h.firecracker(ctx), h.kvm(ctx), h.libvirt(ctx)}
 }
 
 func (h Host) process() Result {
@@ -147,10 +153,43 @@ func (h Host) kvm(ctx context.Context) Result {
 	}
 	h.bin(c, "qemu-system-x86_64", "Debian package qemu-system-x86")
 	h.bin(c, "mkfs.ext4", "Debian package e2fsprogs")
-	if _, err := h.LookBin("virsh"); err != nil {
-		c.note("no virsh (Debian package libvirt-daemon-system): only direct QEMU")
-	}
 	h.kvmDevice(c)
+	h.bridge(ctx, c)
+	return c.done()
+}
+
+// libvirt checks for the libvirt driver: the kvm driver's guests run by
+// libvirtd, which must answer on its socket. Without /dev/kvm its guests
+// run under TCG emulation, slowly: a note, not a lack.
+func (h Host) libvirt(ctx context.Context) Result {
+	c := &check{r: Result{Driver: "libvirt"}}
+	if !h.Root {
+		c.missing("root privileges (taps, the bridge, libvirtd's socket)")
+	}
+	h.bin(c, "qemu-system-x86_64", "Debian package qemu-system-x86")
+	h.bin(c, "mkfs.ext4", "Debian package e2fsprogs")
+	sock := h.LibvirtSocket
+	if sock == "" {
+		sock = libvirt.DefaultSocket
+	}
+	var d net.Dialer
+	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	conn, err := d.DialContext(dctx, "unix", sock)
+	cancel()
+	if err != nil {
+		c.missing("libvirtd answering on %s (Debian package libvirt-daemon-system, then start libvirtd; or set BERTH_LIBVIRT_SOCKET): %v", sock, err)
+	} else {
+		conn.Close()
+	}
+	dev := h.KVM
+	if dev == "" {
+		dev = "/dev/kvm"
+	}
+	if f, err := os.OpenFile(dev, os.O_RDWR, 0); err != nil {
+		c.note("no usable %s: domains run as type qemu (TCG emulation, slow)", dev)
+	} else {
+		f.Close()
+	}
 	h.bridge(ctx, c)
 	return c.done()
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -21,9 +22,11 @@ func TestMain(m *testing.M) { os.Exit(netnstest.Main(m)) }
 // bare is a host with nothing: no binaries, no KVM, no privileges.
 func bare(t *testing.T) Host {
 	return Host{
-		Net:     hostnet.Config{Bridge: "bnone0", Subnet: netip.MustParsePrefix("10.9.0.0/24"), StateDir: t.TempDir()},
-		KVM:     filepath.Join(t.TempDir(), "no-kvm"),
-		LookBin: func(name string) (string, error) { return "", errors.New("not found") },
+		Net: hostnet.Config{Bridge: "bnone0", Subnet: netip.MustParsePrefix("10.9.0.0/24"), StateDir: t.TempDir()},
+		KVM: filepath.Join(t.TempDir(), "no-kvm"),
+		// A socket path nothing listens on.
+		LibvirtSocket: filepath.Join(t.TempDir(), "libvirt-sock"),
+		LookBin:       func(name string) (string, error) { return "", errors.New("not found") },
 	}
 }
 
@@ -38,8 +41,8 @@ func find(rs []Result, driver string) Result {
 
 func TestCheckBareHost(t *testing.T) {
 	rs := Check(t.Context(), bare(t))
-	if len(rs) != 4 {
-		t.Fatalf("Check returned %d results, want 4", len(rs))
+	if len(rs) != 5 {
+		t.Fatalf("Check returned %d results, want 5", len(rs))
 	}
 	if p := find(rs, "process"); !p.Available || len(p.Notes) == 0 {
 		t.Errorf("process = %+v; want available, with a note about running unprivileged", p)
@@ -48,6 +51,7 @@ func TestCheckBareHost(t *testing.T) {
 		"container":   {"root privileges", "ip (Debian package iproute2)", "guest network"},
 		"firecracker": {"firecracker", "mkfs.ext4 (Debian package e2fsprogs)", "no-kvm: no hardware virtualization"},
 		"kvm":         {"qemu-system-x86_64 (Debian package qemu-system-x86)", "no-kvm"},
+		"libvirt":     {"root privileges", "qemu-system-x86_64 (Debian package qemu-system-x86)", "libvirtd answering on", "libvirt-sock", "guest network"},
 	} {
 		r := find(rs, driver)
 		if r.Available {
@@ -64,6 +68,25 @@ func TestCheckBareHost(t *testing.T) {
 	Print(&buf, rs)
 	if !strings.Contains(buf.String(), "container: missing: root privileges") {
 		t.Errorf("Print wrote:\n%s", buf.String())
+	}
+}
+
+// TestCheckLibvirt checks that a libvirtd answering on the socket is not
+// reported missing, and that a host without KVM gets a note, not a lack.
+func TestCheckLibvirt(t *testing.T) {
+	h := bare(t)
+	h.LibvirtSocket = filepath.Join(t.TempDir(), "sock")
+	l, err := net.Listen("unix", h.LibvirtSocket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	r := find(Check(t.Context(), h), "libvirt")
+	if all := strings.Join(r.Missing, "\n"); strings.Contains(all, "libvirtd answering") {
+		t.Errorf("libvirt: missing %q with libvirtd listening", all)
+	}
+	if notes := strings.Join(r.Notes, "\n"); !strings.Contains(notes, "TCG") {
+		t.Errorf("libvirt notes %q; want one about TCG without KVM", notes)
 	}
 }
 
