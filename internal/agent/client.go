@@ -97,6 +97,12 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 
 // send sends a request and returns a 2xx response, or the answer as *Error.
 func (c *Client) send(ctx context.Context, method, path string, q url.Values, body io.Reader) (*http.Response, error) {
+	return c.sendN(ctx, method, path, q, body, -1)
+}
+
+// sendN is send with a body of exactly n bytes, or of a length that
+// net/http works out (or sends chunked) when n is negative.
+func (c *Client) sendN(ctx context.Context, method, path string, q url.Values, body io.Reader, n int64) (*http.Response, error) {
 	u := base + path
 	if len(q) > 0 {
 		u += "?" + q.Encode()
@@ -104,6 +110,12 @@ func (c *Client) send(ctx context.Context, method, path string, q url.Values, bo
 	req, err := http.NewRequestWithContext(ctx, method, u, body)
 	if err != nil {
 		return nil, err
+	}
+	if n >= 0 && body != nil {
+		req.ContentLength = n
+		if n == 0 {
+			req.Body = http.NoBody
+		}
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
@@ -430,6 +442,30 @@ func (c *Client) WriteFile(ctx context.Context, path string, r io.Reader, mode f
 	var fi FileInfo
 	err := c.do(ctx, "PUT", "/v1/files", q, r, &fi)
 	return fi, err
+}
+
+// WriteFileN is WriteFile for content of exactly n bytes (a request body
+// whose Content-Length is known, say), sent with that length rather than
+// chunked: the agent reads it in large pieces. A reader that ends before n
+// bytes fails the write, and the file is left as it was.
+func (c *Client) WriteFileN(ctx context.Context, path string, r io.Reader, n int64, mode fs.FileMode) (FileInfo, error) {
+	if n < 0 {
+		return FileInfo{}, fmt.Errorf("agent: WriteFileN: negative length %d", n)
+	}
+	q := url.Values{"path": {path}}
+	if mode != 0 {
+		q.Set("mode", formatMode(mode))
+	}
+	resp, err := c.sendN(ctx, "PUT", "/v1/files", q, r, n)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	defer resp.Body.Close()
+	var fi FileInfo
+	if err := json.NewDecoder(resp.Body).Decode(&fi); err != nil {
+		return FileInfo{}, fmt.Errorf("agent: decoding PUT /v1/files answer: %w", err)
+	}
+	return fi, nil
 }
 
 // Stat describes the file at path without following a final symlink.

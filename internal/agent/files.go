@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"io/fs"
 	"net/http"
@@ -282,8 +283,10 @@ func (s *Server) writeFile(r *http.Request) (FileInfo, error) {
 	}
 	h := sha256.New()
 	err = func() error {
-		if _, err := io.Copy(io.MultiWriter(f, h), r.Body); err != nil {
-			return errorf(http.StatusBadRequest, "reading the request body: %v", err)
+		if ferr, berr := copyToFile(f, r.Body, h); ferr != nil {
+			return fsError(ferr, t.path)
+		} else if berr != nil {
+			return errorf(http.StatusBadRequest, "reading the request body: %v", berr)
 		}
 		if err := f.Chmod(mode); err != nil { // exact mode, whatever the umask
 			return fsError(err, t.path)
@@ -320,6 +323,81 @@ func (s *Server) writeFile(r *http.Request) (FileInfo, error) {
 	out := fileInfo(t, t.name, t.path, fi)
 	out.SHA256 = hex.EncodeToString(h.Sum(nil))
 	return out, nil
+}
+
+// copyBuffer is the size of the reads of a written file's body (large
+// reads, few system calls), and copyBuffers how many are in flight between
+// the body, the file and the hash.
+const (
+	copyBuffer  = 1 << 20
+	copyBuffers = 3
+)
+
+// writebackEvery is how much of a file being written accumulates before
+// its writeback to the disk starts.
+const writebackEvery = 8 << 20
+
+// copyToFile writes body to f and to the hash h, returning the file's
+// error or else the body's. Two things overlap with receiving the body:
+// hashing, on a goroutine of its own, and the disk's writeback, which
+// starts for every writebackEvery bytes as soon as they are written, so
+// that the fsync at the end waits for the last stretch only, not for the
+// whole file. h is complete when copyToFile returns.
+func copyToFile(f *os.File, body io.Reader, h hash.Hash) (fileErr, bodyErr error) {
+	free := make(chan []byte, copyBuffers)
+	for range copyBuffers {
+		free <- make([]byte, copyBuffer)
+	}
+	work := make(chan []byte, copyBuffers)
+	hashed := make(chan struct{})
+	go func() {
+		defer close(hashed)
+		for b := range work {
+			h.Write(b)
+			free <- b[:cap(b)]
+		}
+	}()
+	defer func() {
+		close(work)
+		<-hashed
+	}()
+	var off, flushed int64
+	for {
+		buf := <-free
+		n, err := fill(body, buf)
+		if n > 0 {
+			if _, werr := f.Write(buf[:n]); werr != nil {
+				return werr, nil
+			}
+			work <- buf[:n]
+			off += int64(n)
+			if off-flushed >= writebackEvery {
+				startWriteback(f, flushed, off-flushed)
+				flushed = off
+			}
+		} else {
+			free <- buf
+		}
+		switch {
+		case err == io.EOF:
+			return nil, nil
+		case err != nil:
+			return nil, err
+		}
+	}
+}
+
+// fill reads from r until buf is full or r fails; io.EOF means r ended.
+func fill(r io.Reader, buf []byte) (int, error) {
+	n := 0
+	for n < len(buf) {
+		m, err := r.Read(buf[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 func (s *Server) handleStat(w http.ResponseWriter, r *http.Request) {

@@ -520,8 +520,17 @@ func (m *Manager) admitAndLaunch(ctx context.Context, l *live, rec store.Compute
 		}
 		return rec, &CapacityError{Limit: res.Limit, RetryAfter: m.o.RetryAfter}
 	}
-	m.emitLifecycle(ctx, id, State{State: StateStarting}, via)
+	// The starting fact is written while the sandbox boots rather than
+	// before (it is durable before Start returns all the same): one
+	// synchronous commit fewer between a start and the first exec. launch
+	// records no fact, so the order of facts is unchanged.
+	emitted := make(chan struct{})
+	go func() {
+		defer close(emitted)
+		m.emitLifecycle(ctx, id, State{State: StateStarting}, via)
+	}()
 	running, err := m.launch(ctx, l, chosen)
+	<-emitted
 	if err != nil {
 		b := parseBacking(chosen.Active)
 		m.log.Warn("computer: sandbox did not start", "computer", id, "backing", b.String(), "err", err)

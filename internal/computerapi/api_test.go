@@ -34,7 +34,7 @@ func (c *clock) add(d time.Duration) { c.offset.Add(int64(d)) }
 // manager, a real grant issuer over a real store, and an operator
 // password, so callers without a credential are refused.
 type testEnv struct {
-	t      *testing.T
+	t      testing.TB
 	srv    *httptest.Server
 	mgr    Manager
 	grants *grant.Issuer
@@ -46,7 +46,7 @@ const (
 	opPass = "operator-password"
 )
 
-func newEnv(t *testing.T) *testEnv {
+func newEnv(t testing.TB) *testEnv {
 	t.Helper()
 	dir := t.TempDir()
 	st, err := store.Open(dir)
@@ -86,7 +86,7 @@ func TestMain(m *testing.M) {
 
 // newManager returns the Computer manager under test, running its loops,
 // with a process driver whose agent is this test binary.
-func newManager(t *testing.T, dir string, st *store.Store) Manager {
+func newManager(t testing.TB, dir string, st *store.Store) Manager {
 	t.Helper()
 	// A short directory: agent socket paths are limited to 107 bytes.
 	ddir, err := os.MkdirTemp("", "cmpapi")

@@ -258,7 +258,14 @@ func (a *API) writeBytes(w http.ResponseWriter, r *http.Request, c *call) error 
 	defer release()
 	noReadDeadline(w)
 	body := http.MaxBytesReader(w, r.Body, MaxWriteBytes)
-	fi, err := ag.WriteFile(r.Context(), p, body, perm)
+	var fi agent.FileInfo
+	if r.ContentLength >= 0 && r.ContentLength <= MaxWriteBytes {
+		// Passed on with its length rather than chunked: the agent
+		// reads it in large pieces.
+		fi, err = ag.WriteFileN(r.Context(), p, body, r.ContentLength, perm)
+	} else {
+		fi, err = ag.WriteFile(r.Context(), p, body, perm)
+	}
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -267,7 +274,7 @@ func (a *API) writeBytes(w http.ResponseWriter, r *http.Request, c *call) error 
 		return agentError(err, c.id)
 	}
 	a.emit(r.Context(), filesWritten(c, p, fi.Size))
-	web.WriteJSON(w, http.StatusOK, WriteResult{Path: p, Bytes: fi.Size})
+	web.WriteJSON(w, http.StatusOK, WriteResult{Path: p, Bytes: fi.Size, SHA256: fi.SHA256})
 	return nil
 }
 

@@ -1,6 +1,9 @@
 package computerapi
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -46,6 +49,16 @@ func TestFiles(t *testing.T) {
 	// readBytes and writeBytes: exact bytes, the hash in a header.
 	bin := []byte{0, 1, 2, 0xff, '\n'}
 	e.must(g, 200, "PUT", base+"/files/writeBytes?path=bin/x.bin&parents=true", bin)
+	// Streamed (no precondition): passed on to the agent with its length;
+	// the answer has the hash of what was written.
+	big := bytes.Repeat([]byte("0123456789abcdef"), 1<<18) // 4 MiB
+	wb := decode[WriteResult](t, e.must(g, 200, "PUT", base+"/files/writeBytes?path=bin/big.bin", big))
+	if sum := sha256.Sum256(big); wb.Path != "/bin/big.bin" || wb.Bytes != int64(len(big)) || wb.SHA256 != hex.EncodeToString(sum[:]) {
+		t.Errorf("writeBytes of 4 MiB = %+v, want %d bytes with sha256 %x", wb, len(big), sum)
+	}
+	if resp := e.send(g, "GET", base+"/files/readBytes?path=bin/big.bin", nil, nil); !bytes.Equal(readAll(t, resp), big) {
+		t.Error("readBytes of bin/big.bin differs from what writeBytes wrote")
+	}
 	resp := e.send(g, "GET", base+"/files/readBytes?path=bin/x.bin", nil, nil)
 	got := readAll(t, resp)
 	if string(got) != string(bin) || len(resp.Header.Get(HeaderSHA256)) != 64 {
@@ -171,7 +184,7 @@ func TestFiles(t *testing.T) {
 		}
 		written = append(written, f.Path)
 	}
-	wantWritten := []string{"/src/a.txt", "/bin/x.bin", "/src/a.txt", "/src/b.txt", "/src/b.txt", "/src/c.txt"}
+	wantWritten := []string{"/src/a.txt", "/bin/x.bin", "/bin/big.bin", "/src/a.txt", "/src/b.txt", "/src/b.txt", "/src/c.txt"}
 	if diff := cmp.Diff(wantWritten, written); diff != "" {
 		t.Errorf("files.written facts (-want +got):\n%s", diff)
 	}

@@ -1,0 +1,24 @@
+// Command agent is `berth agent` alone: the container benchmarks of package
+// computer build it statically (CGO_ENABLED=0) as the containers' init, so
+// that they depend on the agent only, not on every package of berth.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/berth-dev/berth/internal/agent"
+)
+
+func main() {
+	if len(os.Args) < 2 || os.Args[1] != "agent" {
+		fmt.Fprintln(os.Stderr, "usage: agent agent [flags] [-- command...]")
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(agent.Main(ctx, os.Args[2:], os.Stderr))
+}
