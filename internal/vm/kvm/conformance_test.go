@@ -1,7 +1,6 @@
 package kvm
 
 import (
-	"bytes"
 	"context"
 	"debug/elf"
 	"flag"
@@ -125,7 +124,7 @@ func prepare() (conformanceEnv, string, error) {
 	// An uncompressed kernel boots seconds faster under TCG (no
 	// decompression); a bzImage works too.
 	e.kernel = kernel
-	if vmlinux, err := extractVmlinux(kernel, filepath.Join(dir, "vmlinux")); err == nil {
+	if vmlinux := filepath.Join(dir, "vmlinux"); ExtractVmlinux(kernel, vmlinux) == nil {
 		e.kernel = vmlinux
 	}
 	e.initrd = filepath.Join(dir, "initrd.img")
@@ -148,27 +147,6 @@ func prepare() (conformanceEnv, string, error) {
 	}
 	e.image, err = buildGuestImage(dir, guest, bb)
 	return e, "", err
-}
-
-// extractVmlinux finds the xz stream in a bzImage and decompresses it with
-// xz into an ELF vmlinux, which QEMU boots through its PVH entry.
-func extractVmlinux(bzImage, out string) (string, error) {
-	b, err := os.ReadFile(bzImage)
-	if err != nil {
-		return "", err
-	}
-	i := bytes.Index(b, []byte("\xfd7zXZ\x00"))
-	if i < 0 {
-		return "", fmt.Errorf("%s: no xz payload", bzImage)
-	}
-	cmd := exec.Command("xz", "-dc")
-	cmd.Stdin = bytes.NewReader(b[i:])
-	// xz complains about the bytes after the stream, but writes all of it.
-	raw, _ := cmd.Output()
-	if len(raw) < 4 || string(raw[:4]) != "\x7fELF" {
-		return "", fmt.Errorf("%s: the payload is not an ELF kernel", bzImage)
-	}
-	return out, os.WriteFile(out, raw, 0o644)
 }
 
 // buildGuestImage makes a small ext4 root file system without mounting
