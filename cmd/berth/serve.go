@@ -35,6 +35,22 @@ Credentials (environment only, so they never show in the process list):
                         passphrase); unset: <data-dir>/secret.key, generated
                         0600 on first use — back it up with the data dir
 
+VM drivers (environment only; they describe the host):
+  BERTH_GUEST_KERNEL    the kvm driver's guest kernel; unset: the newest
+                        /boot/vmlinuz-<release> with /lib/modules/<release>
+                        (Debian: linux-image-amd64)
+  BERTH_GUEST_MODULES   its module tree; unset: /lib/modules/<release>
+  BERTH_GUEST_INITRD    a ready initramfs; unset: built from the module tree
+                        and busybox-static at the first kvm start, cached in
+                        <data-dir>/kvm/guest
+  BERTH_GUEST_AGENT     a static berth (CGO_ENABLED=0) put into microVM
+                        guests as /berth-agent; unset: BERTH_CONTAINER_AGENT,
+                        else this berth, which must then be static
+  BERTH_KVM_ACCEL       kvm or tcg; unset: kvm where /dev/kvm opens, else tcg
+  BERTH_FC_KERNEL       the firecracker driver's guest kernel (a vmlinux with
+                        virtio-mmio, ext4 and IP_PNP built in)
+  BERTH_FC_BIN          the firecracker binary; unset: firecracker in PATH
+
 Tuning (environment only):
   GOGC                  unset: berth serve collects garbage at 400% heap
                         growth (Go's default is 100): less GC CPU on the data

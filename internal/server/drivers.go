@@ -47,13 +47,15 @@ func buildDrivers(o Options, images *image.Store, net *hostnet.Network) (map[str
 	} else {
 		o.Log.Info("vm driver unavailable", "driver", "container", "why", err)
 	}
-	// The firecracker driver also needs a guest kernel (Kernel); until it
-	// is wired in, New reports it unavailable and says so.
-	fc := firecracker.Options{Dir: filepath.Join(o.DataDir, "firecracker"), Images: images, Log: o.Log}
-	if net != nil {
-		fc.Net = net
-	}
-	if d, err := firecracker.New(fc); err == nil {
+	// The microVM drivers boot the image store's disks with a static
+	// berth written in as the guests' init (agentDisks).
+	disks := newAgentDisks(images, filepath.Join(o.DataDir, "guest-disks"))
+	// The firecracker driver needs /dev/kvm, its binary and a guest kernel
+	// of its own ($BERTH_FC_KERNEL); firecrackerOptions says which is
+	// missing.
+	if fc, err := firecrackerOptions(filepath.Join(o.DataDir, "firecracker"), disks, net, o.Log); err != nil {
+		o.Log.Info("vm driver unavailable", "driver", "firecracker", "why", err)
+	} else if d, err := firecracker.New(fc); err == nil {
 		ds["firecracker"] = d
 	} else if !errors.Is(err, vm.ErrUnavailable) {
 		return nil, fmt.Errorf("firecracker driver: %w", err)
@@ -61,10 +63,19 @@ func buildDrivers(o Options, images *image.Store, net *hostnet.Network) (map[str
 		o.Log.Info("vm driver unavailable", "driver", "firecracker", "why", err)
 	}
 	// The kvm driver (QEMU; KVM where /dev/kvm exists, TCG emulation
-	// elsewhere) needs a guest kernel and initramfs (Kernel, Initrd; see
-	// kvm.WriteInitrd), the image store and host networking wired in too.
-	if d, err := kvm.New(kvm.Options{Dir: filepath.Join(o.DataDir, "kvm"), Log: o.Log}); err == nil {
+	// elsewhere) boots a guest kernel with an initramfs made for it, found
+	// by kvmOptions and built (once, cached) at its first Start.
+	if ko, boot, err := kvmOptions(filepath.Join(o.DataDir, "kvm"), disks, net, o.Log); err != nil {
+		if !errors.Is(err, vm.ErrUnavailable) {
+			return nil, fmt.Errorf("kvm driver: %w", err)
+		}
+		o.Log.Info("vm driver unavailable", "driver", "kvm", "why", err)
+	} else if d, err := kvm.New(ko); err == nil {
 		ds["kvm"] = d
+		if !boot.ready {
+			ds["kvm"] = newLazyKVM(d, boot)
+		}
+		o.Log.Info("vm driver kvm", "accel", d.Accel(), "kernel", boot.src, "boot_files_built", boot.ready)
 	} else if !errors.Is(err, vm.ErrUnavailable) {
 		return nil, fmt.Errorf("kvm driver: %w", err)
 	} else {

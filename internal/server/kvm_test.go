@@ -1,0 +1,365 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth/apitype"
+	"github.com/berth-dev/berth/internal/hostnet"
+	"github.com/berth-dev/berth/internal/hostnet/netnstest"
+)
+
+// netnsEnv is the variable through which netnstest tells a test process
+// the namespace it runs in (netnstest.Inside reads it).
+const netnsEnv = "BERTH_TEST_NETNS"
+
+// kvmApp is the guest app: busybox httpd serving a page that only a kvm
+// guest can write (its host name is the replica's, its kernel command line
+// the driver's).
+const kvmApp = `mkdir -p /www && { echo "hello from $(hostname)"; cat /proc/cmdline; } > /www/index.html && exec httpd -f -p 8080 -h /www`
+
+// TestKVMGateway serves a kvm deployment through the gateway from zero:
+// berth serve's kvm driver as buildDrivers wires it (guest kernel found in
+// /boot, initramfs built at the first Start, the agent written into the
+// image's disk), QEMU under TCG where there is no /dev/kvm, and a held
+// first request answered by the guest's app. It checks the cold start's
+// phases in the metrics and logs the boot-to-ready time.
+//
+// The guest network (a bridge and a tap per replica) exists only in a
+// network namespace of the test's own: the package's tests run in the
+// host's, so this test runs itself again inside one (rerunInNetns), as
+// netnstest.Main does for a whole package.
+func TestKVMGateway(t *testing.T) {
+	if why := kvmSkip(); why != "" {
+		t.Skip(why)
+	}
+	if netnstest.Inside() == "" {
+		rerunInNetns(t)
+		return
+	}
+	netnstest.Require(t)
+	dir, err := os.MkdirTemp("", "bk") // short: QEMU's sockets live below
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+
+	// The guests' agent must be static; the race-enabled test binary is
+	// not, so the agent alone is built without cgo.
+	agent := filepath.Join(dir, "agent")
+	build := exec.Command("go", "build", "-o", agent, "./testdata/agent")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the static agent: %v: %s", err, out)
+	}
+	t.Setenv(envGuestAgent, agent)
+	if k := os.Getenv("BERTH_KVM_KERNEL"); k != "" { // as the kvm package's tests
+		t.Setenv(envGuestKernel, k)
+	}
+
+	// The host's side of the guest network, as `berth host setup` makes
+	// it, in this namespace.
+	data := filepath.Join(dir, "data")
+	t.Setenv("BERTH_GUEST_SUBNET", hostnet.DefaultSubnet)
+	cfg, err := hostnet.ConfigFromEnv(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hostnet.Setup(context.Background(), cfg); err != nil {
+		t.Fatalf("guest network: %v", err)
+	}
+	t.Cleanup(func() { hostnet.Teardown(context.Background(), cfg) })
+
+	var logs syncBuffer
+	o := Options{
+		ProxyAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", DataDir: data,
+		Log: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	}
+	agentOptions(&o)
+	s, err := New(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("server log:\n%s", logs.String())
+		}
+	})
+	if !slices.Contains(s.Fleet.DriverNames(), "kvm") {
+		t.Fatalf("berth has no kvm driver (drivers %v); its log:\n%s", s.Fleet.DriverNames(), logs.String())
+	}
+	rootfs := filepath.Join(dir, "rootfs")
+	if err := busyboxTree(rootfs); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Images.Import(context.Background(), "busybox", rootfs); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	admin, proxy := "http://"+s.AdminAddr(), "http://"+s.ProxyAddr()
+	// Replicas outlive the server (QEMU is a daemon of its own); the
+	// deployment's deletion stops them, and whatever QEMU is left then is
+	// killed, so that none outlives the test.
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		killQEMUs(t, filepath.Join(data, "kvm"))
+	})
+
+	call := func(method, path, body string) (int, []byte) {
+		t.Helper()
+		req, _ := http.NewRequest(method, admin+path, strings.NewReader(body))
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	// A TCG boot takes 5 to 30 s depending on the host's load: the hold
+	// and the boot may take up to two minutes.
+	spec := fmt.Sprintf(`{"id":"kvmgw","routes":[{"host":"kvmgw.test"}],`+
+		`"vm":{"driver":"kvm","image":"busybox","port":8080,"start_command":%s},`+
+		`"scaling":{"min_replicas":0,"max_replicas":1,"cold_start_timeout_secs":120,"boot_timeout_secs":120}}`, jsonString(kvmApp))
+	if code, b := call("POST", "/deployments", spec); code/100 != 2 {
+		t.Fatalf("registering: %d %s", code, b)
+	}
+
+	req, _ := http.NewRequest("GET", proxy+"/", nil)
+	req.Host = "kvmgw.test"
+	t0 := time.Now()
+	resp, err := (&http.Client{Timeout: 3 * time.Minute}).Do(req)
+	if err != nil {
+		t.Fatalf("GET through the gateway: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	t.Logf("first request answered after %v, %s", time.Since(t0).Round(time.Millisecond), resp.Header.Get("X-Berth-Cold-Start"))
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "hello from berth-kvmgw-") || !strings.Contains(string(body), "berth_root=/dev/vda") {
+		t.Fatalf("GET through the gateway: %d %q, want the guest's page", resp.StatusCode, body)
+	}
+	if h := resp.Header.Get("X-Berth-Cold-Start"); !strings.HasPrefix(h, "held=") {
+		t.Errorf("X-Berth-Cold-Start %q: the request was not held for a cold start", h)
+	}
+
+	// The held request's phases, boot (Start returned until the probe
+	// passed) among them.
+	var phases map[string]apitype.Histogram
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		code, b := call("GET", "/metrics/cold-start?deployment=kvmgw", "")
+		var out struct {
+			Deployments []struct {
+				ID     string                       `json:"id"`
+				Phases map[string]apitype.Histogram `json:"phases"`
+			} `json:"deployments"`
+		}
+		if code != http.StatusOK || json.Unmarshal(b, &out) != nil || len(out.Deployments) != 1 {
+			t.Fatalf("cold-start metrics: %d %s", code, b)
+		}
+		phases = out.Deployments[0].Phases
+		if phases["total"].Count > 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	for _, p := range []string{"create", "boot", "total"} {
+		if h := phases[p]; h.Count != 1 || h.Sum <= 0 {
+			t.Errorf("cold-start phase %s: count %d, sum %gs; want one held request", p, h.Count, h.Sum)
+		}
+	}
+	t.Logf("cold-start phases: queue %.3fs, create %.3fs, boot %.3fs, first byte %.3fs, total %.3fs",
+		phases["queue"].Sum, phases["create"].Sum, phases["boot"].Sum, phases["first_byte"].Sum, phases["total"].Sum)
+	for line := range strings.Lines(logs.String()) {
+		if strings.Contains(line, "guest ready") || strings.Contains(line, "boot files built") {
+			t.Log(strings.TrimSpace(line))
+		}
+	}
+
+	// Deleting the deployment stops its guest.
+	if code, b := call("DELETE", "/deployments/kvmgw", ""); code/100 != 2 {
+		t.Fatalf("delete: %d %s", code, b)
+	}
+	var left []string
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if left = kvmReplicas(filepath.Join(data, "kvm")); len(left) == 0 {
+			break
+		}
+	}
+	if len(left) > 0 {
+		t.Errorf("the deleted deployment left replicas %v", left)
+	}
+}
+
+// kvmSkip says why this host cannot run a kvm guest at all, or "".
+func kvmSkip() string {
+	if runtime.GOOS != "linux" || runtime.GOARCH != "amd64" {
+		return "the kvm driver's guests are x86_64 Linux"
+	}
+	if os.Geteuid() != 0 {
+		return "not root: the guest network (a bridge, taps) needs CAP_NET_ADMIN"
+	}
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		return "no qemu-system-x86_64 (Debian: qemu-system-x86; scripts/test installs it)"
+	}
+	if os.Getenv("BERTH_KVM_KERNEL") == "" {
+		if k, _ := findKernel(""); k == "" {
+			return "no guest kernel in /boot with its modules (Debian: linux-image-amd64; scripts/test installs it)"
+		}
+	}
+	return ""
+}
+
+// rerunInNetns runs t's test again, alone, in a child test process inside
+// a fresh network namespace, as netnstest.Main does for a package (this
+// package's TestMain runs in the host's namespace), and reports its
+// outcome as t's.
+func rerunInNetns(t *testing.T) {
+	ip, err := exec.LookPath("ip")
+	if err != nil {
+		t.Fatalf("ip is missing (iproute2): %v", err)
+	}
+	nsenter, err := exec.LookPath("nsenter")
+	if err != nil {
+		t.Fatalf("nsenter is missing (util-linux): %v", err)
+	}
+	var b [4]byte
+	rand.Read(b[:])
+	name := netnstest.Prefix + hex.EncodeToString(b[:])
+	if out, err := exec.Command(ip, "netns", "add", name).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add %s: %v: %s", name, err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command(ip, "netns", "del", name).CombinedOutput(); err != nil {
+			t.Errorf("ip netns del %s: %v: %s", name, err, out)
+		}
+	})
+	if out, err := exec.Command(ip, "-n", name, "link", "set", "lo", "up").CombinedOutput(); err != nil {
+		t.Fatalf("bringing lo up in %s: %v: %s", name, err, out)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(t.Context(), nsenter, "--net=/run/netns/"+name, "--",
+		exe, "-test.run=^"+t.Name()+"$", "-test.v", "-test.count=1", "-test.timeout=10m")
+	cmd.Env = append(os.Environ(), netnsEnv+"="+name)
+	out, err := cmd.CombinedOutput()
+	t.Logf("in network namespace %s:\n%s", name, out)
+	switch {
+	case err != nil:
+		t.Fatalf("the test failed in its network namespace: %v", err)
+	case bytes.Contains(out, []byte("--- SKIP: "+t.Name())):
+		t.Skip("skipped in its network namespace (see above)")
+	case !bytes.Contains(out, []byte("--- PASS: "+t.Name())):
+		t.Fatal("the test did not run in its network namespace")
+	}
+}
+
+// busyboxTree makes a small root file system: busybox with a symlink per
+// applet in /bin (/bin/sh for the agent, httpd for the app) and the
+// directories a guest needs. It has no /berth-agent: berth writes its own
+// into the disk.
+func busyboxTree(dir string) error {
+	bb, err := exec.LookPath("busybox")
+	if err != nil {
+		return fmt.Errorf("busybox is missing (Debian: busybox-static): %w", err)
+	}
+	for _, d := range []string{"bin", "etc", "proc", "sys", "dev", "run", "tmp", "root"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			return err
+		}
+	}
+	os.Chmod(filepath.Join(dir, "tmp"), 0o1777)
+	b, err := os.ReadFile(bb)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "bin", "busybox"), b, 0o755); err != nil {
+		return err
+	}
+	out, err := exec.Command(bb, "--list").Output()
+	if err != nil {
+		return fmt.Errorf("busybox --list: %w", err)
+	}
+	for _, applet := range strings.Fields(string(out)) {
+		if applet == "busybox" || strings.Contains(applet, "/") {
+			continue
+		}
+		if err := os.Symlink("busybox", filepath.Join(dir, "bin", applet)); err != nil {
+			return err
+		}
+	}
+	return os.WriteFile(filepath.Join(dir, "etc", "passwd"), []byte("root:x:0:0:root:/root:/bin/sh\n"), 0o644)
+}
+
+// kvmReplicas lists the replica directories under the kvm driver's Dir.
+func kvmReplicas(dir string) []string {
+	var ids []string
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if e.IsDir() && strings.HasPrefix(e.Name(), "berth-") {
+			ids = append(ids, e.Name())
+		}
+	}
+	return ids
+}
+
+// killQEMUs kills the QEMU of every replica left under dir (by the pid
+// file QEMU wrote there, if that process is still a QEMU).
+func killQEMUs(t *testing.T, dir string) {
+	for _, id := range kvmReplicas(dir) {
+		b, err := os.ReadFile(filepath.Join(dir, id, "qemu.pid"))
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || pid <= 1 {
+			continue
+		}
+		if cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); bytes.Contains(cmd, []byte("qemu")) {
+			t.Logf("killing the QEMU of %s (pid %d)", id, pid)
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the server's concurrent logging.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

@@ -1,0 +1,25 @@
+// Command agent is `berth agent` alone: TestKVMGateway builds it statically
+// (CGO_ENABLED=0) as the guests' init ($BERTH_GUEST_AGENT), since the test
+// binary, built with the race detector, is not static, and building the
+// agent alone is quicker than building all of berth.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/berth-dev/berth/internal/agent"
+)
+
+func main() {
+	if len(os.Args) < 2 || os.Args[1] != "agent" {
+		fmt.Fprintln(os.Stderr, "usage: agent agent [flags] [-- command...]")
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(agent.Main(ctx, os.Args[2:], os.Stderr))
+}
