@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/berth-dev/berth/internal/vm/container"
 	"github.com/berth-dev/berth/internal/vm/firecracker"
 	"github.com/berth-dev/berth/internal/vm/kvm"
+	"github.com/berth-dev/berth/internal/vm/libvirt"
 	"github.com/berth-dev/berth/internal/vm/process"
 )
 
@@ -23,15 +25,26 @@ import (
 // images and net are the image store and the guest network of the
 // isolating drivers; net is nil when the host has no guest bridge (`berth
 // host setup` makes one), and then those drivers are left out.
-func buildDrivers(o Options, images *image.Store, net *hostnet.Network) (map[string]vm.Driver, error) {
+//
+// The closers returned end what the drivers keep beside their replicas
+// (spare sandboxes, connections to libvirtd); replicas themselves outlive
+// them. On error the drivers built so far are closed already.
+func buildDrivers(o Options, images *image.Store, net *hostnet.Network) (_ map[string]vm.Driver, closers []io.Closer, err error) {
 	ds := map[string]vm.Driver{}
+	defer func() {
+		if err != nil {
+			closeAll(closers, o.Log)
+			closers = nil
+		}
+	}()
 	p, err := process.New(process.Options{
 		Dir: filepath.Join(o.DataDir, "replicas"), AgentCommand: o.AgentCommand, AgentEnv: o.AgentEnv, Log: o.Log,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("process driver: %w", err)
+		return nil, nil, fmt.Errorf("process driver: %w", err)
 	}
 	ds["process"] = p
+	closers = append(closers, p)
 	// Further drivers register here, each guarded by its availability.
 	if net == nil {
 		o.Log.Info("vm driver unavailable", "driver", "container", "why", "no guest network (run berth host setup)")
@@ -42,8 +55,9 @@ func buildDrivers(o Options, images *image.Store, net *hostnet.Network) (map[str
 		Agent: os.Getenv("BERTH_CONTAINER_AGENT"), Runtime: os.Getenv("BERTH_OCI_RUNTIME"),
 	}); err == nil {
 		ds["container"] = d
+		closers = append(closers, d)
 	} else if !errors.Is(err, vm.ErrUnavailable) {
-		return nil, fmt.Errorf("container driver: %w", err)
+		return nil, closers, fmt.Errorf("container driver: %w", err)
 	} else {
 		o.Log.Info("vm driver unavailable", "driver", "container", "why", err)
 	}
@@ -58,7 +72,7 @@ func buildDrivers(o Options, images *image.Store, net *hostnet.Network) (map[str
 	} else if d, err := firecracker.New(fc); err == nil {
 		ds["firecracker"] = d
 	} else if !errors.Is(err, vm.ErrUnavailable) {
-		return nil, fmt.Errorf("firecracker driver: %w", err)
+		return nil, closers, fmt.Errorf("firecracker driver: %w", err)
 	} else {
 		o.Log.Info("vm driver unavailable", "driver", "firecracker", "why", err)
 	}
@@ -67,7 +81,7 @@ func buildDrivers(o Options, images *image.Store, net *hostnet.Network) (map[str
 	// by kvmOptions and built (once, cached) at its first Start.
 	if ko, boot, err := kvmOptions(filepath.Join(o.DataDir, "kvm"), disks, net, o.Log); err != nil {
 		if !errors.Is(err, vm.ErrUnavailable) {
-			return nil, fmt.Errorf("kvm driver: %w", err)
+			return nil, closers, fmt.Errorf("kvm driver: %w", err)
 		}
 		o.Log.Info("vm driver unavailable", "driver", "kvm", "why", err)
 	} else if d, err := kvm.New(ko); err == nil {
@@ -77,9 +91,39 @@ func buildDrivers(o Options, images *image.Store, net *hostnet.Network) (map[str
 		}
 		o.Log.Info("vm driver kvm", "accel", d.Accel(), "kernel", boot.src, "boot_files_built", boot.ready)
 	} else if !errors.Is(err, vm.ErrUnavailable) {
-		return nil, fmt.Errorf("kvm driver: %w", err)
+		return nil, closers, fmt.Errorf("kvm driver: %w", err)
 	} else {
 		o.Log.Info("vm driver unavailable", "driver", "kvm", "why", err)
 	}
-	return ds, nil
+	// The libvirt driver runs the kvm driver's guests (the same boot files
+	// and disks) as libvirtd's domains; it needs libvirtd answering on its
+	// socket ($BERTH_LIBVIRT_SOCKET, default libvirt.DefaultSocket).
+	if ko, boot, err := kvmOptions(filepath.Join(o.DataDir, "libvirt"), disks, net, o.Log); err != nil {
+		if !errors.Is(err, vm.ErrUnavailable) {
+			return nil, closers, fmt.Errorf("libvirt driver: %w", err)
+		}
+		o.Log.Info("vm driver unavailable", "driver", "libvirt", "why", err)
+	} else if d, err := libvirt.New(libvirt.Options{Options: ko, Socket: os.Getenv("BERTH_LIBVIRT_SOCKET")}); err == nil {
+		ds["libvirt"] = d
+		closers = append(closers, d)
+		if !boot.ready {
+			// The hypervisor lives in d.Driver: the lazy wrapper keeps it.
+			ds["libvirt"] = newLazyKVM(d.Driver, boot)
+		}
+		o.Log.Info("vm driver libvirt", "accel", d.Accel(), "kernel", boot.src, "boot_files_built", boot.ready)
+	} else if !errors.Is(err, vm.ErrUnavailable) {
+		return nil, closers, fmt.Errorf("libvirt driver: %w", err)
+	} else {
+		o.Log.Info("vm driver unavailable", "driver", "libvirt", "why", err)
+	}
+	return ds, closers, nil
+}
+
+// closeAll closes cs, logging failures.
+func closeAll(cs []io.Closer, log interface{ Warn(string, ...any) }) {
+	for _, c := range cs {
+		if err := c.Close(); err != nil {
+			log.Warn("closing a vm driver", "err", err)
+		}
+	}
 }

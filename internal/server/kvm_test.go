@@ -3,8 +3,6 @@ package server
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -27,10 +25,6 @@ import (
 	"github.com/berth-dev/berth/internal/hostnet/netnstest"
 )
 
-// netnsEnv is the variable through which netnstest tells a test process
-// the namespace it runs in (netnstest.Inside reads it).
-const netnsEnv = "BERTH_TEST_NETNS"
-
 // kvmApp is the guest app: busybox httpd serving a page that only a kvm
 // guest can write (its host name is the replica's, its kernel command line
 // the driver's).
@@ -43,17 +37,11 @@ const kvmApp = `mkdir -p /www && { echo "hello from $(hostname)"; cat /proc/cmdl
 // first request answered by the guest's app. It checks the cold start's
 // phases in the metrics and logs the boot-to-ready time.
 //
-// The guest network (a bridge and a tap per replica) exists only in a
-// network namespace of the test's own: the package's tests run in the
-// host's, so this test runs itself again inside one (rerunInNetns), as
-// netnstest.Main does for a whole package.
+// The guest network (a bridge and a tap per replica) exists only in the
+// network namespace the package's tests run in (TestMain, netnstest.Main).
 func TestKVMGateway(t *testing.T) {
 	if why := kvmSkip(); why != "" {
 		t.Skip(why)
-	}
-	if netnstest.Inside() == "" {
-		rerunInNetns(t)
-		return
 	}
 	netnstest.Require(t)
 	dir, err := os.MkdirTemp("", "bk") // short: QEMU's sockets live below
@@ -230,52 +218,6 @@ func kvmSkip() string {
 		}
 	}
 	return ""
-}
-
-// rerunInNetns runs t's test again, alone, in a child test process inside
-// a fresh network namespace, as netnstest.Main does for a package (this
-// package's TestMain runs in the host's namespace), and reports its
-// outcome as t's.
-func rerunInNetns(t *testing.T) {
-	ip, err := exec.LookPath("ip")
-	if err != nil {
-		t.Fatalf("ip is missing (iproute2): %v", err)
-	}
-	nsenter, err := exec.LookPath("nsenter")
-	if err != nil {
-		t.Fatalf("nsenter is missing (util-linux): %v", err)
-	}
-	var b [4]byte
-	rand.Read(b[:])
-	name := netnstest.Prefix + hex.EncodeToString(b[:])
-	if out, err := exec.Command(ip, "netns", "add", name).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add %s: %v: %s", name, err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command(ip, "netns", "del", name).CombinedOutput(); err != nil {
-			t.Errorf("ip netns del %s: %v: %s", name, err, out)
-		}
-	})
-	if out, err := exec.Command(ip, "-n", name, "link", "set", "lo", "up").CombinedOutput(); err != nil {
-		t.Fatalf("bringing lo up in %s: %v: %s", name, err, out)
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.CommandContext(t.Context(), nsenter, "--net=/run/netns/"+name, "--",
-		exe, "-test.run=^"+t.Name()+"$", "-test.v", "-test.count=1", "-test.timeout=10m")
-	cmd.Env = append(os.Environ(), netnsEnv+"="+name)
-	out, err := cmd.CombinedOutput()
-	t.Logf("in network namespace %s:\n%s", name, out)
-	switch {
-	case err != nil:
-		t.Fatalf("the test failed in its network namespace: %v", err)
-	case bytes.Contains(out, []byte("--- SKIP: "+t.Name())):
-		t.Skip("skipped in its network namespace (see above)")
-	case !bytes.Contains(out, []byte("--- PASS: "+t.Name())):
-		t.Fatal("the test did not run in its network namespace")
-	}
 }
 
 // busyboxTree makes a small root file system: busybox with a symlink per

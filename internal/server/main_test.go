@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/berth-dev/berth/internal/agent"
+	"github.com/berth-dev/berth/internal/hostnet/netnstest"
 )
 
 // TestMain lets the test binary play the parts a real deployment has: with
@@ -25,7 +26,9 @@ func TestMain(m *testing.M) {
 	case "app":
 		os.Exit(testApp())
 	}
-	os.Exit(m.Run())
+	// The tests run in a network namespace of their own, so guest
+	// networks (TestKVMGateway's bridge and taps) live only there.
+	os.Exit(netnstest.Main(m))
 }
 
 func testApp() int {

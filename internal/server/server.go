@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -106,6 +107,9 @@ type Server struct {
 	// Computers runs the Computers (package computer) on the fleet's
 	// drivers; its sandboxes are invisible to the fleet.
 	Computers *computer.Manager
+	// driverClosers end what the drivers keep beside their replicas
+	// (spares), when Run ends.
+	driverClosers []io.Closer
 	// Secrets is the sealed secret store; the VM pools resolve env_from
 	// through it (ResolveEnv) when they create a replica.
 	Secrets *secrets.Store
@@ -125,7 +129,7 @@ type Server struct {
 }
 
 // New opens the store, restores deployments and binds the listeners.
-func New(ctx context.Context, o Options) (*Server, error) {
+func New(ctx context.Context, o Options) (_ *Server, err error) {
 	if o.ProxyAddr == "" {
 		o.ProxyAddr = "0.0.0.0:6188"
 	}
@@ -167,11 +171,17 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		return nil, err
 	}
 	gnet := guestNetwork(ctx, o.DataDir, o.Log)
-	drivers, err := buildDrivers(o, s.Images, gnet)
+	drivers, closers, err := buildDrivers(o, s.Images, gnet)
 	if err != nil {
 		st.Close()
 		return nil, err
 	}
+	s.driverClosers = closers
+	defer func() {
+		if err != nil {
+			closeAll(closers, o.Log)
+		}
+	}()
 	s.Fleet = fleet.New(fleet.Options{Drivers: drivers, Log: o.Log, Ignore: computer.IsSandbox})
 	s.Computers, err = computer.New(ctx, computer.Options{
 		Store: st, Drivers: drivers, DataDir: o.DataDir, BaseDomain: portDomain(o), Log: o.Log,
@@ -343,6 +353,7 @@ func (s *Server) Run(ctx context.Context) error {
 	s.closeEgress()
 	stopLoops()
 	loops.Wait()
+	closeAll(s.driverClosers, s.log)
 	if cerr := s.store.Close(); cerr != nil && err == nil {
 		err = cerr
 	}
