@@ -7,6 +7,10 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 
 	"github.com/berth-dev/berth/internal/computer"
 	"github.com/berth-dev/berth/internal/egress"
@@ -35,7 +39,13 @@ func (s *Server) openEgress(grants *grant.Issuer, grantKey []byte, gnet *hostnet
 			addr = netip.AddrPortFrom(gnet.Config().Gateway(), 0).String()
 		}
 	}
-	ln, err := net.Listen("tcp", addr)
+	var ln net.Listener
+	var err error
+	if s.o.EgressAddr == "" {
+		ln, err = listenRemembered(addr, filepath.Join(s.o.DataDir, egressPortFile))
+	} else {
+		ln, err = net.Listen("tcp", addr)
+	}
 	if err != nil {
 		return fmt.Errorf("egress proxy listener: %w", err)
 	}
@@ -67,6 +77,39 @@ func (s *Server) openEgress(grants *grant.Issuer, grantKey []byte, gnet *hostnet
 	s.egress, s.egressLn = p, ln
 	s.log.Info("egress proxy listening", "addr", ln.Addr().String())
 	return nil
+}
+
+// egressPortFile remembers, in the data directory, the port the egress
+// proxy got by default, so that a restarted berth listens on the same one:
+// the port is written into the proxy variables of the commands Computers
+// run, and background processes keep their way out across restarts.
+const egressPortFile = "egress-port"
+
+// listenRemembered listens on addr (port 0) at the port remembered in
+// file when it is free, else on a new one, and remembers that.
+func listenRemembered(addr, file string) (net.Listener, error) {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	if b, err := os.ReadFile(file); err == nil {
+		if port, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 16); err == nil && port != 0 {
+			if ln, err := net.Listen("tcp", netip.AddrPortFrom(ap.Addr(), uint16(port)).String()); err == nil {
+				return ln, nil
+			}
+		}
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	// Losing the file only costs the port at the next start.
+	if err := os.WriteFile(file, []byte(strconv.Itoa(port)+"\n"), 0o600); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return ln, nil
 }
 
 // closeEgress stops the egress proxy, if any, and its listener.

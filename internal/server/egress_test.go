@@ -3,6 +3,8 @@ package server
 import (
 	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -62,5 +64,34 @@ head -n1 <&3`
 	want := computer.Fact{Kind: computer.FactEgress, ComputerID: "eg1", Provenance: computer.Provenance{Actor: "agent-w", Via: "wiring"}, Host: "169.254.169.254", Method: "GET", Status: 403}
 	if len(egress) != 1 || egress[0] != want {
 		t.Errorf("egress facts %+v, want [%+v]", egress, want)
+	}
+}
+
+// TestEgressPortKept: the egress proxy's default port is taken again by a
+// restarted berth on the same data directory (the port lives on in the
+// proxy variables of background processes), and a taken port is not fatal.
+func TestEgressPortKept(t *testing.T) {
+	dir := t.TempDir()
+	a := startNode(t, Options{DataDir: dir})
+	first := a.s.EgressAddr()
+	if first == "" {
+		t.Fatal("no egress proxy by default")
+	}
+	a.stop()
+	b := startNode(t, Options{DataDir: dir})
+	if got := b.s.EgressAddr(); got != first {
+		t.Errorf("after a restart the egress proxy listens on %s, want %s", got, first)
+	}
+	// While b holds the port, another berth on a copy of the data
+	// directory gets another port and remembers it.
+	dir2 := t.TempDir()
+	b2, err := os.ReadFile(filepath.Join(dir, egressPortFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir2, egressPortFile), b2, 0o600)
+	c := startNode(t, Options{DataDir: dir2})
+	if got := c.s.EgressAddr(); got == first || got == "" {
+		t.Errorf("a second berth got %q while the first holds %s", got, first)
 	}
 }

@@ -86,10 +86,11 @@ type Options struct {
 	// EgressAddr is where the Computers' egress proxy (package egress)
 	// listens. Default: port 0 on the guest bridge's gateway when the host
 	// has a guest network (containers reach it there, host processes
-	// too), else on 127.0.0.1. "off" runs no proxy: Computers then get no
-	// proxy variables. The port is written into the proxy variables of the
-	// commands Computers run, so pin it (e.g. 10.213.0.1:3128) for
-	// background processes to keep their way out across berth restarts.
+	// too), else on 127.0.0.1; the port chosen is remembered in the data
+	// directory and taken again at the next start when free, since it is
+	// written into the proxy variables of the commands Computers run and
+	// background processes keep it across berth restarts. "off" runs no
+	// proxy: Computers then get no proxy variables.
 	EgressAddr string
 
 	Log *slog.Logger
