@@ -36,7 +36,9 @@ import (
 //
 //	go test -run '^$' -bench . -benchtime 30x ./internal/computer/
 //
-// The container variants need root, crun or runc, busybox-static and the
+// Each reports p50-ms and p95-ms; start-p50-ms, the driver's Start alone
+// (the rest is berth's: store writes, waiting for the agent, the exec);
+// and the p50 of the phases (see phases). The container variants need root, crun or runc, busybox-static and the
 // network namespace of netnstest (TestMain enters one when benchmarks run);
 // they skip, saying why, without them.
 
@@ -58,7 +60,7 @@ func benchStore(b *testing.B) (*store.Store, string) {
 
 // benchManager is a Manager over st whose only driver is d (named name),
 // and whose Computers default to backing kind.
-func benchManager(b *testing.B, st *store.Store, dir, name string, d vm.Driver, kind string) *Manager {
+func benchManager(b *testing.B, st *store.Store, dir, name string, d vm.Driver, kind string) (*Manager, *timedDriver) {
 	b.Helper()
 	b.Cleanup(func() {
 		insts, _ := d.List(context.Background())
@@ -66,20 +68,57 @@ func benchManager(b *testing.B, st *store.Store, dir, name string, d vm.Driver, 
 			d.Stop(context.Background(), in.ID, time.Second)
 		}
 	})
+	td := &timedDriver{Driver: d, AgentDialer: d.(vm.AgentDialer)}
 	m, err := New(context.Background(), Options{
-		Store: st, Drivers: map[string]vm.Driver{name: d}, DataDir: filepath.Join(dir, "data"),
+		Store: st, Drivers: map[string]vm.Driver{name: td}, DataDir: filepath.Join(dir, "data"),
 		StopGrace: time.Second, DefaultBackings: []Backing{{Kind: kind}},
 	})
 	if err != nil {
 		b.Fatal(err)
 	}
-	return m
+	return m, td
+}
+
+// timedDriver records how long the driver's Starts take: the driver's
+// share of a create or wake, reported as start-p50-ms.
+type timedDriver struct {
+	vm.Driver
+	vm.AgentDialer
+	mu     sync.Mutex
+	starts []time.Duration
+}
+
+func (t *timedDriver) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
+	start := time.Now()
+	in, err := t.Driver.Start(ctx, spec)
+	t.mu.Lock()
+	t.starts = append(t.starts, time.Since(start))
+	t.mu.Unlock()
+	return in, err
+}
+
+// reset forgets the Starts so far (those before the measured loop).
+func (t *timedDriver) reset() {
+	t.mu.Lock()
+	t.starts = nil
+	t.mu.Unlock()
+}
+
+// report adds the p50 of the Starts since reset to b's metrics.
+func (t *timedDriver) report(b *testing.B) {
+	t.mu.Lock()
+	ds := slices.Clone(t.starts)
+	t.mu.Unlock()
+	if len(ds) > 0 {
+		slices.Sort(ds)
+		b.ReportMetric(ms(ds[len(ds)/2]), "start-p50-ms")
+	}
 }
 
 // processBench is a Manager on the process driver, and a func that waits
 // until the driver has its spare agents ready (the steady state of a host
 // whose Computers are not all created in one burst).
-func processBench(b *testing.B) (*Manager, func()) {
+func processBench(b *testing.B) (*Manager, *timedDriver, func()) {
 	b.Helper()
 	st, dir := benchStore(b)
 	rdir := filepath.Join(dir, "r")
@@ -88,7 +127,8 @@ func processBench(b *testing.B) (*Manager, func()) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { d.Close() })
-	return benchManager(b, st, dir, "process", d, KindProcess), func() { waitSpares(b, rdir, process.DefaultSpares) }
+	m, td := benchManager(b, st, dir, "process", d, KindProcess)
+	return m, td, func() { waitSpares(b, rdir, process.DefaultSpares) }
 }
 
 // waitSpares waits (at most 10 s) until n spare agents in the process
@@ -118,6 +158,35 @@ func waitSpares(b *testing.B, dir string, n int) {
 	}
 }
 
+// phases are the parts of the benchmarks' measurements, reported as
+// <phase>-p50-ms: Create itself, Use (the wake: admission, the driver's
+// Start, waiting for the agent, recording the runtime) and the first exec
+// once the agent answers.
+var phases struct {
+	sync.Mutex
+	create, use, exec []time.Duration
+}
+
+func resetPhases() {
+	phases.Lock()
+	phases.create, phases.use, phases.exec = nil, nil, nil
+	phases.Unlock()
+}
+
+func reportPhases(b *testing.B) {
+	phases.Lock()
+	defer phases.Unlock()
+	for _, p := range []struct {
+		name string
+		ds   []time.Duration
+	}{{"create", phases.create}, {"use", phases.use}, {"exec", phases.exec}} {
+		if len(p.ds) > 0 {
+			slices.Sort(p.ds)
+			b.ReportMetric(ms(p.ds[len(p.ds)/2]), p.name+"-p50-ms")
+		}
+	}
+}
+
 // firstExec runs `true` in Computer id (waking it) and returns how long
 // that took.
 func firstExec(b *testing.B, m *Manager, id string) time.Duration {
@@ -128,13 +197,18 @@ func firstExec(b *testing.B, m *Manager, id string) time.Duration {
 	if err != nil {
 		b.Fatal(err)
 	}
+	used := time.Now()
 	res, err := c.Exec(ctx, agent.ExecRequest{Argv: []string{"true"}})
-	d := time.Since(start)
+	end := time.Now()
 	release()
 	if err != nil || res.ExitCode != 0 {
 		b.Fatalf("exec: %+v, %v", res, err)
 	}
-	return d
+	phases.Lock()
+	phases.use = append(phases.use, used.Sub(start))
+	phases.exec = append(phases.exec, end.Sub(used))
+	phases.Unlock()
+	return end.Sub(start)
 }
 
 // createFirstExec creates Computer id (with req's other fields) and runs
@@ -145,7 +219,11 @@ func createFirstExec(b *testing.B, m *Manager, req CreateRequest) time.Duration 
 	if _, err := m.Create(context.Background(), req); err != nil {
 		b.Fatal(err)
 	}
-	return time.Since(start) + firstExec(b, m, req.ID)
+	created := time.Since(start)
+	phases.Lock()
+	phases.create = append(phases.create, created)
+	phases.Unlock()
+	return created + firstExec(b, m, req.ID)
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -166,13 +244,15 @@ func reportP50(b *testing.B, ds []time.Duration) {
 // of a new driver, which has no spare yet and starts its agent cold, and
 // burst-ms the p50 of Creates back to back, faster than spares refill.
 func BenchmarkCreateFirstExec(b *testing.B) {
-	m, ready := processBench(b)
+	m, td, ready := processBench(b)
 	ctx := context.Background()
 	first := createFirstExec(b, m, CreateRequest{ID: "first"})
 	var burst []time.Duration
 	for i := range 5 {
 		burst = append(burst, createFirstExec(b, m, CreateRequest{ID: fmt.Sprintf("burst%d", i)}))
 	}
+	td.reset()
+	resetPhases()
 	var ds []time.Duration
 	for i := 0; b.Loop(); i++ {
 		b.StopTimer()
@@ -187,6 +267,8 @@ func BenchmarkCreateFirstExec(b *testing.B) {
 		b.StartTimer()
 	}
 	reportP50(b, ds)
+	td.report(b)
+	reportPhases(b)
 	b.ReportMetric(ms(first), "first-ms")
 	slices.Sort(burst)
 	b.ReportMetric(ms(burst[len(burst)/2]), "burst-ms")
@@ -195,11 +277,18 @@ func BenchmarkCreateFirstExec(b *testing.B) {
 // BenchmarkWakeFirstExec: wake from sleep → first exec on the process
 // backing, with the driver's spares ready.
 func BenchmarkWakeFirstExec(b *testing.B) {
-	m, ready := processBench(b)
+	m, td, ready := processBench(b)
 	ctx := context.Background()
 	if _, err := m.Create(ctx, CreateRequest{ID: "w"}); err != nil {
 		b.Fatal(err)
 	}
+	// The driver starts spares after its first Start.
+	firstExec(b, m, "w")
+	if err := m.Stop(ctx, "w"); err != nil {
+		b.Fatal(err)
+	}
+	td.reset()
+	resetPhases()
 	var ds []time.Duration
 	for b.Loop() {
 		b.StopTimer()
@@ -213,15 +302,19 @@ func BenchmarkWakeFirstExec(b *testing.B) {
 		b.StartTimer()
 	}
 	reportP50(b, ds)
+	td.report(b)
+	reportPhases(b)
 }
 
 // BenchmarkContainerCreateFirstExec: Create → first exec on the
 // platform-container backing (target ≤ 150 ms p50); first-ms is the
 // first Create of the driver.
 func BenchmarkContainerCreateFirstExec(b *testing.B) {
-	m := containerBench(b)
+	m, td := containerBench(b)
 	ctx := context.Background()
 	first := createFirstExec(b, m, CreateRequest{ID: "first", Image: "busybox"})
+	td.reset()
+	resetPhases()
 	var ds []time.Duration
 	for i := 0; b.Loop(); i++ {
 		id := fmt.Sprintf("b%d", i)
@@ -233,18 +326,22 @@ func BenchmarkContainerCreateFirstExec(b *testing.B) {
 		b.StartTimer()
 	}
 	reportP50(b, ds)
+	td.report(b)
+	reportPhases(b)
 	b.ReportMetric(ms(first), "first-ms")
 }
 
 // BenchmarkContainerWakeFirstExec: wake from sleep → first exec on the
 // platform-container backing (target ≤ 100 ms p50).
 func BenchmarkContainerWakeFirstExec(b *testing.B) {
-	m := containerBench(b)
+	m, td := containerBench(b)
 	ctx := context.Background()
 	if _, err := m.Create(ctx, CreateRequest{ID: "w", Image: "busybox"}); err != nil {
 		b.Fatal(err)
 	}
 	firstExec(b, m, "w")
+	td.reset()
+	resetPhases()
 	var ds []time.Duration
 	for b.Loop() {
 		b.StopTimer()
@@ -255,6 +352,8 @@ func BenchmarkContainerWakeFirstExec(b *testing.B) {
 		ds = append(ds, firstExec(b, m, "w"))
 	}
 	reportP50(b, ds)
+	td.report(b)
+	reportPhases(b)
 }
 
 // containerEnv is what the container benchmarks share: a static agent, an
@@ -277,7 +376,7 @@ var (
 
 // containerBench is a Manager on a container driver, or skips b saying
 // what this host lacks.
-func containerBench(b *testing.B) *Manager {
+func containerBench(b *testing.B) (*Manager, *timedDriver) {
 	b.Helper()
 	cenvOnce.Do(func() {
 		if cenvSkip = containerSkip(); cenvSkip == "" {

@@ -616,8 +616,16 @@ func (m *Manager) launch(ctx context.Context, l *live, rec store.Computer) (stor
 }
 
 // waitAgent polls the new sandbox's agent until it answers, the sandbox
-// ends, or ctx ends.
+// ends, or ctx ends. It polls every millisecond at most while an agent
+// would normally be booting (a container's agent answers some 15 ms after
+// the driver's Start returns), then backs off.
 func waitAgent(ctx context.Context, d vm.Driver, sandbox string, c *agent.Client) error {
+	const (
+		fastFor  = 250 * time.Millisecond
+		fastWait = time.Millisecond
+		slowWait = 5 * time.Millisecond
+	)
+	began := time.Now()
 	wait := 200 * time.Microsecond
 	for i := 0; ; i++ {
 		actx, cancel := context.WithTimeout(ctx, time.Second)
@@ -636,7 +644,10 @@ func waitAgent(ctx context.Context, d vm.Driver, sandbox string, c *agent.Client
 			return fmt.Errorf("the agent did not answer: %w (last: %v)", ctx.Err(), err)
 		case <-time.After(wait):
 		}
-		wait = min(2*wait, 2*time.Millisecond)
+		wait = min(2*wait, fastWait)
+		if time.Since(began) > fastFor {
+			wait = slowWait
+		}
 	}
 }
 
