@@ -88,6 +88,13 @@ type Options struct {
 	// becomes the guest's init. Empty means /berth-agent.
 	GuestInit string
 
+	// GuestInitArgs go between GuestInit and the agent's arguments on
+	// init's command line. They let a dynamically linked berth be the
+	// init: GuestInit is then the ELF interpreter bundled into the image
+	// and GuestInitArgs its flags and the berth binary's path (see
+	// agentbin.Bin.Command). None may be empty or hold white space.
+	GuestInitArgs []string
+
 	// Images provides the root disks. Required.
 	Images Images
 
@@ -163,6 +170,7 @@ type Driver struct {
 	initrd     string // empty: none
 	kernelArgs string
 	init       string
+	initArgs   []string // Options.GuestInitArgs
 	images     Images
 	net        Network
 	hv         Hypervisor // nil: QEMU run directly
@@ -275,6 +283,11 @@ func New(o Options) (*Driver, error) {
 	if strings.ContainsAny(init, " \t\n") || !strings.HasPrefix(init, "/") {
 		return nil, fmt.Errorf("kvm: GuestInit %q must be an absolute path without spaces", init)
 	}
+	for _, a := range o.GuestInitArgs {
+		if a == "" || strings.ContainsAny(a, " \t\n") {
+			return nil, fmt.Errorf("kvm: GuestInitArgs %q: each must be non-empty, without white space", o.GuestInitArgs)
+		}
+	}
 	if strings.Contains(" "+o.KernelArgs+" ", " -- ") {
 		return nil, errors.New("kvm: KernelArgs must not pass init arguments (--): the driver does")
 	}
@@ -296,6 +309,7 @@ func New(o Options) (*Driver, error) {
 		initrd:     initrd,
 		kernelArgs: strings.TrimSpace(o.KernelArgs),
 		init:       init,
+		initArgs:   slices.Clone(o.GuestInitArgs),
 		images:     o.Images,
 		net:        o.Net,
 		hv:         o.Hypervisor,
@@ -626,6 +640,7 @@ func (d *Driver) bootArgs(st state) string {
 		// The initramfs's init switches to the root disk and execs these.
 		args = append(args, d.init)
 	}
+	args = append(args, d.initArgs...)
 	args = append(args, "agent", "--vm-init", "--config", guestConfig)
 	return strings.Join(args, " ")
 }
