@@ -329,8 +329,12 @@ func (d *Driver) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
 		d.mu.Unlock()
 	}()
 	// Top the spares up after this Start, in the background, once its app
-	// is up.
-	defer d.refillAfter(st.Port)
+	// is up; a sandbox without an app (a Computer) has nothing to wait for.
+	if spec.Command == "" {
+		defer d.refill()
+	} else {
+		defer d.refillAfter(st.Port)
+	}
 	if sp := d.takeSpare(); sp != nil {
 		ast, err := d.assign(sp, spec, st, workDir, size)
 		if err == nil {
