@@ -40,7 +40,11 @@ func TestMain(m *testing.M) {
 	} else {
 		flag.Set("test.parallel", "1")
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if testDirMade.Load() {
+		os.RemoveAll(testDir())
+	}
+	os.Exit(code)
 }
 
 // conformanceEnv is what the real runs need, set up once.
@@ -69,15 +73,18 @@ func setup(t *testing.T) conformanceEnv {
 	return envVal
 }
 
-// testDir holds the run's kernel, initramfs, image and driver state;
-// TestConformance removes it.
+// testDir holds the run's kernel, initramfs, image and driver state,
+// shared by the tests that boot guests; TestMain removes it.
 var testDir = sync.OnceValue(func() string {
 	d, err := os.MkdirTemp("", "kvmtest")
 	if err != nil {
 		panic(err)
 	}
+	testDirMade.Store(true)
 	return d
 })
+
+var testDirMade atomic.Bool
 
 func prepare() (conformanceEnv, string, error) {
 	if runtime.GOOS != "linux" || runtime.GOARCH != "amd64" {
@@ -277,7 +284,6 @@ const guestApp = "exec env BERTH_KVM_GUEST_ROLE=app /berth-agent"
 func TestConformance(t *testing.T) {
 	e := setup(t)
 	o := testOptions(t, e)
-	t.Cleanup(func() { os.RemoveAll(testDir()) })
 
 	t.Run("BootToReady", func(t *testing.T) { measureBoot(t, o) })
 

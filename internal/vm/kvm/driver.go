@@ -142,6 +142,9 @@ const (
 	guestConfig  = "/dev/vdb" // the second virtio disk; see qemuArgs
 	guestLease   = "/run/berth/lease"
 	guestHome    = "/root"
+	// guestWorkspace is where the initramfs mounts a Spec.Workspace, as
+	// the container driver bind-mounts it.
+	guestWorkspace = "/workspace"
 )
 
 // File names in a replica's directory.
@@ -382,6 +385,9 @@ type state struct {
 	StartTicks uint64    `json:"start_ticks"` // /proc/<pid>/stat field 22, against pid reuse
 	StartedAt  time.Time `json:"started_at"`
 	Suspended  bool      `json:"suspended,omitempty"`
+	// Workspace is the host directory shared with the guest (Spec.Workspace),
+	// "" for none.
+	Workspace string `json:"workspace,omitempty"`
 }
 
 func (st state) addr() string {
@@ -491,9 +497,21 @@ func (d *Driver) check(spec vm.Spec) (state, vm.Size, error) {
 		return fail("NUL byte in command or working directory")
 	}
 	if spec.Workspace != "" {
-		return fail("workspaces are not supported by the kvm driver yet")
+		if !filepath.IsAbs(spec.Workspace) || strings.ContainsRune(spec.Workspace, 0) {
+			return fail("workspace %q is not an absolute path", spec.Workspace)
+		}
+		if fi, err := os.Stat(spec.Workspace); err != nil || !fi.IsDir() {
+			return fail("workspace %q is not a directory", spec.Workspace)
+		}
+		if d.initrd == "" {
+			// The initramfs mounts it; without one nothing would.
+			return fail("a workspace needs the driver's initramfs (Options.Initrd), which mounts it")
+		}
 	}
 	st := state{ID: spec.Name, Deployment: owner, Port: spec.Port}
+	if spec.Workspace != "" {
+		st.Workspace = filepath.Clean(spec.Workspace)
+	}
 	if st.Port == 0 {
 		st.Port = DefaultPort
 	}
@@ -614,8 +632,9 @@ func validIfName(s string) bool {
 // when it is done resets through the keyboard controller and QEMU, started
 // with -no-reboot, exits; panic=1 for the same on a panic; no probing of
 // the keyboard controller's mouse port; under
-// TCG the TSC rate (see hostTSCKHz); the initramfs's parameters (root disk
-// and eth0's address, which init receives as environment variables); then
+// TCG the TSC rate (see hostTSCKHz); the initramfs's parameters (root disk,
+// eth0's address and the workspace's 9p tag, which init receives as
+// environment variables); then
 // Options.KernelArgs; and after " -- " init's arguments: the agent.
 func (d *Driver) bootArgs(st state) string {
 	args := []string{
@@ -628,6 +647,9 @@ func (d *Driver) bootArgs(st state) string {
 	ip := st.GuestIP + "/" + strconv.Itoa(st.PrefixLen)
 	if d.initrd != "" {
 		args = append(args, "berth_root="+guestRoot, "berth_ip="+ip, "berth_gw="+st.HostIP)
+		if st.Workspace != "" {
+			args = append(args, "berth_workspace="+WorkspaceTag)
+		}
 	} else {
 		args = append(args, "root="+guestRoot, "rw", "init="+d.init,
 			fmt.Sprintf("ip=%s::%s:%s::eth0:off", st.GuestIP, st.HostIP, mask(st.PrefixLen)))
@@ -655,8 +677,11 @@ func mask(bits int) string {
 // added for Ctrl-Alt-Del and resets, daemonized with a pid file and a QMP
 // socket in the replica's directory, the serial console appended to
 // console.log, the root disk as the first virtio disk (vda) and the config
-// drive as the second (vdb, read-only), the tap as eth0, and the agent's
-// virtio serial port behind agent.sock.
+// drive as the second (vdb, read-only), the tap as eth0, the agent's
+// virtio serial port behind agent.sock, and the workspace, if any, as a 9p
+// share (security_model=passthrough: the guest's owners and modes are the
+// host files' own, as in a container's bind mount, so the directory moves
+// between backings unchanged).
 func (d *Driver) qemuArgs(st state, size vm.Size) []string {
 	dir := d.replicaDir(st.ID)
 	cpu := "max"
@@ -689,6 +714,12 @@ func (d *Driver) qemuArgs(st state, size vm.Size) []string {
 		"-chardev", "socket,id=agent,server=on,wait=off,path=" + opt(filepath.Join(dir, agentSock)),
 		"-device", "virtserialport,chardev=agent,name=" + AgentPortName,
 	}
+	if st.Workspace != "" {
+		// Last, so that the disks keep their virtio-mmio slots and names.
+		args = append(args,
+			"-fsdev", "local,id=ws,security_model=passthrough,path="+opt(st.Workspace),
+			"-device", "virtio-9p-device,fsdev=ws,mount_tag="+WorkspaceTag)
+	}
 	if d.initrd != "" {
 		args = append(args, "-initrd", d.initrd)
 	}
@@ -699,13 +730,19 @@ func (d *Driver) qemuArgs(st state, size vm.Size) []string {
 func opt(s string) string { return strings.ReplaceAll(s, ",", ",,") }
 
 // guestConfig is what the agent in the guest is told: its flags, COMMAND,
-// the app's environment, and the initial lease.
+// the app's environment, and the initial lease. With a workspace the agent
+// is rooted in it (--root), and it is HOME and the base of WorkDir, as in
+// the container driver.
 func (d *Driver) guestConfig(spec vm.Spec, st state) agent.GuestConfig {
+	home, base := guestHome, "/"
+	if st.Workspace != "" {
+		home, base = guestWorkspace, guestWorkspace
+	}
 	workDir := spec.WorkDir
 	if workDir == "" {
-		workDir = guestHome
+		workDir = home
 	} else if !filepath.IsAbs(workDir) {
-		workDir = filepath.Join("/", workDir)
+		workDir = filepath.Join(base, workDir)
 	}
 	args := []string{
 		"--listen", "virtio:" + AgentPortName,
@@ -714,6 +751,9 @@ func (d *Driver) guestConfig(spec vm.Spec, st state) agent.GuestConfig {
 		// without one; a missing file means no lease.
 		"--lease-file", guestLease,
 		"--workdir", workDir,
+	}
+	if st.Workspace != "" {
+		args = append(args, "--root", guestWorkspace)
 	}
 	if d.leaseCheck > 0 {
 		args = append(args, "--lease-check", d.leaseCheck.String())
@@ -726,7 +766,7 @@ func (d *Driver) guestConfig(spec vm.Spec, st state) agent.GuestConfig {
 	}
 	env := []string{
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-		"HOME=" + guestHome,
+		"HOME=" + home,
 		"HOSTNAME=" + hostname(st.ID),
 	}
 	keys := make([]string, 0, len(spec.Env))

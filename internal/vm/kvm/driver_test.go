@@ -124,6 +124,9 @@ func TestStartRejectsBadSpecs(t *testing.T) {
 		{"bad env", func(s *vm.Spec) { s.Env = map[string]string{"A=B": "c"} }, "environment variable"},
 		{"nul", func(s *vm.Spec) { s.Command = "a\x00b" }, "NUL"},
 		{"negative disk", func(s *vm.Spec) { s.DiskSizeGB = -1 }, "negative"},
+		{"relative workspace", func(s *vm.Spec) { s.Workspace = "work" }, "not an absolute path"},
+		{"missing workspace", func(s *vm.Spec) { s.Workspace = filepath.Join(t.TempDir(), "none") }, "not a directory"},
+		{"file as workspace", func(s *vm.Spec) { s.Workspace = touch(t, "ws") }, "not a directory"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -137,6 +140,18 @@ func TestStartRejectsBadSpecs(t *testing.T) {
 				t.Errorf("a rejected Start left %s behind", d.replicaDir(spec.Name))
 			}
 		})
+	}
+	// Only the initramfs mounts a workspace.
+	o := validOptions(t)
+	o.NoInitrd, o.Initrd = true, ""
+	nd, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := good
+	spec.Workspace = t.TempDir()
+	if _, err := nd.Start(t.Context(), spec); err == nil || !strings.Contains(err.Error(), "needs the driver's initramfs") {
+		t.Errorf("Start with a workspace and no initramfs: error %v", err)
 	}
 	// A failing tap leaves nothing behind either.
 	_, err = d.Start(t.Context(), good)
@@ -166,6 +181,14 @@ func TestBootArgs(t *testing.T) {
 	if got != want {
 		t.Errorf("bootArgs =\n%s\nwant\n%s", got, want)
 	}
+	st.Workspace = "/data/ws"
+	got = d.bootArgs(st)
+	want = "console=ttyS0 reboot=k panic=1 quiet i8042.noaux tsc_early_khz=2096021 " +
+		"berth_root=/dev/vda berth_ip=10.0.0.2/30 berth_gw=10.0.0.1 berth_workspace=berth.workspace loglevel=4 -- /berth-agent agent --vm-init --config /dev/vdb"
+	if got != want {
+		t.Errorf("bootArgs with a workspace =\n%s\nwant\n%s", got, want)
+	}
+	st.Workspace = ""
 
 	o.NoInitrd, o.Initrd, o.KernelArgs = true, "", "tsc_early_khz=1000"
 	d, err = New(o)
@@ -247,6 +270,26 @@ func TestQEMUArgs(t *testing.T) {
 			t.Errorf("args lack %s", f)
 		}
 	}
+	if got := argValues(args, "-fsdev"); len(got) != 0 {
+		t.Errorf("without a workspace: -fsdev %q", got)
+	}
+
+	// A workspace is the last device, a 9p share; its path's commas are
+	// doubled too.
+	st.Workspace = "/data/a,b/ws"
+	args = d.qemuArgs(st, vm.Size{VCPUs: 2, MemoryMB: 512})
+	if got, want := argValues(args, "-fsdev"), []string{"local,id=ws,security_model=passthrough,path=/data/a,,b/ws"}; !slices.Equal(got, want) {
+		t.Errorf("-fsdev = %q, want %q", got, want)
+	}
+	if got := argValues(args, "-device"); !slices.Equal(got, append(wantDevices, "virtio-9p-device,fsdev=ws,mount_tag=berth.workspace")) {
+		t.Errorf("-device with a workspace = %q", got)
+	}
+	if got := argValues(args, "-append"); len(got) != 1 || !strings.Contains(got[0], " berth_workspace=berth.workspace ") {
+		t.Errorf("-append with a workspace = %q, want berth_workspace=", got)
+	}
+	if m := d.machine(st, vm.Size{VCPUs: 1, MemoryMB: 256}); m.Workspace != st.Workspace || !strings.Contains(m.Cmdline, "berth_workspace=") {
+		t.Errorf("Machine with a workspace: Workspace %q, Cmdline %q", m.Workspace, m.Cmdline)
+	}
 }
 
 func TestGuestConfig(t *testing.T) {
@@ -281,6 +324,27 @@ func TestGuestConfig(t *testing.T) {
 	spec.TTL = 0
 	if c := d.guestConfig(spec, st); len(c.Files) != 0 {
 		t.Errorf("without a TTL the config writes %v, want no lease file", c.Files)
+	}
+
+	// With a workspace, the agent is rooted in it, and it is HOME and the
+	// base of a relative WorkDir, as in a container.
+	st.Workspace = "/data/ws"
+	for _, tt := range []struct{ workDir, want string }{
+		{"", "/workspace"},
+		{"srv", "/workspace/srv"},
+		{"/srv", "/srv"},
+	} {
+		spec.WorkDir = tt.workDir
+		c := d.guestConfig(spec, st)
+		if i := slices.Index(c.Args, "--workdir"); i < 0 || c.Args[i+1] != tt.want {
+			t.Errorf("WorkDir %q: Args %q, want --workdir %s", tt.workDir, c.Args, tt.want)
+		}
+		if i := slices.Index(c.Args, "--root"); i < 0 || c.Args[i+1] != "/workspace" || i > slices.Index(c.Args, "--") {
+			t.Errorf("Args %q, want --root /workspace among the agent's flags", c.Args)
+		}
+		if !slices.Contains(c.Env, "HOME=/workspace") {
+			t.Errorf("Env %q, want HOME=/workspace", c.Env)
+		}
 	}
 }
 
@@ -354,6 +418,10 @@ func TestWriteInitrd(t *testing.T) {
 		"kernel/fs/jbd2/jbd2.ko":                         "",
 		"kernel/fs/ext4/ext4.ko":                         "kernel/lib/crc16.ko kernel/fs/jbd2/jbd2.ko",
 		"kernel/drivers/char/hw_random/extra-a.ko":       "",
+		"kernel/net/9p/9pnet.ko":                         "",
+		"kernel/net/9p/9pnet_virtio.ko":                  "kernel/net/9p/9pnet.ko kernel/drivers/virtio/virtio.ko kernel/drivers/virtio/virtio_ring.ko",
+		"kernel/fs/netfs/netfs.ko":                       "",
+		"kernel/fs/9p/9p.ko":                             "kernel/net/9p/9pnet.ko kernel/fs/netfs/netfs.ko",
 	}
 	var dep strings.Builder
 	for m, deps := range mods {
@@ -395,7 +463,14 @@ func TestWriteInitrd(t *testing.T) {
 	if !slices.Equal(order, want) {
 		t.Errorf("load order %q, want %q", order, want)
 	}
-	for _, m := range want {
+	// The workspace's modules load after the others, without what those
+	// loaded (virtio).
+	wsOrder := strings.Fields(string(files["lib/modules/order.workspace"].data))
+	wantWS := []string{"9pnet.ko", "9pnet_virtio.ko", "netfs.ko", "9p.ko"}
+	if !slices.Equal(wsOrder, wantWS) {
+		t.Errorf("workspace load order %q, want %q", wsOrder, wantWS)
+	}
+	for _, m := range append(want, wantWS...) {
 		e, ok := files["lib/modules/"+m]
 		if !ok || string(e.data) != "module "+strings.TrimSuffix(m, ".ko") {
 			t.Errorf("module %s: present %v with %q", m, ok, e.data)
@@ -417,6 +492,33 @@ func TestWriteInitrd(t *testing.T) {
 		if files[d].mode != 0o040755 {
 			t.Errorf("%s: mode %o, want a directory", d, files[d].mode)
 		}
+	}
+
+	// A kernel without 9p still gets an initramfs, whose workspace list
+	// is empty (a guest with a workspace then fails to mount it).
+	var no9p strings.Builder
+	for l := range strings.Lines(dep.String()) {
+		if !strings.Contains(l, "9p") {
+			no9p.WriteString(l)
+		}
+	}
+	os.WriteFile(filepath.Join(dir, "modules.dep"), []byte(no9p.String()), 0o644)
+	buf.Reset()
+	if err := WriteInitrd(&buf, InitrdOptions{ModulesDir: dir, Busybox: bb}); err != nil {
+		t.Fatalf("WriteInitrd without 9p: %v", err)
+	}
+	if zr, err = gzip.NewReader(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if raw, err = io.ReadAll(zr); err != nil {
+		t.Fatal(err)
+	}
+	files = readCpio(t, raw)
+	if e, ok := files["lib/modules/order.workspace"]; !ok || len(e.data) != 0 {
+		t.Errorf("without 9p: order.workspace present %v, holding %q; want it empty", ok, e.data)
+	}
+	if _, ok := files["lib/modules/9p.ko"]; ok {
+		t.Error("without 9p in modules.dep the initramfs has 9p.ko")
 	}
 
 	// What cannot work is said so.

@@ -57,6 +57,12 @@ type Machine struct {
 	// not create or delete it) and MAC the guest's address on it.
 	Tap string
 	MAC string
+	// Workspace is the host directory shared with the guest over virtio
+	// 9p under the mount tag WorkspaceTag (the command line then has
+	// berth_workspace=, and the initramfs mounts it at /workspace), with
+	// the passthrough security model: QEMU, as root, gives files the
+	// owners and modes the guest sets. "" means none.
+	Workspace string
 }
 
 // machine describes a replica's guest for a Hypervisor.
@@ -76,6 +82,7 @@ func (d *Driver) machine(st state, size vm.Size) Machine {
 		AgentSocket: filepath.Join(dir, agentSock),
 		Tap:         st.Tap,
 		MAC:         st.MAC,
+		Workspace:   st.Workspace,
 	}
 }
 

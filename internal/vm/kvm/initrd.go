@@ -35,13 +35,41 @@ type InitrdOptions struct {
 // built in (modules.builtin) are skipped.
 var InitrdModules = []string{"virtio_mmio", "virtio_pci", "virtio_blk", "virtio_net", "virtio_console", "crc32c_generic", "ext4"}
 
+// WorkspaceModules are the modules a guest with a workspace needs, in load
+// order: the 9p file system and its virtio transport, through which the
+// host's workspace directory is shared (see WorkspaceTag). WriteInitrd adds
+// them with their dependencies when the kernel has them, and /init loads
+// them only for a guest whose command line asks for a workspace, so that
+// other guests do not pay for them. A kernel without them can still boot
+// guests without a workspace; one with a workspace then fails saying so.
+var WorkspaceModules = []string{"9pnet_virtio", "9p"}
+
+// WorkspaceTag is the 9p mount tag under which a guest's workspace is
+// shared (QEMU's mount_tag=, libvirt's <target dir=>); the kernel command
+// line passes it to /init as berth_workspace=.
+const WorkspaceTag = "berth.workspace"
+
+// WorkspaceMountOptions are the 9p mount options of the workspace in the
+// guest. msize (the largest 9p message) is 256 KiB: the kernel's virtio
+// transport takes up to about 500 KB, and larger messages mean fewer round
+// trips through QEMU for large reads and writes. cache=mmap keeps no page
+// cache except for files a program maps (which shared writable mappings,
+// such as SQLite's, need), so the guest always sees the directory as it
+// is: the guest is the only writer while it runs (berth's file API goes
+// through the agent in the guest), and the host reads the directory only
+// while the guest is stopped.
+const WorkspaceMountOptions = "trans=virtio,version=9p2000.L,msize=262144,cache=mmap"
+
 // initScript is the initramfs's /init. The kernel passes it the command
 // line's unknown name=value parameters as environment variables
-// (berth_root, berth_ip, berth_gw; see bootArgs) and everything after "--"
-// as arguments: the real init and its arguments, run on the root disk.
+// (berth_root, berth_ip, berth_gw, berth_workspace; see bootArgs) and
+// everything after "--" as arguments: the real init and its arguments, run
+// on the root disk. The workspace is mounted below /newroot, so that
+// switch_root moves it along with the root.
 const initScript = `#!/bin/busybox sh
-# berth guest initramfs: load the drivers, mount the root disk, configure
-# eth0, then hand over to the real init (this script's arguments).
+# berth guest initramfs: load the drivers, mount the root disk and the
+# workspace, configure eth0, then hand over to the real init (this script's
+# arguments).
 bb=/bin/busybox
 fail() {
 	echo "berth initramfs: $*"
@@ -62,6 +90,14 @@ while [ ! -b "$root" ]; do
 	$bb sleep 0.05
 done
 $bb mount -t ext4 "$root" /newroot || fail "cannot mount $root"
+if [ -n "$berth_workspace" ]; then
+	while read -r m; do
+		$bb insmod "/lib/modules/$m" || echo "berth initramfs: loading $m failed"
+	done < /lib/modules/order.workspace
+	$bb mkdir -p /newroot/workspace || fail "cannot create /workspace on $root"
+	$bb mount -t 9p -o ` + WorkspaceMountOptions + ` "$berth_workspace" /newroot/workspace ||
+		fail "cannot mount the workspace $berth_workspace on /workspace (9p over virtio: does the kernel have 9p and 9pnet_virtio?)"
+fi
 if [ -n "$berth_ip" ]; then
 	$bb ip link set lo up
 	$bb ip link set eth0 up || fail "no eth0"
@@ -77,9 +113,11 @@ exec $bb switch_root /newroot "$@"
 
 // WriteInitrd writes a gzip-compressed initramfs (newc cpio) for the
 // driver's guests to w: busybox, the modules the guest needs with their
-// dependencies, and an /init that loads them, mounts the root disk
-// (berth_root=, default /dev/vda), gives eth0 its address (berth_ip=,
-// berth_gw=), and switch_roots to the agent. It is what makes a modular
+// dependencies (and WorkspaceModules, where the kernel has them), and an
+// /init that loads them, mounts the root disk (berth_root=, default
+// /dev/vda) and the workspace (berth_workspace=<9p tag>, at /workspace),
+// gives eth0 its address (berth_ip=, berth_gw=), and switch_roots to the
+// agent. It is what makes a modular
 // distribution kernel, such as Debian's linux-image-amd64, boot a microvm:
 //
 //	f, _ := os.Create("/var/lib/berth/kvm-initrd.img")
@@ -100,7 +138,17 @@ func WriteInitrd(w io.Writer, o InitrdOptions) error {
 			return fmt.Errorf("kvm: initrd: %s is dynamically linked; it must be static (Debian: busybox-static)", o.Busybox)
 		}
 	}
-	order, err := moduleOrder(o.ModulesDir, append(slices.Clone(InitrdModules), o.Modules...))
+	tree, err := readModTree(o.ModulesDir)
+	if err != nil {
+		return fmt.Errorf("kvm: initrd: %w", err)
+	}
+	seen := map[string]bool{}
+	order, err := tree.resolve(append(slices.Clone(InitrdModules), o.Modules...), seen, false)
+	if err != nil {
+		return fmt.Errorf("kvm: initrd: %w", err)
+	}
+	// Loaded after the others, so only what they lack (virtio is loaded).
+	wsOrder, err := tree.resolve(WorkspaceModules, seen, true)
 	if err != nil {
 		return fmt.Errorf("kvm: initrd: %w", err)
 	}
@@ -117,17 +165,22 @@ func WriteInitrd(w io.Writer, o InitrdOptions) error {
 	cw.file("init", 0o755, []byte(initScript))
 	cw.file("bin/busybox", 0o755, bb)
 	cw.symlink("bin/sh", "busybox")
-	var names []string
-	for _, rel := range order {
-		b, err := readModule(filepath.Join(o.ModulesDir, rel))
-		if err != nil {
-			return fmt.Errorf("kvm: initrd: %w", err)
+	for _, list := range []struct {
+		file  string
+		order []string
+	}{{"order", order}, {"order.workspace", wsOrder}} {
+		var names []string
+		for _, rel := range list.order {
+			b, err := readModule(filepath.Join(o.ModulesDir, rel))
+			if err != nil {
+				return fmt.Errorf("kvm: initrd: %w", err)
+			}
+			name := moduleName(rel) + ".ko"
+			cw.file("lib/modules/"+name, 0o644, b)
+			names = append(names, name+"\n")
 		}
-		name := moduleName(rel) + ".ko"
-		cw.file("lib/modules/"+name, 0o644, b)
-		names = append(names, name)
+		cw.file("lib/modules/"+list.file, 0o644, []byte(strings.Join(names, "")))
 	}
-	cw.file("lib/modules/order", 0o644, []byte(strings.Join(names, "\n")+"\n"))
 	cw.trailer()
 	if cw.err != nil {
 		return fmt.Errorf("kvm: initrd: %w", cw.err)
@@ -153,8 +206,24 @@ func moduleName(rel string) string {
 // modules.dep into a load order (paths relative to dir), skipping built-in
 // modules.
 func moduleOrder(dir string, wanted []string) ([]string, error) {
-	deps := map[string][]string{} // module path → dependency paths
-	byName := map[string]string{} // module name → path
+	t, err := readModTree(dir)
+	if err != nil {
+		return nil, err
+	}
+	return t.resolve(wanted, map[string]bool{}, false)
+}
+
+// modTree is a kernel's module tree as modules.dep and modules.builtin
+// describe it.
+type modTree struct {
+	dir     string
+	deps    map[string][]string // module path → dependency paths
+	byName  map[string]string   // module name → path
+	builtin map[string]bool     // names of built-in modules
+}
+
+func readModTree(dir string) (*modTree, error) {
+	t := &modTree{dir: dir, deps: map[string][]string{}, byName: map[string]string{}, builtin: map[string]bool{}}
 	f, err := os.Open(filepath.Join(dir, "modules.dep"))
 	if err != nil {
 		return nil, fmt.Errorf("module tree: %w", err)
@@ -167,20 +236,26 @@ func moduleOrder(dir string, wanted []string) ([]string, error) {
 		if !ok {
 			continue
 		}
-		deps[mod] = strings.Fields(rest)
-		byName[moduleName(mod)] = mod
+		t.deps[mod] = strings.Fields(rest)
+		t.byName[moduleName(mod)] = mod
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("modules.dep: %w", err)
 	}
-	builtin := map[string]bool{}
 	if b, err := os.ReadFile(filepath.Join(dir, "modules.builtin")); err == nil {
 		for _, l := range strings.Fields(string(b)) {
-			builtin[moduleName(l)] = true
+			t.builtin[moduleName(l)] = true
 		}
 	}
+	return t, nil
+}
+
+// resolve returns the load order of wanted modules and their dependencies,
+// leaving out those in seen (and adding the rest to it). A module that is
+// neither in modules.dep nor built in is an error, or with optional set
+// left out.
+func (t *modTree) resolve(wanted []string, seen map[string]bool, optional bool) ([]string, error) {
 	var order []string
-	seen := map[string]bool{}
 	var visit func(mod string, depth int) error
 	visit = func(mod string, depth int) error {
 		if seen[mod] {
@@ -190,7 +265,7 @@ func moduleOrder(dir string, wanted []string) ([]string, error) {
 			return fmt.Errorf("modules.dep: dependency loop at %s", mod)
 		}
 		seen[mod] = true
-		ds := deps[mod]
+		ds := t.deps[mod]
 		// modules.dep lists a module's dependencies so that the last one
 		// loads first.
 		for i := len(ds) - 1; i >= 0; i-- {
@@ -203,12 +278,15 @@ func moduleOrder(dir string, wanted []string) ([]string, error) {
 	}
 	for _, name := range wanted {
 		name = strings.ReplaceAll(name, "-", "_")
-		mod, ok := byName[name]
+		mod, ok := t.byName[name]
 		if !ok {
-			if builtin[name] {
+			if t.builtin[name] {
 				continue
 			}
-			return nil, fmt.Errorf("module %s: not in %s/modules.dep and not built in", name, dir)
+			if optional {
+				continue
+			}
+			return nil, fmt.Errorf("module %s: not in %s/modules.dep and not built in", name, t.dir)
 		}
 		if err := visit(mod, 0); err != nil {
 			return nil, err

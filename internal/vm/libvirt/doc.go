@@ -45,12 +45,15 @@
 //	    <interface type='ethernet'><mac/><target dev='TAP' managed='no'/><model type='virtio'/></interface>
 //	    <serial type='file'><source path='console.log' append='on'/></serial>
 //	    <channel type='unix'><source mode='bind' path='agent.sock'/><target type='virtio' name='berth.agent'/></channel>
+//	    [<filesystem type='mount' accessmode='passthrough'><source dir='WORKSPACE'/><target dir='berth.workspace'/></filesystem>]
 //	    no USB, balloon or video
 //	  </devices>
 //	  <seclabel type='static' model='dac' relabel='no'><label>+0:+0</label></seclabel>
 //	</domain>
 //
-// The kernel command line is the kvm driver's. QEMU runs as root with
+// The kernel command line is the kvm driver's, and so is the initramfs
+// that mounts a Spec.Workspace, shared as the <filesystem> above
+// (virtio-9p-pci), at /workspace. QEMU runs as root with
 // berth's files left as they are (the static DAC label): the replica's
 // directory is berth's (mode 0700), and relabelling would hand it to
 // libvirt-qemu. Hosts with AppArmor or SELinux confinement of libvirt's

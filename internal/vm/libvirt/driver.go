@@ -317,6 +317,7 @@ type (
 	devices struct {
 		Emulator   string     `xml:"emulator,omitempty"`
 		Disks      []disk     `xml:"disk"`
+		Filesystem *fsXML     `xml:"filesystem"`
 		Interface  iface      `xml:"interface"`
 		Serial     serial     `xml:"serial"`
 		Channel    channel    `xml:"channel"`
@@ -331,6 +332,15 @@ type (
 		Source   source    `xml:"source"`
 		Target   target    `xml:"target"`
 		ReadOnly *struct{} `xml:"readonly"`
+	}
+	fsXML struct {
+		Type       string   `xml:"type,attr"`
+		AccessMode string   `xml:"accessmode,attr"`
+		Source     fsSource `xml:"source"`
+		Target     fsSource `xml:"target"`
+	}
+	fsSource struct {
+		Dir string `xml:"dir,attr"`
 	}
 	driverXML struct {
 		Name string `xml:"name,attr"`
@@ -396,7 +406,10 @@ type (
 // creates nor deletes it); ttyS0 appended to the console file; the agent's
 // virtio serial port behind a unix socket libvirt's QEMU listens on; every
 // way the guest ends (power off, reboot, crash) destroying the domain, as
-// -no-reboot does for the kvm driver. QEMU runs as root with the files
+// -no-reboot does for the kvm driver; and the workspace, if any, shared
+// over virtio 9p (virtio-9p-pci on the pc machine) under the tag
+// kvm.WorkspaceTag, with the passthrough access mode as the kvm driver's
+// QEMU shares it. QEMU runs as root with the files
 // left as they are (a static DAC label): the replica's directory is
 // berth's, mode 0700.
 func domainXML(m kvm.Machine, machine, emulator string) ([]byte, error) {
@@ -441,6 +454,10 @@ func domainXML(m kvm.Machine, machine, emulator string) ([]byte, error) {
 			Video:      video{Model: modelType{"none"}},
 		},
 		SecLabel: secLabel{Type: "static", Model: "dac", Relabel: "no", Label: "+0:+0"},
+	}
+	if m.Workspace != "" {
+		dom.Devices.Filesystem = &fsXML{Type: "mount", AccessMode: "passthrough",
+			Source: fsSource{m.Workspace}, Target: fsSource{kvm.WorkspaceTag}}
 	}
 	return xml.MarshalIndent(dom, "", "  ")
 }

@@ -99,6 +99,24 @@ func TestDomainXML(t *testing.T) {
 	if dom.Devices.Disks[0].ReadOnly != nil || dom.Devices.Disks[1].ReadOnly == nil {
 		t.Error("want the root disk writable and the config drive read-only")
 	}
+	if dom.Devices.Filesystem != nil {
+		t.Errorf("without a workspace the domain shares %+v, want no <filesystem>", *dom.Devices.Filesystem)
+	}
+
+	// A workspace is a 9p share under the tag the initramfs mounts.
+	m := testMachine("tcg")
+	m.Workspace = "/data/computers/c1/work space&"
+	if b, err = domainXML(m, "pc", ""); err != nil {
+		t.Fatal(err)
+	}
+	dom = domain{}
+	if err := xml.Unmarshal(b, &dom); err != nil {
+		t.Fatalf("the domain XML does not parse: %v\n%s", err, b)
+	}
+	want := fsXML{Type: "mount", AccessMode: "passthrough", Source: fsSource{m.Workspace}, Target: fsSource{kvm.WorkspaceTag}}
+	if fs := dom.Devices.Filesystem; fs == nil || *fs != want {
+		t.Errorf("workspace share = %+v, want %+v\n%s", fs, want, b)
+	}
 
 	b, err = domainXML(testMachine("kvm"), "q35", "/usr/bin/qemu-system-x86_64")
 	if err != nil {
