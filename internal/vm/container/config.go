@@ -38,8 +38,12 @@ func (d *Driver) config(spec vm.Spec, st state, wd string, size vm.Size) *specs.
 		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
 		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
 		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
-		{Destination: agentInside, Type: "bind", Source: d.agent, Options: []string{"bind", "ro", "nosuid", "nodev"}},
+		{Destination: agentInside, Type: "bind", Source: d.agent.Path, Options: []string{"bind", "ro", "nosuid", "nodev"}},
 		{Destination: runInside, Type: "bind", Source: filepath.Join(dir, runDir), Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}},
+	}
+	if !d.agent.Static() {
+		// The dynamic agent's interpreter and libraries (see agentCommand).
+		mounts = append(mounts, specs.Mount{Destination: libInside, Type: "bind", Source: d.agent.LibDir, Options: []string{"bind", "ro", "nosuid", "nodev"}})
 	}
 	if spec.Workspace != "" {
 		mounts = append(mounts, specs.Mount{Destination: workspaceInside, Type: "bind", Source: spec.Workspace, Options: []string{"rbind", "rw"}})

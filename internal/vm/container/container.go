@@ -27,10 +27,17 @@
 //	netns        the replica's network namespace, bound here
 //	runtime.err  the runtime's and the agent's own stderr
 //
-// The agent binary (Options.Agent, a statically linked berth) is
-// bind-mounted read-only at /.berth/berth and runs as PID 1 with the agent
-// contract's flags; it runs the setup hooks and start_command with
-// /bin/sh -c from the image. A Spec.Workspace is bind-mounted at /workspace
+// The agent binary (Options.Agent, berth) is bind-mounted read-only at
+// /.berth/berth and runs as PID 1 with the agent contract's flags; it runs
+// the setup hooks and start_command with /bin/sh -c from the image. A
+// statically linked berth runs as it is. A dynamically linked one (built
+// with cgo, as `go build` does on a host with a C compiler) has its ELF
+// interpreter and libraries copied from the host once, at New, into
+// <Dir>/.agent-lib (package agentbin), which every container gets
+// read-only at /.berth/lib; its init is then that interpreter running
+// /.berth/berth with that library path, so the image's own libc (or lack
+// of one) never matters. The agent's children (hooks, the app) are the
+// image's own programs and use the image's libraries. A Spec.Workspace is bind-mounted at /workspace
 // and roots the agent's file operations.
 //
 // Start is: mount the rootfs; make a network namespace and plug it into
@@ -130,6 +137,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/internal/agent"
+	"github.com/berth-dev/berth/internal/agentbin"
 	"github.com/berth-dev/berth/internal/hostnet"
 	"github.com/berth-dev/berth/internal/vm"
 )
@@ -181,9 +189,10 @@ type Options struct {
 	// Net gives replicas their addresses. Required.
 	Net Network
 
-	// Agent is a statically linked berth binary, bind-mounted into every
-	// container as its init. Empty means the running executable, which
-	// must then be static (CGO_ENABLED=0).
+	// Agent is the berth binary bind-mounted into every container as its
+	// init. Empty means the running executable. A dynamically linked one
+	// runs through its bundled interpreter and libraries (see the package
+	// documentation).
 	Agent string
 
 	// AgentArgs are put between "agent" and the contract's flags, e.g.
@@ -210,7 +219,7 @@ type Driver struct {
 	rt       runtime
 	images   Images
 	net      Network
-	agent    string
+	agent    agentbin.Bin // the agent, and its bundle when it is dynamic
 	args     []string
 	cgParent string
 	overlay  bool
@@ -257,6 +266,8 @@ const (
 	exitFile    = "exit.json"
 	leaseFile   = "lease"
 	agentInside = "/.berth/berth"
+	libInside   = "/.berth/lib" // a dynamic agent's bundle
+	agentLibDir = ".agent-lib"  // where it is on the host, under Dir
 	runInside   = "/.berth/run"
 )
 
@@ -268,7 +279,9 @@ const DefaultPort = 8080
 
 // New returns a driver keeping its state under o.Dir. It fails with an
 // error wrapping vm.ErrUnavailable, saying what is missing, on hosts where
-// containers cannot run: not root, no usable runtime, no static agent.
+// containers cannot run: not root, no usable runtime, no agent that can
+// run in a container (not an executable, or a dynamic one whose
+// libraries are not found).
 func New(o Options) (*Driver, error) {
 	if o.Dir == "" {
 		return nil, errors.New("container: Options.Dir is required")
@@ -289,15 +302,16 @@ func New(o Options) (*Driver, error) {
 			return nil, fmt.Errorf("container: finding the agent: %w", err)
 		}
 	}
-	if err := checkStatic(agentBin); err != nil {
-		return nil, fmt.Errorf("container: %w: %w", err, vm.ErrUnavailable)
-	}
 	dir, err := filepath.Abs(o.Dir)
 	if err != nil {
 		return nil, fmt.Errorf("container: %w", err)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("container: %w", err)
+	}
+	bin, err := bundleAgent(agentBin, filepath.Join(dir, agentLibDir))
+	if err != nil {
+		return nil, fmt.Errorf("container: %w: %w", err, vm.ErrUnavailable)
 	}
 	rt.root = o.RuntimeRoot
 	if rt.root == "" {
@@ -324,7 +338,7 @@ func New(o Options) (*Driver, error) {
 		}
 	}
 	d := &Driver{
-		dir: dir, rt: rt, images: o.Images, net: o.Net, agent: agentBin,
+		dir: dir, rt: rt, images: o.Images, net: o.Net, agent: bin,
 		args: slices.Clone(o.AgentArgs), cgParent: parent, overlay: hasOverlay(), log: log,
 		noDisk:   diskProblem(),
 		starting: map[string]bool{}, cpu: map[string]cpuSample{},
@@ -342,20 +356,22 @@ func New(o Options) (*Driver, error) {
 	return d, nil
 }
 
-// checkStatic makes sure the agent can run in any image: a dynamically
-// linked berth would need the host's libc inside every container.
-func checkStatic(path string) error {
+// bundleAgent returns the agent binary at path, ready to run in any image:
+// a static one as it is, a dynamic one with its interpreter and libraries
+// copied into lib (package agentbin). Each file there is replaced by a
+// rename, never rewritten, so the replicas of an earlier berth, which
+// mapped the old ones, and Drivers sharing Dir go on undisturbed.
+func bundleAgent(path, lib string) (agentbin.Bin, error) {
 	f, err := elf.Open(path)
 	if err != nil {
-		return fmt.Errorf("the agent binary %s: %w", path, err)
+		return agentbin.Bin{}, fmt.Errorf("the agent binary %s: %w", path, err)
 	}
-	defer f.Close()
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_INTERP {
-			return fmt.Errorf("the agent binary %s is dynamically linked, so it cannot run inside images; build berth with CGO_ENABLED=0", path)
-		}
+	f.Close()
+	b, err := agentbin.Bundle(path, lib)
+	if err != nil {
+		return b, fmt.Errorf("the agent binary %s is dynamically linked and its libraries cannot be bundled (build berth with CGO_ENABLED=0 to need none): %w", path, err)
 	}
-	return nil
+	return b, nil
 }
 
 // hasOverlay reports whether the kernel has overlayfs.
@@ -705,10 +721,24 @@ func hostname(id string) string {
 	return id
 }
 
-// agentCommand is the init's command line inside the container.
+// agentCommand is the init's command line inside the container: the
+// agent, through its bundled interpreter when it is dynamic, with
+// agentArgs.
 func (d *Driver) agentCommand(spec vm.Spec, wd string) []string {
-	args := []string{agentInside, "agent"}
-	args = append(args, d.args...)
+	return d.agentArgv(d.agentArgs(spec, wd)...)
+}
+
+// agentArgv is the command line that runs `berth agent args...` in a
+// container.
+func (d *Driver) agentArgv(args ...string) []string {
+	return d.agent.Command(agentInside, libInside, append([]string{"agent"}, args...)...)
+}
+
+// agentArgs are the agent's arguments for a replica: the driver's
+// AgentArgs, the agent contract's flags and the command. A spare is
+// assigned these.
+func (d *Driver) agentArgs(spec vm.Spec, wd string) []string {
+	args := slices.Clone(d.args)
 	args = append(args,
 		"--listen", "unix:"+runInside+"/"+sockFile,
 		"--log", runInside+"/"+logFile,

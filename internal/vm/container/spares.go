@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -238,12 +239,11 @@ func writeSpareState(dir string, st state, lower string) error {
 
 // spareCommand is a spare's init command line.
 func (d *Driver) spareCommand() []string {
-	args := []string{agentInside, "agent"}
-	args = append(args, d.args...)
-	return append(args,
+	args := append(slices.Clone(d.args),
 		"--listen", "unix:"+runInside+"/"+sockFile,
 		"--spare", "--spare-fd", "3",
 		"--spare-room="+strings.Repeat(" ", spareRoom))
+	return d.agentArgv(args...)
 }
 
 // makeSpare creates and starts a spare container of kind: its rootfs, an
@@ -474,7 +474,7 @@ func (d *Driver) assign(ctx context.Context, spec vm.Spec, st state, sp *spare) 
 	defer c.Close()
 	actx, cancel := context.WithTimeout(ctx, spareReady)
 	defer cancel()
-	err = c.Assign(actx, agent.GuestConfig{Args: d.agentCommand(spec, wd)[2:], Env: environ(spec, st)})
+	err = c.Assign(actx, agent.GuestConfig{Args: d.agentArgs(spec, wd), Env: environ(spec, st)})
 	step("run")
 	if err != nil {
 		return st, fmt.Errorf("assigning the spare: %w", err)
