@@ -50,8 +50,8 @@ func buildDrivers(o Options, images *image.Store, net *hostnet.Network) (_ map[s
 		o.Log.Info("vm driver unavailable", "driver", "container", "why", "no guest network (run berth host setup)")
 	} else if d, err := container.New(container.Options{
 		Dir: filepath.Join(o.DataDir, "containers"), Images: images, Net: net, Log: o.Log,
-		// A statically linked berth to run as the containers' init when
-		// this one is not (built with cgo).
+		// Another berth to run as the containers' init; by default this
+		// one (a dynamic one gets its libc bundled).
 		Agent: os.Getenv("BERTH_CONTAINER_AGENT"), Runtime: os.Getenv("BERTH_OCI_RUNTIME"),
 	}); err == nil {
 		ds["container"] = d
@@ -61,8 +61,9 @@ func buildDrivers(o Options, images *image.Store, net *hostnet.Network) (_ map[s
 	} else {
 		o.Log.Info("vm driver unavailable", "driver", "container", "why", err)
 	}
-	// The microVM drivers boot the image store's disks with a static
-	// berth written in as the guests' init (agentDisks).
+	// The microVM drivers boot the image store's disks with berth (and a
+	// dynamic berth's libraries) written in as the guests' init
+	// (agentDisks).
 	disks := newAgentDisks(images, filepath.Join(o.DataDir, "guest-disks"))
 	// The firecracker driver needs /dev/kvm, its binary and a guest kernel
 	// of its own ($BERTH_FC_KERNEL); firecrackerOptions says which is

@@ -13,11 +13,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/berth-dev/berth/internal/agentbin"
 	"github.com/berth-dev/berth/internal/hostnet"
 	"github.com/berth-dev/berth/internal/image"
 	"github.com/berth-dev/berth/internal/vm"
@@ -40,9 +40,10 @@ const (
 	// envGuestInitrd is a ready initramfs for the kvm driver (see
 	// kvm.WriteInitrd), which berth then does not build.
 	envGuestInitrd = "BERTH_GUEST_INITRD"
-	// envGuestAgent is a statically linked berth put into every microVM
-	// guest as its init (/berth-agent). Default: $BERTH_CONTAINER_AGENT,
-	// then the running berth, which must then be static.
+	// envGuestAgent is the berth put into every microVM guest as its init
+	// (/berth-agent). Default: $BERTH_CONTAINER_AGENT, then the running
+	// berth. A dynamically linked one gets its interpreter and libraries
+	// beside it (guestLibDir).
 	envGuestAgent = "BERTH_GUEST_AGENT"
 	// envKVMAccel is the kvm driver's accelerator: kvm, tcg or empty
 	// (kvm where /dev/kvm can be opened, else tcg).
@@ -59,6 +60,11 @@ const (
 // guestInit is where the agent goes in every guest disk: the drivers'
 // default GuestInit.
 const guestInit = "/berth-agent"
+
+// guestLibDir is where a dynamically linked agent's interpreter and
+// libraries (package agentbin) go in every guest disk. The guest runs the
+// agent through that interpreter, so it never uses the image's libc.
+const guestLibDir = "/berth-lib"
 
 // unavailablef is an error wrapping vm.ErrUnavailable, so that buildDrivers
 // logs the driver as unavailable and serves on without it.
@@ -83,6 +89,7 @@ func kvmOptions(dir string, disks *agentDisks, net *hostnet.Network, log *slog.L
 		return o, nil, disks.err
 	}
 	o.Images, o.Net = disks, net
+	disks.initOptions(&o)
 	tcg := o.Accel == "tcg"
 	if o.Accel == "" {
 		f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
@@ -142,7 +149,7 @@ func newGuestBoot(dir string, tcg bool, log *slog.Logger) (*guestBoot, error) {
 	b := &guestBoot{log: log}
 	kernel, modules := os.Getenv(envGuestKernel), os.Getenv(envGuestModules)
 	if kernel == "" {
-		if kernel, modules = findKernel(modules); kernel == "" {
+		if kernel, modules = kvm.FindKernel(modules); kernel == "" {
 			return nil, unavailablef("no guest kernel: install Debian's linux-image-amd64 (a /boot/vmlinuz-<release> with /lib/modules/<release>) or set %s", envGuestKernel)
 		}
 	}
@@ -154,7 +161,7 @@ func newGuestBoot(dir string, tcg bool, log *slog.Logger) (*guestBoot, error) {
 	keys := []string{kvm.InitrdVersion(), kernelKey}
 	if b.initrd == "" {
 		if modules == "" {
-			r := kernelRelease(kernel)
+			r := kvm.KernelRelease(kernel)
 			if r == "" {
 				return nil, unavailablef("cannot tell the module tree of the guest kernel %s from its name: set %s (or %s)", kernel, envGuestModules, envGuestInitrd)
 			}
@@ -365,8 +372,9 @@ func (l *lazyKVM) Stop(ctx context.Context, id string, grace time.Duration) erro
 
 // firecrackerOptions returns the firecracker driver's options, or an error
 // wrapping vm.ErrUnavailable saying what is missing, in the order a host
-// would get them: KVM, the binary, a guest kernel, the guest network, a
-// static agent.
+// would get them: KVM, the binary, a guest kernel, the guest network, an
+// agent, which must be static: Firecracker boots without an initramfs,
+// and its driver cannot run a dynamic berth through its interpreter yet.
 func firecrackerOptions(dir string, disks *agentDisks, net *hostnet.Network, log *slog.Logger) (firecracker.Options, error) {
 	o := firecracker.Options{Dir: dir, FirecrackerBin: os.Getenv(envFCBin), Kernel: os.Getenv(envFCKernel), Log: log}
 	if _, err := os.Stat("/dev/kvm"); err != nil {
@@ -388,38 +396,11 @@ func firecrackerOptions(dir string, disks *agentDisks, net *hostnet.Network, log
 	if disks.err != nil {
 		return o, disks.err
 	}
+	if !disks.bin.Static() {
+		return o, unavailablef("the guest agent %s is dynamically linked, which the firecracker driver cannot start yet: set %s to a static berth (CGO_ENABLED=0 go build ./cmd/berth)", disks.agent, envGuestAgent)
+	}
 	o.Images, o.Net = disks, net
 	return o, nil
-}
-
-// findKernel returns the newest /boot/vmlinuz-<release> whose module tree
-// (/lib/modules/<release>, or modules when set) exists, and that tree; ""
-// when there is none.
-func findKernel(modules string) (kernel, tree string) {
-	ks, _ := filepath.Glob("/boot/vmlinuz-*")
-	sort.Sort(sort.Reverse(sort.StringSlice(ks)))
-	for _, k := range ks {
-		tree := modules
-		if tree == "" {
-			tree = filepath.Join("/lib/modules", kernelRelease(k))
-		}
-		if _, err := os.Stat(filepath.Join(tree, "modules.dep")); err == nil {
-			return k, tree
-		}
-	}
-	return "", ""
-}
-
-// kernelRelease is the release in a kernel's file name: vmlinuz-<release>
-// or vmlinux-<release>; "" for other names.
-func kernelRelease(kernel string) string {
-	base := filepath.Base(kernel)
-	for _, p := range []string{"vmlinuz-", "vmlinux-"} {
-		if r, ok := strings.CutPrefix(base, p); ok && r != "" && !strings.Contains(r, "..") {
-			return r
-		}
-	}
-	return ""
 }
 
 // isBzImage reports whether the file is a bzImage (the "HdrS" magic of the
@@ -470,11 +451,11 @@ func writeAtomic(path string, write func(io.Writer) error) error {
 	return err
 }
 
-// guestAgent returns the static berth that microVM guests run as their
-// init: $BERTH_GUEST_AGENT, else $BERTH_CONTAINER_AGENT, else the running
+// guestAgent returns the berth that microVM guests run as their init:
+// $BERTH_GUEST_AGENT, else $BERTH_CONTAINER_AGENT, else the running
 // executable. It answers an error wrapping vm.ErrUnavailable when that is
-// not a static x86-64 executable: a berth built with cgo (or the race
-// detector) needs a dynamic loader and libc the guest image may not have.
+// not an x86-64 executable. A dynamically linked one (built with cgo or
+// the race detector) will do: agentDisks bundles its libraries.
 func guestAgent() (string, error) {
 	path := os.Getenv(envGuestAgent)
 	if path == "" {
@@ -487,14 +468,28 @@ func guestAgent() (string, error) {
 		}
 		path = exe
 	}
-	if err := checkStatic(path); err != nil {
-		return "", unavailablef("guest agent: %v: set %s to a static berth (CGO_ENABLED=0 go build ./cmd/berth)", err, envGuestAgent)
+	if err := checkX86(path); err != nil {
+		return "", unavailablef("guest agent: %v: set %s to a berth built for linux/amd64", err, envGuestAgent)
 	}
 	return path, nil
 }
 
+// checkX86 says why path is not an x86-64 executable, or nil.
+func checkX86(path string) error {
+	f, err := elf.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if f.Machine != elf.EM_X86_64 {
+		return fmt.Errorf("%s is not an x86-64 executable", path)
+	}
+	return nil
+}
+
 // checkStatic says why path is not a statically linked x86-64 executable,
-// which a guest can run whatever its image holds, or nil.
+// which a guest can run whatever its image holds (the initramfs's
+// busybox), or nil.
 func checkStatic(path string) error {
 	f, err := elf.Open(path)
 	if err != nil {
@@ -511,10 +506,13 @@ func checkStatic(path string) error {
 }
 
 // agentDisks gives the microVM drivers their root disks: the image store's
-// ext4 disk of an image with the static agent written into it as
-// /berth-agent, made once per image disk and agent and kept in dir. An
-// image then needs no berth of its own, and every guest runs the agent of
-// the berth that starts it, whatever (if any) /berth-agent the image has.
+// ext4 disk of an image with the agent written into it as /berth-agent,
+// and a dynamically linked agent's interpreter and libraries (resolved on
+// the host, package agentbin) into /berth-lib, made once per image disk
+// and agent (with its libraries) and kept in dir. An image then needs no
+// berth of its own, nor a libc matching it, and every guest runs the agent
+// of the berth that starts it, whatever (if any) /berth-agent the image
+// has. A static agent costs nothing more: no /berth-lib is written.
 //
 // Decision: the agent goes into a copy of the disk (debugfs, from the same
 // e2fsprogs as the image store's mkfs.ext4; nothing is mounted), not into
@@ -525,10 +523,11 @@ func checkStatic(path string) error {
 type agentDisks struct {
 	images *image.Store
 	agent  string
+	bin    agentbin.Bin // the agent and, if it is dynamic, its bundle
 	dir    string
 	err    error // why there is no agent (wraps vm.ErrUnavailable)
 
-	digest func() (string, error) // the agent's SHA-256, read once
+	digest func() (string, error) // the agent's (and its bundle's) SHA-256, read once
 	mu     sync.Mutex             // serializes builds
 }
 
@@ -540,8 +539,73 @@ func newAgentDisks(images *image.Store, dir string) *agentDisks {
 	if a.err == nil && images == nil {
 		a.err = unavailablef("no image store")
 	}
-	a.digest = sync.OnceValues(func() (string, error) { return fileSum(a.agent) })
+	if a.err == nil {
+		// Copied now, so that a host upgrade of libc while berth runs
+		// does not change what its guests get.
+		lib := filepath.Join(dir, agentLibDir)
+		os.RemoveAll(lib) // a former agent's libraries
+		var err error
+		if a.bin, err = agentbin.Bundle(a.agent, lib); err != nil {
+			a.err = unavailablef("guest agent: %v", err)
+		}
+	}
+	a.digest = sync.OnceValues(a.sum)
 	return a
+}
+
+// initOptions sets the kvm driver's guest init to start the agent: the
+// driver's default (/berth-agent itself) for a static agent, and for a
+// dynamic one the interpreter bundled into the disk, which runs the agent
+// with the bundle's libraries.
+func (a *agentDisks) initOptions(o *kvm.Options) {
+	if a.bin.Static() {
+		return
+	}
+	argv := a.bin.Command(guestInit, guestLibDir)
+	o.GuestInit, o.GuestInitArgs = argv[0], argv[1:]
+}
+
+// agentLibDir is the directory under agentDisks.dir holding a dynamic
+// agent's bundle.
+const agentLibDir = "agent-lib"
+
+// sum is the SHA-256 of the agent, and with a dynamic agent of its
+// bundle's file names and contents too: a changed libc makes new disks.
+func (a *agentDisks) sum() (string, error) {
+	s, err := fileSum(a.agent)
+	if err != nil || a.bin.Static() {
+		return s, err
+	}
+	files, err := bundleFiles(a.bin)
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	io.WriteString(h, s)
+	for _, f := range files {
+		fs, err := fileSum(filepath.Join(a.bin.LibDir, f))
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(h, "\x00%s\x00%s", f, fs)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// bundleFiles lists the regular files of a dynamic agent's bundle, by
+// name, sorted.
+func bundleFiles(b agentbin.Bin) ([]string, error) {
+	ents, err := os.ReadDir(b.LibDir)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, e := range ents {
+		if e.Type().IsRegular() && !strings.HasPrefix(e.Name(), ".") {
+			names = append(names, e.Name())
+		}
+	}
+	return names, nil
 }
 
 // Ext4 returns the image's disk with the agent in it (see agentDisks), as
@@ -576,7 +640,7 @@ func (a *agentDisks) Ext4(name string, sizeGB int) (string, error) {
 		os.Remove(tmp)
 		return "", fmt.Errorf("copying the image disk: %w", err)
 	}
-	if err := writeAgent(tmp, a.agent); err != nil {
+	if err := writeAgent(tmp, a.bin); err != nil {
 		os.Remove(tmp)
 		return "", err
 	}
@@ -616,44 +680,64 @@ func (a *agentDisks) prune(sum string) {
 }
 
 // writeAgent writes the agent into the ext4 disk img as /berth-agent
-// (root's, mode 0755), replacing what the image had there, with debugfs,
-// and reads it back to check that it arrived whole: debugfs reports failed
-// requests (a full disk) on stderr, not in its exit status, and records
-// the whole size even when it could not write every block.
-func writeAgent(img, agent string) error {
-	if strings.ContainsAny(agent, "\"\n\\") {
-		return fmt.Errorf("guest agent path %q: quotes, backslashes and newlines are not supported", agent)
-	}
-	want, err := fileSum(agent)
-	if err != nil {
-		return fmt.Errorf("guest agent: %w", err)
+// (root's, mode 0755), replacing what the image had there, and a dynamic
+// agent's bundle into /berth-lib, with debugfs, and reads every file back
+// to check that it arrived whole: debugfs reports failed requests (a full
+// disk) on stderr, not in its exit status, and records the whole size
+// even when it could not write every block.
+func writeAgent(img string, bin agentbin.Bin) error {
+	files := [][2]string{{bin.Path, guestInit}} // host path, guest path
+	if !bin.Static() {
+		names, err := bundleFiles(bin)
+		if err != nil {
+			return fmt.Errorf("guest agent's libraries: %w", err)
+		}
+		for _, n := range names {
+			files = append(files, [2]string{filepath.Join(bin.LibDir, n), guestLibDir + "/" + n})
+		}
 	}
 	debugfs, err := exec.LookPath("debugfs")
 	if err != nil {
 		return errors.New("no debugfs to put the agent into the guest disk (Debian: apt-get install e2fsprogs)")
 	}
-	script := strings.Join([]string{
-		"rm " + guestInit, // fails harmlessly when the image has none
-		fmt.Sprintf("write %q %s", agent, guestInit),
-		"set_inode_field " + guestInit + " mode 0100755",
-		"set_inode_field " + guestInit + " uid 0",
-		"set_inode_field " + guestInit + " gid 0",
-	}, "\n") + "\n"
+	var script []string
+	if !bin.Static() {
+		// mkdir fails harmlessly when the image has the directory.
+		script = append(script, "mkdir "+guestLibDir, "set_inode_field "+guestLibDir+" mode 040755",
+			"set_inode_field "+guestLibDir+" uid 0", "set_inode_field "+guestLibDir+" gid 0")
+	}
+	for _, f := range files {
+		if strings.ContainsAny(f[0], "\"\n\\") {
+			return fmt.Errorf("guest agent path %q: quotes, backslashes and newlines are not supported", f[0])
+		}
+		script = append(script,
+			"rm "+f[1], // fails harmlessly when the image has none
+			fmt.Sprintf("write %q %s", f[0], f[1]),
+			"set_inode_field "+f[1]+" mode 0100755",
+			"set_inode_field "+f[1]+" uid 0",
+			"set_inode_field "+f[1]+" gid 0")
+	}
 	cmd := exec.Command(debugfs, "-w", "-f", "-", img)
-	cmd.Stdin = strings.NewReader(script)
+	cmd.Stdin = strings.NewReader(strings.Join(script, "\n") + "\n")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("debugfs: %v: %s", err, strings.TrimSpace(string(out)))
 	}
-	h := sha256.New()
-	var stderr strings.Builder
-	cat := exec.Command(debugfs, "-R", "cat "+guestInit, img)
-	cat.Stdout, cat.Stderr = h, &stderr
-	if err := cat.Run(); err != nil {
-		return fmt.Errorf("debugfs cat: %v: %s", err, strings.TrimSpace(stderr.String()))
-	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != want {
-		return fmt.Errorf("writing the agent into the guest disk failed (disk full?): %s", strings.TrimSpace(string(out)))
+	for _, f := range files {
+		want, err := fileSum(f[0])
+		if err != nil {
+			return fmt.Errorf("guest agent: %w", err)
+		}
+		h := sha256.New()
+		var stderr strings.Builder
+		cat := exec.Command(debugfs, "-R", "cat "+f[1], img)
+		cat.Stdout, cat.Stderr = h, &stderr
+		if err := cat.Run(); err != nil {
+			return fmt.Errorf("debugfs cat: %v: %s", err, strings.TrimSpace(stderr.String()))
+		}
+		if got := hex.EncodeToString(h.Sum(nil)); got != want {
+			return fmt.Errorf("writing %s into the guest disk failed (disk full?): %s", f[1], strings.TrimSpace(string(out)))
+		}
 	}
 	return nil
 }

@@ -1,37 +1,28 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/internal/agentbin"
+	"github.com/berth-dev/berth/internal/image"
+	"github.com/berth-dev/berth/internal/store"
 	"github.com/berth-dev/berth/internal/vm"
 	"github.com/berth-dev/berth/internal/vm/kvm"
 )
 
-func TestKernelRelease(t *testing.T) {
-	for _, tc := range []struct{ path, want string }{
-		{"/boot/vmlinuz-6.1.0-57-amd64", "6.1.0-57-amd64"},
-		{"/srv/vmlinux-6.1", "6.1"},
-		{"/srv/vmlinux", ""},
-		{"/boot/bzImage", ""},
-		{"/boot/vmlinuz-", ""},
-		{"/boot/vmlinuz-..", ""},
-	} {
-		if got := kernelRelease(tc.path); got != tc.want {
-			t.Errorf("kernelRelease(%q) = %q, want %q", tc.path, got, tc.want)
-		}
-	}
-}
-
-// TestGuestAgent checks that only a static executable becomes the guests'
-// agent, and that the reason says how to get one.
+// TestGuestAgent checks that an x86-64 executable, static or not, becomes
+// the guests' agent, and that anything else is refused with a reason.
 func TestGuestAgent(t *testing.T) {
 	dir := t.TempDir()
 	text := filepath.Join(dir, "script")
@@ -55,15 +46,12 @@ func TestGuestAgent(t *testing.T) {
 			}
 		})
 	}
-	// The test binary is static only when built without cgo and -race.
+	// The test binary is dynamically linked when built with -race or cgo:
+	// its libraries are bundled (agentDisks), so it will do.
 	t.Run("test binary", func(t *testing.T) {
 		t.Setenv(envGuestAgent, "")
-		got, err := guestAgent()
-		if static := checkStatic(exe) == nil; static != (err == nil) {
-			t.Fatalf("guestAgent() = %q, %v for a test binary whose static is %v", got, err, static)
-		}
-		if err != nil && !strings.Contains(err.Error(), "dynamically linked") {
-			t.Errorf("guestAgent() = %v, want it to say the binary is dynamically linked", err)
+		if got, err := guestAgent(); err != nil || got != exe {
+			t.Errorf("guestAgent() = %q, %v; want the test binary %q", got, err, exe)
 		}
 	})
 	if bb, err := exec.LookPath("busybox"); err == nil && checkStatic(bb) == nil {
@@ -206,7 +194,7 @@ func TestWriteAgent(t *testing.T) {
 	agent := filepath.Join(dir, "agent")
 	want := strings.Repeat("agent bytes\n", 10000)
 	os.WriteFile(agent, []byte(want), 0o700)
-	if err := writeAgent(img, agent); err != nil {
+	if err := writeAgent(img, agentbin.Bin{Path: agent}); err != nil {
 		t.Fatal(err)
 	}
 	got, err := exec.Command("debugfs", "-R", "cat "+guestInit, img).Output()
@@ -228,7 +216,138 @@ func TestWriteAgent(t *testing.T) {
 		junk[i] = byte(i*7 + i>>8)
 	}
 	os.WriteFile(big, junk, 0o755)
-	if err := writeAgent(small, big); err == nil {
+	if err := writeAgent(small, agentbin.Bin{Path: big}); err == nil {
 		t.Error("writing a 4 MiB agent into a 1 MiB disk succeeded")
 	}
+}
+
+// TestAgentDisks makes guest disks of an image with a dynamically linked
+// agent (the race-enabled test binary) and with a static one (busybox),
+// and checks what lands in them: the agent, and only with the dynamic one
+// its interpreter and libraries in /berth-lib, which the kvm driver is
+// told to start it through (kvmOptions); and that a changed library
+// makes a new disk.
+func TestAgentDisks(t *testing.T) {
+	for _, tool := range []string{"mkfs.ext4", "debugfs"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s is missing (Debian: e2fsprogs)", tool)
+		}
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if checkStatic(exe) == nil {
+		t.Skip("the test binary is static (built without cgo and -race)")
+	}
+	dir := t.TempDir()
+	db, err := store.Open(filepath.Join(dir, "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	images, err := image.New(context.Background(), image.Options{Dir: filepath.Join(dir, "images"), Catalog: db})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree := filepath.Join(dir, "tree")
+	os.MkdirAll(filepath.Join(tree, "etc"), 0o755)
+	os.WriteFile(filepath.Join(tree, "etc", "motd"), []byte("hi\n"), 0o644)
+	if _, err := images.Import(context.Background(), "tiny", tree); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("BERTH_CONTAINER_AGENT", "")
+
+	t.Run("dynamic", func(t *testing.T) {
+		t.Setenv(envGuestAgent, exe)
+		a := newAgentDisks(images, filepath.Join(dir, "dyn"))
+		if a.err != nil {
+			t.Fatal(a.err)
+		}
+		if a.bin.Static() {
+			t.Fatal("the test binary's bundle says it is static")
+		}
+		disk, err := a.Ext4("tiny", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls, err := exec.Command("debugfs", "-R", "ls -l "+guestLibDir, disk).CombinedOutput()
+		if err != nil {
+			t.Fatalf("debugfs ls: %v: %s", err, ls)
+		}
+		names, err := bundleFiles(a.bin)
+		if err != nil || len(names) < 2 {
+			t.Fatalf("bundle %v, %v: want the interpreter and libc at least", names, err)
+		}
+		for _, n := range names {
+			if !strings.Contains(string(ls), " "+n+"\n") && !strings.HasSuffix(strings.TrimSpace(string(ls)), " "+n) {
+				t.Errorf("%s/%s is not in the disk:\n%s", guestLibDir, n, ls)
+			}
+			want, _ := os.ReadFile(filepath.Join(a.bin.LibDir, n))
+			got, err := exec.Command("debugfs", "-R", "cat "+guestLibDir+"/"+n, disk).Output()
+			if err != nil || !bytes.Equal(got, want) {
+				t.Errorf("%s/%s in the disk: %d bytes (%v), want %d", guestLibDir, n, len(got), err, len(want))
+			}
+		}
+		if !slices.Contains(names, a.bin.Interp) {
+			t.Errorf("the interpreter %s is not among the bundle's files %v", a.bin.Interp, names)
+		}
+		// The kvm driver gets the interpreter as init.
+		var o kvm.Options
+		a.initOptions(&o)
+		wantInit := guestLibDir + "/" + a.bin.Interp
+		wantArgs := []string{"--inhibit-cache", "--library-path", guestLibDir, guestInit}
+		if o.GuestInit != wantInit || !slices.Equal(o.GuestInitArgs, wantArgs) {
+			t.Errorf("kvm init %q %q, want %q %q", o.GuestInit, o.GuestInitArgs, wantInit, wantArgs)
+		}
+
+		// Another libc (a host upgrade) is another disk.
+		lib := filepath.Join(a.bin.LibDir, a.bin.Interp)
+		f, err := os.OpenFile(lib, os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Write([]byte{0})
+		f.Close()
+		b := &agentDisks{images: images, agent: a.agent, bin: a.bin, dir: a.dir}
+		b.digest = sync.OnceValues(b.sum)
+		again, err := b.Ext4("tiny", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if again == disk {
+			t.Error("a changed library gave the same disk")
+		}
+	})
+
+	bb, err := exec.LookPath("busybox")
+	if err != nil || checkStatic(bb) != nil {
+		t.Skip("needs a static busybox (Debian: busybox-static) as a static agent")
+	}
+	t.Run("static", func(t *testing.T) {
+		t.Setenv(envGuestAgent, bb)
+		a := newAgentDisks(images, filepath.Join(dir, "static"))
+		if a.err != nil {
+			t.Fatal(a.err)
+		}
+		if !a.bin.Static() {
+			t.Fatal("busybox's bundle says it is dynamic")
+		}
+		disk, err := a.Ext4("tiny", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out, _ := exec.Command("debugfs", "-R", "stat "+guestLibDir, disk).CombinedOutput(); !strings.Contains(string(out), "not found") {
+			t.Errorf("a static agent's disk has %s:\n%s", guestLibDir, out)
+		}
+		got, err := exec.Command("debugfs", "-R", "cat "+guestInit, disk).Output()
+		want, _ := os.ReadFile(bb)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("%s in the disk: %d bytes (%v), want busybox's %d", guestInit, len(got), err, len(want))
+		}
+		var o kvm.Options
+		if a.initOptions(&o); o.GuestInit != "" || o.GuestInitArgs != nil {
+			t.Errorf("kvm init for a static agent %q %q, want the driver's default", o.GuestInit, o.GuestInitArgs)
+		}
+	})
 }

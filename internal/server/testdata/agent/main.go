@@ -1,7 +1,7 @@
-// Command agent is `berth agent` alone: TestKVMGateway builds it statically
-// (CGO_ENABLED=0) as the guests' init ($BERTH_GUEST_AGENT), since the test
-// binary, built with the race detector, is not static, and building the
-// agent alone is quicker than building all of berth.
+// Command agent is `berth agent` alone: TestKVMGateway builds it as the
+// guests' init ($BERTH_GUEST_AGENT), with cgo where there is a C compiler
+// (dynamically linked, as berth is built there), since building the agent
+// alone is quicker than building all of berth.
 package main
 
 import (
