@@ -30,6 +30,7 @@ import (
 
 	"github.com/berth-dev/berth/internal/hostnet"
 	"github.com/berth-dev/berth/internal/vm/container"
+	"github.com/berth-dev/berth/internal/vm/kvm"
 	"github.com/berth-dev/berth/internal/vm/libvirt"
 )
 
@@ -51,6 +52,16 @@ type Host struct {
 	LibvirtSocket string
 	Root          bool // whether berth runs as root
 	LookBin       func(string) (string, error)
+	// Agent is the berth the container driver runs as the containers'
+	// init (BERTH_CONTAINER_AGENT), GuestAgent the microVM guests'
+	// (BERTH_GUEST_AGENT, else Agent); empty means the running berth.
+	Agent, GuestAgent string
+	// GuestKernel is the kvm and libvirt drivers' guest kernel
+	// (BERTH_GUEST_KERNEL), GuestModules its module tree
+	// (BERTH_GUEST_MODULES); empty means what berth serve finds
+	// (kvm.FindKernel). GuestInitrd is a ready initramfs
+	// (BERTH_GUEST_INITRD): berth then builds none, and needs no busybox.
+	GuestKernel, GuestModules, GuestInitrd string
 }
 
 // ThisHost describes this machine with the guest network of dataDir.
@@ -59,7 +70,11 @@ func ThisHost(dataDir string) (Host, error) {
 	if err != nil {
 		return Host{}, err
 	}
-	return Host{Net: c, KVM: "/dev/kvm", LibvirtSocket: os.Getenv("BERTH_LIBVIRT_SOCKET"), Root: os.Geteuid() == 0, LookBin: exec.LookPath}, nil
+	return Host{
+		Net: c, KVM: "/dev/kvm", LibvirtSocket: os.Getenv("BERTH_LIBVIRT_SOCKET"), Root: os.Geteuid() == 0, LookBin: exec.LookPath,
+		Agent: os.Getenv("BERTH_CONTAINER_AGENT"), GuestAgent: os.Getenv("BERTH_GUEST_AGENT"),
+		GuestKernel: os.Getenv("BERTH_GUEST_KERNEL"), GuestModules: os.Getenv("BERTH_GUEST_MODULES"), GuestInitrd: os.Getenv("BERTH_GUEST_INITRD"),
+	}, nil
 }
 
 // check accumulates one driver's findings.
@@ -121,9 +136,7 @@ func (h Host) container(ctx context.Context) Result {
 	if !hasFS("overlay") {
 		c.note("no overlayfs: every replica gets a full copy of its image")
 	}
-	if exe, err := os.Executable(); err == nil && !static(exe) {
-		c.missing("a statically linked berth to run as the containers' init (build with CGO_ENABLED=0)")
-	}
+	h.agentNote(c, h.Agent)
 	for _, ctl := range missingControllers("memory", "cpu", "pids", "freezer") {
 		c.missing("the %s cgroup controller", ctl)
 	}
@@ -138,7 +151,12 @@ func (h Host) firecracker(ctx context.Context) Result {
 	}
 	h.bin(c, "firecracker", "not packaged by Debian: put its release binary in PATH")
 	h.bin(c, "mkfs.ext4", "Debian package e2fsprogs")
-	h.kvmDevice(c)
+	if why := h.kvmDevice(); why != "" {
+		c.missing("%s", why)
+	}
+	if a := h.guestAgent(); dynamic(a) {
+		c.missing("a statically linked berth as the guests' agent: the firecracker driver cannot start a dynamic one (%s) yet (build with CGO_ENABLED=0, or set BERTH_GUEST_AGENT)", a)
+	}
 	if _, err := os.Stat("/dev/vhost-vsock"); err != nil {
 		c.missing("/dev/vhost-vsock (modprobe vhost_vsock)")
 	}
@@ -146,6 +164,8 @@ func (h Host) firecracker(ctx context.Context) Result {
 	return c.done()
 }
 
+// kvm checks for the kvm driver. Without /dev/kvm its guests run under
+// TCG emulation, slowly: a note, not a lack.
 func (h Host) kvm(ctx context.Context) Result {
 	c := &check{r: Result{Driver: "kvm"}}
 	if !h.Root {
@@ -153,9 +173,56 @@ func (h Host) kvm(ctx context.Context) Result {
 	}
 	h.bin(c, "qemu-system-x86_64", "Debian package qemu-system-x86")
 	h.bin(c, "mkfs.ext4", "Debian package e2fsprogs")
-	h.kvmDevice(c)
+	h.bin(c, "debugfs", "Debian package e2fsprogs")
+	h.guestBoot(c)
+	if why := h.kvmDevice(); why != "" {
+		c.note("%s: guests run under TCG emulation (slow)", why)
+	}
+	h.agentNote(c, h.guestAgent())
 	h.bridge(ctx, c)
 	return c.done()
+}
+
+// guestBoot checks for what the kvm and libvirt drivers boot their guests
+// with, found as berth serve finds it: the guest kernel, and unless an
+// initramfs is given the busybox it is built with.
+func (h Host) guestBoot(c *check) {
+	if k := h.GuestKernel; k != "" {
+		if _, err := os.Stat(k); err != nil {
+			c.missing("the guest kernel BERTH_GUEST_KERNEL=%s: %v", k, err)
+		}
+	} else if k, _ := kvm.FindKernel(h.GuestModules); k == "" {
+		c.missing("a guest kernel: a /boot/vmlinuz-<release> with /lib/modules/<release> (Debian package linux-image-amd64), or set BERTH_GUEST_KERNEL")
+	}
+	if h.GuestInitrd == "" {
+		if bb, err := h.LookBin("busybox"); err != nil || !static(bb) {
+			c.missing("a static busybox for the guest initramfs (Debian package busybox-static)")
+		}
+	}
+}
+
+// guestAgent is the berth the microVM drivers put into their guests, as
+// berth serve picks it; "" when it cannot be told.
+func (h Host) guestAgent() string {
+	for _, a := range []string{h.GuestAgent, h.Agent} {
+		if a != "" {
+			return a
+		}
+	}
+	exe, _ := os.Executable()
+	return exe
+}
+
+// agentNote notes that the sandboxes' agent (agent, or the running berth
+// when empty) is dynamically linked: it is no lack, its libraries go with
+// it (package agentbin).
+func (h Host) agentNote(c *check, agent string) {
+	if agent == "" {
+		agent, _ = os.Executable()
+	}
+	if dynamic(agent) {
+		c.note("dynamic berth: its libc is bundled into sandboxes")
+	}
 }
 
 // libvirt checks for the libvirt driver: the kvm driver's guests run by
@@ -168,6 +235,8 @@ func (h Host) libvirt(ctx context.Context) Result {
 	}
 	h.bin(c, "qemu-system-x86_64", "Debian package qemu-system-x86")
 	h.bin(c, "mkfs.ext4", "Debian package e2fsprogs")
+	h.bin(c, "debugfs", "Debian package e2fsprogs")
+	h.guestBoot(c)
 	sock := h.LibvirtSocket
 	if sock == "" {
 		sock = libvirt.DefaultSocket
@@ -181,20 +250,17 @@ func (h Host) libvirt(ctx context.Context) Result {
 	} else {
 		conn.Close()
 	}
-	dev := h.KVM
-	if dev == "" {
-		dev = "/dev/kvm"
+	if why := h.kvmDevice(); why != "" {
+		c.note("%s: domains run as type qemu (TCG emulation, slow)", why)
 	}
-	if f, err := os.OpenFile(dev, os.O_RDWR, 0); err != nil {
-		c.note("no usable %s: domains run as type qemu (TCG emulation, slow)", dev)
-	} else {
-		f.Close()
-	}
+	h.agentNote(c, h.guestAgent())
 	h.bridge(ctx, c)
 	return c.done()
 }
 
-func (h Host) kvmDevice(c *check) {
+// kvmDevice says why the KVM device cannot be used, with the remedy, or
+// "".
+func (h Host) kvmDevice() string {
 	dev := h.KVM
 	if dev == "" {
 		dev = "/dev/kvm"
@@ -202,13 +268,12 @@ func (h Host) kvmDevice(c *check) {
 	f, err := os.OpenFile(dev, os.O_RDWR, 0)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			c.missing("%s: no hardware virtualization here (enable VT-x/AMD-V or nested virtualization, modprobe kvm_intel or kvm_amd)", dev)
-		} else {
-			c.missing("read-write access to %s: %v", dev, err)
+			return fmt.Sprintf("%s: no hardware virtualization here (enable VT-x/AMD-V or nested virtualization, modprobe kvm_intel or kvm_amd)", dev)
 		}
-		return
+		return fmt.Sprintf("no read-write access to %s: %v", dev, err)
 	}
 	f.Close()
+	return ""
 }
 
 func (h Host) bridge(ctx context.Context, c *check) {
@@ -263,6 +328,23 @@ func hasFS(name string) bool {
 	return err == nil && strings.Contains(string(b), "\t"+name+"\n")
 }
 
+// dynamic reports whether path is an ELF executable with an interpreter.
+func dynamic(path string) bool {
+	f, err := elf.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return true
+		}
+	}
+	return false
+}
+
+// static reports whether path is an ELF executable without an
+// interpreter.
 func static(path string) bool {
 	f, err := elf.Open(path)
 	if err != nil {

@@ -27,6 +27,7 @@ func bare(t *testing.T) Host {
 		// A socket path nothing listens on.
 		LibvirtSocket: filepath.Join(t.TempDir(), "libvirt-sock"),
 		LookBin:       func(name string) (string, error) { return "", errors.New("not found") },
+		GuestKernel:   filepath.Join(t.TempDir(), "no-vmlinuz"),
 	}
 }
 
@@ -50,7 +51,7 @@ func TestCheckBareHost(t *testing.T) {
 	for driver, wants := range map[string][]string{
 		"container":   {"root privileges", "ip (Debian package iproute2)", "guest network"},
 		"firecracker": {"firecracker", "mkfs.ext4 (Debian package e2fsprogs)", "no-kvm: no hardware virtualization"},
-		"kvm":         {"qemu-system-x86_64 (Debian package qemu-system-x86)", "no-kvm"},
+		"kvm":         {"qemu-system-x86_64 (Debian package qemu-system-x86)", "no-vmlinuz", "busybox-static"},
 		"libvirt":     {"root privileges", "qemu-system-x86_64 (Debian package qemu-system-x86)", "libvirtd answering on", "libvirt-sock", "guest network"},
 	} {
 		r := find(rs, driver)
@@ -68,6 +69,60 @@ func TestCheckBareHost(t *testing.T) {
 	Print(&buf, rs)
 	if !strings.Contains(buf.String(), "container: missing: root privileges") {
 		t.Errorf("Print wrote:\n%s", buf.String())
+	}
+}
+
+// TestCheckKVM checks a host with everything the kvm driver needs but
+// /dev/kvm: its guests run under TCG, so that is a note, not a lack; and
+// that a dynamically linked agent is a note for the kvm and container
+// drivers, a lack only for firecracker's.
+func TestCheckKVM(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !dynamic(exe) {
+		t.Skip("the test binary is static (built without cgo and -race)")
+	}
+	h := bare(t)
+	h.Root = true
+	h.LookBin = func(name string) (string, error) { return "/bin/" + name, nil }
+	h.GuestKernel = filepath.Join(t.TempDir(), "vmlinuz-6.1.0-test")
+	os.WriteFile(h.GuestKernel, []byte("kernel"), 0o644)
+	h.GuestInitrd = "/srv/initrd.img" // so no busybox is needed
+	h.Agent, h.GuestAgent = exe, exe
+	rs := Check(t.Context(), h)
+	r := find(rs, "kvm")
+	if all := strings.Join(r.Missing, "\n"); strings.Contains(all, "no-kvm") || strings.Contains(all, "kernel") || strings.Contains(all, "busybox") {
+		t.Errorf("kvm: missing %q; want neither /dev/kvm, the kernel nor busybox", all)
+	}
+	notes := strings.Join(r.Notes, "\n")
+	for _, w := range []string{"no-kvm", "TCG", "dynamic berth: its libc is bundled into sandboxes"} {
+		if !strings.Contains(notes, w) {
+			t.Errorf("kvm: notes %q; want one saying %q", notes, w)
+		}
+	}
+	c := find(rs, "container")
+	if all := strings.Join(c.Missing, "\n"); strings.Contains(all, "static") {
+		t.Errorf("container: missing %q; a dynamic berth will do", all)
+	}
+	if notes := strings.Join(c.Notes, "\n"); !strings.Contains(notes, "dynamic berth") {
+		t.Errorf("container: notes %q; want the dynamic berth's", notes)
+	}
+	if fc := find(rs, "firecracker"); !strings.Contains(strings.Join(fc.Missing, "\n"), "statically linked berth") {
+		t.Errorf("firecracker: missing %q; want a static agent", fc.Missing)
+	}
+	if bb, err := exec.LookPath("busybox"); err == nil && static(bb) {
+		h.Agent = bb
+		c := find(Check(t.Context(), h), "container")
+		if notes := strings.Join(c.Notes, "\n"); strings.Contains(notes, "dynamic berth") {
+			t.Errorf("container with a static agent: notes %q", notes)
+		}
+	}
+	h.GuestKernel = ""
+	h.GuestModules = filepath.Join(t.TempDir(), "no-modules")
+	if all := strings.Join(find(Check(t.Context(), h), "kvm").Missing, "\n"); !strings.Contains(all, "a guest kernel") {
+		t.Errorf("kvm without a kernel and its modules: missing %q", all)
 	}
 }
 
