@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+
+	"github.com/berth-dev/berth/internal/store"
 )
 
 // Fact kinds (computerFactSchema).
@@ -237,11 +239,29 @@ func (m *Manager) emit(ctx context.Context, f Fact, dedupe string, mustExist boo
 // emitLifecycle records a state change the manager made; failures are
 // logged, not returned: the change itself has happened.
 func (m *Manager) emitLifecycle(ctx context.Context, id string, st State, via string) {
-	f := Fact{Kind: FactLifecycle, ComputerID: id, ObservedAt: m.now().UnixMilli(), State: st,
-		Provenance: Provenance{Actor: Actor, Via: via}}
-	if _, err := m.emit(context.WithoutCancel(ctx), f, "", false); err != nil {
+	if _, err := m.emit(context.WithoutCancel(ctx), lifecycleFact(id, m.now().UnixMilli(), st, via), "", false); err != nil {
 		m.log.Warn("computer: recording a lifecycle fact", "computer", id, "err", err)
 	}
+}
+
+func lifecycleFact(id string, at int64, st State, via string) Fact {
+	return Fact{Kind: FactLifecycle, ComputerID: id, ObservedAt: at, State: st, Provenance: Provenance{Actor: Actor, Via: via}}
+}
+
+// lifecycleFacts is a lifecycle fact for the store to append in the same
+// transaction as the state change it reports, which saves a commit; the
+// caller wakes the fact's readers (notifyFacts) once that write returned.
+// A fact that does not encode (it cannot: the manager made it) is logged
+// and left out, like a failed emitLifecycle, rather than failing the
+// change.
+func (m *Manager) lifecycleFacts(id string, st State, via string) []store.NewComputerFact {
+	at := m.now().UnixMilli()
+	body, err := json.Marshal(lifecycleFact(id, at, st, via))
+	if err != nil {
+		m.log.Warn("computer: recording a lifecycle fact", "computer", id, "err", err)
+		return nil
+	}
+	return []store.NewComputerFact{{At: at, Body: body}}
 }
 
 // Actor is the provenance actor of facts the manager records itself.

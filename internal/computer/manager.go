@@ -24,12 +24,12 @@ import (
 
 // Store is what the Manager needs of package store.
 type Store interface {
-	CreateComputer(ctx context.Context, c store.Computer) (store.Computer, error)
+	CreateComputer(ctx context.Context, c store.Computer, facts ...store.NewComputerFact) (store.Computer, error)
 	Computer(ctx context.Context, id string) (store.Computer, error)
 	Computers(ctx context.Context, namespace string) ([]store.Computer, error)
 	UpdateComputer(ctx context.Context, id string, fn func(*store.Computer) error) (store.Computer, error)
 	DeleteComputer(ctx context.Context, id string) error
-	ReserveComputerSlot(ctx context.Context, id string, limit store.SlotLimit, fn func(*store.Computer, store.ActiveOn) error) (store.SlotReservation, store.Computer, error)
+	ReserveComputerSlot(ctx context.Context, id string, limit store.SlotLimit, fn func(*store.Computer, store.ActiveOn) error, facts ...store.NewComputerFact) (store.SlotReservation, store.Computer, error)
 	ReleaseComputerSlot(ctx context.Context, id string, fn func(*store.Computer)) (store.Computer, error)
 	ComputerSlots(ctx context.Context) ([]string, error)
 	EnqueueComputer(ctx context.Context, id string, fn func(*store.Computer)) (int, store.Computer, error)
@@ -37,6 +37,7 @@ type Store interface {
 	PutComputerHost(ctx context.Context, hostID string, h store.ComputerHost) error
 	ComputerHosts(ctx context.Context) (map[string]store.ComputerHost, error)
 	OpenUsage(ctx context.Context, u store.UsageInterval) error
+	OpenComputerRuntime(ctx context.Context, u store.UsageInterval, fn func(*store.Computer) error, facts ...store.NewComputerFact) (store.Computer, error)
 	EndUsage(ctx context.Context, runtimeID string, endedAt int64) error
 	OpenUsages(ctx context.Context) ([]store.UsageInterval, error)
 	PendingUsage(ctx context.Context, now int64, checkpoint time.Duration, limit int) ([]store.UsageInterval, error)
@@ -363,15 +364,16 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (Computer, erro
 	if err := os.MkdirAll(ws, 0o755); err != nil {
 		return Computer{}, fmt.Errorf("computer: creating the workspace: %w", err)
 	}
+	// The record and its create fact are one commit.
 	rec, err := m.st.CreateComputer(ctx, store.Computer{
 		ID: req.ID, Namespace: req.Namespace, Image: req.Image, Size: req.Size, IdleTimeout: req.IdleTimeout,
 		Backings: string(bj), State: StateSleeping,
-	})
+	}, m.lifecycleFacts(req.ID, State{State: StateSleeping}, "create")...)
 	if err != nil {
 		// The workspace may be the existing Computer's: keep it.
 		return Computer{}, m.storeErr(err)
 	}
-	m.emitLifecycle(ctx, req.ID, State{State: StateSleeping}, "create")
+	m.notifyFacts(req.ID)
 	if req.Start {
 		return m.Start(ctx, req.ID, false)
 	}
@@ -492,7 +494,11 @@ func (m *Manager) admitAndLaunch(ctx context.Context, l *live, rec store.Compute
 		}
 		return errNoHost
 	}
-	res, chosen, err := m.st.ReserveComputerSlot(ctx, id, store.SlotLimit{Fixed: m.o.FleetLimit, Default: DefaultFleetLimit}, pick)
+	// The starting fact is appended by the reservation itself (only when
+	// it reserves): the slot, the state and the fact are one commit, made
+	// before the sandbox starts.
+	res, chosen, err := m.st.ReserveComputerSlot(ctx, id, store.SlotLimit{Fixed: m.o.FleetLimit, Default: DefaultFleetLimit}, pick,
+		m.lifecycleFacts(id, State{State: StateStarting}, via)...)
 	switch {
 	case errors.Is(err, errNoHost) && !hostFull:
 		// Nothing here can run it (or everything failed): waiting would
@@ -520,23 +526,13 @@ func (m *Manager) admitAndLaunch(ctx context.Context, l *live, rec store.Compute
 		}
 		return rec, &CapacityError{Limit: res.Limit, RetryAfter: m.o.RetryAfter}
 	}
-	// The starting fact is written while the sandbox boots rather than
-	// before (it is durable before Start returns all the same): one
-	// synchronous commit fewer between a start and the first exec. launch
-	// records no fact, so the order of facts is unchanged.
-	emitted := make(chan struct{})
-	go func() {
-		defer close(emitted)
-		m.emitLifecycle(ctx, id, State{State: StateStarting}, via)
-	}()
-	running, err := m.launch(ctx, l, chosen)
-	<-emitted
+	m.notifyFacts(id)
+	running, err := m.launch(ctx, l, chosen, via)
 	if err != nil {
 		b := parseBacking(chosen.Active)
 		m.log.Warn("computer: sandbox did not start", "computer", id, "backing", b.String(), "err", err)
 		return m.admitAndLaunch(ctx, l, chosen, false, via, append(failed, b.String()+": "+err.Error()))
 	}
-	m.emitLifecycle(ctx, id, State{State: StateRunning}, via)
 	return running, nil
 }
 
@@ -561,8 +557,9 @@ func (m *Manager) driverFor(b Backing) (string, vm.Driver, error) {
 	return name, d, nil
 }
 
-// launch starts the sandbox a reservation chose and waits for its agent.
-func (m *Manager) launch(ctx context.Context, l *live, rec store.Computer) (store.Computer, error) {
+// launch starts the sandbox a reservation chose, waits for its agent and
+// records it running (with the running fact, via via).
+func (m *Manager) launch(ctx context.Context, l *live, rec store.Computer, via string) (store.Computer, error) {
 	d := m.o.Drivers[rec.Driver]
 	ad, ok := d.(vm.AgentDialer)
 	if !ok {
@@ -595,21 +592,25 @@ func (m *Manager) launch(ctx context.Context, l *live, rec store.Computer) (stor
 	}
 	started := m.now()
 	startedMS := started.UnixMilli()
-	if err := m.st.OpenUsage(ctx, store.UsageInterval{RuntimeID: rec.RuntimeID, ComputerID: rec.ID, Backing: rec.Active, StartedAt: startedMS}); err != nil {
-		client.Close()
-		d.Stop(context.WithoutCancel(ctx), sandbox, 0)
-		return rec, m.storeErr(err)
-	}
-	out, err := m.st.UpdateComputer(ctx, rec.ID, func(c *store.Computer) error {
-		c.State = StateRunning
-		return nil
-	})
+	// The usage interval opens, the state turns running and the running
+	// fact is appended in one transaction: one commit between the agent's
+	// answer and the first exec, and no runtime half recorded.
+	out, err := m.st.OpenComputerRuntime(ctx,
+		store.UsageInterval{RuntimeID: rec.RuntimeID, ComputerID: rec.ID, Backing: rec.Active, StartedAt: startedMS},
+		func(c *store.Computer) error {
+			c.State = StateRunning
+			return nil
+		}, m.lifecycleFacts(rec.ID, State{State: StateRunning}, via)...)
 	if err != nil {
 		client.Close()
 		d.Stop(context.WithoutCancel(ctx), sandbox, 0)
+		// The transaction rolled back, so there is no interval to end; this
+		// only covers a commit whose failure was reported after all
+		// (ending an unknown runtime does nothing).
 		m.st.EndUsage(context.WithoutCancel(ctx), rec.RuntimeID, startedMS)
 		return rec, m.storeErr(err)
 	}
+	m.notifyFacts(rec.ID)
 	l.client, l.driver, l.sandbox, l.startedAt = client, d, sandbox, started
 	l.touch(m.now())
 	return out, nil

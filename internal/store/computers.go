@@ -79,9 +79,32 @@ func putComputer(ctx context.Context, tx *sql.Tx, c Computer) error {
 	return nil
 }
 
-// CreateComputer stores a new Computer. It returns an error wrapping
-// ErrConflict if the id exists.
-func (s *Store) CreateComputer(ctx context.Context, c Computer) (Computer, error) {
+// NewComputerFact is a fact to append to a Computer's log in the same
+// transaction as the write that records what it reports (CreateComputer,
+// ReserveComputerSlot, OpenComputerRuntime), so that the change and its
+// fact are durable together with one commit (one fsync) instead of two.
+// It is appended exactly as AppendComputerFact would: with the next
+// sequence number, and dropped when Dedupe is set and was appended before.
+type NewComputerFact struct {
+	Dedupe string
+	At     int64 // Unix ms
+	Body   []byte
+}
+
+// appendFacts appends facts to the log of Computer id inside tx.
+func appendFacts(ctx context.Context, tx *sql.Tx, id string, facts []NewComputerFact) error {
+	for _, f := range facts {
+		if _, _, err := appendFact(ctx, tx, id, f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CreateComputer stores a new Computer and appends facts to its log, in
+// one transaction. It returns an error wrapping ErrConflict if the id
+// exists; no fact is appended then.
+func (s *Store) CreateComputer(ctx context.Context, c Computer, facts ...NewComputerFact) (Computer, error) {
 	now := s.now().UTC()
 	c.CreatedAt, c.UpdatedAt = now, now
 	err := s.write(ctx, func(tx *sql.Tx) error {
@@ -99,7 +122,7 @@ func (s *Store) CreateComputer(ctx context.Context, c Computer) (Computer, error
 		if n == 0 {
 			return fmt.Errorf("%w: computer %q exists", ErrConflict, c.ID)
 		}
-		return nil
+		return appendFacts(ctx, tx, c.ID, facts)
 	})
 	return c, err
 }
@@ -215,8 +238,9 @@ type ActiveOn func(active string) (int, error)
 // limit; the Computer then leaves the queue. When no slot is free nothing
 // changes and Reserved is false. An error from fn aborts the reservation
 // and is returned as is; fn may count the slot holders per backing with
-// activeOn.
-func (s *Store) ReserveComputerSlot(ctx context.Context, id string, limit SlotLimit, fn func(c *Computer, activeOn ActiveOn) error) (SlotReservation, Computer, error) {
+// activeOn. facts are appended to the Computer's log in the same
+// transaction when, and only when, the slot is reserved.
+func (s *Store) ReserveComputerSlot(ctx context.Context, id string, limit SlotLimit, fn func(c *Computer, activeOn ActiveOn) error, facts ...NewComputerFact) (SlotReservation, Computer, error) {
 	var (
 		res SlotReservation
 		out Computer
@@ -267,7 +291,10 @@ func (s *Store) ReserveComputerSlot(ctx context.Context, id string, limit SlotLi
 		res.Reserved = true
 		c.UpdatedAt = now
 		out = c
-		return putComputer(ctx, tx, c)
+		if err := putComputer(ctx, tx, c); err != nil {
+			return err
+		}
+		return appendFacts(ctx, tx, id, facts)
 	})
 	return res, out, err
 }
@@ -416,15 +443,49 @@ type UsageInterval struct {
 // OpenUsage opens the interval of a runtime that started at startedAt. It
 // is idempotent: an existing runtime is left as it is.
 func (s *Store) OpenUsage(ctx context.Context, u UsageInterval) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO computer_usage (runtime_id, computer_id, backing, started_at, observed_at, ended, acked_at)
-			VALUES (?, ?, ?, ?, ?, 0, -1) ON CONFLICT (runtime_id) DO NOTHING`,
-			u.RuntimeID, u.ComputerID, u.Backing, u.StartedAt, u.StartedAt)
+	return s.write(ctx, func(tx *sql.Tx) error { return openUsage(ctx, tx, u) })
+}
+
+func openUsage(ctx context.Context, tx *sql.Tx, u UsageInterval) error {
+	_, err := tx.ExecContext(ctx, `INSERT INTO computer_usage (runtime_id, computer_id, backing, started_at, observed_at, ended, acked_at)
+		VALUES (?, ?, ?, ?, ?, 0, -1) ON CONFLICT (runtime_id) DO NOTHING`,
+		u.RuntimeID, u.ComputerID, u.Backing, u.StartedAt, u.StartedAt)
+	if err != nil {
+		return fmt.Errorf("store: open usage %q: %w", u.RuntimeID, err)
+	}
+	return nil
+}
+
+// OpenComputerRuntime records that the runtime u of Computer
+// u.ComputerID has started, in one transaction: it opens u's usage
+// interval (as OpenUsage: an existing runtime is left as it is), applies
+// fn to the Computer's record and appends facts to its log. So a runtime
+// is never half recorded (an open interval for a Computer still starting,
+// or a running Computer without an interval), and the three writes cost
+// one commit. An unknown Computer is an error wrapping ErrNotFound; an
+// error from fn aborts everything and is returned as is.
+func (s *Store) OpenComputerRuntime(ctx context.Context, u UsageInterval, fn func(*Computer) error, facts ...NewComputerFact) (Computer, error) {
+	var out Computer
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		c, err := getComputer(ctx, tx, u.ComputerID)
 		if err != nil {
-			return fmt.Errorf("store: open usage %q: %w", u.RuntimeID, err)
+			return err
 		}
-		return nil
+		if err := openUsage(ctx, tx, u); err != nil {
+			return err
+		}
+		if err := fn(&c); err != nil {
+			return err
+		}
+		c.ID = u.ComputerID
+		c.UpdatedAt = s.now().UTC()
+		out = c
+		if err := putComputer(ctx, tx, c); err != nil {
+			return err
+		}
+		return appendFacts(ctx, tx, u.ComputerID, facts)
 	})
+	return out, err
 }
 
 // EndUsage closes a runtime's interval at endedAt (never before its last
@@ -584,33 +645,39 @@ func (s *Store) AppendComputerFact(ctx context.Context, computerID, dedupe strin
 				return fmt.Errorf("store: read computer %q: %w", computerID, err)
 			}
 		}
-		var key any
-		if dedupe != "" {
-			key = dedupe
-			var one int
-			err := tx.QueryRowContext(ctx, `SELECT 1 FROM computer_facts WHERE computer_id = ? AND dedupe = ?`, computerID, dedupe).Scan(&one)
-			if err == nil {
-				return nil
-			}
-			if !errors.Is(err, sql.ErrNoRows) {
-				return fmt.Errorf("store: read facts: %w", err)
-			}
-		}
-		if err := tx.QueryRowContext(ctx, `INSERT INTO computer_fact_seq (computer_id, last_seq) VALUES (?, 1)
-			ON CONFLICT (computer_id) DO UPDATE SET last_seq = last_seq + 1 RETURNING last_seq`, computerID).Scan(&seq); err != nil {
-			return fmt.Errorf("store: next fact seq: %w", err)
-		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO computer_facts (computer_id, seq, at, dedupe, body) VALUES (?, ?, ?, ?, ?)`,
-			computerID, seq, at, key, string(body)); err != nil {
-			return fmt.Errorf("store: append fact: %w", err)
-		}
-		appended = true
-		return nil
+		seq, appended, err = appendFact(ctx, tx, computerID, NewComputerFact{Dedupe: dedupe, At: at, Body: body})
+		return err
 	})
 	if !appended {
 		seq = 0
 	}
 	return seq, appended, err
+}
+
+// appendFact appends f to the log of Computer computerID inside tx (see
+// AppendComputerFact).
+func appendFact(ctx context.Context, tx *sql.Tx, computerID string, f NewComputerFact) (seq int64, appended bool, err error) {
+	var key any
+	if f.Dedupe != "" {
+		key = f.Dedupe
+		var one int
+		err := tx.QueryRowContext(ctx, `SELECT 1 FROM computer_facts WHERE computer_id = ? AND dedupe = ?`, computerID, f.Dedupe).Scan(&one)
+		if err == nil {
+			return 0, false, nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return 0, false, fmt.Errorf("store: read facts: %w", err)
+		}
+	}
+	if err := tx.QueryRowContext(ctx, `INSERT INTO computer_fact_seq (computer_id, last_seq) VALUES (?, 1)
+		ON CONFLICT (computer_id) DO UPDATE SET last_seq = last_seq + 1 RETURNING last_seq`, computerID).Scan(&seq); err != nil {
+		return 0, false, fmt.Errorf("store: next fact seq: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO computer_facts (computer_id, seq, at, dedupe, body) VALUES (?, ?, ?, ?, ?)`,
+		computerID, seq, f.At, key, string(f.Body)); err != nil {
+		return 0, false, fmt.Errorf("store: append fact: %w", err)
+	}
+	return seq, true, nil
 }
 
 // ComputerFacts returns up to limit facts of a Computer with a sequence
