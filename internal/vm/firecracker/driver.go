@@ -439,6 +439,12 @@ func (d *Driver) check(spec vm.Spec) (state, vm.Size, error) {
 	if spec.DiskSizeGB < 0 {
 		return fail("disk size %d GB is negative", spec.DiskSizeGB)
 	}
+	if spec.Workspace != "" {
+		// Firecracker has no shared file system (no 9p, virtiofs only in
+		// newer releases behind vhost-user); a Computer's workspace is a
+		// host directory that must stay one across backings.
+		return fail("workspaces are not supported by the firecracker driver (it cannot share a host directory); use kvm or libvirt")
+	}
 	class := spec.SizeClass
 	if class == "" {
 		class = vm.DefaultSize

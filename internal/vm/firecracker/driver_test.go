@@ -684,6 +684,7 @@ func TestStartFailures(t *testing.T) {
 		{"no image", func() vm.Spec { s := good(); s.Image = ""; return s }, "", nil, "needs an image"},
 		{"size", func() vm.Spec { s := good(); s.SizeClass = "gigantic"; return s }, "", nil, "unknown size class"},
 		{"port", func() vm.Spec { s := good(); s.Port = 70000; return s }, "", nil, "out of range"},
+		{"workspace", func() vm.Spec { s := good(); s.Workspace = t.TempDir(); return s }, "", nil, "workspaces are not supported"},
 		{"env", func() vm.Spec { s := good(); s.Env = map[string]string{"A=B": "c"}; return s }, "", nil, "bad environment"},
 		{"nul", func() vm.Spec { s := good(); s.Command = "a\x00b"; return s }, "", nil, "NUL"},
 		{"image store", func() vm.Spec { s := good(); s.Image = "missing"; return s }, "", nil, "no such image"},
