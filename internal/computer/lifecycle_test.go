@@ -469,7 +469,7 @@ func TestFleetIgnoresSandboxes(t *testing.T) {
 func TestBackingFallbackAndMove(t *testing.T) {
 	e := newEnv(t)
 	e.drivers["container"] = newDriver(t, "/nonexistent/agent") // starts fail
-	e.drivers["firecracker"] = newDriver(t)                     // a second place that works
+	e.drivers["kvm"] = newDriver(t)                             // a second place that works
 	m := e.manager(func(o *Options) { o.HostID = "h1" })
 	ctx := context.Background()
 	_, err := m.Create(ctx, CreateRequest{ID: "fb", Backings: []Backing{{Kind: KindContainer}, {Kind: KindVM, HostID: "h1"}, {Kind: KindProcess}}})

@@ -66,7 +66,8 @@ type Options struct {
 	// its hostId is this one. Empty means "local".
 	HostID string
 	// VMDriver names the driver of on-box-vm backings; empty means the
-	// first of "firecracker" and "kvm" in Drivers.
+	// first of "kvm" and "libvirt" in Drivers: the drivers that share the
+	// workspace into the guest (firecracker cannot, and refuses it).
 	VMDriver string
 
 	// DefaultBackings are used by Computers created without backings;
@@ -203,7 +204,7 @@ func New(ctx context.Context, o Options) (*Manager, error) {
 		o.HostID = "local"
 	}
 	if o.VMDriver == "" {
-		for _, n := range []string{"firecracker", "kvm"} {
+		for _, n := range []string{"kvm", "libvirt"} {
 			if o.Drivers[n] != nil {
 				o.VMDriver = n
 				break
