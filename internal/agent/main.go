@@ -152,6 +152,14 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 			return m.exit(1, fmt.Sprintf("agent: setting the host name: %v", err))
 		}
 	}
+	if *workdir != "" {
+		// A working directory the image lacks (a guest's default /root
+		// in an image of /bin only) is made, as a container engine makes
+		// its WORKDIR, rather than fail every command with ENOENT.
+		if err := os.MkdirAll(*workdir, 0o755); err != nil {
+			m.logf("agent: cannot make the working directory %s: %v", *workdir, err)
+		}
+	}
 	if ln == nil {
 		var err error
 		if ln, err = listenOn(*listen); err != nil {

@@ -120,6 +120,23 @@ func TestMainCommand(t *testing.T) {
 	}
 }
 
+// TestMainMakesWorkdir: a working directory that does not exist (an image
+// without the guest's default /root) is made, and COMMAND runs in it.
+func TestMainMakesWorkdir(t *testing.T) {
+	dir := shortDir(t)
+	exit := filepath.Join(dir, "exit.json")
+	work := filepath.Join(t.TempDir(), "not", "yet")
+	cmd, stderr := agentCmd(t, "--listen", "unix:"+filepath.Join(dir, "a.sock"), "--exit-file", exit,
+		"--workdir", work, "--", "sh", "-c", "pwd > here")
+	if code := exitCode(t, cmd, stderr); code != 0 {
+		t.Fatalf("agent exit code %d, want 0 (stderr %s)", code, stderr)
+	}
+	b, err := os.ReadFile(filepath.Join(work, "here"))
+	if err != nil || strings.TrimSpace(string(b)) != work {
+		t.Errorf("COMMAND ran in %q (%v), want %s", b, err, work)
+	}
+}
+
 func TestMainSetupFails(t *testing.T) {
 	dir := shortDir(t)
 	exit := filepath.Join(dir, "exit.json")
