@@ -110,6 +110,25 @@ func Bundle(path, dir string) (Bin, error) {
 	return b, nil
 }
 
+// IsStatic reports whether the ELF executable at path is statically
+// linked: it has no program interpreter, so it runs in any sandbox as it
+// is, where a dynamic one needs Bundle. Hosts check with it before they
+// hand a binary to a sandbox that cannot take a bundle (a guest's
+// initramfs, the firecracker driver's agent).
+func IsStatic(path string) (bool, error) {
+	f, err := elf.Open(path)
+	if err != nil {
+		return false, fmt.Errorf("agentbin: %w", err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
 // inspect returns an ELF file's interpreter, DT_NEEDED libraries and
 // run paths.
 func inspect(path string) (interp string, needed, rpath []string, err error) {

@@ -85,3 +85,33 @@ func TestNotELF(t *testing.T) {
 		t.Errorf("Bundle of a script: %v, want an error", err)
 	}
 }
+
+// TestIsStatic checks IsStatic against Bundle's reading of the same
+// binaries (a dynamic echo and a static busybox on a Debian host), and
+// that a file that is no ELF executable is an error.
+func TestIsStatic(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "script")
+	os.WriteFile(p, []byte("#!/bin/sh\n"), 0o755)
+	if got, err := IsStatic(p); err == nil || !strings.Contains(err.Error(), "agentbin") {
+		t.Errorf("IsStatic of a script = %v, %v; want an error", got, err)
+	}
+	checked := 0
+	for _, name := range []string{"echo", "busybox"} {
+		path, err := exec.LookPath(name)
+		if err != nil {
+			continue
+		}
+		checked++
+		b, err := Bundle(path, t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := IsStatic(path)
+		if err != nil || got != b.Static() {
+			t.Errorf("IsStatic(%s) = %v, %v; want %v (Bundle's reading)", path, got, err, b.Static())
+		}
+	}
+	if checked == 0 {
+		t.Skip("neither echo nor busybox is installed")
+	}
+}
