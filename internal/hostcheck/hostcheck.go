@@ -13,7 +13,6 @@ package hostcheck
 
 import (
 	"context"
-	"debug/elf"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -28,6 +27,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/berth-dev/berth/internal/agentbin"
 	"github.com/berth-dev/berth/internal/hostnet"
 	"github.com/berth-dev/berth/internal/vm/container"
 	"github.com/berth-dev/berth/internal/vm/kvm"
@@ -330,33 +330,15 @@ func hasFS(name string) bool {
 
 // dynamic reports whether path is an ELF executable with an interpreter.
 func dynamic(path string) bool {
-	f, err := elf.Open(path)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_INTERP {
-			return true
-		}
-	}
-	return false
+	s, err := agentbin.IsStatic(path)
+	return err == nil && !s
 }
 
 // static reports whether path is an ELF executable without an
 // interpreter.
 func static(path string) bool {
-	f, err := elf.Open(path)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_INTERP {
-			return false
-		}
-	}
-	return true
+	s, err := agentbin.IsStatic(path)
+	return err == nil && s
 }
 
 // Setup prepares the host: berth's directories under dataDir, the guest
