@@ -4,20 +4,18 @@ package computer
 
 import (
 	"context"
-	"debug/elf"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	osexec "os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/berth-dev/berth/internal/agent"
+	"github.com/berth-dev/berth/internal/agentbin"
 	"github.com/berth-dev/berth/internal/hostnet"
 	"github.com/berth-dev/berth/internal/hostnet/netnstest"
 	"github.com/berth-dev/berth/internal/image"
@@ -25,6 +23,7 @@ import (
 	"github.com/berth-dev/berth/internal/vm"
 	"github.com/berth-dev/berth/internal/vm/container"
 	"github.com/berth-dev/berth/internal/vm/process"
+	"github.com/berth-dev/berth/internal/vm/vmtest"
 )
 
 // The benchmarks measure what the Computer issue sets targets for:
@@ -117,7 +116,9 @@ func (t *timedDriver) report(b *testing.B) {
 
 // processBench is a Manager on the process driver, and a func that waits
 // until the driver has its spare agents ready (the steady state of a host
-// whose Computers are not all created in one burst).
+// whose Computers are not all created in one burst). The driver tops its
+// spares up once a replica listens on its port, or after a second; a
+// Computer runs no app, so that is a second after each Start.
 func processBench(b *testing.B) (*Manager, *timedDriver, func()) {
 	b.Helper()
 	st, dir := benchStore(b)
@@ -128,34 +129,7 @@ func processBench(b *testing.B) (*Manager, *timedDriver, func()) {
 	}
 	b.Cleanup(func() { d.Close() })
 	m, td := benchManager(b, st, dir, "process", d, KindProcess)
-	return m, td, func() { waitSpares(b, rdir, process.DefaultSpares) }
-}
-
-// waitSpares waits (at most 10 s) until n spare agents in the process
-// driver directory dir answer on their sockets. The driver tops its spares
-// up only once the replica just started listens on its port, or after a
-// second; a Computer runs no app, so that is a second after each Start.
-func waitSpares(b *testing.B, dir string, n int) {
-	b.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ready := 0
-		socks, _ := filepath.Glob(filepath.Join(dir, ".spare-*", "agent.sock"))
-		for _, s := range socks {
-			if c, err := net.Dial("unix", s); err == nil {
-				c.Close()
-				ready++
-			}
-		}
-		if ready >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			b.Logf("only %d of %d spare agents ready after 10s; measuring anyway", ready, n)
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	return m, td, func() { vmtest.WaitProcessSpares(b, rdir, process.DefaultSpares) }
 }
 
 // phases are the parts of the benchmarks' measurements, reported as
@@ -415,26 +389,10 @@ func containerSkip() string {
 	if err != nil {
 		return "container benchmarks: busybox is missing (Debian package busybox-static)"
 	}
-	if !isStatic(busybox) {
+	if static, err := agentbin.IsStatic(busybox); err != nil || !static {
 		return "container benchmarks: busybox must be static (Debian package busybox-static)"
 	}
 	return ""
-}
-
-// isStatic reports whether the ELF file at path has no program
-// interpreter, i.e. is statically linked.
-func isStatic(path string) bool {
-	f, err := elf.Open(path)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_INTERP {
-			return false
-		}
-	}
-	return true
 }
 
 func buildContainerEnv() (_ *containerEnv, err error) {
@@ -448,13 +406,11 @@ func buildContainerEnv() (_ *containerEnv, err error) {
 			e.close()
 		}
 	}()
-	build := osexec.Command("go", "build", "-o", e.agent, "./testdata/agent")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("building the agent: %v: %s", err, out)
+	if err := vmtest.BuildAgent(e.agent, false); err != nil {
+		return nil, err
 	}
 	rootfs := filepath.Join(dir, "rootfs")
-	if err := busyboxRootfs(rootfs); err != nil {
+	if err := vmtest.BusyboxRoot(rootfs); err != nil {
 		return nil, err
 	}
 	if e.db, err = store.Open(filepath.Join(dir, "db")); err != nil {
@@ -486,41 +442,4 @@ func (e *containerEnv) close() {
 		e.db.Close()
 	}
 	os.RemoveAll(e.dir)
-}
-
-// busyboxRootfs makes a tiny root filesystem: busybox with a symlink per
-// applet in /bin, and the directories a container needs.
-func busyboxRootfs(dir string) error {
-	busybox, err := osexec.LookPath("busybox")
-	if err != nil {
-		return err
-	}
-	for _, d := range []string{"bin", "etc", "proc", "sys", "dev", "tmp", "root"} {
-		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
-			return err
-		}
-	}
-	if err := os.Chmod(filepath.Join(dir, "tmp"), 0o1777); err != nil {
-		return err
-	}
-	bb, err := os.ReadFile(busybox)
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "bin", "busybox"), bb, 0o755); err != nil {
-		return err
-	}
-	out, err := osexec.Command(busybox, "--list").Output()
-	if err != nil {
-		return fmt.Errorf("busybox --list: %w", err)
-	}
-	for _, applet := range strings.Fields(string(out)) {
-		if applet == "busybox" || strings.Contains(applet, "/") {
-			continue
-		}
-		if err := os.Symlink("busybox", filepath.Join(dir, "bin", applet)); err != nil {
-			return err
-		}
-	}
-	return os.WriteFile(filepath.Join(dir, "etc", "passwd"), []byte("root:x:0:0:root:/root:/bin/sh\n"), 0o644)
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/internal/vm/process"
+	"github.com/berth-dev/berth/internal/vm/vmtest"
 )
 
 // buildBench builds the berth binary (the real agent) and the trivial cold
@@ -121,36 +121,11 @@ func BenchmarkScaleFromZero(b *testing.B) {
 		// A scale from zero follows a quiet spell, in which the driver has
 		// topped its spare agents up; back to back, the next iteration
 		// would race the refill of the spare this one took.
-		waitSpares(b, filepath.Join(h.dir, "replicas"), process.DefaultSpares)
+		vmtest.WaitProcessSpares(b, filepath.Join(h.dir, "replicas"), process.DefaultSpares)
 		b.StartTimer()
 	}
 	report(b, "ttfb", total)
 	report(b, "berth", share)
-}
-
-// waitSpares waits (at most 10 s) until n spare agents in the process
-// driver directory dir answer on their sockets.
-func waitSpares(b *testing.B, dir string, n int) {
-	b.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ready := 0
-		socks, _ := filepath.Glob(filepath.Join(dir, ".spare-*", "agent.sock"))
-		for _, s := range socks {
-			if c, err := net.Dial("unix", s); err == nil {
-				c.Close()
-				ready++
-			}
-		}
-		if ready >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			b.Logf("only %d of %d spare agents ready after 10s; measuring anyway", ready, n)
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func report(b *testing.B, name string, ds []time.Duration) {

@@ -24,6 +24,7 @@ import (
 	"github.com/berth-dev/berth/internal/hostnet"
 	"github.com/berth-dev/berth/internal/hostnet/netnstest"
 	"github.com/berth-dev/berth/internal/vm/kvm"
+	"github.com/berth-dev/berth/internal/vm/vmtest"
 )
 
 // kvmApp is the guest app: busybox httpd serving a page that only a kvm
@@ -57,18 +58,13 @@ func TestKVMGateway(t *testing.T) {
 	// busybox image lacks. The static agent's way into a guest is the kvm
 	// package's tests' (and TestAgentDisks's).
 	agent := filepath.Join(dir, "agent")
-	cgo := "0"
-	if haveCC() {
-		cgo = "1"
-	}
-	build := exec.Command("go", "build", "-o", agent, "./testdata/agent")
-	build.Env = append(os.Environ(), "CGO_ENABLED="+cgo)
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building the agent (CGO_ENABLED=%s): %v: %s", cgo, err, out)
+	cgo := vmtest.HaveCC()
+	if err := vmtest.BuildAgent(agent, cgo); err != nil {
+		t.Fatal(err)
 	}
 	dynamic := checkStatic(agent) != nil
-	if dynamic != (cgo == "1") {
-		t.Fatalf("the agent built with CGO_ENABLED=%s is dynamic: %v", cgo, dynamic)
+	if dynamic != cgo {
+		t.Fatalf("the agent built with cgo %v is dynamic: %v", cgo, dynamic)
 	}
 	t.Logf("guest agent dynamically linked: %v", dynamic)
 	t.Setenv(envGuestAgent, agent)
@@ -108,7 +104,7 @@ func TestKVMGateway(t *testing.T) {
 		t.Fatalf("berth has no kvm driver (drivers %v); its log:\n%s", s.Fleet.DriverNames(), logs.String())
 	}
 	rootfs := filepath.Join(dir, "rootfs")
-	if err := busyboxTree(rootfs); err != nil {
+	if err := vmtest.BusyboxRoot(rootfs); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Images.Import(context.Background(), "busybox", rootfs); err != nil {
@@ -239,43 +235,6 @@ func kvmSkip() string {
 	return ""
 }
 
-// busyboxTree makes a small root file system: busybox with a symlink per
-// applet in /bin (/bin/sh for the agent, httpd for the app) and the
-// directories a guest needs. It has no /berth-agent: berth writes its own
-// into the disk.
-func busyboxTree(dir string) error {
-	bb, err := exec.LookPath("busybox")
-	if err != nil {
-		return fmt.Errorf("busybox is missing (Debian: busybox-static): %w", err)
-	}
-	for _, d := range []string{"bin", "etc", "proc", "sys", "dev", "run", "tmp", "root"} {
-		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
-			return err
-		}
-	}
-	os.Chmod(filepath.Join(dir, "tmp"), 0o1777)
-	b, err := os.ReadFile(bb)
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "bin", "busybox"), b, 0o755); err != nil {
-		return err
-	}
-	out, err := exec.Command(bb, "--list").Output()
-	if err != nil {
-		return fmt.Errorf("busybox --list: %w", err)
-	}
-	for _, applet := range strings.Fields(string(out)) {
-		if applet == "busybox" || strings.Contains(applet, "/") {
-			continue
-		}
-		if err := os.Symlink("busybox", filepath.Join(dir, "bin", applet)); err != nil {
-			return err
-		}
-	}
-	return os.WriteFile(filepath.Join(dir, "etc", "passwd"), []byte("root:x:0:0:root:/root:/bin/sh\n"), 0o644)
-}
-
 // kvmReplicas lists the replica directories under the kvm driver's Dir.
 func kvmReplicas(dir string) []string {
 	var ids []string
@@ -323,19 +282,4 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
-}
-
-// haveCC reports whether cgo can build here: go env CC names a compiler
-// that is installed.
-func haveCC() bool {
-	out, err := exec.Command("go", "env", "CC").Output()
-	if err != nil {
-		return false
-	}
-	f := strings.Fields(string(out))
-	if len(f) == 0 {
-		return false
-	}
-	_, err = exec.LookPath(f[0])
-	return err == nil
 }

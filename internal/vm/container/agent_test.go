@@ -2,12 +2,10 @@ package container
 
 import (
 	"context"
-	"debug/elf"
 	"io"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -15,37 +13,9 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/internal/agent"
+	"github.com/berth-dev/berth/internal/agentbin"
+	"github.com/berth-dev/berth/internal/vm/vmtest"
 )
-
-// dynamic reports whether the ELF file at path has an interpreter.
-func dynamic(path string) bool {
-	f, err := elf.Open(path)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_INTERP {
-			return true
-		}
-	}
-	return false
-}
-
-// haveCC reports whether cgo can build here: go env CC names an
-// installed compiler.
-func haveCC() bool {
-	out, err := exec.Command("go", "env", "CC").Output()
-	if err != nil {
-		return false
-	}
-	f := strings.Fields(string(out))
-	if len(f) == 0 {
-		return false
-	}
-	_, err = exec.LookPath(f[0])
-	return err == nil
-}
 
 // TestDynamicAgent runs replicas, cold and from a spare, with a
 // dynamically linked agent (built with cgo, as `go build` builds berth on
@@ -54,17 +24,15 @@ func haveCC() bool {
 // the host, serves the app and runs execs.
 func TestDynamicAgent(t *testing.T) {
 	e := setup(t)
-	if !haveCC() {
+	if !vmtest.HaveCC() {
 		t.Skip("no C compiler: cgo cannot build a dynamically linked agent")
 	}
 	bin := filepath.Join(shortTempDir(t), "agent")
-	build := exec.Command("go", "build", "-o", bin, "./testdata/agent")
-	build.Env = append(os.Environ(), "CGO_ENABLED=1")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building the agent with cgo: %v: %s", err, out)
+	if err := vmtest.BuildAgent(bin, true); err != nil {
+		t.Fatal(err)
 	}
-	if !dynamic(bin) {
-		t.Fatal("the agent built with cgo has no ELF interpreter; the test proves nothing")
+	if static, err := agentbin.IsStatic(bin); err != nil || static {
+		t.Fatalf("the agent built with cgo has no ELF interpreter (%v); the test proves nothing", err)
 	}
 	one := 1
 	d, err := New(Options{

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/internal/agentbin"
 	"github.com/berth-dev/berth/internal/hostnet"
 	"github.com/berth-dev/berth/internal/hostnet/netnstest"
 	"github.com/berth-dev/berth/internal/image"
@@ -109,14 +110,13 @@ func canTest() string {
 	if err != nil {
 		return "busybox is missing (Debian package busybox-static; scripts/test installs it)"
 	}
-	if dynamic(busybox) {
+	if static, err := agentbin.IsStatic(busybox); err == nil && !static {
 		return "busybox must be static (Debian package busybox-static)"
 	}
 	return ""
 }
 
 func buildEnv() (_ *env, err error) {
-	busybox, _ := exec.LookPath("busybox")
 	dir, err := os.MkdirTemp("", "bct")
 	if err != nil {
 		return nil, err
@@ -129,15 +129,12 @@ func buildEnv() (_ *env, err error) {
 	}()
 	// The shared agent is static, the zero-cost way into an image: built
 	// without cgo (the test binary, built with -race, is not).
-	// TestDynamicAgent tests the other way. testdata/agent is berth's
-	// agent mode alone.
-	build := exec.Command("go", "build", "-o", e.agent, "./testdata/agent")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("building the agent: %v: %s", err, out)
+	// TestDynamicAgent tests the other way.
+	if err := vmtest.BuildAgent(e.agent, false); err != nil {
+		return nil, err
 	}
 	rootfs := filepath.Join(dir, "busybox-rootfs")
-	if err := busyboxRootfs(busybox, rootfs); err != nil {
+	if err := vmtest.BusyboxRoot(rootfs); err != nil {
 		return nil, err
 	}
 	if e.db, err = store.Open(filepath.Join(dir, "db")); err != nil {
@@ -164,37 +161,6 @@ func buildEnv() (_ *env, err error) {
 		return nil, err
 	}
 	return e, nil
-}
-
-// busyboxRootfs makes a tiny root filesystem: busybox and a symlink per
-// applet in /bin, and the directories a container needs.
-func busyboxRootfs(busybox, dir string) error {
-	for _, d := range []string{"bin", "etc", "proc", "sys", "dev", "tmp", "root"} {
-		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
-			return err
-		}
-	}
-	os.Chmod(filepath.Join(dir, "tmp"), 0o1777)
-	b, err := os.ReadFile(busybox)
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "bin", "busybox"), b, 0o755); err != nil {
-		return err
-	}
-	out, err := exec.Command(busybox, "--list").Output()
-	if err != nil {
-		return fmt.Errorf("busybox --list: %w", err)
-	}
-	for _, applet := range strings.Fields(string(out)) {
-		if applet == "busybox" || strings.Contains(applet, "/") {
-			continue
-		}
-		if err := os.Symlink("busybox", filepath.Join(dir, "bin", applet)); err != nil {
-			return err
-		}
-	}
-	return os.WriteFile(filepath.Join(dir, "etc", "passwd"), []byte("root:x:0:0:root:/root:/bin/sh\n"), 0o644)
 }
 
 // shortTempDir is a temporary directory with a short path: agent sockets
