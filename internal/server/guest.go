@@ -491,15 +491,14 @@ func checkX86(path string) error {
 // which a guest can run whatever its image holds (the initramfs's
 // busybox), or nil.
 func checkStatic(path string) error {
-	f, err := elf.Open(path)
+	if err := checkX86(path); err != nil {
+		return err
+	}
+	static, err := agentbin.IsStatic(path)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	switch {
-	case f.Machine != elf.EM_X86_64:
-		return fmt.Errorf("%s is not an x86-64 executable", path)
-	case f.Section(".interp") != nil:
+	if !static {
 		return fmt.Errorf("%s is dynamically linked (built with cgo or the race detector)", path)
 	}
 	return nil
