@@ -181,6 +181,16 @@ done
 echo "all replicas gone in $(( ($(date +%s%N) - T2) / 1000000 )) ms"
 veths=$(ip -n "$NS" -o link show | grep -c ' bv' || true)
 cgroups=$(find /sys/fs/cgroup -maxdepth 3 -path '*/berth/berth-density-*' -type d 2>/dev/null | wc -l)
-mounts=$(grep -c "$T/data/containers" /proc/self/mountinfo || true)
+# The driver keeps a spare container for the image (its rootfs and netns
+# mounts) while berth runs; it goes when berth stops, checked below.
+mounts=$(grep "$T/data/containers" /proc/self/mountinfo | grep -vc '/\.spare-' || true)
 echo "left behind: $left replica dirs, $veths veths, $cgroups cgroups, $mounts mounts"
 [ "$left" = 0 ] && [ "$veths" = 0 ] && [ "$cgroups" = 0 ] && [ "$mounts" = 0 ]
+echo "== stopping berth"
+kill "$BERTH_PID"
+wait "$BERTH_PID" 2>/dev/null || true
+BERTH_PID=
+spares=$(find "$T/data/containers" -maxdepth 1 -name '.spare-*' | wc -l)
+mounts=$(grep -c "$T/data/containers" /proc/self/mountinfo || true)
+echo "after berth stopped: $spares spare dirs, $mounts mounts"
+[ "$spares" = 0 ] && [ "$mounts" = 0 ]
