@@ -2,7 +2,6 @@ package firecracker
 
 import (
 	"context"
-	"debug/elf"
 	"fmt"
 	"io"
 	"net/http"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/internal/agent"
+	"github.com/berth-dev/berth/internal/agentbin"
 	"github.com/berth-dev/berth/internal/vm"
 	"github.com/berth-dev/berth/internal/vm/vmtest"
 )
@@ -91,12 +91,8 @@ func TestConformance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f, err := elf.Open(exe); err == nil {
-		interp := f.Section(".interp")
-		f.Close()
-		if interp != nil {
-			t.Skip("the test binary is dynamically linked; it must run as the guest's init: build it with CGO_ENABLED=0 and without -race")
-		}
+	if static, err := agentbin.IsStatic(exe); err == nil && !static {
+		t.Skip("the test binary is dynamically linked; it must run as the guest's init: build it with CGO_ENABLED=0 and without -race")
 	}
 
 	image := buildGuestImage(t, exe)
@@ -134,34 +130,19 @@ func TestConformance(t *testing.T) {
 
 // buildGuestImage makes a small ext4 root file system without mounting
 // anything: busybox for /bin/sh and the shell tools the suite's commands
-// use, and this test binary as /berth-agent (the guest's init and apps).
+// use (vmtest.BusyboxRoot), and this test binary as /berth-agent (the
+// guest's init and apps).
 func buildGuestImage(t *testing.T, exe string) string {
 	t.Helper()
+	bb, _ := exec.LookPath("busybox")
+	if static, err := agentbin.IsStatic(bb); err == nil && !static {
+		t.Skipf("%s is dynamically linked; install busybox-static", bb)
+	}
 	root := t.TempDir()
-	for _, d := range []string{"bin", "root", "tmp", "proc", "sys", "dev", "run", "etc"} {
-		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
+	if err := vmtest.BusyboxRoot(root); err != nil {
+		t.Fatal(err)
 	}
 	copyFile(t, exe, filepath.Join(root, "berth-agent"), 0o755)
-	bb, _ := exec.LookPath("busybox")
-	if f, err := elf.Open(bb); err == nil {
-		interp := f.Section(".interp")
-		f.Close()
-		if interp != nil {
-			t.Skipf("%s is dynamically linked; install busybox-static", bb)
-		}
-	}
-	copyFile(t, bb, filepath.Join(root, "bin", "busybox"), 0o755)
-	out, err := exec.Command(bb, "--list").Output()
-	if err != nil {
-		t.Fatalf("busybox --list: %v", err)
-	}
-	for _, applet := range strings.Fields(string(out)) {
-		if applet != "busybox" {
-			os.Symlink("busybox", filepath.Join(root, "bin", applet))
-		}
-	}
 	img := filepath.Join(t.TempDir(), "guest.ext4")
 	if out, err := exec.Command("mkfs.ext4", "-q", "-F", "-d", root, img, "512M").CombinedOutput(); err != nil {
 		t.Fatalf("mkfs.ext4: %v: %s", err, out)

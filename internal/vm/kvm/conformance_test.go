@@ -2,7 +2,6 @@ package kvm
 
 import (
 	"context"
-	"debug/elf"
 	"flag"
 	"fmt"
 	"io"
@@ -20,6 +19,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/internal/agent"
+	"github.com/berth-dev/berth/internal/agentbin"
 	"github.com/berth-dev/berth/internal/vm"
 	"github.com/berth-dev/berth/internal/vm/vmtest"
 )
@@ -119,12 +119,8 @@ func prepare() (conformanceEnv, string, error) {
 		return conformanceEnv{}, fmt.Sprintf("no module tree for %s (%v): set $%s", kernel, err, envModules), nil
 	}
 	bb, _ := exec.LookPath("busybox")
-	if f, err := elf.Open(bb); err == nil {
-		dynamic := f.Section(".interp") != nil
-		f.Close()
-		if dynamic {
-			return conformanceEnv{}, bb + " is dynamically linked; install busybox-static", nil
-		}
+	if static, err := agentbin.IsStatic(bb); err == nil && !static {
+		return conformanceEnv{}, bb + " is dynamically linked; install busybox-static", nil
 	}
 	dir := testDir()
 	var e conformanceEnv
@@ -152,34 +148,21 @@ func prepare() (conformanceEnv, string, error) {
 	if out, err := build.CombinedOutput(); err != nil {
 		return e, "", fmt.Errorf("building the guest binary: %v: %s", err, out)
 	}
-	e.image, err = buildGuestImage(dir, guest, bb)
+	e.image, err = buildGuestImage(dir, guest)
 	return e, "", err
 }
 
 // buildGuestImage makes a small ext4 root file system without mounting
 // anything: busybox for /bin/sh and the shell tools the suite's commands
-// use, and the guest binary as /berth-agent (init and apps).
-func buildGuestImage(dir, guest, bb string) (string, error) {
+// use (vmtest.BusyboxRoot), and the guest binary as /berth-agent (init and
+// apps).
+func buildGuestImage(dir, guest string) (string, error) {
 	root := filepath.Join(dir, "root")
-	for _, d := range []string{"bin", "root", "tmp", "proc", "sys", "dev", "run", "etc"} {
-		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
-			return "", err
-		}
+	if err := vmtest.BusyboxRoot(root); err != nil {
+		return "", err
 	}
 	if err := copyFile(guest, filepath.Join(root, "berth-agent")); err != nil {
 		return "", err
-	}
-	if err := copyFile(bb, filepath.Join(root, "bin", "busybox")); err != nil {
-		return "", err
-	}
-	out, err := exec.Command(bb, "--list").Output()
-	if err != nil {
-		return "", fmt.Errorf("busybox --list: %v", err)
-	}
-	for _, applet := range strings.Fields(string(out)) {
-		if applet != "busybox" {
-			os.Symlink("busybox", filepath.Join(root, "bin", applet))
-		}
 	}
 	img := filepath.Join(dir, "guest.ext4")
 	if out, err := exec.Command("mkfs.ext4", "-q", "-F", "-d", root, img, "256M").CombinedOutput(); err != nil {

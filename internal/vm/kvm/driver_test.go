@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"debug/elf"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/internal/agentbin"
 	"github.com/berth-dev/berth/internal/vm"
 )
 
@@ -355,12 +355,11 @@ func staticELF(t *testing.T) string {
 	if err != nil {
 		t.Skip("no busybox")
 	}
-	f, err := elf.Open(bb)
+	static, err := agentbin.IsStatic(bb)
 	if err != nil {
 		t.Skipf("busybox: %v", err)
 	}
-	defer f.Close()
-	if f.Section(".interp") != nil {
+	if !static {
 		t.Skip("busybox is dynamically linked (install busybox-static)")
 	}
 	return bb

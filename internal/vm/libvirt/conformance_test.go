@@ -147,29 +147,13 @@ func prepare(e *env) (skip string, err error) {
 	// The image: busybox with its applets, and the kvm driver's test guest
 	// binary (agent and apps) as /berth-agent.
 	root := path("rootfs")
-	for _, d := range []string{"bin", "root", "tmp", "proc", "sys", "dev", "run", "etc"} {
-		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
-			return "", err
-		}
+	if err := vmtest.BusyboxRoot(root); err != nil {
+		return "", err
 	}
 	build := exec.Command("go", "build", "-o", filepath.Join(root, "berth-agent"), "github.com/berth-dev/berth/internal/vm/kvm/testdata/guest")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("building the guest binary: %v: %s", err, out)
-	}
-	if out, err := exec.Command("cp", bb, filepath.Join(root, "bin", "busybox")).CombinedOutput(); err != nil {
-		return "", fmt.Errorf("cp busybox: %v: %s", err, out)
-	}
-	// Relative links: busybox --install -s would point them at the host's
-	// path of busybox.
-	applets, err := exec.Command(bb, "--list").Output()
-	if err != nil {
-		return "", fmt.Errorf("busybox --list: %v", err)
-	}
-	for _, a := range strings.Fields(string(applets)) {
-		if a != "busybox" {
-			os.Symlink("busybox", filepath.Join(root, "bin", a))
-		}
 	}
 	db, err := store.Open(path("db"))
 	if err != nil {
