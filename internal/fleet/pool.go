@@ -462,13 +462,20 @@ func (p *Pool) create(ctx context.Context) {
 	var in vm.Instance
 	if err == nil {
 		p.mu.Lock()
-		p.replicas[r.id] = r // tracked before Start, so nothing is orphaned
+		// Tracked before Start, so nothing is orphaned; from here it counts
+		// as a pending replica, no longer as a create (counting it as both
+		// made a step under-create and leave the rest to the next tick).
+		p.replicas[r.id] = r
+		p.creating--
 		p.mu.Unlock()
 		in, err = p.driver().Start(ctx, spec)
+	} else {
+		p.mu.Lock()
+		p.creating--
+		p.mu.Unlock()
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.creating--
 	if err != nil {
 		delete(p.replicas, r.id)
 		p.backoff = p.backoff.Fail(time.Now())
@@ -508,17 +515,18 @@ func (p *Pool) resume(ctx context.Context, cfg *Config, now time.Time) *replica 
 	p.suspended = p.suspended[1:]
 	r := &replica{id: id, key: cfg.Key, phase: pending, created: now}
 	p.replicas[id] = r
+	p.creating-- // counted as a pending replica now (see create)
 	p.mu.Unlock()
 	in, err := s.Resume(ctx, id)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err != nil {
 		delete(p.replicas, id)
+		p.creating++ // create goes on to start a fresh one
 		p.m.log.Warn("could not resume a retained replica; creating a fresh one", "deployment", p.id, "replica", id, "err", err)
 		go p.stopAll([]string{id})
 		return nil
 	}
-	p.creating--
 	r.addr, r.started = in.Addr, time.Now()
 	p.bootLocked(r)
 	return r
