@@ -61,7 +61,11 @@ type target struct {
 // resolve checks p and opens the file system it lives in; the caller
 // closes t.fs. The Root is opened per request so that a failure to open
 // it is an answer, not a crash, and a replaced root directory is seen.
-func (s *Server) resolve(p string) (target, error) {
+func (s *Server) resolve(p string) (target, error) { return resolveIn(s.opts.Root, p) }
+
+// resolveIn is resolve for the root directory root ("" for the whole file
+// system).
+func resolveIn(root, p string) (target, error) {
 	switch {
 	case p == "":
 		return target{}, errorf(http.StatusBadRequest, "path is required")
@@ -70,7 +74,7 @@ func (s *Server) resolve(p string) (target, error) {
 	case strings.IndexByte(p, 0) >= 0:
 		return target{}, errorf(http.StatusBadRequest, "path contains a NUL byte")
 	}
-	if s.opts.Root == "" {
+	if root == "" {
 		return target{osFS{}, p, p}, nil
 	}
 	// os.Root refuses escapes too; checking ".." here first gives the
@@ -88,7 +92,7 @@ func (s *Server) resolve(p string) (target, error) {
 			return target{}, errorf(http.StatusForbidden, "path %q escapes the root", p)
 		}
 	}
-	root, err := os.OpenRoot(s.opts.Root)
+	r, err := os.OpenRoot(root)
 	if err != nil {
 		return target{}, fmt.Errorf("opening the root: %w", err)
 	}
@@ -96,7 +100,7 @@ func (s *Server) resolve(p string) (target, error) {
 	if name == "" {
 		name = "."
 	}
-	return target{root, p, name}, nil
+	return target{r, p, name}, nil
 }
 
 // fsError gives err a status and a message naming the client's path.
@@ -244,15 +248,47 @@ func (s *Server) handleWriteFile(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, fi)
 }
 
-// writeFile replaces the file atomically: readers see the old content or
-// the new, never a part, and a crash leaves at most a stray temp file.
+// writeFile answers PUT /v1/files: the body replaces the file, with
+// ?mode= (octal; absent keeps the replaced file's mode, or 0644).
 func (s *Server) writeFile(r *http.Request) (FileInfo, error) {
 	q := r.URL.Query()
 	mode, err := parseMode(q.Get("mode"), 0)
 	if err != nil {
 		return FileInfo{}, errorf(http.StatusBadRequest, "%v", err)
 	}
-	t, err := s.resolve(q.Get("path"))
+	return writeFileIn(s.opts.Root, q.Get("path"), r.Body, mode, q.Get("mode") == "")
+}
+
+// WriteFile is the agent's PUT /v1/files done in this process: it
+// atomically replaces the file at p (absolute, with the directory root as
+// "/"; root "" is the whole file system) with the content of body, and
+// describes the new file, with its SHA256. A zero mode keeps the mode of
+// the file replaced, or 0644 for a new one. Symlinks and ".." cannot lead
+// out of root. The parent directory must exist.
+//
+// It is for a host that sees a sandbox's root directory as the agent in
+// it does (a workspace bind-mounted into a container, say): writing there
+// directly saves copying the content through the agent's socket, with the
+// same result. Errors are *Error with the status the agent would answer;
+// a failure to read body is a 400 whose cause the caller knows better.
+func WriteFile(root, p string, body io.Reader, mode fs.FileMode) (FileInfo, error) {
+	fi, err := writeFileIn(root, p, body, mode, mode == 0)
+	if err != nil {
+		var he *httpError
+		if errors.As(err, &he) {
+			return FileInfo{}, &Error{Status: he.status, Message: he.msg}
+		}
+		return FileInfo{}, &Error{Status: http.StatusInternalServerError, Message: err.Error()}
+	}
+	return fi, nil
+}
+
+// writeFileIn replaces the file atomically: readers see the old content or
+// the new, never a part, and a crash leaves at most a stray temp file.
+// With keepMode the file keeps the mode of the one replaced (0644 for a
+// new one); else it gets mode exactly.
+func writeFileIn(root, p string, body io.Reader, mode fs.FileMode, keepMode bool) (FileInfo, error) {
+	t, err := resolveIn(root, p)
 	if err != nil {
 		return FileInfo{}, err
 	}
@@ -267,11 +303,11 @@ func (s *Server) writeFile(r *http.Request) (FileInfo, error) {
 	switch old, err := t.fs.Lstat(t.name); {
 	case err == nil && old.IsDir():
 		return FileInfo{}, errorf(http.StatusConflict, "%s is a directory", t.path)
-	case err == nil && q.Get("mode") == "":
+	case err == nil && keepMode:
 		mode = old.Mode().Perm() // keep the mode of the file replaced
 	case err != nil && !errors.Is(err, fs.ErrNotExist):
 		return FileInfo{}, fsError(err, t.path)
-	case q.Get("mode") == "":
+	case keepMode:
 		mode = 0o644
 	}
 	var rnd [8]byte
@@ -283,7 +319,7 @@ func (s *Server) writeFile(r *http.Request) (FileInfo, error) {
 	}
 	h := sha256.New()
 	err = func() error {
-		if ferr, berr := copyToFile(f, r.Body, h); ferr != nil {
+		if ferr, berr := copyToFile(f, body, h); ferr != nil {
 			return fsError(ferr, t.path)
 		} else if berr != nil {
 			return errorf(http.StatusBadRequest, "reading the request body: %v", berr)
@@ -300,11 +336,12 @@ func (s *Server) writeFile(r *http.Request) (FileInfo, error) {
 		err = fsError(cerr, t.path)
 	}
 	if err == nil {
-		s.fileLock().Lock() // not between another writer's check and replace
+		lk := rootLockFor(root) // not between another writer's check and replace
+		lk.Lock()
 		if rerr := t.fs.Rename(tmp, t.name); rerr != nil {
 			err = fsError(rerr, t.path)
 		}
-		s.fileLock().Unlock()
+		lk.Unlock()
 	}
 	if err != nil {
 		_ = t.fs.Remove(tmp)

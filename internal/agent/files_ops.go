@@ -22,17 +22,59 @@ import (
 // The text-oriented files endpoints: read, write (JSON), edit. Glob and
 // grep are in files_search.go, patch in files_patch.go.
 
-// fileLocks holds one mutex per root directory (key Options.Root), which
-// serializes the files endpoints' read-check-replace steps: with it an
-// expected_sha256 precondition holds until the replace, and a patch's
-// files change together, as far as the agent's own writers can tell.
-// Keyed by root rather than by Server so that servers sharing a tree
-// share the lock.
+// fileLocks holds one rootLock per root directory (key Options.Root),
+// which serializes the files endpoints' read-check-replace steps: with it
+// an expected_sha256 precondition holds until the replace, and a patch's
+// files change together, as far as the agent's own writers (and WriteFile
+// callers on the host) can tell. Keyed by root rather than by Server so
+// that servers sharing a tree share the lock.
 var fileLocks sync.Map
 
-func (s *Server) fileLock() *sync.Mutex {
-	mu, _ := fileLocks.LoadOrStore(s.opts.Root, new(sync.Mutex))
-	return mu.(*sync.Mutex)
+func (s *Server) fileLock() *rootLock { return rootLockFor(s.opts.Root) }
+
+func rootLockFor(root string) *rootLock {
+	l, _ := fileLocks.LoadOrStore(root, &rootLock{root: root})
+	return l.(*rootLock)
+}
+
+// rootLock is a mutex for the writers of this process and, where the
+// system has flock, an exclusive flock of the root directory for those of
+// others: berth writing a workspace on the host (WriteFile) and the agent
+// writing it inside the sandbox hold the same directory's lock. The flock
+// is taken for a bounded time only (lockWait): anything in the sandbox can
+// flock its root too, and must not be able to stall the agent; past that
+// the writer goes on with the mutex alone, as it did before there was a
+// second writer.
+type rootLock struct {
+	root string
+	mu   sync.Mutex
+	dir  *os.File // the root directory, flocked, while locked
+}
+
+// Lock takes the lock.
+func (l *rootLock) Lock() {
+	l.mu.Lock()
+	if l.root == "" {
+		return
+	}
+	d, err := os.Open(l.root)
+	if err != nil {
+		return // the operation itself reports a missing root
+	}
+	if !flockDir(d) {
+		d.Close()
+		return
+	}
+	l.dir = d
+}
+
+// Unlock releases the lock.
+func (l *rootLock) Unlock() {
+	if l.dir != nil {
+		l.dir.Close() // closing the last descriptor drops the flock
+		l.dir = nil
+	}
+	l.mu.Unlock()
 }
 
 // Stat follows symlinks; os.Root's Stat has the same shape, and follows

@@ -259,6 +259,21 @@ func (a *API) writeBytes(w http.ResponseWriter, r *http.Request, c *call) error 
 	noReadDeadline(w)
 	body := http.MaxBytesReader(w, r.Body, MaxWriteBytes)
 	var fi agent.FileInfo
+	if ws := a.hostWorkspace(r.Context(), c.id); ws != "" {
+		// The write the agent would do, done here: the content is not
+		// copied through the agent's socket.
+		rb := &readErr{r: body}
+		fi, err = agent.WriteFile(ws, p, rb, perm)
+		if err != nil {
+			if rb.err != nil && rb.err != io.EOF {
+				return bodyError(rb.err)
+			}
+			return agentError(err, c.id)
+		}
+		a.emit(r.Context(), filesWritten(c, p, fi.Size))
+		web.WriteJSON(w, http.StatusOK, WriteResult{Path: p, Bytes: fi.Size, SHA256: fi.SHA256})
+		return nil
+	}
 	if r.ContentLength >= 0 && r.ContentLength <= MaxWriteBytes {
 		// Passed on with its length rather than chunked: the agent
 		// reads it in large pieces.
