@@ -477,6 +477,9 @@ func TestGracefulShutdownFinishesInFlight(t *testing.T) {
 	h := start(t, "")
 	entered, release := make(chan struct{}), make(chan struct{})
 	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/slow" {
+			return // the upstream's health probes
+		}
 		close(entered)
 		<-release
 		io.WriteString(w, "finished")
@@ -486,7 +489,7 @@ func TestGracefulShutdownFinishesInFlight(t *testing.T) {
 		t.Fatal(r.code)
 	}
 	got := make(chan resp, 1)
-	go func() { got <- get(t, h.proxy+"/", "") }()
+	go func() { got <- get(t, h.proxy+"/slow", "") }()
 	<-entered
 	h.cancel() // SIGTERM
 	// New connections are refused once shutdown has begun...

@@ -883,7 +883,15 @@ func TestClient(t *testing.T) {
 	served := make(chan error, 1)
 	go func() { served <- serveFakeVMM(ctx, f, sock) }()
 	c := NewClient(sock)
-	eventually(t, "the fake's socket", func() bool { _, err := os.Stat(sock); return err == nil })
+	// Dialled, not stat'ed: the socket file exists from bind(2), before
+	// listen(2), and a connect in between is refused.
+	eventually(t, "the fake's socket", func() bool {
+		conn, err := net.Dial("unix", sock)
+		if err == nil {
+			conn.Close()
+		}
+		return err == nil
+	})
 
 	info, err := c.Describe(t.Context())
 	if err != nil || info.State != "Not started" || info.AppName != "Firecracker" {
