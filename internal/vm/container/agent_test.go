@@ -59,7 +59,13 @@ func TestDynamicAgent(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(st.PID) + "/cmdline")
+		// The runtime may return before its child has exec'd the init,
+		// whose command line reads empty until then.
+		var cmdline []byte
+		eventually(t, "the init to be exec'd", func() bool {
+			cmdline, err = os.ReadFile("/proc/" + strconv.Itoa(st.PID) + "/cmdline")
+			return err != nil || len(strings.TrimRight(string(cmdline), "\x00")) > 0
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
