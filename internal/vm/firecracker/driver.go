@@ -23,6 +23,7 @@ import (
 
 	"github.com/berth-dev/berth/internal/agent"
 	"github.com/berth-dev/berth/internal/vm"
+	"github.com/berth-dev/berth/internal/vm/console"
 )
 
 // Compile-time checks of the abilities the driver offers.
@@ -793,7 +794,7 @@ func (d *Driver) spawn(ctx context.Context, st state) (*Client, state, error) {
 // withConsole adds the console's last lines to err: a VMM that refuses its
 // configuration or dies says why there.
 func (d *Driver) withConsole(st state, err error) error {
-	tail := consoleTail(filepath.Join(d.replicaDir(st.ID), consoleFile), tailLines)
+	tail := console.Tail(filepath.Join(d.replicaDir(st.ID), consoleFile), tailLines)
 	if len(tail) == 0 {
 		return err
 	}
@@ -918,7 +919,7 @@ func (d *Driver) instance(st state) vm.Instance {
 	starting := d.starting[st.ID]
 	d.mu.Unlock()
 	alive := st.PID != 0 && isAlive(st.PID, st.StartTicks)
-	console := filepath.Join(d.replicaDir(st.ID), consoleFile)
+	consoleLog := filepath.Join(d.replicaDir(st.ID), consoleFile)
 	switch {
 	case st.Suspended:
 		inst.State = vm.StateSuspended
@@ -929,10 +930,10 @@ func (d *Driver) instance(st state) vm.Instance {
 		inst.State = vm.StateStarting
 	default:
 		inst.PID = 0
-		if code, reason, ok := consoleExit(console); ok {
+		if code, reason, ok := console.Exit(consoleLog); ok {
 			inst.State = vm.StateExited
 			inst.ExitCode = &code
-			inst.Reason = withTail(reason, appTail(console, tailLines))
+			inst.Reason = withTail(reason, console.AppTail(consoleLog, tailLines))
 			return inst
 		}
 		inst.State = vm.StateFailed
@@ -940,7 +941,7 @@ func (d *Driver) instance(st state) vm.Instance {
 		if st.PID == 0 {
 			reason = "the start of this replica was interrupted before its VMM ran"
 		}
-		if tail := consoleTail(console, tailLines); len(tail) > 0 {
+		if tail := console.Tail(consoleLog, tailLines); len(tail) > 0 {
 			reason += "; console:\n" + strings.Join(tail, "\n")
 		}
 		inst.Reason = reason

@@ -19,6 +19,7 @@ import (
 
 	"github.com/berth-dev/berth/internal/agent"
 	"github.com/berth-dev/berth/internal/vm"
+	"github.com/berth-dev/berth/internal/vm/console"
 )
 
 // The test binary plays the VMM: BERTH_FC_TEST_ROLE makes it the fake
@@ -800,7 +801,7 @@ func TestFollowLogs(t *testing.T) {
 	if !sc.Scan() {
 		t.Fatalf("FollowLogs wrote nothing: %v", sc.Err())
 	}
-	var e logEntry
+	var e console.Entry
 	if err := json.Unmarshal(sc.Bytes(), &e); err != nil || e.S != "stdout" || !strings.HasPrefix(e.M, "tick-") || e.T.IsZero() {
 		t.Errorf("FollowLogs line %s (%v), want a JSON stdout tick line", sc.Bytes(), err)
 	}
@@ -808,63 +809,6 @@ func TestFollowLogs(t *testing.T) {
 	go io.Copy(io.Discard, pr)
 	if err := <-done; err != nil {
 		t.Errorf("FollowLogs: %v", err)
-	}
-}
-
-// TestConsoleParsing covers what the console can look like: tty line ends,
-// kernel messages in front of or between the agent's lines, a cut last
-// line.
-func TestConsoleParsing(t *testing.T) {
-	console := "[    0.1] Linux version x\r\n" +
-		`{"t":"2025-01-02T03:04:05Z","s":"agent","m":"agent listening on vsock:52 (pid 1)"}` + "\r\n" +
-		`{"t":"2025-01-02T03:04:06Z","s":"stdout","m":"one"}` + "\r\n" +
-		`[    1.2] random: crng init done{"t":"2025-01-02T03:04:07Z","s":"stderr","m":"two"}` + "\r\n" +
-		"not json at all\n" +
-		`{"t":"2025-01-02T03:04:08Z","s":"agent","m":"exit 7: exited with code 7"}` + "\r\n" +
-		"[    2.0] reboot: Restarting system\r\n" +
-		`{"t":"2025-01-02T03:04:09Z","s":"stdout","m":"cut`
-	p := filepath.Join(t.TempDir(), consoleFile)
-	os.WriteFile(p, []byte(console), 0o600)
-	lines, err := readLogs(p, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []vm.LogLine{
-		{Time: time.Date(2025, 1, 2, 3, 4, 6, 0, time.UTC), Stream: "stdout", Text: "one"},
-		{Time: time.Date(2025, 1, 2, 3, 4, 7, 0, time.UTC), Stream: "stderr", Text: "two"},
-	}
-	if !slices.EqualFunc(lines, want, func(a, b vm.LogLine) bool { return a.Text == b.Text && a.Stream == b.Stream && a.Time.Equal(b.Time) }) {
-		t.Errorf("readLogs = %+v, want %+v", lines, want)
-	}
-	code, reason, ok := consoleExit(p)
-	if !ok || code != 7 || reason != "exited with code 7" {
-		t.Errorf("consoleExit = %d, %q, %v; want 7", code, reason, ok)
-	}
-	tail := consoleTail(p, 2)
-	if !slices.Equal(tail, []string{"[    2.0] reboot: Restarting system", `{"t":"2025-01-02T03:04:09Z","s":"stdout","m":"cut`}) {
-		t.Errorf("consoleTail = %q", tail)
-	}
-	if _, _, ok := consoleExit(filepath.Join(t.TempDir(), "none")); ok {
-		t.Error("consoleExit found an exit in a missing file")
-	}
-}
-
-// TestAgentExitLine pins the coupling with the agent: the real agent's last
-// log line is what consoleExit reads.
-func TestAgentExitLine(t *testing.T) {
-	dir := shortTempDir(t)
-	log := filepath.Join(dir, "console.log")
-	code := agent.Main(t.Context(), []string{"--listen", "unix:" + filepath.Join(dir, "a.sock"), "--log", log,
-		"--", "sh", "-c", "echo bye; exit 5"}, io.Discard)
-	if code != 5 {
-		t.Fatalf("agent.Main = %d, want 5", code)
-	}
-	got, reason, ok := consoleExit(log)
-	if !ok || got != 5 || reason != "exited with code 5" {
-		t.Errorf("consoleExit of the agent's log = %d, %q, %v; want 5, exited with code 5", got, reason, ok)
-	}
-	if tail := appTail(log, 1); !slices.Equal(tail, []string{"bye"}) {
-		t.Errorf("appTail = %q, want bye", tail)
 	}
 }
 

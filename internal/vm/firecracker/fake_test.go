@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/internal/agent"
+	"github.com/berth-dev/berth/internal/vm/console"
 )
 
 // fakeVMM plays Firecracker for the tests: it serves the API on a unix
@@ -310,7 +311,7 @@ type fakeSnapshot struct {
 // consoleLine writes one agent log line to the console, as the agent in a
 // guest does through the tty (hence "\r\n").
 func (f *fakeVMM) consoleLine(stream, msg string) {
-	b, _ := json.Marshal(logEntry{T: time.Now().UTC(), S: stream, M: msg})
+	b, _ := json.Marshal(console.Entry{T: time.Now().UTC(), S: stream, M: msg})
 	f.console.Write(append(b, '\r', '\n'))
 }
 

@@ -25,6 +25,7 @@ import (
 
 	"github.com/berth-dev/berth/internal/agent"
 	"github.com/berth-dev/berth/internal/vm"
+	"github.com/berth-dev/berth/internal/vm/console"
 )
 
 // Compile-time checks of the abilities the driver offers.
@@ -965,7 +966,7 @@ func (d *Driver) instance(st state) vm.Instance {
 	starting := d.starting[st.ID]
 	d.mu.Unlock()
 	alive := st.PID != 0 && isAlive(st.PID, st.StartTicks)
-	console := d.path(st.ID, consoleFile)
+	consoleLog := d.path(st.ID, consoleFile)
 	switch {
 	case alive && st.Suspended:
 		inst.State = vm.StateSuspended
@@ -975,10 +976,10 @@ func (d *Driver) instance(st state) vm.Instance {
 		inst.State = vm.StateStarting
 	default:
 		inst.PID = 0
-		if code, reason, ok := consoleExit(console); ok {
+		if code, reason, ok := console.Exit(consoleLog); ok {
 			inst.State = vm.StateExited
 			inst.ExitCode = &code
-			inst.Reason = withTail(reason, appTail(console, tailLines))
+			inst.Reason = withTail(reason, console.AppTail(consoleLog, tailLines))
 			return inst
 		}
 		inst.State = vm.StateFailed
@@ -986,10 +987,10 @@ func (d *Driver) instance(st state) vm.Instance {
 		if st.PID == 0 {
 			reason = "the start of this replica was interrupted before QEMU ran"
 		}
-		if tail := consoleTail(console, tailLines); len(tail) > 0 {
+		if tail := console.Tail(consoleLog, tailLines); len(tail) > 0 {
 			reason += "; console:\n" + strings.Join(tail, "\n")
 		}
-		if tail := consoleTail(d.path(st.ID, qemuLogFile), 2); len(tail) > 0 {
+		if tail := console.Tail(d.path(st.ID, qemuLogFile), 2); len(tail) > 0 {
 			reason += "\nqemu: " + strings.Join(tail, "\n")
 		}
 		inst.Reason = reason
