@@ -1,9 +1,11 @@
-// Package console reads a microVM guest's serial console, which the kvm,
-// libvirt and firecracker drivers write to a file (console.log): it carries
-// the kernel's messages and the agent's log as JSON lines {"t","s","m"}
-// (the agent runs with --log /dev/ttyS0), with "\r\n" line ends from the
-// tty. The app's output is the agent's stdout and stderr lines; its exit is
-// the agent's last line; the rest is kept for failure reasons only.
+// Package console reads the in-sandbox agent's log: JSON lines
+// {"t","s","m"}, in a file of its own (output.log, rotated to output.log.1;
+// the process and container drivers) or on a microVM guest's serial
+// console, which the kvm, libvirt and firecracker drivers write to a file
+// (console.log) and which also carries the kernel's messages, with "\r\n"
+// line ends from the tty. The app's output is the agent's stdout and stderr
+// lines; its exit is the agent's last line; the rest is kept for failure
+// reasons only.
 package console
 
 import (
@@ -78,9 +80,10 @@ func Exit(path string) (int, string, bool) {
 	return code, reason, found
 }
 
-// AppTail returns the last n lines of the app's output.
+// AppTail returns the last n lines of the app's output (from path and,
+// if rotated, path.1).
 func AppTail(path string, n int) []string {
-	lines, err := ReadLogs(path, n)
+	lines, err := ReadRotated(path, n)
 	if err != nil {
 		return nil
 	}
@@ -195,6 +198,27 @@ func ReadLogs(path string, n int) ([]vm.LogLine, error) {
 		}
 		chunk *= 4
 	}
+}
+
+// ReadRotated returns the last n app lines (all when n <= 0) of an agent
+// log and its rotated predecessor path.1, oldest first.
+func ReadRotated(path string, n int) ([]vm.LogLine, error) {
+	cur, err := ReadLogs(path, n)
+	if err != nil {
+		return nil, err
+	}
+	if n > 0 && len(cur) >= n {
+		return cur[len(cur)-n:], nil
+	}
+	want := 0
+	if n > 0 {
+		want = n - len(cur)
+	}
+	old, err := ReadLogs(path+".1", want)
+	if err != nil {
+		return nil, err
+	}
+	return append(old, cur...), nil
 }
 
 // followPoll is how often Follow looks for new output.

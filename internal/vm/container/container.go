@@ -140,6 +140,7 @@ import (
 	"github.com/berth-dev/berth/internal/agentbin"
 	"github.com/berth-dev/berth/internal/hostnet"
 	"github.com/berth-dev/berth/internal/vm"
+	"github.com/berth-dev/berth/internal/vm/console"
 )
 
 // Compile-time checks of the abilities the driver offers.
@@ -942,15 +943,7 @@ func (d *Driver) instance(st state) vm.Instance {
 }
 
 func (d *Driver) tail(dir string) []string {
-	lines, err := readLogs(filepath.Join(dir, runDir, logFile), tailLines)
-	if err != nil {
-		return nil
-	}
-	texts := make([]string, len(lines))
-	for i, l := range lines {
-		texts[i] = l.Text
-	}
-	return texts
+	return console.AppTail(filepath.Join(dir, runDir, logFile), tailLines)
 }
 
 func withTail(reason string, tail []string) string {

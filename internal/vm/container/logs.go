@@ -3,7 +3,6 @@ package container
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,23 +11,8 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/internal/vm"
+	"github.com/berth-dev/berth/internal/vm/console"
 )
-
-// logEntry is one line of the agent's log (see the agent contract).
-type logEntry struct {
-	T time.Time `json:"t"`
-	S string    `json:"s"`
-	M string    `json:"m"`
-}
-
-// appLine parses one log line, keeping only the app's output.
-func appLine(b []byte) (vm.LogLine, bool) {
-	var e logEntry
-	if json.Unmarshal(b, &e) != nil || e.S != "stdout" && e.S != "stderr" {
-		return vm.LogLine{}, false
-	}
-	return vm.LogLine{Time: e.T, Stream: e.S, Text: e.M}, true
-}
 
 // Logs returns up to n of the replica's most recent output lines (all when
 // n <= 0), oldest first, from output.log and its rotated predecessor.
@@ -36,86 +20,11 @@ func (d *Driver) Logs(ctx context.Context, id string, n int) ([]vm.LogLine, erro
 	if _, err := d.load(id); err != nil {
 		return nil, err
 	}
-	lines, err := readLogs(d.path(id, runDir, logFile), n)
+	lines, err := console.ReadRotated(d.path(id, runDir, logFile), n)
 	if err != nil {
 		return nil, fmt.Errorf("container: logs of %s: %w", id, err)
 	}
 	return lines, nil
-}
-
-// readLogs returns the last n lines (all when n <= 0) of a log and its
-// rotated predecessor.
-func readLogs(path string, n int) ([]vm.LogLine, error) {
-	cur, err := readLogFile(path, n)
-	if err != nil {
-		return nil, err
-	}
-	if n > 0 && len(cur) >= n {
-		return cur[len(cur)-n:], nil
-	}
-	want := 0
-	if n > 0 {
-		want = n - len(cur)
-	}
-	old, err := readLogFile(path+".1", want)
-	if err != nil {
-		return nil, err
-	}
-	return append(old, cur...), nil
-}
-
-// readLogFile returns the last n app lines of one file (all when n <= 0),
-// reading backwards in growing chunks. A missing file has no lines.
-func readLogFile(path string, n int) ([]vm.LogLine, error) {
-	f, err := os.Open(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	size := fi.Size()
-	chunk := int64(64 << 10)
-	if n <= 0 {
-		chunk = size
-	}
-	for {
-		off := max(0, size-chunk)
-		buf := make([]byte, size-off)
-		if _, err := f.ReadAt(buf, off); err != nil && err != io.EOF {
-			return nil, err
-		}
-		if off > 0 {
-			if i := bytes.IndexByte(buf, '\n'); i >= 0 {
-				buf = buf[i+1:]
-			} else {
-				buf = nil
-			}
-		}
-		var lines []vm.LogLine
-		for len(buf) > 0 {
-			i := bytes.IndexByte(buf, '\n')
-			if i < 0 {
-				break // an unterminated last line is still being written
-			}
-			if l, ok := appLine(buf[:i]); ok {
-				lines = append(lines, l)
-			}
-			buf = buf[i+1:]
-		}
-		if n > 0 && len(lines) >= n || off == 0 {
-			if n > 0 && len(lines) > n {
-				lines = lines[len(lines)-n:]
-			}
-			return lines, nil
-		}
-		chunk *= 4
-	}
 }
 
 // followPoll is how often FollowLogs looks for new output.
@@ -175,7 +84,7 @@ func (d *Driver) FollowLogs(ctx context.Context, id string, w io.Writer) error {
 					break
 				}
 				line := pending[:i+1]
-				if _, ok := appLine(line[:i]); ok {
+				if _, ok := console.AppLine(line[:i]); ok {
 					if _, err := w.Write(line); err != nil {
 						return wrote, err
 					}

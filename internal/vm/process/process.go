@@ -109,6 +109,7 @@ import (
 
 	"github.com/berth-dev/berth/internal/agent"
 	"github.com/berth-dev/berth/internal/vm"
+	"github.com/berth-dev/berth/internal/vm/console"
 )
 
 // Compile-time checks of the abilities the driver offers.
@@ -816,15 +817,7 @@ func (d *Driver) instance(st state) vm.Instance {
 
 // tail returns the last few stdout/stderr lines of a replica.
 func (d *Driver) tail(dir string) []string {
-	lines, err := readLogs(filepath.Join(dir, logFile), tailLines)
-	if err != nil {
-		return nil
-	}
-	texts := make([]string, len(lines))
-	for i, l := range lines {
-		texts[i] = l.Text
-	}
-	return texts
+	return console.AppTail(filepath.Join(dir, logFile), tailLines)
 }
 
 func withTail(reason string, tail []string) string {

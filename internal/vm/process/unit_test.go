@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/internal/vm"
+	"github.com/berth-dev/berth/internal/vm/console"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -103,7 +104,7 @@ func TestSetupCgroupsDegrades(t *testing.T) {
 
 // logLine renders one agent log line.
 func logLine(stream, text string) string {
-	b, _ := json.Marshal(logEntry{T: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC), S: stream, M: text})
+	b, _ := json.Marshal(console.Entry{T: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC), S: stream, M: text})
 	return string(b) + "\n"
 }
 
@@ -144,22 +145,22 @@ func TestReadLogs(t *testing.T) {
 		{-1, []string{"stdout:old 1"}, 1202},
 	}
 	for _, tt := range tests {
-		got, err := readLogs(path, tt.n)
+		got, err := console.ReadRotated(path, tt.n)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(got) != tt.count {
-			t.Errorf("readLogs(n=%d): %d lines, want %d", tt.n, len(got), tt.count)
+			t.Errorf("console.ReadRotated(n=%d): %d lines, want %d", tt.n, len(got), tt.count)
 			continue
 		}
 		if diff := cmp.Diff(tt.first, texts(got[:len(tt.first)])); diff != "" {
-			t.Errorf("readLogs(n=%d) first lines (-want +got):\n%s", tt.n, diff)
+			t.Errorf("console.ReadRotated(n=%d) first lines (-want +got):\n%s", tt.n, diff)
 		}
 		if last := texts(got[len(got)-1:])[0]; last != line(1199) {
-			t.Errorf("readLogs(n=%d) ends with %q, want %q", tt.n, last, line(1199))
+			t.Errorf("console.ReadRotated(n=%d) ends with %q, want %q", tt.n, last, line(1199))
 		}
 	}
-	if got, err := readLogs(filepath.Join(dir, "missing.log"), 10); err != nil || len(got) != 0 {
+	if got, err := console.ReadRotated(filepath.Join(dir, "missing.log"), 10); err != nil || len(got) != 0 {
 		t.Errorf("readLogs of a missing log = %v, %v; want nothing", got, err)
 	}
 }
