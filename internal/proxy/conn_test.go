@@ -18,10 +18,6 @@ import (
 // dead, and a POST (which is never replayed) must still get through on a
 // fresh one instead of failing on the dead one.
 func TestIdleConnClosedByBackend(t *testing.T) {
-	old := checkIdleAfter
-	checkIdleAfter = 0 // check every reuse
-	t.Cleanup(func() { checkIdleAfter = old })
-
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
