@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"net"
+	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -143,10 +144,27 @@ func (c *upstreamConn) alive() bool {
 	if c.br.Buffered() > 0 {
 		return false
 	}
+	if tc, ok := c.Conn.(*tls.Conn); ok && !tlsQuiet(tc, c.br) {
+		return false
+	}
 	if c.peek == nil {
 		return true // cannot tell; the stale-connection retry remains
 	}
 	return c.peek.check()
+}
+
+// tlsQuiet reports whether a TLS connection holds no data beyond what br
+// has consumed: records that arrived with the last response (Go's TLS
+// servers send small records, and the client reads several from the socket
+// at once) wait inside tls.Conn, where neither br nor a peek at the socket
+// sees them. A read with an expired deadline decrypts those and returns at
+// once (data, or the deadline); the deadline is cleared again, which is safe
+// while the connection is idle and no request's abort can be set on it.
+func tlsQuiet(tc *tls.Conn, br *bufio.Reader) bool {
+	tc.SetReadDeadline(aLongTimeAgo)
+	_, err := br.Peek(1)
+	tc.SetReadDeadline(time.Time{})
+	return errors.Is(err, os.ErrDeadlineExceeded)
 }
 
 // rawConn returns the socket below nc (and below TLS: a close or stray

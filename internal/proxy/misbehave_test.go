@@ -2,10 +2,12 @@ package proxy_test
 
 import (
 	"bufio"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -21,9 +23,18 @@ import (
 // connections accepted.
 func rawBackend(t *testing.T, serve func(c net.Conn, br *bufio.Reader, req *http.Request) bool) (string, *atomic.Int64) {
 	t.Helper()
+	return rawBackendTLS(t, nil, serve)
+}
+
+// rawBackendTLS is rawBackend speaking TLS with cfg (nil: plaintext).
+func rawBackendTLS(t *testing.T, cfg *tls.Config, serve func(c net.Conn, br *bufio.Reader, req *http.Request) bool) (string, *atomic.Int64) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if cfg != nil {
+		ln = tls.NewListener(ln, cfg)
 	}
 	t.Cleanup(func() { ln.Close() })
 	var conns atomic.Int64
@@ -74,6 +85,18 @@ func awaitSignal(t *testing.T, ch <-chan string) {
 	}
 }
 
+// misbehaviour is a backend that sends more than it was asked for.
+type misbehaviour struct {
+	name string
+	// answer writes the response to req (whose X-Req-Id is id), with
+	// whatever extra the backend sends, and then signals on strays (the
+	// test sends the next request after that).
+	answer func(c net.Conn, br *bufio.Reader, req *http.Request, id string, strays chan string)
+	method string
+	body   func(id string) string // the request body, if any
+	status int
+}
+
 // TestUpstreamUnaskedBytes has backends send more than one response's worth
 // of bytes on a kept-alive connection: a body on a HEAD, 204 or 304
 // response, two responses to one request, an answer that comes before the
@@ -82,16 +105,6 @@ func awaitSignal(t *testing.T, ch <-chan string) {
 // get the response to their own request: the connection carrying stray
 // bytes must never be reused.
 func TestUpstreamUnaskedBytes(t *testing.T) {
-	type misbehaviour struct {
-		name string
-		// answer writes the response to req (whose X-Req-Id is id), with
-		// whatever extra the backend sends; it reports whether it sent
-		// stray bytes and must be waited for (on strays).
-		answer func(c net.Conn, br *bufio.Reader, req *http.Request, id string, strays chan string)
-		method string
-		body   func(id string) string // the request body, if any
-		status int
-	}
 	cases := []misbehaviour{
 		{
 			name:   "body on HEAD, one write",
@@ -155,46 +168,63 @@ func TestUpstreamUnaskedBytes(t *testing.T) {
 			},
 		},
 	}
+	// A TLS backend's certificate, and a client configuration trusting it.
+	certs := httptest.NewTLSServer(http.NotFoundHandler())
+	t.Cleanup(certs.Close)
+	serverTLS := certs.TLS.Clone()
+	clientTLS := certs.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			strays := make(chan string, 1)
-			addr, _ := rawBackend(t, func(c net.Conn, br *bufio.Reader, req *http.Request) bool {
-				id := req.Header.Get("X-Req-Id")
-				switch {
-				case strings.HasPrefix(id, "mis-") || strings.HasSuffix(id, "-smuggled"):
-					tc.answer(c, br, req, id, strays)
-				default:
-					io.Copy(io.Discard, req.Body)
-					io.WriteString(c, idResponse(id))
-				}
-				return true
-			})
-			h := proxy.New(proxy.Options{})
-			h.Swap(table(entry{static("app", proxy.NewBackend("raw", addr, false)), catchAll}))
-			base := startProxy(t, h)
-			for i := range 30 {
-				// A fresh client each time: another connection to berth,
-				// another user.
-				mis := fmt.Sprintf("mis-%d", i)
-				var body io.Reader
-				if tc.body != nil {
-					body = strings.NewReader(tc.body(mis))
-				}
-				resp, got := send(t, newClient(t), tc.method, base+"/", "app.test", body, http.Header{"X-Req-Id": {mis}})
-				if resp.StatusCode != tc.status {
-					t.Fatalf("request %s: status %d %q, want %d", mis, resp.StatusCode, got, tc.status)
-				}
-				if tc.method != http.MethodHead && tc.status == 200 && got != "id="+mis {
-					t.Fatalf("request %s got %q, the answer to another request", mis, got)
-				}
-				awaitSignal(t, strays)
-				victim := fmt.Sprintf("victim-%d", i)
-				resp, got = send(t, newClient(t), http.MethodGet, base+"/", "app.test", nil, http.Header{"X-Req-Id": {victim}})
-				if resp.StatusCode != 200 || got != "id="+victim {
-					t.Fatalf("request %s got %d %q, not its own response", victim, resp.StatusCode, got)
-				}
+		for _, overTLS := range []bool{false, true} {
+			name := tc.name
+			var cfg *tls.Config
+			if overTLS {
+				name += "/tls"
+				cfg = serverTLS
 			}
-		})
+			t.Run(name, func(t *testing.T) { unaskedBytes(t, tc, cfg, clientTLS) })
+		}
+	}
+}
+
+// unaskedBytes is one case of TestUpstreamUnaskedBytes, against a backend
+// speaking TLS with serverTLS (nil: plaintext).
+func unaskedBytes(t *testing.T, tc misbehaviour, serverTLS, clientTLS *tls.Config) {
+	strays := make(chan string, 1)
+	addr, _ := rawBackendTLS(t, serverTLS, func(c net.Conn, br *bufio.Reader, req *http.Request) bool {
+		id := req.Header.Get("X-Req-Id")
+		switch {
+		case strings.HasPrefix(id, "mis-") || strings.HasSuffix(id, "-smuggled"):
+			tc.answer(c, br, req, id, strays)
+		default:
+			io.Copy(io.Discard, req.Body)
+			io.WriteString(c, idResponse(id))
+		}
+		return true
+	})
+	h := proxy.New(proxy.Options{TLSClientConfig: clientTLS})
+	h.Swap(table(entry{static("app", proxy.NewBackend("raw", addr, serverTLS != nil)), catchAll}))
+	base := startProxy(t, h)
+	for i := range 30 {
+		// A fresh client each time: another connection to berth, another
+		// user.
+		mis := fmt.Sprintf("mis-%d", i)
+		var body io.Reader
+		if tc.body != nil {
+			body = strings.NewReader(tc.body(mis))
+		}
+		resp, got := send(t, newClient(t), tc.method, base+"/", "app.test", body, http.Header{"X-Req-Id": {mis}})
+		if resp.StatusCode != tc.status {
+			t.Fatalf("request %s: status %d %q, want %d", mis, resp.StatusCode, got, tc.status)
+		}
+		if tc.method != http.MethodHead && tc.status == 200 && got != "id="+mis {
+			t.Fatalf("request %s got %q, the answer to another request", mis, got)
+		}
+		awaitSignal(t, strays)
+		victim := fmt.Sprintf("victim-%d", i)
+		resp, got = send(t, newClient(t), http.MethodGet, base+"/", "app.test", nil, http.Header{"X-Req-Id": {victim}})
+		if resp.StatusCode != 200 || got != "id="+victim {
+			t.Fatalf("request %s got %d %q, not its own response", victim, resp.StatusCode, got)
+		}
 	}
 }
 
