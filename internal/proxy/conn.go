@@ -243,51 +243,60 @@ func (d *dialer) dial(ctx context.Context, b *Backend) (*upstreamConn, error) {
 var aLongTimeAgo = time.Unix(1, 0)
 
 // waitTimer bounds the wait for a response head (Options.
-// UpstreamResponseTimeout). It is armed when the request head is sent, pushed
-// back while the request body is still being written, and stopped when the
-// response head is in; when it fires first the connection is aborted for good
-// and the request answers 504. One per connection, reused by each request.
+// UpstreamResponseTimeout). The wait starts when the request head is sent,
+// restarts while the request body is still being written, and ends when the
+// response head is in; when the deadline passes first the connection is
+// aborted for good and the request answers 504. There is one per connection,
+// used by each request in turn.
+//
+// The timer is lazy, so that a request costs a clock read and no timer
+// operation: it stays armed across requests and, when it fires, either finds
+// the current wait past its deadline, re-arms itself for the rest of it, or
+// (the connection idle) stops until the next wait.
 type waitTimer struct {
 	abort func()
 
-	mu      sync.Mutex
-	t       *time.Timer
-	d       time.Duration
-	waiting bool // armed for the current request
-	expired bool // fired while waiting
+	mu       sync.Mutex
+	t        *time.Timer
+	d        time.Duration
+	deadline time.Time // of the current wait; zero when none
+	armed    bool      // t is pending
+	expired  bool      // the current wait passed its deadline
 }
 
-// start arms the timer for d (no timer when d <= 0).
+// start begins a wait of d (none when d <= 0).
 func (w *waitTimer) start(d time.Duration) {
 	if d <= 0 {
 		return
 	}
+	now := time.Now()
 	w.mu.Lock()
-	w.d, w.waiting, w.expired = d, true, false
-	if w.t == nil {
-		w.t = time.AfterFunc(d, w.fire)
-	} else {
-		w.t.Reset(d)
+	w.d, w.deadline, w.expired = d, now.Add(d), false
+	if !w.armed {
+		w.armed = true
+		if w.t == nil {
+			w.t = time.AfterFunc(d, w.fire)
+		} else {
+			w.t.Reset(d)
+		}
 	}
 	w.mu.Unlock()
 }
 
-// extend restarts the wait: the request is still making progress.
+// extend restarts the current wait: the request is still making progress.
 func (w *waitTimer) extend() {
+	now := time.Now()
 	w.mu.Lock()
-	if w.waiting && !w.expired {
-		w.t.Reset(w.d)
+	if !w.deadline.IsZero() && !w.expired {
+		w.deadline = now.Add(w.d)
 	}
 	w.mu.Unlock()
 }
 
-// stop disarms the timer and reports whether it had fired.
+// stop ends the current wait and reports whether it had expired.
 func (w *waitTimer) stop() (expired bool) {
 	w.mu.Lock()
-	if w.waiting {
-		w.waiting = false
-		w.t.Stop()
-	}
+	w.deadline = time.Time{}
 	expired = w.expired
 	w.mu.Unlock()
 	return expired
@@ -295,11 +304,18 @@ func (w *waitTimer) stop() (expired bool) {
 
 func (w *waitTimer) fire() {
 	w.mu.Lock()
-	if w.waiting && !w.expired {
-		w.expired = true
-		w.abort()
+	defer w.mu.Unlock()
+	w.armed = false
+	if w.deadline.IsZero() || w.expired {
+		return // idle: the next wait arms the timer again
 	}
-	w.mu.Unlock()
+	if left := time.Until(w.deadline); left > 0 {
+		w.armed = true
+		w.t.Reset(left)
+		return
+	}
+	w.expired = true
+	w.abort()
 }
 
 // errUpstreamTimeout means the backend sent no response head within the
