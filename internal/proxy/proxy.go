@@ -121,7 +121,8 @@ type Options struct {
 	Resolve func(w http.ResponseWriter, r *http.Request, host string) (d *Deployment, release func(), handled bool)
 	// Self is the set of berth's own listening addresses (proxy, admin,
 	// egress); dials that resolve to one are refused with 502. The server
-	// fills it once its listeners are bound. Nil refuses none.
+	// fills it once its listeners are bound. Nil refuses none. Neither
+	// this nor AllowLinkLocal applies to a Transport given above.
 	Self *netguard.Self
 	// AllowLinkLocal lets upstreams be link-local or cloud metadata
 	// addresses (169.254.0.0/16, fe80::/10, 100.100.100.200,
