@@ -90,6 +90,8 @@ func serve(ctx context.Context, args []string) int {
 	logLevel := fs.String("log-level", env("BERTH_LOG_LEVEL", "info"), "debug, info, warn or error (BERTH_LOG_LEVEL)")
 	stdHTTP := fs.Bool("proxy-std-http", envBool("BERTH_PROXY_STD_HTTP"), "serve the data plane with Go's net/http server alone, not berth's HTTP/1.1 front end (BERTH_PROXY_STD_HTTP)")
 	egressAddr := fs.String("egress-addr", env("BERTH_EGRESS_ADDR", ""), "listen address of the Computers' egress proxy; default the guest bridge's gateway (or 127.0.0.1) at a port kept across restarts; off: none (BERTH_EGRESS_ADDR)")
+	respTimeout := fs.Duration("upstream-response-timeout", durEnv("BERTH_UPSTREAM_RESPONSE_TIMEOUT", 60*time.Second), "how long a backend may take to send its response head before the client gets 504; negative: no limit (BERTH_UPSTREAM_RESPONSE_TIMEOUT)")
+	allowLinkLocal := fs.Bool("allow-link-local-upstreams", envBool("BERTH_ALLOW_LINK_LOCAL_UPSTREAMS"), "let upstreams reach link-local and cloud metadata addresses (169.254.0.0/16, fe80::/10, 100.100.100.200, fd00:ec2::254), refused by default (BERTH_ALLOW_LINK_LOCAL_UPSTREAMS)")
 	withDemo := fs.Bool("demo", false, "register demo deployments (a vm app that scales from zero, and a site) and print how to reach them")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -124,6 +126,7 @@ func serve(ctx context.Context, args []string) int {
 		ProxyAddr: *proxyAddr, AdminAddr: *adminAddr, DataDir: *dataDir,
 		TrustedProxies: prefixes, BaseDomain: *baseDomain, PublicIPs: splitList(*publicIPs),
 		DrainTimeout: *drain, Log: log, StdHTTP: *stdHTTP, EgressAddr: *egressAddr,
+		UpstreamResponseTimeout: *respTimeout, AllowLinkLocalUpstreams: *allowLinkLocal,
 		// Credentials come from the environment only, never a flag: a
 		// flag's value is visible to every user in the process list.
 		AdminUser: *adminUser, AdminPassword: os.Getenv("BERTH_ADMIN_PASSWORD"),

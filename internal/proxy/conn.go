@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"net"
+	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -18,14 +19,6 @@ const (
 	idleTimeout       = 90 * time.Second
 )
 
-// checkIdleAfter is how long a connection may sit idle before it is checked
-// for a close from the backend's side before reuse. Servers close idle
-// keep-alive connections on their own timers (Node after 5 s), and a request
-// written into such a connection is lost; a connection reused sooner than
-// this is taken as alive, so the check costs nothing under load. A variable
-// for tests.
-var checkIdleAfter = time.Second
-
 // upstreamConn is one persistent HTTP/1.1 connection to a backend, with its
 // buffers. It is used by one request at a time.
 type upstreamConn struct {
@@ -36,6 +29,10 @@ type upstreamConn struct {
 	// abort unblocks every read and write on the connection, for good. It
 	// is made once per connection: it runs when a request's context ends.
 	abort func()
+	// peek checks the socket (below TLS) before reuse; nil when the
+	// connection has no socket to check.
+	peek *peeker
+	wait waitTimer // bounds the wait for each response head
 }
 
 // connPool holds a backend's idle connections, most recently used last: the
@@ -47,8 +44,13 @@ type connPool struct {
 	sweep *time.Timer // pending expiry of idle connections; nil when none
 }
 
-// get returns an idle connection, or nil. Connections that expired or that
-// the backend closed while they sat idle are discarded.
+// get returns an idle connection, or nil. Connections that expired, that the
+// backend closed while they sat idle, or on which the backend sent anything
+// unasked (a body on a HEAD response, a second response: it would be taken
+// for the answer to the next client's request) are discarded. The check is
+// one non-blocking peek at the socket, on every reuse: a connection reused
+// a microsecond after its last response may still have unasked bytes behind
+// it.
 func (p *connPool) get() *upstreamConn {
 	for {
 		p.mu.Lock()
@@ -61,15 +63,21 @@ func (p *connPool) get() *upstreamConn {
 		p.idle[n-1] = nil
 		p.idle = p.idle[:n-1]
 		p.mu.Unlock()
-		if idle := time.Since(c.idleSince); idle < checkIdleAfter || (idle < idleTimeout && c.alive()) {
+		if time.Since(c.idleSince) < idleTimeout && c.alive() {
 			return c
 		}
 		c.Close()
 	}
 }
 
-// put returns a connection whose last response was read completely.
+// put returns a connection whose last response was read exactly to its end.
+// Bytes already buffered beyond it mean the backend sent more than it was
+// asked for: the connection is closed instead.
 func (p *connPool) put(c *upstreamConn) {
+	if c.br.Buffered() > 0 {
+		c.Close()
+		return
+	}
 	c.idleSince = time.Now()
 	p.mu.Lock()
 	if len(p.idle) >= maxIdlePerBackend {
@@ -136,19 +144,44 @@ func (c *upstreamConn) alive() bool {
 	if c.br.Buffered() > 0 {
 		return false
 	}
-	nc := c.Conn
+	if tc, ok := c.Conn.(*tls.Conn); ok && !tlsQuiet(tc, c.br) {
+		return false
+	}
+	if c.peek == nil {
+		return true // cannot tell; the stale-connection retry remains
+	}
+	return c.peek.check()
+}
+
+// tlsQuiet reports whether a TLS connection holds no data beyond what br
+// has consumed: records that arrived with the last response (Go's TLS
+// servers send small records, and the client reads several from the socket
+// at once) wait inside tls.Conn, where neither br nor a peek at the socket
+// sees them. A read with an expired deadline decrypts those and returns at
+// once (data, or the deadline); the deadline is cleared again, which is safe
+// while the connection is idle and no request's abort can be set on it.
+func tlsQuiet(tc *tls.Conn, br *bufio.Reader) bool {
+	tc.SetReadDeadline(aLongTimeAgo)
+	_, err := br.Peek(1)
+	tc.SetReadDeadline(time.Time{})
+	return errors.Is(err, os.ErrDeadlineExceeded)
+}
+
+// rawConn returns the socket below nc (and below TLS: a close or stray
+// bytes show there too), or nil.
+func rawConn(nc net.Conn) syscall.RawConn {
 	if tc, ok := nc.(*tls.Conn); ok {
-		nc = tc.NetConn() // a close shows on the socket below TLS too
+		nc = tc.NetConn()
 	}
 	sc, ok := nc.(syscall.Conn)
 	if !ok {
-		return true // cannot tell; the stale-connection retry remains
+		return nil
 	}
 	rc, err := sc.SyscallConn()
 	if err != nil {
-		return false
+		return nil
 	}
-	return peekAlive(rc)
+	return rc
 }
 
 // dialer opens connections to backends.
@@ -157,8 +190,8 @@ type dialer struct {
 	tls *tls.Config // base configuration for https backends; nil means defaults
 }
 
-func newDialer(tlsConf *tls.Config) *dialer {
-	return &dialer{net: net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}, tls: tlsConf}
+func newDialer(tlsConf *tls.Config, g *dialGuard) *dialer {
+	return &dialer{net: g.netDialer(), tls: tlsConf}
 }
 
 // dial connects to b. Errors from the TCP connect are *net.OpError with Op
@@ -197,13 +230,97 @@ func (d *dialer) dial(ctx context.Context, b *Backend) (*upstreamConn, error) {
 		br:   bufio.NewReaderSize(nc, 4<<10),
 		bw:   bufio.NewWriterSize(nc, 4<<10),
 	}
+	if rc := rawConn(nc); rc != nil {
+		c.peek = newPeeker(rc)
+	}
 	c.abort = func() { nc.SetDeadline(aLongTimeAgo) }
+	c.wait.abort = c.abort
 	return c, nil
 }
 
 // aLongTimeAgo is a deadline in the past: setting it makes blocked reads and
 // writes on a connection return at once.
 var aLongTimeAgo = time.Unix(1, 0)
+
+// waitTimer bounds the wait for a response head (Options.
+// UpstreamResponseTimeout). The wait starts when the request head is sent,
+// restarts while the request body is still being written, and ends when the
+// response head is in; when the deadline passes first the connection is
+// aborted for good and the request answers 504. There is one per connection,
+// used by each request in turn.
+//
+// The timer is lazy, so that a request costs a clock read and no timer
+// operation: it stays armed across requests and, when it fires, either finds
+// the current wait past its deadline, re-arms itself for the rest of it, or
+// (the connection idle) stops until the next wait.
+type waitTimer struct {
+	abort func()
+
+	mu       sync.Mutex
+	t        *time.Timer
+	d        time.Duration
+	deadline time.Time // of the current wait; zero when none
+	armed    bool      // t is pending
+	expired  bool      // the current wait passed its deadline
+}
+
+// start begins a wait of d (none when d <= 0).
+func (w *waitTimer) start(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	now := time.Now()
+	w.mu.Lock()
+	w.d, w.deadline, w.expired = d, now.Add(d), false
+	if !w.armed {
+		w.armed = true
+		if w.t == nil {
+			w.t = time.AfterFunc(d, w.fire)
+		} else {
+			w.t.Reset(d)
+		}
+	}
+	w.mu.Unlock()
+}
+
+// extend restarts the current wait: the request is still making progress.
+func (w *waitTimer) extend() {
+	now := time.Now()
+	w.mu.Lock()
+	if !w.deadline.IsZero() && !w.expired {
+		w.deadline = now.Add(w.d)
+	}
+	w.mu.Unlock()
+}
+
+// stop ends the current wait and reports whether it had expired.
+func (w *waitTimer) stop() (expired bool) {
+	w.mu.Lock()
+	w.deadline = time.Time{}
+	expired = w.expired
+	w.mu.Unlock()
+	return expired
+}
+
+func (w *waitTimer) fire() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.armed = false
+	if w.deadline.IsZero() || w.expired {
+		return // idle: the next wait arms the timer again
+	}
+	if left := time.Until(w.deadline); left > 0 {
+		w.armed = true
+		w.t.Reset(left)
+		return
+	}
+	w.expired = true
+	w.abort()
+}
+
+// errUpstreamTimeout means the backend sent no response head within the
+// response timeout.
+var errUpstreamTimeout = errors.New("backend did not answer within the upstream response timeout")
 
 // errUnexpectedUpgrade is returned when a backend switches protocols on a
 // request that did not ask to.

@@ -4,6 +4,10 @@ package proxy
 
 import "syscall"
 
-// peekAlive cannot peek on this platform: the connection is taken as alive,
+// peeker cannot peek on this platform: the connection is taken as alive,
 // and a stale one is caught by the stale-connection retry.
-func peekAlive(syscall.RawConn) bool { return true }
+type peeker struct{}
+
+func newPeeker(syscall.RawConn) *peeker { return &peeker{} }
+
+func (*peeker) check() bool { return true }

@@ -7,7 +7,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/berth-dev/berth/internal/route"
@@ -18,10 +20,6 @@ import (
 // dead, and a POST (which is never replayed) must still get through on a
 // fresh one instead of failing on the dead one.
 func TestIdleConnClosedByBackend(t *testing.T) {
-	old := checkIdleAfter
-	checkIdleAfter = 0 // check every reuse
-	t.Cleanup(func() { checkIdleAfter = old })
-
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -64,4 +62,52 @@ func TestIdleConnClosedByBackend(t *testing.T) {
 			t.Fatal("backend never closed the connection")
 		}
 	}
+}
+
+// TestWaitTimer checks the lazy response timer: a wait that ends in time
+// leaves the connection alone even when the timer, armed by an earlier wait,
+// fires during it; progress (extend) pushes the deadline back; a wait past
+// its deadline aborts the connection and reports it.
+func TestWaitTimer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const d = time.Minute
+		var n atomic.Int32
+		aborts := func() int32 { return n.Load() }
+		w := &waitTimer{abort: func() { n.Add(1) }}
+
+		w.start(d) // arms the timer for t+1m
+		time.Sleep(d / 2)
+		if w.stop() {
+			t.Fatal("a wait of half the timeout expired")
+		}
+		w.start(d) // deadline t+1m30s; the timer still fires at t+1m
+		time.Sleep(d * 3 / 4)
+		if w.stop() || aborts() != 0 {
+			t.Fatalf("a wait of 3/4 of the timeout expired (aborts %d)", aborts())
+		}
+
+		w.start(d)
+		for range 4 {
+			time.Sleep(d / 2)
+			w.extend()
+		}
+		if w.stop() || aborts() != 0 {
+			t.Fatalf("a wait extended every half timeout expired (aborts %d)", aborts())
+		}
+
+		w.start(d)
+		time.Sleep(d + time.Second)
+		w.extend() // too late: expiry is final
+		if expired := w.stop(); !expired || aborts() != 1 {
+			t.Fatalf("a wait past its deadline: expired %v, aborts %d", expired, aborts())
+		}
+		time.Sleep(2 * d) // an idle connection: the timer stops
+		if aborts() != 1 {
+			t.Fatalf("aborts %d while idle", aborts())
+		}
+		w.start(d)
+		if w.stop() {
+			t.Fatal("a new wait started expired")
+		}
+	})
 }

@@ -4,15 +4,32 @@ package proxy
 
 import "syscall"
 
-// peekAlive peeks at the socket without blocking: would-block means open and
-// quiet, anything else (EOF, data, an error) means not reusable.
-func peekAlive(rc syscall.RawConn) bool {
-	var alive bool
-	err := rc.Read(func(fd uintptr) bool {
-		var b [1]byte
-		_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		alive = err == syscall.EAGAIN || err == syscall.EWOULDBLOCK
-		return true // never wait for readability
-	})
-	return err == nil && alive
+// peeker checks an idle connection's socket without blocking. There is one
+// per connection, its callback bound once, so that the check on every reuse
+// allocates nothing.
+type peeker struct {
+	rc    syscall.RawConn
+	fn    func(fd uintptr) bool
+	alive bool
+}
+
+func newPeeker(rc syscall.RawConn) *peeker {
+	p := &peeker{rc: rc}
+	p.fn = p.peek
+	return p
+}
+
+// check peeks at the socket: would-block means open and quiet, anything
+// else (EOF, data, an error) means not reusable.
+func (p *peeker) check() bool {
+	p.alive = false
+	err := p.rc.Read(p.fn)
+	return err == nil && p.alive
+}
+
+func (p *peeker) peek(fd uintptr) bool {
+	var b [1]byte
+	_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	p.alive = err == syscall.EAGAIN || err == syscall.EWOULDBLOCK
+	return true // never wait for readability
 }

@@ -79,7 +79,9 @@ func (h *Handler) exchange(w http.ResponseWriter, r *http.Request, d *Deployment
 			if c, err = h.dial.dial(ctx, b); err != nil {
 				b.release()
 				if isConnectError(err) && ctx.Err() == nil {
-					b.SetHealthy(false)
+					if !isRefusedDial(err) {
+						b.SetHealthy(false)
+					}
 					continue
 				}
 				break
@@ -101,6 +103,14 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, d *Deployment, er
 		return http.StatusServiceUnavailable
 	case r.Context().Err() != nil || errors.Is(err, context.Canceled):
 		return 499 // the client went away; nobody is listening for an answer
+	case isRefusedDial(err):
+		h.log.Warn("upstream dial refused", "deployment", d.ID, "host", r.Host, "err", err)
+		plain(w, http.StatusBadGateway, textRefused)
+		return http.StatusBadGateway
+	case errors.Is(err, errUpstreamTimeout):
+		h.log.Debug("backend response timed out", "host", r.Host, "path", r.URL.Path, "timeout", h.respTimeout)
+		plain(w, http.StatusGatewayTimeout, textTimeout)
+		return http.StatusGatewayTimeout
 	case errors.Is(err, errColdStart):
 		if d.Hold != nil {
 			w.Header().Set("Retry-After", strconv.Itoa(int(max(d.Hold.RetryAfter().Seconds(), 1))))
@@ -122,6 +132,7 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request, d *Deployment, b
 	hasBody := r.Body != nil && r.Body != http.NoBody
 	var resp *http.Response
 	var wdone chan error // the request body writer's result
+	var bodyDone bool    // the body was written before the response head was read
 	var stop func() bool
 	for {
 		// A client that goes away must not leave the backend working for
@@ -130,6 +141,10 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request, d *Deployment, b
 		var err error
 		resp, wdone, err = h.send(w, r, b, c, hasBody)
 		if err == nil {
+			// A backend that answers before the whole body has reached it
+			// may read what remains as its next request: the connection
+			// is not reused then.
+			bodyDone = bodyWritten(wdone)
 			break
 		}
 		stop()
@@ -169,7 +184,7 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request, d *Deployment, b
 			hdr[http.TrailerPrefix+k] = vv
 		}
 	}
-	reusable := ok && stop() && !resp.Close && bodyWritten(wdone)
+	reusable := ok && stop() && !resp.Close && bodyDone
 	if reusable {
 		b.conns.put(c)
 	} else {
@@ -194,6 +209,18 @@ func (h *Handler) send(w http.ResponseWriter, r *http.Request, b *Backend, c *up
 	if err := h.writeHead(c.bw, r, b, hasBody, chunked); err != nil {
 		return nil, nil, err
 	}
+	c.wait.start(h.respTimeout)
+	resp, wdone, err := h.await(w, r, c, hasBody, chunked)
+	if c.wait.stop() {
+		// The backend did not answer in time: c was aborted.
+		return nil, wdone, errUpstreamTimeout
+	}
+	return resp, wdone, err
+}
+
+// await sends the request's body (if any) and waits for the final response
+// head; send bounds the wait.
+func (h *Handler) await(w http.ResponseWriter, r *http.Request, c *upstreamConn, hasBody, chunked bool) (*http.Response, chan error, error) {
 	var wdone chan error
 	if hasBody {
 		// The body is written while the response is read, as http.Transport
@@ -271,6 +298,8 @@ func (h *Handler) writeHead(bw *bufio.Writer, r *http.Request, b *Backend, hasBo
 	}
 	bw.WriteString(" HTTP/1.1\r\nHost: ")
 	bw.WriteString(host)
+	bw.WriteString("\r\n" + hopHeader + ": ")
+	bw.Write(appendHop(bw.AvailableBuffer(), r))
 	bw.WriteString("\r\n")
 
 	conn := r.Header["Connection"]
@@ -375,9 +404,12 @@ func headerFirst(h http.Header, k string) string {
 	return ""
 }
 
-// writeBody copies r's body to c, then flushes. A chunked body is written a
-// chunk per read and flushed each time, so a streamed upload reaches the
-// backend as it arrives; its trailers follow the last chunk. On failure c is
+// writeBody copies r's body to c. Each piece read is flushed at once, in
+// either framing, so a streamed upload reaches the backend as it arrives (a
+// body read in one piece still leaves with the head, in one write); a
+// chunked body is written a chunk per read, and its trailers follow the last
+// chunk. Each piece written pushes back the response timeout: the backend
+// cannot be late while the request is still arriving. On failure c is
 // closed, which also ends the wait for a response the backend cannot send
 // without the rest of the body.
 func writeBody(c *upstreamConn, r *http.Request, chunked bool) (err error) {
@@ -399,13 +431,13 @@ func writeBody(c *upstreamConn, r *http.Request, chunked bool) (err error) {
 				c.bw.WriteString("\r\n")
 				c.bw.Write(buf[:n])
 				c.bw.WriteString("\r\n")
-				err = c.bw.Flush()
 			} else {
-				_, err = c.bw.Write(buf[:n])
+				c.bw.Write(buf[:n])
 			}
-			if err != nil {
+			if err = c.bw.Flush(); err != nil {
 				return err
 			}
+			c.wait.extend()
 		}
 		if rerr == io.EOF {
 			break
@@ -525,12 +557,13 @@ func hopByHop(k string) bool {
 	return false
 }
 
-// forwardedHeader reports the headers berth writes itself (see rewrite).
+// forwardedHeader reports the headers berth writes itself (see rewrite, and
+// hopHeader).
 // Forwarded (RFC 7239) is dropped, as ReverseProxy's Rewrite mode does: a
 // client could otherwise claim any origin in it.
 func forwardedHeader(k string) bool {
 	switch k {
-	case "X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host", "Forwarded":
+	case "X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host", "Forwarded", hopHeader:
 		return true
 	}
 	return false

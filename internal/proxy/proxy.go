@@ -39,6 +39,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/berth-dev/berth/internal/netguard"
 	"github.com/berth-dev/berth/internal/route"
 )
 
@@ -118,7 +119,26 @@ type Options struct {
 	// the request is done; nil means the 404 stands. It may answer the
 	// request itself and return handled (a refusal, say).
 	Resolve func(w http.ResponseWriter, r *http.Request, host string) (d *Deployment, release func(), handled bool)
+	// Self is the set of berth's own listening addresses (proxy, admin,
+	// egress); dials that resolve to one are refused with 502. The server
+	// fills it once its listeners are bound. Nil refuses none. Neither
+	// this nor AllowLinkLocal applies to a Transport given above.
+	Self *netguard.Self
+	// AllowLinkLocal lets upstreams be link-local or cloud metadata
+	// addresses (169.254.0.0/16, fe80::/10, 100.100.100.200,
+	// fd00:ec2::254), which are otherwise refused at dial time.
+	AllowLinkLocal bool
+	// UpstreamResponseTimeout bounds how long a backend may take to send its
+	// response head once the request has been sent (the wait restarts while
+	// the request body is still being written); past it the request answers
+	// 504. Zero means 60 s; negative means no limit. Response bodies are not
+	// bounded: a stream may stay quiet as long as it likes.
+	UpstreamResponseTimeout time.Duration
 }
+
+// DefaultUpstreamResponseTimeout is Options.UpstreamResponseTimeout's
+// default, nginx's proxy_read_timeout.
+const DefaultUpstreamResponseTimeout = 60 * time.Second
 
 // Handler is the data-plane http.Handler.
 type Handler struct {
@@ -130,6 +150,8 @@ type Handler struct {
 	dial    *dialer // the forwarder's connections
 	resolve func(w http.ResponseWriter, r *http.Request, host string) (*Deployment, func(), bool)
 	nactive atomic.Int64
+	// respTimeout is Options.UpstreamResponseTimeout (0: none).
+	respTimeout time.Duration
 
 	// Wait is built on a channel rather than a sync.WaitGroup: requests keep
 	// arriving while someone waits (or after a Wait gave up on its context),
@@ -145,11 +167,22 @@ func New(o Options) *Handler {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	h := &Handler{log: o.Log, trusted: o.TrustedProxies, fast: o.Transport == nil, dial: newDialer(o.TLSClientConfig), resolve: o.Resolve}
+	switch {
+	case o.UpstreamResponseTimeout == 0:
+		o.UpstreamResponseTimeout = DefaultUpstreamResponseTimeout
+	case o.UpstreamResponseTimeout < 0:
+		o.UpstreamResponseTimeout = 0
+	}
+	g := &dialGuard{self: o.Self, allowLinkLocal: o.AllowLinkLocal}
+	h := &Handler{log: o.Log, trusted: o.TrustedProxies, fast: o.Transport == nil, dial: newDialer(o.TLSClientConfig, g), resolve: o.Resolve,
+		respTimeout: o.UpstreamResponseTimeout}
 	base := o.Transport
 	if base == nil {
 		t := NewTransport()
 		t.TLSClientConfig = o.TLSClientConfig
+		d := g.netDialer()
+		t.DialContext = d.DialContext
+		t.ResponseHeaderTimeout = o.UpstreamResponseTimeout
 		base = t
 	}
 	h.rp = &httputil.ReverseProxy{
@@ -301,6 +334,10 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, d *Deployment, s
 		sw := &statusWriter{ResponseWriter: w}
 		d.Site.ServeHTTP(sw, r)
 		d.observe(sw.code(), start, false)
+	case d.Pool != nil && hops(r) >= maxHops:
+		h.log.Warn("request loop cut", "deployment", d.ID, "host", r.Host, "hops", hops(r))
+		plain(w, http.StatusLoopDetected, textLoop)
+		d.observe(http.StatusLoopDetected, start, true)
 	case d.Pool != nil && h.fast && !isUpgrade(r):
 		h.forward(w, r, d, start)
 	case d.Pool != nil:
@@ -374,6 +411,7 @@ func (h *Handler) rewrite(pr *httputil.ProxyRequest) {
 	out.URL.Scheme = "http"
 	out.URL.Host = "backend.invalid" // replaced per attempt
 	out.Host = in.Host
+	out.Header[hopHeader] = []string{string(appendHop(nil, in))}
 	peer := peerIP(in.RemoteAddr)
 	if h.isTrusted(peer) {
 		if v := in.Header.Values("X-Forwarded-For"); len(v) > 0 {
@@ -443,6 +481,12 @@ func (h *Handler) errorHandler(w http.ResponseWriter, r *http.Request, err error
 	case errors.Is(err, context.Canceled):
 		// The client went away; nobody is listening for an answer.
 		w.WriteHeader(499)
+	case isRefusedDial(err):
+		h.log.Warn("upstream dial refused", "host", r.Host, "err", err)
+		plain(w, http.StatusBadGateway, textRefused)
+	case isResponseTimeout(err):
+		h.log.Debug("backend response timed out", "host", r.Host, "path", r.URL.Path, "err", err)
+		plain(w, http.StatusGatewayTimeout, textTimeout)
 	default:
 		h.log.Debug("backend request failed", "host", r.Host, "path", r.URL.Path, "err", err)
 		plain(w, http.StatusBadGateway, textBadGateway)
@@ -502,3 +546,14 @@ var bufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
 func (bufferPool) Get() []byte  { return *(bufs.Get().(*[]byte)) }
 func (bufferPool) Put(b []byte) { bufs.Put(&b) }
+
+// isResponseTimeout reports http.Transport's ResponseHeaderTimeout error (a
+// timeout that is not the dial's).
+func isResponseTimeout(err error) bool {
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		return false
+	}
+	var op *net.OpError
+	return !errors.As(err, &op) || op.Op != "dial"
+}

@@ -73,7 +73,9 @@ func (t *pickTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if !isConnectError(err) || (body != nil && body.read) {
 			break
 		}
-		b.SetHealthy(false)
+		if !isRefusedDial(err) {
+			b.SetHealthy(false)
+		}
 	}
 	return nil, lastErr
 }

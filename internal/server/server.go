@@ -29,6 +29,7 @@ import (
 	"github.com/berth-dev/berth/internal/image"
 	"github.com/berth-dev/berth/internal/metrics"
 	"github.com/berth-dev/berth/internal/namespaces"
+	"github.com/berth-dev/berth/internal/netguard"
 	"github.com/berth-dev/berth/internal/proxy"
 	"github.com/berth-dev/berth/internal/registry"
 	"github.com/berth-dev/berth/internal/secrets"
@@ -60,6 +61,13 @@ type Options struct {
 	// proxy's HTTP/1.1 front end (proxy.H1Server), which serves plain
 	// HTTP/1.x requests itself and hands everything else to net/http.
 	StdHTTP bool
+	// UpstreamResponseTimeout bounds how long a backend may take to send a
+	// response head (proxy.Options.UpstreamResponseTimeout); past it the
+	// client gets 504. Zero means 60 s.
+	UpstreamResponseTimeout time.Duration
+	// AllowLinkLocalUpstreams lets upstreams reach link-local and cloud
+	// metadata addresses, which the proxy otherwise refuses at dial time.
+	AllowLinkLocalUpstreams bool
 
 	// AgentCommand and AgentEnv override how the process driver starts the
 	// in-sandbox agent (default: this executable's "agent" mode); tests use
@@ -127,6 +135,9 @@ type Server struct {
 	egressLn         net.Listener
 	cancelReqs       context.CancelFunc // ends request contexts after the drain deadline
 	ports            *portRoutes        // Computers' exposed ports on the data plane
+	// self is berth's own listeners, which the proxy refuses to dial; filled
+	// as they are bound.
+	self *netguard.Self
 }
 
 // New opens the store, restores deployments and binds the listeners.
@@ -166,7 +177,11 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	}
 	s := &Server{o: o, log: o.Log, store: st, Metrics: metrics.NewRegistry(), host: metrics.NewHostSampler("/proc"), Secrets: sec}
 	s.ports = &portRoutes{}
-	s.Proxy = proxy.New(proxy.Options{Log: o.Log, TrustedProxies: o.TrustedProxies, Resolve: s.ports.resolve})
+	s.self = new(netguard.Self)
+	s.Proxy = proxy.New(proxy.Options{
+		Log: o.Log, TrustedProxies: o.TrustedProxies, Resolve: s.ports.resolve,
+		Self: s.self, AllowLinkLocal: o.AllowLinkLocalUpstreams, UpstreamResponseTimeout: o.UpstreamResponseTimeout,
+	})
 	if s.Images, err = s.openImages(ctx, st); err != nil {
 		st.Close()
 		return nil, err
@@ -227,6 +242,10 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		s.closeEgress()
 		st.Close()
 		return nil, fmt.Errorf("admin listener: %w", err)
+	}
+	s.self.Add(s.proxyLn.Addr(), s.adminLn.Addr())
+	if s.egressLn != nil {
+		s.self.Add(s.egressLn.Addr())
 	}
 	reqCtx, cancel := context.WithCancel(context.Background())
 	s.cancelReqs = cancel

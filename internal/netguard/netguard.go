@@ -1,0 +1,155 @@
+// Package netguard names the addresses the data plane must not reach on a
+// tenant's behalf: berth's own listeners (Self) and link-local or cloud
+// metadata addresses (IsLinkLocalOrMetadata). The proxy checks them when it
+// dials an upstream, after name resolution; spec validation can check the
+// same at write time.
+package netguard
+
+import (
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Metadata services that are not in a link-local block.
+var (
+	alibabaMetadata = netip.AddrFrom4([4]byte{100, 100, 100, 200})
+	awsMetadataV6   = netip.MustParseAddr("fd00:ec2::254")
+)
+
+// IsLinkLocalOrMetadata reports whether a is link-local (169.254.0.0/16,
+// fe80::/10, and their multicast counterparts) or a cloud metadata address
+// (169.254.169.254 is link-local; also 100.100.100.200 and fd00:ec2::254).
+// IPv4-mapped IPv6 addresses are judged as the IPv4 address they carry.
+func IsLinkLocalOrMetadata(a netip.Addr) bool {
+	a = a.Unmap().WithZone("")
+	return a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() || a == alibabaMetadata || a == awsMetadataV6
+}
+
+// Self is the set of berth's own listening addresses. It is safe for
+// concurrent use, and may be filled (Add) after the users holding it were
+// built, once the listeners are bound. Its zero value is an empty set.
+type Self struct {
+	addrs atomic.Pointer[[]netip.AddrPort]
+
+	mu     sync.Mutex // guards own, readAt, and serialises Add
+	own    map[netip.Addr]bool
+	readAt time.Time
+}
+
+// hostAddrsEvery is how often the host's interface addresses are re-read
+// (interfaces come and go); they are read only for a port a listener on an
+// unspecified address (0.0.0.0, ::) uses.
+const hostAddrsEvery = 10 * time.Second
+
+// Add records listening addresses: a net.Addr of a listener (net.TCPAddr),
+// or anything whose String is host:port with a literal IP.
+func (s *Self) Add(addrs ...net.Addr) {
+	var aps []netip.AddrPort
+	for _, a := range addrs {
+		if a == nil {
+			continue
+		}
+		if ta, ok := a.(*net.TCPAddr); ok {
+			aps = append(aps, ta.AddrPort())
+			continue
+		}
+		if ap, err := netip.ParseAddrPort(a.String()); err == nil {
+			aps = append(aps, ap)
+		}
+	}
+	s.AddAddrPort(aps...)
+}
+
+// AddAddrPort records listening addresses given as netip.AddrPort.
+func (s *Self) AddAddrPort(aps ...netip.AddrPort) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var next []netip.AddrPort
+	if cur := s.addrs.Load(); cur != nil {
+		next = append(next, *cur...)
+	}
+	for _, ap := range aps {
+		next = append(next, netip.AddrPortFrom(ap.Addr().Unmap().WithZone(""), ap.Port()))
+	}
+	s.addrs.Store(&next)
+}
+
+// Contains reports whether a connection to ap would reach one of the
+// listeners. A listener on an unspecified address (0.0.0.0:p or [::]:p) is
+// reached at every local address with port p: loopback, the unspecified
+// address itself (which connects locally) and the host's interface
+// addresses. A nil Self contains nothing.
+func (s *Self) Contains(ap netip.AddrPort) bool {
+	if s == nil {
+		return false
+	}
+	cur := s.addrs.Load()
+	if cur == nil {
+		return false
+	}
+	a := ap.Addr().Unmap().WithZone("")
+	local := -1 // unknown yet: whether a is one of this host's addresses
+	for _, l := range *cur {
+		if l.Port() != ap.Port() {
+			continue
+		}
+		la := l.Addr()
+		if la == a {
+			return true
+		}
+		switch {
+		case la.IsUnspecified():
+			if local < 0 {
+				local = 0
+				if a.IsLoopback() || a.IsUnspecified() || s.isHostAddr(a) {
+					local = 1
+				}
+			}
+			if local == 1 {
+				return true
+			}
+		case a.IsUnspecified() && la.IsLoopback():
+			// Connecting to 0.0.0.0 (or ::) reaches the loopback
+			// interface.
+			return true
+		}
+	}
+	return false
+}
+
+// isHostAddr reports whether a is the address of one of this host's
+// interfaces, from a list re-read every hostAddrsEvery.
+func (s *Self) isHostAddr(a netip.Addr) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if now := time.Now(); s.own == nil || now.Sub(s.readAt) >= hostAddrsEvery {
+		s.own, s.readAt = HostAddrs(), now
+	}
+	return s.own[a]
+}
+
+// HostAddrs lists the addresses of this host's interfaces, unmapped and
+// without zones.
+func HostAddrs() map[netip.Addr]bool {
+	own := map[netip.Addr]bool{}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return own
+	}
+	for _, ad := range addrs {
+		var ip net.IP
+		switch v := ad.(type) {
+		case *net.IPNet:
+			ip = v.IP
+		case *net.IPAddr:
+			ip = v.IP
+		}
+		if a, ok := netip.AddrFromSlice(ip); ok {
+			own[a.Unmap()] = true
+		}
+	}
+	return own
+}
