@@ -110,7 +110,8 @@ func ReadJSON(w http.ResponseWriter, r *http.Request, v any) error {
 	return DecodeJSON(raw, v)
 }
 
-// ReadBody returns the raw JSON body after the content-type and size checks.
+// ReadBody returns the raw JSON body after the content-type, size and shape
+// (CheckJSONShape) checks.
 func ReadBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	ct := r.Header.Get("Content-Type")
 	mt, _, err := mime.ParseMediaType(ct)
@@ -125,6 +126,9 @@ func ReadBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 			return nil, Errorf(http.StatusRequestEntityTooLarge, "request body exceeds %d bytes", mbe.Limit)
 		}
 		return nil, Errorf(http.StatusBadRequest, "could not read the request body: %v", err)
+	}
+	if err := CheckJSONShape(raw); err != nil {
+		return nil, err
 	}
 	return raw, nil
 }
