@@ -93,6 +93,22 @@ type Options struct {
 	// proxy: Computers then get no proxy variables.
 	EgressAddr string
 
+	// MaxReplicasCeiling is the most scaling.max_replicas any spec may ask
+	// for; 0 means spec.DefaultMaxReplicasCeiling (100), negative none.
+	MaxReplicasCeiling int
+	// ConfinedDrivers are the vm drivers namespace-confined callers may
+	// use (nil: auth.DefaultConfinedDrivers — not process);
+	// NamespaceDrivers overrides the list for particular namespaces.
+	ConfinedDrivers  []string
+	NamespaceDrivers map[string][]string
+	// NamespaceReplicaQuota bounds the sum of max_replicas over one
+	// namespace's vm deployments written by confined callers; 0 means
+	// auth.DefaultNamespaceReplicaQuota (20), negative none.
+	NamespaceReplicaQuota int
+	// AllowLinkLocalUpstreams lets static upstreams reach link-local and
+	// cloud metadata addresses (169.254.0.0/16, fe80::/10, …).
+	AllowLinkLocalUpstreams bool
+
 	Log *slog.Logger
 }
 
@@ -204,7 +220,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	s.Registry = registry.New(registry.Options{
 		Store:      st,
 		Publisher:  s.Proxy,
-		Spec:       spec.Options{BaseDomain: o.BaseDomain, Drivers: s.Fleet.DriverNames(), ImageExists: s.Images.Exists},
+		Spec:       spec.Options{BaseDomain: o.BaseDomain, Drivers: s.Fleet.DriverNames(), ImageExists: s.Images.Exists, MaxReplicasCeiling: replicaCeiling(o)},
 		Recorder:   func(id string) proxy.Recorder { return recorder{s.Metrics.Get(id)} },
 		Forget:     s.Metrics.Delete,
 		Pools:      s.Fleet,
@@ -258,10 +274,12 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		PublicIPs: o.PublicIPs, Revision: o.Revision, Log: o.Log,
 		Gate:   gate,
 		Tokens: tokens, Secrets: sec, Namespaces: namespaces.New(st), Images: s.Images,
+		Confinement: confinement(o),
+		Upstreams:   admin.UpstreamGuard{Self: s.listeners, AllowLinkLocal: o.AllowLinkLocalUpstreams},
 	})
 	// The Computer API shares the listener and the gate, and its brake
 	// counts bad grants with bad admin credentials.
-	capi := computerapi.Options{Manager: s.Computers, Grants: grants, Gate: gate, Brake: brake, Log: o.Log}
+	capi := computerapi.Options{Manager: s.Computers, Grants: grants, Gate: gate, Brake: brake, Log: o.Log, Confinement: confinement(o)}
 	if s.egress != nil {
 		capi.Egress = s.egress
 	}
@@ -281,6 +299,49 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	}
 	o.Log.Info("berth listening", "proxy", s.ProxyAddr(), "admin", s.AdminAddr(), "data_dir", o.DataDir, "deployments", s.Registry.Len())
 	return s, nil
+}
+
+// replicaCeiling is the spec.Options ceiling the server's options ask for.
+func replicaCeiling(o Options) int {
+	switch {
+	case o.MaxReplicasCeiling == 0:
+		return spec.DefaultMaxReplicasCeiling
+	case o.MaxReplicasCeiling < 0:
+		return 0
+	}
+	return o.MaxReplicasCeiling
+}
+
+// confinement is what the server's options let confined callers run.
+func confinement(o Options) auth.Confinement {
+	c := auth.Confinement{Drivers: map[string][]string{}, ReplicaQuota: o.NamespaceReplicaQuota}
+	if o.ConfinedDrivers != nil {
+		c.Drivers[""] = o.ConfinedDrivers
+	}
+	for ns, ds := range o.NamespaceDrivers {
+		c.Drivers[ns] = ds
+	}
+	switch {
+	case c.ReplicaQuota == 0:
+		c.ReplicaQuota = auth.DefaultNamespaceReplicaQuota
+	case c.ReplicaQuota < 0:
+		c.ReplicaQuota = 0
+	}
+	return c
+}
+
+// listeners are berth's own bound addresses, which no upstream may name.
+func (s *Server) listeners() []netip.AddrPort {
+	var out []netip.AddrPort
+	for _, ln := range []net.Listener{s.proxyLn, s.adminLn, s.egressLn} {
+		if ln == nil {
+			continue
+		}
+		if ap, err := netip.ParseAddrPort(ln.Addr().String()); err == nil {
+			out = append(out, ap)
+		}
+	}
+	return out
 }
 
 // frontEnd serves the data-plane listener: *http.Server or *proxy.H1Server.
