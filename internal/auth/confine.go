@@ -1,9 +1,6 @@
 package auth
 
-import (
-	"slices"
-	"strings"
-)
+import "slices"
 
 // DefaultConfinedDrivers are the vm drivers a namespace-confined caller may
 // use when the operator says nothing (berth serve --confined-drivers): the
@@ -44,16 +41,4 @@ func (c Confinement) DriversFor(ns string) []string {
 // those the operator allows its namespace.
 func (c Confinement) AllowsDriver(p *Principal, ns, driver string) bool {
 	return !p.Confined() || slices.Contains(c.DriversFor(ns), driver)
-}
-
-// ParseDriverList parses a comma-separated driver list, as the
-// --confined-drivers flag takes it; an empty string allows no driver.
-func ParseDriverList(s string) []string {
-	out := []string{}
-	for _, d := range strings.Split(s, ",") {
-		if d = strings.TrimSpace(d); d != "" {
-			out = append(out, d)
-		}
-	}
-	return out
 }

@@ -116,7 +116,7 @@ func TestBodyShape(t *testing.T) {
 	}
 	r := n.call(nil, "POST", "/deployments", op, body)
 	if r.code != 400 || !strings.Contains(string(r.body), "more than 10000 values") {
-		t.Fatalf("got %s, want 400 naming the value limit", r)
+		t.Fatalf("got %d %.200s, want 400 naming the value limit", r.code, r.body)
 	}
 	n.must(404, "GET", "/deployments/blob", op, "", nil)
 	deep := `{"id":"deep","routes":[{"host":"deep.test"}],"upstreams":["127.0.0.1:1"],"x":` + strings.Repeat("[", 40) + strings.Repeat("]", 40) + `}`
