@@ -99,7 +99,8 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // ReadJSON reads a JSON request body into v. It requires an application/json
-// content type (415), caps the body at MaxBody (413), and reports malformed
+// content type (415), caps the body at MaxBody (413) and its shape
+// (CheckJSONShape: 400), and reports malformed
 // JSON (400) and values of the wrong type (422) with the offending field.
 // Unknown fields are allowed: the contract carries them through.
 func ReadJSON(w http.ResponseWriter, r *http.Request, v any) error {
