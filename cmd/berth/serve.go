@@ -14,9 +14,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/berth-dev/berth/internal/auth"
 	"github.com/berth-dev/berth/internal/demo"
 	"github.com/berth-dev/berth/internal/registry"
 	"github.com/berth-dev/berth/internal/server"
+	"github.com/berth-dev/berth/internal/spec"
 )
 
 const serveHelp = `usage: berth serve [flags]
@@ -91,6 +93,10 @@ func serve(ctx context.Context, args []string) int {
 	stdHTTP := fs.Bool("proxy-std-http", envBool("BERTH_PROXY_STD_HTTP"), "serve the data plane with Go's net/http server alone, not berth's HTTP/1.1 front end (BERTH_PROXY_STD_HTTP)")
 	egressAddr := fs.String("egress-addr", env("BERTH_EGRESS_ADDR", ""), "listen address of the Computers' egress proxy; default the guest bridge's gateway (or 127.0.0.1) at a port kept across restarts; off: none (BERTH_EGRESS_ADDR)")
 	respTimeout := fs.Duration("upstream-response-timeout", durEnv("BERTH_UPSTREAM_RESPONSE_TIMEOUT", 60*time.Second), "how long a backend may take to send its response head before the client gets 504; negative: no limit (BERTH_UPSTREAM_RESPONSE_TIMEOUT)")
+	replicaCeiling := fs.Int("max-replicas-ceiling", intEnv("BERTH_MAX_REPLICAS_CEILING", spec.DefaultMaxReplicasCeiling), "the most scaling.max_replicas a deployment may ask for; negative: no ceiling (BERTH_MAX_REPLICAS_CEILING)")
+	confinedDrivers := fs.String("confined-drivers", env("BERTH_CONFINED_DRIVERS", strings.Join(auth.DefaultConfinedDrivers, ",")), "comma-separated vm drivers a namespace token may use; add process only if its isolation is enough for your tenants (BERTH_CONFINED_DRIVERS)")
+	nsDrivers := fs.String("namespace-drivers", env("BERTH_NAMESPACE_DRIVERS", ""), "per-namespace overrides of --confined-drivers: ns=driver,driver;ns2=driver (BERTH_NAMESPACE_DRIVERS)")
+	replicaQuota := fs.Int("namespace-replica-quota", intEnv("BERTH_NAMESPACE_REPLICA_QUOTA", auth.DefaultNamespaceReplicaQuota), "the most max_replicas a namespace token's vm deployments may add up to in its namespace; negative: no quota (BERTH_NAMESPACE_REPLICA_QUOTA)")
 	allowLinkLocal := fs.Bool("allow-link-local-upstreams", envBool("BERTH_ALLOW_LINK_LOCAL_UPSTREAMS"), "let upstreams reach link-local and cloud metadata addresses (169.254.0.0/16, fe80::/10, 100.100.100.200, fd00:ec2::254), refused by default (BERTH_ALLOW_LINK_LOCAL_UPSTREAMS)")
 	withDemo := fs.Bool("demo", false, "register demo deployments (a vm app that scales from zero, and a site) and print how to reach them")
 	if err := fs.Parse(args); err != nil {
@@ -122,6 +128,15 @@ func serve(ctx context.Context, args []string) int {
 		fmt.Fprintf(os.Stderr, "berth serve: --trusted-proxies: %v\n", err)
 		return 2
 	}
+	nsDriverMap, err := parseNamespaceDrivers(*nsDrivers)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "berth serve: --namespace-drivers: %v\n", err)
+		return 2
+	}
+	confined := splitList(*confinedDrivers)
+	if confined == nil {
+		confined = []string{} // set but empty: no driver
+	}
 	s, err := server.New(ctx, server.Options{
 		ProxyAddr: *proxyAddr, AdminAddr: *adminAddr, DataDir: *dataDir,
 		TrustedProxies: prefixes, BaseDomain: *baseDomain, PublicIPs: splitList(*publicIPs),
@@ -131,6 +146,8 @@ func serve(ctx context.Context, args []string) int {
 		// flag's value is visible to every user in the process list.
 		AdminUser: *adminUser, AdminPassword: os.Getenv("BERTH_ADMIN_PASSWORD"),
 		SecretKey: os.Getenv("BERTH_SECRET_KEY"), TenantTokenMaxTTL: *tenantTTL,
+		MaxReplicasCeiling: nonZero(*replicaCeiling), ConfinedDrivers: confined, NamespaceDrivers: nsDriverMap,
+		NamespaceReplicaQuota: nonZero(*replicaQuota),
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "berth serve: %v\n", err)
@@ -215,6 +232,43 @@ func parsePrefixes(s string) ([]netip.Prefix, error) {
 			return nil, fmt.Errorf("%q is neither an address nor a CIDR", f)
 		}
 		out = append(out, netip.PrefixFrom(a, a.BitLen()))
+	}
+	return out, nil
+}
+
+func intEnv(name string, def int) int {
+	if v := os.Getenv(name); v != "" {
+		if n, err := strconv.Atoi(v); err == nil {
+			return n
+		}
+	}
+	return def
+}
+
+// nonZero maps a flag's 0 ("none") onto server.Options' "negative: none",
+// since 0 there means the default.
+func nonZero(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
+}
+
+// parseNamespaceDrivers parses --namespace-drivers: "ns=d1,d2;ns2=d3".
+func parseNamespaceDrivers(s string) (map[string][]string, error) {
+	out := map[string][]string{}
+	for _, part := range strings.Split(s, ";") {
+		if part = strings.TrimSpace(part); part == "" {
+			continue
+		}
+		ns, ds, ok := strings.Cut(part, "=")
+		if ns = strings.TrimSpace(ns); !ok || ns == "" {
+			return nil, fmt.Errorf("%q: want namespace=driver,driver", part)
+		}
+		out[ns] = splitList(ds)
+		if out[ns] == nil {
+			out[ns] = []string{}
+		}
 	}
 	return out, nil
 }

@@ -41,6 +41,14 @@ type Options struct {
 	Secrets    *secrets.Store    // nil answers 503 on /secrets
 	Namespaces *namespaces.Store // declared namespaces and auth providers
 	Images     *image.Store      // root filesystems; nil answers 503 on /images
+
+	// Confinement is what namespace-confined callers may run (drivers,
+	// replica quota); the zero value allows auth.DefaultConfinedDrivers
+	// and sets no quota.
+	Confinement auth.Confinement
+	// Upstreams refuses static upstreams at berth's own listeners and at
+	// link-local and metadata addresses on every deployment write.
+	Upstreams UpstreamGuard
 }
 
 // API is the admin http.Handler.
@@ -151,7 +159,10 @@ func (a *API) healthz(w http.ResponseWriter, r *http.Request) error {
 // errorFor maps registry and spec errors onto the envelope.
 func errorFor(err error, id string) error {
 	var fe *spec.FieldError
+	var we *web.Error
 	switch {
+	case errors.As(err, &we):
+		return we // an admission refusal (PutOptions.Admit)
 	case errors.As(err, &fe):
 		return &web.Error{Status: http.StatusBadRequest, Message: fe.Error()}
 	case errors.Is(err, registry.ErrNotFound):

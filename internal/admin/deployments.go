@@ -23,7 +23,10 @@ func (a *API) register(w http.ResponseWriter, r *http.Request) error {
 	if err := a.mayWrite(caller(r), &s); err != nil {
 		return err
 	}
-	var o registry.PutOptions
+	if err := a.o.Upstreams.check(r.Context(), s.Upstreams); err != nil {
+		return err
+	}
+	o := registry.PutOptions{Admit: a.admit(caller(r))}
 	if inm := r.Header.Get("If-None-Match"); inm != "" {
 		if strings.TrimSpace(inm) != "*" {
 			return web.Errorf(http.StatusBadRequest, "If-None-Match must be *")
@@ -79,7 +82,10 @@ func (a *API) update(w http.ResponseWriter, r *http.Request) error {
 	if err := a.mayWrite(caller(r), &s); err != nil {
 		return err
 	}
-	o := registry.PutOptions{MustExist: true}
+	if err := a.o.Upstreams.check(r.Context(), s.Upstreams); err != nil {
+		return err
+	}
+	o := registry.PutOptions{MustExist: true, Admit: a.admit(caller(r))}
 	if im := r.Header.Get("If-Match"); im != "" {
 		tag, err := spec.ParseIfMatch(im)
 		if err != nil {
@@ -133,7 +139,7 @@ func (a *API) scale(w http.ResponseWriter, r *http.Request) error {
 	}
 	s := e.Spec
 	s.Scaling = pol
-	ne, _, err := a.o.Registry.Put(r.Context(), s, registry.PutOptions{MustExist: true, IfMatch: e.ETag})
+	ne, _, err := a.o.Registry.Put(r.Context(), s, registry.PutOptions{MustExist: true, IfMatch: e.ETag, Admit: a.admit(caller(r))})
 	if errors.Is(err, registry.ErrPrecondition) {
 		return web.Errorf(http.StatusConflict, "deployment %q changed while scaling; retry", id)
 	}

@@ -132,6 +132,13 @@ type Options struct {
 	// processStart, terminal) the proxy variables of the egress proxy
 	// for the grant it runs under (see package egress).
 	Egress Egress
+	// Confinement bounds the backings a namespace-confined admin caller,
+	// or any grant, may give a Computer: only those whose drivers the
+	// operator allows the Computer's namespace.
+	Confinement auth.Confinement
+	// DefaultBackings are the manager's backings for a Computer given
+	// none (computer.Options.DefaultBackings); default [{kind: process}].
+	DefaultBackings []computer.Backing
 }
 
 // API is the Computer API's http.Handler. It serves /computers and the

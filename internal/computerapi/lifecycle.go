@@ -5,7 +5,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/berth-dev/berth/internal/auth"
@@ -83,6 +86,9 @@ func (a *API) create(w http.ResponseWriter, r *http.Request) error {
 		var b [6]byte
 		rand.Read(b[:])
 		req.ID = hex.EncodeToString(b[:])
+	}
+	if err := a.mayBack(p.Confined(), ns, "backings", req.Backings); err != nil {
+		return err
 	}
 	cr := computer.CreateRequest{ID: req.ID, Namespace: ns, Image: req.Image, Size: req.Size, Backings: req.Backings, Start: req.Start}
 	if req.IdleTimeoutSecs != nil {
@@ -203,6 +209,16 @@ func (a *API) putBackings(w http.ResponseWriter, r *http.Request, c *call) error
 	}
 	if req.ComputerID != "" && req.ComputerID != c.id {
 		return web.Invalid("computerId", "names Computer %q, but the path names %q", req.ComputerID, c.id)
+	}
+	// Under a grant, the kinds the Computer has now stay allowed (an
+	// operator's process Computer keeps working), but no new kind
+	// outside the namespace's drivers comes in by a grant.
+	var keep []computer.Backing
+	if c.p == nil {
+		keep = c.comp.Backings
+	}
+	if err := a.mayBack(c.p == nil || c.p.Confined(), c.comp.Namespace, "backings", req.Backings, keep...); err != nil {
+		return err
 	}
 	comp, err := a.o.Manager.SetBackings(r.Context(), c.id, req.Backings)
 	if err != nil {
@@ -359,4 +375,42 @@ func boolParam(r *http.Request, name string) (bool, error) {
 	default:
 		return false, web.Invalid(name, "must be true or false, got %q", v)
 	}
+}
+
+// mayBack refuses (403, naming field[i], or field for the default) a
+// backing whose driver the operator does not allow confined callers in
+// namespace ns, unless its kind is among keep; unconfined callers may use
+// every backing. A grant counts as confined: it is an agent's credential,
+// never the operator's.
+func (a *API) mayBack(confined bool, ns, field string, bs []computer.Backing, keep ...computer.Backing) error {
+	if !confined {
+		return nil
+	}
+	name := func(i int) string { return fmt.Sprintf("%s[%d]", field, i) }
+	if len(bs) == 0 {
+		bs = a.o.DefaultBackings
+		if len(bs) == 0 {
+			bs = []computer.Backing{{Kind: computer.KindProcess}}
+		}
+		name = func(int) string { return field }
+	}
+	allowed := a.o.Confinement.DriversFor(ns)
+	for i, b := range bs {
+		var ok bool
+		switch b.Kind {
+		case computer.KindProcess:
+			ok = slices.Contains(allowed, "process")
+		case computer.KindContainer:
+			ok = slices.Contains(allowed, "container")
+		case computer.KindVM:
+			ok = slices.ContainsFunc(allowed, func(d string) bool { return d == "kvm" || d == "libvirt" || d == "firecracker" })
+		default:
+			continue // the manager refuses unknown kinds
+		}
+		ok = ok || slices.ContainsFunc(keep, func(k computer.Backing) bool { return k.Kind == b.Kind })
+		if !ok {
+			return web.Errorf(http.StatusForbidden, "%s: the %s backing is not allowed for namespace %q (its drivers: %s); name another backing, or ask the operator", name(i), b.Kind, ns, strings.Join(allowed, ", "))
+		}
+	}
+	return nil
 }

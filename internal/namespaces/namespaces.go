@@ -214,7 +214,7 @@ func CheckProvider(v *apitype.AuthProviderView) error {
 		Auth:      gate,
 	}
 	spec.Normalize(&probe, spec.Options{})
-	if err := spec.Validate(&probe, spec.Options{}); err != nil {
+	if err := spec.ValidateGate(&probe, spec.Options{}); err != nil {
 		var fe *spec.FieldError
 		if errors.As(err, &fe) {
 			return &FieldError{strings.TrimPrefix(fe.Field, "auth."), fe.Msg}

@@ -153,3 +153,17 @@ func HostAddrs() map[netip.Addr]bool {
 	}
 	return own
 }
+
+// Forbidden says why a is refused as an upstream unless the operator allows
+// link-local upstreams, or "" when it is not: it is a cloud metadata
+// address, or link-local.
+func Forbidden(a netip.Addr) string {
+	a = a.Unmap().WithZone("")
+	switch {
+	case a == alibabaMetadata || a == awsMetadataV6 || a == netip.AddrFrom4([4]byte{169, 254, 169, 254}):
+		return "a cloud metadata address"
+	case IsLinkLocalOrMetadata(a):
+		return "a link-local address"
+	}
+	return ""
+}

@@ -69,3 +69,17 @@ func TestSelfContains(t *testing.T) {
 		}
 	}
 }
+func TestForbidden(t *testing.T) {
+	for _, c := range []struct {
+		ip   string
+		want bool
+	}{
+		{"169.254.169.254", true}, {"169.254.1.2", true}, {"::ffff:169.254.169.254", true},
+		{"fe80::1", true}, {"fd00:ec2::254", true}, {"100.100.100.200", true},
+		{"127.0.0.1", false}, {"10.0.0.1", false}, {"100.100.100.201", false}, {"fd00:ec2::253", false}, {"8.8.8.8", false},
+	} {
+		if got := Forbidden(netip.MustParseAddr(c.ip)) != ""; got != c.want {
+			t.Errorf("Forbidden(%s) = %v, want %v", c.ip, got, c.want)
+		}
+	}
+}

@@ -353,6 +353,11 @@ type PutOptions struct {
 	CreateOnly bool   // If-None-Match: * — fail with ErrExists when the id exists
 	MustExist  bool   // PUT — fail with ErrNotFound when it does not
 	IfMatch    string // the ETag the current spec must have, unquoted-hex form with quotes as sent
+	// Admit, when set, judges the normalized, validated spec against the
+	// deployment it replaces (prev, nil on create) and the others, under the registry's lock so
+	// that two writes cannot both pass a check on their sum (a namespace's
+	// replica quota). An error it returns is returned by Put as is.
+	Admit func(s *apitype.DeploymentSpec, prev *Entry, others []*Entry) error
 }
 
 // Put registers or replaces a deployment. The spec is normalized and
@@ -373,6 +378,17 @@ func (r *Registry) Put(ctx context.Context, s apitype.DeploymentSpec, o PutOptio
 		return nil, false, ErrNotFound
 	case o.IfMatch != "" && (prev == nil || prev.ETag != o.IfMatch):
 		return nil, false, ErrPrecondition
+	}
+	if o.Admit != nil {
+		others := make([]*Entry, 0, len(r.deps))
+		for id, e := range r.deps {
+			if id != s.ID {
+				others = append(others, e)
+			}
+		}
+		if err := o.Admit(&s, prev, others); err != nil {
+			return nil, false, err
+		}
 	}
 	e, err := r.build(s, prev)
 	if err != nil {

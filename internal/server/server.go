@@ -66,7 +66,8 @@ type Options struct {
 	// client gets 504. Zero means 60 s.
 	UpstreamResponseTimeout time.Duration
 	// AllowLinkLocalUpstreams lets upstreams reach link-local and cloud
-	// metadata addresses, which the proxy otherwise refuses at dial time.
+	// metadata addresses, which are otherwise refused when a static
+	// upstream is written and when the proxy dials.
 	AllowLinkLocalUpstreams bool
 
 	// AgentCommand and AgentEnv override how the process driver starts the
@@ -100,6 +101,19 @@ type Options struct {
 	// background processes keep it across berth restarts. "off" runs no
 	// proxy: Computers then get no proxy variables.
 	EgressAddr string
+
+	// MaxReplicasCeiling is the most scaling.max_replicas any spec may ask
+	// for; 0 means spec.DefaultMaxReplicasCeiling (100), negative none.
+	MaxReplicasCeiling int
+	// ConfinedDrivers are the vm drivers namespace-confined callers may
+	// use (nil: auth.DefaultConfinedDrivers — not process);
+	// NamespaceDrivers overrides the list for particular namespaces.
+	ConfinedDrivers  []string
+	NamespaceDrivers map[string][]string
+	// NamespaceReplicaQuota bounds the sum of max_replicas over one
+	// namespace's vm deployments written by confined callers; 0 means
+	// auth.DefaultNamespaceReplicaQuota (20), negative none.
+	NamespaceReplicaQuota int
 
 	Log *slog.Logger
 }
@@ -219,7 +233,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	s.Registry = registry.New(registry.Options{
 		Store:      st,
 		Publisher:  s.Proxy,
-		Spec:       spec.Options{BaseDomain: o.BaseDomain, Drivers: s.Fleet.DriverNames(), ImageExists: s.Images.Exists},
+		Spec:       spec.Options{BaseDomain: o.BaseDomain, Drivers: s.Fleet.DriverNames(), ImageExists: s.Images.Exists, MaxReplicasCeiling: replicaCeiling(o)},
 		Recorder:   func(id string) proxy.Recorder { return recorder{s.Metrics.Get(id)} },
 		Forget:     s.Metrics.Delete,
 		Pools:      s.Fleet,
@@ -277,10 +291,12 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		PublicIPs: o.PublicIPs, Revision: o.Revision, Log: o.Log,
 		Gate:   gate,
 		Tokens: tokens, Secrets: sec, Namespaces: namespaces.New(st), Images: s.Images,
+		Confinement: confinement(o),
+		Upstreams:   admin.UpstreamGuard{Self: s.self, AllowLinkLocal: o.AllowLinkLocalUpstreams},
 	})
 	// The Computer API shares the listener and the gate, and its brake
 	// counts bad grants with bad admin credentials.
-	capi := computerapi.Options{Manager: s.Computers, Grants: grants, Gate: gate, Brake: brake, Log: o.Log}
+	capi := computerapi.Options{Manager: s.Computers, Grants: grants, Gate: gate, Brake: brake, Log: o.Log, Confinement: confinement(o)}
 	if s.egress != nil {
 		capi.Egress = s.egress
 	}
@@ -300,6 +316,35 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	}
 	o.Log.Info("berth listening", "proxy", s.ProxyAddr(), "admin", s.AdminAddr(), "data_dir", o.DataDir, "deployments", s.Registry.Len())
 	return s, nil
+}
+
+// replicaCeiling is the spec.Options ceiling the server's options ask for.
+func replicaCeiling(o Options) int {
+	switch {
+	case o.MaxReplicasCeiling == 0:
+		return spec.DefaultMaxReplicasCeiling
+	case o.MaxReplicasCeiling < 0:
+		return 0
+	}
+	return o.MaxReplicasCeiling
+}
+
+// confinement is what the server's options let confined callers run.
+func confinement(o Options) auth.Confinement {
+	c := auth.Confinement{Drivers: map[string][]string{}, ReplicaQuota: o.NamespaceReplicaQuota}
+	if o.ConfinedDrivers != nil {
+		c.Drivers[""] = o.ConfinedDrivers
+	}
+	for ns, ds := range o.NamespaceDrivers {
+		c.Drivers[ns] = ds
+	}
+	switch {
+	case c.ReplicaQuota == 0:
+		c.ReplicaQuota = auth.DefaultNamespaceReplicaQuota
+	case c.ReplicaQuota < 0:
+		c.ReplicaQuota = 0
+	}
+	return c
 }
 
 // frontEnd serves the data-plane listener: *http.Server or *proxy.H1Server.

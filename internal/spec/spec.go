@@ -51,6 +51,9 @@ type Options struct {
 	// firecracker, kvm, libvirt) must then name one it holds in vm.image,
 	// so a missing image is a 400 at registration, not a boot loop.
 	ImageExists func(name string) bool
+	// MaxReplicasCeiling, when positive, is the most scaling.max_replicas
+	// a vm spec may ask for (berth serve: DefaultMaxReplicasCeiling).
+	MaxReplicasCeiling int
 }
 
 // FieldError is one validation failure. Field is a JSON path into the spec,

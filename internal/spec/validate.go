@@ -33,10 +33,21 @@ const ReservedIDPrefix = "cmp_"
 // build/artifact, update, auth, feed) so a client always sees the same
 // message for the same document.
 func Validate(s *apitype.DeploymentSpec, o Options) error {
+	return validate(s, o, false)
+}
+
+// ValidateGate is Validate for a probe spec that carries an auth gate to
+// be checked (package namespaces checks auth providers this way): the gate
+// is validated field by field rather than refused as unsupported.
+func ValidateGate(s *apitype.DeploymentSpec, o Options) error {
+	return validate(s, o, true)
+}
+
+func validate(s *apitype.DeploymentSpec, o Options, gateProbe bool) error {
 	if s == nil {
 		return &FieldError{"spec", "required"}
 	}
-	v := validator{s: s, o: o}
+	v := validator{s: s, o: o, gateProbe: gateProbe}
 	for _, check := range []func() *FieldError{
 		v.identity, v.backends, v.routes, v.upstreams, v.vm, v.scaling,
 		v.health, v.site, v.buildArtifact, v.update, v.auth, v.feed,
@@ -49,8 +60,9 @@ func Validate(s *apitype.DeploymentSpec, o Options) error {
 }
 
 type validator struct {
-	s *apitype.DeploymentSpec
-	o Options
+	s         *apitype.DeploymentSpec
+	o         Options
+	gateProbe bool // ValidateGate: check an auth gate instead of refusing it
 }
 
 func fieldErr(field, format string, args ...any) *FieldError {
@@ -509,7 +521,10 @@ func envName(s string) bool {
 }
 
 func (v validator) scaling() *FieldError {
-	return validateScaling(v.s.Scaling)
+	if err := validateScaling(v.s.Scaling); err != nil {
+		return err
+	}
+	return v.replicaCeiling()
 }
 
 func (v validator) health() *FieldError {
@@ -683,6 +698,9 @@ func (v validator) auth() *FieldError {
 	a := v.s.Auth
 	if a == nil {
 		return nil
+	}
+	if !v.gateProbe {
+		return authUnsupported()
 	}
 	if a.ProviderRef != "" {
 		var set []string

@@ -582,7 +582,13 @@ func TestValidate(t *testing.T) {
 			}
 			s := tt.spec()
 			Normalize(s, o)
-			err := Validate(s, o)
+			validate := Validate
+			if strings.HasPrefix(tt.name, "auth ") && tt.name != "auth without routes" {
+				// Gates are refused (TestAuthUnsupported); their fields
+				// are still checked for auth providers.
+				validate = ValidateGate
+			}
+			err := validate(s, o)
 			if tt.want == "" {
 				if err != nil {
 					t.Fatalf("Validate = %v, want nil", err)
@@ -600,6 +606,63 @@ func TestValidate(t *testing.T) {
 				t.Errorf("Validate returned %T, want *FieldError", err)
 			}
 		})
+	}
+}
+
+// TestAuthUnsupported: berth does not enforce auth gates yet, so a spec
+// with one, valid or not, inline or inherited, is refused naming auth,
+// instead of being served ungated.
+func TestAuthUnsupported(t *testing.T) {
+	for _, g := range []*apitype.AuthGate{
+		{Provider: apitype.Providers(apitype.ProviderAppToken)},
+		{ProviderRef: "corp"},
+		{Provider: apitype.Providers(apitype.ProviderJWT), JWT: &apitype.JwtSpec{Secret: &apitype.SecretRef{Secret: "k"}, Algorithms: []string{"HS256"}, Issuer: "i"}},
+	} {
+		s := vmSpec()
+		s.Routes = []apitype.RouteRule{{Host: "a.test"}}
+		s.Auth = g
+		Normalize(s, testOpts)
+		err := Validate(s, testOpts)
+		var fe *FieldError
+		if !errors.As(err, &fe) || fe.Field != "auth" || !strings.HasPrefix(fe.Msg, "not supported yet") {
+			t.Errorf("gate %+v: Validate = %v, want auth: not supported yet", g, err)
+		}
+		if err := ValidateGate(s, testOpts); err != nil {
+			t.Errorf("gate %+v: ValidateGate = %v", g, err)
+		}
+	}
+}
+
+// TestReplicaCeiling: max_replicas above the operator's ceiling is refused
+// naming scaling.max_replicas; at the ceiling, or without one, it is not.
+func TestReplicaCeiling(t *testing.T) {
+	o := testOpts
+	o.MaxReplicasCeiling = 100
+	for _, c := range []struct {
+		max  int
+		opts Options
+		want bool
+	}{{100, o, false}, {101, o, true}, {101, testOpts, false}} {
+		s := vmSpec()
+		s.Scaling = &apitype.ScalingPolicy{MaxReplicas: &c.max}
+		Normalize(s, c.opts)
+		err := Validate(s, c.opts)
+		var fe *FieldError
+		if got := errors.As(err, &fe) && fe.Field == "scaling.max_replicas"; got != c.want {
+			t.Errorf("max_replicas %d, ceiling %d: Validate = %v", c.max, c.opts.MaxReplicasCeiling, err)
+		}
+	}
+}
+
+func TestLoaderVar(t *testing.T) {
+	for name, want := range map[string]bool{
+		"LD_PRELOAD": true, "LD_LIBRARY_PATH": true, "LD_AUDIT": true, "LD_ANYTHING": true,
+		"GCONV_PATH": true, "GLIBC_TUNABLES": true, "NLSPATH": true, "RES_OPTIONS": true,
+		"PATH": false, "TMPDIR": false, "HOME": false, "OLD_PRELOAD": false, "ld_preload": false,
+	} {
+		if got := LoaderVar(name); got != want {
+			t.Errorf("LoaderVar(%s) = %v, want %v", name, got, want)
+		}
 	}
 }
 

@@ -99,7 +99,8 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // ReadJSON reads a JSON request body into v. It requires an application/json
-// content type (415), caps the body at MaxBody (413), and reports malformed
+// content type (415), caps the body at MaxBody (413) and its shape
+// (CheckJSONShape: 400), and reports malformed
 // JSON (400) and values of the wrong type (422) with the offending field.
 // Unknown fields are allowed: the contract carries them through.
 func ReadJSON(w http.ResponseWriter, r *http.Request, v any) error {
@@ -110,7 +111,8 @@ func ReadJSON(w http.ResponseWriter, r *http.Request, v any) error {
 	return DecodeJSON(raw, v)
 }
 
-// ReadBody returns the raw JSON body after the content-type and size checks.
+// ReadBody returns the raw JSON body after the content-type, size and shape
+// (CheckJSONShape) checks.
 func ReadBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	ct := r.Header.Get("Content-Type")
 	mt, _, err := mime.ParseMediaType(ct)
@@ -125,6 +127,9 @@ func ReadBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 			return nil, Errorf(http.StatusRequestEntityTooLarge, "request body exceeds %d bytes", mbe.Limit)
 		}
 		return nil, Errorf(http.StatusBadRequest, "could not read the request body: %v", err)
+	}
+	if err := CheckJSONShape(raw); err != nil {
+		return nil, err
 	}
 	return raw, nil
 }

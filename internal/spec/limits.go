@@ -1,0 +1,70 @@
+package spec
+
+import (
+	"strings"
+
+	"github.com/berth-dev/berth/apitype"
+)
+
+// DefaultMaxReplicasCeiling is the operator's default ceiling on
+// scaling.max_replicas (berth serve --max-replicas-ceiling).
+const DefaultMaxReplicasCeiling = 100
+
+// replicaCeiling refuses a max_replicas above Options.MaxReplicasCeiling.
+// min_replicas and warm_pool never exceed max_replicas (validateScaling),
+// and the autoscaler clamps to it, so the ceiling bounds them too.
+func (v validator) replicaCeiling() *FieldError {
+	c := v.o.MaxReplicasCeiling
+	if c <= 0 || v.s.VM == nil {
+		return nil
+	}
+	if n := Scaling(v.s.Scaling).MaxReplicas; n > c {
+		return fieldErr("scaling.max_replicas", "%d exceeds this server's ceiling of %d replicas", n, c)
+	}
+	return nil
+}
+
+// authUnsupported is the answer to any spec with an auth gate: berth does
+// not enforce gates yet, and accepting one would serve the deployment
+// ungated while its owner believes it is protected.
+func authUnsupported() *FieldError {
+	return fieldErr("auth", "not supported yet: berth does not enforce auth gates, so a gated deployment would serve every request without credentials; remove auth, or put the gate in front of berth")
+}
+
+// loaderVars are the environment variables glibc drops for setuid programs
+// (its secure mode, sysdeps/generic/unsecvars.h), besides every LD_*: each
+// makes the dynamic loader or libc load or read files the variable names.
+// TMPDIR, also on glibc's list, is left out: it only moves temporary files
+// within the sandbox.
+var loaderVars = []string{
+	"GCONV_PATH", "GETCONF_DIR", "GLIBC_TUNABLES", "HOSTALIASES",
+	"LOCALDOMAIN", "LOCPATH", "MALLOC_TRACE", "NIS_PATH", "NLSPATH",
+	"RESOLV_HOST_CONF", "RES_OPTIONS", "TZDIR",
+}
+
+// LoaderVar reports whether an environment variable steers the dynamic
+// loader or libc into loading code or data it names (LD_PRELOAD and the
+// rest of glibc's secure-mode list): a confined caller may not set one,
+// since the sandbox's agent starts with the replica's environment.
+func LoaderVar(name string) bool {
+	for _, v := range loaderVars {
+		if name == v {
+			return true
+		}
+	}
+	return strings.HasPrefix(name, "LD_")
+}
+
+// LoaderEnv returns the first variable of a vm spec's env_vars that
+// LoaderVar refuses, as its field path (vm.env_vars.<NAME>), or "".
+func LoaderEnv(s *apitype.DeploymentSpec) string {
+	if s.VM == nil {
+		return ""
+	}
+	for k := range sortedMap(s.VM.EnvVars) {
+		if LoaderVar(k) {
+			return "vm.env_vars." + k
+		}
+	}
+	return ""
+}
