@@ -400,8 +400,10 @@ func writeBody(c *upstreamConn, r *http.Request, chunked bool) (err error) {
 				c.bw.Write(buf[:n])
 				c.bw.WriteString("\r\n")
 				err = c.bw.Flush()
-			} else {
-				_, err = c.bw.Write(buf[:n])
+			} else if _, err = c.bw.Write(buf[:n]); err == nil {
+				// Flushed as it comes, as chunks are: an upload
+				// must not wait in the buffer for 4 KiB more.
+				err = c.bw.Flush()
 			}
 			if err != nil {
 				return err
