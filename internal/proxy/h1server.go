@@ -34,12 +34,13 @@ import (
 // read and one write system call on the client side.
 //
 // What it does not serve it hands to the fallback http.Server, before reading
-// any body, with the bytes already read replayed: h2c (prior knowledge or
-// Upgrade), websockets and every other Upgrade, Expect: 100-continue, CONNECT,
-// absolute-form and asterisk-form targets, announced request trailers, other
-// HTTP versions, and requests routed to a site (whose file server relies on
-// net/http's response writer). From that request on, net/http owns the
-// connection.
+// any body but after checking the head as strictly as any other, with the
+// bytes already read replayed: h2c with prior knowledge, websockets and every
+// other Upgrade (but h2c, which is dropped), Expect: 100-continue, CONNECT,
+// asterisk-form targets, announced request trailers, and requests routed to a
+// site (whose file server relies on net/http's response writer). From that
+// request on, net/http owns the connection (and the Handler's entry checks,
+// entry.go, are what is left of the front end's).
 //
 // A client hanging up is noticed the way net/http does it — a read on the
 // connection while the backend works, once the request (and its body) has
