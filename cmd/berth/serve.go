@@ -90,6 +90,7 @@ func serve(ctx context.Context, args []string) int {
 	adminUser := fs.String("admin-user", env("BERTH_ADMIN_USER", "admin"), "the operator's HTTP Basic user name (BERTH_ADMIN_USER)")
 	tenantTTL := fs.Duration("tenant-token-max-ttl", durEnv("BERTH_TENANT_TOKEN_MAX_TTL", 90*24*time.Hour), "longest lifetime of a token minted by a namespace credential (BERTH_TENANT_TOKEN_MAX_TTL)")
 	logLevel := fs.String("log-level", env("BERTH_LOG_LEVEL", "info"), "debug, info, warn or error (BERTH_LOG_LEVEL)")
+	bodyTimeout := fs.Duration("body-read-timeout", durEnv("BERTH_BODY_READ_TIMEOUT", 30*time.Second), "end a proxied request whose body sends no byte for this long: 408, and the backend's request canceled; negative: never (BERTH_BODY_READ_TIMEOUT)")
 	stdHTTP := fs.Bool("proxy-std-http", envBool("BERTH_PROXY_STD_HTTP"), "serve the data plane with Go's net/http server alone, not berth's HTTP/1.1 front end (BERTH_PROXY_STD_HTTP)")
 	egressAddr := fs.String("egress-addr", env("BERTH_EGRESS_ADDR", ""), "listen address of the Computers' egress proxy; default the guest bridge's gateway (or 127.0.0.1) at a port kept across restarts; off: none (BERTH_EGRESS_ADDR)")
 	respTimeout := fs.Duration("upstream-response-timeout", durEnv("BERTH_UPSTREAM_RESPONSE_TIMEOUT", 60*time.Second), "how long a backend may take to send its response head before the client gets 504; negative: no limit (BERTH_UPSTREAM_RESPONSE_TIMEOUT)")
@@ -140,7 +141,7 @@ func serve(ctx context.Context, args []string) int {
 	s, err := server.New(ctx, server.Options{
 		ProxyAddr: *proxyAddr, AdminAddr: *adminAddr, DataDir: *dataDir,
 		TrustedProxies: prefixes, BaseDomain: *baseDomain, PublicIPs: splitList(*publicIPs),
-		DrainTimeout: *drain, Log: log, StdHTTP: *stdHTTP, EgressAddr: *egressAddr,
+		DrainTimeout: *drain, Log: log, StdHTTP: *stdHTTP, EgressAddr: *egressAddr, BodyReadTimeout: *bodyTimeout,
 		UpstreamResponseTimeout: *respTimeout, AllowLinkLocalUpstreams: *allowLinkLocal,
 		// Credentials come from the environment only, never a flag: a
 		// flag's value is visible to every user in the process list.

@@ -17,10 +17,13 @@ import (
 // could be read two ways — both Content-Length and Transfer-Encoding, differing
 // Content-Lengths, obs-fold, bare CR or LF — is refused with 400, so no request
 // can be smuggled past berth to a backend that frames it differently.
-// Everything it does not handle itself (absolute-form targets, OPTIONS *,
-// CONNECT, h2c, upgrades, Expect, request trailers, other HTTP versions) it
-// reports as a hand-off: the connection then goes to net/http, which is
-// replayed the bytes read so far and serves the request as it always has.
+// What it does not serve itself (OPTIONS *, CONNECT, HTTP/2's preface,
+// upgrades, Expect, request trailers) it reports as a hand-off: the connection
+// then goes to net/http, which is replayed the bytes read so far and serves the
+// request as it always has. A hand-off comes only after the whole head has
+// passed the same checks as any other request (the HTTP/2 preface, which has no
+// fields, excepted). Absolute-form targets (http and https) and every HTTP/1.x
+// version it parses itself; other major versions are answered 505.
 
 // Limits of a request head.
 const (
@@ -58,6 +61,7 @@ type reqHead struct {
 	contentLength         int64 // -1: chunked
 	close                 bool  // the client asked for the connection to end after this exchange
 	keepAlive10           bool  // an HTTP/1.0 client asked to keep the connection
+	handOff               bool  // checked, but net/http's to serve (OPTIONS *, CONNECT)
 }
 
 // parser reads request heads. Its buffers are reused from one request to the
@@ -138,11 +142,15 @@ func (p *parser) parse() error {
 	}
 	if p.ends[0] == 2 {
 		// RFC 9112 §2.2 lets a server skip empty lines before the
-		// request line; net/http decides what it does with them.
-		return errHandOff
+		// request line; net/http does not (it answers 400), and neither
+		// does berth.
+		return badRequest("empty line before the request line")
 	}
 	if err := h.parseRequestLine(text[:p.ends[0]-2]); err != nil {
 		return err
+	}
+	if h.proto == "HTTP/2.0" {
+		return errHandOff // the HTTP/2 preface (h2c with prior knowledge)
 	}
 
 	// Header fields. The values share one backing array, as in
@@ -203,28 +211,59 @@ func (h *reqHead) parseRequestLine(line string) error {
 	if !validToken(method) {
 		return badRequest("invalid method")
 	}
-	switch proto {
-	case "HTTP/1.1":
+	switch {
+	case proto == "HTTP/1.1":
 		h.minor = 1
-	case "HTTP/1.0":
+	case proto == "HTTP/1.0":
 		h.minor = 0
-	default:
-		if len(proto) == 8 && strings.HasPrefix(proto, "HTTP/") && proto[6] == '.' &&
-			isDigit(proto[5]) && isDigit(proto[7]) {
-			return errHandOff // PRI * HTTP/2.0 (h2c), or a version net/http answers
+	case len(proto) == 8 && strings.HasPrefix(proto, "HTTP/") && proto[6] == '.' &&
+		isDigit(proto[5]) && isDigit(proto[7]):
+		if proto[5] == '1' {
+			// HTTP/1.2 and the like: HTTP/1.1 semantics, as net/http
+			// reads them (RFC 9110 §2.5).
+			h.minor = int(proto[7] - '0')
+			break
 		}
+		if proto == "HTTP/2.0" && method == "PRI" && target == "*" {
+			h.method, h.target, h.proto = method, target, proto
+			return nil // the HTTP/2 preface: parse hands it off
+		}
+		return &headError{http.StatusHTTPVersionNotSupported, "unsupported protocol version"}
+	default:
 		return badRequest("malformed HTTP version")
 	}
 	if !validURI(target) {
 		return badRequest("invalid request target")
 	}
-	if target[0] != '/' || method == http.MethodConnect {
-		// absolute-form, authority-form (CONNECT), asterisk-form
-		// (OPTIONS *): rare, and net/http's to answer.
-		return errHandOff
-	}
 	h.method, h.target, h.proto = method, target, proto
-	return h.parseTarget()
+	switch {
+	case method == http.MethodConnect, target == "*":
+		// authority-form (CONNECT), asterisk-form (OPTIONS *): rare,
+		// and net/http's to answer once the fields are checked.
+		h.handOff = true
+		return nil
+	case target[0] == '/':
+		return h.parseTarget()
+	default:
+		return h.parseAbsolute()
+	}
+}
+
+// parseAbsolute parses an absolute-form target (RFC 9112 §3.2.2), as a proxy
+// would receive it: an http or https URI whose authority is the request's
+// Host (the Host field is then ignored, as net/http does). Other schemes are
+// refused: berth serves no other.
+func (h *reqHead) parseAbsolute() error {
+	scheme, _, ok := strings.Cut(h.target, "://")
+	if !ok || !strings.EqualFold(scheme, "http") && !strings.EqualFold(scheme, "https") {
+		return badRequest("unsupported request target")
+	}
+	u, err := url.ParseRequestURI(h.target)
+	if err != nil || u.Host == "" || u.Opaque != "" || u.User != nil || !validHost(u.Host) {
+		return badRequest("invalid request target")
+	}
+	h.url = *u
+	return nil
 }
 
 // parseTarget fills h.url from an origin-form target as url.ParseRequestURI
@@ -285,8 +324,11 @@ func (h *reqHead) checkFields(hosts, cls, tes int) error {
 			return badRequest("malformed Host header")
 		}
 		delete(hdr, "Host")
-	case h.minor == 1:
+	case h.minor >= 1:
 		return badRequest("missing required Host header")
+	}
+	if h.url.Host != "" {
+		h.host = h.url.Host // absolute-form: the target's authority wins
 	}
 
 	// Body framing (RFC 9112 §6). Anything ambiguous is an error: a
@@ -320,9 +362,17 @@ func (h *reqHead) checkFields(hosts, cls, tes int) error {
 		h.contentLength = n
 	}
 
+	// Upgrade: h2c is dropped, with its settings: it would switch the
+	// connection to a protocol berth does not route, and a backend that
+	// took it would turn the connection into a tunnel past the routing
+	// (see StripH2CUpgrade). The request goes on as HTTP/1.1.
+	if uv := hdr["Upgrade"]; len(uv) > 0 && listedIn(uv, "h2c") {
+		stripH2C(hdr)
+	}
 	// What net/http serves instead: protocol switches, 100-continue (and
-	// other expectations), and trailers announced by the client.
-	if len(hdr["Upgrade"]) > 0 || len(hdr["Expect"]) > 0 || len(hdr["Trailer"]) > 0 {
+	// other expectations), trailers announced by the client, and the
+	// request line's hand-offs.
+	if h.handOff || len(hdr["Upgrade"]) > 0 || len(hdr["Expect"]) > 0 || len(hdr["Trailer"]) > 0 {
 		return errHandOff
 	}
 

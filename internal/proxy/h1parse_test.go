@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"net/http/httputil"
 	"reflect"
 	"strconv"
 	"strings"
@@ -40,16 +39,33 @@ var parseSeeds = []struct {
 
 	{"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "handoff"},
 	{"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n", "handoff"},
-	{"GET http://a.test/x HTTP/1.1\r\nHost: a.test\r\n\r\n", "handoff"},
+	{"GET http://a.test/x HTTP/1.1\r\nHost: a.test\r\n\r\n", "ok"},
+	{"GET HTTPS://b.test:8443?q=1 HTTP/1.1\r\nHost: a.test\r\n\r\n", "ok"},
+	{"POST http://a.test/x HTTP/1.1\r\nHost: a.test\r\nContent-Length: 5\r\n\r\nhello", "ok"},
 	{"CONNECT a.test:443 HTTP/1.1\r\nHost: a.test:443\r\n\r\n", "handoff"},
 	{"GET /ws HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n", "handoff"},
-	{"GET / HTTP/1.1\r\nHost: a\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAoAAAAAIAAAAA\r\n\r\n", "handoff"},
+	{"GET / HTTP/1.1\r\nHost: a\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAoAAAAAIAAAAA\r\n\r\n", "ok"},
+	{"GET / HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: h2c, websocket\r\n\r\n", "handoff"},
 	{"POST /p HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\nhello", "handoff"},
 	{"POST /p HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTrailer: X-T\r\n\r\n0\r\nX-T: 1\r\n\r\n", "handoff"},
-	{"GET / HTTP/1.2\r\nHost: a\r\n\r\n", "handoff"},
-	{"\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n", "handoff"},
+	{"GET / HTTP/1.2\r\nHost: a\r\n\r\n", "ok"},
+	{"POST / HTTP/1.9\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n0\r\n\r\n", "ok"},
 
-	// Request smuggling and other ambiguities: refused.
+	// Request smuggling and other ambiguities: refused, whatever the
+	// request line says.
+	{"\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n", "400"},
+	{"POST http://t.example/a HTTP/1.1\r\nHost: t.example\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", "400"},
+	{"POST / HTTP/1.2\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", "400"},
+	{"GET http://t.example/a HTTP/1.1\r\nHost: t.example\r\nX-A: 1\r\n Transfer-Encoding: chunked\r\n\r\n", "400"},
+	{"OPTIONS * HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n", "400"},
+	{"CONNECT a.test:443 HTTP/1.1\r\nHost: a.test:443\r\nX-A: 1\r\n\tb\r\n\r\n", "400"},
+	{"GET /ws HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n", "400"},
+	{"GET ftp://a.test/x HTTP/1.1\r\nHost: a.test\r\n\r\n", "400"},
+	{"GET http://u@a.test/x HTTP/1.1\r\nHost: a.test\r\n\r\n", "400"},
+	{"GET http:///x HTTP/1.1\r\nHost: a.test\r\n\r\n", "400"},
+	{"GET http://a.test/x HTTP/1.1\r\n\r\n", "400"},
+	{"GET / HTTP/2.0\r\nHost: a\r\n\r\n", "505"},
+	{"GET / HTTP/0.9\r\nHost: a\r\n\r\n", "505"},
 	{"POST /p HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", "400"},
 	{"POST /p HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n", "400"},
 	{"POST /p HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!", "400"},
@@ -149,7 +165,7 @@ func FuzzParseRequest(f *testing.F) {
 		if h.contentLength != 0 {
 			b := &h1Body{br: br, remaining: h.contentLength}
 			if h.contentLength < 0 {
-				b.cr = httputil.NewChunkedReader(br)
+				b.cr = &chunkedReader{br: br}
 			}
 			var err error
 			if body, err = io.ReadAll(b); err != nil {
@@ -175,6 +191,9 @@ func FuzzParseRequest(f *testing.F) {
 				t.Fatalf("%s: Host %q, parser %q", what, req.Host, h.host)
 			}
 			delete(req.Header, "Host")
+			if uv := req.Header["Upgrade"]; len(uv) > 0 && listedIn(uv, "h2c") {
+				stripH2C(req.Header) // the parser drops h2c upgrades
+			}
 			if !reflect.DeepEqual(req.Header, h.header) && !(len(req.Header) == 0 && len(h.header) == 0) {
 				t.Fatalf("%s: header %q, parser %q", what, req.Header, h.header)
 			}

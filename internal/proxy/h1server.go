@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httputil"
 	"net/url"
 	"os"
 	"runtime/debug"
@@ -35,12 +34,13 @@ import (
 // read and one write system call on the client side.
 //
 // What it does not serve it hands to the fallback http.Server, before reading
-// any body, with the bytes already read replayed: h2c (prior knowledge or
-// Upgrade), websockets and every other Upgrade, Expect: 100-continue, CONNECT,
-// absolute-form and asterisk-form targets, announced request trailers, other
-// HTTP versions, and requests routed to a site (whose file server relies on
-// net/http's response writer). From that request on, net/http owns the
-// connection.
+// any body but after checking the head as strictly as any other, with the
+// bytes already read replayed: h2c with prior knowledge, websockets and every
+// other Upgrade (but h2c, which is dropped), Expect: 100-continue, CONNECT,
+// asterisk-form targets, announced request trailers, and requests routed to a
+// site (whose file server relies on net/http's response writer). From that
+// request on, net/http owns the connection (and the Handler's entry checks,
+// entry.go, are what is left of the front end's).
 //
 // A client hanging up is noticed the way net/http does it — a read on the
 // connection while the backend works, once the request (and its body) has
@@ -448,12 +448,13 @@ func (c *h1conn) serveOne(first bool) (next, handedOff bool) {
 		// returns (a backend that answered early), and must not see the
 		// next request's.
 		r = new(http.Request)
-		body = &h1Body{br: c.br, remaining: head.contentLength, onEOF: c.armAfterBody}
+		body = &h1Body{br: c.br, remaining: head.contentLength, onEOF: c.armAfterBody,
+			conn: c.rwc, timeout: s.h.bodyTimeout, onFault: c.cancel}
 		if head.contentLength < 0 {
-			body.cr = httputil.NewChunkedReader(c.br)
+			body.cr = &chunkedReader{br: c.br}
 		}
 		c.rwc.SetReadDeadline(time.Time{})
-		c.dirty = false
+		c.dirty = body.timeout > 0
 	}
 	*r = *c.tmpl
 	r.Method = head.method
@@ -483,6 +484,12 @@ func (c *h1conn) serveOne(first bool) (next, handedOff bool) {
 		c.arm()
 	}
 	c.serveHTTP(w, r)
+	if body != nil {
+		if status := int(body.fault.Load()); status != 0 {
+			c.answerBodyFault(w, body, status)
+			return false, false
+		}
+	}
 	if body == nil {
 		c.disarm()
 		if c.gone {
@@ -567,6 +574,30 @@ func (c *h1conn) handOff() {
 	c.hl.push(&replayConn{Conn: c.rwc, replay: replay})
 }
 
+// answerBodyFault ends a request whose body broke the rules or stopped
+// coming (see h1Body.fault): the answer, when none has begun, is the fault's
+// status; a response under way is cut off. The connection closes either way.
+func (c *h1conn) answerBodyFault(w *h1Writer, b *h1Body, status int) {
+	c.finishBody(b, false)
+	c.disarm()
+	if w.committed {
+		return // the connection closes unfinished: the client sees the cut
+	}
+	clear(w.hdr)
+	w.status = 0
+	w.pending = w.pending[:0]
+	w.closeAfter = true
+	msg := textBodyTimeout
+	if status == http.StatusBadRequest {
+		msg = textBadBody
+	}
+	refuse(w, status, msg)
+	w.finish()
+	if c.bw.Flush() == nil && w.err == nil {
+		c.lingerClose()
+	}
+}
+
 // answerError answers a request the parser refused, and closes.
 func (c *h1conn) answerError(e *headError) {
 	text := http.StatusText(e.status)
@@ -600,6 +631,7 @@ func (c *h1conn) lingerClose() {
 // it was read to its end, which keeping the connection requires. A body
 // writer still blocked on the client is interrupted.
 func (c *h1conn) finishBody(b *h1Body, drain bool) bool {
+	b.stop.Store(true)
 	if !b.mu.TryLock() {
 		// A body writer is blocked reading: the backend answered
 		// without the rest. Interrupt it.
@@ -707,15 +739,27 @@ func (r *connReader) Read(p []byte) (int, error) {
 // h1Body is a request body read from the client connection. Reads and the
 // end of the request (finishBody) are serialized, so a reader that outlives
 // the handler never touches the connection's next request.
+//
+// Every read that has to wait for the client is bounded by timeout: a body
+// that stops coming (a byte a minute holds a backend connection for ever
+// otherwise) ends the request, as a malformed chunked body does: fault
+// records the status to answer (408, 400) and onFault cancels the request,
+// which stops the backend's exchange.
 type h1Body struct {
 	mu        sync.Mutex
 	br        *bufio.Reader
-	remaining int64     // Content-Length bodies: bytes left
-	cr        io.Reader // chunked bodies: the chunk decoder; nil otherwise
+	remaining int64          // Content-Length bodies: bytes left
+	cr        *chunkedReader // chunked bodies: the chunk decoder; nil otherwise
 	eof       bool
 	closed    bool
 	err       error
 	onEOF     func() // called once the body has been read to its end
+
+	conn    net.Conn
+	timeout time.Duration // between reads from the client; 0: none
+	onFault func()
+	fault   atomic.Int32 // 408 or 400, once the body has failed so
+	stop    atomic.Bool  // finishBody has begun: reads no longer set deadlines
 }
 
 func (b *h1Body) Read(p []byte) (int, error) {
@@ -736,6 +780,15 @@ func (b *h1Body) readLocked(p []byte) (n int, err error) {
 	}
 	if len(p) == 0 {
 		return 0, nil
+	}
+	timed := b.timeout > 0 && !b.stop.Load()
+	if timed {
+		b.conn.SetReadDeadline(time.Now().Add(b.timeout))
+		if b.stop.Load() {
+			// finishBody's interrupt may have come before this
+			// deadline replaced it: honor it.
+			b.conn.SetReadDeadline(aLongTimeAgo)
+		}
 	}
 	if b.cr == nil {
 		if int64(len(p)) > b.remaining {
@@ -762,8 +815,24 @@ func (b *h1Body) readLocked(p []byte) (n int, err error) {
 	}
 	if err != nil && err != io.EOF {
 		b.err = err
+		var be *bodyError
+		switch {
+		case b.stop.Load():
+		case errors.As(err, &be):
+			b.setFault(http.StatusBadRequest)
+		case timed && errors.Is(err, os.ErrDeadlineExceeded):
+			b.setFault(http.StatusRequestTimeout)
+		}
 	}
 	return n, err
+}
+
+// setFault records the status the body's failure calls for, and cancels the
+// request.
+func (b *h1Body) setFault(status int) {
+	if b.fault.CompareAndSwap(0, int32(status)) && b.onFault != nil {
+		b.onFault()
+	}
 }
 
 func (b *h1Body) setEOF() {
@@ -787,7 +856,7 @@ func skipTrailer(br *bufio.Reader) error {
 		line, err := br.ReadSlice('\n')
 		total += len(line)
 		if total > maxTrailerBytes || err == bufio.ErrBufferFull {
-			return errors.New("request trailer too large")
+			return &bodyError{"request trailer too large"}
 		}
 		if err != nil {
 			if err == io.EOF {
@@ -796,15 +865,160 @@ func skipTrailer(br *bufio.Reader) error {
 			return err
 		}
 		if len(line) < 2 || line[len(line)-2] != '\r' {
-			return errors.New("malformed trailer: line not terminated by CRLF")
+			return &bodyError{"malformed trailer: line not terminated by CRLF"}
 		}
 		if len(line) == 2 {
 			return nil
 		}
 		k, v, ok := bytes.Cut(line[:len(line)-2], []byte(":"))
 		if !ok || len(k) == 0 || !validToken(string(k)) || !validFieldValue(string(v)) {
-			return errors.New("malformed trailer field")
+			return &bodyError{"malformed trailer field"}
 		}
+	}
+}
+
+// bodyError is a request body that breaks the framing rules: the request is
+// answered 400.
+type bodyError struct{ reason string }
+
+func (e *bodyError) Error() string { return "malformed request body: " + e.reason }
+
+// Limits of a chunked request body's size lines. A chunk is at most 10 hex
+// digits long (under 1 TiB): a longer size, however many zeros lead, is
+// refused rather than waited on (ffffffffffffffff would promise 2^64 bytes).
+const (
+	maxChunkLine      = 4 << 10 // a size line with its extensions (net/http's buffer)
+	maxChunkSizeDigit = 10
+)
+
+// chunkedReader decodes a chunked request body (RFC 9112 §7.1) as
+// net/http's decoder does (FuzzParseRequest compares them), with chunk sizes
+// bounded by maxChunkSize and every framing fault a *bodyError. It stops at
+// the last chunk; the trailer section is the caller's (skipTrailer).
+type chunkedReader struct {
+	br       *bufio.Reader
+	n        int64 // bytes left in the current chunk
+	checkEnd bool  // the CRLF after a chunk's data is due
+	excess   int64 // overhead read beyond what the data justifies
+	err      error
+}
+
+func (cr *chunkedReader) Read(b []byte) (n int, err error) {
+	for cr.err == nil {
+		if cr.checkEnd {
+			if n > 0 && cr.br.Buffered() < 2 {
+				break // some data: return it rather than block
+			}
+			var crlf [2]byte
+			if _, cr.err = io.ReadFull(cr.br, crlf[:]); cr.err != nil {
+				if cr.err == io.EOF {
+					cr.err = io.ErrUnexpectedEOF
+				}
+				break
+			}
+			if crlf != [2]byte{'\r', '\n'} {
+				cr.err = &bodyError{"chunk data not followed by CRLF"}
+				break
+			}
+			cr.checkEnd = false
+		}
+		if cr.n == 0 {
+			if n > 0 && !cr.headerAvailable() {
+				break // enough read: do not block on the next size line
+			}
+			cr.beginChunk()
+			continue
+		}
+		if len(b) == 0 || n > 0 && cr.br.Buffered() == 0 {
+			break // (data in hand: return it rather than block for more)
+		}
+		rbuf := b
+		if int64(len(rbuf)) > cr.n {
+			rbuf = rbuf[:cr.n]
+		}
+		var n0 int
+		n0, cr.err = cr.br.Read(rbuf)
+		n += n0
+		b = b[n0:]
+		cr.n -= int64(n0)
+		if cr.n == 0 && cr.err == nil {
+			cr.checkEnd = true
+		} else if cr.err == io.EOF {
+			cr.err = io.ErrUnexpectedEOF
+		}
+	}
+	return n, cr.err
+}
+
+func (cr *chunkedReader) headerAvailable() bool {
+	if n := cr.br.Buffered(); n > 0 {
+		peek, _ := cr.br.Peek(n)
+		return bytes.IndexByte(peek, '\n') >= 0
+	}
+	return false
+}
+
+// beginChunk reads a chunk-size line: hex digits, optional whitespace and
+// extensions, CRLF.
+func (cr *chunkedReader) beginChunk() {
+	line, err := cr.br.ReadSlice('\n')
+	if err != nil {
+		switch err {
+		case io.EOF:
+			err = io.ErrUnexpectedEOF
+		case bufio.ErrBufferFull:
+			err = &bodyError{"chunk size line too long"}
+		}
+		cr.err = err
+		return
+	}
+	if len(line) < 2 || bytes.IndexByte(line, '\r') != len(line)-2 {
+		cr.err = &bodyError{"chunk size line not terminated by CRLF"}
+		return
+	}
+	line = line[:len(line)-2]
+	if len(line) >= maxChunkLine {
+		cr.err = &bodyError{"chunk size line too long"}
+		return
+	}
+	cr.excess += int64(len(line)) + 2
+	size, _, _ := bytes.Cut(line, []byte(";"))
+	for len(size) > 0 && (size[len(size)-1] == ' ' || size[len(size)-1] == '\t') {
+		size = size[:len(size)-1]
+	}
+	if len(size) == 0 {
+		cr.err = &bodyError{"empty chunk size"}
+		return
+	}
+	if len(size) > maxChunkSizeDigit {
+		cr.err = &bodyError{"chunk size too large"}
+		return
+	}
+	var v int64
+	for _, c := range size {
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c -= 'a' - 10
+		case 'A' <= c && c <= 'F':
+			c -= 'A' - 10
+		default:
+			cr.err = &bodyError{"invalid byte in chunk size"}
+			return
+		}
+		v = v<<4 | int64(c)
+	}
+	cr.n = v
+	// As net/http: 16 bytes of overhead per chunk, plus twice its data,
+	// are allowed; more means a body of mostly extensions.
+	cr.excess = max(cr.excess-16-2*v, 0)
+	if cr.excess > 16<<10 {
+		cr.err = &bodyError{"chunked encoding contains too much non-data"}
+		return
+	}
+	if v == 0 {
+		cr.err = io.EOF
 	}
 }
 

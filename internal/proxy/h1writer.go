@@ -231,14 +231,14 @@ func (w *h1Writer) commit(done bool) {
 		// The whole body is known (trailers, though, need chunks).
 		w.cl = int64(len(w.pending))
 		writeLength(bw, w.cl)
-	case w.minor == 1:
+	case w.minor >= 1:
 		w.chunked = true
 		bw.WriteString("Transfer-Encoding: chunked\r\n")
 	default:
 		w.closeAfter = true // HTTP/1.0: the body ends with the connection
 	}
 	if w.closeAfter {
-		if w.minor == 1 {
+		if w.minor >= 1 {
 			bw.WriteString("Connection: close\r\n")
 		}
 	} else if w.minor == 0 {

@@ -113,6 +113,11 @@ type Options struct {
 	// forwarder (nil: system roots, SNI from the backend address). It does
 	// not apply when Transport is set.
 	TLSClientConfig *tls.Config
+	// BodyReadTimeout ends a request whose body goes this long without a
+	// byte arriving (408, or the connection cut when the answer has begun),
+	// and cancels the backend's request; default DefaultBodyReadTimeout,
+	// negative for none. It applies to both front ends.
+	BodyReadTimeout time.Duration
 	// Resolve, when set, is asked about requests no route matches (for
 	// example a Computer's exposed port, named by host). It returns the
 	// deployment to serve the request with, and a release func called when
@@ -152,6 +157,8 @@ type Handler struct {
 	nactive atomic.Int64
 	// respTimeout is Options.UpstreamResponseTimeout (0: none).
 	respTimeout time.Duration
+	// bodyTimeout is Options.BodyReadTimeout (0: none).
+	bodyTimeout time.Duration
 
 	// Wait is built on a channel rather than a sync.WaitGroup: requests keep
 	// arriving while someone waits (or after a Wait gave up on its context),
@@ -176,6 +183,12 @@ func New(o Options) *Handler {
 	g := &dialGuard{self: o.Self, allowLinkLocal: o.AllowLinkLocal}
 	h := &Handler{log: o.Log, trusted: o.TrustedProxies, fast: o.Transport == nil, dial: newDialer(o.TLSClientConfig, g), resolve: o.Resolve,
 		respTimeout: o.UpstreamResponseTimeout}
+	switch {
+	case o.BodyReadTimeout == 0:
+		h.bodyTimeout = DefaultBodyReadTimeout
+	case o.BodyReadTimeout > 0:
+		h.bodyTimeout = o.BodyReadTimeout
+	}
 	base := o.Transport
 	if base == nil {
 		t := NewTransport()
@@ -275,10 +288,24 @@ type reqState struct {
 	status  int
 }
 
-// ServeHTTP routes and serves one request.
+// ServeHTTP checks, routes and serves one request.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.nactive.Add(1)
 	defer h.leave()
+	if !h.admit(w, r) {
+		return
+	}
+	if r.Body != nil && r.Body != http.NoBody {
+		if _, ours := r.Body.(*h1Body); !ours {
+			h.guardBody(w, r) // read by net/http: see entry.go
+			return
+		}
+	}
+	h.route(w, r)
+}
+
+// route routes and serves a request admitted by ServeHTTP.
+func (h *Handler) route(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	host := route.NormalizeHost(r.Host)
 	m, ok := h.table.Load().Lookup(host, r.URL.Path)

@@ -57,6 +57,10 @@ type Options struct {
 	// idle clients; defaults 10s and 120s.
 	ReadHeaderTimeout time.Duration
 	IdleTimeout       time.Duration
+	// BodyReadTimeout ends a proxied request whose body goes this long
+	// without a byte (408, and the backend's request canceled); default
+	// 30s (proxy.DefaultBodyReadTimeout), negative for none.
+	BodyReadTimeout time.Duration
 	// StdHTTP serves the data plane with net/http alone instead of the
 	// proxy's HTTP/1.1 front end (proxy.H1Server), which serves plain
 	// HTTP/1.x requests itself and hands everything else to net/http.
@@ -195,6 +199,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	s.Proxy = proxy.New(proxy.Options{
 		Log: o.Log, TrustedProxies: o.TrustedProxies, Resolve: s.ports.resolve,
 		Self: s.self, AllowLinkLocal: o.AllowLinkLocalUpstreams, UpstreamResponseTimeout: o.UpstreamResponseTimeout,
+		BodyReadTimeout: o.BodyReadTimeout,
 	})
 	if s.Images, err = s.openImages(ctx, st); err != nil {
 		st.Close()
@@ -274,8 +279,16 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		IdleTimeout:       o.IdleTimeout,
 		MaxHeaderBytes:    1 << 20,
 		Protocols:         protos,
-		BaseContext:       base,
-		ErrorLog:          slog.NewLogLogger(o.Log.Handler(), slog.LevelDebug),
+		// HTTP/2 (h2c) has no header timeout of its own, and its idle
+		// timeout (IdleTimeout, as HTTP/1's) counts from the last
+		// stream: a connection that stops sending mid-frame (half a
+		// HEADERS frame) would sit there for IdleTimeout. A connection
+		// that sends nothing for ReadHeaderTimeout is pinged, and closed
+		// if the ping is not answered within as long again; a client
+		// stuck in a frame cannot answer.
+		HTTP2:       &http.HTTP2Config{SendPingTimeout: o.ReadHeaderTimeout, PingTimeout: o.ReadHeaderTimeout},
+		BaseContext: base,
+		ErrorLog:    slog.NewLogLogger(o.Log.Handler(), slog.LevelDebug),
 	}
 	s.proxyFront = s.proxySrv
 	if !o.StdHTTP {
