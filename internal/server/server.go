@@ -127,6 +127,7 @@ type Server struct {
 	egressLn         net.Listener
 	cancelReqs       context.CancelFunc // ends request contexts after the drain deadline
 	ports            *portRoutes        // Computers' exposed ports on the data plane
+	lock             *instanceLock      // the data dir's, held until Run returns
 }
 
 // New opens the store, restores deployments and binds the listeners.
@@ -155,6 +156,17 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
+	// The instance lock comes before the store: a second berth on this
+	// data dir must not load (let alone reconcile) what the first runs.
+	lock, err := lockDataDir(o.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			lock.release()
+		}
+	}()
 	st, err := store.Open(o.DataDir)
 	if err != nil {
 		return nil, err
@@ -164,7 +176,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		st.Close()
 		return nil, err
 	}
-	s := &Server{o: o, log: o.Log, store: st, Metrics: metrics.NewRegistry(), host: metrics.NewHostSampler("/proc"), Secrets: sec}
+	s := &Server{o: o, log: o.Log, store: st, lock: lock, Metrics: metrics.NewRegistry(), host: metrics.NewHostSampler("/proc"), Secrets: sec}
 	s.ports = &portRoutes{}
 	s.Proxy = proxy.New(proxy.Options{Log: o.Log, TrustedProxies: o.TrustedProxies, Resolve: s.ports.resolve})
 	if s.Images, err = s.openImages(ctx, st); err != nil {
@@ -358,6 +370,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if cerr := s.store.Close(); cerr != nil && err == nil {
 		err = cerr
 	}
+	s.lock.release()
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}
