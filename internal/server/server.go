@@ -79,6 +79,11 @@ type Options struct {
 	// TenantTokenMaxTTL caps the lifetime of tokens minted by namespace
 	// credentials; default 90 days.
 	TenantTokenMaxTTL time.Duration
+	// AdminHosts are the host names (or host:port) the admin API answers
+	// to besides localhost, loopback addresses and the address a request
+	// arrived on (BERTH_ADMIN_HOSTS); any other Host is answered 421, so a
+	// DNS-rebinding page cannot reach the admin API (see auth.Guard).
+	AdminHosts []string
 	// Brake tunes the failed-credential brake; zero fields take package
 	// auth's defaults.
 	Brake auth.BrakeConfig
@@ -283,7 +288,9 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	adminMux.Handle("/computers", computers)
 	adminMux.Handle("/computers/", computers)
 	s.adminSrv = &http.Server{
-		Handler:           web.Recover(o.Log, adminMux),
+		// The guard (Host, Origin, berth's own hop marker) comes before
+		// every route, the Computer API's too.
+		Handler:           web.Recover(o.Log, auth.Guard(auth.GuardConfig{Hosts: o.AdminHosts, Log: o.Log}, adminMux)),
 		ReadHeaderTimeout: o.ReadHeaderTimeout,
 		ReadTimeout:       time.Minute,
 		IdleTimeout:       o.IdleTimeout,
