@@ -152,7 +152,7 @@ func newWorld(t *testing.T) *world {
 	n := startNode(t, Options{AdminPassword: "s3cret",
 		// The matrix presents bad credentials on purpose; keep the brake
 		// out of its way (it has its own test).
-		Brake: auth.BrakeConfig{Threshold: 1 << 30, SlowAfter: 1 << 30}})
+		Brake: auth.BrakeConfig{Threshold: 1 << 30, SlowAfter: 1 << 30, TargetThreshold: 1 << 30}})
 	w := &world{node: n, op: basic("admin", "s3cret"), callers: map[string]string{}, minted: map[string]auth.MintedView{}}
 	for _, d := range [][2]string{{"a1", "team-a"}, {"b1", "team-b"}, {"d1", ""}} {
 		n.must(201, "POST", "/deployments", w.op, staticSpec(d[0], d[1]), nil)
