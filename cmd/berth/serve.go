@@ -87,6 +87,7 @@ func serve(ctx context.Context, args []string) int {
 	baseDomain := fs.String("base-domain", env("BERTH_BASE_DOMAIN", ""), "give deployments without a host rule the route <id>.<base-domain> (BERTH_BASE_DOMAIN)")
 	publicIPs := fs.String("public-ips", env("BERTH_PUBLIC_IPS", ""), "comma-separated addresses served by GET /ingress (BERTH_PUBLIC_IPS)")
 	drain := fs.Duration("drain-timeout", durEnv("BERTH_DRAIN_TIMEOUT", 30*time.Second), "how long SIGTERM waits for in-flight requests and websockets (BERTH_DRAIN_TIMEOUT)")
+	adminHosts := fs.String("admin-hosts", env("BERTH_ADMIN_HOSTS", ""), "comma-separated host names (or host:port) the admin API answers to besides localhost and its own addresses; other Host headers get 421 (BERTH_ADMIN_HOSTS)")
 	adminUser := fs.String("admin-user", env("BERTH_ADMIN_USER", "admin"), "the operator's HTTP Basic user name (BERTH_ADMIN_USER)")
 	tenantTTL := fs.Duration("tenant-token-max-ttl", durEnv("BERTH_TENANT_TOKEN_MAX_TTL", 90*24*time.Hour), "longest lifetime of a token minted by a namespace credential (BERTH_TENANT_TOKEN_MAX_TTL)")
 	logLevel := fs.String("log-level", env("BERTH_LOG_LEVEL", "info"), "debug, info, warn or error (BERTH_LOG_LEVEL)")
@@ -139,7 +140,7 @@ func serve(ctx context.Context, args []string) int {
 		confined = []string{} // set but empty: no driver
 	}
 	s, err := server.New(ctx, server.Options{
-		ProxyAddr: *proxyAddr, AdminAddr: *adminAddr, DataDir: *dataDir,
+		ProxyAddr: *proxyAddr, AdminAddr: *adminAddr, AdminHosts: splitList(*adminHosts), DataDir: *dataDir,
 		TrustedProxies: prefixes, BaseDomain: *baseDomain, PublicIPs: splitList(*publicIPs),
 		DrainTimeout: *drain, Log: log, StdHTTP: *stdHTTP, EgressAddr: *egressAddr, BodyReadTimeout: *bodyTimeout,
 		UpstreamResponseTimeout: *respTimeout, AllowLinkLocalUpstreams: *allowLinkLocal,

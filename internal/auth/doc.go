@@ -51,13 +51,46 @@
 // Revocation takes effect on the next request: verification reads the
 // in-memory token set, which every write updates after persisting it.
 //
+// A token minted or changed while the admin API had no operator password
+// ([TokensConfig.Open]) could have been made by anyone on the host, so it
+// is marked, and refused (401, saying why) whenever berth runs with a
+// password; mint a new one with the password. It is kept, not deleted, so
+// the operator sees it in `GET /tokens` and revokes it.
+//
 // # Brake
 //
 // Failed credentials are counted per client address (the socket peer, never
-// a forwarded header; IPv6 by /64). After a few failures each further
-// failure is answered more slowly; after [BrakeConfig.Threshold] failures
-// the address is refused with 429 and Retry-After, before its credential is
-// even looked at, for [BrakeConfig.Lockout]. Other addresses are not
-// affected. The table is bounded; the least recently seen addresses are
-// forgotten first.
+// a forwarded header; IPv6 by /64) and per target: the operator account
+// (any Basic credential), or the token id a well-formed app-token carries.
+// The brake has to keep two promises that pull against each other:
+//
+//   - The correct credential always works. A credential is always
+//     evaluated (in constant time) once its request gets a turn, however
+//     many failures its address or target has, and a correct one passes at
+//     once. A lockout never refuses the right password from an address
+//     that is not itself flooding the same turn.
+//   - Guessing is bounded per target, whatever the number of addresses.
+//     After a few failures an address's further failures are answered more
+//     slowly; at [BrakeConfig.Threshold] failures the address is locked out,
+//     and at [BrakeConfig.TargetThreshold] failures from all addresses
+//     together the target is, each for [BrakeConfig.Lockout] (doubling on
+//     repeat). A locked-out address or target has its credentials evaluated
+//     one at a time, and each failure holds the next evaluation back for
+//     [BrakeConfig.Pace] before it is answered 429: so a locked-out target
+//     sees at most one evaluated failure per Pace from all addresses (one
+//     per Pace per address that is locked out itself). A request that does
+//     not get its turn within [BrakeConfig.MaxWait] (or finds
+//     [BrakeConfig.MaxWaiters] ahead of it) is answered the same 429
+//     without evaluation: a 429 says nothing about the guess.
+//
+// The two meet where an attacker floods a target from many addresses while
+// the operator logs in: the operator would wait for turns the attacker
+// holds. An address that proved a target's credential is remembered for
+// that target ([BrakeConfig.KnownFor], at most [BrakeConfig.MaxKnown]
+// addresses) and is held back only by its own address's lockout, not by the
+// target's; an address that never logged in may be refused while the flood
+// lasts. Requests without a credential are never braked, and requests
+// refused by [Guard] (through berth's data plane, a foreign Host or Origin)
+// never reach the brake. The tables are bounded; the least recently seen
+// entries are forgotten first.
 package auth

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/berth-dev/berth/apitype"
@@ -84,10 +85,11 @@ type Config struct {
 
 // Gate authenticates admin requests and enforces tiers and walls.
 type Gate struct {
-	cfg      Config
-	gated    bool
-	userHash [32]byte
-	passHash [32]byte
+	evaluated atomic.Int64 // credentials evaluated, for tests of the brake
+	cfg       Config
+	gated     bool
+	userHash  [32]byte
+	passHash  [32]byte
 }
 
 // New returns a Gate.
@@ -218,30 +220,8 @@ func (g *Gate) Wrap(tier Tier, wall Wall, loc Locator, next http.Handler) http.H
 		panic("auth: WallDeployment needs a Locator") // programmer error at registration
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		key, keyed := ClientKey(r.RemoteAddr)
-		if keyed {
-			// Before anything is verified, so a locked-out client costs
-			// no hashing and learns nothing.
-			if left, blocked := g.cfg.Brake.Blocked(key, g.cfg.Now()); blocked {
-				g.tooMany(w, r, left)
-				return
-			}
-		}
-		p, err := g.Authenticate(r, allowQuery)
-		if err != nil {
-			if errors.Is(err, ErrBadCredential) && keyed {
-				delay, locked := g.cfg.Brake.Fail(key, g.cfg.Now())
-				g.cfg.Log.Info("admin credential refused", "peer", key, "path", r.URL.Path, "reason", err, "locked_out", locked)
-				if delay > 0 {
-					t := time.NewTimer(delay)
-					select {
-					case <-t.C:
-					case <-r.Context().Done():
-					}
-					t.Stop()
-				}
-			}
-			g.unauthorized(w)
+		p, ok := g.admit(w, r, allowQuery)
+		if !ok {
 			return
 		}
 		if err := checkTier(p, tier); err != nil {
@@ -268,6 +248,91 @@ func (g *Gate) Wrap(tier Tier, wall Wall, loc Locator, next http.Handler) http.H
 	})
 }
 
+// admit runs the brake and authenticates r. A credential is always
+// evaluated when the brake gives the request its turn, however locked out
+// its address or target is, and a correct one always passes: lockouts only
+// pace the evaluations (see Brake.Admit). When it returns false the answer
+// is written.
+func (g *Gate) admit(w http.ResponseWriter, r *http.Request, allowQuery bool) (*Principal, bool) {
+	src, keyed := ClientKey(r.RemoteAddr)
+	target, presented := credentialTarget(r, allowQuery)
+	b := g.cfg.Brake
+	var tk *Ticket
+	if presented {
+		var ok bool
+		if tk, ok = b.Admit(r.Context(), src, keyed, target, g.cfg.Now()); !ok {
+			// Not evaluated. The same 429 as a paced failure, so the
+			// caller cannot tell whether its guess was looked at.
+			g.tooMany(w, r, b.cfg.Pace)
+			return nil, false
+		}
+		g.evaluated.Add(1)
+	}
+	defer tk.Release()
+	p, err := g.Authenticate(r, allowQuery)
+	switch {
+	case err == nil:
+		if presented {
+			b.Succeeded(src, keyed, target, g.cfg.Now())
+		}
+		return p, true
+	case errors.Is(err, ErrOpenAdminToken):
+		// A genuine token, refused for when it was minted: no guess, so
+		// no failure; its holder is told why.
+		g.cfg.Log.Info("admin credential refused", "peer", src, "path", r.URL.Path, "reason", err)
+		g.unauthorized(w, err.Error())
+		return nil, false
+	case errors.Is(err, ErrBadCredential):
+		delay, locked := b.Failed(src, keyed, target, g.cfg.Now())
+		g.cfg.Log.Info("admin credential refused", "peer", src, "target", target, "path", r.URL.Path, "reason", err, "locked_out", locked)
+		if delay > 0 {
+			t := time.NewTimer(delay)
+			select {
+			case <-t.C:
+			case <-r.Context().Done():
+			}
+			t.Stop()
+		}
+		if locked {
+			g.tooMany(w, r, b.cfg.Pace)
+		} else {
+			g.unauthorized(w, "")
+		}
+		return nil, false
+	default:
+		g.unauthorized(w, "")
+		return nil, false
+	}
+}
+
+// credentialTarget names what the credential on r tries to be — the
+// operator account, or the app-token with the id it carries — for the
+// brake's per-target counts, and reports whether a credential is
+// presented at all. A malformed one has no target (it can never be right).
+func credentialTarget(r *http.Request, allowQuery bool) (target string, presented bool) {
+	h := r.Header.Get("Authorization")
+	if h == "" && allowQuery {
+		h = r.URL.Query().Get("app_token")
+		if h == "" {
+			return "", false
+		}
+		h = "Bearer " + h
+	}
+	if h == "" {
+		return "", false
+	}
+	if t, ok := bearer(h); ok {
+		if id, _, err := ParseToken(t); err == nil {
+			return "token:" + id, true
+		}
+		return "", true
+	}
+	if _, _, ok := ParseBasic(h); ok {
+		return "operator", true
+	}
+	return "", true
+}
+
 func checkTier(p *Principal, tier Tier) error {
 	switch tier {
 	case View:
@@ -286,8 +351,9 @@ func checkTier(p *Principal, tier Tier) error {
 }
 
 // unauthorized writes app-lb's 401: plain text, with a Basic challenge (when
-// there is an operator password to answer it with) and a Bearer one.
-func (g *Gate) unauthorized(w http.ResponseWriter) {
+// there is an operator password to answer it with) and a Bearer one. why,
+// when not empty, follows on a second line.
+func (g *Gate) unauthorized(w http.ResponseWriter, why string) {
 	h := w.Header()
 	if g.gated {
 		h.Add("WWW-Authenticate", `Basic realm="berth admin", charset="UTF-8"`)
@@ -296,7 +362,11 @@ func (g *Gate) unauthorized(w http.ResponseWriter) {
 	h.Set("Content-Type", "text/plain; charset=utf-8")
 	h.Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusUnauthorized)
-	w.Write([]byte("authentication required\n"))
+	msg := "authentication required\n"
+	if why != "" {
+		msg += why + "\n"
+	}
+	w.Write([]byte(msg))
 }
 
 func (g *Gate) refuse(w http.ResponseWriter, r *http.Request, p *Principal, err error) {
@@ -308,7 +378,7 @@ func (g *Gate) tooMany(w http.ResponseWriter, r *http.Request, left time.Duratio
 	secs := int64((left + time.Second - 1) / time.Second)
 	web.WriteError(g.cfg.Log, w, r, &web.Error{
 		Status:  http.StatusTooManyRequests,
-		Message: fmt.Sprintf("too many failed credentials from this address; try again in %d seconds", secs),
+		Message: fmt.Sprintf("too many failed credentials from this address or for this account; try again in %d seconds", secs),
 		Header:  http.Header{"Retry-After": {strconv.FormatInt(secs, 10)}},
 	})
 }

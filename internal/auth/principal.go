@@ -32,6 +32,9 @@ type Token struct {
 	ExpiresAt   time.Time // zero: never
 	LastUsedAt  time.Time // zero: never
 	MintedBy    string
+	// OpenAdmin: minted or last changed while the admin API had no
+	// operator password (see TokensConfig.Open).
+	OpenAdmin bool
 }
 
 // Summary is the token's wire form.

@@ -31,6 +31,10 @@ type TokenStore interface {
 var (
 	ErrUnknownToken = errors.New("auth: no such token, or the secret does not match")
 	ErrExpiredToken = errors.New("auth: token expired")
+	// ErrOpenAdminToken: the token was minted (or last changed) while the
+	// admin API had no password, and now it has one. Unlike the others
+	// it is answered with its reason: the presenter holds the real token.
+	ErrOpenAdminToken = errors.New("this token was minted while the admin API had no password, so anyone on the host could have minted it; it is refused now that a password is set — mint a new one")
 )
 
 // DefaultTenantMaxTTL caps the lifetime of tokens minted by namespace
@@ -51,8 +55,13 @@ type TokensConfig struct {
 	// TenantMaxTTL caps (and defaults) the lifetime of tokens minted or
 	// patched by namespace-confined callers; default DefaultTenantMaxTTL.
 	TenantMaxTTL time.Duration
-	Now          func() time.Time
-	Log          *slog.Logger
+	// Open: the admin API has no operator password, so any local caller
+	// may mint. Tokens minted or patched while Open are marked, and a
+	// Tokens that is not Open refuses marked tokens (ErrOpenAdminToken):
+	// a password must not leave in force a token anyone could have made.
+	Open bool
+	Now  func() time.Time
+	Log  *slog.Logger
 }
 
 // Tokens is the app-token set: minting, the management routes' rules, and
@@ -93,8 +102,15 @@ func NewTokens(ctx context.Context, cfg TokensConfig) (*Tokens, error) {
 		return nil, fmt.Errorf("auth: load tokens: %w", err)
 	}
 	ts := &Tokens{cfg: cfg, byID: map[string]*tokenEntry{}}
+	refused := 0
 	for _, r := range rows {
 		ts.byID[r.ID] = &tokenEntry{tok: fromRow(r), hash: r.SecretSHA256, flushed: r.LastUsedAt}
+		if r.OpenAdmin && !cfg.Open {
+			refused++
+		}
+	}
+	if refused > 0 {
+		cfg.Log.Warn("app-tokens minted while the admin API had no password are refused now that it has one; revoke them and mint new ones", "tokens", refused)
 	}
 	return ts, nil
 }
@@ -103,7 +119,7 @@ func fromRow(r store.Token) Token {
 	return Token{
 		ID: r.ID, Name: r.Name, Admin: apitype.AdminScope(r.Admin), Namespace: r.Namespace,
 		Deployments: r.Deployments, CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt,
-		LastUsedAt: r.LastUsedAt, MintedBy: r.MintedBy,
+		LastUsedAt: r.LastUsedAt, MintedBy: r.MintedBy, OpenAdmin: r.OpenAdmin,
 	}
 }
 
@@ -111,12 +127,13 @@ func toRow(t Token, hash string) store.Token {
 	return store.Token{
 		ID: t.ID, Name: t.Name, Admin: string(t.Admin), Namespace: t.Namespace,
 		Deployments: t.Deployments, SecretSHA256: hash, CreatedAt: t.CreatedAt,
-		ExpiresAt: t.ExpiresAt, LastUsedAt: t.LastUsedAt, MintedBy: t.MintedBy,
+		ExpiresAt: t.ExpiresAt, LastUsedAt: t.LastUsedAt, MintedBy: t.MintedBy, OpenAdmin: t.OpenAdmin,
 	}
 }
 
 // Verify checks a presented token and returns a copy of what it grants. It
-// returns ErrMalformedToken, ErrUnknownToken or ErrExpiredToken.
+// returns ErrMalformedToken, ErrUnknownToken, ErrExpiredToken or
+// ErrOpenAdminToken.
 func (ts *Tokens) Verify(ctx context.Context, raw string) (*Token, error) {
 	id, secret, err := ParseToken(raw)
 	if err != nil {
@@ -133,6 +150,10 @@ func (ts *Tokens) Verify(ctx context.Context, raw string) (*Token, error) {
 	if e.tok.expired(now) {
 		ts.mu.Unlock()
 		return nil, ErrExpiredToken
+	}
+	if e.tok.OpenAdmin && !ts.cfg.Open {
+		ts.mu.Unlock()
+		return nil, ErrOpenAdminToken
 	}
 	e.tok.LastUsedAt = now
 	flush := now.Sub(e.flushed) >= touchEvery
@@ -162,6 +183,7 @@ func (ts *Tokens) Mint(ctx context.Context, by *Principal, req apitype.NewToken)
 	t := Token{
 		Name: strings.TrimSpace(req.Name), Admin: req.Admin, Namespace: req.Namespace,
 		Deployments: slices.Clone(req.Deployments), CreatedAt: now.Truncate(time.Second), MintedBy: by.Name(),
+		OpenAdmin: ts.cfg.Open,
 	}
 	if t.Admin == "" {
 		t.Admin = apitype.ScopeNone
@@ -386,6 +408,9 @@ func (ts *Tokens) Patch(ctx context.Context, by *Principal, id string, p apitype
 	if err := ts.mayHold(by, &t, now, false); err != nil {
 		return TokenView{}, err
 	}
+	// A token widened while anyone could widen it is no better than one
+	// minted then.
+	t.OpenAdmin = t.OpenAdmin || ts.cfg.Open
 	if err := ts.cfg.Store.PutToken(ctx, toRow(t, hash)); err != nil {
 		return TokenView{}, &web.Error{Status: http.StatusInternalServerError, Message: "the token was not saved", Err: err}
 	}

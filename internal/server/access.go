@@ -15,7 +15,7 @@ import (
 // that does not open the stored secrets fails here, before anything is
 // served or written.
 func openAccess(ctx context.Context, st *store.Store, o Options) (*auth.Tokens, *secrets.Store, error) {
-	tokens, err := auth.NewTokens(ctx, auth.TokensConfig{Store: st, TenantMaxTTL: o.TenantTokenMaxTTL, Log: o.Log})
+	tokens, err := auth.NewTokens(ctx, auth.TokensConfig{Store: st, TenantMaxTTL: o.TenantTokenMaxTTL, Open: o.AdminPassword == "", Log: o.Log})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -16,7 +16,9 @@ import (
 
 // TestMain lets the test binary play the parts a real deployment has: with
 // BERTH_TEST_ROLE=agent it is the in-sandbox agent (berth agent), with
-// BERTH_TEST_ROLE=app a small app serving $PORT.
+// BERTH_TEST_ROLE=app a small app serving $PORT, with
+// BERTH_TEST_ROLE=lockholder a process holding $BERTH_TEST_DIR's instance
+// lock until it is killed.
 func TestMain(m *testing.M) {
 	switch os.Getenv("BERTH_TEST_ROLE") {
 	case "agent":
@@ -25,6 +27,8 @@ func TestMain(m *testing.M) {
 		os.Exit(agent.Main(ctx, os.Args[1:], os.Stderr))
 	case "app":
 		os.Exit(testApp())
+	case "lockholder":
+		os.Exit(holdLock(os.Getenv("BERTH_TEST_DIR")))
 	}
 	// The tests run in a network namespace of their own, so guest
 	// networks (TestKVMGateway's bridge and taps) live only there.

@@ -92,6 +92,11 @@ type Options struct {
 	// TenantTokenMaxTTL caps the lifetime of tokens minted by namespace
 	// credentials; default 90 days.
 	TenantTokenMaxTTL time.Duration
+	// AdminHosts are the host names (or host:port) the admin API answers
+	// to besides localhost, loopback addresses and the address a request
+	// arrived on (BERTH_ADMIN_HOSTS); any other Host is answered 421, so a
+	// DNS-rebinding page cannot reach the admin API (see auth.Guard).
+	AdminHosts []string
 	// Brake tunes the failed-credential brake; zero fields take package
 	// auth's defaults.
 	Brake auth.BrakeConfig
@@ -153,6 +158,7 @@ type Server struct {
 	egressLn         net.Listener
 	cancelReqs       context.CancelFunc // ends request contexts after the drain deadline
 	ports            *portRoutes        // Computers' exposed ports on the data plane
+	lock             *instanceLock      // the data dir's, held until Run returns
 	// self is berth's own listeners, which the proxy refuses to dial; filled
 	// as they are bound.
 	self *netguard.Self
@@ -184,6 +190,17 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
+	// The instance lock comes before the store: a second berth on this
+	// data dir must not load (let alone reconcile) what the first runs.
+	lock, err := lockDataDir(o.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			lock.release()
+		}
+	}()
 	st, err := store.Open(o.DataDir)
 	if err != nil {
 		return nil, err
@@ -193,7 +210,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		st.Close()
 		return nil, err
 	}
-	s := &Server{o: o, log: o.Log, store: st, Metrics: metrics.NewRegistry(), host: metrics.NewHostSampler("/proc"), Secrets: sec}
+	s := &Server{o: o, log: o.Log, store: st, lock: lock, Metrics: metrics.NewRegistry(), host: metrics.NewHostSampler("/proc"), Secrets: sec}
 	s.ports = &portRoutes{}
 	s.self = new(netguard.Self)
 	s.Proxy = proxy.New(proxy.Options{
@@ -319,7 +336,9 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	adminMux.Handle("/computers", computers)
 	adminMux.Handle("/computers/", computers)
 	s.adminSrv = &http.Server{
-		Handler:           web.Recover(o.Log, adminMux),
+		// The guard (Host, Origin, berth's own hop marker) comes before
+		// every route, the Computer API's too.
+		Handler:           web.Recover(o.Log, auth.Guard(auth.GuardConfig{Hosts: o.AdminHosts, Log: o.Log}, adminMux)),
 		ReadHeaderTimeout: o.ReadHeaderTimeout,
 		ReadTimeout:       time.Minute,
 		IdleTimeout:       o.IdleTimeout,
@@ -435,6 +454,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if cerr := s.store.Close(); cerr != nil && err == nil {
 		err = cerr
 	}
+	s.lock.release()
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}

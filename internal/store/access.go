@@ -23,12 +23,15 @@ type Token struct {
 	ExpiresAt    time.Time // zero: never expires
 	LastUsedAt   time.Time // zero: never used (or not flushed yet)
 	MintedBy     string
+	// OpenAdmin: minted or last changed while the admin API had no
+	// operator password.
+	OpenAdmin bool
 }
 
 // Tokens returns every stored token, sorted by ID.
 func (s *Store) Tokens(ctx context.Context) ([]Token, error) {
 	rows, err := s.r.QueryContext(ctx, `SELECT id, name, admin, namespace, deployments, secret_sha256,
-		created_at, expires_at, last_used_at, minted_by FROM tokens ORDER BY id`)
+		created_at, expires_at, last_used_at, minted_by, open_admin FROM tokens ORDER BY id`)
 	if err != nil {
 		return nil, fmt.Errorf("store: list tokens: %w", err)
 	}
@@ -41,7 +44,7 @@ func (s *Store) Tokens(ctx context.Context) ([]Token, error) {
 			created, expires, lastUse string
 		)
 		if err := rows.Scan(&t.ID, &t.Name, &t.Admin, &t.Namespace, &deps, &t.SecretSHA256,
-			&created, &expires, &lastUse, &t.MintedBy); err != nil {
+			&created, &expires, &lastUse, &t.MintedBy, &t.OpenAdmin); err != nil {
 			return nil, fmt.Errorf("store: read token: %w", err)
 		}
 		if err := json.Unmarshal([]byte(deps), &t.Deployments); err != nil {
@@ -79,14 +82,14 @@ func (s *Store) PutToken(ctx context.Context, t Token) error {
 	}
 	return s.write(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO tokens (id, name, admin, namespace, deployments, secret_sha256,
-			created_at, expires_at, last_used_at, minted_by) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			created_at, expires_at, last_used_at, minted_by, open_admin) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (id) DO UPDATE SET name = excluded.name, admin = excluded.admin,
 			namespace = excluded.namespace, deployments = excluded.deployments,
 			secret_sha256 = excluded.secret_sha256, created_at = excluded.created_at,
 			expires_at = excluded.expires_at, last_used_at = excluded.last_used_at,
-			minted_by = excluded.minted_by`,
+			minted_by = excluded.minted_by, open_admin = excluded.open_admin`,
 			t.ID, t.Name, t.Admin, t.Namespace, string(raw), t.SecretSHA256, formatTime(t.CreatedAt),
-			formatOptTime(t.ExpiresAt), formatOptTime(t.LastUsedAt), t.MintedBy)
+			formatOptTime(t.ExpiresAt), formatOptTime(t.LastUsedAt), t.MintedBy, t.OpenAdmin)
 		if err != nil {
 			return fmt.Errorf("store: put token %q: %w", t.ID, err)
 		}
