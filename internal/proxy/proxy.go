@@ -112,11 +112,13 @@ type Options struct {
 	// forwarder (nil: system roots, SNI from the backend address). It does
 	// not apply when Transport is set.
 	TLSClientConfig *tls.Config
-	// Resolve, when set, is asked about requests no route matches (for
-	// example a Computer's exposed port, named by host). It returns the
-	// deployment to serve the request with, and a release func called when
-	// the request is done; nil means the 404 stands. It may answer the
-	// request itself and return handled (a refusal, say).
+	// Resolve, when set, is asked about every request before the routing
+	// table (for example a Computer's exposed port, named by host), so no
+	// route can take what it serves; it must answer other hosts quickly.
+	// It returns the deployment to serve the request with, and a release
+	// func called when the request is done; nil hands the request to the
+	// table. It may answer the request itself and return handled (a
+	// refusal, say).
 	Resolve func(w http.ResponseWriter, r *http.Request, host string) (d *Deployment, release func(), handled bool)
 }
 
@@ -248,19 +250,21 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer h.leave()
 	start := time.Now()
 	host := route.NormalizeHost(r.Host)
+	if h.resolve != nil {
+		// Before the table, so that no deployment rule (a catch-all
+		// path rule, a host_suffix) can take a host the resolver serves.
+		d, release, handled := h.resolve(w, r, host)
+		if handled {
+			return
+		}
+		if d != nil {
+			defer release()
+			h.serve(w, r, d, start)
+			return
+		}
+	}
 	m, ok := h.table.Load().Lookup(host, r.URL.Path)
 	if !ok {
-		if h.resolve != nil {
-			d, release, handled := h.resolve(w, r, host)
-			if handled {
-				return
-			}
-			if d != nil {
-				defer release()
-				h.serve(w, r, d, start)
-				return
-			}
-		}
 		plain(w, http.StatusNotFound, textNoRoute)
 		return
 	}
