@@ -151,9 +151,12 @@ func (a *API) healthz(w http.ResponseWriter, r *http.Request) error {
 // errorFor maps registry and spec errors onto the envelope.
 func errorFor(err error, id string) error {
 	var fe *spec.FieldError
+	var re *registry.RouteError
 	switch {
 	case errors.As(err, &fe):
 		return &web.Error{Status: http.StatusBadRequest, Message: fe.Error()}
+	case errors.As(err, &re):
+		return &web.Error{Status: re.Status, Message: re.Error()}
 	case errors.Is(err, registry.ErrNotFound):
 		return web.Errorf(http.StatusNotFound, "no deployment %q", id)
 	case errors.Is(err, registry.ErrExists):

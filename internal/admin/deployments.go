@@ -8,7 +8,6 @@ import (
 
 	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/registry"
-	"github.com/berth-dev/berth/internal/site"
 	"github.com/berth-dev/berth/internal/spec"
 	"github.com/berth-dev/berth/internal/web"
 )
@@ -23,7 +22,7 @@ func (a *API) register(w http.ResponseWriter, r *http.Request) error {
 	if err := a.mayWrite(caller(r), &s); err != nil {
 		return err
 	}
-	var o registry.PutOptions
+	o := writeOptions(caller(r))
 	if inm := r.Header.Get("If-None-Match"); inm != "" {
 		if strings.TrimSpace(inm) != "*" {
 			return web.Errorf(http.StatusBadRequest, "If-None-Match must be *")
@@ -79,7 +78,8 @@ func (a *API) update(w http.ResponseWriter, r *http.Request) error {
 	if err := a.mayWrite(caller(r), &s); err != nil {
 		return err
 	}
-	o := registry.PutOptions{MustExist: true}
+	o := writeOptions(caller(r))
+	o.MustExist = true
 	if im := r.Header.Get("If-Match"); im != "" {
 		tag, err := spec.ParseIfMatch(im)
 		if err != nil {
@@ -133,7 +133,9 @@ func (a *API) scale(w http.ResponseWriter, r *http.Request) error {
 	}
 	s := e.Spec
 	s.Scaling = pol
-	ne, _, err := a.o.Registry.Put(r.Context(), s, registry.PutOptions{MustExist: true, IfMatch: e.ETag})
+	o := writeOptions(caller(r))
+	o.MustExist, o.IfMatch = true, e.ETag
+	ne, _, err := a.o.Registry.Put(r.Context(), s, o)
 	if errors.Is(err, registry.ErrPrecondition) {
 		return web.Errorf(http.StatusConflict, "deployment %q changed while scaling; retry", id)
 	}
@@ -226,7 +228,7 @@ func Status(e *registry.Entry) apitype.DeploymentStatus {
 		st.DesiredReplicas = len(e.Upstreams)
 	}
 	if e.Site != nil {
-		ss := site.Inspect(e.Site.Root, e.Site.Index)
+		ss := e.Site.Inspect()
 		st.Site = &apitype.SiteRootStatus{Root: ss.Root, Status: apitype.SiteRootState(ss.Status), IndexPresent: ss.IndexPresent, Hint: ss.Hint}
 	}
 	return st
