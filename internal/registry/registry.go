@@ -161,6 +161,14 @@ func (r *Registry) Load(ctx context.Context) error {
 		r.activate(e)
 		r.deps[row.ID] = e
 	}
+	// Stored routes predate the ownership rules, or a domain assignment
+	// since: they stay served (refusing one would hand its hosts to
+	// whichever rule is next), but say so.
+	for _, id := range slices.Sorted(mapsKeys(r.deps)) {
+		if err := r.checkRoutes(ctx, &r.deps[id].Spec, PutOptions{}); err != nil {
+			r.o.Log.Warn("a stored deployment's routes break the host ownership rules; it is still served, but writes to it are refused until its routes are fixed", "id", id, "err", err)
+		}
+	}
 	for _, d := range drains {
 		if e := r.deps[d.Deployment]; e != nil && e.Pool != nil {
 			if b := e.Pool.Find(d.Upstream); b != nil {

@@ -265,6 +265,10 @@ func TestHostTakeover(t *testing.T) {
 	if m := errorOf(t, r); r.code != 409 || !strings.Contains(m, `"b-web"`) {
 		t.Errorf("operator duplicate: %s, want 409 naming b-web", r)
 	}
+	r = w.call(nil, "POST", "/deployments", w.op, staticBody("op-share", "", `[{"host":"b-app.test","path_prefix":"/op"}]`, aUp))
+	if m := errorOf(t, r); r.code != 409 || !strings.Contains(m, `"b-web"`) || !strings.Contains(m, "shares hosts") {
+		t.Errorf("operator sharing team-b's host: %s, want 409 naming b-web", r)
+	}
 	r = w.call(nil, "POST", "/deployments", w.op, staticBody("op-a", "", `[{"host":"new.a.test"}]`, aUp))
 	if m := errorOf(t, r); r.code != 409 || !strings.Contains(m, `namespace "team-a"`) {
 		t.Errorf("operator under team-a's domain: %s, want 409 naming team-a", r)
