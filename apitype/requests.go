@@ -74,4 +74,10 @@ type SecretPatch struct {
 type NamespaceSpec struct {
 	Name        string `json:"name"`
 	Description string `json:"description,omitempty"`
+	// Domains (a berth extension) assigns host names to the namespace:
+	// "example.com" covers example.com and every subdomain. A namespace
+	// token may route only hosts under its namespace's domains, and no
+	// other namespace may route hosts under them. Absent keeps the
+	// namespace's current domains; [] removes them.
+	Domains *[]string `json:"domains,omitempty"`
 }

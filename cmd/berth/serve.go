@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -83,6 +82,8 @@ func serve(ctx context.Context, args []string) int {
 	proxyAddr := fs.String("proxy-addr", env("BERTH_PROXY_ADDR", "0.0.0.0:6188"), "data-plane listen address (BERTH_PROXY_ADDR)")
 	adminAddr := fs.String("admin-addr", env("BERTH_ADMIN_ADDR", "127.0.0.1:9090"), "admin API listen address (BERTH_ADMIN_ADDR)")
 	dataDir := fs.String("data-dir", env("BERTH_DATA_DIR", "./berth-data"), "directory for berth's store (BERTH_DATA_DIR)")
+	sitesDir := fs.String("sites-dir", env("BERTH_SITES_DIR", ""), "where site deployments' roots live, one subtree per namespace (<sites-dir>/<namespace>); default <data-dir>/sites (BERTH_SITES_DIR)")
+	siteRoots := fs.String("site-roots-allow", env("BERTH_SITE_ROOTS_ALLOW", ""), "comma-separated directories outside --sites-dir that the operator's site roots may lie in; never for namespace tokens (BERTH_SITE_ROOTS_ALLOW)")
 	trusted := fs.String("trusted-proxies", env("BERTH_TRUSTED_PROXIES", ""), "comma-separated CIDRs or addresses whose X-Forwarded-* headers are kept (BERTH_TRUSTED_PROXIES)")
 	baseDomain := fs.String("base-domain", env("BERTH_BASE_DOMAIN", ""), "give deployments without a host rule the route <id>.<base-domain> (BERTH_BASE_DOMAIN)")
 	publicIPs := fs.String("public-ips", env("BERTH_PUBLIC_IPS", ""), "comma-separated addresses served by GET /ingress (BERTH_PUBLIC_IPS)")
@@ -141,6 +142,7 @@ func serve(ctx context.Context, args []string) int {
 	}
 	s, err := server.New(ctx, server.Options{
 		ProxyAddr: *proxyAddr, AdminAddr: *adminAddr, AdminHosts: splitList(*adminHosts), DataDir: *dataDir,
+		SitesDir: *sitesDir, SiteRootsAllow: splitList(*siteRoots),
 		TrustedProxies: prefixes, BaseDomain: *baseDomain, PublicIPs: splitList(*publicIPs),
 		DrainTimeout: *drain, Log: log, StdHTTP: *stdHTTP, EgressAddr: *egressAddr, BodyReadTimeout: *bodyTimeout,
 		UpstreamResponseTimeout: *respTimeout, AllowLinkLocalUpstreams: *allowLinkLocal,
@@ -156,7 +158,7 @@ func serve(ctx context.Context, args []string) int {
 		return 1
 	}
 	if *withDemo {
-		if err := startDemo(ctx, s, *dataDir); err != nil {
+		if err := startDemo(ctx, s); err != nil {
 			fmt.Fprintf(os.Stderr, "berth serve: demo: %v\n", err)
 			return 1
 		}
@@ -168,19 +170,17 @@ func serve(ctx context.Context, args []string) int {
 	return 0
 }
 
-func startDemo(ctx context.Context, s *server.Server, dataDir string) error {
+func startDemo(ctx context.Context, s *server.Server) error {
 	self, err := os.Executable()
 	if err != nil {
 		return err
 	}
-	root, err := filepath.Abs(filepath.Join(dataDir, "demo-site"))
-	if err != nil {
+	// The docs site's managed root, in the default namespace's subtree of
+	// the sites directory.
+	if _, err := demo.WriteSite(demo.SiteRoot(s.SitesDir())); err != nil {
 		return err
 	}
-	if _, err := demo.WriteSite(root); err != nil {
-		return err
-	}
-	for _, sp := range demo.Specs(self, root) {
+	for _, sp := range demo.Specs(self) {
 		if _, _, err := s.Registry.Put(ctx, sp, registry.PutOptions{}); err != nil {
 			return err
 		}

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"slices"
@@ -83,6 +84,12 @@ func (a *API) mayWrite(p *auth.Principal, s *apitype.DeploymentSpec) error {
 		return web.Errorf(http.StatusForbidden, "this token is not scoped to deployment %q", s.ID)
 	}
 	return nil
+}
+
+// writeOptions qualifies a deployment write by p: a writer that does not
+// cover the whole fleet is held to its namespace (registry.PutOptions).
+func writeOptions(p *auth.Principal) registry.PutOptions {
+	return registry.PutOptions{Restricted: !p.Fleet(), Visible: p.Touches}
 }
 
 func (a *API) whoami(w http.ResponseWriter, r *http.Request) error {
@@ -439,6 +446,7 @@ func (a *API) listNamespaces(w http.ResponseWriter, r *http.Request) error {
 			ent.Description = d.Description
 			at := d.CreatedAt.Unix()
 			ent.CreatedAt = &at
+			withDomains(&ent, d.Domains)
 		}
 		out = append(out, ent)
 	}
@@ -463,6 +471,8 @@ func namespaceError(err error) error {
 		return web.Invalid(fe.Field, "%s", fe.Msg)
 	case errors.Is(err, namespaces.ErrNotFound):
 		return web.Errorf(http.StatusNotFound, "%s", strings.TrimPrefix(err.Error(), namespaces.ErrNotFound.Error()+": "))
+	case errors.Is(err, namespaces.ErrConflict):
+		return web.Errorf(http.StatusConflict, "%s", strings.TrimPrefix(err.Error(), namespaces.ErrConflict.Error()+": "))
 	default:
 		return &web.Error{Status: http.StatusInternalServerError, Message: "the change was not saved", Err: err}
 	}
@@ -491,8 +501,20 @@ func (a *API) declareNamespace(w http.ResponseWriter, r *http.Request) error {
 	if created {
 		code = http.StatusCreated
 	}
-	web.WriteJSON(w, code, apitype.NamespaceEntry{Namespace: n.Name, Deployments: count, Declared: true, Description: n.Description, CreatedAt: &at})
+	ent := apitype.NamespaceEntry{Namespace: n.Name, Deployments: count, Declared: true, Description: n.Description, CreatedAt: &at}
+	withDomains(&ent, n.Domains)
+	web.WriteJSON(w, code, ent)
 	return nil
+}
+
+// withDomains puts a declared namespace's domains on its entry, as the
+// extra key "domains" (the contract's NamespaceEntry takes extra keys).
+func withDomains(ent *apitype.NamespaceEntry, domains []string) {
+	if domains == nil {
+		domains = []string{}
+	}
+	raw, _ := json.Marshal(domains)
+	ent.Extra = map[string]json.RawMessage{"domains": raw}
 }
 
 func (a *API) deleteNamespace(w http.ResponseWriter, r *http.Request) error {

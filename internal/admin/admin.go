@@ -160,11 +160,14 @@ func (a *API) healthz(w http.ResponseWriter, r *http.Request) error {
 func errorFor(err error, id string) error {
 	var fe *spec.FieldError
 	var we *web.Error
+	var re *registry.RouteError
 	switch {
 	case errors.As(err, &we):
 		return we // an admission refusal (PutOptions.Admit)
 	case errors.As(err, &fe):
 		return &web.Error{Status: http.StatusBadRequest, Message: fe.Error()}
+	case errors.As(err, &re):
+		return &web.Error{Status: re.Status, Message: re.Error()}
 	case errors.Is(err, registry.ErrNotFound):
 		return web.Errorf(http.StatusNotFound, "no deployment %q", id)
 	case errors.Is(err, registry.ErrExists):

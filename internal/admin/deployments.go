@@ -8,7 +8,6 @@ import (
 
 	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/registry"
-	"github.com/berth-dev/berth/internal/site"
 	"github.com/berth-dev/berth/internal/spec"
 	"github.com/berth-dev/berth/internal/web"
 )
@@ -26,7 +25,8 @@ func (a *API) register(w http.ResponseWriter, r *http.Request) error {
 	if err := a.o.Upstreams.check(r.Context(), s.Upstreams); err != nil {
 		return err
 	}
-	o := registry.PutOptions{Admit: a.admit(caller(r))}
+	o := writeOptions(caller(r))
+	o.Admit = a.admit(caller(r))
 	if inm := r.Header.Get("If-None-Match"); inm != "" {
 		if strings.TrimSpace(inm) != "*" {
 			return web.Errorf(http.StatusBadRequest, "If-None-Match must be *")
@@ -85,7 +85,9 @@ func (a *API) update(w http.ResponseWriter, r *http.Request) error {
 	if err := a.o.Upstreams.check(r.Context(), s.Upstreams); err != nil {
 		return err
 	}
-	o := registry.PutOptions{MustExist: true, Admit: a.admit(caller(r))}
+	o := writeOptions(caller(r))
+	o.MustExist = true
+	o.Admit = a.admit(caller(r))
 	if im := r.Header.Get("If-Match"); im != "" {
 		tag, err := spec.ParseIfMatch(im)
 		if err != nil {
@@ -139,7 +141,10 @@ func (a *API) scale(w http.ResponseWriter, r *http.Request) error {
 	}
 	s := e.Spec
 	s.Scaling = pol
-	ne, _, err := a.o.Registry.Put(r.Context(), s, registry.PutOptions{MustExist: true, IfMatch: e.ETag, Admit: a.admit(caller(r))})
+	o := writeOptions(caller(r))
+	o.MustExist, o.IfMatch = true, e.ETag
+	o.Admit = a.admit(caller(r))
+	ne, _, err := a.o.Registry.Put(r.Context(), s, o)
 	if errors.Is(err, registry.ErrPrecondition) {
 		return web.Errorf(http.StatusConflict, "deployment %q changed while scaling; retry", id)
 	}
@@ -232,7 +237,7 @@ func Status(e *registry.Entry) apitype.DeploymentStatus {
 		st.DesiredReplicas = len(e.Upstreams)
 	}
 	if e.Site != nil {
-		ss := site.Inspect(e.Site.Root, e.Site.Index)
+		ss := e.Site.Inspect()
 		st.Site = &apitype.SiteRootStatus{Root: ss.Root, Status: apitype.SiteRootState(ss.Status), IndexPresent: ss.IndexPresent, Hint: ss.Hint}
 	}
 	return st

@@ -787,7 +787,7 @@ var createCmd = &command{
 	summary: "Create a secret or a namespace",
 	help: `Usage: berth create secret ID (--from-stdin KEY | --from-env KEY=ENV... | KEY=VALUE...)
                            [-n NAMESPACE] [--description TEXT]
-       berth create namespace NAME [--description TEXT]
+       berth create namespace NAME [--description TEXT] [--domain DOMAIN...]
 
 create secret stores (or replaces) a secret: named keys whose values never
 leave the server again (only key names are ever shown) and are sealed at
@@ -797,7 +797,11 @@ variable ENV) to KEY=VALUE: command-line arguments end up in shell history
 and the process list. Without -n the secret goes to your namespace (a
 namespace token's own, else "default").
 
-create namespace declares a namespace (fleet credentials only).
+create namespace declares a namespace (fleet credentials only). Each
+--domain assigns a domain to it: DOMAIN covers itself and every subdomain,
+only the namespace's tokens may route hosts under it, and no other
+namespace may. Without --domain a redeclaration keeps the namespace's
+domains; --domain "" removes them all.
 `,
 	run: runCreate,
 }
@@ -808,6 +812,8 @@ func runCreate(ctx context.Context, e *env, args []string) error {
 	var fromEnv stringList
 	fs.Var(&fromEnv, "from-env", "")
 	desc := fs.String("description", "", "")
+	var domains stringList
+	fs.Var(&domains, "domain", "")
 	pos, err := e.parse(fs, args)
 	if err != nil {
 		return err
@@ -832,11 +838,24 @@ func runCreate(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if kind != "namespace" && len(domains) > 0 {
+		return usagef("--domain is for namespaces")
+	}
 	if kind == "namespace" {
 		if len(rest) > 0 {
 			return usagef("unexpected argument %q", rest[0])
 		}
-		n, err := c.CreateNamespace(ctx, apitype.NamespaceSpec{Name: id, Description: *desc})
+		spec := apitype.NamespaceSpec{Name: id, Description: *desc}
+		if len(domains) > 0 {
+			ds := []string{}
+			for _, d := range domains {
+				if d != "" {
+					ds = append(ds, d)
+				}
+			}
+			spec.Domains = &ds
+		}
+		n, err := c.CreateNamespace(ctx, spec)
 		if err != nil {
 			return err
 		}

@@ -21,10 +21,11 @@ func (m *Manager) ParsePortHost(host string) (id string, port int, ok bool) {
 	if base == "" {
 		return "", 0, false
 	}
-	label, ok := strings.CutSuffix(host, "."+base)
-	if !ok {
+	// No "."+base concatenation: the data plane asks about every request.
+	if len(host) <= len(base)+1 || !strings.HasSuffix(host, base) || host[len(host)-len(base)-1] != '.' {
 		return "", 0, false
 	}
+	label := host[:len(host)-len(base)-1]
 	p, id, ok := strings.Cut(label, "-")
 	if !ok || strings.Contains(id, ".") || validateID(id) != nil {
 		return "", 0, false

@@ -85,11 +85,15 @@ func WriteSite(dir string) (string, error) {
 	return dir, err
 }
 
+// SiteRoot is where the "docs" site's files go under a server's sites
+// directory: its managed root, <sitesDir>/default/docs.
+func SiteRoot(sitesDir string) string { return filepath.Join(sitesDir, "default", "docs") }
+
 // Specs returns the demo deployments: "hello", a vm deployment on the
 // process driver that scales from zero on the first request and back to zero
 // after a minute idle, running `<berth> demo-app`; and "docs", a site under
-// /site/.
-func Specs(berth, siteRoot string) []apitype.DeploymentSpec {
+// /site/ with the managed root (see [SiteRoot]).
+func Specs(berth string) []apitype.DeploymentSpec {
 	t := true
 	zero, maxR, idle := 0, 3, 60
 	return []apitype.DeploymentSpec{
@@ -106,7 +110,7 @@ func Specs(berth, siteRoot string) []apitype.DeploymentSpec {
 		{
 			ID:     "docs",
 			Routes: []apitype.RouteRule{{PathPrefix: "/site", StripPrefix: &t}},
-			Site:   &apitype.SiteSpec{Root: siteRoot},
+			Site:   &apitype.SiteSpec{},
 		},
 	}
 }

@@ -18,9 +18,11 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/berth-dev/berth/apitype"
+	"github.com/berth-dev/berth/internal/route"
 	"github.com/berth-dev/berth/internal/spec"
 	"github.com/berth-dev/berth/internal/store"
 )
@@ -39,6 +41,10 @@ type DB interface {
 // ErrNotFound is returned for a namespace or provider that is not declared.
 var ErrNotFound = errors.New("namespaces: not declared")
 
+// ErrConflict is returned for a domain that overlaps one assigned to
+// another namespace.
+var ErrConflict = errors.New("namespaces: conflict")
+
 // FieldError is a validation failure of one field.
 type FieldError struct {
 	Field string
@@ -49,7 +55,10 @@ func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
 
 // Store is the set of declared namespaces and providers. Safe for
 // concurrent use (the database serialises writes).
-type Store struct{ db DB }
+type Store struct {
+	db DB
+	mu sync.Mutex // serialises Declare, so two overlapping domains cannot both pass the check
+}
 
 // New returns the set over db.
 func New(db DB) *Store { return &Store{db: db} }
@@ -58,6 +67,7 @@ func New(db DB) *Store { return &Store{db: db} }
 type Namespace struct {
 	Name        string
 	Description string
+	Domains     []string // see Domains
 	CreatedAt   time.Time
 }
 
@@ -92,8 +102,10 @@ func (s *Store) List(ctx context.Context) ([]Namespace, error) {
 	return out, nil
 }
 
-// Declare declares a namespace (or updates a declared one's description,
-// keeping its creation time) and reports whether it was created.
+// Declare declares a namespace (or updates a declared one's description
+// and, when n names them, its domains, keeping its creation time) and
+// reports whether it was created. A domain that overlaps one of another
+// namespace (the same name, a parent or a subdomain) is an ErrConflict.
 func (s *Store) Declare(ctx context.Context, n apitype.NamespaceSpec) (Namespace, bool, error) {
 	if err := CheckName(n.Name); err != nil {
 		return Namespace{}, false, err
@@ -101,8 +113,85 @@ func (s *Store) Declare(ctx context.Context, n apitype.NamespaceSpec) (Namespace
 	if len(n.Description) > 1024 {
 		return Namespace{}, false, &FieldError{"description", "must be at most 1024 bytes"}
 	}
-	r, created, err := s.db.PutNamespace(ctx, store.Namespace{Name: n.Name, Description: n.Description})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	all, err := s.List(ctx)
+	if err != nil {
+		return Namespace{}, false, err
+	}
+	var domains []string
+	if n.Domains != nil {
+		if domains, err = checkDomains(*n.Domains); err != nil {
+			return Namespace{}, false, err
+		}
+	}
+	for _, o := range all {
+		switch {
+		case o.Name == n.Name && n.Domains == nil:
+			domains = o.Domains // absent: keep them
+		case o.Name != n.Name:
+			for i, d := range domains {
+				for _, od := range o.Domains {
+					if route.Covers(d, od) || route.Covers(od, d) {
+						return Namespace{}, false, fmt.Errorf("%w: domains[%d]: %q overlaps %q, assigned to namespace %q; a host belongs to one namespace", ErrConflict, i, d, od, o.Name)
+					}
+				}
+			}
+		}
+	}
+	r, created, err := s.db.PutNamespace(ctx, store.Namespace{Name: n.Name, Description: n.Description, Domains: domains})
 	return Namespace(r), created, err
+}
+
+// MaxDomains bounds the domains of one namespace.
+const MaxDomains = 64
+
+// checkDomains validates and normalizes domains: lowercase host names,
+// without trailing dots, each once.
+func checkDomains(ds []string) ([]string, error) {
+	if len(ds) > MaxDomains {
+		return nil, &FieldError{"domains", fmt.Sprintf("at most %d domains, got %d", MaxDomains, len(ds))}
+	}
+	out := make([]string, 0, len(ds))
+	for i, d := range ds {
+		field := fmt.Sprintf("domains[%d]", i)
+		if strings.HasPrefix(d, "*.") || strings.HasPrefix(d, ".") {
+			return nil, &FieldError{field, fmt.Sprintf("%q: write the domain itself (%q); it covers its subdomains", d, strings.TrimLeft(d, "*."))}
+		}
+		n := strings.TrimSuffix(strings.ToLower(d), ".")
+		if n == "" {
+			return nil, &FieldError{field, "must not be empty"}
+		}
+		if msg := spec.CheckHost(n); msg != "" {
+			return nil, &FieldError{field, msg}
+		}
+		if slices.Contains(out, n) {
+			return nil, &FieldError{field, fmt.Sprintf("%q is listed twice", d)}
+		}
+		for _, o := range out {
+			if route.Covers(o, n) || route.Covers(n, o) {
+				return nil, &FieldError{field, fmt.Sprintf("%q overlaps %q; list only the parent", d, o)}
+			}
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// Domains returns the domains assigned to each declared namespace that has
+// any, by namespace name.
+func (s *Store) Domains(ctx context.Context) (map[string][]string, error) {
+	all, err := s.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]string{}
+	for _, n := range all {
+		if len(n.Domains) > 0 {
+			out[n.Name] = n.Domains
+		}
+	}
+	return out, nil
 }
 
 // Remove forgets a declared namespace.

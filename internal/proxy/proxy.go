@@ -118,11 +118,13 @@ type Options struct {
 	// and cancels the backend's request; default DefaultBodyReadTimeout,
 	// negative for none. It applies to both front ends.
 	BodyReadTimeout time.Duration
-	// Resolve, when set, is asked about requests no route matches (for
-	// example a Computer's exposed port, named by host). It returns the
-	// deployment to serve the request with, and a release func called when
-	// the request is done; nil means the 404 stands. It may answer the
-	// request itself and return handled (a refusal, say).
+	// Resolve, when set, is asked about every request before the routing
+	// table (for example a Computer's exposed port, named by host), so no
+	// route can take what it serves; it must answer other hosts quickly.
+	// It returns the deployment to serve the request with, and a release
+	// func called when the request is done; nil hands the request to the
+	// table. It may answer the request itself and return handled (a
+	// refusal, say).
 	Resolve func(w http.ResponseWriter, r *http.Request, host string) (d *Deployment, release func(), handled bool)
 	// Self is the set of berth's own listening addresses (proxy, admin,
 	// egress); dials that resolve to one are refused with 502. The server
@@ -308,19 +310,21 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) route(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	host := route.NormalizeHost(r.Host)
+	if h.resolve != nil {
+		// Before the table, so that no deployment rule (a catch-all
+		// path rule, a host_suffix) can take a host the resolver serves.
+		d, release, handled := h.resolve(w, r, host)
+		if handled {
+			return
+		}
+		if d != nil {
+			defer release()
+			h.serve(w, r, d, start)
+			return
+		}
+	}
 	m, ok := h.table.Load().Lookup(host, r.URL.Path)
 	if !ok {
-		if h.resolve != nil {
-			d, release, handled := h.resolve(w, r, host)
-			if handled {
-				return
-			}
-			if d != nil {
-				defer release()
-				h.serve(w, r, d, start)
-				return
-			}
-		}
 		plain(w, http.StatusNotFound, textNoRoute)
 		return
 	}

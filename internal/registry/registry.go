@@ -83,6 +83,13 @@ type Options struct {
 	Metrics func(id string) *metrics.Deployment
 	Log     *slog.Logger
 	Now     func() time.Time
+
+	// Domains returns the domains assigned to namespaces, by namespace,
+	// for the route ownership checks (ownership.go); nil: none assigned.
+	Domains func(ctx context.Context) (map[string][]string, error)
+	// Reserved reports hosts no deployment may route (Computers'
+	// exposed ports); nil: none.
+	Reserved func(host string) bool
 }
 
 // Registry is the deployment set. Safe for concurrent use.
@@ -154,6 +161,14 @@ func (r *Registry) Load(ctx context.Context) error {
 		r.activate(e)
 		r.deps[row.ID] = e
 	}
+	// Stored routes predate the ownership rules, or a domain assignment
+	// since: they stay served (refusing one would hand its hosts to
+	// whichever rule is next), but say so.
+	for _, id := range slices.Sorted(mapsKeys(r.deps)) {
+		if err := r.checkRoutes(ctx, &r.deps[id].Spec, PutOptions{}); err != nil {
+			r.o.Log.Warn("a stored deployment's routes break the host ownership rules; it is still served, but writes to it are refused until its routes are fixed", "id", id, "err", err)
+		}
+	}
 	for _, d := range drains {
 		if e := r.deps[d.Deployment]; e != nil && e.Pool != nil {
 			if b := e.Pool.Find(d.Upstream); b != nil {
@@ -201,6 +216,14 @@ func (r *Registry) build(s apitype.DeploymentSpec, prev *Entry) (*Entry, error) 
 		e.Pool = proxy.NewPool(bs...)
 	case apitype.KindSite:
 		cfg := siteConfig(s.Site)
+		base, ok := spec.SiteBase(&s, r.o.Spec)
+		if !ok {
+			// Validate let it through, so only options without a sites
+			// directory get here; serve nothing rather than an
+			// unconfined root.
+			return nil, fmt.Errorf("site root %q lies outside the sites directory", s.Site.Root)
+		}
+		cfg.Within = base
 		e.Site = &cfg
 	}
 	dp := &proxy.Deployment{ID: s.ID, Pool: e.Pool}
@@ -358,14 +381,28 @@ type PutOptions struct {
 	// that two writes cannot both pass a check on their sum (a namespace's
 	// replica quota). An error it returns is returned by Put as is.
 	Admit func(s *apitype.DeploymentSpec, prev *Entry, others []*Entry) error
+
+	// Restricted marks a writer that does not cover the whole fleet (a
+	// namespace token, or a token scoped to deployments): its site root
+	// must lie in the namespace's subtree of the sites directory (the
+	// operator's extra site roots are not for it), and its routes must
+	// lie under the namespace's domains (ownership.go).
+	Restricted bool
+	// Visible reports whether the writer may see deployment id of
+	// namespace ns; a conflict names only deployments it can see. Nil: all.
+	Visible func(id, ns string) bool
 }
 
 // Put registers or replaces a deployment. The spec is normalized and
 // validated here; a validation failure is a *spec.FieldError. It reports
 // whether the deployment was created (as opposed to replaced).
 func (r *Registry) Put(ctx context.Context, s apitype.DeploymentSpec, o PutOptions) (*Entry, bool, error) {
-	spec.Normalize(&s, r.o.Spec)
-	if err := spec.Validate(&s, r.o.Spec); err != nil {
+	so := r.o.Spec
+	if o.Restricted {
+		so.SiteRootsAllow = nil
+	}
+	spec.Normalize(&s, so)
+	if err := spec.Validate(&s, so); err != nil {
 		return nil, false, err
 	}
 	r.mu.Lock()
@@ -378,6 +415,9 @@ func (r *Registry) Put(ctx context.Context, s apitype.DeploymentSpec, o PutOptio
 		return nil, false, ErrNotFound
 	case o.IfMatch != "" && (prev == nil || prev.ETag != o.IfMatch):
 		return nil, false, ErrPrecondition
+	}
+	if err := r.checkRoutes(ctx, &s, o); err != nil {
+		return nil, false, err
 	}
 	if o.Admit != nil {
 		others := make([]*Entry, 0, len(r.deps))

@@ -327,6 +327,8 @@ func TestNarrowing(t *testing.T) {
 	// Writes: a namespace credential creates in its namespace by default,
 	// and cannot take over or move a deployment behind another wall.
 	var st apitype.DeploymentStatus
+	// A namespace token routes only hosts under its namespace's domains.
+	w.must(201, "POST", "/namespaces", w.op, `{"name":"team-a","domains":["a1.test","a2.test"]}`, nil)
 	w.must(201, "POST", "/deployments", nsA, `{"id":"a2","routes":[{"host":"a2.test"}],"upstreams":["127.0.0.1:1"]}`, &st)
 	if st.Spec.Namespace != "team-a" {
 		t.Errorf("created in namespace %q, want team-a", st.Spec.Namespace)

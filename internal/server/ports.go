@@ -25,6 +25,15 @@ type portRoutes struct {
 	deps map[string]*proxy.Deployment // by target address: keeps connection pools and in-flight counts across requests
 }
 
+// portHost reports whether host names a Computer's exposed port
+// (<port>-<id>.<domain>), exposed or not: no deployment rule may take
+// one, so a Computer's port cannot be hijacked by a deployment, nor a
+// deployment's host by a Computer exposing a port later.
+func (s *Server) portHost(host string) bool {
+	_, _, ok := s.Computers.ParsePortHost(host)
+	return ok
+}
+
 func (p *portRoutes) resolve(w http.ResponseWriter, r *http.Request, host string) (*proxy.Deployment, func(), bool) {
 	if p.computers == nil {
 		return nil, nil, false

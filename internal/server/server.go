@@ -45,6 +45,15 @@ type Options struct {
 	AdminAddr string // admin API listener; default 127.0.0.1:9090
 	DataDir   string // where the store lives; created 0700
 
+	// SitesDir is where site deployments' roots live, one subtree per
+	// namespace (<SitesDir>/<namespace>); default <DataDir>/sites. A site
+	// root outside it (or SiteRootsAllow) is refused.
+	SitesDir string
+	// SiteRootsAllow lists more directories site roots may lie in; only
+	// callers that cover the whole fleet may use them. Neither it nor
+	// SitesDir may contain DataDir.
+	SiteRootsAllow []string
+
 	TrustedProxies []netip.Prefix // peers whose X-Forwarded-* headers are kept
 	BaseDomain     string         // auto route <id>.<BaseDomain> for host-less specs
 	PublicIPs      []string       // served by GET /ingress
@@ -201,6 +210,9 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 			lock.release()
 		}
 	}()
+	if err := siteDirs(&o); err != nil {
+		return nil, err
+	}
 	st, err := store.Open(o.DataDir)
 	if err != nil {
 		return nil, err
@@ -252,15 +264,22 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		return nil, err
 	}
 	s.ports.computers, s.ports.grants = s.Computers, grants
+	nsStore := namespaces.New(st)
+	specOpts := spec.Options{
+		BaseDomain: o.BaseDomain, Drivers: s.Fleet.DriverNames(), ImageExists: s.Images.Exists,
+		SitesDir: o.SitesDir, SiteRootsAllow: o.SiteRootsAllow, MaxReplicasCeiling: replicaCeiling(o),
+	}
 	s.Registry = registry.New(registry.Options{
 		Store:      st,
 		Publisher:  s.Proxy,
-		Spec:       spec.Options{BaseDomain: o.BaseDomain, Drivers: s.Fleet.DriverNames(), ImageExists: s.Images.Exists, MaxReplicasCeiling: replicaCeiling(o)},
+		Spec:       specOpts,
 		Recorder:   func(id string) proxy.Recorder { return recorder{s.Metrics.Get(id)} },
 		Forget:     s.Metrics.Delete,
 		Pools:      s.Fleet,
 		ResolveEnv: sec.ResolveEnv,
 		Metrics:    s.Metrics.Get,
+		Domains:    nsStore.Domains,
+		Reserved:   s.portHost,
 		Log:        o.Log,
 	})
 	if err := s.Registry.Load(ctx); err != nil {
@@ -320,7 +339,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		Registry: s.Registry, Fleet: s.Fleet, Metrics: s.Metrics, Host: s.host,
 		PublicIPs: o.PublicIPs, Revision: o.Revision, Log: o.Log,
 		Gate:   gate,
-		Tokens: tokens, Secrets: sec, Namespaces: namespaces.New(st), Images: s.Images,
+		Tokens: tokens, Secrets: sec, Namespaces: nsStore, Images: s.Images,
 		Confinement: confinement(o),
 		Upstreams:   admin.UpstreamGuard{Self: s.self, AllowLinkLocal: o.AllowLinkLocalUpstreams},
 	})

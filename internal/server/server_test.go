@@ -169,14 +169,15 @@ func TestStaticAndSiteThroughTheGateway(t *testing.T) {
 	c := contracttest.MustLoad(t)
 	h := start(t, "")
 	a, b := backend(t, "a"), backend(t, "b")
-	root := t.TempDir()
+	root := filepath.Join(h.dir, "sites", "default", "docs") // the managed root: site.root "" below
+	os.MkdirAll(root, 0o755)
 	os.WriteFile(filepath.Join(root, "index.html"), []byte("<h1>site</h1>"), 0o644)
 	os.WriteFile(filepath.Join(root, "app.js"), []byte("console.log(1)"), 0o644)
 
 	for _, spec := range []string{
 		`{"id":"web","routes":[{"host":"web.test"}],"upstreams":["` + addr(a) + `"],"x_future_field":{"keep":[1,2]}}`,
 		`{"id":"api","routes":[{"host_suffix":"test","path_prefix":"/api","strip_prefix":true}],"upstreams":["` + addr(b) + `"]}`,
-		`{"id":"docs","routes":[{"path_prefix":"/docs","strip_prefix":true}],"site":{"root":"` + root + `"}}`,
+		`{"id":"docs","routes":[{"path_prefix":"/docs","strip_prefix":true}],"site":{"root":""}}`,
 		`{"id":"old","routes":[{"host":"old.test","redirect":{"to":"https://new.test"}}],"upstreams":["` + addr(a) + `"]}`,
 	} {
 		r := h.json("POST", "/deployments", spec)

@@ -6,6 +6,9 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
 )
 
 // Root statuses reported by Inspect, and by the X-Applb-Site header as
@@ -40,10 +43,19 @@ type Status struct {
 // ("" when directories have no index). It only reads metadata and at most
 // one directory entry, so it is cheap enough for every status request.
 func Inspect(root, index string) Status {
+	return Config{Root: root, Index: index}.Inspect()
+}
+
+// Inspect is [Inspect] of the config's root and index, opening the root
+// as the handler does (through Within when set).
+func (c Config) Inspect() Status {
+	root, index := c.Root, c.Index
 	st := Status{Root: root}
-	fi, err := os.Stat(root)
+	fi, err := c.stat()
 	switch {
-	case err != nil && errors.Is(err, fs.ErrPermission):
+	case err != nil && (errors.Is(err, fs.ErrPermission) || c.Within != "" && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR)):
+		// Under Within, anything but a missing root is a refusal: a
+		// symbolic link out of it, or a root outside it.
 		return unreadable(st, err)
 	case err != nil:
 		// ENOENT, or ENOTDIR for a root under a file: nothing there
@@ -57,7 +69,7 @@ func Inspect(root, index string) Status {
 		return st
 	}
 
-	r, err := os.OpenRoot(root)
+	r, err := c.open()
 	if err != nil {
 		return unreadable(st, err)
 	}
@@ -116,4 +128,54 @@ func describe(m fs.FileMode) string {
 		return "device"
 	}
 	return "special file"
+}
+
+// errEscapes is the error of a root that lies outside Within.
+var errEscapes = errors.New("the site root lies outside the directory it is confined to")
+
+// rel returns Root relative to Within.
+func (c Config) rel() (string, error) {
+	rel, err := filepath.Rel(c.Within, c.Root)
+	if err != nil || !filepath.IsAbs(c.Within) || rel == ".." || strings.HasPrefix(rel, "../") {
+		return "", errEscapes
+	}
+	return rel, nil
+}
+
+// open opens the root: through an os.Root on Within when set, so that no
+// symbolic link (the root itself included) leads out of Within.
+func (c Config) open() (*os.Root, error) {
+	if c.Within == "" {
+		return os.OpenRoot(c.Root)
+	}
+	rel, err := c.rel()
+	if err != nil {
+		return nil, err
+	}
+	base, err := os.OpenRoot(c.Within)
+	if err != nil {
+		return nil, err
+	}
+	if rel == "." {
+		return base, nil
+	}
+	defer base.Close()
+	return base.OpenRoot(rel)
+}
+
+// stat stats the root as open resolves it.
+func (c Config) stat() (fs.FileInfo, error) {
+	if c.Within == "" {
+		return os.Stat(c.Root)
+	}
+	rel, err := c.rel()
+	if err != nil {
+		return nil, err
+	}
+	base, err := os.OpenRoot(c.Within)
+	if err != nil {
+		return nil, err
+	}
+	defer base.Close()
+	return base.Stat(rel)
 }

@@ -34,6 +34,13 @@ type Config struct {
 	// Root is the directory on the host whose files are served.
 	Root string
 
+	// Within, when set, is a directory Root must lie in (the namespace's
+	// subtree of the sites directory, or a directory the operator
+	// allowed). Root is then opened through an os.Root on Within, so
+	// neither Root itself nor any component of it can be a symbolic link
+	// that leads out of Within; such a root answers as unreadable.
+	Within string
+
 	// Index is the file served for a directory request that ends in a
 	// slash, resolved inside that directory. The caller applies the
 	// "index.html" default; "" means directory requests answer 404.
@@ -124,9 +131,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	root, err := os.OpenRoot(h.cfg.Root)
+	root, err := h.cfg.open()
 	if err != nil {
-		st := Inspect(h.cfg.Root, "").Status
+		st := Config{Root: h.cfg.Root, Within: h.cfg.Within}.Inspect().Status
 		if st == StatusOK || st == StatusEmpty {
 			// Inspect raced with a change on disk, or could list a
 			// directory that openat refused; either way the root

@@ -27,7 +27,6 @@
 package spec
 
 import (
-	"path/filepath"
 	"strings"
 
 	"github.com/berth-dev/berth/apitype"
@@ -43,9 +42,16 @@ type Options struct {
 	// vm.driver outside it is refused with the list in the message; an empty
 	// list refuses every vm spec.
 	Drivers []string
-	// SitesDir, when set, is where managed site roots live: a site with an
-	// empty root gets <SitesDir>/<namespace>/<id>.
+	// SitesDir is where site roots live, one subtree per namespace: a site
+	// with an empty root gets <SitesDir>/<namespace>/<id>, a relative root
+	// is resolved in <SitesDir>/<namespace>, and an absolute one must lie
+	// there (or in SiteRootsAllow). Empty (and no SiteRootsAllow) refuses
+	// every site. See siteroot.go.
 	SitesDir string
+	// SiteRootsAllow lists more directories site roots may lie in, for
+	// writers that cover the whole fleet (the registry clears it for
+	// confined ones).
+	SiteRootsAllow []string
 	// ImageExists, when set, reports whether the local image store holds
 	// an image: a vm spec for an image-based driver (container,
 	// firecracker, kvm, libvirt) must then name one it holds in vm.image,
@@ -132,12 +138,7 @@ func Normalize(s *apitype.DeploymentSpec, o Options) {
 		}
 	}
 	if st := s.Site; st != nil {
-		if st.Root == "" && o.SitesDir != "" && validID(s.ID) &&
-			(s.Namespace == "" || namespaceProblem(s.Namespace) == "") {
-			// Both id and namespace are checked first so neither can
-			// climb out of SitesDir.
-			st.Root = filepath.Join(o.SitesDir, Namespace(s), s.ID)
-		}
+		normalizeSiteRoot(s, o)
 		if st.Index == "" {
 			st.Index = DefaultSiteIndex
 		}

@@ -575,6 +575,9 @@ func (v validator) site() *FieldError {
 	if strings.Contains(st.Root, "\x00") {
 		return fieldErr("site.root", "must not contain NUL")
 	}
+	if err := siteRootProblem(v.s, v.o); err != nil {
+		return err
+	}
 	for _, f := range []struct{ name, v string }{{"site.index", st.Index}, {"site.not_found", st.NotFound}} {
 		if f.v == "" {
 			continue

@@ -9,7 +9,7 @@ import (
 	"github.com/berth-dev/berth/apitype"
 )
 
-var testOpts = Options{Drivers: []string{"process", "firecracker", "kvm"}}
+var testOpts = Options{Drivers: []string{"process", "firecracker", "kvm"}, SitesDir: "/srv/sites"}
 
 func vmSpec() *apitype.DeploymentSpec {
 	return &apitype.DeploymentSpec{
@@ -31,7 +31,7 @@ func siteSpec() *apitype.DeploymentSpec {
 	return &apitype.DeploymentSpec{
 		ID:     "docs",
 		Routes: []apitype.RouteRule{{HostSuffix: "docs.example.com"}},
-		Site:   &apitype.SiteSpec{Root: "/srv/docs"},
+		Site:   &apitype.SiteSpec{Root: "/srv/sites/default/docs"},
 	}
 }
 
@@ -423,8 +423,8 @@ func TestValidate(t *testing.T) {
 		}, nil, "health.expected_header.name: "},
 
 		// site
-		{"site root required", func() *apitype.DeploymentSpec { s := siteSpec(); s.Site.Root = ""; return s }, nil, "site.root: required"},
-		{"site root relative", func() *apitype.DeploymentSpec { s := siteSpec(); s.Site.Root = "srv/docs"; return s }, nil, "site.root: \"srv/docs\" must be an absolute path"},
+		{"site root required", func() *apitype.DeploymentSpec { s := siteSpec(); s.Site.Root = ""; return s }, &Options{}, "site.root: required"},
+		{"site root relative", func() *apitype.DeploymentSpec { s := siteSpec(); s.Site.Root = "srv/docs"; return s }, &Options{}, "site.root: \"srv/docs\" must be an absolute path"},
 		{"site root from SitesDir", func() *apitype.DeploymentSpec { s := siteSpec(); s.Site.Root = ""; return s }, &Options{SitesDir: "/var/lib/berth/sites"}, ""},
 		{"site index dotdot", func() *apitype.DeploymentSpec { s := siteSpec(); s.Site.Index = "../index.html"; return s }, nil, "site.index: \"../index.html\" must not contain .."},
 		{"site index absolute", func() *apitype.DeploymentSpec { s := siteSpec(); s.Site.Index = "/etc/passwd"; return s }, nil, "site.index: "},

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -234,12 +235,13 @@ func (s *Store) PutSecretKeyCheck(ctx context.Context, sealed []byte) error {
 type Namespace struct {
 	Name        string
 	Description string
+	Domains     []string // assigned by the operator; see package namespaces
 	CreatedAt   time.Time
 }
 
 // Namespaces returns the declared namespaces, sorted by name.
 func (s *Store) Namespaces(ctx context.Context) ([]Namespace, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT name, description, created_at FROM namespaces ORDER BY name`)
+	rows, err := s.r.QueryContext(ctx, `SELECT name, description, domains, created_at FROM namespaces ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("store: list namespaces: %w", err)
 	}
@@ -249,9 +251,13 @@ func (s *Store) Namespaces(ctx context.Context) ([]Namespace, error) {
 		var (
 			n       Namespace
 			created string
+			domains string
 		)
-		if err := rows.Scan(&n.Name, &n.Description, &created); err != nil {
+		if err := rows.Scan(&n.Name, &n.Description, &domains, &created); err != nil {
 			return nil, fmt.Errorf("store: read namespace: %w", err)
+		}
+		if err := json.Unmarshal([]byte(domains), &n.Domains); err != nil {
+			return nil, fmt.Errorf("store: namespace %q: domains: %w", n.Name, err)
 		}
 		if n.CreatedAt, err = parseTime("created_at", created); err != nil {
 			return nil, err
@@ -264,16 +270,23 @@ func (s *Store) Namespaces(ctx context.Context) ([]Namespace, error) {
 	return out, nil
 }
 
-// PutNamespace declares a namespace, or updates the description of a
-// declared one, keeping its CreatedAt. It returns the namespace as stored
-// and whether it was created.
+// PutNamespace declares a namespace, or updates the description and
+// domains of a declared one, keeping its CreatedAt. It returns the
+// namespace as stored and whether it was created.
 func (s *Store) PutNamespace(ctx context.Context, n Namespace) (Namespace, bool, error) {
 	if n.Name == "" {
 		return Namespace{}, false, errors.New("store: namespace name must not be empty")
 	}
-	out := Namespace{Name: n.Name, Description: n.Description, CreatedAt: s.now().UTC().Round(0)}
+	out := Namespace{Name: n.Name, Description: n.Description, Domains: slices.Clone(n.Domains), CreatedAt: s.now().UTC().Round(0)}
+	if out.Domains == nil {
+		out.Domains = []string{}
+	}
+	domains, err := json.Marshal(out.Domains)
+	if err != nil {
+		return Namespace{}, false, err
+	}
 	var created bool
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err = s.write(ctx, func(tx *sql.Tx) error {
 		var at string
 		err := tx.QueryRowContext(ctx, `SELECT created_at FROM namespaces WHERE name = ?`, n.Name).Scan(&at)
 		switch {
@@ -286,9 +299,9 @@ func (s *Store) PutNamespace(ctx context.Context, n Namespace) (Namespace, bool,
 				return err
 			}
 		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO namespaces (name, description, created_at) VALUES (?, ?, ?)
-			ON CONFLICT (name) DO UPDATE SET description = excluded.description`,
-			out.Name, out.Description, formatTime(out.CreatedAt))
+		_, err = tx.ExecContext(ctx, `INSERT INTO namespaces (name, description, domains, created_at) VALUES (?, ?, ?, ?)
+			ON CONFLICT (name) DO UPDATE SET description = excluded.description, domains = excluded.domains`,
+			out.Name, out.Description, string(domains), formatTime(out.CreatedAt))
 		if err != nil {
 			return fmt.Errorf("store: put namespace %q: %w", n.Name, err)
 		}
