@@ -19,14 +19,16 @@ func limitsWorld(t *testing.T, o Options) (n *node, op, nsA string) {
 	o.Brake = auth.BrakeConfig{Threshold: 1 << 30, SlowAfter: 1 << 30}
 	n = startNode(t, o)
 	op = basic("admin", "s3cret")
+	// team-a owns a.test, so its token may route the hosts limitsVM names.
+	n.must(201, "POST", "/namespaces", op, `{"name":"team-a","domains":["a.test"]}`, nil)
 	var m auth.MintedView
 	n.must(201, "POST", "/tokens", op, `{"name":"team-a admin","admin":"admin","namespace":"team-a","deployments":[]}`, &m)
 	return n, op, bearer(m.Token)
 }
 
-// vmSpec is a process vm deployment that starts no replica until traffic.
+// limitsVM is a process vm deployment in team-a, routed under its domain, that starts no replica until traffic.
 func limitsVM(id, extra string) string {
-	return fmt.Sprintf(`{"id":%q,"routes":[{"host":"%s.test"}],"vm":{"driver":"process","port":8080,"start_command":"true"%s}}`, id, id, extra)
+	return fmt.Sprintf(`{"id":%q,"namespace":"team-a","routes":[{"host":"%s.a.test"}],"vm":{"driver":"process","port":8080,"start_command":"true"%s}}`, id, id, extra)
 }
 
 // refused asserts status want and an error naming field.
@@ -100,7 +102,7 @@ func TestNamespaceReplicaQuota(t *testing.T) {
 
 	// The operator is not bound by the quota; the namespace is then above
 	// it, and the confined caller can still bring its deployments down.
-	n.must(201, "POST", "/deployments", op, withScaling(strings.Replace(limitsVM("q4", ""), `"routes"`, `"namespace":"team-a","routes"`, 1), `{"max_replicas":10}`), nil)
+	n.must(201, "POST", "/deployments", op, withScaling(limitsVM("q4", ""), `{"max_replicas":10}`), nil)
 	n.must(200, "PATCH", "/deployments/q1/scaling", nsA, `{"max_replicas":14}`, nil)
 	refused(t, n.call(nil, "PATCH", "/deployments/q1/scaling", nsA, `{"max_replicas":15}`), 403, "scaling.max_replicas")
 }
