@@ -290,6 +290,11 @@ func WriteProbeInitrd(w io.Writer, busybox string) error {
 	return cw.err
 }
 
+// ProbeCacheDir is where berth keeps ProbeAccel's answers in its data
+// directory: shared by the kvm and libvirt drivers of berth serve and by
+// berth host check, which probe the same kernel.
+func ProbeCacheDir(dataDir string) string { return filepath.Join(dataDir, "kvm-probe") }
+
 // ProbeKernel is ProbeAccel for a kernel without an initramfs at hand: it
 // boots kernel with WriteProbeInitrd's initramfs made from busybox (a
 // static one), with the QEMU qemu names (a path or a name looked up in

@@ -29,13 +29,35 @@ import (
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	// Guests are heavy, under TCG very: one at a time without KVM.
-	if _, err := os.Stat("/dev/kvm"); err == nil {
+	// Guests are heavy, under TCG very: one at a time without KVM (as
+	// the driver's probe finds it, see probeCacheDir).
+	if testAccel() == "kvm" {
 		flag.Set("test.parallel", "2")
 	} else {
 		flag.Set("test.parallel", "1")
 	}
 	os.Exit(netnstest.Main(runner{m}))
+}
+
+// probeCacheDir is where the tests' drivers keep their accelerator
+// probes' answers: one place for the machine (the kvm driver's tests use
+// it too), so that it probes /boot's kernel once.
+var probeCacheDir = filepath.Join(os.TempDir(), "berth-kvm-probe")
+
+// testAccel is the accelerator the drivers of the real runs pick: what
+// the probe finds for the newest /boot/vmlinuz-* (cached, where the
+// drivers find it).
+func testAccel() string {
+	if a := os.Getenv("BERTH_KVM_ACCEL"); a != "" {
+		return a
+	}
+	ks, _ := filepath.Glob("/boot/vmlinuz-*")
+	bb, err := exec.LookPath("busybox")
+	if len(ks) == 0 || err != nil {
+		return "tcg"
+	}
+	sort.Strings(ks)
+	return kvm.ProbeKernel(context.Background(), "", ks[len(ks)-1], bb, probeCacheDir).Accel
 }
 
 // runner stops the tests' private libvirtd and removes their files once
@@ -57,6 +79,7 @@ type env struct {
 	dir            string
 	socket         string
 	kernel, initrd string
+	tcgKernel      string // booted under TCG instead of kernel
 	images         *image.Store
 	net            *hostnet.Network
 	stop           func()
@@ -126,9 +149,11 @@ func prepare(e *env) (skip string, err error) {
 	e.stop = func() { os.RemoveAll(e.dir) }
 	path := func(name string) string { return filepath.Join(e.dir, name) }
 
+	// KVM boots (and the driver's probe tries) the bzImage, TCG its
+	// vmlinux, seconds faster, as in berth serve.
 	e.kernel = bzImage
 	if kvm.ExtractVmlinux(bzImage, path("vmlinux")) == nil {
-		e.kernel = path("vmlinux") // boots seconds faster under TCG
+		e.tcgKernel = path("vmlinux")
 	}
 	e.initrd = path("initrd.img")
 	f, err := os.Create(e.initrd)
@@ -186,8 +211,9 @@ func prepare(e *env) (skip string, err error) {
 
 // startLibvirtd starts a libvirtd of the tests' own in their network
 // namespace (so its QEMUs find the taps there) and in a mount namespace of
-// its own, with fresh directories over the system daemon's state, run and
-// log directories and a qemu.conf of its own (QEMU as root without
+// its own, with fresh directories over the system daemon's state, run,
+// log and configuration directories (made where the host has none) and a
+// qemu.conf of its own (QEMU as root without
 // virtlogd, which is socket-activated by systemd on a real host); it
 // listens in dir. It returns how to stop it.
 func startLibvirtd(bin, dir string) (stop func(), socket string, err error) {
@@ -209,7 +235,19 @@ for d in /run/libvirt /var/lib/libvirt /var/log/libvirt /var/cache/libvirt; do
 	mkdir -p "$d"
 	mount -t tmpfs -o mode=0755 tmpfs "$d"
 done
-mount --bind "$1/qemu.conf" /etc/libvirt/qemu.conf
+# A fresh /etc/libvirt: the host's (if any) stays unseen and unchanged.
+# Without one there is nothing to mount over (libvirt-daemon alone does
+# not make it): an overlay over /etc, in this mount namespace only, makes
+# the mount point without touching the host's /etc.
+if [ ! -d /etc/libvirt ]; then
+	mkdir -p "$1/etc"
+	mount -t tmpfs -o mode=0755 tmpfs "$1/etc"
+	mkdir "$1/etc/upper" "$1/etc/work"
+	mount -t overlay overlay -o "lowerdir=/etc,upperdir=$1/etc/upper,workdir=$1/etc/work" /etc
+	mkdir /etc/libvirt
+fi
+mount -t tmpfs -o mode=0755 tmpfs /etc/libvirt
+cp "$1/qemu.conf" /etc/libvirt/qemu.conf
 exec "$2" -f "$1/libvirtd.conf" -p "$1/libvirtd.pid"
 `
 	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script, "sh", dir, bin)
@@ -265,6 +303,8 @@ func options(t *testing.T, e env, log *slog.Logger) Options {
 		Options: kvm.Options{
 			Dir:        dir,
 			Kernel:     e.kernel,
+			TCGKernel:  e.tcgKernel,
+			ProbeCache: probeCacheDir,
 			Initrd:     e.initrd,
 			Images:     e.images,
 			Net:        e.net,
