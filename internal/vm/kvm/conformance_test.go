@@ -81,6 +81,15 @@ var testAccel = sync.OnceValue(func() ProbeResult {
 	return ProbeKernel(context.Background(), "", kernel, bb, probeCacheDir)
 })
 
+// testPatience bounds the conformance suite's waits: a TCG guest on a
+// busy 2-core host takes 40 s and more to serve.
+func testPatience() time.Duration {
+	if testAccel().Accel == "kvm" {
+		return 0
+	}
+	return 3 * time.Minute
+}
+
 // TestProbeHost reports what the probe finds on this host (on a host
 // whose /dev/kvm opens but cannot boot the kernel: tcg, saying why).
 func TestProbeHost(t *testing.T) {
@@ -324,6 +333,7 @@ func TestConformance(t *testing.T) {
 		Image:      "conformance",
 		WorkDir:    "/tmp",
 		LeaseCheck: o.LeaseCheck,
+		Patience:   testPatience(),
 		Reopen: func(t *testing.T, old vm.Driver) vm.Driver {
 			d, err := New(o)
 			if err != nil {

@@ -212,8 +212,8 @@ func prepare(e *env) (skip string, err error) {
 // startLibvirtd starts a libvirtd of the tests' own in their network
 // namespace (so its QEMUs find the taps there) and in a mount namespace of
 // its own, with fresh directories over the system daemon's state, run,
-// log and configuration directories (made where the host has none) and a
-// qemu.conf of its own (QEMU as root without
+// log and configuration directories (an overlay over /etc adds what a host
+// without libvirt-daemon-system lacks) and a qemu.conf of its own (QEMU as root without
 // virtlogd, which is socket-activated by systemd on a real host); it
 // listens in dir. It returns how to stop it.
 func startLibvirtd(bin, dir string) (stop func(), socket string, err error) {
@@ -235,19 +235,21 @@ for d in /run/libvirt /var/lib/libvirt /var/log/libvirt /var/cache/libvirt; do
 	mkdir -p "$d"
 	mount -t tmpfs -o mode=0755 tmpfs "$d"
 done
-# A fresh /etc/libvirt: the host's (if any) stays unseen and unchanged.
-# Without one there is nothing to mount over (libvirt-daemon alone does
-# not make it): an overlay over /etc, in this mount namespace only, makes
-# the mount point without touching the host's /etc.
-if [ ! -d /etc/libvirt ]; then
-	mkdir -p "$1/etc"
-	mount -t tmpfs -o mode=0755 tmpfs "$1/etc"
-	mkdir "$1/etc/upper" "$1/etc/work"
-	mount -t overlay overlay -o "lowerdir=/etc,upperdir=$1/etc/upper,workdir=$1/etc/work" /etc
-	mkdir /etc/libvirt
-fi
+# /etc through an overlay, in this mount namespace only, so that what
+# libvirtd needs there exists without the host's /etc changing: a fresh
+# /etc/libvirt (the host's, if any, stays unseen; libvirt-daemon alone
+# makes none) with the qemu.conf, and the user and group libvirt-qemu,
+# which the QEMU driver resolves before it reads qemu.conf (Debian's
+# libvirt-daemon-system creates them).
+mkdir -p "$1/etc"
+mount -t tmpfs -o mode=0755 tmpfs "$1/etc"
+mkdir "$1/etc/upper" "$1/etc/work"
+mount -t overlay overlay -o "lowerdir=/etc,upperdir=$1/etc/upper,workdir=$1/etc/work" /etc
+mkdir -p /etc/libvirt
 mount -t tmpfs -o mode=0755 tmpfs /etc/libvirt
 cp "$1/qemu.conf" /etc/libvirt/qemu.conf
+getent group libvirt-qemu >/dev/null || echo 'libvirt-qemu:x:64055:' >>/etc/group
+getent passwd libvirt-qemu >/dev/null || echo 'libvirt-qemu:x:64055:64055:Libvirt Qemu:/var/lib/libvirt:/usr/sbin/nologin' >>/etc/passwd
 exec "$2" -f "$1/libvirtd.conf" -p "$1/libvirtd.pid"
 `
 	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script, "sh", dir, bin)
@@ -275,16 +277,33 @@ exec "$2" -f "$1/libvirtd.conf" -p "$1/libvirtd.pid"
 		}
 	}
 	socket = filepath.Join(sock, "libvirt-sock")
+	exitErr := func() error {
+		b, _ := os.ReadFile(filepath.Join(dir, "out.log"))
+		l, _ := os.ReadFile(filepath.Join(dir, "libvirtd.log"))
+		var errs []string
+		for line := range strings.Lines(string(l)) {
+			if strings.Contains(line, " error : ") {
+				errs = append(errs, strings.TrimSpace(line))
+			}
+		}
+		return fmt.Errorf("libvirtd exited: %s; its errors:\n%s", strings.TrimSpace(string(b)), strings.Join(errs, "\n"))
+	}
 	for i := 0; i < 600; i++ { // up to a minute
 		if c, err := net.Dial("unix", socket); err == nil {
 			c.Close()
-			return stop, socket, nil
+			// Listening is not initialized: a QEMU driver that fails
+			// ends libvirtd after it listened. Answering a connection
+			// to qemu:///system is.
+			hv := &hypervisor{socket: socket}
+			err := hv.connect()
+			hv.close()
+			if err == nil {
+				return stop, socket, nil
+			}
 		}
 		select {
 		case <-exited:
-			b, _ := os.ReadFile(filepath.Join(dir, "out.log"))
-			l, _ := os.ReadFile(filepath.Join(dir, "libvirtd.log"))
-			return nil, "", fmt.Errorf("libvirtd exited: %s %s", b, l)
+			return nil, "", exitErr()
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -337,7 +356,9 @@ func TestConformance(t *testing.T) {
 		Image:      "conformance",
 		WorkDir:    "/tmp",
 		LeaseCheck: o.LeaseCheck,
-		Reopen:     func(t *testing.T, old vm.Driver) vm.Driver { return newDriver(t) },
+		// A TCG guest on a busy 2-core host takes 40 s and more to serve.
+		Patience: map[bool]time.Duration{true: 0, false: 3 * time.Minute}[testAccel() == "kvm"],
+		Reopen:   func(t *testing.T, old vm.Driver) vm.Driver { return newDriver(t) },
 	})
 }
 

@@ -69,6 +69,11 @@ type Options struct {
 	// renewed replica alive across several of them. Required for drivers
 	// that are vm.Leasers; keep it short (tens of milliseconds).
 	LeaseCheck time.Duration
+
+	// Patience bounds every wait of the suite (it only guards against
+	// hangs). Zero means 30 s; a driver whose guests boot slowly, such
+	// as QEMU under TCG emulation on a busy host, sets more.
+	Patience time.Duration
 }
 
 // CrashLine is the line CrashApp prints last; a crashed replica's
@@ -76,7 +81,10 @@ type Options struct {
 const CrashLine = "vmtest: crashing on purpose"
 
 // patience bounds every wait of the suite: it only guards against hangs.
-const patience = 30 * time.Second
+// RunDriverTests sets it from Options.Patience.
+var patience = defaultPatience
+
+const defaultPatience = 30 * time.Second
 
 // RunDriverTests runs the conformance suite as parallel subtests of t. Each
 // subtest gets its own driver from newDriver and stops the replicas it
@@ -91,6 +99,10 @@ func RunDriverTests(t *testing.T, newDriver func(t *testing.T) vm.Driver, o Opti
 	}
 	if o.CrashApp == "" {
 		o.CrashApp = "echo '" + CrashLine + "'; exit 3"
+	}
+	patience = defaultPatience
+	if o.Patience > 0 {
+		patience = o.Patience
 	}
 	s := &suite{o: o, newDriver: newDriver}
 	tests := []struct {
