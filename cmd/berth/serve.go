@@ -47,7 +47,7 @@ VM drivers (environment only; they describe the host):
   BERTH_GUEST_AGENT     a static berth (CGO_ENABLED=0) put into microVM
                         guests as /berth-agent; unset: BERTH_CONTAINER_AGENT,
                         else this berth, which must then be static
-  BERTH_KVM_ACCEL       kvm or tcg; unset: kvm where /dev/kvm opens, else tcg
+  BERTH_KVM_ACCEL       kvm or tcg; unset: kvm where a probe boot works, else tcg
   BERTH_FC_KERNEL       the firecracker driver's guest kernel (a vmlinux with
                         virtio-mmio, ext4 and IP_PNP built in)
   BERTH_FC_BIN          the firecracker binary; unset: firecracker in PATH

@@ -23,6 +23,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -62,6 +63,15 @@ type Host struct {
 	// (kvm.FindKernel). GuestInitrd is a ready initramfs
 	// (BERTH_GUEST_INITRD): berth then builds none, and needs no busybox.
 	GuestKernel, GuestModules, GuestInitrd string
+	// Accel is BERTH_KVM_ACCEL: kvm, tcg, or empty (the drivers probe
+	// whether KVM boots the guest kernel).
+	Accel string
+	// ProbeKVM boots kernel under KVM as the kvm and libvirt drivers'
+	// first Start does (kvm.ProbeAccel, cached); nil means no probe.
+	// Check calls it only where the KVM device opens.
+	ProbeKVM func(ctx context.Context, kernel string) kvm.ProbeResult
+
+	accel func() accelFinding // set by Check: findAccel, once
 }
 
 // ThisHost describes this machine with the guest network of dataDir.
@@ -74,6 +84,14 @@ func ThisHost(dataDir string) (Host, error) {
 		Net: c, KVM: "/dev/kvm", LibvirtSocket: os.Getenv("BERTH_LIBVIRT_SOCKET"), Root: os.Geteuid() == 0, LookBin: exec.LookPath,
 		Agent: os.Getenv("BERTH_CONTAINER_AGENT"), GuestAgent: os.Getenv("BERTH_GUEST_AGENT"),
 		GuestKernel: os.Getenv("BERTH_GUEST_KERNEL"), GuestModules: os.Getenv("BERTH_GUEST_MODULES"), GuestInitrd: os.Getenv("BERTH_GUEST_INITRD"),
+		Accel: os.Getenv("BERTH_KVM_ACCEL"),
+		ProbeKVM: func(ctx context.Context, kernel string) kvm.ProbeResult {
+			bb, err := exec.LookPath("busybox")
+			if err != nil {
+				return kvm.ProbeResult{Accel: "tcg", Reason: "no busybox to probe KVM with (Debian package busybox-static)"}
+			}
+			return kvm.ProbeKernel(ctx, "", kernel, bb, kvm.ProbeCacheDir(dataDir))
+		},
 	}, nil
 }
 
@@ -108,7 +126,50 @@ func (h Host) bin(c *check, name, where string) bool {
 // Check inspects the host for every driver, in the order process,
 // container, firecracker, kvm, libvirt.
 func Check(ctx context.Context, h Host) []Result {
+	h.accel = sync.OnceValue(func() accelFinding { return h.findAccel(ctx) })
 	return []Result{h.process(), h.container(ctx), h.firecracker(ctx), h.kvm(ctx), h.libvirt(ctx)}
+}
+
+// accelFinding is what the kvm and libvirt drivers' guests will run with:
+// lack is set when they cannot run at all (BERTH_KVM_ACCEL=kvm without
+// KVM), tcg with why when they run under TCG emulation.
+type accelFinding struct {
+	lack string
+	tcg  bool
+	why  string
+}
+
+// findAccel decides as the drivers do: BERTH_KVM_ACCEL, else TCG where
+// the KVM device does not open or a probe boot of the guest kernel under
+// KVM fails.
+func (h Host) findAccel(ctx context.Context) accelFinding {
+	dev := h.kvmDevice()
+	switch h.Accel {
+	case "tcg":
+		return accelFinding{tcg: true, why: "BERTH_KVM_ACCEL=tcg"}
+	case "kvm":
+		if dev != "" {
+			return accelFinding{lack: dev + " (BERTH_KVM_ACCEL=kvm)"}
+		}
+		return accelFinding{}
+	case "":
+	default:
+		return accelFinding{lack: fmt.Sprintf("BERTH_KVM_ACCEL=%s: want kvm, tcg or unset", h.Accel)}
+	}
+	if dev != "" {
+		return accelFinding{tcg: true, why: dev}
+	}
+	kernel := h.GuestKernel
+	if kernel == "" {
+		kernel, _ = kvm.FindKernel(h.GuestModules)
+	}
+	if h.ProbeKVM == nil || kernel == "" {
+		return accelFinding{}
+	}
+	if r := h.ProbeKVM(ctx, kernel); r.Accel != "kvm" {
+		return accelFinding{tcg: true, why: "KVM does not boot the guest kernel: " + r.Reason}
+	}
+	return accelFinding{}
 }
 
 func (h Host) process() Result {
@@ -175,8 +236,10 @@ func (h Host) kvm(ctx context.Context) Result {
 	h.bin(c, "mkfs.ext4", "Debian package e2fsprogs")
 	h.bin(c, "debugfs", "Debian package e2fsprogs")
 	h.guestBoot(c)
-	if why := h.kvmDevice(); why != "" {
-		c.note("%s: guests run under TCG emulation (slow)", why)
+	if a := h.accel(); a.lack != "" {
+		c.missing("%s", a.lack)
+	} else if a.tcg {
+		c.note("%s: guests run under TCG emulation (slow)", a.why)
 	}
 	h.agentNote(c, h.guestAgent())
 	h.bridge(ctx, c)
@@ -250,8 +313,10 @@ func (h Host) libvirt(ctx context.Context) Result {
 	} else {
 		conn.Close()
 	}
-	if why := h.kvmDevice(); why != "" {
-		c.note("%s: domains run as type qemu (TCG emulation, slow)", why)
+	if a := h.accel(); a.lack != "" {
+		c.missing("%s", a.lack)
+	} else if a.tcg {
+		c.note("%s: domains run as type qemu (TCG emulation, slow)", a.why)
 	}
 	h.agentNote(c, h.guestAgent())
 	h.bridge(ctx, c)

@@ -15,6 +15,7 @@ import (
 	"github.com/berth-dev/berth/internal/hostnet"
 	"github.com/berth-dev/berth/internal/hostnet/netnstest"
 	"github.com/berth-dev/berth/internal/vm/container"
+	"github.com/berth-dev/berth/internal/vm/kvm"
 )
 
 func TestMain(m *testing.M) { os.Exit(netnstest.Main(m)) }
@@ -123,6 +124,62 @@ func TestCheckKVM(t *testing.T) {
 	h.GuestModules = filepath.Join(t.TempDir(), "no-modules")
 	if all := strings.Join(find(Check(t.Context(), h), "kvm").Missing, "\n"); !strings.Contains(all, "a guest kernel") {
 		t.Errorf("kvm without a kernel and its modules: missing %q", all)
+	}
+}
+
+// TestCheckKVMProbe checks a host whose KVM device opens but cannot boot
+// the guest kernel (a nested /dev/kvm): the drivers' probe decides TCG,
+// and the check says so and why, probing once for both drivers; and that
+// BERTH_KVM_ACCEL overrides the probe.
+func TestCheckKVMProbe(t *testing.T) {
+	h := bare(t)
+	h.Root = true
+	h.LookBin = func(name string) (string, error) { return "/bin/" + name, nil }
+	h.KVM = filepath.Join(t.TempDir(), "kvm")
+	os.WriteFile(h.KVM, nil, 0o644) // opens read-write
+	h.GuestKernel = filepath.Join(t.TempDir(), "vmlinuz-6.1.0-test")
+	os.WriteFile(h.GuestKernel, []byte("kernel"), 0o644)
+	h.GuestInitrd = "/srv/initrd.img"
+	var probed []string
+	h.ProbeKVM = func(ctx context.Context, kernel string) kvm.ProbeResult {
+		probed = append(probed, kernel)
+		return kvm.ProbeResult{Accel: "tcg", Reason: "no sign of userspace within 15s; the console ends: Probing EDD (edd=off to disable)... ok"}
+	}
+	rs := Check(t.Context(), h)
+	if len(probed) != 1 || probed[0] != h.GuestKernel {
+		t.Errorf("probed %q, want the guest kernel once", probed)
+	}
+	for _, d := range []string{"kvm", "libvirt"} {
+		notes := strings.Join(find(rs, d).Notes, "\n")
+		for _, w := range []string{"KVM does not boot the guest kernel", "Probing EDD", "TCG"} {
+			if !strings.Contains(notes, w) {
+				t.Errorf("%s: notes %q; want one saying %q", d, notes, w)
+			}
+		}
+	}
+
+	// Where the probe boots, no TCG.
+	h.ProbeKVM = func(ctx context.Context, kernel string) kvm.ProbeResult {
+		return kvm.ProbeResult{Accel: "kvm", Reason: "reached userspace"}
+	}
+	if notes := strings.Join(find(Check(t.Context(), h), "kvm").Notes, "\n"); strings.Contains(notes, "TCG") {
+		t.Errorf("kvm with a working probe: notes %q, want no TCG", notes)
+	}
+
+	// BERTH_KVM_ACCEL: tcg is a note without a probe; kvm without a KVM
+	// device is a lack (the driver refuses to start).
+	probed = nil
+	h.ProbeKVM = func(ctx context.Context, kernel string) kvm.ProbeResult {
+		probed = append(probed, kernel)
+		return kvm.ProbeResult{Accel: "kvm"}
+	}
+	h.Accel = "tcg"
+	if notes := strings.Join(find(Check(t.Context(), h), "kvm").Notes, "\n"); !strings.Contains(notes, "BERTH_KVM_ACCEL=tcg") || len(probed) != 0 {
+		t.Errorf("BERTH_KVM_ACCEL=tcg: notes %q, %d probes; want the override noted, no probe", notes, len(probed))
+	}
+	h.Accel, h.KVM = "kvm", filepath.Join(t.TempDir(), "no-kvm")
+	if all := strings.Join(find(Check(t.Context(), h), "kvm").Missing, "\n"); !strings.Contains(all, "BERTH_KVM_ACCEL=kvm") {
+		t.Errorf("BERTH_KVM_ACCEL=kvm without KVM: missing %q", all)
 	}
 }
 

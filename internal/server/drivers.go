@@ -77,7 +77,7 @@ func buildDrivers(o Options, images *image.Store, net *hostnet.Network) (_ map[s
 	} else {
 		o.Log.Info("vm driver unavailable", "driver", "firecracker", "why", err)
 	}
-	// The kvm driver (QEMU; KVM where /dev/kvm exists, TCG emulation
+	// The kvm driver (QEMU; KVM where a probe boot works, TCG emulation
 	// elsewhere) boots a guest kernel with an initramfs made for it, found
 	// by kvmOptions and built (once, cached) at its first Start.
 	if ko, boot, err := kvmOptions(filepath.Join(o.DataDir, "kvm"), disks, net, o.Log); err != nil {
@@ -90,7 +90,7 @@ func buildDrivers(o Options, images *image.Store, net *hostnet.Network) (_ map[s
 		if !boot.ready {
 			ds["kvm"] = newLazyKVM(d, boot)
 		}
-		o.Log.Info("vm driver kvm", "accel", d.Accel(), "kernel", boot.src, "boot_files_built", boot.ready)
+		o.Log.Info("vm driver kvm", "accel", accelLabel(d.Accel()), "kernel", boot.src, "boot_files_built", boot.ready)
 	} else if !errors.Is(err, vm.ErrUnavailable) {
 		return nil, closers, fmt.Errorf("kvm driver: %w", err)
 	} else {
@@ -111,13 +111,22 @@ func buildDrivers(o Options, images *image.Store, net *hostnet.Network) (_ map[s
 			// The hypervisor lives in d.Driver: the lazy wrapper keeps it.
 			ds["libvirt"] = newLazyKVM(d.Driver, boot)
 		}
-		o.Log.Info("vm driver libvirt", "accel", d.Accel(), "kernel", boot.src, "boot_files_built", boot.ready)
+		o.Log.Info("vm driver libvirt", "accel", accelLabel(d.Accel()), "kernel", boot.src, "boot_files_built", boot.ready)
 	} else if !errors.Is(err, vm.ErrUnavailable) {
 		return nil, closers, fmt.Errorf("libvirt driver: %w", err)
 	} else {
 		o.Log.Info("vm driver unavailable", "driver", "libvirt", "why", err)
 	}
 	return ds, closers, nil
+}
+
+// accelLabel is a kvm driver's accelerator for the log: "" means its first
+// Start probes it.
+func accelLabel(a string) string {
+	if a == "" {
+		return "probed at the first start"
+	}
+	return a
 }
 
 // closeAll closes cs, logging failures.

@@ -46,7 +46,7 @@ const (
 	// beside it (guestLibDir).
 	envGuestAgent = "BERTH_GUEST_AGENT"
 	// envKVMAccel is the kvm driver's accelerator: kvm, tcg or empty
-	// (kvm where /dev/kvm can be opened, else tcg).
+	// (kvm where a probe boot under KVM works, else tcg: kvm.ProbeAccel).
 	envKVMAccel = "BERTH_KVM_ACCEL"
 	// envFCKernel and envFCBin are the firecracker driver's guest kernel
 	// (a vmlinux with virtio-mmio, ext4 and IP_PNP built in: it boots
@@ -90,19 +90,19 @@ func kvmOptions(dir string, disks *agentDisks, net *hostnet.Network, log *slog.L
 	}
 	o.Images, o.Net = disks, net
 	disks.initOptions(&o)
-	tcg := o.Accel == "tcg"
-	if o.Accel == "" {
-		f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
-		tcg = err != nil
-		if err == nil {
-			f.Close()
-		}
-	}
-	b, err := newGuestBoot(filepath.Join(dir, "guest"), tcg, log)
+	// Unless told kvm, the guests may run under TCG (the driver's first
+	// Start probes KVM), which boots the unpacked vmlinux faster.
+	b, err := newGuestBoot(filepath.Join(dir, "guest"), o.Accel != "kvm", log)
 	if err != nil {
 		return o, nil, err
 	}
-	o.Kernel, o.Initrd = b.kernel, b.initrd
+	o.Kernel, o.Initrd = b.src, b.initrd
+	if b.tcg {
+		o.TCGKernel = b.kernel
+	}
+	// Shared by the kvm and libvirt drivers (and berth host check): the
+	// probe's answer is the host's and the kernel's.
+	o.ProbeCache = kvm.ProbeCacheDir(filepath.Dir(dir))
 	return o, b, nil
 }
 
@@ -110,8 +110,10 @@ func kvmOptions(dir string, disks *agentDisks, net *hostnet.Network, log *slog.L
 // given fixed paths in its cache directory (Kernel, Initrd), which the
 // first Start fills (build) unless the files there were built from the
 // same inputs already: the initramfs from the kernel's module tree and
-// busybox (kvm.WriteInitrd), and under TCG the vmlinux unpacked from the
-// bzImage (kvm.ExtractVmlinux), which boots seconds faster. A stamp file
+// busybox (kvm.WriteInitrd), and unless the accelerator is set to kvm the
+// vmlinux unpacked from the bzImage (kvm.ExtractVmlinux), which boots
+// seconds faster under TCG (the driver's TCGKernel; KVM boots the bzImage,
+// and the driver's probe decides which runs). A stamp file
 // records the inputs of what is there, so restarts build nothing.
 //
 // Decision: built at the first kvm Start, not when berth starts. It takes
@@ -120,7 +122,7 @@ func kvmOptions(dir string, disks *agentDisks, net *hostnet.Network, log *slog.L
 // TCG a guest's boot takes several seconds anyway. What is missing (a
 // kernel, its modules, busybox) is still found and reported at start-up.
 type guestBoot struct {
-	kernel, initrd string // the paths kvm.New gets
+	kernel, initrd string // what the driver boots (kernel: under TCG)
 	log            *slog.Logger
 
 	src     string // the configured kernel

@@ -85,6 +85,19 @@ func TestKVMGateway(t *testing.T) {
 	}
 	t.Cleanup(func() { hostnet.Teardown(context.Background(), cfg) })
 
+	// The drivers' accelerator probe answers from the machine's cache that
+	// the vm/kvm and vm/libvirt tests share, so that it probes /boot's
+	// kernel once, not in every test package.
+	shared := filepath.Join(os.TempDir(), "berth-kvm-probe")
+	for _, d := range []string{shared, data} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(shared, kvm.ProbeCacheDir(data)); err != nil {
+		t.Fatal(err)
+	}
+
 	var logs syncBuffer
 	o := Options{
 		ProxyAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", DataDir: data,
@@ -146,15 +159,46 @@ func TestKVMGateway(t *testing.T) {
 		t.Fatalf("registering: %d %s", code, b)
 	}
 
-	req, _ := http.NewRequest("GET", proxy+"/", nil)
+	// The held request, while the server's log is watched: a replica
+	// that fails to be created or to boot fails the test at once, with
+	// the reason, instead of after the cold-start timeout.
+	rctx, rcancel := context.WithCancel(context.Background())
+	defer rcancel()
+	req, _ := http.NewRequestWithContext(rctx, "GET", proxy+"/", nil)
 	req.Host = "kvmgw.test"
 	t0 := time.Now()
-	resp, err := (&http.Client{Timeout: 3 * time.Minute}).Do(req)
-	if err != nil {
-		t.Fatalf("GET through the gateway: %v", err)
+	type result struct {
+		resp *http.Response
+		body []byte
+		err  error
 	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	got := make(chan result, 1)
+	go func() {
+		resp, err := (&http.Client{Timeout: 3 * time.Minute}).Do(req)
+		var body []byte
+		if err == nil {
+			body, _ = io.ReadAll(resp.Body)
+			resp.Body.Close()
+		}
+		got <- result{resp, body, err}
+	}()
+	var r result
+	for tick := time.NewTicker(100 * time.Millisecond); ; {
+		select {
+		case r = <-got:
+		case <-tick.C:
+			if line := replicaFailure(logs.String()); line != "" {
+				t.Fatalf("the replica failed after %v: %s", time.Since(t0).Round(time.Millisecond), line)
+			}
+			continue
+		}
+		tick.Stop()
+		break
+	}
+	if r.err != nil {
+		t.Fatalf("GET through the gateway: %v", r.err)
+	}
+	resp, body := r.resp, r.body
 	t.Logf("first request answered after %v, %s", time.Since(t0).Round(time.Millisecond), resp.Header.Get("X-Berth-Cold-Start"))
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "hello from berth-kvmgw-") || !strings.Contains(string(body), "berth_root=/dev/vda") {
 		t.Fatalf("GET through the gateway: %d %q, want the guest's page", resp.StatusCode, body)
@@ -214,6 +258,17 @@ func TestKVMGateway(t *testing.T) {
 	if len(left) > 0 {
 		t.Errorf("the deleted deployment left replicas %v", left)
 	}
+}
+
+// replicaFailure is the first line of the server's log that says a
+// replica could not be created or failed to boot, or "".
+func replicaFailure(log string) string {
+	for line := range strings.Lines(log) {
+		if strings.Contains(line, "replica create failed") || strings.Contains(line, "replica failed to boot") {
+			return strings.TrimSpace(line)
+		}
+	}
+	return ""
 }
 
 // kvmSkip says why this host cannot run a kvm guest at all, or "".

@@ -222,12 +222,12 @@ func (d *Driver) afterResume(st state) {
 // read only now, so that a Renew made while the guest booted is not stale
 // by the time it arrives.
 func (d *Driver) afterBoot(st state) {
-	ctx, cancel := context.WithTimeout(context.Background(), d.allowance)
+	ctx, cancel := context.WithTimeout(context.Background(), d.current().allowance)
 	defer cancel()
 	conn, err := d.dialAgent(ctx, st)
 	if err == nil {
 		conn.Close()
-		d.log.Info("kvm: guest ready", "id", st.ID, "accel", d.accel, "boot_to_ready", time.Since(st.StartedAt).Round(time.Millisecond))
+		d.log.Info("kvm: guest ready", "id", st.ID, "accel", d.Accel(), "boot_to_ready", time.Since(st.StartedAt).Round(time.Millisecond))
 	} else if isAlive(st.PID, st.StartTicks) {
 		d.log.Warn("kvm: the guest's agent did not answer", "id", st.ID, "err", err)
 	}

@@ -35,7 +35,7 @@ func TestMain(m *testing.M) {
 	flag.Parse()
 	// Guests are heavy, under TCG very: the suite's subtests run one at a
 	// time (two on a KVM host), whatever -parallel says.
-	if _, err := os.Stat("/dev/kvm"); err == nil {
+	if testAccel().Accel == "kvm" {
 		flag.Set("test.parallel", "2")
 	} else {
 		flag.Set("test.parallel", "1")
@@ -47,9 +47,62 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// probeCacheDir is where the tests' drivers keep their accelerator
+// probes' answers: one place for the machine, so that it probes once, not
+// in every test package and run (the kernel is /boot's, the key stays).
+var probeCacheDir = filepath.Join(os.TempDir(), "berth-kvm-probe")
+
+// testKernel is the guest kernel of the real runs: $BERTH_KVM_KERNEL, or
+// the newest /boot/vmlinuz-*; "" if none.
+func testKernel() string {
+	if k := os.Getenv(envKernel); k != "" {
+		return k
+	}
+	ks, _ := filepath.Glob("/boot/vmlinuz-*")
+	if len(ks) == 0 {
+		return ""
+	}
+	sort.Strings(ks)
+	return ks[len(ks)-1]
+}
+
+// testAccel is the accelerator the real runs' drivers pick: $BERTH_KVM_ACCEL,
+// or the probe's answer for the test kernel (cached in probeCacheDir, where
+// the drivers find it).
+var testAccel = sync.OnceValue(func() ProbeResult {
+	if a := os.Getenv(envAccel); a != "" {
+		return ProbeResult{Accel: a, Reason: "$" + envAccel}
+	}
+	bb, err := exec.LookPath("busybox")
+	kernel := testKernel()
+	if err != nil || kernel == "" {
+		return ProbeResult{Accel: "tcg", Reason: "no busybox or guest kernel to probe with"}
+	}
+	return ProbeKernel(context.Background(), "", kernel, bb, probeCacheDir)
+})
+
+// testPatience bounds the conformance suite's waits: a TCG guest on a
+// busy 2-core host takes 40 s and more to serve.
+func testPatience() time.Duration {
+	if testAccel().Accel == "kvm" {
+		return 0
+	}
+	return 3 * time.Minute
+}
+
+// TestProbeHost reports what the probe finds on this host (on a host
+// whose /dev/kvm opens but cannot boot the kernel: tcg, saying why).
+func TestProbeHost(t *testing.T) {
+	r := testAccel()
+	if r.Reason == "" || (r.Accel != "kvm" && r.Accel != "tcg") {
+		t.Fatalf("probe: %+v, want kvm or tcg with a reason", r)
+	}
+	t.Logf("accel %s: %s (cached %v)", r.Accel, r.Reason, r.Cached)
+}
+
 // conformanceEnv is what the real runs need, set up once.
 type conformanceEnv struct {
-	kernel, initrd, image string
+	kernel, tcgKernel, initrd, image string
 }
 
 var (
@@ -101,14 +154,9 @@ func prepare() (conformanceEnv, string, error) {
 			return conformanceEnv{}, fmt.Sprintf("%s is missing (%v); scripts/test installs the packages", tool, err), nil
 		}
 	}
-	kernel := os.Getenv(envKernel)
+	kernel := testKernel()
 	if kernel == "" {
-		ks, _ := filepath.Glob("/boot/vmlinuz-*")
-		if len(ks) == 0 {
-			return conformanceEnv{}, "no guest kernel: install linux-image-amd64 or set $" + envKernel, nil
-		}
-		sort.Strings(ks)
-		kernel = ks[len(ks)-1]
+		return conformanceEnv{}, "no guest kernel: install linux-image-amd64 or set $" + envKernel, nil
 	}
 	modules := os.Getenv(envModules)
 	if modules == "" {
@@ -125,10 +173,11 @@ func prepare() (conformanceEnv, string, error) {
 	dir := testDir()
 	var e conformanceEnv
 	// An uncompressed kernel boots seconds faster under TCG (no
-	// decompression); a bzImage works too.
+	// decompression); a bzImage works too. The bzImage is what KVM boots
+	// and the probe tries, as in berth serve.
 	e.kernel = kernel
 	if vmlinux := filepath.Join(dir, "vmlinux"); ExtractVmlinux(kernel, vmlinux) == nil {
-		e.kernel = vmlinux
+		e.tcgKernel = vmlinux
 	}
 	e.initrd = filepath.Join(dir, "initrd.img")
 	f, err := os.Create(e.initrd)
@@ -251,6 +300,8 @@ func testOptions(t *testing.T, e conformanceEnv) Options {
 	return Options{
 		Dir:        dir,
 		Kernel:     e.kernel,
+		TCGKernel:  e.tcgKernel,
+		ProbeCache: probeCacheDir,
 		Initrd:     e.initrd,
 		Images:     fixedImage(e.image),
 		Net:        &ipNet{base: os.Getpid() % 200},
@@ -282,6 +333,7 @@ func TestConformance(t *testing.T) {
 		Image:      "conformance",
 		WorkDir:    "/tmp",
 		LeaseCheck: o.LeaseCheck,
+		Patience:   testPatience(),
 		Reopen: func(t *testing.T, old vm.Driver) vm.Driver {
 			d, err := New(o)
 			if err != nil {

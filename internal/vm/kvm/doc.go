@@ -1,7 +1,25 @@
 // Package kvm is the vm.Driver that runs each replica as a QEMU guest: a
-// microvm machine with KVM acceleration where /dev/kvm exists, and under
-// TCG (emulation) where it does not, so that it runs, slowly, on any x86_64
+// microvm machine with KVM acceleration where KVM works, and under TCG
+// (emulation) where it does not, so that it runs, slowly, on any x86_64
 // Linux host, and is tested on hosts without KVM.
+//
+// # The accelerator
+//
+// Unless Options.Accel says, the first Start decides (ProbeAccel): TCG
+// where /dev/kvm does not open; else a probe boot of the guest kernel
+// under KVM, with busybox as the initramfs's init printing a marker on the
+// serial console, and KVM only if the marker arrives (userspace ran)
+// within DefaultProbeTimeout. Decision: by what works, not by /dev/kvm
+// opening: a nested /dev/kvm (kvm-pvm) opens and creates VMs, but QEMU
+// aborts setting an MSR with -cpu host, and Debian's kernel hangs on other
+// CPU models. The answer, with its reason (logged, AccelReason, `berth host
+// check`), is cached per kernel (path, size, modification time), QEMU
+// (path, version) and host kernel in Options.ProbeCache, so a host pays
+// the probe (at most the timeout) once; concurrent first Starts share one
+// probe, and are starting meanwhile. Under TCG, Options.TCGKernel (the
+// unpacked vmlinux) is booted instead of Kernel. A failed QEMU start
+// carries what QEMU said (daemonized, it writes to its -D log) and the
+// console's last lines.
 //
 // # A replica
 //
@@ -170,7 +188,8 @@
 //
 // New answers an error wrapping vm.ErrUnavailable, saying which, without
 // QEMU (Debian: qemu-system-x86), the guest kernel and initramfs, an image
-// store or a host network, or without /dev/kvm when Accel is "kvm". Tap
+// store or a host network, or without /dev/kvm when Accel is "kvm" (which
+// skips the probe: the operator's word). Tap
 // devices need CAP_NET_ADMIN. The guest image needs /berth-agent (a
 // statically linked berth binary) and /bin/sh.
 //
@@ -185,5 +204,7 @@
 // -d, the initramfs with WriteInitrd, and gives each replica a tap kvmtN
 // with a /30 of its own. $BERTH_KVM_KERNEL and $BERTH_KVM_MODULES choose
 // another kernel, $BERTH_KVM_ACCEL the accelerator. The suite's subtests
-// run one at a time (two with KVM).
+// run one at a time (two with KVM). The probe's answers are kept in
+// $TMPDIR/berth-kvm-probe, shared with package libvirt's and server's
+// tests, so that a machine probes /boot's kernel once.
 package kvm

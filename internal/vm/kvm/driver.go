@@ -103,8 +103,21 @@ type Options struct {
 	Net Network
 
 	// Accel is "kvm", "tcg" (emulation: slow, but needs no /dev/kvm), or
-	// empty: kvm where /dev/kvm can be opened, tcg otherwise.
+	// empty: decided at the first Start by what works (ProbeAccel: kvm
+	// where a probe boot of Kernel with Initrd under KVM reaches
+	// userspace, tcg otherwise, with the reason logged and in
+	// AccelReason). Starts meanwhile wait for that one probe.
 	Accel string
+
+	// ProbeCache is the directory ProbeAccel keeps its answers in, so that
+	// a host probes a kernel once. Empty means <Dir>/accel-probe.
+	ProbeCache string
+
+	// TCGKernel, when set, is booted instead of Kernel under TCG: the
+	// same kernel uncompressed (a vmlinux, see ExtractVmlinux), which
+	// boots seconds faster under emulation. It must exist by the first
+	// Start under TCG.
+	TCGKernel string
 
 	// LeaseCheck is how often the agent in the guest reads its lease
 	// file (its --lease-check). Zero means the agent's default.
@@ -178,11 +191,17 @@ type Driver struct {
 	images     Images
 	net        Network
 	hv         Hypervisor // nil: QEMU run directly
-	accel      string
-	tscKHz     int64 // TCG: the guest's TSC rate, 0 if unknown
 	leaseCheck time.Duration
-	allowance  time.Duration
 	log        *slog.Logger
+
+	// The accelerator, decided at New or by the first Start's probe.
+	tcgKernel  string        // Options.TCGKernel
+	allowance0 time.Duration // Options.BootAllowance
+	probeQEMU  string        // the QEMU ProbeAccel runs; "" when none
+	probeCache string
+	accelMu    sync.Mutex
+	acc        *accelCfg     // nil until decided
+	probing    chan struct{} // closed when the probe under way ends
 
 	mu       sync.Mutex
 	starting map[string]bool        // ids whose Start has not returned yet
@@ -216,13 +235,8 @@ func New(o Options) (*Driver, error) {
 	if o.Dir == "" {
 		return nil, errors.New("kvm: Options.Dir is required")
 	}
-	accel := o.Accel
-	switch accel {
+	switch o.Accel {
 	case "":
-		accel = "tcg"
-		if kvmUsable() == nil {
-			accel = "kvm"
-		}
 	case "kvm":
 		if err := kvmUsable(); err != nil {
 			return unavailable("no KVM on this host (%v)", err)
@@ -295,12 +309,26 @@ func New(o Options) (*Driver, error) {
 	if strings.Contains(" "+o.KernelArgs+" ", " -- ") {
 		return nil, errors.New("kvm: KernelArgs must not pass init arguments (--): the driver does")
 	}
-	allowance := o.BootAllowance
-	if allowance <= 0 {
-		allowance = time.Minute
-		if accel == "tcg" {
-			allowance = 5 * time.Minute
+	var tcgKernel string
+	if o.TCGKernel != "" {
+		if tcgKernel, err = filepath.Abs(o.TCGKernel); err != nil {
+			return nil, fmt.Errorf("kvm: %w", err)
 		}
+	}
+	probeQEMU := qemu
+	if o.Accel == "" && probeQEMU == "" {
+		// A Hypervisor runs QEMU; the probe runs it directly.
+		bin := o.QEMUBin
+		if bin == "" {
+			bin = "qemu-system-x86_64"
+		}
+		if p, err := exec.LookPath(bin); err == nil {
+			probeQEMU, _ = filepath.Abs(p)
+		}
+	}
+	probeCache := o.ProbeCache
+	if probeCache == "" {
+		probeCache = filepath.Join(dir, "accel-probe")
 	}
 	log := o.Log
 	if log == nil {
@@ -317,28 +345,26 @@ func New(o Options) (*Driver, error) {
 		images:     o.Images,
 		net:        o.Net,
 		hv:         o.Hypervisor,
-		accel:      accel,
 		leaseCheck: o.LeaseCheck,
-		allowance:  allowance,
 		log:        log,
+		tcgKernel:  tcgKernel,
+		allowance0: o.BootAllowance,
+		probeQEMU:  probeQEMU,
+		probeCache: probeCache,
 		starting:   make(map[string]bool),
 		cpu:        make(map[string]cpuSample),
 		locks:      make(map[string]*sync.Mutex),
 		agents:     make(map[string]*agentConn),
 	}
-	if accel == "tcg" {
-		d.tscKHz = hostTSCKHz()
+	if o.Accel != "" {
+		d.acc = d.newAccelCfg(o.Accel, "set by Options.Accel")
 	}
 	return d, nil
 }
 
-// Accel reports the accelerator the driver's guests run with: "kvm" or
-// "tcg".
-func (d *Driver) Accel() string { return d.accel }
-
 // kvmUsable reports why /dev/kvm cannot be used, or nil.
 func kvmUsable() error {
-	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
+	f, err := os.OpenFile(kvmDevice, os.O_RDWR, 0)
 	if err != nil {
 		return err
 	}
@@ -527,6 +553,11 @@ func (d *Driver) check(spec vm.Spec) (state, vm.Size, error) {
 // launch prepares the replica's files and starts QEMU. The returned state
 // is what exists so far, for cleanup when it fails.
 func (d *Driver) launch(ctx context.Context, spec vm.Spec, st state, size vm.Size) (state, error) {
+	// The first Start decides the accelerator (a probe boot, seconds);
+	// the replica is starting meanwhile (Inspect).
+	if _, err := d.decideAccel(ctx); err != nil {
+		return st, fmt.Errorf("deciding the accelerator: %w", err)
+	}
 	st.StartedAt = time.Now().UTC()
 	if err := writeState(d.replicaDir(st.ID), st); err != nil {
 		return st, err
@@ -642,8 +673,8 @@ func (d *Driver) bootArgs(st state) string {
 		"console=ttyS0", "reboot=k", "panic=1", "quiet",
 		"i8042.noaux",
 	}
-	if d.tscKHz > 0 && !strings.Contains(d.kernelArgs, "tsc_early_khz=") {
-		args = append(args, "tsc_early_khz="+strconv.FormatInt(d.tscKHz, 10))
+	if khz := d.current().tscKHz; khz > 0 && !strings.Contains(d.kernelArgs, "tsc_early_khz=") {
+		args = append(args, "tsc_early_khz="+strconv.FormatInt(khz, 10))
 	}
 	ip := st.GuestIP + "/" + strconv.Itoa(st.PrefixLen)
 	if d.initrd != "" {
@@ -685,14 +716,15 @@ func mask(bits int) string {
 // between backings unchanged).
 func (d *Driver) qemuArgs(st state, size vm.Size) []string {
 	dir := d.replicaDir(st.ID)
+	acc := d.current()
 	cpu := "max"
-	if d.accel == "kvm" {
+	if acc.accel == "kvm" {
 		cpu = "host"
 	}
 	args := []string{
 		"-name", st.ID,
 		"-machine", "microvm,isa-serial=on,rtc=on",
-		"-accel", d.accel,
+		"-accel", acc.accel,
 		"-cpu", cpu,
 		"-m", strconv.Itoa(size.MemoryMB),
 		"-smp", strconv.Itoa(size.VCPUs),
@@ -703,7 +735,7 @@ func (d *Driver) qemuArgs(st state, size vm.Size) []string {
 		"-chardev", "file,id=console,append=on,path=" + opt(filepath.Join(dir, consoleFile)),
 		"-serial", "chardev:console",
 		"-device", "i8042",
-		"-kernel", d.kernel,
+		"-kernel", acc.kernel,
 		"-append", d.bootArgs(st),
 		"-drive", "if=none,id=root,format=raw,file=" + opt(filepath.Join(dir, rootfsFile)),
 		"-device", "virtio-blk-device,drive=root",
@@ -785,7 +817,7 @@ func (d *Driver) guestConfig(spec vm.Spec, st state) agent.GuestConfig {
 	if spec.TTL > 0 {
 		// The backstop: the real deadline follows once the guest is up
 		// (leaseAfterBoot), which a short TTL may not outlast.
-		c.Files = map[string]string{guestLease: string(agent.FormatLease(st.StartedAt.Add(spec.TTL + d.allowance)))}
+		c.Files = map[string]string{guestLease: string(agent.FormatLease(st.StartedAt.Add(spec.TTL + d.current().allowance)))}
 	}
 	return c
 }
@@ -822,7 +854,9 @@ func (d *Driver) spawn(ctx context.Context, st state, size vm.Size) (state, erro
 	// so the VM survives berth's death and its terminal's signals.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Run(); err != nil {
-		return st, fmt.Errorf("qemu: %v: %s", err, strings.TrimSpace(out.String()))
+		// Daemonized, QEMU writes its errors to the -D log, not to its
+		// stderr; the replica's files are removed after a failed start.
+		return st, fmt.Errorf("qemu: %v%s", err, d.startFailure(st.ID, out.String()))
 	}
 	b, err := os.ReadFile(filepath.Join(dir, pidFile))
 	if err != nil {
@@ -833,6 +867,25 @@ func (d *Driver) spawn(ctx context.Context, st state, size vm.Size) (state, erro
 		return st, fmt.Errorf("qemu pid file holds %q", b)
 	}
 	return d.recordPID(st, pid)
+}
+
+// startFailure is what says why QEMU did not start: its output, its log
+// and the console's last lines, each as "; <what>: <lines>".
+func (d *Driver) startFailure(id, output string) string {
+	var b strings.Builder
+	if s := lastLines(output, tailLines); s != "" {
+		b.WriteString("; qemu said: " + s)
+	}
+	if tail := console.Tail(d.path(id, qemuLogFile), tailLines); len(tail) > 0 {
+		b.WriteString("; qemu log: " + strings.Join(tail, " | "))
+	}
+	if tail := console.Tail(d.path(id, consoleFile), tailLines); len(tail) > 0 {
+		b.WriteString("; console: " + strings.Join(tail, " | "))
+	}
+	if b.Len() == 0 {
+		b.WriteString("; QEMU said nothing")
+	}
+	return b.String()
 }
 
 // recordPID records QEMU's pid and start time in the state.

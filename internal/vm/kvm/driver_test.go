@@ -173,7 +173,7 @@ func TestBootArgs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.tscKHz = 2096021
+	d.acc.tscKHz = 2096021
 	st := state{ID: vm.Name("app", 7), GuestIP: "10.0.0.2", PrefixLen: 30, HostIP: "10.0.0.1"}
 	got := d.bootArgs(st)
 	want := "console=ttyS0 reboot=k panic=1 quiet i8042.noaux tsc_early_khz=2096021 " +
@@ -195,7 +195,7 @@ func TestBootArgs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.tscKHz = 2096021
+	d.acc.tscKHz = 2096021
 	got = d.bootArgs(st)
 	want = "console=ttyS0 reboot=k panic=1 quiet i8042.noaux " +
 		"root=/dev/vda rw init=/berth-agent ip=10.0.0.2::10.0.0.1:255.255.255.252::eth0:off tsc_early_khz=1000 -- agent --vm-init --config /dev/vdb"

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 
 	"github.com/berth-dev/berth/internal/vm"
+	"github.com/berth-dev/berth/internal/vm/console"
 )
 
 // Hypervisor runs the guests' QEMU processes for a Driver. By default the
@@ -68,12 +70,13 @@ type Machine struct {
 // machine describes a replica's guest for a Hypervisor.
 func (d *Driver) machine(st state, size vm.Size) Machine {
 	dir := d.replicaDir(st.ID)
+	acc := d.current()
 	return Machine{
 		ID:          st.ID,
-		Accel:       d.accel,
+		Accel:       acc.accel,
 		VCPUs:       size.VCPUs,
 		MemoryMB:    size.MemoryMB,
-		Kernel:      d.kernel,
+		Kernel:      acc.kernel,
 		Initrd:      d.initrd,
 		Cmdline:     d.bootArgs(st),
 		RootDisk:    filepath.Join(dir, rootfsFile),
@@ -114,6 +117,9 @@ func (d *Driver) shutdown(ctx context.Context, id string) error {
 func (d *Driver) launchHV(ctx context.Context, st state, size vm.Size) (state, error) {
 	pid, err := d.hv.Launch(ctx, d.machine(st, size))
 	if err != nil {
+		if tail := console.Tail(d.path(st.ID, consoleFile), tailLines); len(tail) > 0 {
+			err = fmt.Errorf("%w; console: %s", err, strings.Join(tail, " | "))
+		}
 		return st, err
 	}
 	if pid <= 0 {

@@ -29,13 +29,35 @@ import (
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	// Guests are heavy, under TCG very: one at a time without KVM.
-	if _, err := os.Stat("/dev/kvm"); err == nil {
+	// Guests are heavy, under TCG very: one at a time without KVM (as
+	// the driver's probe finds it, see probeCacheDir).
+	if testAccel() == "kvm" {
 		flag.Set("test.parallel", "2")
 	} else {
 		flag.Set("test.parallel", "1")
 	}
 	os.Exit(netnstest.Main(runner{m}))
+}
+
+// probeCacheDir is where the tests' drivers keep their accelerator
+// probes' answers: one place for the machine (the kvm driver's tests use
+// it too), so that it probes /boot's kernel once.
+var probeCacheDir = filepath.Join(os.TempDir(), "berth-kvm-probe")
+
+// testAccel is the accelerator the drivers of the real runs pick: what
+// the probe finds for the newest /boot/vmlinuz-* (cached, where the
+// drivers find it).
+func testAccel() string {
+	if a := os.Getenv("BERTH_KVM_ACCEL"); a != "" {
+		return a
+	}
+	ks, _ := filepath.Glob("/boot/vmlinuz-*")
+	bb, err := exec.LookPath("busybox")
+	if len(ks) == 0 || err != nil {
+		return "tcg"
+	}
+	sort.Strings(ks)
+	return kvm.ProbeKernel(context.Background(), "", ks[len(ks)-1], bb, probeCacheDir).Accel
 }
 
 // runner stops the tests' private libvirtd and removes their files once
@@ -57,6 +79,7 @@ type env struct {
 	dir            string
 	socket         string
 	kernel, initrd string
+	tcgKernel      string // booted under TCG instead of kernel
 	images         *image.Store
 	net            *hostnet.Network
 	stop           func()
@@ -126,9 +149,11 @@ func prepare(e *env) (skip string, err error) {
 	e.stop = func() { os.RemoveAll(e.dir) }
 	path := func(name string) string { return filepath.Join(e.dir, name) }
 
+	// KVM boots (and the driver's probe tries) the bzImage, TCG its
+	// vmlinux, seconds faster, as in berth serve.
 	e.kernel = bzImage
 	if kvm.ExtractVmlinux(bzImage, path("vmlinux")) == nil {
-		e.kernel = path("vmlinux") // boots seconds faster under TCG
+		e.tcgKernel = path("vmlinux")
 	}
 	e.initrd = path("initrd.img")
 	f, err := os.Create(e.initrd)
@@ -186,8 +211,9 @@ func prepare(e *env) (skip string, err error) {
 
 // startLibvirtd starts a libvirtd of the tests' own in their network
 // namespace (so its QEMUs find the taps there) and in a mount namespace of
-// its own, with fresh directories over the system daemon's state, run and
-// log directories and a qemu.conf of its own (QEMU as root without
+// its own, with fresh directories over the system daemon's state, run,
+// log and configuration directories (an overlay over /etc adds what a host
+// without libvirt-daemon-system lacks) and a qemu.conf of its own (QEMU as root without
 // virtlogd, which is socket-activated by systemd on a real host); it
 // listens in dir. It returns how to stop it.
 func startLibvirtd(bin, dir string) (stop func(), socket string, err error) {
@@ -209,7 +235,21 @@ for d in /run/libvirt /var/lib/libvirt /var/log/libvirt /var/cache/libvirt; do
 	mkdir -p "$d"
 	mount -t tmpfs -o mode=0755 tmpfs "$d"
 done
-mount --bind "$1/qemu.conf" /etc/libvirt/qemu.conf
+# /etc through an overlay, in this mount namespace only, so that what
+# libvirtd needs there exists without the host's /etc changing: a fresh
+# /etc/libvirt (the host's, if any, stays unseen; libvirt-daemon alone
+# makes none) with the qemu.conf, and the user and group libvirt-qemu,
+# which the QEMU driver resolves before it reads qemu.conf (Debian's
+# libvirt-daemon-system creates them).
+mkdir -p "$1/etc"
+mount -t tmpfs -o mode=0755 tmpfs "$1/etc"
+mkdir "$1/etc/upper" "$1/etc/work"
+mount -t overlay overlay -o "lowerdir=/etc,upperdir=$1/etc/upper,workdir=$1/etc/work" /etc
+mkdir -p /etc/libvirt
+mount -t tmpfs -o mode=0755 tmpfs /etc/libvirt
+cp "$1/qemu.conf" /etc/libvirt/qemu.conf
+getent group libvirt-qemu >/dev/null || echo 'libvirt-qemu:x:64055:' >>/etc/group
+getent passwd libvirt-qemu >/dev/null || echo 'libvirt-qemu:x:64055:64055:Libvirt Qemu:/var/lib/libvirt:/usr/sbin/nologin' >>/etc/passwd
 exec "$2" -f "$1/libvirtd.conf" -p "$1/libvirtd.pid"
 `
 	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script, "sh", dir, bin)
@@ -237,16 +277,33 @@ exec "$2" -f "$1/libvirtd.conf" -p "$1/libvirtd.pid"
 		}
 	}
 	socket = filepath.Join(sock, "libvirt-sock")
+	exitErr := func() error {
+		b, _ := os.ReadFile(filepath.Join(dir, "out.log"))
+		l, _ := os.ReadFile(filepath.Join(dir, "libvirtd.log"))
+		var errs []string
+		for line := range strings.Lines(string(l)) {
+			if strings.Contains(line, " error : ") {
+				errs = append(errs, strings.TrimSpace(line))
+			}
+		}
+		return fmt.Errorf("libvirtd exited: %s; its errors:\n%s", strings.TrimSpace(string(b)), strings.Join(errs, "\n"))
+	}
 	for i := 0; i < 600; i++ { // up to a minute
 		if c, err := net.Dial("unix", socket); err == nil {
 			c.Close()
-			return stop, socket, nil
+			// Listening is not initialized: a QEMU driver that fails
+			// ends libvirtd after it listened. Answering a connection
+			// to qemu:///system is.
+			hv := &hypervisor{socket: socket}
+			err := hv.connect()
+			hv.close()
+			if err == nil {
+				return stop, socket, nil
+			}
 		}
 		select {
 		case <-exited:
-			b, _ := os.ReadFile(filepath.Join(dir, "out.log"))
-			l, _ := os.ReadFile(filepath.Join(dir, "libvirtd.log"))
-			return nil, "", fmt.Errorf("libvirtd exited: %s %s", b, l)
+			return nil, "", exitErr()
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -265,6 +322,8 @@ func options(t *testing.T, e env, log *slog.Logger) Options {
 		Options: kvm.Options{
 			Dir:        dir,
 			Kernel:     e.kernel,
+			TCGKernel:  e.tcgKernel,
+			ProbeCache: probeCacheDir,
 			Initrd:     e.initrd,
 			Images:     e.images,
 			Net:        e.net,
@@ -297,7 +356,9 @@ func TestConformance(t *testing.T) {
 		Image:      "conformance",
 		WorkDir:    "/tmp",
 		LeaseCheck: o.LeaseCheck,
-		Reopen:     func(t *testing.T, old vm.Driver) vm.Driver { return newDriver(t) },
+		// A TCG guest on a busy 2-core host takes 40 s and more to serve.
+		Patience: map[bool]time.Duration{true: 0, false: 3 * time.Minute}[testAccel() == "kvm"],
+		Reopen:   func(t *testing.T, old vm.Driver) vm.Driver { return newDriver(t) },
 	})
 }
 

@@ -14,7 +14,8 @@
 // alike and pass the same conformance suite. The Hypervisor
 //
 //   - creates a transient domain (virDomainCreateXML) named after the
-//     replica, type kvm where /dev/kvm opens and qemu (TCG) elsewhere;
+//     replica, type kvm where the kvm driver's probe boot under KVM works
+//     (kvm.ProbeAccel, run with QEMU directly) and qemu (TCG) elsewhere;
 //   - finds the domain's QEMU process (libvirt names it "-name
 //     guest=<id>,…"), which the kvm driver then watches as it watches its
 //     own QEMU (liveness against pid reuse, CPU and memory use);

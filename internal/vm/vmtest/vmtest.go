@@ -69,6 +69,11 @@ type Options struct {
 	// renewed replica alive across several of them. Required for drivers
 	// that are vm.Leasers; keep it short (tens of milliseconds).
 	LeaseCheck time.Duration
+
+	// Patience bounds every wait of the suite (it only guards against
+	// hangs). Zero means 30 s; a driver whose guests boot slowly, such
+	// as QEMU under TCG emulation on a busy host, sets more.
+	Patience time.Duration
 }
 
 // CrashLine is the line CrashApp prints last; a crashed replica's
@@ -76,7 +81,10 @@ type Options struct {
 const CrashLine = "vmtest: crashing on purpose"
 
 // patience bounds every wait of the suite: it only guards against hangs.
-const patience = 30 * time.Second
+// RunDriverTests sets it from Options.Patience.
+var patience = defaultPatience
+
+const defaultPatience = 30 * time.Second
 
 // RunDriverTests runs the conformance suite as parallel subtests of t. Each
 // subtest gets its own driver from newDriver and stops the replicas it
@@ -91,6 +99,10 @@ func RunDriverTests(t *testing.T, newDriver func(t *testing.T) vm.Driver, o Opti
 	}
 	if o.CrashApp == "" {
 		o.CrashApp = "echo '" + CrashLine + "'; exit 3"
+	}
+	patience = defaultPatience
+	if o.Patience > 0 {
+		patience = o.Patience
 	}
 	s := &suite{o: o, newDriver: newDriver}
 	tests := []struct {
@@ -779,9 +791,17 @@ func (s *suite) testReopen(t *testing.T) {
 	}
 }
 
-// leaseTTL is the initial lease of the Lease test's replicas: long enough to
-// start and serve, short enough that the test does not wait long for it.
-const leaseTTL = 2 * time.Second
+// leaseTTL is the initial lease of the Lease test's replicas (and how far
+// each renewal reaches): long enough to start and serve, short enough that
+// the test does not wait long for it. A suite given more patience (slow
+// guests: a renewal's round trip into a TCG guest on a busy host can take
+// seconds) gets more.
+func leaseTTL() time.Duration {
+	if patience > defaultPatience {
+		return 10 * time.Second
+	}
+	return 2 * time.Second
+}
 
 // testLease checks the TTL backstop: a lease moved into the past ends the
 // replica, a replica left alone ends once Spec.TTL has passed, and one whose
@@ -824,11 +844,11 @@ func (s *suite) testLease(t *testing.T) {
 	// Two replicas with the same TTL: the renewed one is started first, so
 	// its initial lease ends no later than the other's.
 	kept, left := s.spec("vmtest-lease", s.o.App), s.spec("vmtest-lease", s.o.App)
-	kept.TTL, left.TTL = leaseTTL, leaseTTL
+	kept.TTL, left.TTL = leaseTTL(), leaseTTL()
 	s.start(t, d, kept)
 	s.start(t, d, left)
 	renew := func() {
-		if err := l.Renew(t.Context(), kept.Name, time.Now().Add(leaseTTL)); err != nil {
+		if err := l.Renew(t.Context(), kept.Name, time.Now().Add(leaseTTL())); err != nil {
 			t.Fatalf("Renew(%s): %v", kept.Name, err)
 		}
 	}
