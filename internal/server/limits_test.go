@@ -20,7 +20,9 @@ func limitsWorld(t *testing.T, o Options) (n *node, op, nsA string) {
 	n = startNode(t, o)
 	op = basic("admin", "s3cret")
 	// team-a owns a.test, so its token may route the hosts limitsVM names.
-	n.must(201, "POST", "/namespaces", op, `{"name":"team-a","domains":["a.test"]}`, nil)
+	if r := n.call(nil, "POST", "/namespaces", op, `{"name":"team-a","domains":["a.test"]}`); r.code != 201 && r.code != 200 {
+		t.Fatalf("POST /namespaces = %s", r) // 200 when the data dir already has it
+	}
 	var m auth.MintedView
 	n.must(201, "POST", "/tokens", op, `{"name":"team-a admin","admin":"admin","namespace":"team-a","deployments":[]}`, &m)
 	return n, op, bearer(m.Token)
