@@ -1,10 +1,11 @@
 package egress
 
 import (
-	"net"
 	"net/netip"
 	"sync"
 	"time"
+
+	"github.com/berth-dev/berth/internal/netguard"
 )
 
 // platformBlocks are the address blocks no policy can open: private,
@@ -93,29 +94,7 @@ func (p *platform) isOwn(a netip.Addr) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if now := time.Now(); p.own == nil || now.Sub(p.readAt) >= hostAddrsEvery {
-		p.own, p.readAt = hostAddrs(), now
+		p.own, p.readAt = netguard.HostAddrs(), now
 	}
 	return p.own[a]
-}
-
-// hostAddrs lists the addresses of this host's interfaces.
-func hostAddrs() map[netip.Addr]bool {
-	own := map[netip.Addr]bool{}
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		return own
-	}
-	for _, ad := range addrs {
-		var ip net.IP
-		switch v := ad.(type) {
-		case *net.IPNet:
-			ip = v.IP
-		case *net.IPAddr:
-			ip = v.IP
-		}
-		if a, ok := netip.AddrFromSlice(ip); ok {
-			own[a.Unmap()] = true
-		}
-	}
-	return own
 }
