@@ -62,8 +62,12 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 		vmInitF  = fl.Bool("vm-init", false, "be the init of a VM guest: mount /proc, /sys, /dev, /run, /tmp first and reboot the guest when done")
 		setups   stringList
 		spare    spareFlags
+		sandbox  sandboxFlag
+		cgroups  stringList
 	)
+	fl.Var(&cgroups, "join-cgroup", "cgroup `DIR` (of a cgroup v1 hierarchy, say) to move the agent into before it starts anything (repeatable)")
 	fl.Var(&setups, "setup", "`CMD` to run with /bin/sh -c before COMMAND (repeatable)")
+	fl.Var(&sandbox, "sandbox", "`UID:GID` to run everything the agent starts as, in a sandbox of which the agent is the init (see the package documentation)")
 	spare.register(fl)
 	fl.Usage = func() {
 		fmt.Fprintln(stderr, "usage: berth agent [--vm-init] [--config FILE] --listen unix:/path/agent.sock|vsock:PORT|virtio:NAME [--log FILE] [--exit-file FILE] [--workdir DIR] [--root DIR] [--lease-file FILE [--lease-check D] [--lease-grace D]] [--setup CMD]... [--] [COMMAND [ARGS...]]")
@@ -128,6 +132,13 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 		}
 		defer ln.Close()
 	}
+	for _, dir := range cgroups {
+		// Before anything is forked, so everything is born inside.
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte("0"), 0); err != nil {
+			fmt.Fprintf(stderr, "berth agent: --join-cgroup: %v\n", err)
+			return 1
+		}
+	}
 	if *check <= 0 || *grace < 0 {
 		fmt.Fprintln(stderr, "berth agent: --lease-check must be positive and --lease-grace not negative")
 		fl.Usage()
@@ -150,6 +161,22 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 		// thread to it.
 		if err := setHostname(*hostName); err != nil {
 			return m.exit(1, fmt.Sprintf("agent: setting the host name: %v", err))
+		}
+	}
+	if sandbox.set {
+		// Before anything starts, and after the assignment of a spare,
+		// which brings the paths.
+		expose := []string{*workdir, *root, *stateDir}
+		for _, f := range []string{*logPath, *exitFile, *lease} {
+			if f != "" {
+				expose = append(expose, filepath.Dir(f))
+			}
+		}
+		if exe, err := os.Executable(); err == nil {
+			expose = append(expose, exe)
+		}
+		if err := enterSandbox(sandbox, expose); err != nil {
+			return m.exit(1, fmt.Sprintf("agent: --sandbox: %v", err))
 		}
 	}
 	if *workdir != "" {

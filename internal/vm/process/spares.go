@@ -312,6 +312,7 @@ func (d *Driver) assign(sp *spare, spec vm.Spec, st state, workDir string, size 
 		if st.Cgroup != "" {
 			removeCgroup(st.Cgroup)
 		}
+		removeCgroups(st.CgroupsV1)
 		if renamed {
 			os.RemoveAll(dir)
 			if merr := os.Mkdir(dir, 0o700); merr != nil {
@@ -320,7 +321,7 @@ func (d *Driver) assign(sp *spare, spec vm.Spec, st state, workDir string, size 
 		} else {
 			os.RemoveAll(sdir)
 		}
-		st.PID, st.StartTicks, st.Cgroup = 0, 0, ""
+		st.PID, st.StartTicks, st.Cgroup, st.CgroupsV1 = 0, 0, "", nil
 		return st, err
 	}
 	if d.niceSpares {
@@ -347,6 +348,14 @@ func (d *Driver) assign(sp *spare, spec vm.Spec, st state, workDir string, size 
 			d.log.Warn("process: replica runs without a cgroup", "id", spec.Name, "err", err)
 		}
 	}
+	if len(d.cg.v1) > 0 {
+		// The agent joins them once assigned (--join-cgroup), before it
+		// starts anything.
+		var err error
+		if st.CgroupsV1, err = d.cg.createV1(spec.Name, size); err != nil {
+			return fail(fmt.Errorf("making the replica's cgroups: %w", err))
+		}
+	}
 	st.StartedAt = time.Now().UTC()
 	if err := writeState(sdir, st); err != nil {
 		return fail(err)
@@ -362,12 +371,10 @@ func (d *Driver) assign(sp *spare, spec vm.Spec, st state, workDir string, size 
 		return fail(&os.LinkError{Op: "rename", Old: sdir, New: dir, Err: err})
 	}
 	renamed = true
-	if !filepath.IsAbs(spec.WorkDir) {
-		if err := os.MkdirAll(workDir, 0o700); err != nil {
-			return fail(err)
-		}
+	if err := d.prepareDirs(dir, spec, st, workDir); err != nil {
+		return fail(err)
 	}
-	g := agent.GuestConfig{Args: d.agentFlags(spec, workDir), Env: d.environ(spec, st)}
+	g := agent.GuestConfig{Args: d.agentFlags(spec, st, workDir), Env: d.environ(spec, st)}
 	ctx, cancel := context.WithTimeout(context.Background(), assignTimeout)
 	defer cancel()
 	c := agent.NewClient(agent.UnixDialer(filepath.Join(dir, sockFile)))

@@ -1,0 +1,172 @@
+package process
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth/internal/agent"
+	"github.com/berth-dev/berth/internal/vm"
+)
+
+// sandboxExec runs command in replica id through its agent and returns
+// its output; a non-zero exit fails t unless allowFail.
+func sandboxExec(t *testing.T, d *Driver, id, command string) (string, int) {
+	t.Helper()
+	c := agent.NewClient(func(ctx context.Context) (net.Conn, error) { return d.DialAgent(ctx, id) })
+	defer c.Close()
+	res, err := c.Exec(t.Context(), agent.ExecRequest{Command: command})
+	if err != nil {
+		t.Fatalf("exec %q: %v", command, err)
+	}
+	return res.Stdout + res.Stderr, res.ExitCode
+}
+
+// TestSandbox is the attack of issue 9 through the real driver: a replica
+// (and anything exec'd in it) must not run as root on the host, see other
+// processes or their environment, read berth's data directory, inherit
+// berth's environment, fork without bound, or regain privileges.
+func TestSandbox(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("sandboxes need root")
+	}
+	t.Setenv("BERTH_ADMIN_PASSWORD", "hunter2")
+	// berth's data directory: the driver's Dir is inside it, as
+	// <data-dir>/replicas is.
+	dataDir, err := os.MkdirTemp("/var/tmp", "bs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dataDir) })
+	secret := filepath.Join(dataDir, "secret.key")
+	if err := os.WriteFile(secret, []byte("the-secret"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o := options(t, filepath.Join(dataDir, "r"), true)
+	o.PidsMax = 100
+	o.CgroupParent = ""
+	d, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	id := vm.Name("sbx", 1)
+	if _, err := d.Start(t.Context(), vm.Spec{Name: id, Command: appCommand(t, "app")}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Stop(context.Background(), id, time.Second) })
+	inst := waitServing(t, d, id)
+
+	// The host-side uid of a process exec'd in the sandbox.
+	out, _ := sandboxExec(t, d, id, "echo $$; id -u; sleep 30 >/dev/null 2>&1 & echo $!")
+	f := strings.Fields(out)
+	if len(f) < 3 {
+		t.Fatalf("exec said %q", out)
+	}
+	if f[1] == "0" {
+		t.Errorf("an exec runs as uid 0 in the sandbox")
+	}
+	hostPID := hostPIDOf(t, inst.PID, f[2])
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", hostPID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(status)) {
+		if fs := strings.Fields(line); len(fs) > 1 && (fs[0] == "Uid:" || fs[0] == "Gid:") {
+			for _, v := range fs[1:] {
+				if v == "0" {
+					t.Errorf("the sandbox's process is root on the host: %s", strings.TrimSpace(line))
+				}
+			}
+		}
+		if strings.HasPrefix(line, "NoNewPrivs:") && strings.TrimSpace(strings.TrimPrefix(line, "NoNewPrivs:")) != "1" {
+			t.Errorf("the sandbox's process can gain privileges: %s", strings.TrimSpace(line))
+		}
+	}
+
+	// Only the sandbox's own processes, and no berth environment.
+	out, _ = sandboxExec(t, d, id, "ls /proc | grep -c '^[0-9]'; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c hunter2; env | grep -c hunter2; grep NoNewPrivs /proc/self/status")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) < 4 {
+		t.Fatalf("exec said %q", out)
+	}
+	if n, _ := strconv.Atoi(lines[0]); n > 10 || n == 0 {
+		t.Errorf("the sandbox sees %s processes in /proc, not just its own", lines[0])
+	}
+	if lines[1] != "0" || lines[2] != "0" {
+		t.Errorf("berth's BERTH_ADMIN_PASSWORD is visible in the sandbox: %q", out)
+	}
+	if strings.Fields(lines[3])[1] != "1" {
+		t.Errorf("no_new_privs is not set in the sandbox: %q", lines[3])
+	}
+
+	// berth's data directory.
+	if out, code := sandboxExec(t, d, id, "cat "+quote(secret)); code == 0 || strings.Contains(out, "the-secret") {
+		t.Errorf("the sandbox reads berth's secret key (exit %d): %q", code, out)
+	}
+	if out, _ := sandboxExec(t, d, id, "ls -a "+quote(dataDir)+" "+quote(d.dir)); strings.Contains(out, "secret.key") || strings.Contains(out, uidsFile) {
+		t.Errorf("the sandbox lists berth's data directory: %q", out)
+	}
+	// Its own data directory is its own.
+	if out, code := sandboxExec(t, d, id, "cd && echo hi > mine.txt && cat mine.txt && pwd"); code != 0 || !strings.Contains(out, "hi") {
+		t.Errorf("the sandbox cannot write its data directory (exit %d): %q", code, out)
+	}
+
+	// A fork bomb stops at pids.max (threads count too: the agent's and
+	// the app's take some).
+	st, err := d.load(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cg := st.Cgroup
+	if cg == "" && len(st.CgroupsV1) > 0 {
+		cg = st.CgroupsV1[0]
+	}
+	if cg == "" {
+		t.Fatal("the replica has no cgroup for its pids limit")
+	}
+	out, code := sandboxExec(t, d, id, "(for i in $(seq 200); do sleep 30 >/dev/null 2>&1 & done) 2>/dev/null; echo forked")
+	if !strings.Contains(out, "forked") {
+		t.Errorf("the fork loop said %q (exit %d)", out, code)
+	}
+	cur, _ := os.ReadFile(filepath.Join(cg, "pids.current"))
+	if n, err := strconv.Atoi(strings.TrimSpace(string(cur))); err != nil || n > o.PidsMax {
+		t.Errorf("the replica has %q pids, above pids.max %d", cur, o.PidsMax)
+	}
+	events, _ := os.ReadFile(filepath.Join(cg, "pids.events"))
+	if strings.TrimSpace(string(events)) == "max 0" {
+		t.Errorf("the fork loop never hit pids.max: %q", events)
+	}
+}
+
+// hostPIDOf maps a pid in the PID namespace of agent (a host pid) to the
+// host's.
+func hostPIDOf(t *testing.T, agentPID int, nsPID string) int {
+	t.Helper()
+	ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", agentPID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pid := range pids() {
+		if l, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid)); err != nil || l != ns {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			continue
+		}
+		for line := range strings.Lines(string(b)) {
+			if f := strings.Fields(line); len(f) > 1 && f[0] == "NSpid:" && f[len(f)-1] == nsPID {
+				return pid
+			}
+		}
+	}
+	t.Fatalf("no process %s in the sandbox", nsPID)
+	return 0
+}
