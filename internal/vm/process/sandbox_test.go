@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -37,6 +38,14 @@ func TestSandbox(t *testing.T) {
 		t.Skip("sandboxes need root")
 	}
 	t.Setenv("BERTH_ADMIN_PASSWORD", "hunter2")
+	// berth started with the password in its environment: what
+	// /proc/<pid>/environ shows, even after berth unset it.
+	berth := exec.Command("sleep", "600")
+	berth.Env = []string{"BERTH_ADMIN_PASSWORD=hunter2"}
+	if err := berth.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { berth.Process.Kill(); berth.Wait() })
 	// berth's data directory: the driver's Dir is inside it, as
 	// <data-dir>/replicas is.
 	dataDir, err := os.MkdirTemp("/var/tmp", "bs")
