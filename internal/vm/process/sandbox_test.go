@@ -179,3 +179,48 @@ func hostPIDOf(t *testing.T, agentPID int, nsPID string) int {
 	t.Fatalf("no process %s in the sandbox", nsPID)
 	return 0
 }
+
+// TestStartRefusedWithoutLimits: as root, where no cgroup can limit a
+// replica's pids, Start refuses rather than run it unlimited, unless the
+// operator allows it.
+func TestStartRefusedWithoutLimits(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("without root replicas run unlimited, as before")
+	}
+	o := options(t, shortTempDir(t), true)
+	o.CgroupParent = t.TempDir() // not a cgroup v2 directory
+	d, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	_, err = d.Start(t.Context(), vm.Spec{Name: vm.Name("nolimit", 1), Command: "true"})
+	if err == nil || !strings.Contains(err.Error(), "refusing to start replicas without pids, memory and CPU limits") {
+		t.Errorf("Start without a usable cgroup: %v, want a refusal", err)
+	}
+	o.AllowUnlimited = true
+	if d, err := New(o); err != nil || d.unlimited != nil {
+		t.Errorf("New with AllowUnlimited: %v, %v", err, d.unlimited)
+	} else {
+		d.Close()
+	}
+}
+
+// TestSandboxUIDs: each deployment gets a uid of its own, kept across
+// replicas and drivers.
+func TestSandboxUIDs(t *testing.T) {
+	dir := t.TempDir()
+	d := &Driver{dir: dir, uidBase: DefaultUIDBase, uidN: 2}
+	a, err1 := d.sandboxUID("a")
+	b, err2 := d.sandboxUID("b")
+	a2, err3 := (&Driver{dir: dir, uidBase: DefaultUIDBase, uidN: 2}).sandboxUID("a")
+	if err1 != nil || err2 != nil || err3 != nil {
+		t.Fatal(err1, err2, err3)
+	}
+	if a == b || a != a2 || a < DefaultUIDBase || b < DefaultUIDBase {
+		t.Errorf("uids a=%d b=%d a again=%d", a, b, a2)
+	}
+	if _, err := d.sandboxUID("c"); err == nil {
+		t.Error("a third deployment got one of two uids")
+	}
+}
