@@ -64,7 +64,9 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 		spare    spareFlags
 		sandbox  sandboxFlag
 		cgroups  stringList
+		hide     stringList
 	)
+	fl.Var(&hide, "hide", "`DIR` to hide from the sandbox, but for the agent's own paths (repeatable; with --sandbox)")
 	fl.Var(&cgroups, "join-cgroup", "cgroup `DIR` (of a cgroup v1 hierarchy, say) to move the agent into before it starts anything (repeatable)")
 	fl.Var(&setups, "setup", "`CMD` to run with /bin/sh -c before COMMAND (repeatable)")
 	fl.Var(&sandbox, "sandbox", "`UID:GID` to run everything the agent starts as, in a sandbox of which the agent is the init (see the package documentation)")
@@ -175,7 +177,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 		if exe, err := os.Executable(); err == nil {
 			expose = append(expose, exe)
 		}
-		if err := enterSandbox(sandbox, expose); err != nil {
+		if err := enterSandbox(sandbox, expose, hide); err != nil {
 			return m.exit(1, fmt.Sprintf("agent: --sandbox: %v", err))
 		}
 	}

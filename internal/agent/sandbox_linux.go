@@ -24,10 +24,11 @@ var privateDirs = []string{"/tmp", "/dev/shm"}
 //   - mounts a /proc of its PID namespace over the host's, so nothing in
 //     the sandbox sees (or reads the environment of) other processes;
 //   - mounts an empty tmpfs on /tmp and /dev/shm;
-//   - hides every host directory that others may not search (berth's data
-//     directory, say) under an empty tmpfs, in which only the paths in
-//     expose (the agent's files, the working directory, the root of file
-//     operations) reappear, bind-mounted at their own paths;
+//   - hides the directories in hide, and every host directory that others
+//     may not search (berth's data directory, say), under an empty tmpfs
+//     in which only the paths in expose (the agent's files, the working
+//     directory, the root of file operations) reappear, bind-mounted at
+//     their own paths;
 //   - sets no_new_privs, which its children inherit: no setuid binary
 //     gives them back what they lack;
 //   - makes every child (hooks, COMMAND, execs, shells, background
@@ -35,14 +36,14 @@ var privateDirs = []string{"/tmp", "/dev/shm"}
 //
 // The agent itself stays root: it serves the protocol on a socket only
 // root can connect to.
-func enterSandbox(s sandboxFlag, expose []string) error {
+func enterSandbox(s sandboxFlag, expose, hide []string) error {
 	if os.Getpid() != 1 {
 		return errors.New("the agent must be PID 1 of its own PID namespace")
 	}
 	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("mounting /proc: %w", err)
 	}
-	if err := hideHost(expose); err != nil {
+	if err := hideHost(expose, hide); err != nil {
 		return err
 	}
 	if err := startForker(); err != nil {
@@ -80,7 +81,7 @@ func startForker() error {
 
 // hideHost mounts the tmpfs of privateDirs and over the directories that
 // hide the paths in expose, and binds those paths back (see enterSandbox).
-func hideHost(expose []string) error {
+func hideHost(expose, hide []string) error {
 	var paths []string
 	for _, p := range expose {
 		if p == "" {
@@ -104,12 +105,24 @@ func hideHost(expose []string) error {
 			outer = append(outer, p)
 		}
 	}
+	// The directories always hidden: the outermost of those that exist.
+	var forced []string
+	for _, d := range append(slices.Clone(privateDirs), hide...) {
+		d = filepath.Clean(d)
+		if fi, err := os.Stat(d); err == nil && fi.IsDir() && filepath.IsAbs(d) && d != "/" {
+			forced = append(forced, d)
+		}
+	}
+	slices.Sort(forced)
+	forced = slices.Compact(forced)
 	groups := map[string][]string{} // hiding directory -> paths under it
-	for _, d := range privateDirs {
-		groups[d] = nil
+	for i, d := range forced {
+		if i == 0 || !slices.ContainsFunc(forced[:i], func(o string) bool { return within(d, o) }) {
+			groups[d] = nil
+		}
 	}
 	for _, p := range outer {
-		if h := hiderOf(p); h != "" {
+		if h := hiderOf(p, forced); h != "" {
 			groups[h] = append(groups[h], p)
 		}
 	}
@@ -131,21 +144,19 @@ func within(p, dir string) bool {
 	return p == dir || strings.HasPrefix(p, dir+"/") || dir == "/"
 }
 
-// hiderOf returns the directory to hide p's surroundings under: the
-// private directory p is in, else p's outermost ancestor that others may
-// not search; "" when p is reachable as it is.
-func hiderOf(p string) string {
-	for _, d := range privateDirs {
-		if within(p, d) && p != d {
-			return d
-		}
-	}
+// hiderOf returns the directory to hide p's surroundings under: p's
+// outermost ancestor that is forced hidden or that others may not search;
+// "" when p is reachable as it is.
+func hiderOf(p string, forced []string) string {
 	dir := "/"
 	for _, c := range strings.Split(strings.TrimPrefix(filepath.Dir(p), "/"), "/") {
 		if c == "" {
 			break
 		}
 		dir = filepath.Join(dir, c)
+		if slices.Contains(forced, dir) {
+			return dir
+		}
 		fi, err := os.Stat(dir)
 		if err == nil && fi.Mode().Perm()&0o001 == 0 {
 			return dir

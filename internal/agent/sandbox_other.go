@@ -4,6 +4,6 @@ package agent
 
 import "errors"
 
-func enterSandbox(s sandboxFlag, expose []string) error {
+func enterSandbox(s sandboxFlag, expose, hide []string) error {
 	return errors.New("--sandbox is only supported on Linux")
 }

@@ -173,6 +173,11 @@ type Options struct {
 	// user of the host may own one.
 	UIDBase, UIDCount uint32
 
+	// HideDirs are hidden from sandboxes whatever their permissions
+	// (berth's data directory), but for the replica's own paths inside;
+	// Dir always is.
+	HideDirs []string
+
 	// PidsMax caps the processes (and threads) of each replica in its
 	// cgroup; zero means DefaultPidsMax.
 	PidsMax int
@@ -208,6 +213,7 @@ type Driver struct {
 	isolate bool
 	uidBase uint32
 	uidN    uint32
+	hide    []string // Dir and Options.HideDirs, absolute
 	cg      cgroupConfig
 	// unlimited refuses Starts: as root, with no cgroup to limit
 	// replicas and no Options.AllowUnlimited.
@@ -292,6 +298,14 @@ func New(o Options) (*Driver, error) {
 	if uint64(uidBase)+uint64(uidN) >= 1<<32-1 {
 		return nil, fmt.Errorf("process: the sandbox uids %d+%d overflow", uidBase, uidN)
 	}
+	hide := []string{dir}
+	for _, h := range o.HideDirs {
+		a, err := filepath.Abs(h)
+		if err != nil {
+			return nil, fmt.Errorf("process: %w", err)
+		}
+		hide = append(hide, a)
+	}
 	pidsMax := o.PidsMax
 	if pidsMax == 0 {
 		pidsMax = DefaultPidsMax
@@ -313,6 +327,7 @@ func New(o Options) (*Driver, error) {
 		isolate:  isolate,
 		uidBase:  uidBase,
 		uidN:     uidN,
+		hide:     hide,
 		cg:       setupCgroups(o.CgroupParent, pidsMax, log),
 		log:      log,
 		starting: make(map[string]bool),
@@ -640,6 +655,9 @@ func (d *Driver) agentFlags(spec vm.Spec, st state, workDir string) []string {
 	if d.isolate {
 		args = append(args, "--hostname", hostname(spec.Name),
 			"--sandbox", fmt.Sprintf("%d:%d", st.UID, st.UID))
+		for _, h := range d.hide {
+			args = append(args, "--hide", h)
+		}
 	}
 	for _, h := range spec.SetupHooks {
 		args = append(args, "--setup", h)

@@ -59,6 +59,11 @@ func TestSandbox(t *testing.T) {
 	}
 	o := options(t, filepath.Join(dataDir, "r"), true)
 	o.PidsMax = 100
+	o.HideDirs = []string{dataDir}
+	// Searchable and readable by all: hidden all the same.
+	if err := os.Chmod(dataDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	o.CgroupParent = ""
 	d, err := New(o)
 	if err != nil {
