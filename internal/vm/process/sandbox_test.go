@@ -3,6 +3,7 @@ package process
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -131,6 +132,19 @@ func TestSandbox(t *testing.T) {
 	if out, code := sandboxExec(t, d, id, "cd && echo hi > mine.txt && cat mine.txt && pwd"); code != 0 || !strings.Contains(out, "hi") {
 		t.Errorf("the sandbox cannot write its data directory (exit %d): %q", code, out)
 	}
+
+	// A terminal session works as the sandbox's user too.
+	c := agent.NewClient(func(ctx context.Context) (net.Conn, error) { return d.DialAgent(ctx, id) })
+	defer c.Close()
+	sess, err := c.PTY(t.Context(), agent.PTYRequest{Command: "echo uid=$(id -u); test -t 0 && echo tty"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pty, _ := io.ReadAll(sess)
+	if code, err := sess.Wait(); err != nil || code != 0 || !strings.Contains(string(pty), "tty") || strings.Contains(string(pty), "uid=0") {
+		t.Errorf("pty session: exit %d, %v: %q", code, err, pty)
+	}
+	sess.Close()
 
 	// A fork bomb stops at pids.max (threads count too: the agent's and
 	// the app's take some).
