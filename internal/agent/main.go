@@ -122,6 +122,14 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
+	for _, dir := range cgroups {
+		// Before anything is forked, so everything is born inside; a
+		// spare joins its own at start, and its assignment brings none.
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte("0"), 0); err != nil {
+			fmt.Fprintf(stderr, "berth agent: --join-cgroup: %v\n", err)
+			return 1
+		}
+	}
 	var ln net.Listener
 	if spare.on {
 		if *vmInitF || *config != "" || fl.NArg() > 0 || len(setups) > 0 {
@@ -133,13 +141,6 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 			return code
 		}
 		defer ln.Close()
-	}
-	for _, dir := range cgroups {
-		// Before anything is forked, so everything is born inside.
-		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte("0"), 0); err != nil {
-			fmt.Fprintf(stderr, "berth agent: --join-cgroup: %v\n", err)
-			return 1
-		}
 	}
 	if *check <= 0 || *grace < 0 {
 		fmt.Fprintln(stderr, "berth agent: --lease-check must be positive and --lease-grace not negative")

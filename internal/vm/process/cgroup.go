@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -150,7 +151,6 @@ func limitsV1(size vm.Size, pidsMax int) map[string][][2]string {
 // set fails it: the agent must not run in a cgroup that does not limit.
 func (cg cgroupConfig) createV1(id string, size vm.Size) ([]string, error) {
 	var dirs []string
-	lim := limitsV1(size, cg.pidsMax)
 	for _, p := range cg.v1 {
 		dir := filepath.Join(p.dir, id)
 		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
@@ -158,14 +158,40 @@ func (cg cgroupConfig) createV1(id string, size vm.Size) ([]string, error) {
 			return nil, err
 		}
 		dirs = append(dirs, dir)
+	}
+	if err := cg.limitV1(dirs, size); err != nil {
+		removeCgroups(dirs)
+		return nil, err
+	}
+	return dirs, nil
+}
+
+// limitV1 sets the limits of size in the cgroups of createV1.
+func (cg cgroupConfig) limitV1(dirs []string, size vm.Size) error {
+	lim := limitsV1(size, cg.pidsMax)
+	for i, p := range cg.v1 {
 		for _, kv := range lim[p.controller] {
-			if err := os.WriteFile(filepath.Join(dir, kv[0]), []byte(kv[1]), 0o644); err != nil {
-				removeCgroups(dirs)
-				return nil, fmt.Errorf("setting %s: %w", kv[0], err)
+			if err := os.WriteFile(filepath.Join(dirs[i], kv[0]), []byte(kv[1]), 0o644); err != nil {
+				return fmt.Errorf("setting %s: %w", kv[0], err)
 			}
 		}
 	}
-	return dirs, nil
+	return nil
+}
+
+// renameV1 moves the cgroups of createV1 to the name id, with the limits
+// of size: a spare's cgroups become its replica's without moving the
+// agent, which on cgroup v1 costs an RCU grace period (milliseconds).
+func (cg cgroupConfig) renameV1(dirs []string, id string, size vm.Size) ([]string, error) {
+	out := slices.Clone(dirs) // where they are, whatever fails
+	for i, p := range cg.v1 {
+		to := filepath.Join(p.dir, id)
+		if err := syscall.Rename(dirs[i], to); err != nil {
+			return out, &os.LinkError{Op: "rename", Old: dirs[i], New: to, Err: err}
+		}
+		out[i] = to
+	}
+	return out, cg.limitV1(out, size)
 }
 
 // removeCgroups removes cgroups (see removeCgroup).

@@ -592,7 +592,13 @@ func (d *Driver) launch(spec vm.Spec, st state, workDir string, size vm.Size) (s
 		}
 	}
 
-	args := append(slices.Clone(d.agent[1:]), d.agentFlags(spec, st, workDir)...)
+	args := slices.Clone(d.agent[1:])
+	for _, cg := range st.CgroupsV1 {
+		// Not in agentFlags: a spare is in its cgroups before its
+		// assignment.
+		args = append(args, "--join-cgroup", cg)
+	}
+	args = append(args, d.agentFlags(spec, st, workDir)...)
 	cmd := exec.Command(d.agent[0], args...)
 	cmd.Dir = filepath.Join(dir, dataDir)
 	cmd.Env = d.environ(spec, st)
@@ -648,9 +654,6 @@ func (d *Driver) agentFlags(spec vm.Spec, st state, workDir string) []string {
 	}
 	if spec.Workspace != "" {
 		args = append(args, "--root", spec.Workspace)
-	}
-	for _, cg := range st.CgroupsV1 {
-		args = append(args, "--join-cgroup", cg)
 	}
 	if d.isolate {
 		args = append(args, "--hostname", hostname(spec.Name),
