@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/berth-dev/berth/internal/agent"
 	"github.com/berth-dev/berth/internal/vm"
+	"github.com/berth-dev/berth/internal/vm/vmtest"
 )
 
 // sandboxExec runs command in replica id through its agent and returns
@@ -170,6 +172,69 @@ func TestSandbox(t *testing.T) {
 	events, _ := os.ReadFile(filepath.Join(cg, "pids.events"))
 	if strings.TrimSpace(string(events)) == "max 0" {
 		t.Errorf("the fork loop never hit pids.max: %q", events)
+	}
+}
+
+// TestSandboxFromSpare: a replica that a spare agent takes is sandboxed
+// and limited like one started cold (on cgroup v1 the spare's cgroups
+// become the replica's).
+func TestSandboxFromSpare(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("sandboxes need root")
+	}
+	o := options(t, shortTempDir(t), true)
+	o.CgroupParent = ""
+	o.PidsMax = 99
+	d, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	var ids []string
+	var sparePID int
+	for i := range 2 {
+		id := vm.Name(fmt.Sprintf("spr%d", i), uint64(i))
+		if i == 1 {
+			vmtest.WaitProcessSpares(t, o.Dir, DefaultSpares)
+			d.spareMu.Lock()
+			if len(d.spares) > 0 {
+				sparePID = d.spares[0].pid
+			}
+			d.spareMu.Unlock()
+		}
+		if _, err := d.Start(t.Context(), vm.Spec{Name: id, Command: appCommand(t, "app")}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Stop(context.Background(), id, time.Second) })
+		ids = append(ids, id)
+	}
+	id := ids[1]
+	inst := waitServing(t, d, id)
+	if inst.PID != sparePID {
+		t.Fatalf("the second replica's agent %d is not the spare %d", inst.PID, sparePID)
+	}
+	if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", inst.PID)); !strings.Contains(string(b), "--sandbox") {
+		t.Fatalf("the second replica's agent is not a sandbox's: %q", b)
+	}
+	if out, _ := sandboxExec(t, d, id, "id -u; ls /proc | grep -c '^[0-9]'"); strings.HasPrefix(out, "0\n") {
+		t.Errorf("an exec in the spare's replica runs as root: %q", out)
+	}
+	st, err := d.load(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cg := st.Cgroup
+	if cg == "" && len(st.CgroupsV1) > 0 {
+		cg = st.CgroupsV1[0]
+	}
+	if cg == "" {
+		t.Fatal("the replica has no cgroup")
+	}
+	if b, _ := os.ReadFile(filepath.Join(cg, "pids.max")); strings.TrimSpace(string(b)) != "99" {
+		t.Errorf("pids.max of the replica = %q, want 99", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(cg, "cgroup.procs")); !slices.Contains(strings.Fields(string(b)), strconv.Itoa(inst.PID)) {
+		t.Errorf("the agent %d is not in its replica's cgroup %s: %q", inst.PID, cg, b)
 	}
 }
 
