@@ -51,6 +51,9 @@ VM drivers (environment only; they describe the host):
   BERTH_FC_KERNEL       the firecracker driver's guest kernel (a vmlinux with
                         virtio-mmio, ext4 and IP_PNP built in)
   BERTH_FC_BIN          the firecracker binary; unset: firecracker in PATH
+  BERTH_ALLOW_UNLIMITED 1: as root, start process replicas even where no
+                        cgroup can limit their pids, memory and CPU (unset:
+                        such starts are refused)
 
 Tuning (environment only):
   GOGC                  unset: berth serve collects garbage at 400% heap
@@ -72,7 +75,24 @@ func env(name, def string) string {
 	return def
 }
 
+// secretEnv are the environment variables holding berth's own secrets.
+var secretEnv = []string{"BERTH_ADMIN_PASSWORD", "BERTH_SECRET_KEY"}
+
+// takeSecrets reads berth's secrets from the environment and removes them
+// from it, so no process berth starts inherits them whatever its driver
+// passes on. (/proc/<pid>/environ still shows the environment berth was
+// started with: the process driver's sandboxes do not see berth's /proc.)
+func takeSecrets() map[string]string {
+	m := make(map[string]string, len(secretEnv))
+	for _, name := range secretEnv {
+		m[name] = os.Getenv(name)
+		os.Unsetenv(name)
+	}
+	return m
+}
+
 func serve(ctx context.Context, args []string) int {
+	secrets := takeSecrets()
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), serveHelp)
@@ -148,8 +168,8 @@ func serve(ctx context.Context, args []string) int {
 		UpstreamResponseTimeout: *respTimeout, AllowLinkLocalUpstreams: *allowLinkLocal,
 		// Credentials come from the environment only, never a flag: a
 		// flag's value is visible to every user in the process list.
-		AdminUser: *adminUser, AdminPassword: os.Getenv("BERTH_ADMIN_PASSWORD"),
-		SecretKey: os.Getenv("BERTH_SECRET_KEY"), TenantTokenMaxTTL: *tenantTTL,
+		AdminUser: *adminUser, AdminPassword: secrets["BERTH_ADMIN_PASSWORD"],
+		SecretKey: secrets["BERTH_SECRET_KEY"], TenantTokenMaxTTL: *tenantTTL,
 		MaxReplicasCeiling: nonZero(*replicaCeiling), ConfinedDrivers: confined, NamespaceDrivers: nsDriverMap,
 		NamespaceReplicaQuota: nonZero(*replicaQuota),
 	})

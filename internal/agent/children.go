@@ -23,7 +23,8 @@ type childSet struct {
 func (c *childSet) start(cmd *exec.Cmd) error {
 	c.startMu.RLock()
 	defer c.startMu.RUnlock()
-	if err := cmd.Start(); err != nil {
+	withSandboxCred(cmd)
+	if err := startCmd(cmd); err != nil {
 		return err
 	}
 	c.mu.Lock()

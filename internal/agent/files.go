@@ -100,7 +100,72 @@ func resolveIn(root, p string) (target, error) {
 	if name == "" {
 		name = "."
 	}
+	if uid, gid, ok := foreignOwner(r); ok {
+		return target{ownedRoot{r, uid, gid}, p, name}, nil
+	}
 	return target{r, p, name}, nil
+}
+
+// foreignOwner returns the owner of root's directory when files made in it
+// must get that owner: the agent is root and the directory is not
+// (a sandbox's workspace is its uid's, and the agent, or berth writing it
+// from the host, runs as root).
+func foreignOwner(r *os.Root) (uid, gid int, ok bool) {
+	if os.Geteuid() != 0 {
+		return 0, 0, false
+	}
+	fi, err := r.Lstat(".")
+	if err != nil {
+		return 0, 0, false
+	}
+	st, isStat := fi.Sys().(*syscall.Stat_t)
+	if !isStat || st.Uid == 0 {
+		return 0, 0, false
+	}
+	return int(st.Uid), int(st.Gid), true
+}
+
+// ownedRoot is a Root whose new files and directories get one owner.
+type ownedRoot struct {
+	*os.Root
+	uid, gid int
+}
+
+func (r ownedRoot) OpenFile(name string, flag int, perm fs.FileMode) (*os.File, error) {
+	f, err := r.Root.OpenFile(name, flag, perm)
+	if err == nil && flag&os.O_CREATE != 0 {
+		if err := f.Chown(r.uid, r.gid); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	return f, err
+}
+
+func (r ownedRoot) Mkdir(name string, perm fs.FileMode) error {
+	if err := r.Root.Mkdir(name, perm); err != nil {
+		return err
+	}
+	return r.Root.Lchown(name, r.uid, r.gid)
+}
+
+func (r ownedRoot) MkdirAll(name string, perm fs.FileMode) error {
+	var missing []string // the directories MkdirAll makes
+	for p := path.Clean(name); p != "." && p != "/"; p = path.Dir(p) {
+		if _, err := r.Root.Lstat(p); err == nil {
+			break
+		}
+		missing = append(missing, p)
+	}
+	if err := r.Root.MkdirAll(name, perm); err != nil {
+		return err
+	}
+	for _, p := range missing {
+		if err := r.Root.Lchown(p, r.uid, r.gid); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // fsError gives err a status and a message naming the client's path.

@@ -62,8 +62,14 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 		vmInitF  = fl.Bool("vm-init", false, "be the init of a VM guest: mount /proc, /sys, /dev, /run, /tmp first and reboot the guest when done")
 		setups   stringList
 		spare    spareFlags
+		sandbox  sandboxFlag
+		cgroups  stringList
+		hide     stringList
 	)
+	fl.Var(&hide, "hide", "`DIR` to hide from the sandbox, but for the agent's own paths (repeatable; with --sandbox)")
+	fl.Var(&cgroups, "join-cgroup", "cgroup `DIR` (of a cgroup v1 hierarchy, say) to move the agent into before it starts anything (repeatable)")
 	fl.Var(&setups, "setup", "`CMD` to run with /bin/sh -c before COMMAND (repeatable)")
+	fl.Var(&sandbox, "sandbox", "`UID:GID` to run everything the agent starts as, in a sandbox of which the agent is the init (see the package documentation)")
 	spare.register(fl)
 	fl.Usage = func() {
 		fmt.Fprintln(stderr, "usage: berth agent [--vm-init] [--config FILE] --listen unix:/path/agent.sock|vsock:PORT|virtio:NAME [--log FILE] [--exit-file FILE] [--workdir DIR] [--root DIR] [--lease-file FILE [--lease-check D] [--lease-grace D]] [--setup CMD]... [--] [COMMAND [ARGS...]]")
@@ -116,6 +122,14 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
+	for _, dir := range cgroups {
+		// Before anything is forked, so everything is born inside; a
+		// spare joins its own at start, and its assignment brings none.
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte("0"), 0); err != nil {
+			fmt.Fprintf(stderr, "berth agent: --join-cgroup: %v\n", err)
+			return 1
+		}
+	}
 	var ln net.Listener
 	if spare.on {
 		if *vmInitF || *config != "" || fl.NArg() > 0 || len(setups) > 0 {
@@ -150,6 +164,22 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 		// thread to it.
 		if err := setHostname(*hostName); err != nil {
 			return m.exit(1, fmt.Sprintf("agent: setting the host name: %v", err))
+		}
+	}
+	if sandbox.set {
+		// Before anything starts, and after the assignment of a spare,
+		// which brings the paths.
+		expose := []string{*workdir, *root, *stateDir}
+		for _, f := range []string{*logPath, *exitFile, *lease} {
+			if f != "" {
+				expose = append(expose, filepath.Dir(f))
+			}
+		}
+		if exe, err := os.Executable(); err == nil {
+			expose = append(expose, exe)
+		}
+		if err := enterSandbox(sandbox, expose, hide); err != nil {
+			return m.exit(1, fmt.Sprintf("agent: --sandbox: %v", err))
 		}
 	}
 	if *workdir != "" {

@@ -320,7 +320,7 @@ func (c *Client) Assign(ctx context.Context, g GuestConfig) error {
 	// The spare's staging server closes its connections once assigned
 	// and stops accepting soon after; until then new connections may still
 	// reach it. Wait (bounded) until the replica's own agent answers.
-	for range 400 {
+	for range 2000 {
 		c.Close()
 		if _, err := c.Info(ctx); err == nil {
 			c.Close()
@@ -328,7 +328,9 @@ func (c *Client) Assign(ctx context.Context, g GuestConfig) error {
 		} else if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		time.Sleep(5 * time.Millisecond)
+		// Short: a sandbox's set-up after the assignment takes about
+		// half a millisecond, which is on the path of a scale from zero.
+		time.Sleep(time.Millisecond)
 	}
 	c.Close()
 	return nil

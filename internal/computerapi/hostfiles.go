@@ -25,8 +25,9 @@ type workspaces interface {
 // is the file the agent would have written, owner and all:
 //
 //   - process: the agent runs on the host with --root <workspace>, as
-//     berth's own user and group (the process driver never changes
-//     credentials);
+//     berth's own user and group; as root, its sandbox's uid owns the
+//     workspace, and agent.WriteFile, like the agent, gives what it makes
+//     in a workspace the workspace's owner;
 //   - platform-container: <workspace> is bind-mounted at the agent's root
 //     /workspace, and the agent is uid 0 and gid 0 without a user
 //     namespace; the container driver only runs as root, and berth must

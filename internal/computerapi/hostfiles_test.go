@@ -124,7 +124,8 @@ func TestWriteBytesOnTheHost(t *testing.T) {
 }
 
 // workspaceState describes a workspace: names, types, modes, owners and
-// contents.
+// contents. A Computer's sandbox owns its workspace (as root), so what the
+// sandbox, the agent and berth make there must be the workspace owner's.
 func workspaceState(t *testing.T, root string) string {
 	t.Helper()
 	var b strings.Builder
@@ -137,7 +138,13 @@ func workspaceState(t *testing.T, root string) string {
 			return nil
 		}
 		rel, _ := filepath.Rel(root, p)
-		b.WriteString(rel + " " + fi.Mode().String() + " " + owner(fi))
+		// The workspace's owner (each Computer's sandbox has a uid of its
+		// own, as root) reads as "ws".
+		own := owner(fi)
+		if rfi, err := os.Lstat(root); err == nil && own == owner(rfi) {
+			own = "ws"
+		}
+		b.WriteString(rel + " " + fi.Mode().String() + " " + own)
 		if fi.Mode().IsRegular() {
 			data, _ := os.ReadFile(p)
 			b.WriteString(" " + string(data))

@@ -22,8 +22,18 @@ import (
 // buildBench builds the berth binary (the real agent) and the trivial cold
 // app once per benchmark run.
 var buildBench = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "berth-bench")
+	// As root, the process driver's sandboxes have a /tmp of their own
+	// and reach only what any user may: the app goes to /var/tmp,
+	// readable by all.
+	parent := ""
+	if os.Geteuid() == 0 {
+		parent = "/var/tmp"
+	}
+	dir, err := os.MkdirTemp(parent, "berth-bench")
 	if err != nil {
+		return "", err
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
 		return "", err
 	}
 	root, err := filepath.Abs("../..")

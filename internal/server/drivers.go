@@ -39,6 +39,9 @@ func buildDrivers(o Options, images *image.Store, net *hostnet.Network) (_ map[s
 	}()
 	p, err := process.New(process.Options{
 		Dir: filepath.Join(o.DataDir, "replicas"), AgentCommand: o.AgentCommand, AgentEnv: o.AgentEnv, Log: o.Log,
+		// An operator's explicit choice, for hosts without cgroups.
+		AllowUnlimited: os.Getenv("BERTH_ALLOW_UNLIMITED") == "1",
+		HideDirs:       []string{o.DataDir},
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("process driver: %w", err)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -19,10 +20,54 @@ import (
 // cgroupRoot is where the unified (v2) hierarchy is mounted.
 const cgroupRoot = "/sys/fs/cgroup"
 
-// cgroupConfig is the cgroup v2 setup a Driver found at New.
+// DefaultPidsMax is the pids.max of a replica's cgroup when
+// Options.PidsMax is zero.
+const DefaultPidsMax = 512
+
+// cgroupConfig is the cgroup setup a Driver found at New.
 type cgroupConfig struct {
-	parent      string // "" when replicas get no cgroups
-	cpu, memory bool   // controllers enabled for replicas' cgroups
+	parent            string // cgroup v2; "" when replicas get no v2 cgroups
+	cpu, memory, pids bool   // v2 controllers enabled for replicas' cgroups
+	// v1 are the parents of replicas' cgroups in cgroup v1 hierarchies,
+	// by controller (pids first), where there is no v2 hierarchy.
+	v1      []v1Parent
+	pidsMax int
+	// none says why replicas get no pids limit ("" when they do).
+	none string
+}
+
+type v1Parent struct{ controller, dir string }
+
+// v1Controllers are the cgroup v1 controllers replicas are limited by.
+var v1Controllers = []string{"pids", "memory", "cpu"}
+
+// limited reports whether replicas get at least a pids limit.
+func (cg cgroupConfig) limited() bool { return cg.none == "" }
+
+// setupV1 prepares <hierarchy>/berth in each cgroup v1 hierarchy of
+// v1Controllers; the pids one is required.
+func setupV1(log *slog.Logger) cgroupConfig {
+	var cg cgroupConfig
+	for _, c := range v1Controllers {
+		root := filepath.Join(cgroupRoot, c)
+		if _, err := os.Stat(filepath.Join(root, "cgroup.procs")); err != nil {
+			if c == "pids" {
+				return cgroupConfig{none: "no cgroup v2 hierarchy, and no cgroup v1 pids controller at " + root}
+			}
+			log.Warn("process: no cgroup v1 controller; its size limits are not enforced", "controller", c)
+			continue
+		}
+		dir := filepath.Join(root, "berth")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			if c == "pids" {
+				return cgroupConfig{none: fmt.Sprintf("cannot make a cgroup v1 pids cgroup: %v", err)}
+			}
+			log.Warn("process: cannot make a cgroup v1 cgroup; its size limits are not enforced", "controller", c, "err", err)
+			continue
+		}
+		cg.v1 = append(cg.v1, v1Parent{c, dir})
+	}
+	return cg
 }
 
 // setupCgroups prepares the parent of replicas' cgroups: it must be in a
@@ -31,28 +76,37 @@ type cgroupConfig struct {
 // internal processes" rule refuses that when the parent's parent holds
 // processes (berth in a non-root cgroup), and then replicas get cgroups (for
 // membership, freezing and cgroup.kill) without limits.
-func setupCgroups(parent string, log *slog.Logger) cgroupConfig {
+func setupCgroups(parent string, pidsMax int, log *slog.Logger) cgroupConfig {
+	cg := setupCgroupsAt(parent, log)
+	cg.pidsMax = pidsMax
+	return cg
+}
+
+func setupCgroupsAt(parent string, log *slog.Logger) cgroupConfig {
 	switch parent {
 	case "none":
-		return cgroupConfig{}
+		return cgroupConfig{none: `cgroups are disabled (CgroupParent "none")`}
 	case "":
 		if _, err := os.Stat(filepath.Join(cgroupRoot, "cgroup.controllers")); err != nil {
-			return cgroupConfig{} // no cgroup v2 here: nothing to degrade from
+			if os.Geteuid() != 0 {
+				return cgroupConfig{none: "berth is not root"}
+			}
+			return setupV1(log)
 		}
 		parent = filepath.Join(cgroupRoot, "berth")
 	}
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		log.Warn("process: replicas run without cgroups", "err", err)
-		return cgroupConfig{}
+		return cgroupConfig{none: fmt.Sprintf("cannot make the cgroup %s: %v", parent, err)}
 	}
 	if _, err := os.Stat(filepath.Join(parent, "cgroup.procs")); err != nil {
 		log.Warn("process: replicas run without cgroups: not a cgroup v2 directory", "dir", parent)
-		return cgroupConfig{}
+		return cgroupConfig{none: parent + " is not a cgroup v2 directory"}
 	}
 	// One controller per write: the kernel refuses a whole write if one of
 	// its controllers is unavailable.
 	for _, dir := range []string{filepath.Dir(parent), parent} {
-		for _, c := range []string{"+cpu", "+memory"} {
+		for _, c := range []string{"+cpu", "+memory", "+pids"} {
 			if err := os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte(c), 0); err != nil {
 				log.Warn("process: cannot enable a cgroup controller; its size limits are not enforced", "dir", dir, "controller", c[1:], "err", err)
 			}
@@ -63,17 +117,87 @@ func setupCgroups(parent string, log *slog.Logger) cgroupConfig {
 		for _, c := range strings.Fields(string(b)) {
 			cg.cpu = cg.cpu || c == "cpu"
 			cg.memory = cg.memory || c == "memory"
+			cg.pids = cg.pids || c == "pids"
 		}
+	}
+	if !cg.pids {
+		cg.none = "the cgroup v2 pids controller cannot be enabled in " + parent
 	}
 	return cg
 }
 
 // limits returns the cgroup v2 files and values that enforce a size:
 // VCPUs whole CPUs of bandwidth per 100 ms period, and MemoryMB of memory.
-func limits(size vm.Size) map[string]string {
+func limits(size vm.Size, pidsMax int) map[string]string {
 	return map[string]string{
 		"cpu.max":    fmt.Sprintf("%d 100000", size.VCPUs*100000),
 		"memory.max": strconv.FormatInt(int64(size.MemoryMB)<<20, 10),
+		"pids.max":   strconv.Itoa(pidsMax),
+	}
+}
+
+// limitsV1 are limits in cgroup v1 files, by controller, in the order to
+// write them.
+func limitsV1(size vm.Size, pidsMax int) map[string][][2]string {
+	return map[string][][2]string{
+		"pids":   {{"pids.max", strconv.Itoa(pidsMax)}},
+		"memory": {{"memory.limit_in_bytes", strconv.FormatInt(int64(size.MemoryMB)<<20, 10)}},
+		"cpu":    {{"cpu.cfs_period_us", "100000"}, {"cpu.cfs_quota_us", strconv.Itoa(size.VCPUs * 100000)}},
+	}
+}
+
+// createV1 makes the cgroup v1 cgroups of a replica with the limits of its
+// size, pids first, and returns their directories. A limit that cannot be
+// set fails it: the agent must not run in a cgroup that does not limit.
+func (cg cgroupConfig) createV1(id string, size vm.Size) ([]string, error) {
+	var dirs []string
+	for _, p := range cg.v1 {
+		dir := filepath.Join(p.dir, id)
+		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			removeCgroups(dirs)
+			return nil, err
+		}
+		dirs = append(dirs, dir)
+	}
+	if err := cg.limitV1(dirs, size); err != nil {
+		removeCgroups(dirs)
+		return nil, err
+	}
+	return dirs, nil
+}
+
+// limitV1 sets the limits of size in the cgroups of createV1.
+func (cg cgroupConfig) limitV1(dirs []string, size vm.Size) error {
+	lim := limitsV1(size, cg.pidsMax)
+	for i, p := range cg.v1 {
+		for _, kv := range lim[p.controller] {
+			if err := os.WriteFile(filepath.Join(dirs[i], kv[0]), []byte(kv[1]), 0o644); err != nil {
+				return fmt.Errorf("setting %s: %w", kv[0], err)
+			}
+		}
+	}
+	return nil
+}
+
+// renameV1 moves the cgroups of createV1 to the name id, with the limits
+// of size: a spare's cgroups become its replica's without moving the
+// agent, which on cgroup v1 costs an RCU grace period (milliseconds).
+func (cg cgroupConfig) renameV1(dirs []string, id string, size vm.Size) ([]string, error) {
+	out := slices.Clone(dirs) // where they are, whatever fails
+	for i, p := range cg.v1 {
+		to := filepath.Join(p.dir, id)
+		if err := syscall.Rename(dirs[i], to); err != nil {
+			return out, &os.LinkError{Op: "rename", Old: dirs[i], New: to, Err: err}
+		}
+		out[i] = to
+	}
+	return out, cg.limitV1(out, size)
+}
+
+// removeCgroups removes cgroups (see removeCgroup).
+func removeCgroups(dirs []string) {
+	for _, d := range dirs {
+		removeCgroup(d)
 	}
 }
 
@@ -85,8 +209,8 @@ func (cg cgroupConfig) create(id string, size vm.Size, log *slog.Logger) (string
 	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 		return "", nil, err
 	}
-	for file, value := range limits(size) {
-		if !cg.cpu && strings.HasPrefix(file, "cpu.") || !cg.memory && strings.HasPrefix(file, "memory.") {
+	for file, value := range limits(size, cg.pidsMax) {
+		if !cg.cpu && strings.HasPrefix(file, "cpu.") || !cg.memory && strings.HasPrefix(file, "memory.") || !cg.pids && strings.HasPrefix(file, "pids.") {
 			continue
 		}
 		if err := os.WriteFile(filepath.Join(dir, file), []byte(value), 0o644); err != nil {

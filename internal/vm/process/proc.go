@@ -134,8 +134,12 @@ func findByArg(arg string) (int, procStat, bool) {
 // stay in its session). Processes that started before the agent cannot be
 // members, which keeps a reused session id from matching.
 func (d *Driver) members(st state) []int {
-	if st.Cgroup != "" {
-		if b, err := os.ReadFile(filepath.Join(st.Cgroup, "cgroup.procs")); err == nil {
+	cgroup := st.Cgroup
+	if cgroup == "" && len(st.CgroupsV1) > 0 {
+		cgroup = st.CgroupsV1[0]
+	}
+	if cgroup != "" {
+		if b, err := os.ReadFile(filepath.Join(cgroup, "cgroup.procs")); err == nil {
 			var out []int
 			for _, s := range strings.Fields(string(b)) {
 				if pid, err := strconv.Atoi(s); err == nil {

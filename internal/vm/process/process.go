@@ -31,21 +31,45 @@
 // themselves. A suspended replica is frozen with its agent, so its lease is
 // enforced only once it is resumed.
 //
-// When berth runs as root (see Options.Isolate) each replica gets its own
-// PID, mount, UTS and IPC namespaces: the agent is PID 1 and reaps, mounts
-// made inside stay inside (the root is made recursively private), and the
-// hostname is the replica id (the agent sets it, --hostname, before it
-// starts anything). The network is the host's, so the app's port
-// is reachable on 127.0.0.1.
+// # Sandboxes
+//
+// When berth runs as root (see Options.Isolate; as root it is mandatory)
+// each replica is a sandbox. Its agent gets its own PID, mount, UTS and
+// IPC namespaces: the agent is PID 1 and reaps, mounts made inside stay
+// inside (the root is made recursively private), and the hostname is the
+// replica id (the agent sets it, --hostname, before it starts anything).
+// The agent (--sandbox UID:GID, see package agent) then mounts a /proc of
+// its own PID namespace, so nothing inside sees berth's or other
+// replicas' processes or their /proc/<pid>/environ; mounts empty tmpfs on
+// /tmp and /dev/shm; hides every host directory that others may not
+// search (berth's data directory) under an empty tmpfs in which only the
+// replica's directory, its working directory and workspace reappear; and
+// runs everything it starts (hooks, COMMAND, execs, shells) as the
+// deployment's own unprivileged uid and gid, with no supplementary groups
+// and no_new_privs. The agent stays root, behind a socket only root can
+// reach. Each deployment gets the next uid from Options.UIDBase
+// (recorded in <Dir>/uids.json, so a Computer's workspace keeps its
+// owner), which owns the replica's data/ and workspace; the replica
+// directory is searchable, not listable, by it. An absolute WorkDir is
+// the operator's: the sandbox sees it with the permissions it has. The
+// network is the host's, so the app's port is reachable on 127.0.0.1.
+//
+// Without root, replicas run unsandboxed as berth's own user, with the
+// host's view; New logs it.
 //
 // Where a writable cgroup v2 hierarchy exists, each replica is born (clone3
 // CLONE_INTO_CGROUP) in the cgroup <CgroupParent>/<id>, limited by the
-// size_class in vm.Sizes: cpu.max gives VCPUs × 100 ms of CPU per 100 ms, and
-// memory.max is MemoryMB MiB. The cgroup also serves membership, freezing
-// (Suspend) and cgroup.kill (Stop). Elsewhere (cgroup v1 hosts, unprivileged
-// berth, controllers that cannot be enabled) size classes are not enforced,
-// and a replica's processes are found through its PID namespace or, without
-// isolation, its session.
+// size_class in vm.Sizes: cpu.max gives VCPUs × 100 ms of CPU per 100 ms,
+// memory.max is MemoryMB MiB, and pids.max is Options.PidsMax. On a cgroup
+// v1 host the replica gets a cgroup in each of the pids, memory and cpu
+// hierarchies (<hierarchy>/berth/<id>) with the same limits
+// (memory.limit_in_bytes, cpu.cfs_quota_us), which the agent joins before
+// it starts anything (--join-cgroup). The cgroup also serves membership,
+// and with v2 freezing (Suspend) and cgroup.kill (Stop). As root, with no
+// cgroup that can limit pids, Start refuses unless Options.AllowUnlimited
+// (or CgroupParent "none") says otherwise. Without root size classes are
+// not enforced, and a replica's processes are found through its PID
+// namespace or, without isolation, its session.
 //
 // # Spare agents
 //
@@ -137,9 +161,31 @@ type Options struct {
 	// before the spec's Env; tests use it to make their binary the agent.
 	AgentEnv []string
 
-	// Isolate gives each replica its own PID, mount, UTS and IPC
-	// namespaces. Nil means true when berth runs as root. It needs root.
+	// Isolate makes each replica a sandbox (see the package
+	// documentation, "Sandboxes"). Nil means true when berth runs as
+	// root. It needs root, and as root it cannot be turned off: replicas
+	// would run as root with the host's view.
 	Isolate *bool
+
+	// UIDBase is the first of the host uids (and gids) that sandboxes run
+	// as, one per deployment; zero means DefaultUIDBase. UIDCount of them
+	// are berth's to hand out (zero means DefaultUIDCount): no other
+	// user of the host may own one.
+	UIDBase, UIDCount uint32
+
+	// HideDirs are hidden from sandboxes whatever their permissions
+	// (berth's data directory), but for the replica's own paths inside;
+	// Dir always is.
+	HideDirs []string
+
+	// PidsMax caps the processes (and threads) of each replica in its
+	// cgroup; zero means DefaultPidsMax.
+	PidsMax int
+
+	// AllowUnlimited lets a root berth start replicas where no usable
+	// cgroup exists, without pids, memory and CPU limits. Without it such
+	// a Start is refused. CgroupParent "none" allows it too.
+	AllowUnlimited bool
 
 	// CgroupParent is the cgroup v2 directory under which replicas get
 	// their cgroups. Empty means /sys/fs/cgroup/berth when the host has a
@@ -165,8 +211,14 @@ type Driver struct {
 	agent   []string
 	env     []string
 	isolate bool
+	uidBase uint32
+	uidN    uint32
+	hide    []string // Dir and Options.HideDirs, absolute
 	cg      cgroupConfig
-	log     *slog.Logger
+	// unlimited refuses Starts: as root, with no cgroup to limit
+	// replicas and no Options.AllowUnlimited.
+	unlimited error
+	log       *slog.Logger
 
 	mu       sync.Mutex
 	starting map[string]bool      // ids whose Start is between mkdir and state.json
@@ -226,9 +278,40 @@ func New(o Options) (*Driver, error) {
 	if isolate && os.Geteuid() != 0 {
 		return nil, fmt.Errorf("process: isolating replicas in namespaces needs root: %w", vm.ErrUnavailable)
 	}
+	if !isolate && os.Geteuid() == 0 {
+		return nil, errors.New("process: berth runs as root, so replicas must be isolated (Options.Isolate false would run them as root with the host's view)")
+	}
 	log := o.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	if !isolate {
+		log.Warn("process: berth is not root: replicas run unsandboxed, as berth's own user with the host's view of processes and files; run berth as root to sandbox them")
+	}
+	uidBase, uidN := o.UIDBase, o.UIDCount
+	if uidBase == 0 {
+		uidBase = DefaultUIDBase
+	}
+	if uidN == 0 {
+		uidN = DefaultUIDCount
+	}
+	if uint64(uidBase)+uint64(uidN) >= 1<<32-1 {
+		return nil, fmt.Errorf("process: the sandbox uids %d+%d overflow", uidBase, uidN)
+	}
+	hide := []string{dir}
+	for _, h := range o.HideDirs {
+		a, err := filepath.Abs(h)
+		if err != nil {
+			return nil, fmt.Errorf("process: %w", err)
+		}
+		hide = append(hide, a)
+	}
+	pidsMax := o.PidsMax
+	if pidsMax == 0 {
+		pidsMax = DefaultPidsMax
+	}
+	if pidsMax < 0 {
+		return nil, fmt.Errorf("process: Options.PidsMax is negative (%d)", pidsMax)
 	}
 	spares := DefaultSpares
 	if o.Spares != nil {
@@ -242,7 +325,10 @@ func New(o Options) (*Driver, error) {
 		agent:    slices.Clone(agent),
 		env:      slices.Clone(o.AgentEnv),
 		isolate:  isolate,
-		cg:       setupCgroups(o.CgroupParent, log),
+		uidBase:  uidBase,
+		uidN:     uidN,
+		hide:     hide,
+		cg:       setupCgroups(o.CgroupParent, pidsMax, log),
 		log:      log,
 		starting: make(map[string]bool),
 		cpu:      make(map[string]cpuSample),
@@ -250,6 +336,14 @@ func New(o Options) (*Driver, error) {
 	}
 	if raw, err := syscall.Getpriority(syscall.PRIO_PROCESS, 0); err == nil && os.Geteuid() == 0 {
 		d.niceSpares, d.nice = true, 20-raw
+	}
+	switch {
+	case d.cg.limited():
+	case os.Geteuid() != 0 || o.AllowUnlimited || o.CgroupParent == "none":
+		log.Warn("process: replicas run without pids, memory and CPU limits", "why", d.cg.none)
+	default:
+		d.unlimited = fmt.Errorf("process: refusing to start replicas without pids, memory and CPU limits: %s (use a host with cgroup v2 or the cgroup v1 pids controller, or allow it explicitly: BERTH_ALLOW_UNLIMITED=1)", d.cg.none)
+		log.Error("process: replicas cannot start", "err", d.unlimited)
 	}
 	d.cleanSpares()
 	return d, nil
@@ -263,7 +357,9 @@ type state struct {
 	PID        int       `json:"pid"`         // host pid of the agent; 0 while starting
 	StartTicks uint64    `json:"start_ticks"` // /proc/<pid>/stat field 22, against pid reuse
 	Isolated   bool      `json:"isolated"`
+	UID        uint32    `json:"uid,omitempty"` // the sandbox's uid and gid, when isolated
 	Cgroup     string    `json:"cgroup,omitempty"`
+	CgroupsV1  []string  `json:"cgroups_v1,omitempty"` // pids first
 	StartedAt  time.Time `json:"started_at"`
 	Suspended  bool      `json:"suspended,omitempty"`
 }
@@ -306,6 +402,9 @@ func (d *Driver) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
 	if err != nil {
 		return vm.Instance{}, err
 	}
+	if d.unlimited != nil {
+		return vm.Instance{}, d.unlimited
+	}
 	if st.Port == 0 {
 		if st.Port, err = d.freePort(); err != nil {
 			return vm.Instance{}, fmt.Errorf("process: start %s: %w", spec.Name, err)
@@ -336,6 +435,12 @@ func (d *Driver) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
 	} else {
 		defer d.refillAfter(st.Port)
 	}
+	if d.isolate {
+		if st.UID, err = d.sandboxUID(st.Deployment); err != nil {
+			os.Remove(dir)
+			return vm.Instance{}, fmt.Errorf("process: start %s: %w", spec.Name, err)
+		}
+	}
 	if sp := d.takeSpare(); sp != nil {
 		ast, err := d.assign(sp, spec, st, workDir, size)
 		if err == nil {
@@ -351,6 +456,7 @@ func (d *Driver) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
 		if st.Cgroup != "" {
 			removeCgroup(st.Cgroup)
 		}
+		removeCgroups(st.CgroupsV1)
 		os.RemoveAll(dir)
 		return vm.Instance{}, fmt.Errorf("process: start %s: %w", spec.Name, err)
 	}
@@ -456,11 +562,8 @@ func (d *Driver) launch(spec vm.Spec, st state, workDir string, size vm.Size) (s
 	if err := os.Mkdir(filepath.Join(dir, dataDir), 0o700); err != nil {
 		return st, err
 	}
-	if !filepath.IsAbs(spec.WorkDir) {
-		// Absolute working directories are the operator's; they must exist.
-		if err := os.MkdirAll(workDir, 0o700); err != nil {
-			return st, err
-		}
+	if err := d.prepareDirs(dir, spec, st, workDir); err != nil {
+		return st, err
 	}
 	var cgDir *os.File
 	if d.cg.parent != "" {
@@ -470,6 +573,13 @@ func (d *Driver) launch(spec vm.Spec, st state, workDir string, size vm.Size) (s
 		} else {
 			defer f.Close()
 			st.Cgroup, cgDir = cg, f
+		}
+	}
+	if len(d.cg.v1) > 0 {
+		// The agent joins them before it starts anything (--join-cgroup).
+		var err error
+		if st.CgroupsV1, err = d.cg.createV1(spec.Name, size); err != nil {
+			return st, fmt.Errorf("making the replica's cgroups: %w", err)
 		}
 	}
 	st.StartedAt = time.Now().UTC()
@@ -482,7 +592,13 @@ func (d *Driver) launch(spec vm.Spec, st state, workDir string, size vm.Size) (s
 		}
 	}
 
-	args := append(slices.Clone(d.agent[1:]), d.agentFlags(spec, workDir)...)
+	args := slices.Clone(d.agent[1:])
+	for _, cg := range st.CgroupsV1 {
+		// Not in agentFlags: a spare is in its cgroups before its
+		// assignment.
+		args = append(args, "--join-cgroup", cg)
+	}
+	args = append(args, d.agentFlags(spec, st, workDir)...)
 	cmd := exec.Command(d.agent[0], args...)
 	cmd.Dir = filepath.Join(dir, dataDir)
 	cmd.Env = d.environ(spec, st)
@@ -524,7 +640,7 @@ func (d *Driver) launch(spec vm.Spec, st state, workDir string, size vm.Size) (s
 // agentFlags are the agent's flags and COMMAND for a replica, after the
 // agent command's own arguments: on the command line of a new agent, or in
 // a spare's assignment.
-func (d *Driver) agentFlags(spec vm.Spec, workDir string) []string {
+func (d *Driver) agentFlags(spec vm.Spec, st state, workDir string) []string {
 	dir := d.path(spec.Name)
 	args := []string{
 		"--listen", "unix:" + filepath.Join(dir, sockFile),
@@ -540,7 +656,11 @@ func (d *Driver) agentFlags(spec vm.Spec, workDir string) []string {
 		args = append(args, "--root", spec.Workspace)
 	}
 	if d.isolate {
-		args = append(args, "--hostname", hostname(spec.Name))
+		args = append(args, "--hostname", hostname(spec.Name),
+			"--sandbox", fmt.Sprintf("%d:%d", st.UID, st.UID))
+		for _, h := range d.hide {
+			args = append(args, "--hide", h)
+		}
 	}
 	for _, h := range spec.SetupHooks {
 		args = append(args, "--setup", h)
@@ -858,6 +978,7 @@ func (d *Driver) Stop(ctx context.Context, id string, grace time.Duration) error
 	if st.Cgroup != "" {
 		removeCgroup(st.Cgroup)
 	}
+	removeCgroups(st.CgroupsV1)
 	if err := os.RemoveAll(d.path(id)); err != nil {
 		return fmt.Errorf("process: stop %s: %w", id, err)
 	}

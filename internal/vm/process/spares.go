@@ -52,6 +52,9 @@ type spare struct {
 	ticks uint64
 	link  *os.File      // the driver's end of --spare-fd
 	done  chan struct{} // closed once the process is reaped
+	// cgroups are its cgroup v1 cgroups (named like its directory),
+	// which become its replica's.
+	cgroups []string
 }
 
 // spareState is a spare's state.json.
@@ -198,7 +201,19 @@ func (d *Driver) spawnSpare(name, dir string) (*spare, error) {
 	theirs := os.NewFile(uintptr(fds[1]), "spare-link")
 	defer theirs.Close()
 
-	args := append(slices.Clone(d.agent[1:]),
+	var cgroups []string
+	if len(d.cg.v1) > 0 {
+		// Joined now, off the path of the Start that takes the spare;
+		// the limits of the replica's size come with the assignment.
+		if cgroups, err = d.cg.createV1(name, vm.Sizes[vm.DefaultSize]); err != nil {
+			return nil, fmt.Errorf("making the spare's cgroups: %w", err)
+		}
+	}
+	args := slices.Clone(d.agent[1:])
+	for _, cg := range cgroups {
+		args = append(args, "--join-cgroup", cg)
+	}
+	args = append(args,
 		"--listen", "unix:"+filepath.Join(dir, sockFile),
 		"--spare", "--spare-fd", "3",
 		"--spare-room="+strings.Repeat(" ", spareRoom))
@@ -214,9 +229,10 @@ func (d *Driver) spawnSpare(name, dir string) (*spare, error) {
 	}
 	if err := start(); err != nil {
 		link.Close()
+		removeCgroups(cgroups)
 		return nil, err
 	}
-	sp := &spare{name: name, pid: cmd.Process.Pid, link: link, done: make(chan struct{})}
+	sp := &spare{name: name, pid: cmd.Process.Pid, link: link, done: make(chan struct{}), cgroups: cgroups}
 	go func() {
 		cmd.Wait()
 		close(sp.done)
@@ -291,6 +307,7 @@ func (d *Driver) dropSpare(sp *spare) {
 	case <-time.After(killPatience):
 		d.log.Warn("process: a spare agent survives SIGKILL", "pid", sp.pid)
 	}
+	removeCgroups(sp.cgroups)
 	os.RemoveAll(filepath.Join(d.dir, sp.name))
 }
 
@@ -312,6 +329,7 @@ func (d *Driver) assign(sp *spare, spec vm.Spec, st state, workDir string, size 
 		if st.Cgroup != "" {
 			removeCgroup(st.Cgroup)
 		}
+		removeCgroups(st.CgroupsV1)
 		if renamed {
 			os.RemoveAll(dir)
 			if merr := os.Mkdir(dir, 0o700); merr != nil {
@@ -320,7 +338,7 @@ func (d *Driver) assign(sp *spare, spec vm.Spec, st state, workDir string, size 
 		} else {
 			os.RemoveAll(sdir)
 		}
-		st.PID, st.StartTicks, st.Cgroup = 0, 0, ""
+		st.PID, st.StartTicks, st.Cgroup, st.CgroupsV1 = 0, 0, "", nil
 		return st, err
 	}
 	if d.niceSpares {
@@ -347,6 +365,18 @@ func (d *Driver) assign(sp *spare, spec vm.Spec, st state, workDir string, size 
 			d.log.Warn("process: replica runs without a cgroup", "id", spec.Name, "err", err)
 		}
 	}
+	if len(sp.cgroups) > 0 {
+		// The spare is in them already: they take the replica's name and
+		// limits.
+		var err error
+		// On failure too, st.CgroupsV1 are the cgroups to remove once
+		// fail has killed the spare.
+		st.CgroupsV1, err = d.cg.renameV1(sp.cgroups, spec.Name, size)
+		sp.cgroups = nil
+		if err != nil {
+			return fail(fmt.Errorf("making the spare's cgroups the replica's: %w", err))
+		}
+	}
 	st.StartedAt = time.Now().UTC()
 	if err := writeState(sdir, st); err != nil {
 		return fail(err)
@@ -362,12 +392,10 @@ func (d *Driver) assign(sp *spare, spec vm.Spec, st state, workDir string, size 
 		return fail(&os.LinkError{Op: "rename", Old: sdir, New: dir, Err: err})
 	}
 	renamed = true
-	if !filepath.IsAbs(spec.WorkDir) {
-		if err := os.MkdirAll(workDir, 0o700); err != nil {
-			return fail(err)
-		}
+	if err := d.prepareDirs(dir, spec, st, workDir); err != nil {
+		return fail(err)
 	}
-	g := agent.GuestConfig{Args: d.agentFlags(spec, workDir), Env: d.environ(spec, st)}
+	g := agent.GuestConfig{Args: d.agentFlags(spec, st, workDir), Env: d.environ(spec, st)}
 	ctx, cancel := context.WithTimeout(context.Background(), assignTimeout)
 	defer cancel()
 	c := agent.NewClient(agent.UnixDialer(filepath.Join(dir, sockFile)))
@@ -407,6 +435,11 @@ func (d *Driver) cleanSpares() {
 				d.log.Warn("process: a stale spare agent survives SIGKILL", "pid", pid)
 			}
 		}
+		for _, p := range d.cg.v1 {
+			if cg := filepath.Join(p.dir, e.Name()); fileExists(cg) {
+				removeCgroup(cg)
+			}
+		}
 		if err := os.RemoveAll(dir); err != nil {
 			d.log.Warn("process: removing a stale spare", "dir", dir, "err", err)
 		}
@@ -427,4 +460,9 @@ func (d *Driver) Close() error {
 		d.dropSpare(sp)
 	}
 	return nil
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }

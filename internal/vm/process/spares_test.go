@@ -289,7 +289,7 @@ func TestListening(t *testing.T) {
 // TestNoSpares checks that Spares 0 starts none.
 func TestNoSpares(t *testing.T) {
 	dir := shortTempDir(t)
-	o := options(t, dir, false)
+	o := options(t, dir, mustIsolate)
 	o.Spares = new(0)
 	d, err := New(o)
 	if err != nil {

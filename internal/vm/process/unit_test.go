@@ -49,12 +49,12 @@ func TestLimits(t *testing.T) {
 		class string
 		want  map[string]string
 	}{
-		{"micro", map[string]string{"cpu.max": "100000 100000", "memory.max": "268435456"}},
-		{"small", map[string]string{"cpu.max": "100000 100000", "memory.max": "1073741824"}},
-		{"xlarge", map[string]string{"cpu.max": "800000 100000", "memory.max": "8589934592"}},
+		{"micro", map[string]string{"cpu.max": "100000 100000", "memory.max": "268435456", "pids.max": "512"}},
+		{"small", map[string]string{"cpu.max": "100000 100000", "memory.max": "1073741824", "pids.max": "512"}},
+		{"xlarge", map[string]string{"cpu.max": "800000 100000", "memory.max": "8589934592", "pids.max": "512"}},
 	}
 	for _, tt := range tests {
-		if diff := cmp.Diff(tt.want, limits(vm.Sizes[tt.class])); diff != "" {
+		if diff := cmp.Diff(tt.want, limits(vm.Sizes[tt.class], DefaultPidsMax)); diff != "" {
 			t.Errorf("limits(%s) (-want +got):\n%s", tt.class, diff)
 		}
 	}
@@ -96,7 +96,7 @@ func TestCgroupCreate(t *testing.T) {
 func TestSetupCgroupsDegrades(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 	for _, parent := range []string{"none", t.TempDir(), "/proc/no/such/dir"} {
-		if cg := setupCgroups(parent, log); cg.parent != "" {
+		if cg := setupCgroups(parent, DefaultPidsMax, log); cg.parent != "" {
 			t.Errorf("setupCgroups(%q) = %+v, want no cgroups (not a cgroup v2 directory)", parent, cg)
 		}
 	}
@@ -216,7 +216,7 @@ func appendFile(t *testing.T, path, s string) {
 }
 
 func TestFollowLogsRotation(t *testing.T) {
-	d := newDriver(t, t.TempDir(), false)
+	d := newDriver(t, t.TempDir(), mustIsolate)
 	id := vm.Name("follow", 9)
 	dir := fakeReplica(t, d, id)
 	if inst, err := d.Inspect(t.Context(), id); err != nil || inst.State != vm.StateRunning {

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -479,6 +480,11 @@ func (s *suite) envSpec(t *testing.T, deployment string) vm.Spec {
 	spec.WorkDir = s.o.WorkDir
 	if spec.WorkDir == "" {
 		spec.WorkDir = t.TempDir()
+		// Writable by the sandbox's user, where the driver runs the app
+		// as one of its own (the process driver as root).
+		if err := os.Chmod(spec.WorkDir, 0o777); err != nil {
+			t.Fatal(err)
+		}
 	}
 	spec.Env = map[string]string{"GREETING": "hello from vmtest"}
 	spec.SetupHooks = []string{"printf first > hook.txt", "printf ' then hooked' >> hook.txt"}
