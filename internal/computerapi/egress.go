@@ -44,8 +44,9 @@ func (a *API) withEgress(c *call, env map[string]string) map[string]string {
 }
 
 // blocked answers 429 with Retry-After when the client's address is
-// locked out by the brake, before its grant is even verified (so a
-// locked-out client costs no MAC and learns nothing).
+// locked out by the brake; it is asked only about grants that did not
+// verify, so a locked-out address learns nothing from its guesses and a
+// valid grant is never refused.
 func (a *API) blocked(w http.ResponseWriter, r *http.Request) bool {
 	key, ok := auth.ClientKey(r.RemoteAddr)
 	if !ok || a.o.Brake == nil {

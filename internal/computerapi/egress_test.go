@@ -241,13 +241,18 @@ func TestGrantBrake(t *testing.T) {
 	if code, b := e.do(operator, "GET", "/computers/b1", nil); code != http.StatusOK {
 		t.Errorf("after %d bad grants, the operator: %d %s, want 200", len(bad), code, b)
 	}
-	for _, c := range []cred{forged, good} {
+	for _, c := range []cred{forged, "bcg_garbage"} {
 		resp := e.send(c, "GET", "/computers/b1", nil, nil)
 		resp.Body.Close()
 		ra, err := strconv.Atoi(resp.Header.Get("Retry-After"))
 		if resp.StatusCode != http.StatusTooManyRequests || err != nil || ra < 1 {
 			t.Errorf("after %d bad grants, %q: %d Retry-After %q, want 429 with Retry-After", len(bad), c[:min(len(c), 8)], resp.StatusCode, resp.Header.Get("Retry-After"))
 		}
+	}
+	// The valid grant still works from the locked-out address: a correct
+	// credential is never refused (issue 9).
+	if code, b := e.do(good, "GET", "/computers/b1", nil); code != http.StatusOK {
+		t.Errorf("after %d bad grants, the valid grant: %d %s, want 200", len(bad), code, b)
 	}
 	// A revoked grant is a failure too (checked on a fresh brake).
 	brake2 := auth.NewBrake(auth.BrakeConfig{Threshold: 2, SlowAfter: 100})
