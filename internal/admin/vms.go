@@ -3,7 +3,6 @@ package admin
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,11 +13,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/coder/websocket"
-
 	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/agent"
 	"github.com/berth-dev/berth/internal/fleet"
+	"github.com/berth-dev/berth/internal/ptybridge"
 	"github.com/berth-dev/berth/internal/registry"
 	"github.com/berth-dev/berth/internal/vm"
 	"github.com/berth-dev/berth/internal/web"
@@ -206,18 +204,9 @@ func (a *API) logs(w http.ResponseWriter, r *http.Request) error {
 func (a *API) shell(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
 	q := r.URL.Query()
-	cols, rows := 80, 24
-	for _, p := range []struct {
-		name string
-		dst  *int
-	}{{"cols", &cols}, {"rows", &rows}} {
-		if v := q.Get(p.name); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 || n > 1000 {
-				return web.Invalid(p.name, "must be an integer from 1 to 1000, got %q", v)
-			}
-			*p.dst = n
-		}
+	cols, rows, err := ptybridge.Size(q)
+	if err != nil {
+		return err
 	}
 	wake := true
 	switch v := q.Get("wake"); v {
@@ -244,71 +233,7 @@ func (a *API) shell(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return &web.Error{Status: http.StatusBadGateway, Message: fmt.Sprintf("could not open a shell in %s: %v", b.ID, err)}
 	}
-	defer sess.Close()
-	ws, err := websocket.Accept(w, r, nil)
-	if err != nil {
-		return nil // Accept has answered
-	}
-	defer ws.CloseNow()
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	ready, _ := json.Marshal(map[string]string{"type": "ready", "sandbox_id": b.ID})
-	if err := ws.Write(ctx, websocket.MessageText, ready); err != nil {
-		return nil
-	}
-	// Terminal output → client, as binary 0x02 frames.
-	go func() {
-		defer cancel()
-		buf := make([]byte, 32<<10)
-		for {
-			n, err := sess.Read(buf[1:])
-			if n > 0 {
-				buf[0] = 0x02
-				if ws.Write(ctx, websocket.MessageBinary, buf[:n+1]) != nil {
-					return
-				}
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	// Client → terminal: 0x01 stdin frames and resize messages.
-	go func() {
-		defer cancel()
-		for {
-			typ, msg, err := ws.Read(ctx)
-			if err != nil {
-				return
-			}
-			if typ == websocket.MessageBinary {
-				if len(msg) > 0 && msg[0] == 0x01 {
-					if _, err := sess.Write(msg[1:]); err != nil {
-						return
-					}
-				}
-				continue
-			}
-			var m struct {
-				Type       string
-				Cols, Rows int
-			}
-			if json.Unmarshal(msg, &m) == nil && m.Type == "resize" && m.Cols > 0 && m.Rows > 0 {
-				sess.Resize(m.Cols, m.Rows)
-			}
-		}
-	}()
-	code, werr := sess.Wait()
-	var end []byte
-	if werr != nil && ctx.Err() == nil {
-		end, _ = json.Marshal(map[string]string{"type": "error", "message": werr.Error()})
-	} else {
-		end, _ = json.Marshal(map[string]any{"type": "exit", "code": code})
-	}
-	wctx, wcancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer wcancel()
-	ws.Write(wctx, websocket.MessageText, end)
-	ws.Close(websocket.StatusNormalClosure, "")
+	ptybridge.Serve(w, r, sess, ptybridge.Options{Ready: map[string]string{"type": "ready", "sandbox_id": b.ID}})
 	return nil
 }
 

@@ -76,6 +76,7 @@ var rules = []struct {
 	{mod + "/internal/admin", []string{mod + "/internal/server", mod + "/internal/store"}, "handlers reach storage through the registry"},
 	{mod + "/internal/agentbin", []string{mod + "/"}, "bundling the agent binary is a leaf"},
 	{mod + "/internal/hostnet", []string{mod + "/"}, "host networking is a leaf"},
+	{mod + "/internal/ptybridge", []string{mod + "/apitype", mod + "/client", mod + "/cmd/", mod + "/internal/agent", mod + "/internal/admin", mod + "/internal/computer", mod + "/internal/server", mod + "/internal/fleet", mod + "/internal/registry"}, "the websocket↔terminal bridge knows terminals only through its Terminal interface, below the handlers that use it"},
 	{mod + "/internal/netguard", []string{mod + "/"}, "address walls are a leaf, shared by the proxy and spec validation"},
 	{mod + "/internal/image", []string{mod + "/internal/vm", mod + "/internal/server", mod + "/internal/admin", mod + "/internal/registry"}, "the image store knows nothing of the drivers that boot its images"},
 	{mod + "/internal/grant", []string{mod + "/internal/computer", mod + "/internal/computerapi", mod + "/internal/server"}, "grant tokens know nothing of what they guard"},

@@ -13,8 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/term"
-
 	"github.com/berth-dev/berth/client"
 )
 
@@ -415,42 +413,9 @@ func computerShell(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	opts := client.ShellOptions{Cwd: *cwd}
-	fd, tty := -1, false
-	if f, ok := e.stdin.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		fd, tty = int(f.Fd()), true
-		if cols, rows, err := term.GetSize(fd); err == nil {
-			opts.Cols, opts.Rows = min(cols, 1000), min(rows, 1000)
-		}
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	sess, err := c.ComputerTerminal(ctx, id, opts)
-	if err != nil {
-		return err
-	}
-	defer sess.Close()
-	if tty {
-		old, err := term.MakeRaw(fd)
-		if err != nil {
-			return fmt.Errorf("setting the terminal to raw mode: %w", err)
-		}
-		defer term.Restore(fd, old)
-		stop := watchResize(fd, func(cols, rows int) {
-			sess.Resize(min(max(cols, 1), 1000), min(max(rows, 1), 1000))
-		})
-		defer stop()
-	}
-	go sendInput(sess, e.stdin, !tty)
-	_, copyErr := io.Copy(e.stdout, sess)
-	code, err := sess.Wait()
-	if err != nil {
-		return err
-	}
-	if copyErr != nil {
-		return fmt.Errorf("writing the terminal's output: %w", copyErr)
-	}
-	return exitWith(code)
+	return runTerminal(ctx, e, client.ShellOptions{Cwd: *cwd}, "terminal", func(ctx context.Context, opts client.ShellOptions) (*client.ShellSession, error) {
+		return c.ComputerTerminal(ctx, id, opts)
+	})
 }
 
 // remotePath splits "ID:PATH". A local path that contains a colon must

@@ -248,9 +248,17 @@ func runShell(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	opts := client.ShellOptions{Cwd: *cwd, NoWake: *noWake, SandboxID: *vm}
+	return runTerminal(ctx, e, opts, "shell", func(ctx context.Context, opts client.ShellOptions) (*client.ShellSession, error) {
+		return c.Shell(ctx, id, opts)
+	})
+}
 
-	// A terminal on stdin makes this an interactive session: raw mode, so
-	// that keys (Ctrl-C included) go to the remote shell, and its size.
+// runTerminal runs an interactive session (berth shell, berth computer
+// shell) that open starts with opts, and returns the remote exit code as
+// berth's. A terminal on stdin makes it interactive: raw mode, so that keys
+// (Ctrl-C included) go to the remote shell, and its size. what names the
+// session in errors.
+func runTerminal(ctx context.Context, e *env, opts client.ShellOptions, what string, open func(context.Context, client.ShellOptions) (*client.ShellSession, error)) error {
 	fd, tty := -1, false
 	if f, ok := e.stdin.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		fd, tty = int(f.Fd()), true
@@ -261,7 +269,7 @@ func runShell(ctx context.Context, e *env, args []string) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	sess, err := c.Shell(ctx, id, opts)
+	sess, err := open(ctx, opts)
 	if err != nil {
 		return err
 	}
@@ -286,7 +294,7 @@ func runShell(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if copyErr != nil {
-		return fmt.Errorf("writing the shell's output: %w", copyErr)
+		return fmt.Errorf("writing the %s's output: %w", what, copyErr)
 	}
 	return exitWith(code)
 }

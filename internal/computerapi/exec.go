@@ -1,20 +1,17 @@
 package computerapi
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
-	"github.com/coder/websocket"
-
 	"github.com/berth-dev/berth/internal/agent"
+	"github.com/berth-dev/berth/internal/ptybridge"
 	"github.com/berth-dev/berth/internal/web"
 )
 
@@ -287,18 +284,9 @@ func containsByte(s string, b byte) bool {
 // client, {"type":"exit","code":N} or {"type":"error","message":M} last).
 func (a *API) terminal(w http.ResponseWriter, r *http.Request, c *call) error {
 	q := r.URL.Query()
-	cols, rows := 80, 24
-	for _, p := range []struct {
-		name string
-		dst  *int
-	}{{"cols", &cols}, {"rows", &rows}} {
-		if v := q.Get(p.name); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 || n > 1000 {
-				return web.Invalid(p.name, "must be an integer from 1 to 1000, got %q", v)
-			}
-			*p.dst = n
-		}
+	cols, rows, err := ptybridge.Size(q)
+	if err != nil {
+		return err
 	}
 	cwd, err := workPath(q.Get("cwd"), "cwd", true)
 	if err != nil {
@@ -314,76 +302,16 @@ func (a *API) terminal(w http.ResponseWriter, r *http.Request, c *call) error {
 	if err != nil {
 		return agentError(err, c.id)
 	}
-	defer sess.Close()
-	ws, err := websocket.Accept(w, r, nil)
-	if err != nil {
-		return nil // Accept has answered
-	}
-	defer ws.CloseNow()
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
 	reqID := newRequestID()
-	ready, _ := json.Marshal(map[string]string{"type": "ready", "computerId": c.id, "requestId": reqID})
-	if err := ws.Write(ctx, websocket.MessageText, ready); err != nil {
-		return nil
-	}
-	// Terminal output → client. The end message waits for all of it.
-	outDone := make(chan struct{})
-	go func() {
-		defer close(outDone)
-		buf := make([]byte, 32<<10)
-		for {
-			n, err := sess.Read(buf[1:])
-			if n > 0 {
-				buf[0] = 0x02
-				if ws.Write(ctx, websocket.MessageBinary, buf[:n+1]) != nil {
-					sess.Close()
-					return
-				}
-			}
+	ptybridge.Serve(w, r, sess, ptybridge.Options{
+		Ready: map[string]string{"type": "ready", "computerId": c.id, "requestId": reqID},
+		Ended: func(code int, err error) {
 			if err != nil {
-				return
+				a.exited(r, c, reqID, false, nil, started)
+			} else {
+				a.exited(r, c, reqID, false, &code, started)
 			}
-		}
-	}()
-	// Client → terminal. Its context is not cancelled when the shell
-	// ends: cancelling a websocket read closes the connection, and the
-	// end message is still to be sent.
-	go func() {
-		for {
-			typ, msg, err := ws.Read(ctx)
-			if err != nil {
-				sess.Close() // the client left: end the shell
-				return
-			}
-			if typ == websocket.MessageBinary {
-				if len(msg) > 0 && msg[0] == 0x01 {
-					sess.Write(msg[1:])
-				}
-				continue
-			}
-			var m struct {
-				Type       string
-				Cols, Rows int
-			}
-			if json.Unmarshal(msg, &m) == nil && m.Type == "resize" && m.Cols > 0 && m.Rows > 0 && m.Cols <= 1000 && m.Rows <= 1000 {
-				sess.Resize(m.Cols, m.Rows)
-			}
-		}
-	}()
-	code, werr := sess.Wait()
-	<-outDone
-	var end []byte
-	if werr != nil {
-		a.exited(r, c, reqID, false, nil, started)
-		end, _ = json.Marshal(map[string]string{"type": "error", "message": werr.Error()})
-	} else {
-		a.exited(r, c, reqID, false, &code, started)
-		end, _ = json.Marshal(map[string]any{"type": "exit", "code": code})
-	}
-	wctx, wcancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
-	defer wcancel()
-	ws.Write(wctx, websocket.MessageText, end)
-	ws.Close(websocket.StatusNormalClosure, "")
+		},
+	})
 	return nil
 }
