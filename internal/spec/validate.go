@@ -30,7 +30,8 @@ const ReservedIDPrefix = "cmp_"
 // Validate checks a spec, normally after [Normalize]. It returns nil or a
 // *FieldError for the first problem, the checks running in a fixed order
 // (identity, backend kind, routes, upstreams, vm, scaling, health, site,
-// build/artifact, update, auth, feed) so a client always sees the same
+// build/artifact, update, auth, feed, then the sections berth does not
+// support yet) so a client always sees the same
 // message for the same document.
 func Validate(s *apitype.DeploymentSpec, o Options) error {
 	return validate(s, o, false)
@@ -51,6 +52,7 @@ func validate(s *apitype.DeploymentSpec, o Options, gateProbe bool) error {
 	for _, check := range []func() *FieldError{
 		v.identity, v.backends, v.routes, v.upstreams, v.vm, v.scaling,
 		v.health, v.site, v.buildArtifact, v.update, v.auth, v.feed,
+		v.unsupported,
 	} {
 		if err := check(); err != nil {
 			return err

@@ -78,13 +78,13 @@ func TestValidate(t *testing.T) {
 			s := staticSpec()
 			s.Discovery = &apitype.DiscoverySpec{ServiceID: "svc"}
 			return s
-		}, nil, ""},
+		}, nil, "discovery: not supported yet"},
 		{"discovery only", func() *apitype.DeploymentSpec {
 			s := staticSpec()
 			s.Upstreams = nil
 			s.Discovery = &apitype.DiscoverySpec{ServiceID: "svc"}
 			return s
-		}, nil, ""},
+		}, nil, "discovery: not supported yet"},
 		{"discovery service_id", func() *apitype.DeploymentSpec {
 			s := staticSpec()
 			s.Discovery = &apitype.DiscoverySpec{}
@@ -253,7 +253,7 @@ func TestValidate(t *testing.T) {
 			s := vmSpec()
 			s.VM.Mounts = []apitype.MountSpec{{Path: "/data", Store: "/srv/art", Ref: "v1"}, {Path: "/models", Store: "/srv/art", Ref: "v1"}}
 			return s
-		}, nil, ""},
+		}, nil, "vm.mounts: not supported yet"},
 		{"mount relative", func() *apitype.DeploymentSpec {
 			s := vmSpec()
 			s.VM.Mounts = []apitype.MountSpec{{Path: "data", Store: "s", Ref: "r"}}
@@ -308,7 +308,7 @@ func TestValidate(t *testing.T) {
 			s.VM.Workspace = &apitype.WorkspaceSpec{Store: "/srv/ws"}
 			s.Scaling = &apitype.ScalingPolicy{MaxReplicas: intp(1)}
 			return s
-		}, nil, ""},
+		}, nil, "vm.workspace: not supported yet"},
 		{"workspace needs firecracker", func() *apitype.DeploymentSpec {
 			s := vmSpec()
 			s.VM.Workspace = &apitype.WorkspaceSpec{Store: "/srv/ws"}
@@ -437,7 +437,7 @@ func TestValidate(t *testing.T) {
 			s := vmSpec()
 			s.Build = &apitype.BuildSpec{Repo: "https://git/x"}
 			return s
-		}, nil, ""},
+		}, nil, "build: not supported yet"},
 		{"build and artifact", func() *apitype.DeploymentSpec {
 			s := vmSpec()
 			s.Build = &apitype.BuildSpec{Repo: "r"}
@@ -460,7 +460,7 @@ func TestValidate(t *testing.T) {
 			s := siteSpec()
 			s.Artifact = &apitype.ArtifactSpec{Store: "s", Ref: "r", StripComponents: intp(1)}
 			return s
-		}, nil, ""},
+		}, nil, "artifact: not supported yet"},
 		{"artifact on static", func() *apitype.DeploymentSpec {
 			s := staticSpec()
 			s.Artifact = &apitype.ArtifactSpec{Store: "s", Ref: "r"}
@@ -487,7 +487,7 @@ func TestValidate(t *testing.T) {
 			s := staticSpec()
 			s.Update = &apitype.UpdateSpec{WorkingDir: "/srv/app", Commands: []string{"git pull"}}
 			return s
-		}, nil, ""},
+		}, nil, "update: not supported yet"},
 		{"update on vm", func() *apitype.DeploymentSpec {
 			s := vmSpec()
 			s.Update = &apitype.UpdateSpec{WorkingDir: "/srv/app", Commands: []string{"git pull"}}
