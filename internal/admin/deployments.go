@@ -40,6 +40,9 @@ func (a *API) register(w http.ResponseWriter, r *http.Request) error {
 	if err := a.mayWrite(caller(r), &s); err != nil {
 		return err
 	}
+	if err := a.defaultDriver(caller(r), &s); err != nil {
+		return err
+	}
 	if err := a.o.Upstreams.check(r.Context(), s.Upstreams); err != nil {
 		return err
 	}
@@ -98,6 +101,9 @@ func (a *API) update(w http.ResponseWriter, r *http.Request) error {
 	}
 	s.ID = id
 	if err := a.mayWrite(caller(r), &s); err != nil {
+		return err
+	}
+	if err := a.defaultDriver(caller(r), &s); err != nil {
 		return err
 	}
 	if err := a.o.Upstreams.check(r.Context(), s.Upstreams); err != nil {

@@ -367,8 +367,15 @@ func (v validator) vm() *FieldError {
 	case !slices.Contains(v.o.Drivers, string(vm.Driver)):
 		return fieldErr("vm.driver", "%q is not available on this host (available: %s)", vm.Driver, avail)
 	}
-	if vm.Port < 1 || vm.Port > 65535 {
+	process := vm.Driver == apitype.DriverProcess
+	switch {
+	case process && vm.Port == 0:
+		// Left out: each replica gets its own port in $PORT.
+	case vm.Port < 1 || vm.Port > 65535:
 		return fieldErr("vm.port", "%d is not a port in 1..65535", vm.Port)
+	}
+	if process && vm.Image != "" {
+		return fieldErr("vm.image", "the process driver runs start_command on this host and has no images; remove vm.image, or name an image driver in vm.driver")
 	}
 	if v.o.ImageExists != nil && vm.Driver != apitype.DriverProcess {
 		switch {

@@ -228,10 +228,13 @@ func TestValidate(t *testing.T) {
 		}, nil, "upstreams: 257 upstreams exceed the limit of 256"},
 
 		// vm
-		{"driver missing", func() *apitype.DeploymentSpec { s := vmSpec(); s.VM.Driver = ""; return s }, nil, "vm.driver: required (available on this host: process, firecracker, kvm)"},
+		{"driver missing defaults to process", func() *apitype.DeploymentSpec { s := vmSpec(); s.VM.Driver = ""; return s }, nil, ""},
+		{"driver missing, process unavailable", func() *apitype.DeploymentSpec { s := vmSpec(); s.VM.Driver = ""; return s }, &Options{Drivers: []string{"kvm"}}, "vm.driver: \"process\" is not available on this host (available: kvm)"},
 		{"driver unavailable", func() *apitype.DeploymentSpec { s := vmSpec(); s.VM.Driver = "libvirt"; return s }, nil, "vm.driver: \"libvirt\" is not available on this host (available: process, firecracker, kvm)"},
 		{"no drivers at all", vmSpec, &Options{}, "vm.driver: \"process\" is not available on this host (available: none)"},
-		{"port zero", func() *apitype.DeploymentSpec { s := vmSpec(); s.VM.Port = 0; return s }, nil, "vm.port: 0 is not a port"},
+		{"port zero", func() *apitype.DeploymentSpec { s := vmSpec(); s.VM.Driver, s.VM.Port = "kvm", 0; return s }, nil, "vm.port: 0 is not a port"},
+		{"port left out for process", func() *apitype.DeploymentSpec { s := vmSpec(); s.VM.Port = 0; return s }, nil, ""},
+		{"port negative for process", func() *apitype.DeploymentSpec { s := vmSpec(); s.VM.Port = -1; return s }, nil, "vm.port: -1 is not a port"},
 		{"port high", func() *apitype.DeploymentSpec { s := vmSpec(); s.VM.Port = 65536; return s }, nil, "vm.port: "},
 		{"size class", func() *apitype.DeploymentSpec { s := vmSpec(); s.VM.SizeClass = "huge"; return s }, nil, "vm.size_class: \"huge\""},
 		{"size class ok", func() *apitype.DeploymentSpec { s := vmSpec(); s.VM.SizeClass = apitype.SizeXLarge; return s }, nil, ""},
