@@ -12,14 +12,35 @@ import (
 	"github.com/berth-dev/berth/internal/web"
 )
 
+// readSpec decodes a deployment spec body. A key inside a declared object
+// that no field takes (scaling.min_replica) is a 400 naming it, where the
+// decoder would drop it; top-level extra keys are kept (DeploymentSpec.Extra).
+func readSpec(w http.ResponseWriter, r *http.Request) (apitype.DeploymentSpec, error) {
+	var s apitype.DeploymentSpec
+	raw, err := web.ReadBody(w, r)
+	if err != nil {
+		return s, err
+	}
+	if err := web.DecodeJSON(raw, &s); err != nil {
+		return s, err
+	}
+	if err := spec.UnknownField(raw); err != nil {
+		return s, errorFor(err, s.ID)
+	}
+	return s, nil
+}
+
 // register is POST /deployments: create or replace, 201 either way (as
 // app-lb does); If-None-Match: * makes it create-only.
 func (a *API) register(w http.ResponseWriter, r *http.Request) error {
-	var s apitype.DeploymentSpec
-	if err := web.ReadJSON(w, r, &s); err != nil {
+	s, err := readSpec(w, r)
+	if err != nil {
 		return err
 	}
 	if err := a.mayWrite(caller(r), &s); err != nil {
+		return err
+	}
+	if err := a.defaultDriver(caller(r), &s); err != nil {
 		return err
 	}
 	if err := a.o.Upstreams.check(r.Context(), s.Upstreams); err != nil {
@@ -74,12 +95,15 @@ func (a *API) get(w http.ResponseWriter, r *http.Request) error {
 // update is PUT /deployments/{id}: the path id wins over the body's.
 func (a *API) update(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
-	var s apitype.DeploymentSpec
-	if err := web.ReadJSON(w, r, &s); err != nil {
+	s, err := readSpec(w, r)
+	if err != nil {
 		return err
 	}
 	s.ID = id
 	if err := a.mayWrite(caller(r), &s); err != nil {
+		return err
+	}
+	if err := a.defaultDriver(caller(r), &s); err != nil {
 		return err
 	}
 	if err := a.o.Upstreams.check(r.Context(), s.Upstreams); err != nil {

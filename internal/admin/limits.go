@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -54,6 +55,30 @@ func (a *API) admit(p *auth.Principal) func(s *apitype.DeploymentSpec, prev *reg
 		}
 		return nil
 	}
+}
+
+// defaultDriver fills in vm.driver for a namespace-confined caller that
+// left it out. The documented default, process (spec.Normalize), is not
+// one such a caller may use unless the operator allows it, so it gets the
+// first driver its namespace may use that this host has; with none, the
+// write is refused naming vm.driver. Unconfined callers get process.
+func (a *API) defaultDriver(p *auth.Principal, s *apitype.DeploymentSpec) error {
+	if !p.Confined() || s.VM == nil || s.VM.Driver != "" || spec.Kind(s) != apitype.KindVM {
+		return nil
+	}
+	ns := spec.Namespace(s)
+	allowed := a.o.Confinement.DriversFor(ns)
+	var host []string
+	if a.o.Fleet != nil {
+		host = a.o.Fleet.DriverNames()
+	}
+	for _, d := range allowed {
+		if slices.Contains(host, d) {
+			s.VM.Driver = apitype.Driver(d)
+			return nil
+		}
+	}
+	return web.Errorf(http.StatusForbidden, "vm.driver: required: none of the drivers namespace %q may use (%s) is available on this host (available: %s)", ns, driverList(allowed), driverList(host))
 }
 
 func driverList(ds []string) string {

@@ -9,6 +9,8 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/berth-dev/berth/apitype"
@@ -23,6 +25,8 @@ var applyCmd = &command{
 Register each deployment spec in FILE, replacing any deployment with the
 same id. FILE is JSON or YAML and holds one spec, a list of specs, or
 several YAML documents separated by "---". "-f -" reads standard input.
+A .json file, or content that starts with { or [, must be strict JSON
+(no trailing commas or comments); .yaml and .yml files are YAML.
 
 Specs are sent as written: fields this berth does not know are passed to
 the server untouched. Every spec is tried; the command fails if any was
@@ -53,7 +57,7 @@ func runApply(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	specs, err := splitSpecs(data)
+	specs, err := splitSpecs(file, data)
 	if err != nil {
 		return fmt.Errorf("%s: %w", displayName(file), err)
 	}
@@ -146,26 +150,26 @@ func specID(spec json.RawMessage) string {
 // splitSpecs turns the contents of an apply file into one JSON object per
 // deployment spec.
 //
-// JSON is read as a stream of values, each an object or an array of
-// objects, and the objects are kept byte for byte. Anything else is read as
-// YAML, one document at a time. Input that starts like JSON but does not
-// parse as JSON is tried as YAML too (flow-style YAML looks the same), and
-// if that also fails the JSON error is reported, as the likelier intent.
-func splitSpecs(data []byte) ([]json.RawMessage, error) {
+// A file named *.json is JSON, and so is one whose content starts with {
+// or [ (stdin, or a name that says neither): it is read as a stream of
+// values, each an object or an array of objects, kept byte for byte, and
+// what is not JSON (a trailing comma, a comment) is refused with JSON's
+// error and its line and column. A file named *.yaml or *.yml, and any
+// other content, is YAML, one document at a time.
+func splitSpecs(name string, data []byte) ([]json.RawMessage, error) {
 	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf")) // a UTF-8 BOM
 	trimmed := bytes.TrimSpace(data)
 	if len(trimmed) == 0 {
 		return nil, errors.New("empty file")
 	}
+	switch strings.ToLower(filepath.Ext(name)) {
+	case ".json":
+		return splitJSON(data)
+	case ".yaml", ".yml":
+		return splitYAML(data)
+	}
 	if trimmed[0] == '{' || trimmed[0] == '[' {
-		specs, jerr := splitJSON(trimmed)
-		if jerr == nil {
-			return specs, nil
-		}
-		if specs, yerr := splitYAML(data); yerr == nil {
-			return specs, nil
-		}
-		return nil, jerr
+		return splitJSON(data)
 	}
 	return splitYAML(data)
 }
@@ -178,7 +182,7 @@ func splitJSON(data []byte) ([]json.RawMessage, error) {
 		if err := dec.Decode(&v); err == io.EOF {
 			return specs, nil
 		} else if err != nil {
-			return nil, fmt.Errorf("invalid JSON: %w", err)
+			return nil, jsonSyntax(data, err)
 		}
 		got, err := specsOf(v, n)
 		if err != nil {
@@ -186,6 +190,31 @@ func splitJSON(data []byte) ([]json.RawMessage, error) {
 		}
 		specs = append(specs, got...)
 	}
+}
+
+// jsonSyntax words a JSON decoding error with the line and column it was
+// found at.
+func jsonSyntax(data []byte, err error) error {
+	var se *json.SyntaxError
+	switch {
+	case errors.As(err, &se):
+		line, col := lineCol(data, se.Offset)
+		return fmt.Errorf("invalid JSON at line %d, column %d: %w", line, col, err)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		line, col := lineCol(data, int64(len(bytes.TrimRight(data, " \t\r\n"))))
+		return fmt.Errorf("invalid JSON at line %d, column %d: unexpected end of input", line, col)
+	}
+	return fmt.Errorf("invalid JSON: %w", err)
+}
+
+// lineCol turns a byte offset into a 1-based line and column, the offset
+// being just past the byte where the decoder stopped (json.SyntaxError).
+func lineCol(data []byte, off int64) (line, col int) {
+	off = min(max(off, 1), int64(len(data)))
+	before := data[:off-1]
+	line = bytes.Count(before, []byte("\n")) + 1
+	col = len(before) - bytes.LastIndexByte(before, '\n')
+	return line, col
 }
 
 // specsOf splits one JSON document into specs: itself if it is an object,

@@ -213,32 +213,8 @@ func New(o Options) *API {
 func (a *API) Routes() map[string]grant.Action { return maps.Clone(a.routes) }
 
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	h, pattern := a.mux.Handler(r)
-	if pattern != "" {
-		a.mux.ServeHTTP(w, r)
-		return
-	}
-	probe := &statusProbe{header: http.Header{}}
-	h.ServeHTTP(probe, r)
-	if allow := probe.header.Get("Allow"); allow != "" {
-		w.Header().Set("Allow", allow)
-	}
-	if probe.status == http.StatusMethodNotAllowed {
-		web.WriteError(a.o.Log, w, r, web.Errorf(http.StatusMethodNotAllowed, "method %s is not allowed on %s; allowed: %s", r.Method, r.URL.Path, probe.header.Get("Allow")))
-		return
-	}
-	web.WriteError(a.o.Log, w, r, web.Errorf(http.StatusNotFound, "no route %s %s", r.Method, r.URL.Path))
+	web.ServeMux(a.o.Log, a.mux, w, r)
 }
-
-// statusProbe records what a handler would answer, discarding the body.
-type statusProbe struct {
-	header http.Header
-	status int
-}
-
-func (p *statusProbe) Header() http.Header         { return p.header }
-func (p *statusProbe) Write(b []byte) (int, error) { return len(b), nil }
-func (p *statusProbe) WriteHeader(code int)        { p.status = code }
 
 // call is one authorized request on a Computer.
 type call struct {

@@ -280,7 +280,7 @@ func TestAdminErrors(t *testing.T) {
 		{"unknown id", "GET", "/deployments/missing", "", "", nil, 404, `no deployment "missing"`},
 		{"PUT unknown", "PUT", "/deployments/missing", "application/json", good, nil, 404, `no deployment "missing"`},
 		{"DELETE unknown", "DELETE", "/deployments/missing", "", "", nil, 404, `no deployment "missing"`},
-		{"unknown route", "GET", "/nope", "", "", nil, 404, "no route"},
+		{"unknown route", "GET", "/nope", "", "", nil, 501, "GET /nope is not supported by this server"},
 		{"method not allowed", "PATCH", "/deployments", "", "", nil, 405, "not allowed"},
 		{"metrics bad summary", "GET", "/metrics?summary=1", "", "", nil, 400, "summary"},
 		{"metrics bad limit", "GET", "/metrics?limit=-2", "", "", nil, 400, "limit"},

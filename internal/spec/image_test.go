@@ -21,7 +21,7 @@ func TestImageExists(t *testing.T) {
 		{"container", "nope", `vm.image: no image "nope" on this host`},
 		{"firecracker", "nope", `vm.image: no image "nope"`},
 		{"process", "", ""},
-		{"process", "ignored", ""},
+		{"process", "busybox", "vm.image: the process driver runs start_command on this host and has no images"},
 	} {
 		s := vmSpec()
 		s.VM.Driver, s.VM.Image = apitype.Driver(tc.driver), tc.image
@@ -32,6 +32,13 @@ func TestImageExists(t *testing.T) {
 		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
 			t.Errorf("%s with image %q: %v, want an error containing %q", tc.driver, tc.image, err, tc.want)
 		}
+	}
+	// A process spec naming an image is refused without an image store too:
+	// the driver would run it on the host and ignore the image.
+	s0 := vmSpec()
+	s0.VM.Image = "busybox"
+	if err := Validate(s0, Options{Drivers: []string{"process"}}); err == nil || !strings.HasPrefix(err.Error(), "vm.image: ") {
+		t.Errorf("process with an image, no image store: %v, want vm.image refused", err)
 	}
 	// Without an image store nothing is checked.
 	s := vmSpec()

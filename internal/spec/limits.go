@@ -24,11 +24,52 @@ func (v validator) replicaCeiling() *FieldError {
 	return nil
 }
 
+// notSupported is the answer to a spec section berth would validate and
+// store but not act on: accepting it would leave its owner believing berth
+// does what the section asks. field names the section, why what berth
+// would fail to do.
+func notSupported(field, why string) *FieldError {
+	return fieldErr(field, "not supported yet: %s; remove %s", why, field)
+}
+
 // authUnsupported is the answer to any spec with an auth gate: berth does
 // not enforce gates yet, and accepting one would serve the deployment
 // ungated while its owner believes it is protected.
 func authUnsupported() *FieldError {
 	return fieldErr("auth", "not supported yet: berth does not enforce auth gates, so a gated deployment would serve every request without credentials; remove auth, or put the gate in front of berth")
+}
+
+// unsupported refuses the sections berth checks field by field (so a later
+// issue can implement one by deleting its line here) but does not act on:
+// nothing builds, fetches, mounts, discovers, updates or feeds, and the
+// health prober does not read expected_header. It runs after the field
+// checks, so a malformed section is still named precisely.
+func (v validator) unsupported() *FieldError {
+	s := v.s
+	vm := s.VM
+	if vm == nil {
+		vm = &apitype.VmSpec{}
+	}
+	hdr := s.Health != nil && s.Health.ExpectedHeader != nil
+	for _, u := range []struct {
+		set         bool
+		field, what string
+	}{
+		{s.Feed != nil, "feed", "berth keeps no event feed"},
+		{s.Build != nil, "build", "berth does not build images from a repo or store"},
+		{s.Artifact != nil, "artifact", "berth does not fetch artifacts"},
+		{s.Update != nil, "update", "berth does not run update jobs"},
+		{s.Discovery != nil, "discovery", "berth does not discover upstreams (list them in upstreams)"},
+		{len(vm.Mounts) > 0, "vm.mounts", "berth does not mount artifact stores into replicas"},
+		{vm.Workspace != nil, "vm.workspace", "berth does not persist deployment workspaces"},
+		{vm.WorkspaceArchive != nil, "vm.workspace_archive", "berth does not restore workspace archives"},
+		{hdr, "health.expected_header", "berth's health probe does not check response headers"},
+	} {
+		if u.set {
+			return notSupported(u.field, u.what)
+		}
+	}
+	return nil
 }
 
 // loaderVars are the environment variables glibc drops for setuid programs

@@ -22,6 +22,9 @@
 //     bootstrap upstreams); either one makes the deployment static.
 //   - A path_prefix may not contain "?" or "#": request paths never do, so
 //     such a rule could never match.
+//   - vm.driver defaults to process. vm.port may be left out (0) for
+//     process, which gives each replica its own port in $PORT; it is
+//     returned as 0, meaning "the driver assigns it".
 //   - A plain "http://" upstream is refused; plain upstreams are written
 //     host:port, so every upstream has exactly one spelling.
 package spec
@@ -147,6 +150,12 @@ func Normalize(s *apitype.DeploymentSpec, o Options) {
 		}
 	}
 	if kind == apitype.KindVM && s.VM != nil {
+		if s.VM.Driver == "" {
+			// The documented default. A namespace-confined writer, which
+			// may not use process unless the operator allows it, gets its
+			// default from package admin before Normalize runs.
+			s.VM.Driver = apitype.DriverProcess
+		}
 		s.Scaling = fillScaling(s.Scaling)
 	}
 	stampSecrets(s)

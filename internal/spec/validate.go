@@ -30,7 +30,8 @@ const ReservedIDPrefix = "cmp_"
 // Validate checks a spec, normally after [Normalize]. It returns nil or a
 // *FieldError for the first problem, the checks running in a fixed order
 // (identity, backend kind, routes, upstreams, vm, scaling, health, site,
-// build/artifact, update, auth, feed) so a client always sees the same
+// build/artifact, update, auth, feed, then the sections berth does not
+// support yet) so a client always sees the same
 // message for the same document.
 func Validate(s *apitype.DeploymentSpec, o Options) error {
 	return validate(s, o, false)
@@ -51,6 +52,7 @@ func validate(s *apitype.DeploymentSpec, o Options, gateProbe bool) error {
 	for _, check := range []func() *FieldError{
 		v.identity, v.backends, v.routes, v.upstreams, v.vm, v.scaling,
 		v.health, v.site, v.buildArtifact, v.update, v.auth, v.feed,
+		v.unsupported,
 	} {
 		if err := check(); err != nil {
 			return err
@@ -365,8 +367,15 @@ func (v validator) vm() *FieldError {
 	case !slices.Contains(v.o.Drivers, string(vm.Driver)):
 		return fieldErr("vm.driver", "%q is not available on this host (available: %s)", vm.Driver, avail)
 	}
-	if vm.Port < 1 || vm.Port > 65535 {
+	process := vm.Driver == apitype.DriverProcess
+	switch {
+	case process && vm.Port == 0:
+		// Left out: each replica gets its own port in $PORT.
+	case vm.Port < 1 || vm.Port > 65535:
 		return fieldErr("vm.port", "%d is not a port in 1..65535", vm.Port)
+	}
+	if process && vm.Image != "" {
+		return fieldErr("vm.image", "the process driver runs start_command on this host and has no images; remove vm.image, or name an image driver in vm.driver")
 	}
 	if v.o.ImageExists != nil && vm.Driver != apitype.DriverProcess {
 		switch {

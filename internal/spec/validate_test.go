@@ -78,13 +78,13 @@ func TestValidate(t *testing.T) {
 			s := staticSpec()
 			s.Discovery = &apitype.DiscoverySpec{ServiceID: "svc"}
 			return s
-		}, nil, ""},
+		}, nil, "discovery: not supported yet"},
 		{"discovery only", func() *apitype.DeploymentSpec {
 			s := staticSpec()
 			s.Upstreams = nil
 			s.Discovery = &apitype.DiscoverySpec{ServiceID: "svc"}
 			return s
-		}, nil, ""},
+		}, nil, "discovery: not supported yet"},
 		{"discovery service_id", func() *apitype.DeploymentSpec {
 			s := staticSpec()
 			s.Discovery = &apitype.DiscoverySpec{}
@@ -228,10 +228,13 @@ func TestValidate(t *testing.T) {
 		}, nil, "upstreams: 257 upstreams exceed the limit of 256"},
 
 		// vm
-		{"driver missing", func() *apitype.DeploymentSpec { s := vmSpec(); s.VM.Driver = ""; return s }, nil, "vm.driver: required (available on this host: process, firecracker, kvm)"},
+		{"driver missing defaults to process", func() *apitype.DeploymentSpec { s := vmSpec(); s.VM.Driver = ""; return s }, nil, ""},
+		{"driver missing, process unavailable", func() *apitype.DeploymentSpec { s := vmSpec(); s.VM.Driver = ""; return s }, &Options{Drivers: []string{"kvm"}}, "vm.driver: \"process\" is not available on this host (available: kvm)"},
 		{"driver unavailable", func() *apitype.DeploymentSpec { s := vmSpec(); s.VM.Driver = "libvirt"; return s }, nil, "vm.driver: \"libvirt\" is not available on this host (available: process, firecracker, kvm)"},
 		{"no drivers at all", vmSpec, &Options{}, "vm.driver: \"process\" is not available on this host (available: none)"},
-		{"port zero", func() *apitype.DeploymentSpec { s := vmSpec(); s.VM.Port = 0; return s }, nil, "vm.port: 0 is not a port"},
+		{"port zero", func() *apitype.DeploymentSpec { s := vmSpec(); s.VM.Driver, s.VM.Port = "kvm", 0; return s }, nil, "vm.port: 0 is not a port"},
+		{"port left out for process", func() *apitype.DeploymentSpec { s := vmSpec(); s.VM.Port = 0; return s }, nil, ""},
+		{"port negative for process", func() *apitype.DeploymentSpec { s := vmSpec(); s.VM.Port = -1; return s }, nil, "vm.port: -1 is not a port"},
 		{"port high", func() *apitype.DeploymentSpec { s := vmSpec(); s.VM.Port = 65536; return s }, nil, "vm.port: "},
 		{"size class", func() *apitype.DeploymentSpec { s := vmSpec(); s.VM.SizeClass = "huge"; return s }, nil, "vm.size_class: \"huge\""},
 		{"size class ok", func() *apitype.DeploymentSpec { s := vmSpec(); s.VM.SizeClass = apitype.SizeXLarge; return s }, nil, ""},
@@ -253,7 +256,7 @@ func TestValidate(t *testing.T) {
 			s := vmSpec()
 			s.VM.Mounts = []apitype.MountSpec{{Path: "/data", Store: "/srv/art", Ref: "v1"}, {Path: "/models", Store: "/srv/art", Ref: "v1"}}
 			return s
-		}, nil, ""},
+		}, nil, "vm.mounts: not supported yet"},
 		{"mount relative", func() *apitype.DeploymentSpec {
 			s := vmSpec()
 			s.VM.Mounts = []apitype.MountSpec{{Path: "data", Store: "s", Ref: "r"}}
@@ -308,7 +311,7 @@ func TestValidate(t *testing.T) {
 			s.VM.Workspace = &apitype.WorkspaceSpec{Store: "/srv/ws"}
 			s.Scaling = &apitype.ScalingPolicy{MaxReplicas: intp(1)}
 			return s
-		}, nil, ""},
+		}, nil, "vm.workspace: not supported yet"},
 		{"workspace needs firecracker", func() *apitype.DeploymentSpec {
 			s := vmSpec()
 			s.VM.Workspace = &apitype.WorkspaceSpec{Store: "/srv/ws"}
@@ -437,7 +440,7 @@ func TestValidate(t *testing.T) {
 			s := vmSpec()
 			s.Build = &apitype.BuildSpec{Repo: "https://git/x"}
 			return s
-		}, nil, ""},
+		}, nil, "build: not supported yet"},
 		{"build and artifact", func() *apitype.DeploymentSpec {
 			s := vmSpec()
 			s.Build = &apitype.BuildSpec{Repo: "r"}
@@ -460,7 +463,7 @@ func TestValidate(t *testing.T) {
 			s := siteSpec()
 			s.Artifact = &apitype.ArtifactSpec{Store: "s", Ref: "r", StripComponents: intp(1)}
 			return s
-		}, nil, ""},
+		}, nil, "artifact: not supported yet"},
 		{"artifact on static", func() *apitype.DeploymentSpec {
 			s := staticSpec()
 			s.Artifact = &apitype.ArtifactSpec{Store: "s", Ref: "r"}
@@ -487,7 +490,7 @@ func TestValidate(t *testing.T) {
 			s := staticSpec()
 			s.Update = &apitype.UpdateSpec{WorkingDir: "/srv/app", Commands: []string{"git pull"}}
 			return s
-		}, nil, ""},
+		}, nil, "update: not supported yet"},
 		{"update on vm", func() *apitype.DeploymentSpec {
 			s := vmSpec()
 			s.Update = &apitype.UpdateSpec{WorkingDir: "/srv/app", Commands: []string{"git pull"}}

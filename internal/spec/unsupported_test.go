@@ -1,0 +1,41 @@
+package spec
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/berth-dev/berth/apitype"
+)
+
+// UnsupportedSpecs are well-formed specs that each set one section berth
+// validates but does not act on, keyed by the field the refusal names.
+var unsupportedSpecs = map[string]string{
+	"feed":                   `{"id":"a","routes":[{"host":"a.test"}],"vm":{"driver":"process","port":8080},"feed":{"expose":"/feed"}}`,
+	"build":                  `{"id":"a","routes":[{"host":"a.test"}],"vm":{"driver":"process","port":8080},"build":{"repo":"https://git.test/x"}}`,
+	"artifact":               `{"id":"a","routes":[{"host":"a.test"}],"vm":{"driver":"process","port":8080},"artifact":{"store":"s","ref":"r"}}`,
+	"update":                 `{"id":"a","routes":[{"host":"a.test"}],"upstreams":["127.0.0.1:9000"],"update":{"working_dir":"/srv/a","commands":["make"]}}`,
+	"discovery":              `{"id":"a","routes":[{"host":"a.test"}],"discovery":{"service_id":"svc"}}`,
+	"vm.mounts":              `{"id":"a","routes":[{"host":"a.test"}],"vm":{"driver":"process","port":8080,"mounts":[{"path":"/data","store":"s","ref":"r"}]}}`,
+	"vm.workspace":           `{"id":"a","routes":[{"host":"a.test"}],"vm":{"driver":"firecracker","port":8080,"workspace":{"store":"s"}},"scaling":{"max_replicas":1}}`,
+	"vm.workspace_archive":   `{"id":"a","routes":[{"host":"a.test"}],"vm":{"driver":"process","port":8080,"workspace_archive":{"s3_key":"k"}}}`,
+	"health.expected_header": `{"id":"a","routes":[{"host":"a.test"}],"vm":{"driver":"process","port":8080},"health":{"expected_header":{"name":"x-rev","value":"1"}}}`,
+}
+
+// TestUnsupportedSections: a section berth does not act on is refused
+// naming it, not stored and ignored.
+func TestUnsupportedSections(t *testing.T) {
+	for field, doc := range unsupportedSpecs {
+		var s apitype.DeploymentSpec
+		if err := json.Unmarshal([]byte(doc), &s); err != nil {
+			t.Fatalf("%s: %v", field, err)
+		}
+		Normalize(&s, testOpts)
+		err := Validate(&s, testOpts)
+		var fe *FieldError
+		if !errors.As(err, &fe) || fe.Field != field || !strings.HasPrefix(fe.Msg, "not supported yet") {
+			t.Errorf("%s: Validate = %v, want %s: not supported yet", field, err, field)
+		}
+	}
+}
