@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -43,7 +44,9 @@ import (
 type Options struct {
 	ProxyAddr string // data plane listener; default 0.0.0.0:6188
 	AdminAddr string // admin API listener; default 127.0.0.1:9090
-	DataDir   string // where the store lives; created 0700
+	// DataDir is where the store lives; created 0700. A relative path is
+	// taken from the working directory at New and made absolute there.
+	DataDir string
 
 	// SitesDir is where site deployments' roots live, one subtree per
 	// namespace (<SitesDir>/<namespace>); default <DataDir>/sites. A site
@@ -183,6 +186,13 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	}
 	if o.DataDir == "" {
 		return nil, errors.New("server: a data directory is required")
+	}
+	// Absolute from here on: the default (./berth-data) is relative, and
+	// what is derived from it (Computer workspaces, replica and site
+	// directories) must not depend on the working directory — the
+	// drivers refuse a relative workspace.
+	if o.DataDir, err = filepath.Abs(o.DataDir); err != nil {
+		return nil, fmt.Errorf("server: data directory: %w", err)
 	}
 	if o.AdminPassword == "" && !loopback(o.AdminAddr) {
 		return nil, fmt.Errorf("server: refusing to serve the admin API on %s without a credential: anyone who can reach it could change every deployment; set BERTH_ADMIN_PASSWORD (and mint tokens for other users), or bind --admin-addr to 127.0.0.1", o.AdminAddr)

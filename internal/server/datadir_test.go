@@ -1,0 +1,39 @@
+package server
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestRelativeDataDir: berth serve's default data dir is relative
+// (./berth-data). The server makes it absolute at start-up, so a Computer's
+// workspace is an absolute path and exec in it works (issue 10: every exec
+// answered 500 "the operation failed").
+func TestRelativeDataDir(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	h := start(t, "berth-data")
+	if want := filepath.Join(dir, "berth-data"); h.s.o.DataDir != want {
+		t.Errorf("DataDir %q, want %q", h.s.o.DataDir, want)
+	}
+	if want := filepath.Join(dir, "berth-data", "sites"); h.s.SitesDir() != want {
+		t.Errorf("SitesDir %q, want %q", h.s.SitesDir(), want)
+	}
+	if r := h.json("POST", "/computers", `{"id":"desk","backings":[{"kind":"process"}]}`); r.code != 201 {
+		t.Fatalf("create: %d %s", r.code, r.body)
+	}
+	r := h.json("POST", "/computers/desk/exec", `{"argv":["/bin/sh","-c","echo hi > note.txt && cat note.txt && pwd"]}`)
+	if r.code != 200 {
+		t.Fatalf("exec: %d %s", r.code, r.body)
+	}
+	var res struct {
+		ExitCode int    `json:"exitCode"`
+		Stdout   string `json:"stdout"`
+	}
+	if err := json.Unmarshal(r.body, &res); err != nil || res.ExitCode != 0 || !strings.HasPrefix(res.Stdout, "hi\n") {
+		t.Errorf("exec: %s, %v", r.body, err)
+	}
+	h.do("DELETE", "/computers/desk", "", "")
+}
