@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -36,4 +37,27 @@ func TestRelativeDataDir(t *testing.T) {
 		t.Errorf("exec: %s, %v", r.body, err)
 	}
 	h.do("DELETE", "/computers/desk", "", "")
+}
+
+// TestServerErrorSaysWhy: a 500 names its cause to the operator (issue 10:
+// "the operation failed" hid what the operator could fix); a namespace
+// token, whose walls the cause may reach past, gets a reference to the
+// server's log line instead.
+func TestServerErrorSaysWhy(t *testing.T) {
+	w := startTenants(t, Options{NamespaceDrivers: map[string][]string{"team-a": {"process"}}})
+	// Something in the way of the workspaces: a file where a Computer's
+	// directory goes.
+	for _, id := range []string{"op-box", "a-box"} {
+		if err := os.WriteFile(filepath.Join(w.o.DataDir, "computers", id), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := w.call(nil, "POST", "/computers", w.op, `{"id":"op-box"}`)
+	if msg := errorOf(t, r); r.code != 500 || !strings.Contains(msg, "not a directory") || !strings.Contains(msg, filepath.Join(w.o.DataDir, "computers", "op-box")) {
+		t.Errorf("operator: %s, want 500 naming the cause", r)
+	}
+	r = w.call(nil, "POST", "/computers", w.a, `{"id":"a-box"}`)
+	if msg := errorOf(t, r); r.code != 500 || strings.Contains(msg, "not a directory") || strings.Contains(msg, w.o.DataDir) || !strings.Contains(msg, "server's log, ref ") {
+		t.Errorf("team-a: %s, want 500 with a log reference only", r)
+	}
 }
