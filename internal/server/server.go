@@ -136,6 +136,17 @@ type Options struct {
 	// auth.DefaultNamespaceReplicaQuota (20), negative none.
 	NamespaceReplicaQuota int
 
+	// ComputerCapacity, when MaxActive is positive, registers this host's
+	// Computer capacity (hostCapacitySchema: at most MaxActive Computers
+	// starting or running, ReservedHeadroom of them held back) in the host
+	// capacity registry at start-up; the fleet's slots are the registry's
+	// sum of MaxActive − ReservedHeadroom (package computer). Zero leaves
+	// the registry as stored (empty: computer.DefaultFleetLimit slots).
+	ComputerCapacity computer.HostCapacity
+	// ComputerRecycleAfter, when positive, replaces a Computer's sandbox
+	// older than that at a quiet moment, keeping its workspace.
+	ComputerRecycleAfter time.Duration
+
 	Log *slog.Logger
 }
 
@@ -259,10 +270,18 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	s.Fleet = fleet.New(fleet.Options{Drivers: drivers, Log: o.Log, Ignore: computer.IsSandbox})
 	s.Computers, err = computer.New(ctx, computer.Options{
 		Store: st, Drivers: drivers, DataDir: o.DataDir, BaseDomain: portDomain(o), Log: o.Log,
+		RecycleAfter: o.ComputerRecycleAfter,
 	})
 	if err != nil {
 		st.Close()
 		return nil, err
+	}
+	if o.ComputerCapacity != (computer.HostCapacity{}) {
+		if err := s.Computers.SetHostCapacity(ctx, computer.LocalHost, o.ComputerCapacity); err != nil {
+			st.Close()
+			return nil, fmt.Errorf("server: Computer capacity: %w", err)
+		}
+		o.Log.Info("Computer capacity", "host", computer.LocalHost, "max_active", o.ComputerCapacity.MaxActive, "reserved_headroom", o.ComputerCapacity.ReservedHeadroom)
 	}
 	grants, grantKey, err := openGrants(ctx, st, o.DataDir)
 	if err != nil {
