@@ -131,6 +131,23 @@ func TestContract(t *testing.T) {
 	}
 }
 
+// documentedRegistry maps the declarations of internal/contracttest's
+// documented.d.ts (responses app-lb documents that the contract does not
+// declare) to their Go types.
+var documentedRegistry = map[string]reflect.Type{
+	"ImageInventory": reflect.TypeFor[apitype.ImageInventory](),
+	"ImageView":      reflect.TypeFor[apitype.ImageView](),
+	"ImageReference": reflect.TypeFor[apitype.ImageReference](),
+}
+
+// TestDocumented holds the Go types of the documented responses to their
+// declarations, as TestContract does for the contract's.
+func TestDocumented(t *testing.T) {
+	for _, p := range checkRegistry(contracttest.MustDocumented(t), documentedRegistry) {
+		t.Error(p)
+	}
+}
+
 // checkRegistry returns every difference between the contract and reg.
 func checkRegistry(c *contracttest.Contract, reg map[string]reflect.Type) []string {
 	var problems []string

@@ -4,9 +4,11 @@ package apitype
 // its isolating drivers, in the shape of app-lb's images inventory
 // (app-lb.md §2.5). berth keeps every image locally, so Complete and
 // Present are always true and Tier is "local"; it has no remote store to
-// offload to, so Offload is false.
+// offload to, so Offload is false. The shape is app-lb's, declared in
+// internal/contracttest/documented.d.ts (the contract itself does not
+// declare it): timestamps are unix seconds, and no key is berth's own.
 type ImageInventory struct {
-	GeneratedAt     string      `json:"generated_at"` // RFC 3339
+	GeneratedAt     int64       `json:"generated_at"` // unix seconds
 	Complete        bool        `json:"complete"`
 	DeleteSupported bool        `json:"delete_supported"`
 	Offload         bool        `json:"offload"`
@@ -19,17 +21,20 @@ type ImageInventory struct {
 // ImageView is one image of the inventory; `PATCH /images/:name` answers
 // it too.
 type ImageView struct {
-	Name       string           `json:"name"`
-	Source     string           `json:"source"` // the host path or "upload" it was imported from
-	Tier       string           `json:"tier"`   // "local"
-	Digest     string           `json:"digest"` // "sha256:<hex>" over the canonical walk of the tree
-	Store      string           `json:"store"`  // "" : no artifact store
-	Ref        string           `json:"ref"`    // "" : no artifact reference
-	Bytes      int64            `json:"bytes"`
-	LastUsed   *string          `json:"last_used"` // not tracked: null
+	Name   string `json:"name"`
+	Source string `json:"source"` // the host path or "upload" it was imported from
+	Tier   string `json:"tier"`   // "local"
+	Digest string `json:"digest"` // "sha256:<hex>" over the canonical walk of the tree
+	Store  string `json:"store"`  // "" : no artifact store
+	Ref    string `json:"ref"`    // "" : no artifact reference
+	Bytes  int64  `json:"bytes"`
+	// LastUsed is unix seconds. berth does not record when a replica last
+	// started from an image, so it is when the image was imported (the
+	// last time berth knows it was touched; a re-import with other
+	// content moves it).
+	LastUsed   int64            `json:"last_used"`
 	Pinned     bool             `json:"pinned"`
 	Present    bool             `json:"present"`
-	CreatedAt  string           `json:"created_at,omitempty"` // berth's own: RFC 3339
 	References []ImageReference `json:"references"`
 }
 

@@ -46,6 +46,14 @@ type MintedToken struct {
 	Token string `json:"token"`
 }
 
+// TokenProvenance is berth's own `GET /tokens/:id/provenance`: who minted
+// the token, which the contract's TokenSummary does not declare. MintedBy
+// is `token:<id>`, `user:<name>` or `ungated`.
+type TokenProvenance struct {
+	ID       string `json:"id"`
+	MintedBy string `json:"minted_by"`
+}
+
 // WhoAmI is the contract's WhoAmI.
 //
 // `GET /whoami` — what the server makes of the credential presented. Needs no

@@ -10,13 +10,9 @@ import (
 )
 
 // Token is an app-token as the /tokens routes describe it: the contract's
-// TokenSummary plus `minted_by`, which berth (like app-lb) records but the
-// contract does not declare.
+// TokenSummary. Who minted it is [Client.TokenProvenance].
 type Token struct {
 	apitype.TokenSummary
-	// MintedBy is the principal that minted the token: `token:<id>`,
-	// `user:<name>` or `ungated`.
-	MintedBy string `json:"minted_by,omitempty"`
 }
 
 // MintedToken is the reply to [Client.MintToken]. Token is the secret
@@ -62,6 +58,20 @@ func (c *Client) Token(ctx context.Context, id string) (*Token, error) {
 		return nil, err
 	}
 	return &t, nil
+}
+
+// TokenProvenance reports who minted a token
+// (`GET /tokens/:id/provenance`, berth's own route: the contract's
+// TokenSummary does not declare `minted_by`).
+func (c *Client) TokenProvenance(ctx context.Context, id string) (*apitype.TokenProvenance, error) {
+	if id == "" {
+		return nil, errNoTokenID
+	}
+	var p apitype.TokenProvenance
+	if _, err := c.send(ctx, http.MethodGet, "/tokens/"+url.PathEscape(id)+"/provenance", nil, nil, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
 }
 
 // MintToken mints an app-token (`POST /tokens`).

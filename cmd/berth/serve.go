@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/internal/auth"
+	"github.com/berth-dev/berth/internal/computer"
 	"github.com/berth-dev/berth/internal/demo"
 	"github.com/berth-dev/berth/internal/registry"
 	"github.com/berth-dev/berth/internal/server"
@@ -121,6 +122,9 @@ func serve(ctx context.Context, args []string) int {
 	nsDrivers := fs.String("namespace-drivers", env("BERTH_NAMESPACE_DRIVERS", ""), "per-namespace overrides of --confined-drivers: ns=driver,driver;ns2=driver (BERTH_NAMESPACE_DRIVERS)")
 	replicaQuota := fs.Int("namespace-replica-quota", intEnv("BERTH_NAMESPACE_REPLICA_QUOTA", auth.DefaultNamespaceReplicaQuota), "the most max_replicas a namespace token's vm deployments may add up to in its namespace; negative: no quota (BERTH_NAMESPACE_REPLICA_QUOTA)")
 	allowLinkLocal := fs.Bool("allow-link-local-upstreams", envBool("BERTH_ALLOW_LINK_LOCAL_UPSTREAMS"), "let upstreams reach link-local and cloud metadata addresses (169.254.0.0/16, fe80::/10, 100.100.100.200, fd00:ec2::254), refused by default (BERTH_ALLOW_LINK_LOCAL_UPSTREAMS)")
+	maxActive := fs.Int("computer-max-active", intEnv("BERTH_COMPUTER_MAX_ACTIVE", 0), "register this host in the Computer capacity registry with at most this many Computers starting or running at once; 0: keep the registry as stored (empty: 16 fleet slots) (BERTH_COMPUTER_MAX_ACTIVE)")
+	headroom := fs.Int("computer-reserved-headroom", intEnv("BERTH_COMPUTER_RESERVED_HEADROOM", 0), "of --computer-max-active, how many slots to hold back (below it) (BERTH_COMPUTER_RESERVED_HEADROOM)")
+	recycleAfter := fs.Duration("computer-recycle-after", durEnv("BERTH_COMPUTER_RECYCLE_AFTER", 0), "replace a Computer's sandbox older than this at a quiet moment, keeping its workspace; 0: never (BERTH_COMPUTER_RECYCLE_AFTER)")
 	withDemo := fs.Bool("demo", false, "register demo deployments (a vm app that scales from zero, and a site) and print how to reach them")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -156,6 +160,10 @@ func serve(ctx context.Context, args []string) int {
 		fmt.Fprintf(os.Stderr, "berth serve: --namespace-drivers: %v\n", err)
 		return 2
 	}
+	if *headroom != 0 && *maxActive <= 0 {
+		fmt.Fprintln(os.Stderr, "berth serve: --computer-reserved-headroom needs --computer-max-active")
+		return 2
+	}
 	confined := splitList(*confinedDrivers)
 	if confined == nil {
 		confined = []string{} // set but empty: no driver
@@ -172,6 +180,8 @@ func serve(ctx context.Context, args []string) int {
 		SecretKey: secrets["BERTH_SECRET_KEY"], TenantTokenMaxTTL: *tenantTTL,
 		MaxReplicasCeiling: nonZero(*replicaCeiling), ConfinedDrivers: confined, NamespaceDrivers: nsDriverMap,
 		NamespaceReplicaQuota: nonZero(*replicaQuota),
+		ComputerCapacity:      computer.HostCapacity{MaxActive: *maxActive, ReservedHeadroom: *headroom},
+		ComputerRecycleAfter:  *recycleAfter,
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "berth serve: %v\n", err)

@@ -179,6 +179,20 @@ func (a *API) getToken(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// tokenProvenance is GET /tokens/{id}/provenance, berth's own: who
+// minted the token, for the callers who may see the token.
+func (a *API) tokenProvenance(w http.ResponseWriter, r *http.Request) error {
+	if a.o.Tokens == nil {
+		return unavailable("app-tokens")
+	}
+	t, err := a.o.Tokens.Get(r.Context(), caller(r), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	web.WriteJSON(w, http.StatusOK, t.Provenance())
+	return nil
+}
+
 func (a *API) patchToken(w http.ResponseWriter, r *http.Request) error {
 	if a.o.Tokens == nil {
 		return unavailable("app-tokens")

@@ -90,6 +90,7 @@ func New(o Options) *API {
 	a.handle("POST /tokens", tierCRUD, wallNarrow, a.mintToken)
 	a.handle("GET /tokens", tierCRUD, wallNarrow, a.listTokens)
 	a.handle("GET /tokens/{id}", tierCRUD, wallNarrow, a.getToken)
+	a.handle("GET /tokens/{id}/provenance", tierCRUD, wallNarrow, a.tokenProvenance) // berth's own
 	a.handle("PATCH /tokens/{id}", tierCRUD, wallNarrow, a.patchToken)
 	a.handle("DELETE /tokens/{id}", tierCRUD, wallNarrow, a.revokeToken)
 	a.handle("POST /secrets", tierCRUD, wallNarrow, a.postSecret)

@@ -60,7 +60,7 @@ func refs(rs []image.Reference) []apitype.ImageReference {
 func imageView(im image.Image) apitype.ImageView {
 	return apitype.ImageView{
 		Name: im.Name, Source: im.Source, Tier: "local", Digest: im.Digest, Bytes: im.Size,
-		Pinned: im.Pinned, Present: true, CreatedAt: im.CreatedAt.UTC().Format(time.RFC3339),
+		Pinned: im.Pinned, Present: true, LastUsed: im.CreatedAt.Unix(),
 		References: refs(im.References),
 	}
 }
@@ -115,7 +115,7 @@ func (a *API) listImages(w http.ResponseWriter, r *http.Request) error {
 		return imageError(w, err)
 	}
 	inv := apitype.ImageInventory{
-		GeneratedAt: time.Now().UTC().Format(time.RFC3339), Complete: true, DeleteSupported: true,
+		GeneratedAt: time.Now().Unix(), Complete: true, DeleteSupported: true,
 		Images: make([]apitype.ImageView, len(list)),
 	}
 	seen := map[string]bool{}

@@ -244,7 +244,13 @@ func (g *Gate) Wrap(tier Tier, wall Wall, loc Locator, next http.Handler) http.H
 				return
 			}
 		}
-		next.ServeHTTP(w, r.WithContext(NewContext(r.Context(), p)))
+		ctx := NewContext(r.Context(), p)
+		if !p.Confined() {
+			// The operator's own callers read the causes of server
+			// errors (web.WriteError); a namespace's get a log reference.
+			ctx = web.ShowCauses(ctx)
+		}
+		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
 

@@ -57,12 +57,18 @@ func (t *Token) Summary() apitype.TokenSummary {
 	return s
 }
 
-// TokenView is a token as the /tokens routes answer: the contract's
-// TokenSummary plus `minted_by`, which app-lb records (app-lb.md §2.5) but
-// the contract does not declare; clients that do not know it ignore it.
+// TokenView is a token as the /tokens routes answer: on the wire exactly
+// the contract's TokenSummary, which declares no `minted_by` (and no index
+// signature). MintedBy travels only on berth's own
+// `GET /tokens/{id}/provenance` (apitype.TokenProvenance).
 type TokenView struct {
 	apitype.TokenSummary
-	MintedBy string `json:"minted_by,omitempty"`
+	MintedBy string `json:"-"`
+}
+
+// Provenance is the token's berth-only provenance.
+func (v TokenView) Provenance() apitype.TokenProvenance {
+	return apitype.TokenProvenance{ID: v.ID, MintedBy: v.MintedBy}
 }
 
 // MintedView is the reply to a mint: the view plus the token, shown once.

@@ -409,7 +409,7 @@ var tokenCmd = &command{
 	summary: "Mint, list and revoke app-tokens",
 	help: `Usage: berth token mint NAME --admin none|view|admin (-d DEP... | --all-deployments)
                         [--namespace NS] [--expires-in DUR]
-       berth token list [-o json|yaml]
+       berth token list [-o json|yaml|wide]
        berth token revoke ID...
 
 mint creates an app-token and prints it, alone, on standard output: it is
@@ -421,8 +421,8 @@ every one ("*"), or with --namespace every one in that namespace, which is
 also the default for a namespace token. --expires-in takes a duration such
 as 12h or 90d; tokens minted by a namespace credential must expire.
 
-list shows the tokens you may manage; revoke deletes them, effective on the
-very next request.
+list shows the tokens you may manage (-o wide adds MINTED-BY, who minted
+each); revoke deletes them, effective on the very next request.
 `,
 	run: runToken,
 }
@@ -458,14 +458,28 @@ func runToken(ctx context.Context, e *env, args []string) error {
 			fmt.Fprintln(e.stderr, "No tokens found.")
 			return nil
 		}
+		wide := e.output == "wide"
 		tw := newTable(e.stdout)
-		row(tw, "ID", "NAME", "ADMIN", "NAMESPACE", "DEPLOYMENTS", "EXPIRES", "LAST-USED", "MINTED-BY")
+		head := []any{"ID", "NAME", "ADMIN", "NAMESPACE", "DEPLOYMENTS", "EXPIRES", "LAST-USED"}
+		if wide {
+			head = append(head, "MINTED-BY")
+		}
+		row(tw, head...)
 		for _, t := range ts {
 			deps := strings.Join(t.Deployments, ",")
 			if deps == "" && t.Namespace != "" {
 				deps = "(all in namespace)"
 			}
-			row(tw, t.ID, t.Name, t.Admin, orDash(t.Namespace), orDash(deps), stamp(t.ExpiresAt), stamp(t.LastUsedAt), orDash(t.MintedBy))
+			cells := []any{t.ID, t.Name, t.Admin, orDash(t.Namespace), orDash(deps), stamp(t.ExpiresAt), stamp(t.LastUsedAt)}
+			if wide {
+				// Berth's own route: TokenSummary has no minted_by.
+				p, err := c.TokenProvenance(ctx, t.ID)
+				if err != nil {
+					return err
+				}
+				cells = append(cells, orDash(p.MintedBy))
+			}
+			row(tw, cells...)
 		}
 		return tw.Flush()
 	case "revoke", "rm":

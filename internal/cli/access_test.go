@@ -143,6 +143,10 @@ func TestLoginTokenSecretFlow(t *testing.T) {
 	if !strings.Contains(out, "ci") || !strings.Contains(out, "team-a-admin") {
 		t.Errorf("token list: %q", out)
 	}
+	// Who minted it comes from berth's own provenance route.
+	if out = mustRun(t, "", "token", "list", "-o", "wide"); !strings.Contains(out, "MINTED-BY") || !strings.Contains(out, "token:") {
+		t.Errorf("token list -o wide: %q", out)
+	}
 	var who struct {
 		Token struct{ ID string } `json:"token"`
 	}

@@ -108,13 +108,13 @@ func runImage(ctx context.Context, e *env, args []string) error {
 			return nil
 		}
 		tw := newTable(e.stdout)
-		row(tw, "NAME", "DIGEST", "SIZE", "PINNED", "USED-BY", "CREATED")
+		row(tw, "NAME", "DIGEST", "SIZE", "PINNED", "USED-BY", "LAST-USED")
 		for _, im := range inv.Images {
 			var users []string
 			for _, r := range im.References {
 				users = append(users, r.Kind+"/"+r.ID)
 			}
-			row(tw, im.Name, shortDigest(im.Digest), sizeString(im.Bytes), im.Pinned, orDash(strings.Join(users, ",")), orDash(im.CreatedAt))
+			row(tw, im.Name, shortDigest(im.Digest), sizeString(im.Bytes), im.Pinned, orDash(strings.Join(users, ",")), stamp(&im.LastUsed))
 		}
 		return tw.Flush()
 	case "pin", "unpin":

@@ -18,7 +18,7 @@ import (
 func imageServer(t *testing.T) (*fakeServer, *[]string) {
 	var mu sync.Mutex
 	var files []string
-	view := `{"name":"tiny","source":"upload","tier":"local","digest":"sha256:0123456789abcdef0123","store":"","ref":"","bytes":2048,"last_used":null,"pinned":%s,"present":true,"created_at":"2026-01-02T03:04:05Z","references":[]}`
+	view := `{"name":"tiny","source":"upload","tier":"local","digest":"sha256:0123456789abcdef0123","store":"","ref":"","bytes":2048,"last_used":1767323045,"pinned":%s,"present":true,"references":[]}`
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /images", func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Query().Get("name") != "tiny" {
@@ -43,7 +43,7 @@ func imageServer(t *testing.T) (*fakeServer, *[]string) {
 		writeJSON(w, 201, strings.Replace(view, "%s", "false", 1))
 	})
 	mux.HandleFunc("GET /images", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, 200, `{"generated_at":"2026-01-02T03:04:05Z","complete":true,"delete_supported":true,"offload":false,"disk_used_pct":1,"pressure_pct":0,"local_bytes":2048,"images":[`+
+		writeJSON(w, 200, `{"generated_at":1767323045,"complete":true,"delete_supported":true,"offload":false,"disk_used_pct":1,"pressure_pct":0,"local_bytes":2048,"images":[`+
 			strings.Replace(strings.Replace(view, "%s", "true", 1), `"references":[]`, `"references":[{"kind":"deployment","id":"web"}]`, 1)+`]}`)
 	})
 	mux.HandleFunc("PATCH /images/{name...}", func(w http.ResponseWriter, r *http.Request) {
@@ -78,7 +78,7 @@ func TestImageCommands(t *testing.T) {
 	}
 
 	r = run(t, srv, "", "image", "list")
-	if r.code != 0 || !strings.Contains(r.stdout, "NAME") || !strings.Contains(r.stdout, "deployment/web") || !strings.Contains(r.stdout, "true") {
+	if r.code != 0 || !strings.Contains(r.stdout, "NAME") || !strings.Contains(r.stdout, "deployment/web") || !strings.Contains(r.stdout, "true") || !strings.Contains(r.stdout, "2026-01-02T03:04:05Z") {
 		t.Errorf("list: %d %q %q", r.code, r.stdout, r.stderr)
 	}
 	r = run(t, srv, "", "image", "list", "-o", "json")

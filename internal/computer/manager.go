@@ -118,6 +118,9 @@ type Options struct {
 	Log *slog.Logger
 }
 
+// LocalHost is the host id of this host when Options.HostID is empty.
+const LocalHost = "local"
+
 // DefaultFleetLimit is the slot limit with no FleetLimit and no host
 // registered.
 const DefaultFleetLimit = 16
@@ -201,7 +204,7 @@ func New(ctx context.Context, o Options) (*Manager, error) {
 		return nil, fmt.Errorf("computer: DefaultSize: %w", err)
 	}
 	if o.HostID == "" {
-		o.HostID = "local"
+		o.HostID = LocalHost
 	}
 	if o.VMDriver == "" {
 		for _, n := range []string{"kvm", "libvirt"} {

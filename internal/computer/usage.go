@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/berth-dev/berth/internal/store"
 )
@@ -138,4 +139,32 @@ func (m *Manager) exposure(id string, port int, public bool) Exposure {
 		e.URL = "http://" + e.Host + "/"
 	}
 	return e
+}
+
+// Capacity is what admission works with: the host capacity registry, the
+// fleet's slot limit that follows from it (see Options.FleetLimit), and
+// the recycling age (zero: sandboxes are not recycled).
+type Capacity struct {
+	Hosts        map[string]HostCapacity
+	FleetLimit   int
+	RecycleAfter time.Duration
+}
+
+// Capacity reports the capacity configuration admission uses now.
+func (m *Manager) Capacity(ctx context.Context) (Capacity, error) {
+	hosts, err := m.HostCapacities(ctx)
+	if err != nil {
+		return Capacity{}, err
+	}
+	c := Capacity{Hosts: hosts, FleetLimit: m.o.FleetLimit, RecycleAfter: m.o.RecycleAfter}
+	if c.FleetLimit <= 0 {
+		c.FleetLimit = 0
+		for _, h := range hosts {
+			c.FleetLimit += h.MaxActive - h.ReservedHeadroom
+		}
+		if len(hosts) == 0 {
+			c.FleetLimit = DefaultFleetLimit
+		}
+	}
+	return c, nil
 }

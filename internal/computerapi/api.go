@@ -95,6 +95,7 @@ type Manager interface {
 	Facts(ctx context.Context, id string, after int64, limit int) ([]computer.FactRecord, error)
 	WaitFacts(ctx context.Context, id string, after int64) <-chan struct{}
 	PendingUsage(ctx context.Context) ([]computer.UsageInterval, error)
+	Capacity(ctx context.Context) (computer.Capacity, error)
 	AcknowledgeUsage(ctx context.Context, us []computer.UsageInterval) error
 	ExposePort(ctx context.Context, id string, port int, public bool) (computer.Exposure, error)
 	UnexposePort(ctx context.Context, id string, port int) error
@@ -169,6 +170,7 @@ func New(o Options) *API {
 	a.admin("POST /computers", auth.CRUD, auth.WallNarrow, a.create)
 	a.admin("GET /computers", auth.View, auth.WallNarrow, a.list)
 	a.admin("GET /computers/usage/pending", auth.View, auth.WallFleet, a.pendingUsage)
+	a.admin("GET /computers/hosts/capacity", auth.View, auth.WallFleet, a.capacity)
 	a.admin("POST /computers/usage/acknowledge", auth.CRUD, auth.WallFleet, a.acknowledgeUsage)
 	a.adminComputer("POST /computers/{id}/grants", auth.CRUD, a.issueGrant)
 	a.adminComputer("GET /computers/{id}/grants", auth.CRUD, a.listGrants)

@@ -350,6 +350,27 @@ func (a *API) pendingUsage(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// CapacityView is GET /computers/hosts/capacity (berth's own route):
+// Hosts is the contract's host capacity registry
+// (hostCapacityRegistrySchema, keyed by host id), FleetLimit the number of
+// Computers that may start or run at once that follows from it, and
+// RecycleAfterSecs the age at which a running sandbox is replaced at a
+// quiet moment (0: never).
+type CapacityView struct {
+	Hosts            map[string]computer.HostCapacity `json:"hosts"`
+	FleetLimit       int                              `json:"fleetLimit"`
+	RecycleAfterSecs int64                            `json:"recycleAfterSecs"`
+}
+
+func (a *API) capacity(w http.ResponseWriter, r *http.Request) error {
+	c, err := a.o.Manager.Capacity(r.Context())
+	if err != nil {
+		return managerError(err, "")
+	}
+	web.WriteJSON(w, http.StatusOK, CapacityView{Hosts: c.Hosts, FleetLimit: c.FleetLimit, RecycleAfterSecs: int64(c.RecycleAfter / time.Second)})
+	return nil
+}
+
 func (a *API) acknowledgeUsage(w http.ResponseWriter, r *http.Request) error {
 	var req Usage
 	if err := web.ReadJSON(w, r, &req); err != nil {

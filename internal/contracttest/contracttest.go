@@ -9,6 +9,7 @@
 package contracttest
 
 import (
+	_ "embed"
 	"errors"
 	"fmt"
 	"os"
@@ -98,3 +99,31 @@ func (p Problems) Error() string {
 
 // errUnknownType is returned for a type name the contract does not declare.
 var errUnknownType = errors.New("type not declared in the contract")
+
+// documented is documented.d.ts: the responses app-lb documents and its
+// clients decode that types.d.ts does not declare.
+//
+//go:embed documented.d.ts
+var documented []byte
+
+// Documented parses documented.d.ts, the declarations (in the contract's
+// style) of responses app-lb documents but the contract does not declare,
+// such as `GET /images`. Check berth's JSON for those against it, as for
+// the contract's types.
+func Documented() (*Contract, error) {
+	c, err := Parse("documented.d.ts", documented)
+	if err != nil {
+		return nil, fmt.Errorf("contracttest: %w", err)
+	}
+	return c, nil
+}
+
+// MustDocumented is [Documented] for tests.
+func MustDocumented(t testing.TB) *Contract {
+	t.Helper()
+	c, err := Documented()
+	if err != nil {
+		t.Fatalf("parsing the documented declarations: %v", err)
+	}
+	return c
+}

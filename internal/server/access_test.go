@@ -362,8 +362,10 @@ func TestNarrowing(t *testing.T) {
 	// Tokens: a namespace admin mints inside its namespace and lists only it.
 	var mt auth.MintedView
 	w.must(201, "POST", "/tokens", nsA, `{"name":"ci","admin":"view","namespace":"team-a"}`, &mt)
-	if mt.MintedBy != "token:"+w.minted["ns admin"].ID || mt.ExpiresAt == nil {
-		t.Errorf("minted %+v: want minted_by the ns admin token and an expiry", mt.TokenView)
+	var prov apitype.TokenProvenance
+	w.must(200, "GET", "/tokens/"+mt.ID+"/provenance", nsA, "", &prov)
+	if prov.MintedBy != "token:"+w.minted["ns admin"].ID || mt.ExpiresAt == nil {
+		t.Errorf("minted %+v, %+v: want minted_by the ns admin token and an expiry", mt.TokenView, prov)
 	}
 	w.must(403, "POST", "/tokens", nsA, `{"name":"x","admin":"admin","deployments":["*"]}`, nil)
 	var toks []auth.TokenView

@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -43,7 +44,9 @@ import (
 type Options struct {
 	ProxyAddr string // data plane listener; default 0.0.0.0:6188
 	AdminAddr string // admin API listener; default 127.0.0.1:9090
-	DataDir   string // where the store lives; created 0700
+	// DataDir is where the store lives; created 0700. A relative path is
+	// taken from the working directory at New and made absolute there.
+	DataDir string
 
 	// SitesDir is where site deployments' roots live, one subtree per
 	// namespace (<SitesDir>/<namespace>); default <DataDir>/sites. A site
@@ -133,6 +136,17 @@ type Options struct {
 	// auth.DefaultNamespaceReplicaQuota (20), negative none.
 	NamespaceReplicaQuota int
 
+	// ComputerCapacity, when MaxActive is positive, registers this host's
+	// Computer capacity (hostCapacitySchema: at most MaxActive Computers
+	// starting or running, ReservedHeadroom of them held back) in the host
+	// capacity registry at start-up; the fleet's slots are the registry's
+	// sum of MaxActive − ReservedHeadroom (package computer). Zero leaves
+	// the registry as stored (empty: computer.DefaultFleetLimit slots).
+	ComputerCapacity computer.HostCapacity
+	// ComputerRecycleAfter, when positive, replaces a Computer's sandbox
+	// older than that at a quiet moment, keeping its workspace.
+	ComputerRecycleAfter time.Duration
+
 	Log *slog.Logger
 }
 
@@ -183,6 +197,13 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	}
 	if o.DataDir == "" {
 		return nil, errors.New("server: a data directory is required")
+	}
+	// Absolute from here on: the default (./berth-data) is relative, and
+	// what is derived from it (Computer workspaces, replica and site
+	// directories) must not depend on the working directory — the
+	// drivers refuse a relative workspace.
+	if o.DataDir, err = filepath.Abs(o.DataDir); err != nil {
+		return nil, fmt.Errorf("server: data directory: %w", err)
 	}
 	if o.AdminPassword == "" && !loopback(o.AdminAddr) {
 		return nil, fmt.Errorf("server: refusing to serve the admin API on %s without a credential: anyone who can reach it could change every deployment; set BERTH_ADMIN_PASSWORD (and mint tokens for other users), or bind --admin-addr to 127.0.0.1", o.AdminAddr)
@@ -249,10 +270,18 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	s.Fleet = fleet.New(fleet.Options{Drivers: drivers, Log: o.Log, Ignore: computer.IsSandbox})
 	s.Computers, err = computer.New(ctx, computer.Options{
 		Store: st, Drivers: drivers, DataDir: o.DataDir, BaseDomain: portDomain(o), Log: o.Log,
+		RecycleAfter: o.ComputerRecycleAfter,
 	})
 	if err != nil {
 		st.Close()
 		return nil, err
+	}
+	if o.ComputerCapacity != (computer.HostCapacity{}) {
+		if err := s.Computers.SetHostCapacity(ctx, computer.LocalHost, o.ComputerCapacity); err != nil {
+			st.Close()
+			return nil, fmt.Errorf("server: Computer capacity: %w", err)
+		}
+		o.Log.Info("Computer capacity", "host", computer.LocalHost, "max_active", o.ComputerCapacity.MaxActive, "reserved_headroom", o.ComputerCapacity.ReservedHeadroom)
 	}
 	grants, grantKey, err := openGrants(ctx, st, o.DataDir)
 	if err != nil {

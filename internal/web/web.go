@@ -8,6 +8,9 @@ package web
 
 import (
 	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,8 +30,11 @@ type Error struct {
 	Status  int
 	Code    string // optional machine-readable code
 	Message string
-	Err     error // internal cause; logged, never sent
-	Header  http.Header
+	// Err is the internal cause. It is logged; for a 5xx it is also sent
+	// after Message to callers whose context ShowCauses marks (see
+	// WriteError).
+	Err    error
+	Header http.Header
 }
 
 func (e *Error) Error() string {
@@ -55,9 +61,8 @@ type envelope struct {
 // HandlerFunc is an HTTP handler that may fail.
 type HandlerFunc func(w http.ResponseWriter, r *http.Request) error
 
-// Handle adapts h to http.Handler, writing returned errors as the envelope.
-// Errors that are not *Error become a 500 with a generic message; the detail
-// goes to the log only.
+// Handle adapts h to http.Handler, writing returned errors as the envelope
+// (WriteError). Errors that are not *Error become a 500.
 func Handle(log *slog.Logger, h HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if err := h(w, r); err != nil {
@@ -66,21 +71,57 @@ func Handle(log *slog.Logger, h HandlerFunc) http.Handler {
 	})
 }
 
-// WriteError writes err as the JSON envelope.
+type causesKey struct{}
+
+// ShowCauses returns ctx marked as a caller that may read the causes of
+// server errors: the operator and callers not confined to a namespace,
+// for whom a cause names nothing they could not see anyway.
+func ShowCauses(ctx context.Context) context.Context {
+	return context.WithValue(ctx, causesKey{}, true)
+}
+
+func causesShown(ctx context.Context) bool {
+	v, _ := ctx.Value(causesKey{}).(bool)
+	return v
+}
+
+// WriteError writes err as the JSON envelope. A server error (5xx) with a
+// cause (an error that is not *Error, or an *Error's Err) is logged with a
+// reference, and the cause is never hidden from whoever can fix it: a
+// caller marked by ShowCauses reads it after the message ("…: cause"); any
+// other caller (a namespace's, a grant's) gets the reference to the log
+// line instead, since a cause may name what lies beyond its walls.
 func WriteError(log *slog.Logger, w http.ResponseWriter, r *http.Request, err error) {
 	var e *Error
+	cause := err
 	if !errors.As(err, &e) {
-		log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 		e = &Error{Status: http.StatusInternalServerError, Message: "internal error"}
-	} else if e.Status >= 500 && e.Err != nil {
-		log.Error("request failed", "method", r.Method, "path", r.URL.Path, "status", e.Status, "err", e.Err)
+	} else {
+		cause = e.Err
+	}
+	msg := e.Message
+	if e.Status >= 500 && cause != nil {
+		ref := errorRef()
+		log.Error("request failed", "method", r.Method, "path", r.URL.Path, "status", e.Status, "ref", ref, "err", cause)
+		if causesShown(r.Context()) {
+			msg += ": " + cause.Error()
+		} else {
+			msg += " (the cause is in the server's log, ref " + ref + ")"
+		}
 	}
 	for k, vs := range e.Header {
 		for _, v := range vs {
 			w.Header().Add(k, v)
 		}
 	}
-	WriteJSON(w, e.Status, envelope{Error: e.Message, Code: e.Code})
+	WriteJSON(w, e.Status, envelope{Error: msg, Code: e.Code})
+}
+
+// errorRef names one logged server error.
+func errorRef() string {
+	var b [6]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // WriteJSON writes v as JSON with the given status.
