@@ -9,8 +9,8 @@
 // and flags may be mixed with positional arguments, as kubectl allows.
 //
 // Exit codes follow heyctl, app-lb's CLI: 0 success, 1 the command failed
-// (`error: <message>` on stderr), 2 a usage error (the problem and the
-// command's help on stderr).
+// (`error: <message>` on stderr), 2 a usage error (the problem on one line
+// and a hint to the command's --help on stderr, as git and kubectl do).
 package cli
 
 import (
@@ -172,20 +172,17 @@ func (e *env) run(ctx context.Context, args []string) int {
 			Usage(e.stdout)
 			return exitOK
 		}
-		fmt.Fprintf(e.stderr, "berth: %v\n\n", err)
-		Usage(e.stderr)
-		return exitUsage
+		return e.usageError("", err.Error())
 	}
 	if name == "" {
+		// Bare `berth` is how one finds the commands: show them.
 		fmt.Fprint(e.stderr, "berth: no command given\n\n")
 		Usage(e.stderr)
 		return exitUsage
 	}
 	cmd := lookup(name)
 	if cmd == nil {
-		fmt.Fprintf(e.stderr, "berth: unknown command %q\n\n", name)
-		Usage(e.stderr)
-		return exitUsage
+		return e.usageError("", fmt.Sprintf("unknown command %q", name))
 	}
 	if err := checkOutput(e.output); err != nil {
 		return e.report(cmd, err)
@@ -206,14 +203,29 @@ func (e *env) report(cmd *command, err error) int {
 		fmt.Fprint(e.stdout, commandHelp(cmd))
 		return exitOK
 	case errors.As(err, &ue):
-		fmt.Fprintf(e.stderr, "berth %s: %s\n\n%s", cmd.name, ue.msg, commandHelp(cmd))
-		return exitUsage
+		name := cmd.name
+		if cmd == helpCmd { // `berth help nope`: the commands are in berth's help
+			name = ""
+		}
+		return e.usageError(name, ue.msg)
 	case errors.Is(err, errReported):
 		return exitFailed
 	default:
 		fmt.Fprintf(e.stderr, "error: %v\n", err)
 		return exitFailed
 	}
+}
+
+// usageError prints a usage mistake as one line and a hint where the help
+// is, not the help itself (which buries the mistake), and returns exit 2.
+// name is the command's, "" for berth's own.
+func (e *env) usageError(name, msg string) int {
+	prog := "berth"
+	if name != "" {
+		prog += " " + name
+	}
+	fmt.Fprintf(e.stderr, "%s: %s\nsee '%s --help'\n", prog, msg, prog)
+	return exitUsage
 }
 
 func commandHelp(cmd *command) string {

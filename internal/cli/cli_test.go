@@ -563,14 +563,14 @@ func TestExitCodes(t *testing.T) {
 		{"no command", nil, 2, "berth: no command given\n\nberth is", ""},
 		{"unknown command", []string{"frobnicate"}, 2, "berth: unknown command \"frobnicate\"", ""},
 		{"unknown global flag", []string{"--nope", "get", "deployments"}, 2, "berth: flag provided but not defined: -nope", ""},
-		{"unknown command flag", []string{"get", "deployments", "--nope"}, 2, "berth get: flag provided but not defined: -nope\n\nUsage: berth get", ""},
+		{"unknown command flag", []string{"get", "deployments", "--nope"}, 2, "berth get: flag provided but not defined: -nope\nsee 'berth get --help'\n", ""},
 		{"unknown resource", []string{"get", "pods"}, 2, "berth get: unknown resource type \"pods\"", ""},
 		{"missing resource", []string{"get"}, 2, "berth get: missing resource type", ""},
 		{"describe without id", []string{"describe", "deployment"}, 2, "berth describe: missing deployment ID", ""},
 		{"extra argument", []string{"get", "deployment", "a", "b"}, 2, "berth get: unexpected argument \"b\"", ""},
 		{"bad output", []string{"get", "deployments", "-o", "xml"}, 2, "berth get: unknown output format \"xml\"", ""},
 		{"bad output before command", []string{"-o", "xml", "status"}, 2, "berth status: unknown output format \"xml\"", ""},
-		{"scale without flags", []string{"scale", "sandbox"}, 2, "berth scale: no scaling flags given\n\nUsage: berth scale", ""},
+		{"scale without flags", []string{"scale", "sandbox"}, 2, "berth scale: no scaling flags given\nsee 'berth scale --help'\n", ""},
 		{"scale negative", []string{"scale", "sandbox", "--min", "-1"}, 2, "berth scale: --min must not be negative", ""},
 		{"scale bad idle action", []string{"scale", "sandbox", "--idle-action", "nap"}, 2, "berth scale: --idle-action must be destroy or retain", ""},
 		{"scale non-integer", []string{"scale", "sandbox", "--max", "many"}, 2, "berth scale: invalid value \"many\" for flag -max", ""},
@@ -579,7 +579,7 @@ func TestExitCodes(t *testing.T) {
 		{"drain one arg", []string{"drain", "legacy"}, 2, "berth drain: want DEPLOYMENT and UPSTREAM", ""},
 		{"cordon has no --force", []string{"cordon", "legacy", "u", "--force"}, 2, "berth cordon: flag provided but not defined: -force", ""},
 		{"bad server URL", []string{"--server", "127.0.0.1:9090", "status"}, 2, "berth status: --server: server URL \"127.0.0.1:9090\" must start with http:// or https://\n", ""},
-		{"help unknown", []string{"help", "nope"}, 2, "berth help: unknown command \"nope\"", ""},
+		{"help unknown", []string{"help", "nope"}, 2, "berth: unknown command \"nope\"\nsee 'berth --help'\n", ""},
 
 		{"not found", []string{"get", "deployment", "missing"}, 1, "error: no deployment \"missing\"\n", ""},
 		{"delete not found", []string{"delete", "deployment", "missing"}, 1, "error: no deployment \"missing\"\n", ""},
@@ -615,6 +615,35 @@ func TestExitCodes(t *testing.T) {
 				t.Errorf("stdout = %q, want it to contain %q", r.stdout, tt.wantStdout)
 			}
 		})
+	}
+}
+
+// TestUsageErrorIsTwoLines: a usage mistake prints the mistake and where
+// the help is, exactly two lines on stderr and exit 2, not the whole help
+// (which buried the mistake under 30-60 lines); --help still prints it all.
+func TestUsageErrorIsTwoLines(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"get", "deployments", "--nope"}, "berth get: flag provided but not defined: -nope\nsee 'berth get --help'\n"},
+		{[]string{"--nope", "status"}, "berth: flag provided but not defined: -nope\nsee 'berth --help'\n"},
+		{[]string{"frobnicate"}, "berth: unknown command \"frobnicate\"\nsee 'berth --help'\n"},
+		{[]string{"computer", "frob"}, "berth computer: unknown subcommand \"frob\"\nsee 'berth computer --help'\n"},
+		{[]string{"computer", "create", "--nope"}, "berth computer: flag provided but not defined: -nope\nsee 'berth computer --help'\n"},
+		{[]string{"scale", "sandbox", "--max", "many"}, "berth scale: invalid value \"many\" for flag -max: parse error\nsee 'berth scale --help'\n"},
+	} {
+		code, out, errs := berth(t, "", tc.args...)
+		if code != exitUsage || errs != tc.want || out != "" {
+			t.Errorf("berth %s: exit %d, stdout %q, stderr %q; want 2, nothing, %q", strings.Join(tc.args, " "), code, out, errs, tc.want)
+		}
+	}
+	// The hints' --help works and prints the full help on stdout.
+	for _, args := range [][]string{{"--help"}, {"get", "--help"}, {"computer", "--help"}, {"scale", "--help"}} {
+		code, out, errs := berth(t, "", args...)
+		if code != exitOK || errs != "" || strings.Count(out, "\n") < 10 || !strings.Contains(out, "Usage:") {
+			t.Errorf("berth %s: exit %d, stderr %q, %d lines of stdout; want 0 and the full help", strings.Join(args, " "), code, errs, strings.Count(out, "\n"))
+		}
 	}
 }
 
