@@ -363,23 +363,68 @@ func noArgs(pos []string) error {
 	return nil
 }
 
-// version returns the version to report.
+// version returns the version for the User-Agent: the module version,
+// or "devel" for a build that has none.
 func version() string {
+	switch v := readBuildVersion(debug.ReadBuildInfo()).Version; v {
+	case "unknown", "(devel)":
+		return "devel"
+	default:
+		return v
+	}
+}
+
+// buildVersion is what `berth version` reports: the module version and the
+// VCS stamp of the build, "unknown" where the build info lacks them (a
+// build with -buildvcs=false has no vcs.* settings).
+type buildVersion struct {
+	Version   string `json:"version"`
+	Revision  string `json:"revision"`
+	Modified  string `json:"modified"`   // "true", "false" or "unknown"
+	Time      string `json:"commitTime"` // vcs.time: the commit's, not the build's
+	GoVersion string `json:"goVersion"`
+}
+
+func readBuildVersion(bi *debug.BuildInfo, ok bool) buildVersion {
+	v := buildVersion{Version: "unknown", Revision: "unknown", Modified: "unknown", Time: "unknown", GoVersion: "unknown"}
+	if ok && bi != nil {
+		if bi.Main.Version != "" {
+			v.Version = bi.Main.Version
+		}
+		if bi.GoVersion != "" {
+			v.GoVersion = bi.GoVersion
+		}
+		for _, s := range bi.Settings {
+			if s.Value == "" {
+				continue
+			}
+			switch s.Key {
+			case "vcs.revision":
+				v.Revision = s.Value
+			case "vcs.modified":
+				v.Modified = s.Value
+			case "vcs.time":
+				v.Time = s.Value
+			}
+		}
+	}
 	if Version != "" {
-		return Version
+		v.Version = Version
 	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "devel"
+	return v
 }
 
 var versionCmd = &command{
 	name:    "version",
 	summary: "Print berth's version",
-	help: `Usage: berth version
+	help: `Usage: berth version [-o json|yaml]
 
-Print the version of this berth binary.
+Print the version of this berth binary: the module version and the
+revision it was built from, with whether the tree had uncommitted changes
+(modified) and the commit's time. Fields the build did not record read
+"unknown": a build from a checkout stamps them when VCS stamping is on,
+e.g. go install -buildvcs=true ./cmd/berth (GOFLAGS=-buildvcs=false, as
+on some machines, leaves them out).
 `,
 	run: func(ctx context.Context, e *env, args []string) error {
 		pos, err := e.parse(e.flagSet("version"), args)
@@ -389,8 +434,13 @@ Print the version of this berth binary.
 		if err := noArgs(pos); err != nil {
 			return err
 		}
-		fmt.Fprintf(e.stdout, "berth %s\n", version())
-		return nil
+		v := readBuildVersion(debug.ReadBuildInfo())
+		if e.structured() {
+			return e.printValue(v)
+		}
+		_, err = fmt.Fprintf(e.stdout, "berth %s\nrevision:    %s\nmodified:    %s\ncommit time: %s\ngo:          %s\n",
+			v.Version, v.Revision, v.Modified, v.Time, v.GoVersion)
+		return err
 	},
 }
 

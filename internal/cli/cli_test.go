@@ -11,6 +11,8 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"testing"
@@ -793,5 +795,50 @@ func TestDrainAlreadyIdle(t *testing.T) {
 	}
 	if n := len(srv.requests()); n != 1 {
 		t.Errorf("server saw %d requests, want only the PUT", n)
+	}
+}
+
+// TestVersion: `berth version` reports the module version and the VCS
+// stamp from the build info, "unknown" for what the build did not record.
+func TestVersion(t *testing.T) {
+	// Under go test the build info exists; the VCS stamp may not (test
+	// binaries are not stamped), so each field is a value or "unknown",
+	// never empty.
+	code, out, errs := berth(t, "", "version")
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if code != 0 || errs != "" || len(lines) != 5 || !strings.HasPrefix(lines[0], "berth ") || lines[0] == "berth " {
+		t.Fatalf("version: exit %d, stderr %q, stdout %q", code, errs, out)
+	}
+	for i, label := range []string{"revision:", "modified:", "commit time:", "go:"} {
+		f := strings.Fields(strings.TrimPrefix(lines[i+1], label))
+		if !strings.HasPrefix(lines[i+1], label) || len(f) != 1 {
+			t.Errorf("version line %d = %q, want %s and one value", i+2, lines[i+1], label)
+		}
+	}
+	if !strings.Contains(out, "go:          "+runtime.Version()+"\n") {
+		t.Errorf("version: %q lacks the Go version %s", out, runtime.Version())
+	}
+	var doc map[string]string
+	_, out, _ = berth(t, "", "version", "-o", "json")
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || doc["version"] == "" || doc["revision"] == "" || doc["modified"] == "" || doc["commitTime"] == "" {
+		t.Errorf("version -o json: %q (%v)", out, err)
+	}
+
+	// A stamped build reports its stamp; an unstamped one says unknown.
+	stamped := &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "v1.2.3"}, Settings: []debug.BuildSetting{
+		{Key: "vcs", Value: "git"}, {Key: "vcs.revision", Value: "0123abc"}, {Key: "vcs.time", Value: "2026-12-01T10:00:00Z"}, {Key: "vcs.modified", Value: "true"},
+	}}
+	want := buildVersion{Version: "v1.2.3", Revision: "0123abc", Modified: "true", Time: "2026-12-01T10:00:00Z", GoVersion: "go1.26.0"}
+	if got := readBuildVersion(stamped, true); got != want {
+		t.Errorf("stamped: %+v, want %+v", got, want)
+	}
+	unknown := buildVersion{Version: "unknown", Revision: "unknown", Modified: "unknown", Time: "unknown", GoVersion: "unknown"}
+	if got := readBuildVersion(nil, false); got != unknown {
+		t.Errorf("no build info: %+v, want %+v", got, unknown)
+	}
+	want = unknown
+	want.Version, want.GoVersion = "(devel)", "go1.26.0"
+	if got := readBuildVersion(&debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "(devel)"}}, true); got != want {
+		t.Errorf("-buildvcs=false: %+v, want %+v", got, want)
 	}
 }
