@@ -88,7 +88,7 @@ func runComputer(ctx context.Context, e *env, args []string) error {
 	// The subcommand is the first argument that is not a global flag.
 	fs := e.flagSet("computer")
 	globals, sub, rest := splitCommand(fs, args)
-	rest = append(globals, rest...)
+	rest = append(globals[:len(globals):len(globals)], rest...) // a copy: the caller's args stay as given
 	run, ok := map[string]func(context.Context, *env, []string) error{
 		"create": computerCreate, "list": computerList, "ls": computerList, "get": computerGet,
 		"start": computerStart, "stop": computerStop, "delete": computerDelete, "rm": computerDelete,

@@ -274,6 +274,12 @@ func TestComputerUsage(t *testing.T) {
 			t.Errorf("berth %s: exit %d, %q; want 2 and %q", strings.Join(tc.args, " "), code, errs, tc.want)
 		}
 	}
+	// Parsing leaves the caller's arguments as given.
+	args := []string{"--server", "http://127.0.0.1:1", "computer", "frob", "x"}
+	berth(t, "", args...)
+	if got := strings.Join(args, " "); got != "--server http://127.0.0.1:1 computer frob x" {
+		t.Errorf("Run changed its arguments to %q", got)
+	}
 	if code, out, _ := berth(t, "", "computer", "help"); code != 0 || !strings.Contains(out, "berth computer <subcommand>") {
 		t.Errorf("computer help: %d %q", code, out)
 	}
