@@ -9,8 +9,8 @@
 // and flags may be mixed with positional arguments, as kubectl allows.
 //
 // Exit codes follow heyctl, app-lb's CLI: 0 success, 1 the command failed
-// (`error: <message>` on stderr), 2 a usage error (the problem and the
-// command's help on stderr).
+// (`error: <message>` on stderr), 2 a usage error (the problem on one line
+// and a hint to the command's --help on stderr, as git and kubectl do).
 package cli
 
 import (
@@ -172,20 +172,17 @@ func (e *env) run(ctx context.Context, args []string) int {
 			Usage(e.stdout)
 			return exitOK
 		}
-		fmt.Fprintf(e.stderr, "berth: %v\n\n", err)
-		Usage(e.stderr)
-		return exitUsage
+		return e.usageError("", err.Error())
 	}
 	if name == "" {
+		// Bare `berth` is how one finds the commands: show them.
 		fmt.Fprint(e.stderr, "berth: no command given\n\n")
 		Usage(e.stderr)
 		return exitUsage
 	}
 	cmd := lookup(name)
 	if cmd == nil {
-		fmt.Fprintf(e.stderr, "berth: unknown command %q\n\n", name)
-		Usage(e.stderr)
-		return exitUsage
+		return e.usageError("", fmt.Sprintf("unknown command %q", name))
 	}
 	if err := checkOutput(e.output); err != nil {
 		return e.report(cmd, err)
@@ -206,14 +203,29 @@ func (e *env) report(cmd *command, err error) int {
 		fmt.Fprint(e.stdout, commandHelp(cmd))
 		return exitOK
 	case errors.As(err, &ue):
-		fmt.Fprintf(e.stderr, "berth %s: %s\n\n%s", cmd.name, ue.msg, commandHelp(cmd))
-		return exitUsage
+		name := cmd.name
+		if cmd == helpCmd { // `berth help nope`: the commands are in berth's help
+			name = ""
+		}
+		return e.usageError(name, ue.msg)
 	case errors.Is(err, errReported):
 		return exitFailed
 	default:
 		fmt.Fprintf(e.stderr, "error: %v\n", err)
 		return exitFailed
 	}
+}
+
+// usageError prints a usage mistake as one line and a hint where the help
+// is, not the help itself (which buries the mistake), and returns exit 2.
+// name is the command's, "" for berth's own.
+func (e *env) usageError(name, msg string) int {
+	prog := "berth"
+	if name != "" {
+		prog += " " + name
+	}
+	fmt.Fprintf(e.stderr, "%s: %s\nsee '%s --help'\n", prog, msg, prog)
+	return exitUsage
 }
 
 func commandHelp(cmd *command) string {
@@ -351,23 +363,68 @@ func noArgs(pos []string) error {
 	return nil
 }
 
-// version returns the version to report.
+// version returns the version for the User-Agent: the module version,
+// or "devel" for a build that has none.
 func version() string {
+	switch v := readBuildVersion(debug.ReadBuildInfo()).Version; v {
+	case "unknown", "(devel)":
+		return "devel"
+	default:
+		return v
+	}
+}
+
+// buildVersion is what `berth version` reports: the module version and the
+// VCS stamp of the build, "unknown" where the build info lacks them (a
+// build with -buildvcs=false has no vcs.* settings).
+type buildVersion struct {
+	Version   string `json:"version"`
+	Revision  string `json:"revision"`
+	Modified  string `json:"modified"`   // "true", "false" or "unknown"
+	Time      string `json:"commitTime"` // vcs.time: the commit's, not the build's
+	GoVersion string `json:"goVersion"`
+}
+
+func readBuildVersion(bi *debug.BuildInfo, ok bool) buildVersion {
+	v := buildVersion{Version: "unknown", Revision: "unknown", Modified: "unknown", Time: "unknown", GoVersion: "unknown"}
+	if ok && bi != nil {
+		if bi.Main.Version != "" {
+			v.Version = bi.Main.Version
+		}
+		if bi.GoVersion != "" {
+			v.GoVersion = bi.GoVersion
+		}
+		for _, s := range bi.Settings {
+			if s.Value == "" {
+				continue
+			}
+			switch s.Key {
+			case "vcs.revision":
+				v.Revision = s.Value
+			case "vcs.modified":
+				v.Modified = s.Value
+			case "vcs.time":
+				v.Time = s.Value
+			}
+		}
+	}
 	if Version != "" {
-		return Version
+		v.Version = Version
 	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "devel"
+	return v
 }
 
 var versionCmd = &command{
 	name:    "version",
 	summary: "Print berth's version",
-	help: `Usage: berth version
+	help: `Usage: berth version [-o json|yaml]
 
-Print the version of this berth binary.
+Print the version of this berth binary: the module version and the
+revision it was built from, with whether the tree had uncommitted changes
+(modified) and the commit's time. Fields the build did not record read
+"unknown": a build from a checkout stamps them when VCS stamping is on,
+e.g. go install -buildvcs=true ./cmd/berth (GOFLAGS=-buildvcs=false, as
+on some machines, leaves them out).
 `,
 	run: func(ctx context.Context, e *env, args []string) error {
 		pos, err := e.parse(e.flagSet("version"), args)
@@ -377,8 +434,13 @@ Print the version of this berth binary.
 		if err := noArgs(pos); err != nil {
 			return err
 		}
-		fmt.Fprintf(e.stdout, "berth %s\n", version())
-		return nil
+		v := readBuildVersion(debug.ReadBuildInfo())
+		if e.structured() {
+			return e.printValue(v)
+		}
+		_, err = fmt.Fprintf(e.stdout, "berth %s\nrevision:    %s\nmodified:    %s\ncommit time: %s\ngo:          %s\n",
+			v.Version, v.Revision, v.Modified, v.Time, v.GoVersion)
+		return err
 	},
 }
 

@@ -11,6 +11,8 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"testing"
@@ -563,14 +565,14 @@ func TestExitCodes(t *testing.T) {
 		{"no command", nil, 2, "berth: no command given\n\nberth is", ""},
 		{"unknown command", []string{"frobnicate"}, 2, "berth: unknown command \"frobnicate\"", ""},
 		{"unknown global flag", []string{"--nope", "get", "deployments"}, 2, "berth: flag provided but not defined: -nope", ""},
-		{"unknown command flag", []string{"get", "deployments", "--nope"}, 2, "berth get: flag provided but not defined: -nope\n\nUsage: berth get", ""},
+		{"unknown command flag", []string{"get", "deployments", "--nope"}, 2, "berth get: flag provided but not defined: -nope\nsee 'berth get --help'\n", ""},
 		{"unknown resource", []string{"get", "pods"}, 2, "berth get: unknown resource type \"pods\"", ""},
 		{"missing resource", []string{"get"}, 2, "berth get: missing resource type", ""},
 		{"describe without id", []string{"describe", "deployment"}, 2, "berth describe: missing deployment ID", ""},
 		{"extra argument", []string{"get", "deployment", "a", "b"}, 2, "berth get: unexpected argument \"b\"", ""},
 		{"bad output", []string{"get", "deployments", "-o", "xml"}, 2, "berth get: unknown output format \"xml\"", ""},
 		{"bad output before command", []string{"-o", "xml", "status"}, 2, "berth status: unknown output format \"xml\"", ""},
-		{"scale without flags", []string{"scale", "sandbox"}, 2, "berth scale: no scaling flags given\n\nUsage: berth scale", ""},
+		{"scale without flags", []string{"scale", "sandbox"}, 2, "berth scale: no scaling flags given\nsee 'berth scale --help'\n", ""},
 		{"scale negative", []string{"scale", "sandbox", "--min", "-1"}, 2, "berth scale: --min must not be negative", ""},
 		{"scale bad idle action", []string{"scale", "sandbox", "--idle-action", "nap"}, 2, "berth scale: --idle-action must be destroy or retain", ""},
 		{"scale non-integer", []string{"scale", "sandbox", "--max", "many"}, 2, "berth scale: invalid value \"many\" for flag -max", ""},
@@ -579,7 +581,7 @@ func TestExitCodes(t *testing.T) {
 		{"drain one arg", []string{"drain", "legacy"}, 2, "berth drain: want DEPLOYMENT and UPSTREAM", ""},
 		{"cordon has no --force", []string{"cordon", "legacy", "u", "--force"}, 2, "berth cordon: flag provided but not defined: -force", ""},
 		{"bad server URL", []string{"--server", "127.0.0.1:9090", "status"}, 2, "berth status: --server: server URL \"127.0.0.1:9090\" must start with http:// or https://\n", ""},
-		{"help unknown", []string{"help", "nope"}, 2, "berth help: unknown command \"nope\"", ""},
+		{"help unknown", []string{"help", "nope"}, 2, "berth: unknown command \"nope\"\nsee 'berth --help'\n", ""},
 
 		{"not found", []string{"get", "deployment", "missing"}, 1, "error: no deployment \"missing\"\n", ""},
 		{"delete not found", []string{"delete", "deployment", "missing"}, 1, "error: no deployment \"missing\"\n", ""},
@@ -615,6 +617,35 @@ func TestExitCodes(t *testing.T) {
 				t.Errorf("stdout = %q, want it to contain %q", r.stdout, tt.wantStdout)
 			}
 		})
+	}
+}
+
+// TestUsageErrorIsTwoLines: a usage mistake prints the mistake and where
+// the help is, exactly two lines on stderr and exit 2, not the whole help
+// (which buried the mistake under 30-60 lines); --help still prints it all.
+func TestUsageErrorIsTwoLines(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"get", "deployments", "--nope"}, "berth get: flag provided but not defined: -nope\nsee 'berth get --help'\n"},
+		{[]string{"--nope", "status"}, "berth: flag provided but not defined: -nope\nsee 'berth --help'\n"},
+		{[]string{"frobnicate"}, "berth: unknown command \"frobnicate\"\nsee 'berth --help'\n"},
+		{[]string{"computer", "frob"}, "berth computer: unknown subcommand \"frob\"\nsee 'berth computer --help'\n"},
+		{[]string{"computer", "create", "--nope"}, "berth computer: flag provided but not defined: -nope\nsee 'berth computer --help'\n"},
+		{[]string{"scale", "sandbox", "--max", "many"}, "berth scale: invalid value \"many\" for flag -max: parse error\nsee 'berth scale --help'\n"},
+	} {
+		code, out, errs := berth(t, "", tc.args...)
+		if code != exitUsage || errs != tc.want || out != "" {
+			t.Errorf("berth %s: exit %d, stdout %q, stderr %q; want 2, nothing, %q", strings.Join(tc.args, " "), code, out, errs, tc.want)
+		}
+	}
+	// The hints' --help works and prints the full help on stdout.
+	for _, args := range [][]string{{"--help"}, {"get", "--help"}, {"computer", "--help"}, {"scale", "--help"}} {
+		code, out, errs := berth(t, "", args...)
+		if code != exitOK || errs != "" || strings.Count(out, "\n") < 10 || !strings.Contains(out, "Usage:") {
+			t.Errorf("berth %s: exit %d, stderr %q, %d lines of stdout; want 0 and the full help", strings.Join(args, " "), code, errs, strings.Count(out, "\n"))
+		}
 	}
 }
 
@@ -764,5 +795,50 @@ func TestDrainAlreadyIdle(t *testing.T) {
 	}
 	if n := len(srv.requests()); n != 1 {
 		t.Errorf("server saw %d requests, want only the PUT", n)
+	}
+}
+
+// TestVersion: `berth version` reports the module version and the VCS
+// stamp from the build info, "unknown" for what the build did not record.
+func TestVersion(t *testing.T) {
+	// Under go test the build info exists; the VCS stamp may not (test
+	// binaries are not stamped), so each field is a value or "unknown",
+	// never empty.
+	code, out, errs := berth(t, "", "version")
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if code != 0 || errs != "" || len(lines) != 5 || !strings.HasPrefix(lines[0], "berth ") || lines[0] == "berth " {
+		t.Fatalf("version: exit %d, stderr %q, stdout %q", code, errs, out)
+	}
+	for i, label := range []string{"revision:", "modified:", "commit time:", "go:"} {
+		f := strings.Fields(strings.TrimPrefix(lines[i+1], label))
+		if !strings.HasPrefix(lines[i+1], label) || len(f) != 1 {
+			t.Errorf("version line %d = %q, want %s and one value", i+2, lines[i+1], label)
+		}
+	}
+	if !strings.Contains(out, "go:          "+runtime.Version()+"\n") {
+		t.Errorf("version: %q lacks the Go version %s", out, runtime.Version())
+	}
+	var doc map[string]string
+	_, out, _ = berth(t, "", "version", "-o", "json")
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || doc["version"] == "" || doc["revision"] == "" || doc["modified"] == "" || doc["commitTime"] == "" {
+		t.Errorf("version -o json: %q (%v)", out, err)
+	}
+
+	// A stamped build reports its stamp; an unstamped one says unknown.
+	stamped := &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "v1.2.3"}, Settings: []debug.BuildSetting{
+		{Key: "vcs", Value: "git"}, {Key: "vcs.revision", Value: "0123abc"}, {Key: "vcs.time", Value: "2026-12-01T10:00:00Z"}, {Key: "vcs.modified", Value: "true"},
+	}}
+	want := buildVersion{Version: "v1.2.3", Revision: "0123abc", Modified: "true", Time: "2026-12-01T10:00:00Z", GoVersion: "go1.26.0"}
+	if got := readBuildVersion(stamped, true); got != want {
+		t.Errorf("stamped: %+v, want %+v", got, want)
+	}
+	unknown := buildVersion{Version: "unknown", Revision: "unknown", Modified: "unknown", Time: "unknown", GoVersion: "unknown"}
+	if got := readBuildVersion(nil, false); got != unknown {
+		t.Errorf("no build info: %+v, want %+v", got, unknown)
+	}
+	want = unknown
+	want.Version, want.GoVersion = "(devel)", "go1.26.0"
+	if got := readBuildVersion(&debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "(devel)"}}, true); got != want {
+		t.Errorf("-buildvcs=false: %+v, want %+v", got, want)
 	}
 }

@@ -33,6 +33,7 @@ access to them; an agent then uses the grant's token as its credential
 Subcommands:
   create [ID] [--namespace NS] [--image IMG] [--size SIZE]
          [--idle-timeout DUR] [--backing KIND[:HOST]]... [--start]
+                               (when --start fails, the Computer is deleted)
   list [--namespace NS]
   get ID
   start ID [--wait]            (--wait queues it when the fleet is full)
@@ -87,7 +88,7 @@ func runComputer(ctx context.Context, e *env, args []string) error {
 	// The subcommand is the first argument that is not a global flag.
 	fs := e.flagSet("computer")
 	globals, sub, rest := splitCommand(fs, args)
-	rest = append(globals, rest...)
+	rest = append(globals[:len(globals):len(globals)], rest...) // a copy: the caller's args stay as given
 	run, ok := map[string]func(context.Context, *env, []string) error{
 		"create": computerCreate, "list": computerList, "ls": computerList, "get": computerGet,
 		"start": computerStart, "stop": computerStop, "delete": computerDelete, "rm": computerDelete,
@@ -124,7 +125,7 @@ func oneID(e *env, name string, fs *flag.FlagSet, args []string, extra int) (str
 	return strings.TrimPrefix(pos[0], "computer/"), pos[1:], nil
 }
 
-func computerCreate(ctx context.Context, e *env, args []string) error {
+func computerCreate(ctx context.Context, e *env, args []string) (err error) {
 	fs := e.flagSet("computer create")
 	ns := fs.String("namespace", "", "")
 	fs.StringVar(ns, "n", "", "")
@@ -141,7 +142,10 @@ func computerCreate(ctx context.Context, e *env, args []string) error {
 	if len(pos) > 1 {
 		return usagef("create takes at most one ID, got %d arguments", len(pos))
 	}
-	req := client.NewComputer{Namespace: *ns, Image: *image, Size: *size, Start: *start}
+	// The Computer is created sleeping and then started, two requests, so
+	// that when the start fails the CLI knows the create succeeded and
+	// deletes what it created: a failed command leaves nothing behind.
+	req := client.NewComputer{Namespace: *ns, Image: *image, Size: *size}
 	if len(pos) == 1 {
 		req.ID = strings.TrimPrefix(pos[0], "computer/")
 	}
@@ -165,11 +169,37 @@ func computerCreate(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	id := out.ID
+	defer func() {
+		if err != nil {
+			e.undoCreate(ctx, c, id)
+		}
+	}()
+	if *start {
+		if out, err = c.StartComputer(ctx, id, false); err != nil {
+			return err
+		}
+	}
 	if e.structured() {
 		return e.printValue(out)
 	}
-	fmt.Fprintf(e.stdout, "computer/%s created (%s)\n", out.ID, state(out.State))
-	return nil
+	_, err = fmt.Fprintf(e.stdout, "computer/%s created (%s)\n", out.ID, state(out.State))
+	return err
+}
+
+// undoCreate deletes Computer id, which this command created before a
+// later step failed. It is best effort: the command fails with that
+// step's error either way, and a failed delete is reported, not hidden.
+func (e *env) undoCreate(ctx context.Context, c *client.Client, id string) {
+	// The command's context may be what ended (Ctrl-C): clean up anyway,
+	// for a bounded time.
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := c.DeleteComputer(dctx, id); err != nil {
+		fmt.Fprintf(e.stderr, "berth: computer/%s was created but could not be deleted after the failure below: %v\n", id, err)
+		return
+	}
+	fmt.Fprintf(e.stderr, "computer/%s deleted: the command failed after creating it\n", id)
 }
 
 // printValue prints v, a decoded reply, in the -o format.

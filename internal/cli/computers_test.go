@@ -274,6 +274,12 @@ func TestComputerUsage(t *testing.T) {
 			t.Errorf("berth %s: exit %d, %q; want 2 and %q", strings.Join(tc.args, " "), code, errs, tc.want)
 		}
 	}
+	// Parsing leaves the caller's arguments as given.
+	args := []string{"--server", "http://127.0.0.1:1", "computer", "frob", "x"}
+	berth(t, "", args...)
+	if got := strings.Join(args, " "); got != "--server http://127.0.0.1:1 computer frob x" {
+		t.Errorf("Run changed its arguments to %q", got)
+	}
 	if code, out, _ := berth(t, "", "computer", "help"); code != 0 || !strings.Contains(out, "berth computer <subcommand>") {
 		t.Errorf("computer help: %d %q", code, out)
 	}
@@ -306,5 +312,30 @@ func TestExpandActions(t *testing.T) {
 		if id != tc.id || path != tc.path {
 			t.Errorf("remotePath(%q) = %q, %q; want %q, %q", tc.in, id, path, tc.id, tc.path)
 		}
+	}
+}
+
+// TestComputerCreateStartFailureLeavesNothing: `computer create --start`
+// whose start fails (a VM backing on a host this server does not have)
+// exits 1 with the start's error and deletes the Computer it created, so
+// a failed command leaves nothing behind.
+func TestComputerCreateStartFailureLeavesNothing(t *testing.T) {
+	srv := computerServer(t)
+	op := func(args ...string) []string {
+		return append([]string{"--server", srv, "--user", "admin", "--password", "opw"}, args...)
+	}
+	code, out, errs := berth(t, "", op("computer", "create", "bad", "--backing", "on-box-vm:nohost", "--start")...)
+	if code != exitFailed || !strings.Contains(errs, "\nerror: ") {
+		t.Errorf("create --start with a bad backing: exit %d, stdout %q, stderr %q; want 1 and the error", code, out, errs)
+	}
+	if !strings.Contains(errs, "computer/bad deleted") || !strings.Contains(errs, `host "nohost" is not this host`) {
+		t.Errorf("stderr %q: want the cleanup said and the start's error", errs)
+	}
+	if code, _, errs := berth(t, "", op("computer", "get", "bad")...); code != exitFailed || !strings.Contains(errs, "no Computer") {
+		t.Errorf("get after the failed create: exit %d, %q; want the Computer gone", code, errs)
+	}
+	// The ID is free again: a good create with it succeeds.
+	if out := mustRun(t, "", op("computer", "create", "bad", "--start")...); !strings.Contains(out, "computer/bad created (running)") {
+		t.Errorf("create --start after the cleanup: %q", out)
 	}
 }
