@@ -10,21 +10,36 @@ import (
 	"sync"
 )
 
-// knownKeys caches, per struct type, the JSON names of its fields, so that
-// [marshalExtra] and [unmarshalExtra] can tell declared keys from extra ones.
-var knownKeys sync.Map // reflect.Type -> map[string]bool
+// fieldsCache caches [JSONFields] per struct type.
+var fieldsCache sync.Map // reflect.Type -> jsonFields
 
-func jsonNames(t reflect.Type) map[string]bool {
-	if m, ok := knownKeys.Load(t); ok {
-		return m.(map[string]bool)
+type jsonFields struct {
+	fields map[string]reflect.Type
+	open   bool
+}
+
+var rawMapType = reflect.TypeFor[map[string]json.RawMessage]()
+
+// JSONFields maps the JSON keys of struct type t (embedded structs
+// included) to their Go types, as encoding/json names them; open reports
+// an `Extra map[string]json.RawMessage` field tagged "-", in which a
+// contract type keeps the keys its index signature allows. The result is
+// cached and must not be modified.
+func JSONFields(t reflect.Type) (fields map[string]reflect.Type, open bool) {
+	if c, ok := fieldsCache.Load(t); ok {
+		c := c.(jsonFields)
+		return c.fields, c.open
 	}
-	m := map[string]bool{}
+	fields = map[string]reflect.Type{}
 	var visit func(t reflect.Type)
 	visit = func(t reflect.Type) {
-		for i := 0; i < t.NumField(); i++ {
+		for i := range t.NumField() {
 			f := t.Field(i)
 			tag := f.Tag.Get("json")
 			if tag == "-" {
+				if f.Name == "Extra" && f.Type == rawMapType {
+					open = true
+				}
 				continue
 			}
 			name, _, _ := strings.Cut(tag, ",")
@@ -38,12 +53,12 @@ func jsonNames(t reflect.Type) map[string]bool {
 			if name == "" {
 				name = f.Name
 			}
-			m[name] = true
+			fields[name] = f.Type
 		}
 	}
 	visit(t)
-	knownKeys.Store(t, m)
-	return m
+	fieldsCache.Store(t, jsonFields{fields, open})
+	return fields, open
 }
 
 // marshalExtra encodes known (a methodless copy of a contract struct) and
@@ -55,10 +70,10 @@ func marshalExtra[P any](known P, extra map[string]json.RawMessage) ([]byte, err
 	if err != nil || len(extra) == 0 {
 		return b, err
 	}
-	names := jsonNames(reflect.TypeFor[P]())
+	names, _ := JSONFields(reflect.TypeFor[P]())
 	keys := make([]string, 0, len(extra))
 	for k := range extra {
-		if !names[k] {
+		if _, declared := names[k]; !declared {
 			keys = append(keys, k)
 		}
 	}
@@ -107,10 +122,10 @@ func unmarshalExtra[P any](data []byte, known *P, extra *map[string]json.RawMess
 	if all == nil { // JSON null: leave the value unchanged, as encoding/json does
 		return nil
 	}
-	names := jsonNames(reflect.TypeFor[P]())
+	names, _ := JSONFields(reflect.TypeFor[P]())
 	var rest map[string]json.RawMessage
 	for k, v := range all {
-		if !names[k] {
+		if _, declared := names[k]; !declared {
 			if rest == nil {
 				rest = map[string]json.RawMessage{}
 			}

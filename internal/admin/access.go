@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -450,7 +451,7 @@ func (a *API) listNamespaces(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	out := []apitype.NamespaceEntry{}
-	for _, ns := range slices.Sorted(mapKeys(all)) {
+	for _, ns := range slices.Sorted(maps.Keys(all)) {
 		x := all[ns]
 		if !p.Reaches(ns) && x.visible == 0 {
 			continue
@@ -466,16 +467,6 @@ func (a *API) listNamespaces(w http.ResponseWriter, r *http.Request) error {
 	}
 	web.WriteJSON(w, http.StatusOK, out)
 	return nil
-}
-
-func mapKeys[V any](m map[string]V) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 func namespaceError(err error) error {

@@ -3,6 +3,7 @@ package spec
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -33,7 +34,6 @@ func UnknownField(raw []byte) error {
 
 var (
 	unmarshalerType = reflect.TypeFor[json.Unmarshaler]()
-	rawMapType      = reflect.TypeFor[map[string]json.RawMessage]()
 	apitypePkg      = reflect.TypeFor[apitype.DeploymentSpec]().PkgPath()
 )
 
@@ -50,11 +50,11 @@ func unknownIn(path string, t reflect.Type, v any) *FieldError {
 		if !ok {
 			return nil
 		}
-		fields, open := structFields(t)
+		fields, open := apitype.JSONFields(t)
 		if !open && reflect.PointerTo(t).Implements(unmarshalerType) {
 			return nil // decodes a shape of its own (e.g. a string or an object)
 		}
-		for _, k := range slices.Sorted(mapKeys(obj)) {
+		for _, k := range slices.Sorted(maps.Keys(obj)) {
 			ft, known := fields[k]
 			switch {
 			case known:
@@ -80,7 +80,7 @@ func unknownIn(path string, t reflect.Type, v any) *FieldError {
 		if !ok {
 			return nil
 		}
-		for _, k := range slices.Sorted(mapKeys(obj)) {
+		for _, k := range slices.Sorted(maps.Keys(obj)) {
 			if fe := unknownIn(join(path, k), t.Elem(), obj[k]); fe != nil {
 				return fe
 			}
@@ -89,52 +89,9 @@ func unknownIn(path string, t reflect.Type, v any) *FieldError {
 	return nil
 }
 
-// structFields maps a struct's JSON keys to their types, embedded structs
-// included; open reports an Extra field that keeps undeclared keys.
-func structFields(t reflect.Type) (fields map[string]reflect.Type, open bool) {
-	fields = map[string]reflect.Type{}
-	var visit func(t reflect.Type)
-	visit = func(t reflect.Type) {
-		for i := range t.NumField() {
-			f := t.Field(i)
-			tag := f.Tag.Get("json")
-			if tag == "-" {
-				if f.Name == "Extra" && f.Type == rawMapType {
-					open = true
-				}
-				continue
-			}
-			name, _, _ := strings.Cut(tag, ",")
-			if f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct {
-				visit(f.Type)
-				continue
-			}
-			if !f.IsExported() {
-				continue
-			}
-			if name == "" {
-				name = f.Name
-			}
-			fields[name] = f.Type
-		}
-	}
-	visit(t)
-	return fields, open
-}
-
 func join(path, k string) string {
 	if path == "" {
 		return k
 	}
 	return path + "." + k
-}
-
-func mapKeys(m map[string]any) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
