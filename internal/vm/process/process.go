@@ -679,7 +679,7 @@ func (d *Driver) environ(spec vm.Spec, st state) []string {
 		home = spec.Workspace
 	}
 	env := []string{
-		"PATH=" + hostPath(),
+		"PATH=" + hostPath(st.UID != 0),
 		"HOME=" + home,
 	}
 	if st.Isolated {
@@ -717,11 +717,45 @@ func agentAttr(isolated bool) *syscall.SysProcAttr {
 }
 
 // hostPath is the PATH replicas get: berth's.
-func hostPath() string {
-	if path := os.Getenv("PATH"); path != "" {
+func hostPath(sandboxed bool) string {
+	const std = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	path := os.Getenv("PATH")
+	if path == "" {
+		return std
+	}
+	if !sandboxed {
 		return path
 	}
-	return "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	// A sandbox runs as an unprivileged user: keep only the entries that
+	// user can search, so a root-only entry (a pyenv shim under /root,
+	// say) does not shadow the system's binary with "permission denied".
+	var keep []string
+	for _, dir := range filepath.SplitList(path) {
+		if othersCanSearch(dir) {
+			keep = append(keep, dir)
+		}
+	}
+	if len(keep) == 0 {
+		return std
+	}
+	return strings.Join(keep, string(filepath.ListSeparator))
+}
+
+// othersCanSearch reports whether dir and every directory above it are
+// searchable by a user who is neither their owner nor in their group.
+func othersCanSearch(dir string) bool {
+	if !filepath.IsAbs(dir) {
+		return false
+	}
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil || !fi.IsDir() || fi.Mode().Perm()&0o001 == 0 {
+			return false
+		}
+		if d == "/" {
+			return true
+		}
+	}
 }
 
 // hostname is the UTS hostname of a replica: its id, cut to the 64 bytes

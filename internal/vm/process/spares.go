@@ -219,7 +219,7 @@ func (d *Driver) spawnSpare(name, dir string) (*spare, error) {
 		"--spare-room="+strings.Repeat(" ", spareRoom))
 	cmd := exec.Command(d.agent[0], args...)
 	cmd.Dir = filepath.Join(dir, dataDir)
-	cmd.Env = append([]string{"PATH=" + hostPath()}, d.env...)
+	cmd.Env = append([]string{"PATH=" + hostPath(false)}, d.env...) // the agent runs as root
 	cmd.Stdout, cmd.Stderr = errOut, errOut
 	cmd.ExtraFiles = []*os.File{theirs}
 	cmd.SysProcAttr = agentAttr(d.isolate)

@@ -274,3 +274,25 @@ func TestFollowLogsRotation(t *testing.T) {
 		t.Fatal("FollowLogs goes on after the replica was removed")
 	}
 }
+
+// TestSandboxPath: a sandbox's PATH keeps only the entries its
+// unprivileged user can search, so a root-only directory first on berth's
+// PATH (a pyenv shim under /root) does not make every command fail with
+// "permission denied"; berth's own agents keep the whole PATH.
+func TestSandboxPath(t *testing.T) {
+	private := t.TempDir() // 0700
+	if err := os.Chmod(private, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", private+":relative:/usr/bin:/nonexistent")
+	if got := hostPath(true); got != "/usr/bin" {
+		t.Errorf("sandbox PATH = %q, want /usr/bin", got)
+	}
+	if got, want := hostPath(false), private+":relative:/usr/bin:/nonexistent"; got != want {
+		t.Errorf("agent PATH = %q, want %q", got, want)
+	}
+	t.Setenv("PATH", private)
+	if got := hostPath(true); !strings.Contains(got, "/usr/bin") {
+		t.Errorf("sandbox PATH with nothing searchable = %q, want the standard one", got)
+	}
+}
