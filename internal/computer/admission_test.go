@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -209,6 +211,17 @@ func TestHostCapacity(t *testing.T) {
 	var ce *CapacityError
 	if _, err := m.Start(ctx, "v3", false); !errors.As(err, &ce) || ce.Limit != 4 {
 		t.Errorf("Start(v3) on a full host = %v, want capacity (fleet limit 2+2)", err)
+	}
+	// Asked to start on a full host, a create fails and leaves nothing
+	// behind: no record, no workspace, the id free for a retry.
+	if _, err := m.Create(ctx, CreateRequest{ID: "v4", Backings: vmOnly, Start: true}); !errors.As(err, &ce) {
+		t.Errorf("Create(v4, start) on a full host = %v, want capacity", err)
+	}
+	if _, err := m.Get(ctx, "v4"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Get(v4) after its failed create+start = %v, want not found", err)
+	}
+	if _, err := os.Stat(m.workspace("v4")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("v4's workspace outlived its failed create+start: %v", err)
 	}
 	// The host is full but the fleet is not: a Computer that can fall back
 	// to the process backing runs there.

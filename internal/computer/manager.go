@@ -379,7 +379,17 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (Computer, erro
 	}
 	m.notifyFacts(req.ID)
 	if req.Start {
-		return m.Start(ctx, req.ID, false)
+		c, err := m.Start(ctx, req.ID, false)
+		if err != nil {
+			// A create that was asked to start and could not leaves
+			// nothing behind: the caller sees one failed request, not a
+			// Computer it did not get. Removed even if the caller has gone.
+			if derr := m.Delete(context.WithoutCancel(ctx), req.ID); derr != nil {
+				m.log.Warn("removing a Computer whose start failed", "computer", req.ID, "err", derr)
+			}
+			return Computer{}, err
+		}
+		return c, nil
 	}
 	return m.view(ctx, rec)
 }
