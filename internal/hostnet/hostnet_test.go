@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -307,5 +308,126 @@ func TestNewNetnsLeavesThreads(t *testing.T) {
 		if ns != host {
 			t.Errorf("thread %s is in %s, want the process's %s", task.Name(), ns, host)
 		}
+	}
+}
+
+// ruleSet is every iptables rule of the filter and nat tables, in order.
+func ruleSet(t *testing.T) string {
+	t.Helper()
+	var all []string
+	for _, table := range []string{"filter", "nat"} {
+		out, err := exec.Command("iptables", "-w", "-t", table, "-S").CombinedOutput()
+		if err != nil {
+			t.Fatalf("iptables -t %s -S: %v: %s", table, err, out)
+		}
+		all = append(all, string(out))
+	}
+	return strings.Join(all, "")
+}
+
+// prepare runs Prepare and returns its steps.
+func prepare(t *testing.T, c Config) []Step {
+	t.Helper()
+	var steps []Step
+	if err := Prepare(t.Context(), c, func(s Step) { steps = append(steps, s) }); err != nil {
+		t.Fatalf("Prepare(egress %v): %v (steps %v)", c.Egress, err, steps)
+	}
+	return steps
+}
+
+// TestPrepareIdempotent runs Prepare twice for each egress setting in the
+// tests' own network namespace: the second run changes nothing, reports
+// every step as in place, and leaves the very same rule set (no rule
+// appended twice).
+func TestPrepareIdempotent(t *testing.T) {
+	netnstest.Require(t)
+	if _, err := exec.LookPath("iptables"); err != nil {
+		t.Skip("iptables is missing")
+	}
+	fw, err := os.ReadFile(ipForward)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.WriteFile(ipForward, fw, 0) })
+	c := Config{Bridge: "bidem0", Subnet: netip.MustParsePrefix("10.9.8.0/24"), StateDir: t.TempDir()}
+	t.Cleanup(func() { Teardown(context.Background(), c) })
+	for _, egress := range []bool{false, true, false} {
+		c.Egress = egress
+		first := prepare(t, c)
+		if !slices.ContainsFunc(first, func(s Step) bool { return s.Changed }) {
+			t.Errorf("egress %v: the first Prepare changed nothing: %v", egress, first)
+		}
+		once := ruleSet(t)
+		second := prepare(t, c)
+		if twice := ruleSet(t); twice != once {
+			t.Errorf("egress %v: the rules after two Prepares differ from those after one:\n%s\nvs\n%s", egress, twice, once)
+		}
+		for _, s := range second {
+			if s.Changed {
+				t.Errorf("egress %v: the second Prepare changed %s: %s", egress, s.What, s.Detail)
+			}
+		}
+		var details []string
+		for _, s := range second {
+			details = append(details, s.What+": "+s.Detail)
+		}
+		got := strings.Join(details, "\n")
+		for _, want := range []string{"bridge bidem0: present", "bridge bidem0 address 10.9.8.1/24: present", "bridge bidem0: up", "loopback lo: up", "network namespace: berth runs in net:["} {
+			if !strings.Contains(got, want) {
+				t.Errorf("egress %v: second Prepare's steps lack %q:\n%s", egress, want, got)
+			}
+		}
+		wantRule := "iptables -t filter FORWARD -i bidem0 ! -o bidem0 -j DROP: present"
+		if egress {
+			wantRule = "iptables -t nat POSTROUTING -s 10.9.8.0/24 ! -o bidem0 -j MASQUERADE: present"
+		}
+		if !strings.Contains(got, wantRule) {
+			t.Errorf("egress %v: second Prepare's steps lack %q:\n%s", egress, wantRule, got)
+		}
+		n := 0
+		for l := range strings.Lines(once) {
+			if strings.HasPrefix(l, "-A ") && strings.Contains(l, "bidem0") {
+				n++
+			}
+		}
+		if egress && n != 3 || !egress && n != 1 {
+			t.Errorf("egress %v: %d rules name the bridge:\n%s", egress, n, once)
+		}
+	}
+}
+
+// TestPrepareFailsClosed: with egress off, forwarding on and no iptables
+// to block it, Prepare fails and keeps the bridge down, so Check refuses
+// it and no driver gives guests a network that reaches beyond the host.
+func TestPrepareFailsClosed(t *testing.T) {
+	netnstest.Require(t)
+	ipPath, err := exec.LookPath("ip")
+	if err != nil {
+		t.Skip("ip is missing")
+	}
+	fw, err := os.ReadFile(ipForward)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.WriteFile(ipForward, fw, 0) })
+	c := Config{Bridge: "bclosed0", Subnet: netip.MustParsePrefix("10.9.7.0/24"), StateDir: t.TempDir()}
+	t.Cleanup(func() { Teardown(context.Background(), c) })
+	if err := Setup(t.Context(), c); err != nil { // the bridge up, as a previous run left it
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(ipForward, []byte("1"), 0); err != nil {
+		t.Fatal(err)
+	}
+	bin := t.TempDir()
+	if err := os.Symlink(ipPath, filepath.Join(bin, "ip")); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin) // ip, and no iptables
+	err = Prepare(t.Context(), c, nil)
+	if err == nil || !strings.Contains(err.Error(), "kept down") {
+		t.Fatalf("Prepare without iptables on a forwarding host: %v; want an error saying the bridge is kept down", err)
+	}
+	if err := Check(t.Context(), c); err == nil || !strings.Contains(err.Error(), "down") {
+		t.Errorf("Check after the failure: %v; want the bridge down", err)
 	}
 }
