@@ -20,8 +20,8 @@
 // NAT to the outside) is off unless Config.Egress is set; Setup then adds
 // the MASQUERADE rule, and otherwise a FORWARD DROP rule for traffic from
 // the bridge to anywhere else. The host's interfaces and rules are changed
-// only by Setup and Teardown, which `berth host setup` and the drivers'
-// constructors call.
+// only by Prepare (Setup) and Teardown: `berth host setup`, and berth serve
+// as root at start-up unless --no-host-setup, prepare them.
 //
 // Replicas are plugged in over netlink (no command on the start path);
 // Setup, Teardown and taps use iproute2's ip, and iptables for the egress

@@ -431,3 +431,56 @@ func TestPrepareFailsClosed(t *testing.T) {
 		t.Errorf("Check after the failure: %v; want the bridge down", err)
 	}
 }
+
+// TestPrepareFreshNetns runs Prepare, egress on, in a network namespace
+// fresh from unshare (as berth serve started by `unshare -n` would run):
+// loopback starts down and is brought up, IPv4 forwarding is enabled in
+// that namespace only, and the steps say it is not the initial namespace.
+func TestPrepareFreshNetns(t *testing.T) {
+	netnstest.Require(t)
+	if _, err := exec.LookPath("iptables"); err != nil {
+		t.Skip("iptables is missing")
+	}
+	if os.Getenv("HOSTNET_TEST_FRESH") == "" {
+		before, err := os.ReadFile(ipForward)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("unshare", "--net", os.Args[0], "-test.run=^TestPrepareFreshNetns$", "-test.v")
+		cmd.Env = append(os.Environ(), "HOSTNET_TEST_FRESH=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "--- PASS: TestPrepareFreshNetns") {
+			t.Fatalf("in a fresh network namespace: %v\n%s", err, out)
+		}
+		if after, _ := os.ReadFile(ipForward); string(after) != string(before) {
+			t.Errorf("IPv4 forwarding outside the fresh namespace went from %q to %q", before, after)
+		}
+		return
+	}
+	lo, err := net.InterfaceByName("lo")
+	if err != nil || lo.Flags&net.FlagUp != 0 {
+		t.Fatalf("lo in a fresh namespace: %v, flags %v; want it down", err, lo)
+	}
+	c := Config{Bridge: "bfresh0", Subnet: netip.MustParsePrefix("10.9.4.0/24"), Egress: true, StateDir: t.TempDir()}
+	var got []string
+	for _, s := range prepare(t, c) {
+		got = append(got, s.What+": "+s.Detail)
+	}
+	all := strings.Join(got, "\n")
+	for _, want := range []string{"loopback lo: was down, brought up", "IPv4 forwarding: enabled", "bridge bfresh0: created", "network namespace: berth runs in net:["} {
+		if !strings.Contains(all, want) {
+			t.Errorf("steps lack %q:\n%s", want, all)
+		}
+	}
+	if b, _ := os.ReadFile(ipForward); strings.TrimSpace(string(b)) != "1" {
+		t.Errorf("ip_forward = %q after Prepare with egress", b)
+	}
+	if l, err := net.InterfaceByName("lo"); err != nil || l.Flags&net.FlagUp == 0 {
+		t.Errorf("lo after Prepare: %v, %v; want up", l, err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listening on loopback after Prepare: %v", err)
+	}
+	ln.Close()
+}
