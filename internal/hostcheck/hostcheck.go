@@ -457,7 +457,8 @@ var isolating = []string{"container", "firecracker", "kvm", "libvirt"}
 // hosts v1 hierarchies for the controllers of the unified one, which crun
 // requires to be empty. It needs root and is idempotent: it reports each
 // step to report (nil: none), changed or found in place, and stops at the
-// first that fails with a *SetupError.
+// first that fails with a *SetupError (two, joined, when the guests'
+// egress fails and a later step too: egress is no reason to stop).
 func Setup(ctx context.Context, p Prep, report func(Step)) error {
 	if report == nil {
 		report = func(Step) {}
@@ -485,10 +486,18 @@ func Setup(ctx context.Context, p Prep, report func(Step)) error {
 		egress = "on (NAT)"
 	}
 	netStep := fmt.Sprintf("guest network (bridge %s on %s, egress %s)", bridgeName(p.Net), p.Net.Subnet, egress)
-	if err := hostnet.Prepare(ctx, p.Net, func(s hostnet.Step) { report(Step{What: s.What, Detail: s.Detail, Changed: s.Changed}) }); err != nil {
+	err := hostnet.Prepare(ctx, p.Net, func(s hostnet.Step) { report(Step{What: s.What, Detail: s.Detail, Changed: s.Changed}) })
+	switch {
+	case errors.Is(err, hostnet.ErrNoEgress):
+		// The guests' network is there, without egress: go on.
+		err = &SetupError{Step: netStep, Affects: []string{"guest egress of the container, firecracker, kvm and libvirt drivers (their guests still get the host-only network)"}, Err: err}
+	case err != nil:
 		return &SetupError{Step: netStep, Affects: isolating, Err: err}
 	}
-	return p.Cgroups.prepare(report)
+	if cerr := p.Cgroups.prepare(report); cerr != nil {
+		return errors.Join(err, cerr)
+	}
+	return err
 }
 
 func bridgeName(c hostnet.Config) string {
@@ -613,14 +622,20 @@ func serveSetup(ctx context.Context, log *slog.Logger, dataDir string, cg Cgroup
 		return
 	}
 	err = Setup(ctx, Prep{DataDir: dataDir, Net: net, Cgroups: cg}, Report(log))
-	var se *SetupError
-	switch {
-	case errors.As(err, &se):
-		log.Error("host setup failed; serving without it", "step", se.Step, "affects", strings.Join(se.Affects, ", "), "err", se.Err)
-	case err != nil:
-		log.Error("host setup failed; serving without it", "err", err)
-	default:
+	if err == nil {
 		log.Info("host setup done")
+		return
+	}
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	}
+	for _, err := range errs {
+		if se := (*SetupError)(nil); errors.As(err, &se) {
+			log.Error("host setup failed; serving without it", "step", se.Step, "affects", strings.Join(se.Affects, ", "), "err", se.Err)
+		} else {
+			log.Error("host setup failed; serving without it", "err", err)
+		}
 	}
 }
 

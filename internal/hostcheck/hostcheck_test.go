@@ -378,3 +378,65 @@ func TestServeSetupLines(t *testing.T) {
 		t.Errorf("a bad subnet: logged %q; want an error naming it and the drivers it affects", got)
 	}
 }
+
+// TestServeSetupNoEgress: where IPv4 forwarding cannot be enabled (a
+// read-only /proc/sys, as in many containers), berth serve's host setup
+// with egress on still makes the guests' host-only network, logs an error
+// naming the failed step and that only egress is affected, and goes on to
+// the cgroup step. It runs in a fresh network and mount namespace, with a
+// read-only file bound over ip_forward there only.
+func TestServeSetupNoEgress(t *testing.T) {
+	netnstest.Require(t)
+	if _, err := exec.LookPath("iptables"); err != nil {
+		t.Skip("iptables is missing")
+	}
+	const fwd = "/proc/sys/net/ipv4/ip_forward"
+	if os.Getenv("HOSTCHECK_TEST_ROPROC") == "" {
+		cmd := exec.Command("unshare", "--net", "--mount", os.Args[0], "-test.run=^TestServeSetupNoEgress$", "-test.v")
+		cmd.Env = append(os.Environ(), "HOSTCHECK_TEST_ROPROC=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "--- PASS: TestServeSetupNoEgress") {
+			t.Fatalf("in a fresh namespace: %v\n%s", err, out)
+		}
+		return
+	}
+	zero := filepath.Join(t.TempDir(), "ip_forward")
+	if err := os.WriteFile(zero, []byte("0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount(zero, fwd, "", syscall.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("", fwd, "", syscall.MS_BIND|syscall.MS_REMOUNT|syscall.MS_RDONLY, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("BERTH_BRIDGE", "bnoegr0")
+	t.Setenv("BERTH_GUEST_SUBNET", "10.9.3.0/24")
+	t.Setenv("BERTH_GUEST_EGRESS", "on")
+	cg, mounted := fakeHybrid(t, "hugetlb")
+	var buf bytes.Buffer
+	dataDir := t.TempDir()
+	serveSetup(t.Context(), slog.New(slog.NewTextHandler(&buf, nil)), dataDir, cg, true)
+	got := buf.String()
+	for _, want := range []string{
+		`level=ERROR msg="host setup failed; serving without it" step="guest network (bridge bnoegr0 on 10.9.3.0/24, egress on (NAT))" affects="guest egress of the container`,
+		"enabling IPv4 forwarding for guest egress",
+		"guests get the host-only network, without egress",
+		`msg="host setup: bridge bnoegr0: brought up"`,
+		`level=WARN msg="host setup changed the host's cgroup layout`,
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("log lacks %s:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "host setup done") || len(*mounted) != 1 {
+		t.Errorf("mounted %v; log:\n%s", *mounted, got)
+	}
+	c, err := hostnet.ConfigFromEnv(dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hostnet.Check(t.Context(), c); err != nil {
+		t.Errorf("the guests' host-only network is not there: %v", err)
+	}
+}

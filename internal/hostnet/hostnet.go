@@ -211,7 +211,7 @@ func Prepare(ctx context.Context, c Config, report func(Step)) error {
 			if uerr := up(); uerr != nil {
 				return uerr
 			}
-			return err
+			return fmt.Errorf("%w; %w", err, ErrNoEgress)
 		}
 		if linkUp(ctx, c.Bridge) {
 			run(ctx, "", "ip", "link", "set", c.Bridge, "down")
@@ -220,6 +220,10 @@ func Prepare(ctx context.Context, c Config, report func(Step)) error {
 	}
 	return up()
 }
+
+// ErrNoEgress marks a Prepare that made the guest network but could not
+// give guests the egress Config.Egress asks for.
+var ErrNoEgress = errors.New("guests get the host-only network, without egress")
 
 // initNetns is the initial network namespace as /proc/self/ns/net names
 // it (the kernel's PROC_NET_INIT_INO).
