@@ -494,10 +494,14 @@ func Setup(ctx context.Context, p Prep, report func(Step)) error {
 	case err != nil:
 		return &SetupError{Step: netStep, Affects: isolating, Err: err}
 	}
-	if cerr := p.Cgroups.prepare(report); cerr != nil {
-		return errors.Join(err, cerr)
+	cerr := p.Cgroups.prepare(report)
+	switch {
+	case err == nil:
+		return cerr
+	case cerr == nil:
+		return err
 	}
-	return err
+	return errors.Join(err, cerr)
 }
 
 func bridgeName(c hostnet.Config) string {
