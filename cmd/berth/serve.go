@@ -181,7 +181,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 		*dataDir = abs
 	}
 	if *noHostSetup {
-		log.Info("host setup skipped: --no-host-setup")
+		log.Info("host setup skipped: --no-host-setup (BERTH_NO_HOST_SETUP)")
 	} else {
 		hostcheck.ServeSetup(ctx, log, *dataDir, hostCgroups)
 	}

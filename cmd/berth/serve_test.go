@@ -192,7 +192,7 @@ func TestServeNoHostSetup(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Setenv("BERTH_NO_HOST_SETUP", c.env)
 			got := runServe(t, t.TempDir(), c.args...)
-			if !strings.Contains(got, `msg="host setup skipped: --no-host-setup"`) || strings.Contains(got, "host setup:") || strings.Contains(got, "host setup done") {
+			if !strings.Contains(got, `level=INFO msg="host setup skipped: --no-host-setup (BERTH_NO_HOST_SETUP)"`) || strings.Contains(got, "host setup:") || strings.Contains(got, "host setup done") {
 				t.Errorf("log:\n%s\nwant only the line saying host setup is skipped", got)
 			}
 			if exec.Command("ip", "link", "show", "dev", "bnosetup0").Run() == nil {
