@@ -651,6 +651,11 @@ const usage = `Usage: berth host check [--data-dir DIR] [--require DRIVER,...] [
 // code: 0 success, 1 a driver named by --require is unavailable or setup
 // failed, 2 usage.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return hostMain(ctx, args, stdout, stderr, Cgroups{})
+}
+
+// hostMain is Main with the cgroup layout setup prepares.
+func hostMain(ctx context.Context, args []string, stdout, stderr io.Writer, cg Cgroups) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(stdout, usage)
 		if len(args) == 0 {
@@ -716,7 +721,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "setup":
 		net := h.Net
 		net.Egress = net.Egress || *egress
-		err := Setup(ctx, Prep{DataDir: *dataDir, Net: net}, func(s Step) {
+		err := Setup(ctx, Prep{DataDir: *dataDir, Net: net, Cgroups: cg}, func(s Step) {
 			switch {
 			case s.Cgroups:
 				fmt.Fprintln(stdout, "changed the host's cgroup layout:", s.Detail)

@@ -440,3 +440,38 @@ func TestServeSetupNoEgress(t *testing.T) {
 		t.Errorf("the guests' host-only network is not there: %v", err)
 	}
 }
+
+// TestMainSetup: berth host setup prints each step, "changed:" the first
+// time and "ok:" when run again, a cgroup layout change on a line of its
+// own.
+func TestMainSetup(t *testing.T) {
+	netnstest.Require(t)
+	if _, err := exec.LookPath("iptables"); err != nil {
+		t.Skip("iptables is missing")
+	}
+	t.Setenv("BERTH_BRIDGE", "bmain0")
+	t.Setenv("BERTH_GUEST_SUBNET", "10.9.2.0/24")
+	dataDir := t.TempDir()
+	c, err := hostnet.ConfigFromEnv(dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hostnet.Teardown(context.Background(), c) })
+	cg, _ := fakeHybrid(t, "hugetlb")
+	run := func() string {
+		var out, errOut bytes.Buffer
+		if code := hostMain(t.Context(), []string{"setup", "--data-dir", dataDir}, &out, &errOut, cg); code != 0 {
+			t.Fatalf("berth host setup: exit %d: %s%s", code, out.String(), errOut.String())
+		}
+		return out.String()
+	}
+	first, second := run(), run()
+	for _, want := range []string{"changed: bridge bmain0: created\n", "changed: iptables -t filter FORWARD -i bmain0 ! -o bmain0 -j DROP: inserted\n", "changed the host's cgroup layout: mounted a cgroup v1 hierarchy for the hugetlb controller"} {
+		if !strings.Contains(first, want) {
+			t.Errorf("the first berth host setup lacks %q:\n%s", want, first)
+		}
+	}
+	if strings.Contains(second, "changed") || !strings.Contains(second, "ok: bridge bmain0: present\n") || !strings.Contains(second, "ok: iptables -t filter FORWARD -i bmain0 ! -o bmain0 -j DROP: present\n") {
+		t.Errorf("the second berth host setup:\n%s\nwant every step ok, nothing changed", second)
+	}
+}
