@@ -21,7 +21,7 @@ func main() {
 	if len(args) > 0 {
 		switch args[0] {
 		case "serve":
-			os.Exit(serve(ctx, args[1:]))
+			os.Exit(serve(ctx, args[1:], os.Stderr))
 		case "demo-app":
 			// What the demo deployment's replicas run.
 			os.Exit(demo.RunApp(ctx, os.Stderr))

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -16,6 +18,7 @@ import (
 	"github.com/berth-dev/berth/internal/auth"
 	"github.com/berth-dev/berth/internal/computer"
 	"github.com/berth-dev/berth/internal/demo"
+	"github.com/berth-dev/berth/internal/hostcheck"
 	"github.com/berth-dev/berth/internal/registry"
 	"github.com/berth-dev/berth/internal/server"
 	"github.com/berth-dev/berth/internal/spec"
@@ -92,9 +95,14 @@ func takeSecrets() map[string]string {
 	return m
 }
 
-func serve(ctx context.Context, args []string) int {
+// hostCgroups is the cgroup layout berth serve's host setup prepares: the
+// zero value, this machine's; tests set a fake.
+var hostCgroups hostcheck.Cgroups
+
+func serve(ctx context.Context, args []string, stderr io.Writer) int {
 	secrets := takeSecrets()
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), serveHelp)
 		fs.PrintDefaults()
@@ -125,6 +133,7 @@ func serve(ctx context.Context, args []string) int {
 	maxActive := fs.Int("computer-max-active", intEnv("BERTH_COMPUTER_MAX_ACTIVE", 0), "register this host in the Computer capacity registry with at most this many Computers starting or running at once; 0: keep the registry as stored (empty: 16 fleet slots) (BERTH_COMPUTER_MAX_ACTIVE)")
 	headroom := fs.Int("computer-reserved-headroom", intEnv("BERTH_COMPUTER_RESERVED_HEADROOM", 0), "of --computer-max-active, how many slots to hold back (below it) (BERTH_COMPUTER_RESERVED_HEADROOM)")
 	recycleAfter := fs.Duration("computer-recycle-after", durEnv("BERTH_COMPUTER_RECYCLE_AFTER", 0), "replace a Computer's sandbox older than this at a quiet moment, keeping its workspace; 0: never (BERTH_COMPUTER_RECYCLE_AFTER)")
+	noHostSetup := fs.Bool("no-host-setup", envBool("BERTH_NO_HOST_SETUP"), "as root, do not prepare the host before opening the drivers; by default berth serve does what berth host setup does (berth's directories, the guest bridge and its egress rules, and on hybrid cgroup hosts v1 hierarchies for the unified hierarchy's controllers), idempotently, each step logged (BERTH_NO_HOST_SETUP)")
 	withDemo := fs.Bool("demo", false, "register demo deployments (a vm app that scales from zero, and a site) and print how to reach them")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -133,16 +142,16 @@ func serve(ctx context.Context, args []string) int {
 		return 2
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "berth serve: unexpected argument %q\n", fs.Arg(0))
+		fmt.Fprintf(stderr, "berth serve: unexpected argument %q\n", fs.Arg(0))
 		fs.Usage()
 		return 2
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		fmt.Fprintf(os.Stderr, "berth serve: --log-level: %v\n", err)
+		fmt.Fprintf(stderr, "berth serve: --log-level: %v\n", err)
 		return 2
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	if _, set := os.LookupEnv("GOGC"); !set {
 		// The data plane allocates little that lives, and fast: a
 		// collection every 400% of heap growth instead of 100% spends a
@@ -152,21 +161,29 @@ func serve(ctx context.Context, args []string) int {
 	}
 	prefixes, err := parsePrefixes(*trusted)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "berth serve: --trusted-proxies: %v\n", err)
+		fmt.Fprintf(stderr, "berth serve: --trusted-proxies: %v\n", err)
 		return 2
 	}
 	nsDriverMap, err := parseNamespaceDrivers(*nsDrivers)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "berth serve: --namespace-drivers: %v\n", err)
+		fmt.Fprintf(stderr, "berth serve: --namespace-drivers: %v\n", err)
 		return 2
 	}
 	if *headroom != 0 && *maxActive <= 0 {
-		fmt.Fprintln(os.Stderr, "berth serve: --computer-reserved-headroom needs --computer-max-active")
+		fmt.Fprintln(stderr, "berth serve: --computer-reserved-headroom needs --computer-max-active")
 		return 2
 	}
 	confined := splitList(*confinedDrivers)
 	if confined == nil {
 		confined = []string{} // set but empty: no driver
+	}
+	if abs, err := filepath.Abs(*dataDir); err == nil {
+		*dataDir = abs
+	}
+	if *noHostSetup {
+		log.Info("host setup skipped: --no-host-setup (BERTH_NO_HOST_SETUP)")
+	} else {
+		hostcheck.ServeSetup(ctx, log, *dataDir, hostCgroups)
 	}
 	s, err := server.New(ctx, server.Options{
 		ProxyAddr: *proxyAddr, AdminAddr: *adminAddr, AdminHosts: splitList(*adminHosts), DataDir: *dataDir,
@@ -184,23 +201,23 @@ func serve(ctx context.Context, args []string) int {
 		ComputerRecycleAfter:  *recycleAfter,
 	})
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "berth serve: %v\n", err)
+		fmt.Fprintf(stderr, "berth serve: %v\n", err)
 		return 1
 	}
 	if *withDemo {
-		if err := startDemo(ctx, s); err != nil {
-			fmt.Fprintf(os.Stderr, "berth serve: demo: %v\n", err)
+		if err := startDemo(ctx, s, stderr); err != nil {
+			fmt.Fprintf(stderr, "berth serve: demo: %v\n", err)
 			return 1
 		}
 	}
 	if err := s.Run(ctx); err != nil {
-		fmt.Fprintf(os.Stderr, "berth serve: %v\n", err)
+		fmt.Fprintf(stderr, "berth serve: %v\n", err)
 		return 1
 	}
 	return 0
 }
 
-func startDemo(ctx context.Context, s *server.Server) error {
+func startDemo(ctx context.Context, s *server.Server, stderr io.Writer) error {
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -216,7 +233,7 @@ func startDemo(ctx context.Context, s *server.Server) error {
 		}
 	}
 	base := "http://" + reachable(s.ProxyAddr())
-	fmt.Fprintf(os.Stderr, `
+	fmt.Fprintf(stderr, `
 berth is serving two demo deployments:
   hello  (vm, process driver, min_replicas 0)  curl -i %s/
          no replica runs yet: the first request starts one and is held until

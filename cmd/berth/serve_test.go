@@ -1,10 +1,18 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+
+	"github.com/berth-dev/berth/internal/hostcheck"
+	"github.com/berth-dev/berth/internal/hostnet"
+	"github.com/berth-dev/berth/internal/hostnet/netnstest"
 )
 
 // TestTakeSecrets: berth's secrets leave its environment once read, so no
@@ -27,5 +35,169 @@ func TestTakeSecrets(t *testing.T) {
 	}
 	if strings.Contains(string(out), "hunter2") || strings.Contains(string(out), "sealed") {
 		t.Errorf("a child of berth inherits its secrets:\n%s", out)
+	}
+}
+
+// lineWriter collects what berth serve writes and signals when a line
+// containing want has been written.
+type lineWriter struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	want string
+	seen chan struct{}
+	once sync.Once
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if strings.Contains(w.buf.String(), w.want) {
+		w.once.Do(func() { close(w.seen) })
+	}
+	return len(p), nil
+}
+
+func (w *lineWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+// runServe runs berth serve with args on loopback until it listens, stops
+// it and returns what it logged.
+func runServe(t *testing.T, dataDir string, args ...string) string {
+	t.Helper()
+	w := &lineWriter{want: "berth listening", seen: make(chan struct{})}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	code := make(chan int, 1)
+	go func() {
+		code <- serve(ctx, append([]string{"--proxy-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--egress-addr", "off", "--data-dir", dataDir}, args...), w)
+	}()
+	select {
+	case <-w.seen:
+	case c := <-code:
+		t.Fatalf("berth serve exited %d before listening:\n%s", c, w)
+	}
+	cancel()
+	if c := <-code; c != 0 {
+		t.Fatalf("berth serve exited %d:\n%s", c, w)
+	}
+	return w.String()
+}
+
+// fakeCgroups gives berth serve's host setup a hybrid cgroup layout in a
+// temporary directory whose unified hierarchy has the hugetlb controller,
+// and a mount that only takes it out of there: the test must not change
+// the host's cgroup layout.
+func fakeCgroups(t *testing.T) {
+	t.Helper()
+	root := t.TempDir()
+	controllers := filepath.Join(root, "unified", "cgroup.controllers")
+	if err := os.MkdirAll(filepath.Dir(controllers), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(controllers, []byte("hugetlb\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	hostCgroups = hostcheck.Cgroups{Root: root, Mount: func(ctl, dir string) error {
+		return os.WriteFile(controllers, nil, 0o644)
+	}}
+	t.Cleanup(func() { hostCgroups = hostcheck.Cgroups{} })
+}
+
+// TestServeHostSetup: berth serve as root prepares the host before opening
+// its drivers, each step on a log line of its own, a cgroup layout change
+// as a warning; restarted, it finds everything in place and changes
+// nothing (the same rules, no warning).
+func TestServeHostSetup(t *testing.T) {
+	netnstest.Require(t)
+	if _, err := exec.LookPath("iptables"); err != nil {
+		t.Skip("iptables is missing")
+	}
+	t.Setenv("BERTH_BRIDGE", "bserve0")
+	t.Setenv("BERTH_GUEST_SUBNET", "10.9.5.0/24")
+	cfg, err := hostnet.ConfigFromEnv(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hostnet.Teardown(context.Background(), cfg) })
+	fakeCgroups(t)
+	dataDir := t.TempDir()
+	first := runServe(t, dataDir)
+	for _, want := range []string{
+		`level=INFO msg="host setup: bridge bserve0: created" changed=true`,
+		`level=INFO msg="host setup: bridge bserve0 address 10.9.5.1/24: added" changed=true`,
+		`level=INFO msg="host setup: iptables -t filter FORWARD -i bserve0 ! -o bserve0 -j DROP: inserted" changed=true`,
+		`level=WARN msg="host setup changed the host's cgroup layout: mounted a cgroup v1 hierarchy for the hugetlb controller at ` + filepath.Join(hostCgroups.Root, "hugetlb"),
+		`level=INFO msg="host setup done"`,
+	} {
+		if !strings.Contains(first, want) {
+			t.Errorf("the first serve's log lacks %s:\n%s", want, first)
+		}
+	}
+	if strings.Index(first, "host setup done") > strings.Index(first, "berth listening") {
+		t.Errorf("host setup finished after berth listened:\n%s", first)
+	}
+	rulesOnce, err := exec.Command("iptables-save").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := runServe(t, dataDir)
+	for _, want := range []string{
+		`level=INFO msg="host setup: bridge bserve0: present" changed=false`,
+		`level=INFO msg="host setup: iptables -t filter FORWARD -i bserve0 ! -o bserve0 -j DROP: present" changed=false`,
+		`level=INFO msg="host setup: cgroup layout: hybrid, and the unified hierarchy`,
+	} {
+		if !strings.Contains(second, want) {
+			t.Errorf("the restarted serve's log lacks %s:\n%s", want, second)
+		}
+	}
+	if strings.Contains(second, "changed=true") || strings.Contains(second, "level=WARN msg=\"host setup") || strings.Contains(second, "level=ERROR") {
+		t.Errorf("the restarted serve changed the host or failed:\n%s", second)
+	}
+	rulesTwice, err := exec.Command("iptables-save").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strip(rulesTwice) != strip(rulesOnce) {
+		t.Errorf("the rules after a restart differ:\n%s\nvs\n%s", rulesTwice, rulesOnce)
+	}
+}
+
+// strip drops iptables-save's comment and counter lines.
+func strip(b []byte) string {
+	var keep []string
+	for l := range strings.Lines(string(b)) {
+		if !strings.HasPrefix(l, "#") && !strings.HasPrefix(l, ":") {
+			keep = append(keep, l)
+		}
+	}
+	return strings.Join(keep, "")
+}
+
+// TestServeNoHostSetup: --no-host-setup, and BERTH_NO_HOST_SETUP=1, keep
+// berth serve from touching the host: one line says so, and no bridge is
+// made.
+func TestServeNoHostSetup(t *testing.T) {
+	netnstest.Require(t)
+	t.Setenv("BERTH_BRIDGE", "bnosetup0")
+	fakeCgroups(t)
+	for _, c := range []struct {
+		name string
+		env  string
+		args []string
+	}{{"flag", "", []string{"--no-host-setup"}}, {"env", "1", nil}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Setenv("BERTH_NO_HOST_SETUP", c.env)
+			got := runServe(t, t.TempDir(), c.args...)
+			if !strings.Contains(got, `level=INFO msg="host setup skipped: --no-host-setup (BERTH_NO_HOST_SETUP)"`) || strings.Contains(got, "host setup:") || strings.Contains(got, "host setup done") {
+				t.Errorf("log:\n%s\nwant only the line saying host setup is skipped", got)
+			}
+			if exec.Command("ip", "link", "show", "dev", "bnosetup0").Run() == nil {
+				t.Error("berth serve --no-host-setup made the bridge")
+			}
+		})
 	}
 }

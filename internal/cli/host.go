@@ -23,7 +23,9 @@ setup creates what berth may create: the guest bridge (BERTH_BRIDGE, default
 berth0) with its gateway address on the guest subnet (BERTH_GUEST_SUBNET,
 default 10.213.0.0/16), the rules that keep guest egress off (or, with
 --egress or BERTH_GUEST_EGRESS=on, NAT for it), berth's directories, and on
-hybrid cgroup hosts the cgroup v1 hierarchies crun needs. It is idempotent.
+hybrid cgroup hosts the cgroup v1 hierarchies crun needs. It is idempotent:
+it prints each step, "ok:" when already in place, "changed:" when done.
+berth serve, as root, does the same at start-up unless --no-host-setup.
 Both run on the machine itself, as root for setup.
 `,
 	run: func(context.Context, *env, []string) error {

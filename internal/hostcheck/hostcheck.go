@@ -18,6 +18,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -406,37 +407,101 @@ func static(path string) bool {
 	return err == nil && s
 }
 
-// Setup prepares the host: berth's directories under dataDir, the guest
-// bridge with its egress rules (hostnet.Setup), and on hybrid cgroup hosts
-// v1 hierarchies for the controllers of the unified one, which crun
-// requires to be empty. It needs root and is idempotent.
-func Setup(ctx context.Context, dataDir string, net hostnet.Config) ([]string, error) {
+// Step is one action of Setup, as berth host setup prints it and berth
+// serve logs it.
+type Step struct {
+	What    string // e.g. "bridge berth0"
+	Detail  string // e.g. "created", "present"
+	Changed bool   // false: already in place, nothing done
+	// Cgroups marks a change to the host's cgroup layout, which berth
+	// serve logs as a warning.
+	Cgroups bool
+}
+
+func (s Step) String() string { return s.What + ": " + s.Detail }
+
+// Cgroups is the cgroup layout Setup inspects and, on a hybrid host,
+// changes. The zero value is this machine's; tests give a fake, since a
+// controller bound to a v1 hierarchy leaves the unified one for every
+// namespace of the host.
+type Cgroups struct {
+	Root  string                             // where the hierarchies are mounted; empty: /sys/fs/cgroup
+	Mount func(controller, dir string) error // mounts a v1 hierarchy of controller at dir; nil: mount(2)
+}
+
+// Prep is what Setup prepares: berth's directories under DataDir and the
+// guest network Net (the one berth serve uses: hostnet.ConfigFromEnv of
+// the same data dir).
+type Prep struct {
+	DataDir string
+	Net     hostnet.Config
+	Cgroups Cgroups
+}
+
+// SetupError is a failed step of Setup, with the drivers it leaves
+// unavailable.
+type SetupError struct {
+	Step    string
+	Affects []string // the drivers that cannot run for it
+	Err     error
+}
+
+func (e *SetupError) Error() string { return e.Step + ": " + e.Err.Error() }
+func (e *SetupError) Unwrap() error { return e.Err }
+
+// isolating are the drivers that need the guest network.
+var isolating = []string{"container", "firecracker", "kvm", "libvirt"}
+
+// Setup prepares the host: berth's directories under p.DataDir, the guest
+// bridge with its egress rules (hostnet.Prepare), and on hybrid cgroup
+// hosts v1 hierarchies for the controllers of the unified one, which crun
+// requires to be empty. It needs root and is idempotent: it reports each
+// step to report (nil: none), changed or found in place, and stops at the
+// first that fails with a *SetupError (two, joined, when the guests'
+// egress fails and a later step too: egress is no reason to stop).
+func Setup(ctx context.Context, p Prep, report func(Step)) error {
+	if report == nil {
+		report = func(Step) {}
+	}
 	if os.Geteuid() != 0 {
-		return nil, errors.New("berth host setup needs root")
+		return errors.New("berth host setup needs root")
 	}
-	var did []string
-	for _, d := range []string{dataDir, filepath.Join(dataDir, "images"), filepath.Join(dataDir, "containers"), filepath.Join(dataDir, "net")} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			return did, err
+	var made []string
+	for _, d := range []string{p.DataDir, filepath.Join(p.DataDir, "images"), filepath.Join(p.DataDir, "containers"), filepath.Join(p.DataDir, "net")} {
+		if _, err := os.Stat(d); err == nil {
+			continue
 		}
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return &SetupError{Step: "directories under " + p.DataDir, Affects: []string{"every driver"}, Err: err}
+		}
+		made = append(made, d)
 	}
-	did = append(did, "directories under "+dataDir)
-	if err := hostnet.Setup(ctx, net); err != nil {
-		return did, err
+	if len(made) > 0 {
+		report(Step{What: "directories under " + p.DataDir, Detail: "created " + strings.Join(made, ", "), Changed: true})
+	} else {
+		report(Step{What: "directories under " + p.DataDir, Detail: "present"})
 	}
 	egress := "off"
-	if net.Egress {
+	if p.Net.Egress {
 		egress = "on (NAT)"
 	}
-	did = append(did, fmt.Sprintf("bridge %s on %s, guest egress %s", bridgeName(net), net.Subnet, egress))
-	if container.CrunCgroupProblem() != nil {
-		moved, err := moveHybridControllers()
-		if err != nil {
-			return did, err
-		}
-		did = append(did, "cgroup v1 hierarchies for "+strings.Join(moved, ", ")+" (crun needs the unified hierarchy empty)")
+	netStep := fmt.Sprintf("guest network (bridge %s on %s, egress %s)", bridgeName(p.Net), p.Net.Subnet, egress)
+	err := hostnet.Prepare(ctx, p.Net, func(s hostnet.Step) { report(Step{What: s.What, Detail: s.Detail, Changed: s.Changed}) })
+	switch {
+	case errors.Is(err, hostnet.ErrNoEgress):
+		// The guests' network is there, without egress: go on.
+		err = &SetupError{Step: netStep, Affects: []string{"guest egress of the container, firecracker, kvm and libvirt drivers (their guests still get the host-only network)"}, Err: err}
+	case err != nil:
+		return &SetupError{Step: netStep, Affects: isolating, Err: err}
 	}
-	return did, nil
+	cerr := p.Cgroups.prepare(report)
+	switch {
+	case err == nil:
+		return cerr
+	case cerr == nil:
+		return err
+	}
+	return errors.Join(err, cerr)
 }
 
 func bridgeName(c hostnet.Config) string {
@@ -446,25 +511,136 @@ func bridgeName(c hostnet.Config) string {
 	return c.Bridge
 }
 
-// moveHybridControllers mounts a v1 hierarchy for each controller of the
-// unified hierarchy, which takes it out of the unified one.
-func moveHybridControllers() ([]string, error) {
-	b, err := os.ReadFile("/sys/fs/cgroup/unified/cgroup.controllers")
-	if err != nil {
-		return nil, err
+// prepare empties the unified hierarchy of a hybrid cgroup host: it mounts
+// a v1 hierarchy for each of its controllers, which takes the controller
+// out of the unified one. Where that is done (or the host is not hybrid)
+// it changes nothing.
+func (cg Cgroups) prepare(report func(Step)) error {
+	root := cg.Root
+	if root == "" {
+		root = "/sys/fs/cgroup"
 	}
-	var moved []string
-	for _, ctl := range strings.Fields(string(b)) {
-		dir := filepath.Join("/sys/fs/cgroup", ctl)
+	mount := cg.Mount
+	if mount == nil {
+		mount = func(ctl, dir string) error { return syscall.Mount("cgroup", dir, "cgroup", 0, ctl) }
+	}
+	unified := filepath.Join(root, "unified")
+	const what = "cgroup layout"
+	ctls := container.HybridControllers(root)
+	if len(ctls) == 0 {
+		var st syscall.Statfs_t
+		detail := fmt.Sprintf("no cgroup hierarchy at %s: nothing to change", root)
+		switch {
+		case syscall.Statfs(root, &st) == nil && st.Type == 0x63677270:
+			detail = "unified (cgroup v2) at " + root + ": nothing to change"
+		case exists(unified):
+			detail = "hybrid, and the unified hierarchy " + unified + " has no controllers: nothing to change"
+		case len(v1Mounts(root)) > 0:
+			detail = "cgroup v1 only at " + root + ": nothing to change"
+		}
+		report(Step{What: what, Detail: detail})
+		return nil
+	}
+	fail := func(err error) error {
+		return &SetupError{Step: what, Affects: []string{"container (crun; runc is not affected)"}, Err: err}
+	}
+	for _, ctl := range ctls {
+		dir := filepath.Join(root, ctl)
+		if mountPoint(dir) {
+			return fail(fmt.Errorf("the %s controller is in the unified hierarchy %s, but %s is already a mount point: not mounting over it", ctl, unified, dir))
+		}
 		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return moved, fmt.Errorf("cgroup %s: %w", ctl, err)
+			return fail(fmt.Errorf("a v1 hierarchy for the %s controller: %w", ctl, err))
 		}
-		if err := syscall.Mount("cgroup", dir, "cgroup", 0, ctl); err != nil {
-			return moved, fmt.Errorf("mounting a v1 hierarchy for the %s controller: %w", ctl, err)
+		if err := mount(ctl, dir); err != nil {
+			return fail(fmt.Errorf("mounting a v1 hierarchy for the %s controller at %s: %w", ctl, dir, err))
 		}
-		moved = append(moved, ctl)
+		report(Step{What: what, Detail: fmt.Sprintf("mounted a cgroup v1 hierarchy for the %s controller at %s, which moves %s out of the unified hierarchy %s (crun refuses a hybrid host whose unified hierarchy has controllers)", ctl, dir, ctl, unified), Changed: true, Cgroups: true})
 	}
-	return moved, nil
+	return nil
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// mountPoint reports whether dir is mounted on (its device differs from
+// its parent's).
+func mountPoint(dir string) bool {
+	var d, p syscall.Stat_t
+	if syscall.Stat(dir, &d) != nil || syscall.Stat(filepath.Dir(dir), &p) != nil {
+		return false
+	}
+	return d.Dev != p.Dev
+}
+
+// v1Mounts returns the mount points of cgroup v1 hierarchies under root.
+func v1Mounts(root string) []string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for line := range strings.Lines(string(b)) {
+		left, right, ok := strings.Cut(line, " - ")
+		l, r := strings.Fields(left), strings.Fields(right)
+		if ok && len(l) >= 5 && len(r) >= 1 && r[0] == "cgroup" && strings.HasPrefix(l[4], root+"/") {
+			out = append(out, l[4])
+		}
+	}
+	return out
+}
+
+// Report returns a report for Setup that logs each step as a line of log:
+// at info level what is in place or was done, at warn level a change to
+// the host's cgroup layout.
+func Report(log *slog.Logger) func(Step) {
+	return func(s Step) {
+		if s.Cgroups {
+			log.Warn("host setup changed the host's cgroup layout: "+s.Detail, "step", s.What, "changed", true)
+			return
+		}
+		log.Info("host setup: "+s.String(), "changed", s.Changed)
+	}
+}
+
+// ServeSetup is what berth serve does before it opens its drivers: as
+// root, Setup for dataDir and the guest network berth serve uses
+// (hostnet.ConfigFromEnv), each step logged; not as root, one line saying
+// what is skipped. A failure is logged with the drivers it affects, and
+// berth serve goes on: the process and static drivers do not need the
+// host prepared, and the isolating ones find what is missing themselves.
+func ServeSetup(ctx context.Context, log *slog.Logger, dataDir string, cg Cgroups) {
+	serveSetup(ctx, log, dataDir, cg, os.Geteuid() == 0)
+}
+
+func serveSetup(ctx context.Context, log *slog.Logger, dataDir string, cg Cgroups, root bool) {
+	if !root {
+		log.Info("host setup skipped: berth serve is not root; the container, firecracker, kvm and libvirt drivers may be unavailable (berth host setup as root prepares the host for them)")
+		return
+	}
+	net, err := hostnet.ConfigFromEnv(dataDir)
+	if err != nil {
+		log.Error("host setup failed; serving without it", "step", "guest network configuration", "affects", strings.Join(isolating, ", "), "err", err)
+		return
+	}
+	err = Setup(ctx, Prep{DataDir: dataDir, Net: net, Cgroups: cg}, Report(log))
+	if err == nil {
+		log.Info("host setup done")
+		return
+	}
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	}
+	for _, err := range errs {
+		if se := (*SetupError)(nil); errors.As(err, &se) {
+			log.Error("host setup failed; serving without it", "step", se.Step, "affects", strings.Join(se.Affects, ", "), "err", se.Err)
+		} else {
+			log.Error("host setup failed; serving without it", "err", err)
+		}
+	}
 }
 
 const usage = `Usage: berth host check [--data-dir DIR] [--require DRIVER,...] [-o json]
@@ -475,6 +651,11 @@ const usage = `Usage: berth host check [--data-dir DIR] [--require DRIVER,...] [
 // code: 0 success, 1 a driver named by --require is unavailable or setup
 // failed, 2 usage.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return hostMain(ctx, args, stdout, stderr, Cgroups{})
+}
+
+// hostMain is Main with the cgroup layout setup prepares.
+func hostMain(ctx context.Context, args []string, stdout, stderr io.Writer, cg Cgroups) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(stdout, usage)
 		if len(args) == 0 {
@@ -540,10 +721,16 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "setup":
 		net := h.Net
 		net.Egress = net.Egress || *egress
-		did, err := Setup(ctx, *dataDir, net)
-		for _, d := range did {
-			fmt.Fprintln(stdout, "ok:", d)
-		}
+		err := Setup(ctx, Prep{DataDir: *dataDir, Net: net, Cgroups: cg}, func(s Step) {
+			switch {
+			case s.Cgroups:
+				fmt.Fprintln(stdout, "changed the host's cgroup layout:", s.Detail)
+			case s.Changed:
+				fmt.Fprintln(stdout, "changed:", s)
+			default:
+				fmt.Fprintln(stdout, "ok:", s)
+			}
+		})
 		if err != nil {
 			fmt.Fprintf(stderr, "error: %v\n", err)
 			return 1

@@ -4,17 +4,19 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/berth-dev/berth/internal/hostnet"
 	"github.com/berth-dev/berth/internal/hostnet/netnstest"
-	"github.com/berth-dev/berth/internal/vm/container"
 	"github.com/berth-dev/berth/internal/vm/kvm"
 )
 
@@ -220,13 +222,57 @@ func TestMainUsage(t *testing.T) {
 	}
 }
 
-// TestSetup prepares the host inside the tests' own network namespace and
-// checks that the container driver's network is then in place.
+// fakeHybrid is a hybrid cgroup layout in a temporary directory whose
+// unified hierarchy has controllers ctls. Its Mount takes a controller
+// out of the unified hierarchy, as the kernel does, and counts the
+// mounts; nothing is mounted (binding a controller to a v1 hierarchy
+// would change the real host's layout, whatever the namespace).
+func fakeHybrid(t *testing.T, ctls ...string) (Cgroups, *[]string) {
+	t.Helper()
+	root := t.TempDir()
+	controllers := filepath.Join(root, "unified", "cgroup.controllers")
+	if err := os.MkdirAll(filepath.Dir(controllers), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(controllers, []byte(strings.Join(ctls, " ")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var mounted []string
+	return Cgroups{Root: root, Mount: func(ctl, dir string) error {
+		if dir != filepath.Join(root, ctl) {
+			t.Errorf("mounting %s at %s, want %s", ctl, dir, filepath.Join(root, ctl))
+		}
+		mounted = append(mounted, ctl)
+		b, err := os.ReadFile(controllers)
+		if err != nil {
+			return err
+		}
+		left := slices.DeleteFunc(strings.Fields(string(b)), func(c string) bool { return c == ctl })
+		return os.WriteFile(controllers, []byte(strings.Join(left, " ")), 0o644)
+	}}, &mounted
+}
+
+// rules is every iptables rule of the filter and nat tables, in order.
+func rules(t *testing.T) string {
+	t.Helper()
+	var all []string
+	for _, table := range []string{"filter", "nat"} {
+		out, err := exec.Command("iptables", "-w", "-t", table, "-S").CombinedOutput()
+		if err != nil {
+			t.Fatalf("iptables -t %s -S: %v: %s", table, err, out)
+		}
+		all = append(all, string(out))
+	}
+	return strings.Join(all, "")
+}
+
+// TestSetup prepares the host inside the tests' own network namespace,
+// with a fake hybrid cgroup layout, twice: the first run creates the
+// directories and the bridge and moves the unified hierarchy's
+// controllers, marked as a cgroup change; the second changes nothing,
+// reports everything in place and leaves the same rule set.
 func TestSetup(t *testing.T) {
 	netnstest.Require(t)
-	if container.CrunCgroupProblem() != nil {
-		t.Skip("this hybrid cgroup host still needs its cgroup layout changed; the test does not do that to the host")
-	}
 	if _, err := exec.LookPath("iptables"); err != nil {
 		t.Skip("iptables is missing")
 	}
@@ -234,12 +280,43 @@ func TestSetup(t *testing.T) {
 	h := bare(t)
 	h.Net.StateDir = filepath.Join(dataDir, "net")
 	t.Cleanup(func() { hostnet.Teardown(context.Background(), h.Net) })
-	did, err := Setup(t.Context(), dataDir, h.Net)
-	if err != nil {
-		t.Fatalf("Setup: %v (did %v)", err, did)
+	cg, mounted := fakeHybrid(t, "hugetlb", "misc")
+	p := Prep{DataDir: dataDir, Net: h.Net, Cgroups: cg}
+	var first, second []Step
+	if err := Setup(t.Context(), p, func(s Step) { first = append(first, s) }); err != nil {
+		t.Fatalf("Setup: %v (steps %v)", err, first)
 	}
-	if _, err := Setup(t.Context(), dataDir, h.Net); err != nil {
-		t.Fatalf("second Setup: %v", err)
+	once := rules(t)
+	if err := Setup(t.Context(), p, func(s Step) { second = append(second, s) }); err != nil {
+		t.Fatalf("second Setup: %v (steps %v)", err, second)
+	}
+	if twice := rules(t); twice != once {
+		t.Errorf("the rules after two Setups differ from those after one:\n%s\nvs\n%s", twice, once)
+	}
+	if got := strings.Join(*mounted, " "); got != "hugetlb misc" {
+		t.Errorf("mounted v1 hierarchies for %q, want hugetlb misc, once each", got)
+	}
+	var cgChanges []string
+	for _, s := range first {
+		if s.Cgroups {
+			cgChanges = append(cgChanges, s.Detail)
+		}
+	}
+	if len(cgChanges) != 2 || !strings.Contains(cgChanges[0], "mounted a cgroup v1 hierarchy for the hugetlb controller at "+filepath.Join(cg.Root, "hugetlb")) {
+		t.Errorf("cgroup changes reported: %q; want one per controller naming it and where", cgChanges)
+	}
+	if !slices.ContainsFunc(first, func(s Step) bool { return s.What == "bridge bnone0" && s.Detail == "created" && s.Changed }) {
+		t.Errorf("the first Setup did not report creating the bridge: %v", first)
+	}
+	for _, s := range second {
+		if s.Changed || s.Cgroups {
+			t.Errorf("the second Setup changed %s", s)
+		}
+	}
+	for _, want := range []string{"bridge bnone0: present", "directories under " + dataDir + ": present", "cgroup layout: hybrid, and the unified hierarchy " + filepath.Join(cg.Root, "unified") + " has no controllers: nothing to change"} {
+		if !slices.ContainsFunc(second, func(s Step) bool { return s.String() == want }) {
+			t.Errorf("the second Setup did not report %q: %v", want, second)
+		}
 	}
 	if err := hostnet.Check(t.Context(), h.Net); err != nil {
 		t.Errorf("after Setup: %v", err)
@@ -253,5 +330,148 @@ func TestSetup(t *testing.T) {
 	c := find(Check(t.Context(), h), "container")
 	if strings.Contains(strings.Join(c.Missing, "\n"), "guest network") {
 		t.Errorf("after Setup the container check still misses the network: %v", c.Missing)
+	}
+}
+
+// TestSetupCgroupMountPoint: a controller still in the unified hierarchy
+// whose v1 directory is already a mount point is not mounted over; Setup
+// fails naming the step and the driver it affects.
+func TestSetupCgroupMountPoint(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	cg, mounted := fakeHybrid(t, "hugetlb")
+	dir := filepath.Join(cg.Root, "hugetlb")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=16k"); err != nil {
+		t.Skipf("mounting a tmpfs: %v", err)
+	}
+	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
+	err := cg.prepare(func(Step) {})
+	var se *SetupError
+	if !errors.As(err, &se) || se.Step != "cgroup layout" || !strings.Contains(se.Error(), "already a mount point") || !strings.Contains(strings.Join(se.Affects, ","), "container") {
+		t.Errorf("prepare over a mount point: %v; want a SetupError of the cgroup layout naming the mount point", err)
+	}
+	if len(*mounted) != 0 {
+		t.Errorf("mounted %v over a mount point", *mounted)
+	}
+}
+
+// TestServeSetupLines: berth serve's host setup logs one line when not
+// root, and a failure with the step and the drivers it affects.
+func TestServeSetupLines(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	serveSetup(t.Context(), log, t.TempDir(), Cgroups{}, false)
+	if got := buf.String(); strings.Count(got, "\n") != 1 || !strings.Contains(got, "level=INFO") || !strings.Contains(got, "host setup skipped: berth serve is not root") || !strings.Contains(got, "berth host setup as root") {
+		t.Errorf("not root: logged %q; want one info line saying so and naming berth host setup", got)
+	}
+	if os.Geteuid() != 0 {
+		return
+	}
+	buf.Reset()
+	t.Setenv("BERTH_GUEST_SUBNET", "not-a-subnet")
+	serveSetup(t.Context(), log, t.TempDir(), Cgroups{}, true)
+	if got := buf.String(); !strings.Contains(got, "level=ERROR") || !strings.Contains(got, "affects=\"container, firecracker, kvm, libvirt\"") || !strings.Contains(got, "not-a-subnet") {
+		t.Errorf("a bad subnet: logged %q; want an error naming it and the drivers it affects", got)
+	}
+}
+
+// TestServeSetupNoEgress: where IPv4 forwarding cannot be enabled (a
+// read-only /proc/sys, as in many containers), berth serve's host setup
+// with egress on still makes the guests' host-only network, logs an error
+// naming the failed step and that only egress is affected, and goes on to
+// the cgroup step. It runs in a fresh network and mount namespace, with a
+// read-only file bound over ip_forward there only.
+func TestServeSetupNoEgress(t *testing.T) {
+	netnstest.Require(t)
+	if _, err := exec.LookPath("iptables"); err != nil {
+		t.Skip("iptables is missing")
+	}
+	const fwd = "/proc/sys/net/ipv4/ip_forward"
+	if os.Getenv("HOSTCHECK_TEST_ROPROC") == "" {
+		cmd := exec.Command("unshare", "--net", "--mount", os.Args[0], "-test.run=^TestServeSetupNoEgress$", "-test.v")
+		cmd.Env = append(os.Environ(), "HOSTCHECK_TEST_ROPROC=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "--- PASS: TestServeSetupNoEgress") {
+			t.Fatalf("in a fresh namespace: %v\n%s", err, out)
+		}
+		return
+	}
+	zero := filepath.Join(t.TempDir(), "ip_forward")
+	if err := os.WriteFile(zero, []byte("0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount(zero, fwd, "", syscall.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("", fwd, "", syscall.MS_BIND|syscall.MS_REMOUNT|syscall.MS_RDONLY, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("BERTH_BRIDGE", "bnoegr0")
+	t.Setenv("BERTH_GUEST_SUBNET", "10.9.3.0/24")
+	t.Setenv("BERTH_GUEST_EGRESS", "on")
+	cg, mounted := fakeHybrid(t, "hugetlb")
+	var buf bytes.Buffer
+	dataDir := t.TempDir()
+	serveSetup(t.Context(), slog.New(slog.NewTextHandler(&buf, nil)), dataDir, cg, true)
+	got := buf.String()
+	for _, want := range []string{
+		`level=ERROR msg="host setup failed; serving without it" step="guest network (bridge bnoegr0 on 10.9.3.0/24, egress on (NAT))" affects="guest egress of the container`,
+		"enabling IPv4 forwarding for guest egress",
+		"guests get the host-only network, without egress",
+		`msg="host setup: bridge bnoegr0: brought up"`,
+		`level=WARN msg="host setup changed the host's cgroup layout`,
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("log lacks %s:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "host setup done") || len(*mounted) != 1 {
+		t.Errorf("mounted %v; log:\n%s", *mounted, got)
+	}
+	c, err := hostnet.ConfigFromEnv(dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hostnet.Check(t.Context(), c); err != nil {
+		t.Errorf("the guests' host-only network is not there: %v", err)
+	}
+}
+
+// TestMainSetup: berth host setup prints each step, "changed:" the first
+// time and "ok:" when run again, a cgroup layout change on a line of its
+// own.
+func TestMainSetup(t *testing.T) {
+	netnstest.Require(t)
+	if _, err := exec.LookPath("iptables"); err != nil {
+		t.Skip("iptables is missing")
+	}
+	t.Setenv("BERTH_BRIDGE", "bmain0")
+	t.Setenv("BERTH_GUEST_SUBNET", "10.9.2.0/24")
+	dataDir := t.TempDir()
+	c, err := hostnet.ConfigFromEnv(dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hostnet.Teardown(context.Background(), c) })
+	cg, _ := fakeHybrid(t, "hugetlb")
+	run := func() string {
+		var out, errOut bytes.Buffer
+		if code := hostMain(t.Context(), []string{"setup", "--data-dir", dataDir}, &out, &errOut, cg); code != 0 {
+			t.Fatalf("berth host setup: exit %d: %s%s", code, out.String(), errOut.String())
+		}
+		return out.String()
+	}
+	first, second := run(), run()
+	for _, want := range []string{"changed: bridge bmain0: created\n", "changed: iptables -t filter FORWARD -i bmain0 ! -o bmain0 -j DROP: inserted\n", "changed the host's cgroup layout: mounted a cgroup v1 hierarchy for the hugetlb controller"} {
+		if !strings.Contains(first, want) {
+			t.Errorf("the first berth host setup lacks %q:\n%s", want, first)
+		}
+	}
+	if strings.Contains(second, "changed") || !strings.Contains(second, "ok: bridge bmain0: present\n") || !strings.Contains(second, "ok: iptables -t filter FORWARD -i bmain0 ! -o bmain0 -j DROP: present\n") {
+		t.Errorf("the second berth host setup:\n%s\nwant every step ok, nothing changed", second)
 	}
 }

@@ -20,8 +20,8 @@
 // NAT to the outside) is off unless Config.Egress is set; Setup then adds
 // the MASQUERADE rule, and otherwise a FORWARD DROP rule for traffic from
 // the bridge to anywhere else. The host's interfaces and rules are changed
-// only by Setup and Teardown, which `berth host setup` and the drivers'
-// constructors call.
+// only by Prepare (Setup) and Teardown: `berth host setup`, and berth serve
+// as root at start-up unless --no-host-setup, prepare them.
 //
 // Replicas are plugged in over netlink (no command on the start path);
 // Setup, Teardown and taps use iproute2's ip, and iptables for the egress
@@ -138,10 +138,31 @@ func run(ctx context.Context, stdin string, name string, args ...string) error {
 	return nil
 }
 
-// Setup makes the host ready for guests: the bridge with the gateway
-// address, up; and the egress rules Config.Egress asks for. It is
-// idempotent.
-func Setup(ctx context.Context, c Config) error {
+// Step is one action of Prepare: what it looked at, and whether it
+// changed it or found it in place.
+type Step struct {
+	What    string // e.g. "bridge berth0"
+	Detail  string // e.g. "created", "present"
+	Changed bool   // false: already in place, nothing done
+}
+
+// Setup is Prepare without a report.
+func Setup(ctx context.Context, c Config) error { return Prepare(ctx, c, nil) }
+
+// Prepare makes the host ready for guests: loopback up (a fresh network
+// namespace has it down), the bridge with the gateway address, the egress
+// rules Config.Egress asks for, then the bridge up. It is idempotent, and
+// reports each step to report (nil: none), changed or already in place.
+// It works in whatever network namespace berth runs in, and says so when
+// that is not pid 1's.
+//
+// Where egress is off and cannot be blocked, the bridge is left down (so
+// Check fails and no driver gives guests a network) and the error says
+// so: guests never get a network wider than configured.
+func Prepare(ctx context.Context, c Config, report func(Step)) error {
+	if report == nil {
+		report = func(Step) {}
+	}
 	c, err := c.normalize()
 	if err != nil {
 		return err
@@ -149,20 +170,81 @@ func Setup(ctx context.Context, c Config) error {
 	if _, err := exec.LookPath("ip"); err != nil {
 		return fmt.Errorf("hostnet: needs ip (Debian package iproute2): %w", err)
 	}
-	if !linkExists(ctx, c.Bridge) {
+	if self, err := os.Readlink("/proc/self/ns/net"); err == nil && self != initNetns {
+		report(Step{What: "network namespace", Detail: "berth runs in " + self + ", not the host's initial one: the bridge, its rules and IPv4 forwarding are made in this namespace only"})
+	}
+	if err := loopbackUp(report); err != nil {
+		return err
+	}
+	br := "bridge " + c.Bridge
+	if linkExists(ctx, c.Bridge) {
+		report(Step{What: br, Detail: "present"})
+	} else {
 		if err := run(ctx, "", "ip", "link", "add", c.Bridge, "type", "bridge"); err != nil && !linkExists(ctx, c.Bridge) {
 			return fmt.Errorf("hostnet: creating the bridge: %w", err)
 		}
+		report(Step{What: br, Detail: "created", Changed: true})
 	}
-	if !hasAddr(ctx, c.Bridge, c.GatewayPrefix()) {
+	addr := br + " address " + c.GatewayPrefix().String()
+	if hasAddr(ctx, c.Bridge, c.GatewayPrefix()) {
+		report(Step{What: addr, Detail: "present"})
+	} else {
 		if err := run(ctx, "", "ip", "addr", "add", c.GatewayPrefix().String(), "dev", c.Bridge); err != nil && !hasAddr(ctx, c.Bridge, c.GatewayPrefix()) {
 			return fmt.Errorf("hostnet: addressing the bridge: %w", err)
 		}
+		report(Step{What: addr, Detail: "added", Changed: true})
 	}
-	if err := run(ctx, "", "ip", "link", "set", c.Bridge, "up"); err != nil {
-		return fmt.Errorf("hostnet: %w", err)
+	up := func() error {
+		if linkUp(ctx, c.Bridge) {
+			report(Step{What: br, Detail: "up"})
+			return nil
+		}
+		if err := run(ctx, "", "ip", "link", "set", c.Bridge, "up"); err != nil {
+			return fmt.Errorf("hostnet: %w", err)
+		}
+		report(Step{What: br, Detail: "brought up", Changed: true})
+		return nil
 	}
-	return egress(ctx, c)
+	if err := egress(ctx, c, report); err != nil {
+		if c.Egress {
+			// Guests still get the host-only network they need.
+			if uerr := up(); uerr != nil {
+				return uerr
+			}
+			return fmt.Errorf("%w; %w", err, ErrNoEgress)
+		}
+		if linkUp(ctx, c.Bridge) {
+			run(ctx, "", "ip", "link", "set", c.Bridge, "down")
+		}
+		return fmt.Errorf("%w; bridge %s is kept down, so no guest gets a network while its egress cannot be blocked", err, c.Bridge)
+	}
+	return up()
+}
+
+// ErrNoEgress marks a Prepare that made the guest network but could not
+// give guests the egress Config.Egress asks for.
+var ErrNoEgress = errors.New("guests get the host-only network, without egress")
+
+// initNetns is the initial network namespace as /proc/self/ns/net names
+// it (the kernel's PROC_NET_INIT_INO).
+const initNetns = "net:[4026531833]"
+
+// loopbackUp brings lo up where it is down, as in a fresh network
+// namespace: berth's admin API and process replicas listen on 127.0.0.1.
+func loopbackUp(report func(Step)) error {
+	lo, err := netlink.LinkByName("lo")
+	if err != nil {
+		return fmt.Errorf("hostnet: loopback: %w", err)
+	}
+	if lo.Attrs().Flags&net.FlagUp != 0 {
+		report(Step{What: "loopback lo", Detail: "up"})
+		return nil
+	}
+	if err := netlink.LinkSetUp(lo); err != nil {
+		return fmt.Errorf("hostnet: bringing loopback lo up: %w", err)
+	}
+	report(Step{What: "loopback lo", Detail: "was down, brought up", Changed: true})
+	return nil
 }
 
 // rules are the iptables rules of a config: those Egress adds and the one
@@ -185,42 +267,67 @@ func iptables(ctx context.Context, op string, rule []string) error {
 	return run(ctx, "", "iptables", args...)
 }
 
-// egress installs the rules of c.Egress and removes those of its opposite.
-func egress(ctx context.Context, c Config) error {
+// ipForward is IPv4 forwarding's switch, per network namespace.
+const ipForward = "/proc/sys/net/ipv4/ip_forward"
+
+// egress installs the rules of c.Egress and removes those of its opposite,
+// reporting each rule it finds, adds or removes.
+func egress(ctx context.Context, c Config, report func(Step)) error {
 	allow, block := rules(c)
 	if _, err := exec.LookPath("iptables"); err != nil {
 		if c.Egress {
 			return fmt.Errorf("hostnet: guest egress needs iptables (Debian package iptables): %w", err)
 		}
 		// Without iptables nothing forwards unless the host does already.
-		if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_forward"); err == nil && strings.TrimSpace(string(b)) == "1" {
+		if b, err := os.ReadFile(ipForward); err == nil && strings.TrimSpace(string(b)) == "1" {
 			return errors.New("hostnet: this host forwards IPv4 and iptables is missing, so guest egress cannot be blocked; install iptables (Debian package iptables)")
 		}
+		report(Step{What: "guest egress off", Detail: "no iptables, and IPv4 forwarding is off: nothing leaves the bridge"})
 		return nil
 	}
+	rule := func(r []string) string { return "iptables " + strings.Join(r, " ") }
+	remove := func(r []string) {
+		n := 0
+		for iptables(ctx, "-D", r) == nil {
+			n++
+		}
+		if n > 0 {
+			report(Step{What: rule(r), Detail: fmt.Sprintf("removed (%d)", n), Changed: true})
+		}
+	}
 	if c.Egress {
-		iptables(ctx, "-D", block)
+		remove(block)
 		for _, r := range allow {
-			if iptables(ctx, "-C", r) != nil {
-				if err := iptables(ctx, "-A", r); err != nil {
-					return fmt.Errorf("hostnet: %w", err)
-				}
+			if iptables(ctx, "-C", r) == nil {
+				report(Step{What: rule(r), Detail: "present"})
+				continue
 			}
+			if err := iptables(ctx, "-A", r); err != nil {
+				return fmt.Errorf("hostnet: %w", err)
+			}
+			report(Step{What: rule(r), Detail: "appended", Changed: true})
 		}
-		if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0); err != nil {
-			return fmt.Errorf("hostnet: enabling IPv4 forwarding: %w", err)
+		if b, err := os.ReadFile(ipForward); err == nil && strings.TrimSpace(string(b)) == "1" {
+			report(Step{What: "IPv4 forwarding", Detail: "on"})
+			return nil
 		}
+		if err := os.WriteFile(ipForward, []byte("1"), 0); err != nil {
+			return fmt.Errorf("hostnet: enabling IPv4 forwarding for guest egress: %w", err)
+		}
+		report(Step{What: "IPv4 forwarding", Detail: "enabled", Changed: true})
 		return nil
 	}
 	for _, r := range allow {
-		for iptables(ctx, "-D", r) == nil {
-		}
+		remove(r)
 	}
-	if iptables(ctx, "-C", block) != nil {
-		if err := iptables(ctx, "-I", block); err != nil {
-			return fmt.Errorf("hostnet: %w", err)
-		}
+	if iptables(ctx, "-C", block) == nil {
+		report(Step{What: rule(block), Detail: "present"})
+		return nil
 	}
+	if err := iptables(ctx, "-I", block); err != nil {
+		return fmt.Errorf("hostnet: blocking guest egress: %w", err)
+	}
+	report(Step{What: rule(block), Detail: "inserted", Changed: true})
 	return nil
 }
 
@@ -263,8 +370,7 @@ func Check(ctx context.Context, c Config) error {
 	if !hasAddr(ctx, c.Bridge, c.GatewayPrefix()) {
 		return fmt.Errorf("bridge %s lacks the gateway address %s (berth host setup adds it)", c.Bridge, c.GatewayPrefix())
 	}
-	out, err := exec.CommandContext(ctx, "ip", "-o", "link", "show", "dev", c.Bridge).Output()
-	if err != nil || !strings.Contains(string(out), ",UP") && !strings.Contains(string(out), "<UP") {
+	if !linkUp(ctx, c.Bridge) {
 		return fmt.Errorf("bridge %s is down (berth host setup brings it up)", c.Bridge)
 	}
 	return nil
@@ -272,6 +378,12 @@ func Check(ctx context.Context, c Config) error {
 
 func linkExists(ctx context.Context, name string) bool {
 	return exec.CommandContext(ctx, "ip", "link", "show", "dev", name).Run() == nil
+}
+
+// linkUp reports whether the interface is administratively up.
+func linkUp(ctx context.Context, name string) bool {
+	out, err := exec.CommandContext(ctx, "ip", "-o", "link", "show", "dev", name).Output()
+	return err == nil && (strings.Contains(string(out), ",UP") || strings.Contains(string(out), "<UP"))
 }
 
 func hasAddr(ctx context.Context, dev string, p netip.Prefix) bool {

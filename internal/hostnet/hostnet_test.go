@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -308,4 +309,178 @@ func TestNewNetnsLeavesThreads(t *testing.T) {
 			t.Errorf("thread %s is in %s, want the process's %s", task.Name(), ns, host)
 		}
 	}
+}
+
+// ruleSet is every iptables rule of the filter and nat tables, in order.
+func ruleSet(t *testing.T) string {
+	t.Helper()
+	var all []string
+	for _, table := range []string{"filter", "nat"} {
+		out, err := exec.Command("iptables", "-w", "-t", table, "-S").CombinedOutput()
+		if err != nil {
+			t.Fatalf("iptables -t %s -S: %v: %s", table, err, out)
+		}
+		all = append(all, string(out))
+	}
+	return strings.Join(all, "")
+}
+
+// prepare runs Prepare and returns its steps.
+func prepare(t *testing.T, c Config) []Step {
+	t.Helper()
+	var steps []Step
+	if err := Prepare(t.Context(), c, func(s Step) { steps = append(steps, s) }); err != nil {
+		t.Fatalf("Prepare(egress %v): %v (steps %v)", c.Egress, err, steps)
+	}
+	return steps
+}
+
+// TestPrepareIdempotent runs Prepare twice for each egress setting in the
+// tests' own network namespace: the second run changes nothing, reports
+// every step as in place, and leaves the very same rule set (no rule
+// appended twice).
+func TestPrepareIdempotent(t *testing.T) {
+	netnstest.Require(t)
+	if _, err := exec.LookPath("iptables"); err != nil {
+		t.Skip("iptables is missing")
+	}
+	fw, err := os.ReadFile(ipForward)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.WriteFile(ipForward, fw, 0) })
+	c := Config{Bridge: "bidem0", Subnet: netip.MustParsePrefix("10.9.8.0/24"), StateDir: t.TempDir()}
+	t.Cleanup(func() { Teardown(context.Background(), c) })
+	for _, egress := range []bool{false, true, false} {
+		c.Egress = egress
+		first := prepare(t, c)
+		if !slices.ContainsFunc(first, func(s Step) bool { return s.Changed }) {
+			t.Errorf("egress %v: the first Prepare changed nothing: %v", egress, first)
+		}
+		once := ruleSet(t)
+		second := prepare(t, c)
+		if twice := ruleSet(t); twice != once {
+			t.Errorf("egress %v: the rules after two Prepares differ from those after one:\n%s\nvs\n%s", egress, twice, once)
+		}
+		for _, s := range second {
+			if s.Changed {
+				t.Errorf("egress %v: the second Prepare changed %s: %s", egress, s.What, s.Detail)
+			}
+		}
+		var details []string
+		for _, s := range second {
+			details = append(details, s.What+": "+s.Detail)
+		}
+		got := strings.Join(details, "\n")
+		for _, want := range []string{"bridge bidem0: present", "bridge bidem0 address 10.9.8.1/24: present", "bridge bidem0: up", "loopback lo: up", "network namespace: berth runs in net:["} {
+			if !strings.Contains(got, want) {
+				t.Errorf("egress %v: second Prepare's steps lack %q:\n%s", egress, want, got)
+			}
+		}
+		wantRule := "iptables -t filter FORWARD -i bidem0 ! -o bidem0 -j DROP: present"
+		if egress {
+			wantRule = "iptables -t nat POSTROUTING -s 10.9.8.0/24 ! -o bidem0 -j MASQUERADE: present"
+		}
+		if !strings.Contains(got, wantRule) {
+			t.Errorf("egress %v: second Prepare's steps lack %q:\n%s", egress, wantRule, got)
+		}
+		n := 0
+		for l := range strings.Lines(once) {
+			if strings.HasPrefix(l, "-A ") && strings.Contains(l, "bidem0") {
+				n++
+			}
+		}
+		if egress && n != 3 || !egress && n != 1 {
+			t.Errorf("egress %v: %d rules name the bridge:\n%s", egress, n, once)
+		}
+	}
+}
+
+// TestPrepareFailsClosed: with egress off, forwarding on and no iptables
+// to block it, Prepare fails and keeps the bridge down, so Check refuses
+// it and no driver gives guests a network that reaches beyond the host.
+func TestPrepareFailsClosed(t *testing.T) {
+	netnstest.Require(t)
+	ipPath, err := exec.LookPath("ip")
+	if err != nil {
+		t.Skip("ip is missing")
+	}
+	fw, err := os.ReadFile(ipForward)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.WriteFile(ipForward, fw, 0) })
+	c := Config{Bridge: "bclosed0", Subnet: netip.MustParsePrefix("10.9.7.0/24"), StateDir: t.TempDir()}
+	t.Cleanup(func() { Teardown(context.Background(), c) })
+	if err := Setup(t.Context(), c); err != nil { // the bridge up, as a previous run left it
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(ipForward, []byte("1"), 0); err != nil {
+		t.Fatal(err)
+	}
+	bin := t.TempDir()
+	if err := os.Symlink(ipPath, filepath.Join(bin, "ip")); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin) // ip, and no iptables
+	err = Prepare(t.Context(), c, nil)
+	if err == nil || !strings.Contains(err.Error(), "kept down") {
+		t.Fatalf("Prepare without iptables on a forwarding host: %v; want an error saying the bridge is kept down", err)
+	}
+	if err := Check(t.Context(), c); err == nil || !strings.Contains(err.Error(), "down") {
+		t.Errorf("Check after the failure: %v; want the bridge down", err)
+	}
+}
+
+// TestPrepareFreshNetns runs Prepare, egress on, in a network namespace
+// fresh from unshare (as berth serve started by `unshare -n` would run):
+// loopback starts down and is brought up, IPv4 forwarding is enabled in
+// that namespace only, and the steps say it is not the initial namespace.
+func TestPrepareFreshNetns(t *testing.T) {
+	netnstest.Require(t)
+	if _, err := exec.LookPath("iptables"); err != nil {
+		t.Skip("iptables is missing")
+	}
+	if os.Getenv("HOSTNET_TEST_FRESH") == "" {
+		before, err := os.ReadFile(ipForward)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("unshare", "--net", os.Args[0], "-test.run=^TestPrepareFreshNetns$", "-test.v")
+		cmd.Env = append(os.Environ(), "HOSTNET_TEST_FRESH=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "--- PASS: TestPrepareFreshNetns") {
+			t.Fatalf("in a fresh network namespace: %v\n%s", err, out)
+		}
+		if after, _ := os.ReadFile(ipForward); string(after) != string(before) {
+			t.Errorf("IPv4 forwarding outside the fresh namespace went from %q to %q", before, after)
+		}
+		return
+	}
+	lo, err := net.InterfaceByName("lo")
+	if err != nil || lo.Flags&net.FlagUp != 0 {
+		t.Fatalf("lo in a fresh namespace: %v, flags %v; want it down", err, lo)
+	}
+	c := Config{Bridge: "bfresh0", Subnet: netip.MustParsePrefix("10.9.4.0/24"), Egress: true, StateDir: t.TempDir()}
+	var got []string
+	for _, s := range prepare(t, c) {
+		got = append(got, s.What+": "+s.Detail)
+	}
+	all := strings.Join(got, "\n")
+	for _, want := range []string{"loopback lo: was down, brought up", "IPv4 forwarding: enabled", "bridge bfresh0: created", "network namespace: berth runs in net:["} {
+		if !strings.Contains(all, want) {
+			t.Errorf("steps lack %q:\n%s", want, all)
+		}
+	}
+	if b, _ := os.ReadFile(ipForward); strings.TrimSpace(string(b)) != "1" {
+		t.Errorf("ip_forward = %q after Prepare with egress", b)
+	}
+	if l, err := net.InterfaceByName("lo"); err != nil || l.Flags&net.FlagUp == 0 {
+		t.Errorf("lo after Prepare: %v, %v; want up", l, err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listening on loopback after Prepare: %v", err)
+	}
+	ln.Close()
 }

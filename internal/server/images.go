@@ -37,8 +37,9 @@ func (s *Server) imageUsers(name string) []image.Reference {
 // guestNetwork returns the host's guest network (hostnet) for the isolating
 // drivers, configured by BERTH_BRIDGE, BERTH_GUEST_SUBNET and
 // BERTH_GUEST_EGRESS, or nil with the reason logged when the host is not
-// prepared: berth serve does not change the host's interfaces or rules by
-// itself; `berth host setup` does.
+// prepared: the server does not change the host's interfaces or rules;
+// `berth host setup` does, and berth serve as root before New
+// (hostcheck.ServeSetup).
 func guestNetwork(ctx context.Context, dataDir string, log *slog.Logger) *hostnet.Network {
 	cfg, err := hostnet.ConfigFromEnv(dataDir)
 	if err != nil {

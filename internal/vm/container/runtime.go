@@ -71,18 +71,26 @@ func findRuntime(name string) (runtime, error) {
 // unified hierarchy has any controller. `berth host setup` binds such
 // controllers to v1 hierarchies of their own to make crun work.
 func CrunCgroupProblem() error {
+	if c := HybridControllers("/sys/fs/cgroup"); len(c) > 0 {
+		return fmt.Errorf("crun refuses this hybrid cgroup host while the unified hierarchy has controllers (%s); run berth host setup, or install runc", strings.Join(c, " "))
+	}
+	return nil
+}
+
+// HybridControllers returns the controllers of the unified hierarchy
+// (<root>/unified) of a hybrid cgroup host whose hierarchies are mounted
+// under root, or nil: none, or root is a unified (cgroup v2) host or a
+// legacy (v1 only) one.
+func HybridControllers(root string) []string {
 	var st syscall.Statfs_t
-	if syscall.Statfs("/sys/fs/cgroup", &st) == nil && st.Type == cgroup2Magic {
+	if syscall.Statfs(root, &st) == nil && st.Type == cgroup2Magic {
 		return nil // unified: fine
 	}
-	b, err := os.ReadFile("/sys/fs/cgroup/unified/cgroup.controllers")
+	b, err := os.ReadFile(filepath.Join(root, "unified", "cgroup.controllers"))
 	if err != nil {
 		return nil // legacy v1 only: fine
 	}
-	if c := strings.TrimSpace(string(b)); c != "" {
-		return fmt.Errorf("crun refuses this hybrid cgroup host while the unified hierarchy has controllers (%s); run berth host setup, or install runc", c)
-	}
-	return nil
+	return strings.Fields(string(b))
 }
 
 // cgroup2Magic is CGROUP2_SUPER_MAGIC.
