@@ -107,6 +107,9 @@ PID_UP=$!; PIDS+=("$PID_UP")
 mkdir -p "$WORK/berth-data"
 (
 	[[ -n ${BERTH_GOMAXPROCS:-} ]] && export GOMAXPROCS=$BERTH_GOMAXPROCS
+	# Only process replicas here: leave the host's bridge and cgroups as
+	# they are (an env var, so that older binaries under BERTH_BIN run too).
+	export BERTH_NO_HOST_SETUP=1
 	exec "$WORK/berth" serve --proxy-addr "127.0.0.1:$P_BERTH" --admin-addr "127.0.0.1:$P_ADMIN" \
 		--data-dir "$WORK/berth-data" --log-level warn
 ) 2>"$WORK/berth.log" &
