@@ -125,11 +125,11 @@ func (p *Pool) Pick(ctx context.Context, id string, wake bool) (b *proxy.Backend
 		if !wake {
 			return nil, nil, ErrNoRunning
 		}
-		if !p.Await(ctx, since, first) {
+		if err := p.Await(ctx, since, first); err != nil {
 			if ctx.Err() != nil {
 				return nil, nil, ctx.Err()
 			}
-			return nil, nil, ErrColdStartTimeout
+			return nil, nil, err
 		}
 	}
 }
