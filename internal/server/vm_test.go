@@ -400,3 +400,35 @@ func TestVMCannotStartFailsFast(t *testing.T) {
 		t.Errorf("after a success: boot_failures %d, last_create_error %q (kept: it is the last failed create's)", v.Pool.BootFailures, v.Metrics.Autoscale.LastCreateError)
 	}
 }
+
+// TestVMBootFailureReleasesHeldRequest: a request held for a cold start
+// whose replica exits during boot is answered as soon as the boot fails,
+// with a 503 that says so (not the app's output) and a Retry-After, not
+// after cold_start_timeout_secs (600 s: without the release the request
+// outlives the client's timeout).
+func TestVMBootFailureReleasesHeldRequest(t *testing.T) {
+	h := start(t, "")
+	spec := `{"id":"crash","routes":[{"host":"crash.test"}],"vm":{"driver":"process","start_command":"echo the-apps-own-output >&2; exit 1"},` +
+		`"scaling":{"min_replicas":0,"cold_start_timeout_secs":600}}`
+	if r := h.json("POST", "/deployments", spec); r.code != 201 {
+		t.Fatalf("%d %s", r.code, r.body)
+	}
+	req, _ := http.NewRequest("GET", h.proxy+"/", nil)
+	req.Host = "crash.test"
+	r, err := (&http.Client{Timeout: 60 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatalf("the request was held (cold_start_timeout_secs is 600) instead of released when the boot failed: %v", err)
+	}
+	defer r.Body.Close()
+	b, _ := io.ReadAll(r.Body)
+	if r.StatusCode != 503 || !strings.Contains(string(b), `deployment "crash" cannot start: its replica stopped before it became ready`) ||
+		strings.Contains(string(b), "the-apps-own-output") {
+		t.Errorf("held request: %d %q", r.StatusCode, b)
+	}
+	if n, err := strconv.Atoi(r.Header.Get("Retry-After")); err != nil || n < 1 {
+		t.Errorf("Retry-After %q", r.Header.Get("Retry-After"))
+	}
+	if msg := h.view("crash").Metrics.Autoscale.LastCreateError; !strings.Contains(msg, "the-apps-own-output") {
+		t.Errorf("last_create_error %q does not carry the app's output", msg)
+	}
+}
