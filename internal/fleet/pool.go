@@ -634,10 +634,9 @@ var ErrColdStartTimeout = errors.New("fleet: no replica became available within 
 // callers, who can already read last_create_error.
 type StartError struct {
 	Deployment string
-	Reason     string    // for the data plane's clients
-	Detail     string    // for operators
-	At         time.Time // when the create or boot failed
-	Retry      time.Duration
+	Reason     string        // for the data plane's clients
+	Detail     string        // for operators
+	Retry      time.Duration // until the backoff ends
 }
 
 func (e *StartError) Error() string {
@@ -658,7 +657,7 @@ var _ proxy.Refusal = (*StartError)(nil)
 // last_create_error is set, and held requests are released to see it.
 func (p *Pool) startFailedLocked(cfg *Config, detail, public string, now time.Time) {
 	p.backoff = p.backoff.Fail(now)
-	p.lastFail = &StartError{Deployment: p.id, Reason: public, Detail: detail, At: now}
+	p.lastFail = &StartError{Deployment: p.id, Reason: public, Detail: detail}
 	if m := cfg.Metrics; m != nil {
 		m.Autoscale.RecordCreateFailure(detail, now)
 	}
