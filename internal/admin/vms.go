@@ -43,6 +43,7 @@ func (a *API) agentClient(e *registry.Entry, sandbox string) (*agent.Client, err
 }
 
 func pickError(err error, id, sandbox string) error {
+	var cannot *fleet.StartError
 	switch {
 	case errors.Is(err, fleet.ErrNoReplica):
 		return web.Errorf(http.StatusNotFound, "no VM %q in deployment %q", sandbox, id)
@@ -52,6 +53,11 @@ func pickError(err error, id, sandbox string) error {
 		return web.Errorf(http.StatusConflict, "VM %q of %q is draining", sandbox, id)
 	case errors.Is(err, fleet.ErrNoRunning):
 		return web.Errorf(http.StatusConflict, "deployment %q has no running VM (pass wake=true to start one)", id)
+	case errors.As(err, &cannot):
+		// An admin API caller may see the whole error, as in
+		// last_create_error.
+		secs := max(int((cannot.Retry+time.Second-1)/time.Second), 1)
+		return &web.Error{Status: http.StatusServiceUnavailable, Message: cannot.Error(), Header: http.Header{"Retry-After": {strconv.Itoa(secs)}}}
 	case errors.Is(err, fleet.ErrColdStartTimeout):
 		return &web.Error{Status: http.StatusServiceUnavailable, Message: fmt.Sprintf("deployment %q: no VM became available within cold_start_timeout_secs", id), Header: http.Header{"Retry-After": {"5"}}}
 	default:

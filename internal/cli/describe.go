@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/apitype"
+	"github.com/berth-dev/berth/client"
 )
 
 var describeCmd = &command{
@@ -44,12 +45,33 @@ func runDescribe(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	describe(e.stdout, st, etag)
+	describe(e.stdout, st, etag, startView(ctx, c, st))
 	return nil
 }
 
-// describe writes the human view of one deployment.
-func describe(w io.Writer, d *apitype.DeploymentStatus, etag string) {
+// startView returns a vm deployment's metrics view, which carries the boot
+// backoff and the last failed create (DeploymentStatus has no place for
+// them), or nil: not a vm deployment, or the caller may not read metrics,
+// in which case describe shows the rest.
+func startView(ctx context.Context, c *client.Client, st *apitype.DeploymentStatus) *apitype.DeploymentView {
+	if st.Kind != apitype.KindVM {
+		return nil
+	}
+	m, err := c.Metrics(ctx, client.MetricsQuery{Deployment: st.Spec.ID})
+	if err != nil {
+		return nil
+	}
+	for i, v := range m.Deployments {
+		if v.ID == st.Spec.ID && namespace(v.Namespace) == namespace(st.Spec.Namespace) {
+			return &m.Deployments[i]
+		}
+	}
+	return nil
+}
+
+// describe writes the human view of one deployment; v, when not nil, is its
+// metrics view (see startView).
+func describe(w io.Writer, d *apitype.DeploymentStatus, etag string, v *apitype.DeploymentView) {
 	s := d.Spec
 	tw := newTable(w)
 	kv := func(k string, v any) { row(tw, k+":", v) }
@@ -76,6 +98,9 @@ func describe(w io.Writer, d *apitype.DeploymentStatus, etag string) {
 	}
 	kv("Status", fmt.Sprintf("desired %d, ready %d, pending %d, in-flight %d",
 		d.DesiredReplicas, d.Ready, d.Pending, d.TotalInFlight))
+	if v != nil {
+		startFailures(kv, v)
+	}
 	if d.Site != nil {
 		kv("Site", siteSummary(d.Site))
 	}
@@ -107,6 +132,24 @@ func describe(w io.Writer, d *apitype.DeploymentStatus, etag string) {
 		row(bt, "  "+v.SandboxID, orDash(v.Addr), v.InFlight, yesNo(v.Healthy), yesNo(v.Draining))
 	}
 	bt.Flush()
+}
+
+// startFailures shows why a vm deployment's replicas do not start: the
+// failing streak with the boot backoff, and the last failed create or boot.
+func startFailures(kv func(string, any), v *apitype.DeploymentView) {
+	if n := v.Pool.BootFailures; n > 0 {
+		next := "allowed now (on the next request, or at once when min_replicas needs one)"
+		if b := v.Pool.BootBackoffSecs; b != nil {
+			next = "in " + (time.Duration(*b) * time.Second).String()
+		}
+		kv("Start failures", fmt.Sprintf("%d in a row; next attempt %s", n, next))
+	}
+	if msg := v.Metrics.Autoscale.LastCreateError; msg != "" {
+		if v.Pool.BootFailures == 0 {
+			msg += " (before the last successful start or spec write)"
+		}
+		kv("Last create error", msg)
+	}
 }
 
 func yesNo(b bool) string {

@@ -65,6 +65,8 @@ type Pool struct {
 	desired    int
 	leases     map[string]time.Time // replica id → last lease renewal; see renewLeases
 	readyCh    chan struct{}        // closed (and replaced) when a replica becomes ready
+	failedCh   chan struct{}        // closed (and replaced) when a create or a boot fails
+	lastFail   *StartError          // the last failed create or boot; nil after a success or a spec write
 	cancel     context.CancelFunc
 	done       chan struct{}
 	closed     bool
@@ -73,7 +75,7 @@ type Pool struct {
 func newPool(m *Manager, cfg Config) *Pool {
 	p := &Pool{
 		m: m, id: cfg.Deployment, backends: proxy.NewPool(), poke: make(chan struct{}, 1),
-		replicas: map[string]*replica{}, readyCh: make(chan struct{}),
+		replicas: map[string]*replica{}, readyCh: make(chan struct{}), failedCh: make(chan struct{}),
 	}
 	p.cfg.Store(&cfg)
 	return p
@@ -162,7 +164,7 @@ func (p *Pool) Poke() { autoscale.Poke(p.poke) }
 func (p *Pool) update(cfg Config) {
 	old := p.cfg.Swap(&cfg)
 	p.mu.Lock()
-	p.backoff = p.backoff.Reset()
+	p.backoff, p.lastFail = p.backoff.Reset(), nil
 	if old.Key != cfg.Key {
 		// The template changed: retire every replica of the old one. New
 		// replicas are created by the next step; requests wait for them.
@@ -354,7 +356,7 @@ func (p *Pool) observe(ctx context.Context, cfg *Config, now time.Time) {
 				r.missing = now
 			}
 			if now.Sub(r.missing) >= p.m.o.MissingGrace {
-				p.failLocked(cfg, r, now, "the replica disappeared")
+				p.failLocked(cfg, r, now, "the replica disappeared", "its replica disappeared before it became ready")
 			}
 		case err != nil:
 			p.m.log.Warn("could not inspect a replica", "deployment", p.id, "replica", r.id, "err", err)
@@ -363,7 +365,7 @@ func (p *Pool) observe(ctx context.Context, cfg *Config, now time.Time) {
 			if reason == "" {
 				reason = string(in.State)
 			}
-			p.failLocked(cfg, r, now, reason)
+			p.failLocked(cfg, r, now, reason, "its replica stopped before it became ready")
 			go p.stopAll([]string{r.id})
 		case r.phase == pending && autoscale.BootExpired(r.created, cfg.Policy.BootTimeout, now):
 			if m := cfg.Metrics; m != nil {
@@ -373,7 +375,7 @@ func (p *Pool) observe(ctx context.Context, cfg *Config, now time.Time) {
 			if tail := p.logTail(ctx, r.id); tail != "" {
 				reason += "; last output: " + tail
 			}
-			p.failLocked(cfg, r, now, reason)
+			p.failLocked(cfg, r, now, reason, "its replica did not become ready within boot_timeout_secs")
 			go p.stopAll([]string{r.id})
 		default:
 			r.missing = time.Time{}
@@ -384,17 +386,15 @@ func (p *Pool) observe(ctx context.Context, cfg *Config, now time.Time) {
 }
 
 // failLocked removes a replica that will not serve. A replica that never
-// became ready counts as a boot failure and extends the backoff.
-func (p *Pool) failLocked(cfg *Config, r *replica, now time.Time, reason string) {
+// became ready counts as a boot failure and extends the backoff; public
+// says what went wrong for the data plane's clients (see StartError).
+func (p *Pool) failLocked(cfg *Config, r *replica, now time.Time, reason, public string) {
 	if r.stopBoot != nil {
 		r.stopBoot()
 	}
 	delete(p.replicas, r.id)
 	if r.phase == pending {
-		p.backoff = p.backoff.Fail(now)
-		if m := cfg.Metrics; m != nil {
-			m.Autoscale.RecordCreateFailure(fmt.Sprintf("replica %s failed to boot: %s", r.id, reason), now)
-		}
+		p.startFailedLocked(cfg, fmt.Sprintf("replica %s failed to boot: %s", r.id, reason), public, now)
 		p.m.log.Warn("replica failed to boot", "deployment", p.id, "replica", r.id, "reason", reason, "backoff", p.backoff.Remaining(now))
 	} else {
 		p.m.log.Warn("replica stopped serving", "deployment", p.id, "replica", r.id, "reason", reason)
@@ -452,10 +452,13 @@ func (p *Pool) create(ctx context.Context) {
 		spec.Env = map[string]string{}
 	}
 	var err error
+	public := "its replica could not be created"
 	if cfg.Env != nil {
 		var secret map[string]string
 		if secret, err = cfg.Env(ctx); err == nil {
 			maps.Copy(spec.Env, secret) // a secret wins over a literal
+		} else {
+			public = "the secrets named in vm.env_from could not be read"
 		}
 	}
 	r := &replica{id: spec.Name, key: cfg.Key, phase: pending, created: now}
@@ -478,15 +481,12 @@ func (p *Pool) create(ctx context.Context) {
 	defer p.mu.Unlock()
 	if err != nil {
 		delete(p.replicas, r.id)
-		p.backoff = p.backoff.Fail(time.Now())
-		msg := err.Error()
-		if m := cfg.Metrics; m != nil {
-			m.Autoscale.RecordCreateFailure(msg, time.Now())
+		if ctx.Err() != nil {
+			return // berth is stopping or the deployment went away: not the deployment's failure
 		}
+		p.startFailedLocked(cfg, err.Error(), public, time.Now())
 		p.m.log.Warn("replica create failed", "deployment", p.id, "err", err, "backoff", p.backoff.Remaining(time.Now()))
-		if ctx.Err() == nil {
-			go p.stopAll([]string{r.id}) // the outcome is unknown: make sure
-		}
+		go p.stopAll([]string{r.id}) // the outcome is unknown: make sure
 		return
 	}
 	if m := cfg.Metrics; m != nil {
@@ -571,7 +571,7 @@ func (p *Pool) promote(r *replica) {
 	b := proxy.NewBackend(r.id, r.addr, false)
 	b.Timeline = proxy.Timeline{Created: r.created, Started: r.started, Ready: now}
 	r.backend = b
-	p.backoff = p.backoff.Reset()
+	p.backoff, p.lastFail = p.backoff.Reset(), nil
 	if m := cfg.Metrics; m != nil && !r.adopted {
 		m.ObserveColdStart(now.Sub(r.created))
 	}
@@ -619,27 +619,96 @@ const MaxWaiters = 10000
 // ErrColdStartTimeout means no replica became ready in time.
 var ErrColdStartTimeout = errors.New("fleet: no replica became available within cold_start_timeout_secs")
 
+// StartError is why a pool cannot start a replica now: its last create or
+// boot failed, no replica is ready or on its way, and the boot backoff
+// holds the next attempt off. Await returns it, so a request is answered at
+// once instead of being held for a replica that will not come; it is a
+// proxy.Refusal.
+//
+// It carries the failure twice. Detail is what berth logs and records as
+// last_create_error: the driver's error or the app's output, which may name
+// host paths and print whatever the app prints (a secret it was given, say).
+// Reason is berth's own words for the kind of failure and carries nothing
+// from the driver or the app; only Reason reaches the data plane's clients
+// (anyone on the internet who can reach a route), Detail only admin API
+// callers, who can already read last_create_error.
+type StartError struct {
+	Deployment string
+	Reason     string        // for the data plane's clients
+	Detail     string        // for operators
+	Retry      time.Duration // until the backoff ends
+}
+
+func (e *StartError) Error() string {
+	return fmt.Sprintf("deployment %q cannot start: %s", e.Deployment, e.Detail)
+}
+
+// PublicMessage is the data plane's 503 body.
+func (e *StartError) PublicMessage() string {
+	return fmt.Sprintf("deployment %q cannot start: %s (the admin API has the full error: berth describe deployment %s)", e.Deployment, e.Reason, e.Deployment)
+}
+
+// RetryAfter is how long until the backoff lets the pool try again.
+func (e *StartError) RetryAfter() time.Duration { return e.Retry }
+
+var _ proxy.Refusal = (*StartError)(nil)
+
+// startFailedLocked records a failed create or boot: the backoff grows,
+// last_create_error is set, and held requests are released to see it.
+func (p *Pool) startFailedLocked(cfg *Config, detail, public string, now time.Time) {
+	p.backoff = p.backoff.Fail(now)
+	p.lastFail = &StartError{Deployment: p.id, Reason: public, Detail: detail}
+	if m := cfg.Metrics; m != nil {
+		m.Autoscale.RecordCreateFailure(detail, now)
+	}
+	close(p.failedCh)
+	p.failedCh = make(chan struct{})
+}
+
+// cannotStartLocked returns the StartError a request gets instead of a
+// hold, or nil when a hold may end in a replica: one is ready (perhaps
+// unhealthy for now), booting or being created, or the backoff is over.
+func (p *Pool) cannotStartLocked(now time.Time) *StartError {
+	if p.lastFail == nil || !p.backoff.Active(now) || p.creating > 0 {
+		return nil
+	}
+	for _, r := range p.replicas {
+		if r.phase != draining {
+			return nil
+		}
+	}
+	e := *p.lastFail
+	e.Retry = p.backoff.Remaining(now)
+	return &e
+}
+
 // Await is the data plane's cold-start hold: a request that found no ready
 // replica waits here, counted as demand, until a replica becomes ready (it
-// returns true and the caller picks again) or cold_start_timeout_secs since
-// the request started waiting have passed (false). since is when the
-// request first waited; first says whether this is its first wait, for the
-// cold_start_waits counter.
-func (p *Pool) Await(ctx context.Context, since time.Time, first bool) bool {
+// returns nil and the caller picks again) or cold_start_timeout_secs since
+// the request started waiting have passed (ErrColdStartTimeout). A pool
+// that cannot start a replica (see StartError) answers at once, and
+// releases the requests it holds as soon as a create or boot fails. since
+// is when the request first waited; first says whether this is its first
+// wait, for the cold_start_waits counter.
+func (p *Pool) Await(ctx context.Context, since time.Time, first bool) error {
 	cfg := p.cfg.Load()
 	if cfg.Policy.Max == 0 {
-		return false
+		return ErrColdStartTimeout
 	}
 	m := cfg.Metrics
-	if first && m != nil {
-		m.Autoscale.ColdStartWaits.Add(1)
-	}
 	p.mu.Lock()
-	ch := p.readyCh
+	ready, failed := p.readyCh, p.failedCh
 	closed := p.closed
+	cannot := p.cannotStartLocked(time.Now())
 	p.mu.Unlock()
 	if closed {
-		return false
+		return ErrColdStartTimeout
+	}
+	if cannot != nil {
+		return cannot
+	}
+	if first && m != nil {
+		m.Autoscale.ColdStartWaits.Add(1)
 	}
 	// The hold is a bounded queue: past MaxWaiters a request is refused at
 	// once rather than piling up goroutines and sockets.
@@ -648,7 +717,7 @@ func (p *Pool) Await(ctx context.Context, since time.Time, first bool) bool {
 		if m != nil {
 			m.Autoscale.ColdStartTimeouts.Add(1)
 		}
-		return false
+		return ErrColdStartTimeout
 	}
 	defer p.waiters.Add(-1)
 	p.Poke()
@@ -657,23 +726,35 @@ func (p *Pool) Await(ctx context.Context, since time.Time, first bool) bool {
 		if m != nil {
 			m.Autoscale.ColdStartTimeouts.Add(1)
 		}
-		return false
+		return ErrColdStartTimeout
 	}
 	t := time.NewTimer(left)
 	defer t.Stop()
-	select {
-	case <-ch:
-		if m != nil {
-			m.Autoscale.ColdStartHits.Add(1)
+	for {
+		select {
+		case <-ready:
+			if m != nil {
+				m.Autoscale.ColdStartHits.Add(1)
+			}
+			return nil
+		case <-failed:
+			// A create or boot failed; unless another replica is on its
+			// way, none will come before the backoff ends.
+			p.mu.Lock()
+			failed = p.failedCh
+			cannot = p.cannotStartLocked(time.Now())
+			p.mu.Unlock()
+			if cannot != nil {
+				return cannot
+			}
+		case <-t.C:
+			if m != nil {
+				m.Autoscale.ColdStartTimeouts.Add(1)
+			}
+			return ErrColdStartTimeout
+		case <-ctx.Done():
+			return ctx.Err()
 		}
-		return true
-	case <-t.C:
-		if m != nil {
-			m.Autoscale.ColdStartTimeouts.Add(1)
-		}
-		return false
-	case <-ctx.Done():
-		return false
 	}
 }
 

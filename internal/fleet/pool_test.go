@@ -2,11 +2,14 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/berth-dev/berth/internal/agent"
@@ -97,4 +100,74 @@ func TestStartingReplicaCountedOnce(t *testing.T) {
 	if n := g.starts.Load(); n != 2 {
 		t.Errorf("%d Starts for 2 waiters, want 2", n)
 	}
+}
+
+// TestCreateFailureReleasesHeldRequests: a request held for a cold start is
+// released with a StartError as soon as the create fails, not after
+// cold_start_timeout_secs; while the backoff lasts a request is refused at
+// once; once it is over the next request is held again and triggers a new
+// attempt.
+func TestCreateFailureReleasesHeldRequests(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		gate := make(chan struct{})
+		var attempts atomic.Int32
+		m := New(Options{Log: slog.New(slog.DiscardHandler)})
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- m.Run(ctx) }()
+		defer func() { cancel(); <-done }()
+		p := m.Ensure(Config{
+			Deployment: "d", Driver: "process", Key: "k",
+			Policy: autoscale.Policy{Max: 1, Target: 1, ColdStartTimeout: 600 * time.Second},
+			Env: func(ctx context.Context) (map[string]string, error) {
+				attempts.Add(1)
+				<-gate
+				return nil, errors.New(`env_from[0]: no secret "nope" in namespace "default" (read /var/lib/berth/secrets: x)`)
+			},
+		})
+		start := time.Now()
+		got := make(chan error, 1)
+		go func() { got <- p.Await(t.Context(), time.Now(), true) }()
+		synctest.Wait() // held, and the create waits on the secret store
+		if attempts.Load() != 1 {
+			t.Fatalf("%d creates for a held request, want 1", attempts.Load())
+		}
+		close(gate)
+		err := <-got
+		var se *StartError
+		if !errors.As(err, &se) {
+			t.Fatalf("held request: %v, want a StartError", err)
+		}
+		if waited := time.Since(start); waited >= 600*time.Second {
+			t.Errorf("released after %s, the whole cold-start timeout", waited)
+		}
+		if !strings.Contains(se.Detail, `"nope"`) || strings.Contains(se.PublicMessage(), "nope") ||
+			strings.Contains(se.PublicMessage(), "/var/lib") || !strings.Contains(se.PublicMessage(), "vm.env_from") {
+			t.Errorf("detail %q, public %q", se.Detail, se.PublicMessage())
+		}
+		if se.RetryAfter() <= 0 || se.RetryAfter() > autoscale.BackoffBase {
+			t.Errorf("retry after %s", se.RetryAfter())
+		}
+
+		// In backoff: refused at once, and nothing is created.
+		if err := p.Await(t.Context(), time.Now(), true); !errors.As(err, &se) {
+			t.Errorf("request during the backoff: %v", err)
+		}
+		synctest.Wait()
+		if attempts.Load() != 1 {
+			t.Errorf("%d creates during the backoff", attempts.Load())
+		}
+
+		// After the backoff a request is held again and triggers a new try.
+		time.Sleep(autoscale.BackoffBase)
+		if err := p.Await(t.Context(), time.Now(), true); !errors.As(err, &se) {
+			t.Errorf("request after the backoff: %v", err)
+		}
+		if attempts.Load() != 2 {
+			t.Errorf("%d creates after the backoff, want 2", attempts.Load())
+		}
+		if st := p.Status(); st.Failures != 2 {
+			t.Errorf("failures %d, want 2", st.Failures)
+		}
+	})
 }

@@ -98,7 +98,8 @@ func (p *Pool) Status() Status {
 // it, which keeps it from being scaled away under the session; call release
 // when done. With an id, that replica must be serving. Without one, the
 // least-loaded ready replica is chosen; when there is none and wake is
-// true, the pool scales up and Pick waits like a held request.
+// true, the pool scales up and Pick waits like a held request (and, like
+// one, fails at once with a *StartError when no replica can start).
 func (p *Pool) Pick(ctx context.Context, id string, wake bool) (b *proxy.Backend, release func(), err error) {
 	if id != "" {
 		p.mu.Lock()
@@ -125,11 +126,11 @@ func (p *Pool) Pick(ctx context.Context, id string, wake bool) (b *proxy.Backend
 		if !wake {
 			return nil, nil, ErrNoRunning
 		}
-		if !p.Await(ctx, since, first) {
+		if err := p.Await(ctx, since, first); err != nil {
 			if ctx.Err() != nil {
 				return nil, nil, ctx.Err()
 			}
-			return nil, nil, ErrColdStartTimeout
+			return nil, nil, err
 		}
 	}
 }

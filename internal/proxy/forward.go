@@ -63,8 +63,11 @@ func (h *Handler) exchange(w http.ResponseWriter, r *http.Request, d *Deployment
 			if first {
 				heldSince = time.Now()
 			}
-			if !d.Hold.Await(ctx, heldSince, first) {
+			if herr := d.Hold.Await(ctx, heldSince, first); herr != nil {
 				err = errColdStart
+				if refusal(herr) != nil {
+					err = herr
+				}
 				break
 			}
 			b = d.Pool.acquire(nil)
@@ -111,9 +114,12 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, d *Deployment, er
 		h.log.Debug("backend response timed out", "host", r.Host, "path", r.URL.Path, "timeout", h.respTimeout)
 		plain(w, http.StatusGatewayTimeout, textTimeout)
 		return http.StatusGatewayTimeout
+	case refusal(err) != nil:
+		answerRefusal(w, refusal(err))
+		return http.StatusServiceUnavailable
 	case errors.Is(err, errColdStart):
 		if d.Hold != nil {
-			w.Header().Set("Retry-After", strconv.Itoa(int(max(d.Hold.RetryAfter().Seconds(), 1))))
+			setRetryAfter(w, d.Hold.RetryAfter())
 		}
 		plain(w, http.StatusServiceUnavailable, textColdStart)
 		return http.StatusServiceUnavailable

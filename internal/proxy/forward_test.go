@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -386,15 +387,15 @@ type holder struct {
 	waits int
 }
 
-func (h *holder) Await(ctx context.Context, since time.Time, first bool) bool {
+func (h *holder) Await(ctx context.Context, since time.Time, first bool) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.waits++
 	if h.add == nil {
-		return false
+		return errors.New("gave up")
 	}
 	h.pool.Set([]*proxy.Backend{h.add})
-	return true
+	return nil
 }
 
 func (h *holder) RetryAfter() time.Duration { return 3 * time.Second }
@@ -422,6 +423,59 @@ func TestForwardColdStartHold(t *testing.T) {
 	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "3" ||
 		body != "no replica became available within cold_start_timeout_secs\n" {
 		t.Errorf("gave up: %d Retry-After %q %q", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+	}
+}
+
+// cannotStart is a proxy.Refusal.
+type cannotStart struct{ retry time.Duration }
+
+func (cannotStart) Error() string {
+	return "create failed: open /var/lib/berth/secret: permission denied"
+}
+func (cannotStart) PublicMessage() string {
+	return `deployment "vm" cannot start: a secret named in vm.env_from could not be read`
+}
+func (c cannotStart) RetryAfter() time.Duration { return c.retry }
+
+// failingHolder holds a request until fail is closed, then refuses it, as
+// a pool does whose create fails while requests wait.
+type failingHolder struct {
+	held chan struct{} // a request is held
+	fail chan struct{}
+}
+
+func (h *failingHolder) Await(ctx context.Context, since time.Time, first bool) error {
+	h.held <- struct{}{}
+	select {
+	case <-h.fail:
+		return cannotStart{retry: 2500 * time.Millisecond}
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (h *failingHolder) RetryAfter() time.Duration { return time.Hour }
+
+// TestHeldRequestRefusedAtOnce: a request held for a cold start is
+// answered as soon as its Holder refuses it (the pool's create failed): a
+// 503 with the Holder's public message, not its error, and a Retry-After
+// from the refusal rounded up, not the timed-out hold's.
+func TestHeldRequestRefusedAtOnce(t *testing.T) {
+	hold := &failingHolder{held: make(chan struct{}), fail: make(chan struct{})}
+	h := proxy.New(proxy.Options{})
+	h.Swap(table(entry{&proxy.Deployment{ID: "vm", Pool: proxy.NewPool(), Hold: hold}, catchAll}))
+	base := startProxy(t, h)
+	go func() {
+		<-hold.held // the request is held: now the create fails
+		close(hold.fail)
+	}()
+	resp, body := get(t, newClient(t), base+"/", "vm.test")
+	if resp.StatusCode != http.StatusServiceUnavailable ||
+		body != `deployment "vm" cannot start: a secret named in vm.env_from could not be read`+"\n" {
+		t.Errorf("refused hold: %d %q", resp.StatusCode, body)
+	}
+	if ra := resp.Header.Get("Retry-After"); ra != "3" {
+		t.Errorf("Retry-After %q, want 3 (2.5s rounded up)", ra)
 	}
 }
 

@@ -75,12 +75,47 @@ type Deployment struct {
 // Holder is a pool that can grow: the cold-start hold.
 type Holder interface {
 	// Await waits, counted as demand, until a backend may have become
-	// available (true: pick again) or the request has waited its cold-start
-	// timeout since it first waited (false). first marks a request's first
-	// wait.
-	Await(ctx context.Context, since time.Time, first bool) bool
+	// available (nil: pick again) or the request is not held any longer: it
+	// has waited its cold-start timeout since it first waited, its context
+	// ended, or the pool cannot start a replica now (an error that is a
+	// Refusal, answered at once). first marks a request's first wait.
+	Await(ctx context.Context, since time.Time, first bool) error
 	// RetryAfter is the Retry-After for a request that gave up waiting.
 	RetryAfter() time.Duration
+}
+
+// Refusal is a Holder's error for a request it will not hold because no
+// replica can start now (its creates or boots fail and a backoff holds the
+// next attempt off): the request is answered at once with a 503 whose body
+// is PublicMessage and whose Retry-After is RetryAfter.
+type Refusal interface {
+	error
+	// PublicMessage is the answer's body, one line. The data plane's
+	// clients read it, so it carries nothing they may not see.
+	PublicMessage() string
+	// RetryAfter is how long until the pool tries again.
+	RetryAfter() time.Duration
+}
+
+// refusal returns err as a Refusal, or nil.
+func refusal(err error) Refusal {
+	var r Refusal
+	if errors.As(err, &r) {
+		return r
+	}
+	return nil
+}
+
+// answerRefusal answers a request a Holder refused to hold.
+func answerRefusal(w http.ResponseWriter, r Refusal) {
+	setRetryAfter(w, r.RetryAfter())
+	plain(w, http.StatusServiceUnavailable, r.PublicMessage()+"\n")
+}
+
+// setRetryAfter sets Retry-After to d in whole seconds, rounded up, at
+// least 1.
+func setRetryAfter(w http.ResponseWriter, d time.Duration) {
+	w.Header().Set("Retry-After", strconv.Itoa(max(int((d+time.Second-1)/time.Second), 1)))
 }
 
 // Phases is how long a request held for a cold start spent in each phase:
@@ -504,9 +539,11 @@ func (h *Handler) errorHandler(w http.ResponseWriter, r *http.Request, err error
 	switch {
 	case errors.Is(err, errNoBackend):
 		plain(w, http.StatusServiceUnavailable, textNoBackend)
+	case refusal(err) != nil:
+		answerRefusal(w, refusal(err))
 	case errors.Is(err, errColdStart):
 		if st != nil && st.dep.Hold != nil {
-			w.Header().Set("Retry-After", strconv.Itoa(int(max(st.dep.Hold.RetryAfter().Seconds(), 1))))
+			setRetryAfter(w, st.dep.Hold.RetryAfter())
 		}
 		plain(w, http.StatusServiceUnavailable, textColdStart)
 	case errors.Is(err, context.Canceled):

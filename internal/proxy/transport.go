@@ -45,9 +45,12 @@ func (t *pickTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			if first {
 				heldSince = time.Now()
 			}
-			if !st.dep.Hold.Await(req.Context(), heldSince, first) {
-				if req.Context().Err() != nil {
+			if herr := st.dep.Hold.Await(req.Context(), heldSince, first); herr != nil {
+				switch {
+				case req.Context().Err() != nil:
 					return nil, req.Context().Err()
+				case refusal(herr) != nil:
+					return nil, herr
 				}
 				return nil, errColdStart
 			}

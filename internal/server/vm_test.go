@@ -3,8 +3,10 @@ package server
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -175,10 +177,13 @@ func TestVMBootFailureBacksOff(t *testing.T) {
 	if !strings.Contains(v.Metrics.Autoscale.LastCreateError, "cannot start") {
 		t.Errorf("last_create_error %q does not carry the app's output", v.Metrics.Autoscale.LastCreateError)
 	}
-	// While backing off, a request is held for cold_start_timeout_secs and
-	// then refused with Retry-After, not retried in a loop.
+	// While backing off, a request is refused at once with Retry-After, not
+	// held and not retried in a loop. The public answer names the kind of
+	// failure, not the app's output.
 	r := get(t, h.proxy+"/", "bad.test")
-	if r.code != 503 || r.header.Get("Retry-After") == "" {
+	if r.code != 503 || r.header.Get("Retry-After") == "" ||
+		!strings.Contains(string(r.body), `deployment "bad" cannot start: its replica stopped before it became ready`) ||
+		strings.Contains(string(r.body), "cannot start >&2") || strings.Contains(string(r.body), "cannot start\n") {
 		t.Errorf("request during backoff: %d %v %q", r.code, r.header, r.body)
 	}
 	if v := h.view("bad"); v.Metrics.Autoscale.VMsCreated != 1 {
@@ -325,5 +330,105 @@ func TestVMEnvFromSecrets(t *testing.T) {
 	waitFor(t, "the create to fail", func() bool { return h.view("nosec").Metrics.Autoscale.CreateFailures > 0 })
 	if msg := h.view("nosec").Metrics.Autoscale.LastCreateError; !strings.Contains(msg, "nope") {
 		t.Errorf("last_create_error %q does not name the missing secret", msg)
+	}
+}
+
+// TestVMCannotStartFailsFast: a deployment whose creates fail (here an
+// env_from secret that does not exist yet) answers a request at once with a
+// 503 that says so and a Retry-After from the boot backoff, instead of
+// holding it for cold_start_timeout_secs (600 s here: without the fast
+// failure the request outlives the client's timeout). Once the secret
+// exists and the backoff is over, the next request starts a replica and is
+// served.
+func TestVMCannotStartFailsFast(t *testing.T) {
+	h := start(t, "")
+	spec := `{"id":"late","routes":[{"host":"late.test"}],"vm":{"driver":"process","port":8080,"start_command":` + jsonString(appCommand()) +
+		`,"env_from":[{"secret":"later","key":"password","as":"DB_PASSWORD"}]},"scaling":{"min_replicas":0,"cold_start_timeout_secs":600}}`
+	// Accepted although the secret is missing: it may be created after the
+	// deployment (apply order); the failure shows at create time.
+	if r := h.json("POST", "/deployments", spec); r.code != 201 {
+		t.Fatalf("%d %s", r.code, r.body)
+	}
+	client := &http.Client{Timeout: 60 * time.Second}
+	request := func() resp {
+		t.Helper()
+		req, _ := http.NewRequest("GET", h.proxy+"/", nil)
+		req.Host = "late.test"
+		r, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("the request was held (cold_start_timeout_secs is 600) instead of failing fast: %v", err)
+		}
+		defer r.Body.Close()
+		b, _ := io.ReadAll(r.Body)
+		return resp{r.StatusCode, r.Header, b}
+	}
+	check := func(what string, r resp) {
+		t.Helper()
+		body := string(r.body)
+		if r.code != 503 || !strings.Contains(body, `deployment "late" cannot start: the secrets named in vm.env_from could not be read`) {
+			t.Errorf("%s: %d %q", what, r.code, body)
+		}
+		if strings.Contains(body, "later") || strings.Contains(body, h.dir) {
+			t.Errorf("%s: the public answer carries the secret's name or a host path: %q", what, body)
+		}
+		if n, err := strconv.Atoi(r.header.Get("Retry-After")); err != nil || n < 1 || n > 30 {
+			t.Errorf("%s: Retry-After %q, want 1..30 (the backoff)", what, r.header.Get("Retry-After"))
+		}
+	}
+	// The first request is held, and released when the create fails.
+	check("held request", request())
+	// The next one is refused at once, while the backoff lasts.
+	check("request during the backoff", request())
+	v := h.view("late")
+	if !strings.Contains(v.Metrics.Autoscale.LastCreateError, `"later"`) || v.Metrics.Autoscale.CreateFailures != 1 {
+		t.Errorf("last_create_error %q, create_failures %d", v.Metrics.Autoscale.LastCreateError, v.Metrics.Autoscale.CreateFailures)
+	}
+	// exec goes through the admin API, whose caller sees the whole error.
+	if r := h.json("POST", "/deployments/late/exec", `{"command":"true"}`); r.code != 503 || !strings.Contains(errMsg(t, r), `"later"`) || r.header.Get("Retry-After") == "" {
+		t.Errorf("exec: %d %v %s", r.code, r.header, r.body)
+	}
+
+	// Fixed: the secret exists. After the backoff a request is served.
+	if r := h.json("POST", "/secrets", `{"id":"later","data":{"password":"s3cret"}}`); r.code != 201 {
+		t.Fatalf("secret: %d %s", r.code, r.body)
+	}
+	waitFor(t, "the boot backoff to end", func() bool { return h.view("late").Pool.BootBackoffSecs == nil })
+	if r := request(); r.code != 200 {
+		t.Errorf("after the fix: %d %q", r.code, r.body)
+	}
+	if v := h.view("late"); v.Pool.BootFailures != 0 || v.Metrics.Autoscale.LastCreateError == "" {
+		t.Errorf("after a success: boot_failures %d, last_create_error %q (kept: it is the last failed create's)", v.Pool.BootFailures, v.Metrics.Autoscale.LastCreateError)
+	}
+}
+
+// TestVMBootFailureReleasesHeldRequest: a request held for a cold start
+// whose replica exits during boot is answered as soon as the boot fails,
+// with a 503 that says so (not the app's output) and a Retry-After, not
+// after cold_start_timeout_secs (600 s: without the release the request
+// outlives the client's timeout).
+func TestVMBootFailureReleasesHeldRequest(t *testing.T) {
+	h := start(t, "")
+	spec := `{"id":"crash","routes":[{"host":"crash.test"}],"vm":{"driver":"process","start_command":"echo the-apps-own-output >&2; exit 1"},` +
+		`"scaling":{"min_replicas":0,"cold_start_timeout_secs":600}}`
+	if r := h.json("POST", "/deployments", spec); r.code != 201 {
+		t.Fatalf("%d %s", r.code, r.body)
+	}
+	req, _ := http.NewRequest("GET", h.proxy+"/", nil)
+	req.Host = "crash.test"
+	r, err := (&http.Client{Timeout: 60 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatalf("the request was held (cold_start_timeout_secs is 600) instead of released when the boot failed: %v", err)
+	}
+	defer r.Body.Close()
+	b, _ := io.ReadAll(r.Body)
+	if r.StatusCode != 503 || !strings.Contains(string(b), `deployment "crash" cannot start: its replica stopped before it became ready`) ||
+		strings.Contains(string(b), "the-apps-own-output") {
+		t.Errorf("held request: %d %q", r.StatusCode, b)
+	}
+	if n, err := strconv.Atoi(r.Header.Get("Retry-After")); err != nil || n < 1 {
+		t.Errorf("Retry-After %q", r.Header.Get("Retry-After"))
+	}
+	if msg := h.view("crash").Metrics.Autoscale.LastCreateError; !strings.Contains(msg, "the-apps-own-output") {
+		t.Errorf("last_create_error %q does not carry the app's output", msg)
 	}
 }
