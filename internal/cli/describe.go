@@ -161,6 +161,11 @@ func yesNo(b bool) string {
 
 func vmSummary(vm *apitype.VmSpec) string {
 	parts := []string{fmt.Sprintf("port %d", vm.Port)}
+	if vm.Port == 0 {
+		// No port in the spec: berth picks one per replica and passes it
+		// as $PORT (the process driver's default).
+		parts[0] = "port $PORT (picked per replica)"
+	}
 	if vm.SizeClass != "" {
 		parts = append(parts, "size "+string(vm.SizeClass))
 	}

@@ -26,6 +26,9 @@ func TestDescribeShowsStartFailure(t *testing.T) {
 	if !strings.Contains(out, "Start failures:") || !strings.Contains(out, "1 in a row; next attempt in ") {
 		t.Errorf("describe lacks the failing streak and the next attempt:\n%s", out)
 	}
+	if !strings.Contains(out, "port $PORT (picked per replica)") {
+		t.Errorf("a spec without vm.port is described as port 0, not $PORT:\n%s", out)
+	}
 	if !strings.Contains(out, `"later"`) {
 		t.Errorf("the last create error does not name the missing secret:\n%s", out)
 	}
