@@ -145,6 +145,7 @@ func (e *env) credentials() (string, client.Option, error) {
 	if server == "" {
 		server = DefaultServer
 	}
+	e.resolved = server
 	switch {
 	case e.token != "":
 		return server, client.WithToken(strings.TrimSpace(e.token)), nil
@@ -787,9 +788,6 @@ func runDeleteAccess(ctx context.Context, e *env, kind string, args []string) er
 		return nil
 	}
 	if err := c.DeleteSecret(ctx, *ns, id, *force); err != nil {
-		if client.IsConflict(err) {
-			return fmt.Errorf("%w (add --force to delete it anyway)", err)
-		}
 		return err
 	}
 	fmt.Fprintf(e.stdout, "secret/%s deleted\n", id)

@@ -75,7 +75,7 @@ func runApply(ctx context.Context, e *env, args []string) error {
 		id := specID(spec)
 		var raw json.RawMessage
 		if _, err := c.Do(ctx, "POST", "/deployments", spec, &raw); err != nil {
-			fmt.Fprintf(e.stderr, "error: deployment/%s: %v\n", id, err)
+			fmt.Fprintf(e.stderr, "error: deployment/%s: %s\n", id, e.explain(err))
 			failed = true
 			if ctx.Err() != nil {
 				break

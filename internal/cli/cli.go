@@ -64,6 +64,7 @@ type env struct {
 	// context (--context, BERTH_CONTEXT, else the current one).
 	token, user, password string
 	contextName           string
+	resolved              string // the server credentials() settled on
 
 	httpClient   *http.Client  // nil: the client package's default
 	pollInterval time.Duration // how often drain re-reads the deployment
@@ -211,7 +212,7 @@ func (e *env) report(cmd *command, err error) int {
 	case errors.Is(err, errReported):
 		return exitFailed
 	default:
-		fmt.Fprintf(e.stderr, "error: %v\n", err)
+		fmt.Fprintf(e.stderr, "error: %s\n", e.explain(err))
 		return exitFailed
 	}
 }
