@@ -529,6 +529,9 @@ func runTokenMint(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := e.canPrint(""); err != nil { // a one-time secret, or an action: nothing to name
+		return err
+	}
 	if len(pos) != 1 {
 		return usagef("want exactly one token NAME")
 	}
@@ -573,7 +576,7 @@ func runTokenMint(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		return e.printDocs([]json.RawMessage{raw}, false)
+		return e.printDocs("", []json.RawMessage{raw}, false)
 	}
 	fmt.Fprintln(e.stdout, m.Secret)
 	scope := "fleet-wide"

@@ -93,7 +93,7 @@ func runApply(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.stdout, "deployment/%s applied\n", id)
 	}
 	if len(replies) > 0 {
-		if err := e.printDocs(replies, len(replies) > 1); err != nil {
+		if err := e.printDocs("deployment", replies, len(replies) > 1); err != nil {
 			return err
 		}
 	}

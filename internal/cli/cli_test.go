@@ -579,7 +579,7 @@ func TestExitCodes(t *testing.T) {
 		{"scale without id", []string{"scale", "--min", "1"}, 2, "berth scale: want exactly one deployment ID", ""},
 		{"apply without -f", []string{"apply"}, 2, "berth apply: -f FILE is required", ""},
 		{"drain one arg", []string{"drain", "legacy"}, 2, "berth drain: want DEPLOYMENT and UPSTREAM", ""},
-		{"cordon has no --force", []string{"cordon", "legacy", "u", "--force"}, 2, "berth cordon: flag provided but not defined: -force", ""},
+		{"cordon has no --timeout", []string{"cordon", "legacy", "u", "--timeout", "1s"}, 2, "berth cordon: flag provided but not defined: -timeout", ""},
 		{"bad server URL", []string{"--server", "127.0.0.1:9090", "status"}, 2, "berth status: --server: server URL \"127.0.0.1:9090\" must start with http:// or https://\n", ""},
 		{"help unknown", []string{"help", "nope"}, 2, "berth: unknown command \"nope\"\nsee 'berth --help'\n", ""},
 

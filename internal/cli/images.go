@@ -80,7 +80,7 @@ func runImage(ctx context.Context, e *env, args []string) error {
 			if err != nil {
 				return err
 			}
-			return e.printDocs([]json.RawMessage{b}, false)
+			return e.printDocs("image", []json.RawMessage{b}, false)
 		}
 		fmt.Fprintf(e.stdout, "image/%s imported (%s, %s)\n", im.Name, shortDigest(im.Digest), sizeString(im.Bytes))
 		return nil

@@ -129,6 +129,9 @@ func runExec(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := e.canPrint(""); err != nil { // a command's output has no name
+		return err
+	}
 	if len(pos) == 0 || stripKind(pos[0]) == "" {
 		return usagef("missing deployment ID")
 	}
@@ -166,7 +169,7 @@ func runExec(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		if err := e.printDocs([]json.RawMessage{b}, false); err != nil {
+		if err := e.printDocs("", []json.RawMessage{b}, false); err != nil {
 			return err
 		}
 	} else {
@@ -441,7 +444,7 @@ func runGetVMs(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		return e.printDocs([]json.RawMessage{doc}, false)
+		return e.printDocs("vm", []json.RawMessage{doc}, false)
 	}
 	if len(vms.VMs) == 0 && len(vms.PendingVMs) == 0 {
 		fmt.Fprintf(e.stderr, "No VMs in deployment %s.\n", id)
@@ -610,7 +613,7 @@ func runDeleteVM(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		return e.printDocs([]json.RawMessage{b}, false)
+		return e.printDocs("vm", []json.RawMessage{b}, false)
 	}
 	if out.SandboxID != "" {
 		sandbox = out.SandboxID
