@@ -86,7 +86,7 @@ func init() {
 	commands = []*command{
 		applyCmd, getCmd, describeCmd, deleteCmd, scaleCmd,
 		cordonCmd, drainCmd, uncordonCmd, execCmd, shellCmd, logsCmd,
-		statusCmd, createCmd, loginCmd, logoutCmd, whoamiCmd, tokenCmd,
+		statusCmd, createCmd, loginCmd, logoutCmd, whoamiCmd, configCmd, tokenCmd,
 		computerCmd, versionCmd, helpCmd,
 	}
 }
