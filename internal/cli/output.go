@@ -41,6 +41,48 @@ func (e *env) fetchAndPrint(ctx context.Context, c *client.Client, method, path 
 	return nil
 }
 
+// printItem prints, in the -o format, the list at path (the reply, or its
+// listKey field), or with id only its element whose key field is id, as
+// the server sent it.
+func (e *env) printItem(ctx context.Context, c *client.Client, path, listKey, kind, key, id string) error {
+	if id == "" {
+		return e.fetchAndPrint(ctx, c, "GET", path, nil, nil)
+	}
+	item, err := fetchItem(ctx, c, path, listKey, kind, key, id)
+	if err != nil {
+		return err
+	}
+	return e.printDocs(kind, []json.RawMessage{item}, false)
+}
+
+// fetchItem returns the element of the list at path (or its listKey
+// field) whose key field is id, or a "no KIND ID" error.
+func fetchItem(ctx context.Context, c *client.Client, path, listKey, kind, key, id string) (json.RawMessage, error) {
+	var raw json.RawMessage
+	if _, err := c.Do(ctx, "GET", path, nil, &raw); err != nil {
+		return nil, err
+	}
+	if listKey != "" {
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &obj); err != nil {
+			return nil, fmt.Errorf("unexpected reply to GET %s: %w", path, err)
+		}
+		raw = obj[listKey]
+	}
+	var list []map[string]json.RawMessage
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &list); err != nil || json.Unmarshal(raw, &items) != nil {
+		return nil, fmt.Errorf("unexpected reply to GET %s: want a list", path)
+	}
+	for i, it := range list {
+		var v string
+		if json.Unmarshal(it[key], &v) == nil && v == id {
+			return items[i], nil
+		}
+	}
+	return nil, fmt.Errorf("no %s %q", kind, id)
+}
+
 // pathKinds maps an admin API collection to the resource kind -o name
 // prints.
 var pathKinds = map[string]string{

@@ -365,31 +365,6 @@ func (e *env) vmFlagSet(name string) (fs *flag.FlagSet, dep *string, force *bool
 	return fs, dep, force
 }
 
-// isVMResource reports whether the resource type among args (the first
-// positional argument) is vm or vms, so that get and delete hand the
-// command to the VM code with its own flags.
-func (e *env) isVMResource(args []string) bool {
-	fs, _, _ := (&env{}).vmFlagSet("probe") // a scratch env: nothing is parsed into e
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if a == "--" {
-			return i+1 < len(args) && isVMKind(args[i+1])
-		}
-		if len(a) < 2 || a[0] != '-' {
-			return isVMKind(a)
-		}
-		if takesValue(fs, a) {
-			i++
-		}
-	}
-	return false
-}
-
-func isVMKind(a string) bool {
-	kind, _, _ := strings.Cut(a, "/")
-	return kind == "vm" || kind == "vms"
-}
-
 // vmArgs reads "vm[s] [SB]" or "vm/SB" and the deployment from -d.
 func vmArgs(pos []string, dep string) (id, sandbox string, err error) {
 	if len(pos) == 0 {
