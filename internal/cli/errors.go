@@ -43,7 +43,7 @@ func (e *env) serverOrDefault() string {
 var apiHints = strings.NewReplacer(
 	"pass force=true to", "add --force to",
 	"pass force to", "add --force to",
-	"pass all=true to", "add --all to",
+	"(pass wake=true to start one)", "(leave out --no-wake to start one)",
 	"with wait=true to", "with --wait to",
 )
 

@@ -47,6 +47,7 @@ func TestFlagHints(t *testing.T) {
 		`secret "db" is referenced by deployment web; pass force=true to delete it anyway`:                       `secret "db" is referenced by deployment web; add --force to delete it anyway`,
 		`upstream "a" is the last healthy accepting upstream of "x"; pass force to drain it anyway`:              `upstream "a" is the last healthy accepting upstream of "x"; add --force to drain it anyway`,
 		`no capacity to run Computer "c" now (limit 2); retry in 3 seconds, or start it with wait=true to queue`: `no capacity to run Computer "c" now (limit 2); retry in 3 seconds, or start it with --wait to queue`,
+		`deployment "web" has no running VM (pass wake=true to start one)`:                                       `deployment "web" has no running VM (leave out --no-wake to start one)`,
 	} {
 		if got := flagHints(in); got != want {
 			t.Errorf("flagHints(%q) = %q, want %q", in, got, want)
