@@ -110,9 +110,9 @@ func (c *Client) EvictVM(ctx context.Context, id, sandbox string, force bool) (*
 //
 // With follow, Logs keeps copying the lines the VMs write from then on,
 // until ctx is done, which is how a caller stops it; the HTTP client's
-// timeout does not apply. Lines written while following may be in another
-// format than the backlog's; Logs treats every line as opaque text. When
-// ctx ends a follow, Logs returns nil.
+// timeout does not apply. berth writes followed lines in the backlog's
+// format; Logs treats every line as opaque text either way. When ctx ends
+// a follow, Logs returns nil.
 func (c *Client) Logs(ctx context.Context, id string, limit int, follow bool, w io.Writer) error {
 	if id == "" {
 		return errNoID

@@ -48,6 +48,9 @@ func (a *API) register(w http.ResponseWriter, r *http.Request) error {
 	}
 	o := writeOptions(caller(r))
 	o.Admit = a.admit(caller(r))
+	if o.DryRun, err = boolParam(r, "dry_run"); err != nil {
+		return err
+	}
 	if inm := r.Header.Get("If-None-Match"); inm != "" {
 		if strings.TrimSpace(inm) != "*" {
 			return web.Errorf(http.StatusBadRequest, "If-None-Match must be *")
@@ -59,8 +62,26 @@ func (a *API) register(w http.ResponseWriter, r *http.Request) error {
 		return errorFor(err, s.ID)
 	}
 	w.Header().Set("ETag", e.ETag)
+	if o.DryRun {
+		writeDryRun(w, e)
+		return nil
+	}
 	web.WriteJSON(w, http.StatusCreated, Status(e))
 	return nil
+}
+
+// DryRunHeader marks the reply to a write with ?dry_run=true: the spec
+// passed every check and was not stored. A server that does not know the
+// parameter would store the spec and not send the header, so a client
+// checks it (and GET /deployments advertises the capability with it, so
+// a client can ask before it sends anything).
+const DryRunHeader = "X-Berth-Dry-Run"
+
+// writeDryRun answers a dry-run write: 200 with the status the
+// deployment would have, marked with DryRunHeader.
+func writeDryRun(w http.ResponseWriter, e *registry.Entry) {
+	w.Header().Set(DryRunHeader, "true")
+	web.WriteJSON(w, http.StatusOK, Status(e))
 }
 
 func (a *API) list(w http.ResponseWriter, r *http.Request) error {
@@ -73,6 +94,7 @@ func (a *API) list(w http.ResponseWriter, r *http.Request) error {
 		out = append(out, Status(e))
 	}
 	w.Header().Set("x-app-lb-create-only", "1")
+	w.Header().Set(DryRunHeader, "1") // POST and PUT take ?dry_run=true
 	web.WriteJSON(w, http.StatusOK, out)
 	return nil
 }
@@ -112,6 +134,9 @@ func (a *API) update(w http.ResponseWriter, r *http.Request) error {
 	o := writeOptions(caller(r))
 	o.MustExist = true
 	o.Admit = a.admit(caller(r))
+	if o.DryRun, err = boolParam(r, "dry_run"); err != nil {
+		return err
+	}
 	if im := r.Header.Get("If-Match"); im != "" {
 		tag, err := spec.ParseIfMatch(im)
 		if err != nil {
@@ -124,6 +149,10 @@ func (a *API) update(w http.ResponseWriter, r *http.Request) error {
 		return errorFor(err, id)
 	}
 	w.Header().Set("ETag", e.ETag)
+	if o.DryRun {
+		writeDryRun(w, e)
+		return nil
+	}
 	web.WriteJSON(w, http.StatusOK, Status(e))
 	return nil
 }

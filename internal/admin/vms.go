@@ -19,6 +19,7 @@ import (
 	"github.com/berth-dev/berth/internal/ptybridge"
 	"github.com/berth-dev/berth/internal/registry"
 	"github.com/berth-dev/berth/internal/vm"
+	"github.com/berth-dev/berth/internal/vm/console"
 	"github.com/berth-dev/berth/internal/web"
 )
 
@@ -174,7 +175,7 @@ func (a *API) logs(w http.ResponseWriter, r *http.Request) error {
 			continue
 		}
 		for _, l := range lines {
-			fmt.Fprintf(w, "%s %s %s %s\n", l.Time.UTC().Format(time.RFC3339Nano), rep.ID, l.Stream, l.Text)
+			io.WriteString(w, logLine(rep.ID, l))
 		}
 	}
 	if !follow {
@@ -188,6 +189,9 @@ func (a *API) logs(w http.ResponseWriter, r *http.Request) error {
 	rc.Flush()
 	ctx := r.Context()
 	lw := &lockedWriter{w: w, rc: rc}
+	// The followers may still write once the handler returns, when the
+	// ResponseWriter is no longer theirs to touch: close stops them.
+	defer lw.close()
 	followed := map[string]bool{}
 	for {
 		for _, rep := range e.VMPool.Status().Replicas {
@@ -195,7 +199,7 @@ func (a *API) logs(w http.ResponseWriter, r *http.Request) error {
 				continue
 			}
 			followed[rep.ID] = true
-			go lf.FollowLogs(ctx, rep.ID, &prefixWriter{w: lw, prefix: rep.ID + " "})
+			go lf.FollowLogs(ctx, rep.ID, &followWriter{w: lw, replica: rep.ID})
 		}
 		select {
 		case <-ctx.Done():
@@ -244,16 +248,26 @@ func (a *API) shell(w http.ResponseWriter, r *http.Request) error {
 }
 
 // lockedWriter serialises writers of a streamed response and flushes each
-// write to the client.
+// write to the client; after close every write fails.
 type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-	rc *http.ResponseController
+	mu     sync.Mutex
+	w      io.Writer
+	rc     *http.ResponseController
+	closed bool
+}
+
+func (l *lockedWriter) close() {
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
 }
 
 func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.closed {
+		return 0, net.ErrClosed
+	}
 	n, err := l.w.Write(p)
 	if err == nil {
 		err = l.rc.Flush()
@@ -261,23 +275,35 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// prefixWriter writes each complete line it is given with a prefix.
-type prefixWriter struct {
-	w      io.Writer
-	prefix string
-	buf    []byte
+// logLine is one line of GET /deployments/{id}/logs, backlog and follow
+// alike: "<RFC 3339 time> <replica> <stream> <text>".
+func logLine(replica string, l vm.LogLine) string {
+	return fmt.Sprintf("%s %s %s %s\n", l.Time.UTC().Format(time.RFC3339Nano), replica, l.Stream, l.Text)
 }
 
-func (p *prefixWriter) Write(b []byte) (int, error) {
+// followWriter turns the agent's log lines a driver's FollowLogs writes
+// ({"t","s","m"} JSON) into logLine's format, so that a followed stream
+// reads as the backlog before it does. Lines that are not the app's
+// output are dropped, as Logs drops them.
+type followWriter struct {
+	w       io.Writer
+	replica string
+	buf     []byte
+}
+
+func (p *followWriter) Write(b []byte) (int, error) {
 	p.buf = append(p.buf, b...)
 	for {
 		i := bytes.IndexByte(p.buf, '\n')
 		if i < 0 {
 			break
 		}
-		line := append([]byte(p.prefix), p.buf[:i+1]...)
+		l, ok := console.AppLine(p.buf[:i])
 		p.buf = p.buf[i+1:]
-		if _, err := p.w.Write(line); err != nil {
+		if !ok {
+			continue
+		}
+		if _, err := io.WriteString(p.w, logLine(p.replica, l)); err != nil {
 			return len(b), err
 		}
 	}

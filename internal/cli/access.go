@@ -145,6 +145,7 @@ func (e *env) credentials() (string, client.Option, error) {
 	if server == "" {
 		server = DefaultServer
 	}
+	e.resolved = server
 	switch {
 	case e.token != "":
 		return server, client.WithToken(strings.TrimSpace(e.token)), nil
@@ -443,68 +444,85 @@ func runToken(ctx context.Context, e *env, args []string) error {
 		if err := noArgs(pos); err != nil {
 			return err
 		}
-		c, err := e.client()
-		if err != nil {
-			return err
-		}
-		if e.structured() {
-			return e.fetchAndPrint(ctx, c, "GET", "/tokens", nil, nil)
-		}
-		ts, err := c.Tokens(ctx)
-		if err != nil {
-			return err
-		}
-		if len(ts) == 0 {
-			fmt.Fprintln(e.stderr, "No tokens found.")
-			return nil
-		}
-		wide := e.output == "wide"
-		tw := newTable(e.stdout)
-		head := []any{"ID", "NAME", "ADMIN", "NAMESPACE", "DEPLOYMENTS", "EXPIRES", "LAST-USED"}
-		if wide {
-			head = append(head, "MINTED-BY")
-		}
-		row(tw, head...)
-		for _, t := range ts {
-			deps := strings.Join(t.Deployments, ",")
-			if deps == "" && t.Namespace != "" {
-				deps = "(all in namespace)"
-			}
-			cells := []any{t.ID, t.Name, t.Admin, orDash(t.Namespace), orDash(deps), stamp(t.ExpiresAt), stamp(t.LastUsedAt)}
-			if wide {
-				// Berth's own route: TokenSummary has no minted_by.
-				p, err := c.TokenProvenance(ctx, t.ID)
-				if err != nil {
-					return err
-				}
-				cells = append(cells, orDash(p.MintedBy))
-			}
-			row(tw, cells...)
-		}
-		return tw.Flush()
+		return e.listTokens(ctx, "")
 	case "revoke", "rm":
 		pos, err := e.parse(e.flagSet("token revoke"), rest)
 		if err != nil {
 			return err
 		}
-		if len(pos) == 0 {
-			return usagef("missing token ID")
-		}
-		c, err := e.client()
-		if err != nil {
-			return err
-		}
-		for _, id := range pos {
-			if err := c.RevokeToken(ctx, id); err != nil {
-				return err
-			}
-			fmt.Fprintf(e.stdout, "token/%s revoked\n", id)
-		}
-		return nil
+		return e.revokeTokens(ctx, pos)
 	case "-h", "--help", "help":
 		return errHelp
 	}
 	return usagef("unknown subcommand %q (want mint, list or revoke)", sub)
+}
+
+// listTokens prints the tokens (`get tokens`, `token list`), or only the
+// one with id.
+func (e *env) listTokens(ctx context.Context, id string) error {
+	c, err := e.client()
+	if err != nil {
+		return err
+	}
+	if e.structured() {
+		return e.printItem(ctx, c, "/tokens", "", "token", "id", id)
+	}
+	ts, err := c.Tokens(ctx)
+	if err != nil {
+		return err
+	}
+	if id != "" {
+		ts = slices.DeleteFunc(ts, func(t client.Token) bool { return t.ID != id })
+		if len(ts) == 0 {
+			return fmt.Errorf("no token %q", id)
+		}
+	}
+	if len(ts) == 0 {
+		fmt.Fprintln(e.stderr, "No tokens found.")
+		return nil
+	}
+	wide := e.output == "wide"
+	tw := newTable(e.stdout)
+	head := []any{"ID", "NAME", "ADMIN", "NAMESPACE", "DEPLOYMENTS", "EXPIRES", "LAST-USED"}
+	if wide {
+		head = append(head, "MINTED-BY")
+	}
+	row(tw, head...)
+	for _, t := range ts {
+		deps := strings.Join(t.Deployments, ",")
+		if deps == "" && t.Namespace != "" {
+			deps = "(all in namespace)"
+		}
+		cells := []any{t.ID, t.Name, t.Admin, orDash(t.Namespace), orDash(deps), stamp(t.ExpiresAt), stamp(t.LastUsedAt)}
+		if wide {
+			// Berth's own route: TokenSummary has no minted_by.
+			p, err := c.TokenProvenance(ctx, t.ID)
+			if err != nil {
+				return err
+			}
+			cells = append(cells, orDash(p.MintedBy))
+		}
+		row(tw, cells...)
+	}
+	return tw.Flush()
+}
+
+// revokeTokens revokes tokens by id (`delete token`, `token revoke`).
+func (e *env) revokeTokens(ctx context.Context, ids []string) error {
+	if len(ids) == 0 {
+		return usagef("missing token ID")
+	}
+	c, err := e.client()
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if err := c.RevokeToken(ctx, id); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "token/%s revoked\n", id)
+	}
+	return nil
 }
 
 func stamp(at *int64) string {
@@ -526,6 +544,9 @@ func runTokenMint(ctx context.Context, e *env, args []string) error {
 	expires := fs.String("expires-in", "", "")
 	pos, err := e.parse(fs, args)
 	if err != nil {
+		return err
+	}
+	if err := e.canPrint(""); err != nil { // a one-time secret, or an action: nothing to name
 		return err
 	}
 	if len(pos) != 1 {
@@ -572,7 +593,7 @@ func runTokenMint(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		return e.printDocs([]json.RawMessage{raw}, false)
+		return e.printDocs("", []json.RawMessage{raw}, false)
 	}
 	fmt.Fprintln(e.stdout, m.Secret)
 	scope := "fleet-wide"
@@ -617,29 +638,6 @@ func parseLifetime(s string) (time.Duration, error) {
 }
 
 // ---- secrets and namespaces ----
-
-// accessResource returns "secret" or "namespace" when the resource type
-// among args (the first positional argument) is one of those, so get,
-// delete and create hand the command to the code here.
-func accessResource(args []string) string {
-	fs, _, _ := (&env{}).accessFlagSet("probe")
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if a == "--" {
-			if i+1 < len(args) {
-				return accessKind(args[i+1])
-			}
-			return ""
-		}
-		if len(a) < 2 || a[0] != '-' {
-			return accessKind(a)
-		}
-		if takesValue(fs, a) {
-			i++
-		}
-	}
-	return ""
-}
 
 func accessKind(a string) string {
 	kind, _, _ := strings.Cut(a, "/")
@@ -787,9 +785,6 @@ func runDeleteAccess(ctx context.Context, e *env, kind string, args []string) er
 		return nil
 	}
 	if err := c.DeleteSecret(ctx, *ns, id, *force); err != nil {
-		if client.IsConflict(err) {
-			return fmt.Errorf("%w (add --force to delete it anyway)", err)
-		}
 		return err
 	}
 	fmt.Fprintf(e.stdout, "secret/%s deleted\n", id)

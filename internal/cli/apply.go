@@ -20,7 +20,7 @@ import (
 var applyCmd = &command{
 	name:    "apply",
 	summary: "Register or replace deployments from a JSON or YAML file",
-	help: `Usage: berth apply -f FILE
+	help: `Usage: berth apply -f FILE [--dry-run] [--wait [--timeout DUR]]
 
 Register each deployment spec in FILE, replacing any deployment with the
 same id. FILE is JSON or YAML and holds one spec, a list of specs, or
@@ -32,8 +32,21 @@ Specs are sent as written: fields this berth does not know are passed to
 the server untouched. Every spec is tried; the command fails if any was
 refused.
 
+--dry-run sends each spec for the server to check (validation, route
+ownership, quota: everything a real apply checks) and stores nothing. A
+server that cannot do that is not sent anything.
+
+--wait waits, after applying, until each deployment is ready: a vm
+deployment when its desired replicas are ready (one that scales from zero
+is ready once stored), any other kind once stored. Progress goes to
+standard error, one updating line on a terminal; if --timeout passes
+first, the command fails with the deployment's last create error.
+
 Flags:
-  -f FILE   the file to apply, or - for standard input (required)
+  -f FILE          the file to apply, or - for standard input (required)
+  --dry-run        validate on the server; store nothing
+  --wait           wait until the deployments are ready
+  --timeout DUR    how long --wait waits, such as 90s or 10m (default 5m)
 `,
 	run: runApply,
 }
@@ -43,6 +56,9 @@ func runApply(ctx context.Context, e *env, args []string) error {
 	var file string
 	fs.StringVar(&file, "f", "", "")
 	fs.StringVar(&file, "filename", "", "")
+	dryRun := fs.Bool("dry-run", false, "")
+	wait := fs.Bool("wait", false, "")
+	timeout := fs.Duration("timeout", defaultWaitTimeout, "")
 	pos, err := e.parse(fs, args)
 	if err != nil {
 		return err
@@ -52,6 +68,12 @@ func runApply(ctx context.Context, e *env, args []string) error {
 	}
 	if file == "" {
 		return usagef("-f FILE is required")
+	}
+	if *dryRun && *wait {
+		return usagef("--dry-run stores nothing, so there is nothing to --wait for")
+	}
+	if *timeout <= 0 {
+		return usagef("--timeout must be positive, got %v", *timeout)
 	}
 	data, err := e.readInput(file)
 	if err != nil {
@@ -68,37 +90,55 @@ func runApply(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	path, done := "/deployments", "applied"
+	if *dryRun {
+		if err := canDryRun(ctx, c); err != nil {
+			return err
+		}
+		path, done = "/deployments?dry_run=true", "checked (server dry run; nothing stored)"
+	}
 
 	var replies []json.RawMessage
+	var applied []string
 	failed := false
 	for _, spec := range specs {
 		id := specID(spec)
 		var raw json.RawMessage
-		if _, err := c.Do(ctx, "POST", "/deployments", spec, &raw); err != nil {
-			fmt.Fprintf(e.stderr, "error: deployment/%s: %v\n", id, err)
+		h, err := c.Do(ctx, "POST", path, spec, &raw)
+		if err == nil && *dryRun && h.Get(dryRunHeader) != "true" {
+			// Asked first, so only a server changed meanwhile gets here.
+			fmt.Fprintf(e.stderr, "error: deployment/%s: the server did not do a dry run: it may have APPLIED the spec\n", id)
+			return errReported
+		}
+		if err != nil {
+			fmt.Fprintf(e.stderr, "error: deployment/%s: %s\n", id, e.explain(err))
 			failed = true
 			if ctx.Err() != nil {
 				break
 			}
 			continue
 		}
-		if e.structured() {
-			replies = append(replies, raw)
-			continue
-		}
 		var st apitype.DeploymentStatus
 		if json.Unmarshal(raw, &st) == nil && st.Spec.ID != "" {
 			id = st.Spec.ID // the server may have normalised it
 		}
-		fmt.Fprintf(e.stdout, "deployment/%s applied\n", id)
+		applied = append(applied, id)
+		if e.structured() {
+			replies = append(replies, raw)
+			continue
+		}
+		fmt.Fprintf(e.stdout, "deployment/%s %s\n", id, done)
 	}
 	if len(replies) > 0 {
-		if err := e.printDocs(replies, len(replies) > 1); err != nil {
+		if err := e.printDocs("deployment", replies, len(replies) > 1); err != nil {
 			return err
 		}
 	}
 	if failed {
 		return errReported
+	}
+	if *wait {
+		return e.waitReady(ctx, c, applied, *timeout)
 	}
 	return nil
 }

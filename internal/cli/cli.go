@@ -57,13 +57,14 @@ type env struct {
 	stdout, stderr io.Writer
 
 	server string // --server; "" means the current context's, else DefaultServer
-	output string // -o: "", json, yaml or wide
+	output string // -o: "", json, yaml, name or wide
 
 	// Credentials: --token (BERTH_TOKEN) wins over --user/--password
 	// (BERTH_USER/BERTH_PASSWORD), which win over the token of the
 	// context (--context, BERTH_CONTEXT, else the current one).
 	token, user, password string
 	contextName           string
+	resolved              string // the server credentials() settled on
 
 	httpClient   *http.Client  // nil: the client package's default
 	pollInterval time.Duration // how often drain re-reads the deployment
@@ -85,7 +86,7 @@ func init() {
 	commands = []*command{
 		applyCmd, getCmd, describeCmd, deleteCmd, scaleCmd,
 		cordonCmd, drainCmd, uncordonCmd, execCmd, shellCmd, logsCmd,
-		statusCmd, createCmd, loginCmd, logoutCmd, whoamiCmd, tokenCmd,
+		statusCmd, createCmd, loginCmd, logoutCmd, whoamiCmd, configCmd, tokenCmd,
 		computerCmd, versionCmd, helpCmd,
 	}
 }
@@ -141,7 +142,8 @@ Commands:
 const globalHelp = `Global flags (before or after the command):
   --server URL   admin API address (env BERTH_SERVER; default: the current
                  context's server, else ` + DefaultServer + `)
-  -o FORMAT      output format: json, yaml or wide (default: human-readable)
+  -o FORMAT      output format: json, yaml, name (KIND/NAME lines) or wide
+                 (default: human-readable)
   --context NAME use a saved login context (env BERTH_CONTEXT; see 'berth login')
   --token TOKEN  an app-token for this command (env BERTH_TOKEN)
   --user U, --password P
@@ -211,7 +213,7 @@ func (e *env) report(cmd *command, err error) int {
 	case errors.Is(err, errReported):
 		return exitFailed
 	default:
-		fmt.Fprintf(e.stderr, "error: %v\n", err)
+		fmt.Fprintf(e.stderr, "error: %s\n", e.explain(err))
 		return exitFailed
 	}
 }
@@ -324,15 +326,18 @@ func splitCommand(fs *flag.FlagSet, args []string) (globals []string, name strin
 
 func checkOutput(o string) error {
 	switch o {
-	case "", "json", "yaml", "wide":
+	case "", "json", "yaml", "name", "wide":
 		return nil
 	}
-	return usagef("unknown output format %q (want json, yaml or wide)", o)
+	return usagef("unknown output format %q (want json, yaml, name or wide)", o)
 }
 
-// structured reports whether the output is a document (json or yaml)
-// rather than text for people.
-func (e *env) structured() bool { return e.output == "json" || e.output == "yaml" }
+// structured reports whether the output is for programs (json, yaml, or
+// name: KIND/NAME lines) rather than text for people. All three go
+// through printDocs.
+func (e *env) structured() bool {
+	return e.output == "json" || e.output == "yaml" || e.output == "name"
+}
 
 // client returns an admin API client for --server.
 func (e *env) client() (*client.Client, error) {
@@ -436,7 +441,7 @@ on some machines, leaves them out).
 		}
 		v := readBuildVersion(debug.ReadBuildInfo())
 		if e.structured() {
-			return e.printValue(v)
+			return e.printValue("", v)
 		}
 		_, err = fmt.Fprintf(e.stdout, "berth %s\nrevision:    %s\nmodified:    %s\ncommit time: %s\ngo:          %s\n",
 			v.Version, v.Revision, v.Modified, v.Time, v.GoVersion)

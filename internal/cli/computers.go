@@ -181,7 +181,7 @@ func computerCreate(ctx context.Context, e *env, args []string) (err error) {
 		}
 	}
 	if e.structured() {
-		return e.printValue(out)
+		return e.printValue("computer", out)
 	}
 	_, err = fmt.Fprintf(e.stdout, "computer/%s created (%s)\n", out.ID, state(out.State))
 	return err
@@ -200,15 +200,6 @@ func (e *env) undoCreate(ctx context.Context, c *client.Client, id string) {
 		return
 	}
 	fmt.Fprintf(e.stderr, "computer/%s deleted: the command failed after creating it\n", id)
-}
-
-// printValue prints v, a decoded reply, in the -o format.
-func (e *env) printValue(v any) error {
-	raw, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	return e.printDocs([]json.RawMessage{raw}, false)
 }
 
 func state(s client.ComputerState) string {
@@ -256,11 +247,7 @@ func computerList(ctx context.Context, e *env, args []string) error {
 		for i := range list {
 			docs[i], _ = json.Marshal(list[i])
 		}
-		if len(docs) == 0 && e.output == "json" {
-			_, err := io.WriteString(e.stdout, "[]\n")
-			return err
-		}
-		return e.printDocs(docs, true)
+		return e.printDocs("computer", docs, true)
 	}
 	e.printComputers(list)
 	return nil
@@ -301,7 +288,7 @@ func computerGet(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if e.structured() {
-		return e.printValue(out)
+		return e.printValue("computer", out)
 	}
 	e.printComputers([]client.Computer{*out})
 	return nil
@@ -323,7 +310,7 @@ func computerStart(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if e.structured() {
-		return e.printValue(out)
+		return e.printValue("computer", out)
 	}
 	fmt.Fprintf(e.stdout, "computer/%s %s\n", out.ID, state(out.State))
 	return nil
@@ -343,7 +330,7 @@ func computerStop(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if e.structured() {
-		return e.printValue(out)
+		return e.printValue("computer", out)
 	}
 	fmt.Fprintf(e.stdout, "computer/%s %s\n", out.ID, state(out.State))
 	return nil
@@ -416,7 +403,7 @@ func computerExec(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		if e.structured() {
-			return e.printValue(p)
+			return e.printValue("process", p)
 		}
 		fmt.Fprintln(e.stdout, p.ID)
 		fmt.Fprintf(e.stderr, "started in the background as pid %d; see its output with: berth computer logs %s %s\n", p.PID, id, p.ID)
@@ -588,6 +575,9 @@ func computerGrant(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := e.canPrint(""); err != nil { // a one-time secret, or an action: nothing to name
+		return err
+	}
 	if *actions == "" {
 		return usagef("grant: --actions is required (e.g. exec,files.* or all)")
 	}
@@ -624,7 +614,7 @@ func computerGrant(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if e.structured() {
-		return e.printValue(g)
+		return e.printValue("", g)
 	}
 	fmt.Fprintln(e.stdout, g.Token)
 	fmt.Fprintf(e.stderr, "grant %s on computer/%s: %s, for %s, expires %s.\nThe token is shown only now; give it to the agent as --token or BERTH_TOKEN.\n",
@@ -648,7 +638,7 @@ func computerGrants(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if e.structured() {
-		return e.printValue(list)
+		return e.printValue("grant", list)
 	}
 	if len(list) == 0 {
 		fmt.Fprintf(e.stderr, "computer/%s has no unexpired grants.\n", id)
@@ -701,6 +691,9 @@ func computerExpose(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := e.canPrint(""); err != nil { // a one-time secret, or an action: nothing to name
+		return err
+	}
 	if len(rest) != 1 {
 		return usagef("expose: want ID PORT")
 	}
@@ -717,7 +710,7 @@ func computerExpose(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if e.structured() {
-		return e.printValue(p)
+		return e.printValue("", p)
 	}
 	fmt.Fprintln(e.stdout, p.URL)
 	return nil
@@ -737,7 +730,7 @@ func computerPorts(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if e.structured() {
-		return e.printValue(list)
+		return e.printValue("", list)
 	}
 	if len(list) == 0 {
 		fmt.Fprintf(e.stderr, "computer/%s exposes no ports.\n", id)
@@ -887,7 +880,7 @@ func computerPs(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if e.structured() {
-		return e.printValue(list)
+		return e.printValue("process", list)
 	}
 	if len(list) == 0 {
 		fmt.Fprintf(e.stderr, "computer/%s has no background processes.\n", id)
@@ -952,7 +945,7 @@ func computerKill(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if e.structured() {
-		return e.printValue(p)
+		return e.printValue("process", p)
 	}
 	fmt.Fprintf(e.stdout, "process %s signalled\n", p.ID)
 	return nil
@@ -966,6 +959,9 @@ func computerEdit(ctx context.Context, e *env, args []string) error {
 	all := fs.Bool("all", false, "")
 	id, rest, err := oneID(e, "edit", fs, args, 1)
 	if err != nil {
+		return err
+	}
+	if err := e.canPrint(""); err != nil { // a one-time secret, or an action: nothing to name
 		return err
 	}
 	if len(rest) != 1 {
@@ -990,7 +986,7 @@ func computerEdit(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if e.structured() {
-		return e.printValue(out)
+		return e.printValue("", out)
 	}
 	fmt.Fprintf(e.stdout, "%s: %d replacement(s), %d bytes\n", out.Path, out.Replacements, out.Bytes)
 	return nil
@@ -999,6 +995,9 @@ func computerEdit(ctx context.Context, e *env, args []string) error {
 func computerPatch(ctx context.Context, e *env, args []string) error {
 	id, rest, err := oneID(e, "patch", e.flagSet("computer patch"), args, 1)
 	if err != nil {
+		return err
+	}
+	if err := e.canPrint(""); err != nil { // a one-time secret, or an action: nothing to name
 		return err
 	}
 	if len(rest) != 1 {
@@ -1017,7 +1016,7 @@ func computerPatch(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if e.structured() {
-		return e.printValue(files)
+		return e.printValue("", files)
 	}
 	for _, f := range files {
 		what := "patched"

@@ -7,12 +7,15 @@ import (
 
 var deleteCmd = &command{
 	name:    "delete",
-	summary: "Delete a deployment, or one of its VMs",
+	summary: "Delete a resource: deployment, vm, secret, namespace, token, image, computer",
 	help: `Usage: berth delete deployment ID
        berth delete deployment/ID
        berth delete vm SB -d DEPLOYMENT [--force]
        berth delete secret ID [-n NAMESPACE] [--force]
        berth delete namespace NAME
+       berth delete token ID...      (revokes them, as 'berth token revoke')
+       berth delete image NAME...    (as 'berth image delete')
+       berth delete computer ID      (as 'berth computer delete')
 
 delete secret refuses while deployments reference the secret, unless
 --force. delete namespace forgets a declared namespace that holds no
@@ -29,12 +32,11 @@ if the deployment still needs it.
 }
 
 func runDelete(ctx context.Context, e *env, args []string) error {
-	if e.isVMResource(args) {
-		return runDeleteVM(ctx, e, args)
-	}
-	if kind := accessResource(args); kind != "" {
-		return runDeleteAccess(ctx, e, kind, args)
-	}
+	return dispatch(ctx, e, "delete", args)
+}
+
+// deleteDeployment is delete deployment ID.
+func deleteDeployment(ctx context.Context, e *env, args []string) error {
 	pos, err := e.parse(e.flagSet("delete"), args)
 	if err != nil {
 		return err

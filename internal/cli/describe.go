@@ -13,11 +13,15 @@ import (
 
 var describeCmd = &command{
 	name:    "describe",
-	summary: "Show a deployment in detail",
-	help: `Usage: berth describe deployment ID
-       berth describe deployment/ID
+	summary: "Show one resource in detail",
+	help: `Usage: berth describe KIND NAME
+       berth describe KIND/NAME
 
-Show one deployment for people: its routes, kind and backend, the scaling
+KIND is any kind 'berth get' lists: deployment, vm (-d DEPLOYMENT),
+secret (-n NAMESPACE), namespace, token, image, computer. Kinds other than
+deployment print the resource's fields, one per line.
+
+describe deployment shows one deployment for people: its routes, kind and backend, the scaling
 and health settings that apply, its live status, a table of its backends
 (VMs or upstreams) and its ETag. -o json and -o yaml print the server's
 reply as received instead.
@@ -26,6 +30,11 @@ reply as received instead.
 }
 
 func runDescribe(ctx context.Context, e *env, args []string) error {
+	return dispatch(ctx, e, "describe", args)
+}
+
+// describeDeployment is describe deployment ID.
+func describeDeployment(ctx context.Context, e *env, args []string) error {
 	pos, err := e.parse(e.flagSet("describe"), args)
 	if err != nil {
 		return err

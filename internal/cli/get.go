@@ -12,13 +12,19 @@ import (
 
 var getCmd = &command{
 	name:    "get",
-	summary: "List deployments or a deployment's VMs, or show one",
-	help: `Usage: berth get deployments [-o json|yaml|wide]
-       berth get deployment ID [-o json|yaml|wide]
-       berth get deployment/ID
-       berth get vms -d DEPLOYMENT [-o json|yaml|wide]
-       berth get secrets [-n NAMESPACE] [-o json|yaml]
-       berth get namespaces [-o json|yaml]
+	summary: "List resources (deployments, vms, secrets, tokens, images, ...) or show one",
+	help: `Usage: berth get KIND [NAME] [-o json|yaml|name|wide]
+       berth get KIND/NAME
+       berth get              (lists the kinds)
+
+       berth get deployments [-o json|yaml|name|wide]
+       berth get deployment ID     (also: deploy ID, deployment/ID)
+       berth get vms -d DEPLOYMENT [-o json|yaml|name|wide]
+       berth get secrets [-n NAMESPACE]
+       berth get namespaces
+       berth get tokens [ID]       (as 'berth token list')
+       berth get images [NAME]     (as 'berth image list')
+       berth get computers [ID] [-n NAMESPACE]   (as 'berth computer list|get')
 
 List deployments as a table: NAME KIND ROUTES DESIRED READY PENDING IN-FLIGHT.
 -o wide adds NAMESPACE MIN MAX WARM TARGET BACKEND, where BACKEND is the
@@ -79,13 +85,10 @@ func stripKind(arg string) string {
 
 func deploymentPath(id string) string { return "/deployments/" + url.PathEscape(id) }
 
-func runGet(ctx context.Context, e *env, args []string) error {
-	if e.isVMResource(args) {
-		return runGetVMs(ctx, e, args)
-	}
-	if kind := accessResource(args); kind != "" {
-		return runGetAccess(ctx, e, kind, args)
-	}
+func runGet(ctx context.Context, e *env, args []string) error { return dispatch(ctx, e, "get", args) }
+
+// getDeployments is get deployment[s] [ID].
+func getDeployments(ctx context.Context, e *env, args []string) error {
 	pos, err := e.parse(e.flagSet("get"), args)
 	if err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/berth-dev/berth/apitype"
@@ -80,7 +81,7 @@ func runImage(ctx context.Context, e *env, args []string) error {
 			if err != nil {
 				return err
 			}
-			return e.printDocs([]json.RawMessage{b}, false)
+			return e.printDocs("image", []json.RawMessage{b}, false)
 		}
 		fmt.Fprintf(e.stdout, "image/%s imported (%s, %s)\n", im.Name, shortDigest(im.Digest), sizeString(im.Bytes))
 		return nil
@@ -92,31 +93,7 @@ func runImage(ctx context.Context, e *env, args []string) error {
 		if err := noArgs(pos); err != nil {
 			return err
 		}
-		c, err := e.client()
-		if err != nil {
-			return err
-		}
-		if e.structured() {
-			return e.fetchAndPrint(ctx, c, "GET", "/images", nil, nil)
-		}
-		inv, err := c.Images(ctx)
-		if err != nil {
-			return err
-		}
-		if len(inv.Images) == 0 {
-			fmt.Fprintln(e.stderr, "No images found.")
-			return nil
-		}
-		tw := newTable(e.stdout)
-		row(tw, "NAME", "DIGEST", "SIZE", "PINNED", "USED-BY", "LAST-USED")
-		for _, im := range inv.Images {
-			var users []string
-			for _, r := range im.References {
-				users = append(users, r.Kind+"/"+r.ID)
-			}
-			row(tw, im.Name, shortDigest(im.Digest), sizeString(im.Bytes), im.Pinned, orDash(strings.Join(users, ",")), stamp(&im.LastUsed))
-		}
-		return tw.Flush()
+		return e.listImages(ctx, "")
 	case "pin", "unpin":
 		pos, err := e.parse(e.flagSet("image "+sub), rest)
 		if err != nil {
@@ -141,24 +118,66 @@ func runImage(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		if len(pos) == 0 {
-			return usagef("missing image NAME")
-		}
-		c, err := e.client()
-		if err != nil {
-			return err
-		}
-		for _, name := range pos {
-			if err := c.DeleteImage(ctx, name); err != nil {
-				return err
-			}
-			fmt.Fprintf(e.stdout, "image/%s deleted\n", name)
-		}
-		return nil
+		return e.deleteImages(ctx, pos)
 	case "-h", "--help", "help":
 		return errHelp
 	}
 	return usagef("unknown subcommand %q (want import, list, pin, unpin or delete)", sub)
+}
+
+// listImages prints the images (`get images`, `image list`), or only the
+// one named name.
+func (e *env) listImages(ctx context.Context, name string) error {
+	c, err := e.client()
+	if err != nil {
+		return err
+	}
+	if e.structured() {
+		return e.printItem(ctx, c, "/images", "images", "image", "name", name)
+	}
+	inv, err := c.Images(ctx)
+	if err != nil {
+		return err
+	}
+	list := inv.Images
+	if name != "" {
+		list = slices.DeleteFunc(list, func(im apitype.ImageView) bool { return im.Name != name })
+		if len(list) == 0 {
+			return fmt.Errorf("no image %q", name)
+		}
+	}
+	if len(list) == 0 {
+		fmt.Fprintln(e.stderr, "No images found.")
+		return nil
+	}
+	tw := newTable(e.stdout)
+	row(tw, "NAME", "DIGEST", "SIZE", "PINNED", "USED-BY", "LAST-USED")
+	for _, im := range list {
+		var users []string
+		for _, r := range im.References {
+			users = append(users, r.Kind+"/"+r.ID)
+		}
+		row(tw, im.Name, shortDigest(im.Digest), sizeString(im.Bytes), im.Pinned, orDash(strings.Join(users, ",")), stamp(&im.LastUsed))
+	}
+	return tw.Flush()
+}
+
+// deleteImages deletes images by name (`delete image`, `image delete`).
+func (e *env) deleteImages(ctx context.Context, names []string) error {
+	if len(names) == 0 {
+		return usagef("missing image NAME")
+	}
+	c, err := e.client()
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		if err := c.DeleteImage(ctx, name); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "image/%s deleted\n", name)
+	}
+	return nil
 }
 
 // shortDigest is the first 12 hex digits of a digest, as docker shows.

@@ -15,14 +15,15 @@ import (
 var cordonCmd = &command{
 	name:    "cordon",
 	summary: "Stop sending new requests to a static upstream",
-	help: `Usage: berth cordon DEPLOYMENT UPSTREAM [--reason R]
+	help: `Usage: berth cordon DEPLOYMENT UPSTREAM [--force] [--reason R]
 
 Stop sending new requests to one upstream of a static deployment, and
 print its state. Requests already in flight finish; cordon does not wait
 for them (drain does). The server refuses when no other healthy upstream
-would be left accepting.
+would be left accepting, unless --force.
 
 Flags:
+  --force      cordon even when no other healthy upstream is accepting
   --reason R   why, shown in the upstream's status (at most 512 bytes)
 `,
 	run: func(ctx context.Context, e *env, args []string) error {
@@ -79,10 +80,9 @@ func upstreamPath(id, upstream string) string {
 func runDrain(ctx context.Context, e *env, args []string, name string, wait bool) error {
 	fs := e.flagSet(name)
 	reason := fs.String("reason", "", "")
-	var force bool
+	force := fs.Bool("force", false, "")
 	timeout := 5 * time.Minute
 	if wait {
-		fs.BoolVar(&force, "force", false, "")
 		fs.DurationVar(&timeout, "timeout", timeout, "")
 	}
 	pos, err := e.parse(fs, args)
@@ -101,7 +101,7 @@ func runDrain(ctx context.Context, e *env, args []string, name string, wait bool
 		return err
 	}
 	req := apitype.DrainRequest{Reason: *reason}
-	if force {
+	if *force {
 		req.Force = new(true)
 	}
 

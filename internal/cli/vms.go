@@ -129,6 +129,9 @@ func runExec(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := e.canPrint(""); err != nil { // a command's output has no name
+		return err
+	}
 	if len(pos) == 0 || stripKind(pos[0]) == "" {
 		return usagef("missing deployment ID")
 	}
@@ -166,7 +169,7 @@ func runExec(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		if err := e.printDocs([]json.RawMessage{b}, false); err != nil {
+		if err := e.printDocs("", []json.RawMessage{b}, false); err != nil {
 			return err
 		}
 	} else {
@@ -362,31 +365,6 @@ func (e *env) vmFlagSet(name string) (fs *flag.FlagSet, dep *string, force *bool
 	return fs, dep, force
 }
 
-// isVMResource reports whether the resource type among args (the first
-// positional argument) is vm or vms, so that get and delete hand the
-// command to the VM code with its own flags.
-func (e *env) isVMResource(args []string) bool {
-	fs, _, _ := (&env{}).vmFlagSet("probe") // a scratch env: nothing is parsed into e
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if a == "--" {
-			return i+1 < len(args) && isVMKind(args[i+1])
-		}
-		if len(a) < 2 || a[0] != '-' {
-			return isVMKind(a)
-		}
-		if takesValue(fs, a) {
-			i++
-		}
-	}
-	return false
-}
-
-func isVMKind(a string) bool {
-	kind, _, _ := strings.Cut(a, "/")
-	return kind == "vm" || kind == "vms"
-}
-
 // vmArgs reads "vm[s] [SB]" or "vm/SB" and the deployment from -d.
 func vmArgs(pos []string, dep string) (id, sandbox string, err error) {
 	if len(pos) == 0 {
@@ -441,7 +419,7 @@ func runGetVMs(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		return e.printDocs([]json.RawMessage{doc}, false)
+		return e.printDocs("vm", []json.RawMessage{doc}, false)
 	}
 	if len(vms.VMs) == 0 && len(vms.PendingVMs) == 0 {
 		fmt.Fprintf(e.stderr, "No VMs in deployment %s.\n", id)
@@ -610,7 +588,7 @@ func runDeleteVM(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		return e.printDocs([]json.RawMessage{b}, false)
+		return e.printDocs("vm", []json.RawMessage{b}, false)
 	}
 	if out.SandboxID != "" {
 		sandbox = out.SandboxID

@@ -152,7 +152,7 @@ func (r *Registry) Load(ctx context.Context) error {
 			r.o.Log.Error("skipping a stored deployment that no longer validates", "id", row.ID, "err", err)
 			continue
 		}
-		e, err := r.build(s, nil)
+		e, err := r.build(s, nil, false)
 		if err != nil {
 			r.o.Log.Error("skipping a stored deployment", "id", row.ID, "err", err)
 			continue
@@ -183,7 +183,7 @@ func (r *Registry) Load(ctx context.Context) error {
 // build makes an entry from a normalized, validated spec, reusing prev's pool
 // when the backends did not change, so in-flight counts, health and drains
 // carry over and no connection is disturbed.
-func (r *Registry) build(s apitype.DeploymentSpec, prev *Entry) (*Entry, error) {
+func (r *Registry) build(s apitype.DeploymentSpec, prev *Entry, dry bool) (*Entry, error) {
 	etag, err := spec.ETag(&s)
 	if err != nil {
 		return nil, err
@@ -233,7 +233,7 @@ func (r *Registry) build(s apitype.DeploymentSpec, prev *Entry) (*Entry, error) 
 	if e.Site != nil {
 		dp.Site = site.New(*e.Site)
 	}
-	if r.o.Recorder != nil {
+	if r.o.Recorder != nil && !dry { // a dry run leaves no metrics behind
 		dp.Metrics = r.o.Recorder(s.ID)
 	}
 	e.dp = dp
@@ -391,6 +391,10 @@ type PutOptions struct {
 	// Visible reports whether the writer may see deployment id of
 	// namespace ns; a conflict names only deployments it can see. Nil: all.
 	Visible func(id, ns string) bool
+	// DryRun runs every check a write runs (validation, preconditions,
+	// route ownership, Admit) and returns the entry the write would
+	// store, without storing it or touching the running deployment.
+	DryRun bool
 }
 
 // Put registers or replaces a deployment. The spec is normalized and
@@ -430,9 +434,12 @@ func (r *Registry) Put(ctx context.Context, s apitype.DeploymentSpec, o PutOptio
 			return nil, false, err
 		}
 	}
-	e, err := r.build(s, prev)
+	e, err := r.build(s, prev, o.DryRun)
 	if err != nil {
 		return nil, false, err
+	}
+	if o.DryRun {
+		return e, prev == nil, nil
 	}
 	raw, err := json.Marshal(&e.Spec)
 	if err != nil {
