@@ -478,7 +478,7 @@ func (m *Manager) admitAndLaunch(ctx context.Context, l *live, rec store.Compute
 				continue
 			}
 			if h, ok := hosts[b.HostID]; ok && b.Kind == KindVM {
-				n, err := activeOn(b.json())
+				n, err := activeOn(backingJSON(b))
 				if err != nil {
 					return err
 				}
@@ -491,7 +491,7 @@ func (m *Manager) admitAndLaunch(ctx context.Context, l *live, rec store.Compute
 			m.nonce++
 			nonce := m.nonce
 			m.mu.Unlock()
-			c.State, c.Active, c.Driver = StateStarting, b.json(), name
+			c.State, c.Active, c.Driver = StateStarting, backingJSON(b), name
 			c.Sandbox = vm.Name(OwnerPrefix+id, nonce)
 			c.RuntimeID = newRuntimeID()
 			return nil

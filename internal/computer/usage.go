@@ -3,6 +3,7 @@ package computer
 import (
 	"context"
 	"fmt"
+	"github.com/berth-dev/berth/apitype/computertype"
 	"strconv"
 	"time"
 
@@ -10,18 +11,8 @@ import (
 )
 
 // UsageInterval is one runtime observation of the usage ledger
-// (computerUsageIntervalSchema): a runtime (one sandbox lifetime) on a
-// backing, from StartedAt to ObservedAt (Unix ms), Ended once it stopped.
-// ComputerID is a berth extension: berth's ledger spans every Computer of
-// the host, so the billing host needs to know whose runtime it is.
-type UsageInterval struct {
-	RuntimeID  string  `json:"runtimeId"`
-	Backing    Backing `json:"backing"`
-	StartedAt  int64   `json:"startedAt"`
-	ObservedAt int64   `json:"observedAt"`
-	Ended      bool    `json:"ended"`
-	ComputerID string  `json:"computerId,omitempty"`
-}
+// (computerUsageIntervalSchema).
+type UsageInterval = computertype.ComputerUsageInterval
 
 // PendingUsage returns at most MaxPendingUsage intervals whose current
 // observation the billing host has not acknowledged, oldest first. A
@@ -70,7 +61,7 @@ func (m *Manager) SetHostCapacity(ctx context.Context, hostID string, c HostCapa
 	if hostID == "" || len(hostID) > 128 {
 		return fmt.Errorf("%w: hostId must have 1 to 128 characters", ErrInvalid)
 	}
-	if err := c.validate(); err != nil {
+	if err := validateHostCapacity(c); err != nil {
 		return err
 	}
 	return m.storeErr(m.st.PutComputerHost(ctx, hostID, store.ComputerHost{MaxActive: c.MaxActive, ReservedHeadroom: c.ReservedHeadroom}))

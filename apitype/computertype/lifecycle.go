@@ -1,0 +1,98 @@
+package computertype
+
+import "encoding/json"
+
+// Computer is a Computer as the API answers it. Times are Unix milliseconds,
+// as everywhere in the contract.
+type Computer struct {
+	ID              string               `json:"id"`
+	Namespace       string               `json:"namespace"`
+	Image           string               `json:"image,omitempty"`
+	Size            string               `json:"size,omitempty"`
+	IdleTimeoutSecs int64                `json:"idleTimeoutSecs"`
+	Backings        []HostedBacking      `json:"backings"`
+	State           ComputerRuntimeState `json:"state"`
+	// Active is the backing the Computer runs on now; absent while it
+	// sleeps.
+	Active    *HostedBacking `json:"active,omitempty"`
+	CreatedAt int64          `json:"createdAt"`
+	UpdatedAt int64          `json:"updatedAt"`
+}
+
+// NewComputer is the body of POST /computers.
+type NewComputer struct {
+	// ID names the Computer; empty picks a random one.
+	ID        string `json:"id,omitempty"`
+	Namespace string `json:"namespace,omitempty"`
+	Image     string `json:"image,omitempty"`
+	Size      string `json:"size,omitempty"`
+	// IdleTimeoutSecs is how long the Computer may idle before it sleeps;
+	// absent leaves the manager's default.
+	IdleTimeoutSecs *int64          `json:"idleTimeoutSecs,omitempty"`
+	Backings        []HostedBacking `json:"backings,omitempty"`
+	// Start starts the Computer at once rather than at first use.
+	Start bool `json:"start,omitempty"`
+}
+
+// ComputerList is the body of GET /computers.
+type ComputerList struct {
+	Computers []Computer `json:"computers"`
+}
+
+// Backings is the body of GET and PUT /computers/{id}/backings: the
+// contract's computerBackingChangeSchema, plus (answers only) the backing
+// the Computer runs on now.
+type Backings struct {
+	// ComputerID, when given in a PUT, must be the Computer of the path.
+	ComputerID string `json:"computerId,omitempty"`
+	// Backings is the fallback order; null (in a PUT) returns the
+	// Computer to the fleet default.
+	Backings []HostedBacking `json:"backings"`
+	Active   *HostedBacking  `json:"active,omitempty"`
+}
+
+// NewGrant is the body of POST /computers/{id}/grants. Exactly one of
+// ExpiresAt (Unix milliseconds) and ExpiresInSecs is required.
+type NewGrant struct {
+	Actions       []string        `json:"actions"`
+	ExpiresAt     *int64          `json:"expiresAt,omitempty"`
+	ExpiresInSecs *int64          `json:"expiresInSecs,omitempty"`
+	Egress        json.RawMessage `json:"egress,omitempty"`
+	// Provenance is who the grant acts for; absent, the issuing caller.
+	Provenance *ComputerProvenance `json:"provenance,omitempty"`
+}
+
+// Grant is an issued grant: its id, the grant in the contract's
+// shape, and (when just issued) the token, shown once.
+type Grant struct {
+	ID        string        `json:"id"`
+	Grant     ComputerGrant `json:"grant"`
+	IssuedAt  int64         `json:"issuedAt"`
+	RevokedAt *int64        `json:"revokedAt,omitempty"`
+	Token     string        `json:"token,omitempty"`
+}
+
+// GrantList is the body of GET /computers/{id}/grants: the unexpired
+// grants, revoked ones included, oldest first.
+type GrantList struct {
+	Grants []Grant `json:"grants"`
+}
+
+// Usage is the body of GET /computers/usage/pending and of POST
+// /computers/usage/acknowledge: usage intervals in the contract's
+// computerUsageIntervalSchema.
+type Usage struct {
+	Intervals []ComputerUsageInterval `json:"intervals"`
+}
+
+// Capacity is GET /computers/hosts/capacity (berth's own route):
+// Hosts is the contract's host capacity registry
+// (hostCapacityRegistrySchema, keyed by host id), FleetLimit the number of
+// Computers that may start or run at once that follows from it, and
+// RecycleAfterSecs the age at which a running sandbox is replaced at a
+// quiet moment (0: never).
+type Capacity struct {
+	Hosts            map[string]HostCapacity `json:"hosts"`
+	FleetLimit       int                     `json:"fleetLimit"`
+	RecycleAfterSecs int64                   `json:"recycleAfterSecs"`
+}
