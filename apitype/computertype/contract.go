@@ -113,15 +113,14 @@ type FactRecord struct {
 // ComputerUsageInterval is one runtime observation of the usage ledger
 // (computerUsageIntervalSchema): a runtime (one sandbox lifetime) on a
 // backing, from StartedAt to ObservedAt (Unix ms), Ended once it stopped.
-// ComputerID is a berth extension: berth's ledger spans every Computer of
-// the host, so the billing host needs to know whose runtime it is.
+// It names no Computer: GET /computers/usage/pending answers interval
+// facts ([ComputerFact] of kind "interval"), which do.
 type ComputerUsageInterval struct {
 	RuntimeID  string        `json:"runtimeId"`
 	Backing    HostedBacking `json:"backing"`
 	StartedAt  int64         `json:"startedAt"`
 	ObservedAt int64         `json:"observedAt"`
 	Ended      bool          `json:"ended"`
-	ComputerID string        `json:"computerId,omitempty"`
 }
 
 func (b HostedBacking) String() string {

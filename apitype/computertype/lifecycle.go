@@ -39,16 +39,16 @@ type ComputerList struct {
 	Computers []Computer `json:"computers"`
 }
 
-// Backings is the body of GET and PUT /computers/{id}/backings: the
-// contract's computerBackingChangeSchema, plus (answers only) the backing
-// the Computer runs on now.
+// Backings is the body of GET and PUT /computers/{id}/backings: exactly
+// the contract's computerBackingChangeSchema. The backing the Computer
+// runs on now is the Computer's Active (GET /computers/{id}).
 type Backings struct {
-	// ComputerID, when given in a PUT, must be the Computer of the path.
+	// ComputerID, when given in a PUT, must be the Computer of the path;
+	// answers always give it.
 	ComputerID string `json:"computerId,omitempty"`
 	// Backings is the fallback order; null (in a PUT) returns the
 	// Computer to the fleet default.
 	Backings []HostedBacking `json:"backings"`
-	Active   *HostedBacking  `json:"active,omitempty"`
 }
 
 // NewGrant is the body of POST /computers/{id}/grants. Exactly one of
@@ -78,10 +78,21 @@ type GrantList struct {
 	Grants []Grant `json:"grants"`
 }
 
-// Usage is the body of GET /computers/usage/pending and of POST
-// /computers/usage/acknowledge: usage intervals in the contract's
-// computerUsageIntervalSchema.
-type Usage struct {
+// PendingUsage is the body of GET /computers/usage/pending: the usage
+// intervals the billing host has not acknowledged, oldest first, each an
+// interval fact (Kind "interval": the contract's ComputerUsageInterval
+// plus the Computer's id and a provenance, as the contract's
+// ComputerRuntimeUsage.pendingFacts gives them), since berth's ledger
+// spans every Computer of the host.
+type PendingUsage struct {
+	Intervals []ComputerFact `json:"intervals"`
+}
+
+// UsageAck is the body of POST /computers/usage/acknowledge: the
+// observations the billing host has recorded, by runtimeId and
+// observedAt. The interval facts of [PendingUsage] may be sent back as
+// they are.
+type UsageAck struct {
 	Intervals []ComputerUsageInterval `json:"intervals"`
 }
 

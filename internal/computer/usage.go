@@ -3,7 +3,6 @@ package computer
 import (
 	"context"
 	"fmt"
-	"github.com/berth-dev/berth/apitype/computertype"
 	"strconv"
 	"time"
 
@@ -11,8 +10,17 @@ import (
 )
 
 // UsageInterval is one runtime observation of the usage ledger
-// (computerUsageIntervalSchema).
-type UsageInterval = computertype.ComputerUsageInterval
+// (computerUsageIntervalSchema), and the Computer whose runtime it is:
+// berth's ledger spans every Computer of the host. The API answers it as
+// an interval fact, which names the Computer the contract's way.
+type UsageInterval struct {
+	RuntimeID  string
+	Backing    Backing
+	StartedAt  int64
+	ObservedAt int64
+	Ended      bool
+	ComputerID string
+}
 
 // PendingUsage returns at most MaxPendingUsage intervals whose current
 // observation the billing host has not acknowledged, oldest first. A

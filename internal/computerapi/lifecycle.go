@@ -143,7 +143,7 @@ func (a *API) stop(w http.ResponseWriter, r *http.Request, c *call) error {
 
 func (a *API) getBackings(w http.ResponseWriter, r *http.Request, c *call) error {
 	v := view(c.comp)
-	web.WriteJSON(w, http.StatusOK, computertype.Backings{ComputerID: c.id, Backings: v.Backings, Active: v.Active})
+	web.WriteJSON(w, http.StatusOK, computertype.Backings{ComputerID: c.id, Backings: v.Backings})
 	return nil
 }
 
@@ -177,7 +177,7 @@ func (a *API) putBackings(w http.ResponseWriter, r *http.Request, c *call) error
 		return managerError(err, c.id)
 	}
 	v := view(comp)
-	web.WriteJSON(w, http.StatusOK, computertype.Backings{ComputerID: c.id, Backings: v.Backings, Active: v.Active})
+	web.WriteJSON(w, http.StatusOK, computertype.Backings{ComputerID: c.id, Backings: v.Backings})
 	return nil
 }
 
@@ -273,10 +273,14 @@ func (a *API) pendingUsage(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return managerError(err, "")
 	}
-	if us == nil {
-		us = []computer.UsageInterval{}
+	out := computertype.PendingUsage{Intervals: make([]computertype.ComputerFact, len(us))}
+	for i, u := range us {
+		out.Intervals[i] = computer.Fact{
+			Kind: computer.FactInterval, ComputerID: u.ComputerID, Provenance: computer.Provenance{Actor: computer.Actor, Via: "ledger"},
+			RuntimeID: u.RuntimeID, Backing: u.Backing, StartedAt: u.StartedAt, ObservedAt: u.ObservedAt, Ended: u.Ended,
+		}
 	}
-	web.WriteJSON(w, http.StatusOK, computertype.Usage{Intervals: us})
+	web.WriteJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -290,14 +294,18 @@ func (a *API) capacity(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (a *API) acknowledgeUsage(w http.ResponseWriter, r *http.Request) error {
-	var req computertype.Usage
+	var req computertype.UsageAck
 	if err := web.ReadJSON(w, r, &req); err != nil {
 		return err
 	}
 	if req.Intervals == nil {
 		return web.Invalid("intervals", "is required")
 	}
-	if err := a.o.Manager.AcknowledgeUsage(r.Context(), req.Intervals); err != nil {
+	acks := make([]computer.UsageInterval, len(req.Intervals))
+	for i, iv := range req.Intervals {
+		acks[i] = computer.UsageInterval{RuntimeID: iv.RuntimeID, Backing: iv.Backing, StartedAt: iv.StartedAt, ObservedAt: iv.ObservedAt, Ended: iv.Ended}
+	}
+	if err := a.o.Manager.AcknowledgeUsage(r.Context(), acks); err != nil {
 		return managerError(err, "")
 	}
 	w.WriteHeader(http.StatusNoContent)

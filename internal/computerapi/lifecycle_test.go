@@ -178,11 +178,12 @@ func TestPortsAndUsage(t *testing.T) {
 	}
 	e.must(g, 400, "DELETE", "/computers/pt/ports/http", nil)
 
-	u := decode[computertype.Usage](t, e.must(operator, 200, "GET", "/computers/usage/pending", nil))
+	u := decode[computertype.PendingUsage](t, e.must(operator, 200, "GET", "/computers/usage/pending", nil))
 	if u.Intervals == nil {
 		t.Error("pending usage has no intervals list")
 	}
-	e.must(operator, 204, "POST", "/computers/usage/acknowledge", computertype.Usage{Intervals: u.Intervals})
+	// The pending interval facts go back as they came.
+	e.must(operator, 204, "POST", "/computers/usage/acknowledge", u)
 	e.must(operator, 400, "POST", "/computers/usage/acknowledge", `{}`)
 }
 
