@@ -15,95 +15,52 @@ import (
 	"strings"
 	"time"
 
+	"github.com/berth-dev/berth/apitype/computertype"
 	"github.com/coder/websocket"
 )
 
 // The Computer API (/computers): persistent sandboxes, the grants that let
 // agents use them, and their operations. Its JSON is camelCase and its
-// times are Unix milliseconds, as in the Computer contract; the types here
-// mirror the server's.
-
-// Computer is a Computer as the API describes it.
-type Computer struct {
-	ID              string            `json:"id"`
-	Namespace       string            `json:"namespace"`
-	Image           string            `json:"image,omitempty"`
-	Size            string            `json:"size,omitempty"`
-	IdleTimeoutSecs int64             `json:"idleTimeoutSecs"`
-	Backings        []ComputerBacking `json:"backings"`
-	State           ComputerState     `json:"state"`
-	// Active is the backing it runs on now; nil while it sleeps.
-	Active    *ComputerBacking `json:"active,omitempty"`
-	CreatedAt int64            `json:"createdAt"`
-	UpdatedAt int64            `json:"updatedAt"`
-}
-
-// ComputerBacking is one place a Computer can run: kind "process",
-// "platform-container" or "on-box-vm" (with HostID).
-type ComputerBacking struct {
-	Kind   string `json:"kind"`
-	HostID string `json:"hostId,omitempty"`
-}
-
-// ComputerState is running, sleeping, starting, or queued at Position.
-type ComputerState struct {
-	State    string `json:"state"`
-	Position *int   `json:"position,omitempty"`
-}
-
-// NewComputer is the body of [Client.CreateComputer]. Every field is
-// optional: the server picks an id and its defaults.
-type NewComputer struct {
-	ID              string            `json:"id,omitempty"`
-	Namespace       string            `json:"namespace,omitempty"`
-	Image           string            `json:"image,omitempty"`
-	Size            string            `json:"size,omitempty"`
-	IdleTimeoutSecs *int64            `json:"idleTimeoutSecs,omitempty"`
-	Backings        []ComputerBacking `json:"backings,omitempty"`
-	Start           bool              `json:"start,omitempty"`
-}
-
-// ComputerProvenance is who a grant acts for.
-type ComputerProvenance struct {
-	Actor string `json:"actor"`
-	Via   string `json:"via,omitempty"`
-}
-
-// NewComputerGrant is the body of [Client.GrantComputer]: exactly one of
-// ExpiresAt (Unix milliseconds) and ExpiresInSecs.
-type NewComputerGrant struct {
-	Actions       []string            `json:"actions"`
-	ExpiresAt     *int64              `json:"expiresAt,omitempty"`
-	ExpiresInSecs *int64              `json:"expiresInSecs,omitempty"`
-	Egress        json.RawMessage     `json:"egress,omitempty"`
-	Provenance    *ComputerProvenance `json:"provenance,omitempty"`
-}
-
-// ComputerGrant is an issued grant. Token, the bearer credential, is set
-// only in the answer to the issue, once.
-type ComputerGrant struct {
-	ID    string `json:"id"`
-	Grant struct {
-		ComputerID string             `json:"computerId"`
-		Actions    []string           `json:"actions"`
-		ExpiresAt  int64              `json:"expiresAt"`
-		Egress     json.RawMessage    `json:"egress,omitempty"`
-		Provenance ComputerProvenance `json:"provenance"`
-	} `json:"grant"`
-	IssuedAt  int64  `json:"issuedAt"`
-	RevokedAt *int64 `json:"revokedAt,omitempty"`
-	Token     string `json:"token,omitempty"`
-}
-
-// ComputerExec is a command for [Client.ComputerExec]: Argv runs a program
-// (exec), Script a bash script (bash). Cwd is relative to the workspace.
-type ComputerExec struct {
-	Argv      []string          `json:"argv,omitempty"`
-	Script    string            `json:"script,omitempty"`
-	Cwd       string            `json:"cwd,omitempty"`
-	Env       map[string]string `json:"env,omitempty"`
-	TimeoutMs int64             `json:"timeoutMs,omitempty"`
-}
+// times are Unix milliseconds, as in the Computer contract. The wire types
+// are package computertype's, the ones the server encodes; the names here
+// are aliases of them, so a client and the server cannot disagree.
+type (
+	// Computer is a Computer as the API describes it.
+	Computer = computertype.Computer
+	// ComputerBacking is one place a Computer can run: kind "process",
+	// "platform-container" or "on-box-vm" (with HostID).
+	ComputerBacking = computertype.HostedBacking
+	// ComputerState is running, sleeping, starting, or queued at Position.
+	ComputerState = computertype.ComputerRuntimeState
+	// NewComputer is the body of [Client.CreateComputer]. Every field is
+	// optional: the server picks an id and its defaults.
+	NewComputer = computertype.NewComputer
+	// ComputerProvenance is who a grant acts for.
+	ComputerProvenance = computertype.ComputerProvenance
+	// NewComputerGrant is the body of [Client.GrantComputer]: exactly one
+	// of ExpiresAt (Unix milliseconds) and ExpiresInSecs.
+	NewComputerGrant = computertype.NewGrant
+	// ComputerGrant is an issued grant. Token, the bearer credential, is
+	// set only in the answer to the issue, once.
+	ComputerGrant = computertype.Grant
+	// ComputerExec is a command for [Client.ComputerExec]: Argv runs a
+	// program (exec), Script a bash script (bash). Cwd is relative to the
+	// workspace. [Client.StartComputerProcess] takes its Argv, Script, Cwd
+	// and Env.
+	ComputerExec = computertype.ExecRequest
+	// ComputerPort is an exposed port and where the gateway reaches it.
+	ComputerPort = computertype.Port
+	// ComputerWrite describes a file written by [Client.WriteComputerFile].
+	ComputerWrite = computertype.WriteResult
+	// ComputerEdit is one replacement of [Client.EditComputerFile].
+	ComputerEdit = computertype.Edit
+	// ComputerEdited is the answer of [Client.EditComputerFile].
+	ComputerEdited = computertype.EditResult
+	// ComputerPatched is one file [Client.PatchComputer] changed.
+	ComputerPatched = computertype.PatchedFile
+	// ComputerProcess is a background process of a Computer.
+	ComputerProcess = computertype.Process
+)
 
 // ComputerExit is how a command run by [Client.ComputerExec] ended.
 type ComputerExit struct {
@@ -112,27 +69,13 @@ type ComputerExit struct {
 	DurationMs int64
 }
 
-// ComputerPort is an exposed port and where the gateway reaches it.
-type ComputerPort struct {
-	Port   int    `json:"port"`
-	Host   string `json:"host"`
-	URL    string `json:"url"`
-	Public bool   `json:"public"`
-}
-
-// ComputerFact is one entry of a Computer's facts log: its sequence number
-// (the resume cursor) and the fact, a computerFactSchema object kept as
-// the server sent it.
+// ComputerFact is one entry of a Computer's facts log
+// ([computertype.FactRecord]) with the fact undecoded: a computerFactSchema
+// object kept as the server sent it, so a kind newer than this client
+// passes through (FactRecord's decoding refuses kinds it does not know).
 type ComputerFact struct {
 	Seq  int64           `json:"seq"`
 	Fact json.RawMessage `json:"fact"`
-}
-
-// ComputerWrite describes a file written by [Client.WriteComputerFile].
-type ComputerWrite struct {
-	Path   string `json:"path"`
-	Bytes  int64  `json:"bytes"`
-	SHA256 string `json:"sha256,omitempty"`
 }
 
 var errNoComputer = errors.New("client: empty Computer id")
@@ -157,9 +100,7 @@ func (c *Client) Computers(ctx context.Context, namespace string) ([]Computer, e
 	if namespace != "" {
 		path += "?namespace=" + url.QueryEscape(namespace)
 	}
-	var out struct {
-		Computers []Computer `json:"computers"`
-	}
+	var out computertype.ComputerList
 	if _, err := c.send(ctx, http.MethodGet, path, nil, nil, &out); err != nil {
 		return nil, err
 	}
@@ -220,9 +161,7 @@ func (c *Client) ComputerGrants(ctx context.Context, id string) ([]ComputerGrant
 	if id == "" {
 		return nil, errNoComputer
 	}
-	var out struct {
-		Grants []ComputerGrant `json:"grants"`
-	}
+	var out computertype.GrantList
 	if _, err := c.send(ctx, http.MethodGet, computerPath(id, "/grants"), nil, nil, &out); err != nil {
 		return nil, err
 	}
@@ -238,17 +177,6 @@ func (c *Client) RevokeComputerGrant(ctx context.Context, id, gid string) error 
 	return err
 }
 
-// execEvent is one line of a streamed exec.
-type execEvent struct {
-	Type       string `json:"type"`
-	Data       string `json:"data"`
-	RequestID  string `json:"requestId"`
-	ExitCode   *int   `json:"exitCode"`
-	DurationMs int64  `json:"durationMs"`
-	Error      string `json:"error"`
-	Status     int    `json:"status"`
-}
-
 // ComputerExec runs a command in Computer id (waking it), copying its
 // output to stdout and stderr as it comes, and returns how it ended. A
 // non-zero exit is not an error. The HTTP client's timeout does not apply;
@@ -261,12 +189,8 @@ func (c *Client) ComputerExec(ctx context.Context, id string, req ComputerExec, 
 	if req.Script != "" {
 		route = "/bash"
 	}
-	body := struct {
-		ComputerExec
-		Encoding string `json:"encoding"`
-		Stream   bool   `json:"stream"`
-	}{req, "base64", true}
-	b, err := json.Marshal(body)
+	req.Encoding, req.Stream = "base64", true
+	b, err := json.Marshal(req)
 	if err != nil {
 		return nil, fmt.Errorf("client: exec: %w", err)
 	}
@@ -295,7 +219,7 @@ func (c *Client) ComputerExec(ctx context.Context, id string, req ComputerExec, 
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	for sc.Scan() {
-		var ev execEvent
+		var ev computertype.ExecEvent
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
 			return nil, fmt.Errorf("client: POST %s: malformed event: %w", path, err)
 		}
@@ -448,7 +372,7 @@ func (c *Client) ExposeComputerPort(ctx context.Context, id string, port int, pu
 		return nil, errNoComputer
 	}
 	var out ComputerPort
-	body := map[string]any{"port": port, "public": public}
+	body := computertype.PortRequest{Port: port, Public: public}
 	if _, err := c.send(ctx, http.MethodPost, computerPath(id, "/ports"), nil, body, &out); err != nil {
 		return nil, err
 	}
@@ -460,9 +384,7 @@ func (c *Client) ComputerPorts(ctx context.Context, id string) ([]ComputerPort, 
 	if id == "" {
 		return nil, errNoComputer
 	}
-	var out struct {
-		Ports []ComputerPort `json:"ports"`
-	}
+	var out computertype.PortList
 	if _, err := c.send(ctx, http.MethodGet, computerPath(id, "/ports"), nil, nil, &out); err != nil {
 		return nil, err
 	}
@@ -579,23 +501,6 @@ func (c *Client) followOnce(ctx context.Context, id string, after *int64, fn fun
 	return sc.Err()
 }
 
-// ComputerEdit is one exact-string replacement for [Client.EditComputerFile].
-type ComputerEdit struct {
-	Old        string `json:"old"`
-	New        string `json:"new"`
-	ReplaceAll bool   `json:"replaceAll,omitempty"`
-}
-
-// ComputerEdited describes a file after an edit or a patch.
-type ComputerEdited struct {
-	Path         string `json:"path"`
-	Bytes        int64  `json:"bytes"`
-	SHA256       string `json:"sha256,omitempty"`
-	Replacements int    `json:"replacements,omitempty"`
-	Created      bool   `json:"created,omitempty"`
-	Deleted      bool   `json:"deleted,omitempty"`
-}
-
 // EditComputerFile applies exact-string replacements to the file at path,
 // all or none: an edit whose Old is missing, or found more than once
 // without ReplaceAll, fails with a 409 ([IsConflict]) and changes nothing.
@@ -605,10 +510,7 @@ func (c *Client) EditComputerFile(ctx context.Context, id, path string, edits []
 	if id == "" {
 		return nil, errNoComputer
 	}
-	body := map[string]any{"path": path, "edits": edits}
-	if expectSHA256 != "" {
-		body["expectedSha256"] = expectSHA256
-	}
+	body := computertype.EditRequest{Path: path, Edits: edits, ExpectedSHA256: expectSHA256}
 	var out ComputerEdited
 	if _, err := c.send(ctx, http.MethodPost, computerPath(id, "/files/edit"), nil, body, &out); err != nil {
 		return nil, err
@@ -619,31 +521,15 @@ func (c *Client) EditComputerFile(ctx context.Context, id, path string, edits []
 // PatchComputer applies a unified diff of one or more files to Computer
 // id's workspace, all or nothing (a hunk that does not apply is a 409 and
 // changes no file), and returns the files it changed.
-func (c *Client) PatchComputer(ctx context.Context, id, patch string) ([]ComputerEdited, error) {
+func (c *Client) PatchComputer(ctx context.Context, id, patch string) ([]ComputerPatched, error) {
 	if id == "" {
 		return nil, errNoComputer
 	}
-	var out struct {
-		Files []ComputerEdited `json:"files"`
-	}
-	if _, err := c.send(ctx, http.MethodPost, computerPath(id, "/files/patch"), nil, map[string]string{"patch": patch}, &out); err != nil {
+	var out computertype.PatchResult
+	if _, err := c.send(ctx, http.MethodPost, computerPath(id, "/files/patch"), nil, computertype.PatchRequest{Patch: patch}, &out); err != nil {
 		return nil, err
 	}
 	return out.Files, nil
-}
-
-// ComputerProcess is a background process of a Computer.
-type ComputerProcess struct {
-	ID         string              `json:"id"`
-	PID        int                 `json:"pid"`
-	Command    string              `json:"command"`
-	Running    bool                `json:"running"`
-	ExitCode   *int                `json:"exitCode"`
-	Signal     string              `json:"signal,omitempty"`
-	StartedAt  int64               `json:"startedAt"`
-	EndedAt    *int64              `json:"endedAt"`
-	CPUTimeMs  *int64              `json:"cpuTimeMs"`
-	Provenance *ComputerProvenance `json:"provenance,omitempty"`
 }
 
 // StartComputerProcess starts a command in the background in Computer id:
@@ -653,15 +539,7 @@ func (c *Client) StartComputerProcess(ctx context.Context, id string, req Comput
 	if id == "" {
 		return nil, errNoComputer
 	}
-	body := map[string]any{"cwd": req.Cwd}
-	if req.Script != "" {
-		body["script"] = req.Script
-	} else {
-		body["argv"] = req.Argv
-	}
-	if len(req.Env) > 0 {
-		body["env"] = req.Env
-	}
+	body := computertype.ProcessRequest{Argv: req.Argv, Script: req.Script, Cwd: req.Cwd, Env: req.Env}
 	var out ComputerProcess
 	if _, err := c.send(ctx, http.MethodPost, computerPath(id, "/processes"), nil, body, &out); err != nil {
 		return nil, err
@@ -674,9 +552,7 @@ func (c *Client) ComputerProcesses(ctx context.Context, id string) ([]ComputerPr
 	if id == "" {
 		return nil, errNoComputer
 	}
-	var out struct {
-		Processes []ComputerProcess `json:"processes"`
-	}
+	var out computertype.ProcessList
 	if _, err := c.send(ctx, http.MethodGet, computerPath(id, "/processes"), nil, nil, &out); err != nil {
 		return nil, err
 	}

@@ -55,6 +55,7 @@ var rules = []struct {
 	why       string
 }{
 	{mod + "/apitype", []string{mod + "/"}, "the wire types are public and import only the standard library"},
+	{mod + "/apitype/computertype", []string{mod + "/"}, "the Computer API's wire types are public, shared by the server and the client, and import only the standard library"},
 	{mod + "/client", []string{mod + "/internal/", mod + "/cmd/"}, "the public client must not depend on server internals"},
 	{mod + "/internal/cli", []string{mod + "/internal/"}, "the CLI reaches the server only through the client package"},
 	{mod + "/internal/hostcheck", []string{mod + "/internal/server", mod + "/internal/admin"}, "host checks run without a server"},

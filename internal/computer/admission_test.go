@@ -194,7 +194,7 @@ func TestHostCapacity(t *testing.T) {
 		t.Fatal(err)
 	}
 	hs, err := m.HostCapacities(ctx)
-	if err != nil || len(hs) != 2 || hs["h1"] != (HostCapacity{3, 1}) {
+	if err != nil || len(hs) != 2 || hs["h1"] != (HostCapacity{MaxActive: 3, ReservedHeadroom: 1}) {
 		t.Errorf("HostCapacities = %v, %v", hs, err)
 	}
 	vmOnly := []Backing{{Kind: KindVM, HostID: "h1"}}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/berth-dev/berth/apitype/computertype"
 	"time"
 
 	"github.com/berth-dev/berth/internal/vm"
@@ -36,33 +37,18 @@ func (e *CapacityError) Error() string {
 
 // Backing kinds (hostedBackingsSchema, plus berth's "process").
 const (
-	// KindContainer runs on the container driver of this host.
-	KindContainer = "platform-container"
-	// KindVM runs on a VM driver of the host named by HostID.
-	KindVM = "on-box-vm"
-	// KindProcess is a berth extension: a process sandbox on this host
-	// (the process driver), which needs nothing but berth itself.
-	KindProcess = "process"
+	KindContainer = computertype.KindContainer
+	KindVM        = computertype.KindVM
+	KindProcess   = computertype.KindProcess
 )
 
 // MaxBackings bounds a Computer's fallback list (hostedBackingsSchema).
 const MaxBackings = 4
 
-// Backing is one place a Computer can run, as the contract's
-// hostedBackingSchema spells it.
-type Backing struct {
-	Kind   string `json:"kind"`
-	HostID string `json:"hostId,omitempty"`
-}
+// Backing is one place a Computer can run (hostedBackingSchema).
+type Backing = computertype.HostedBacking
 
-func (b Backing) String() string {
-	if b.HostID != "" {
-		return b.Kind + "{" + b.HostID + "}"
-	}
-	return b.Kind
-}
-
-func (b Backing) json() string {
+func backingJSON(b Backing) string {
 	if b.Kind == "" {
 		return ""
 	}
@@ -108,18 +94,15 @@ func validateBackings(bs []Backing) error {
 
 // States of a Computer (computerStateSchema).
 const (
-	StateRunning  = "running"
-	StateSleeping = "sleeping"
-	StateStarting = "starting"
-	StateQueued   = "queued"
+	StateRunning  = computertype.StateRunning
+	StateSleeping = computertype.StateSleeping
+	StateStarting = computertype.StateStarting
+	StateQueued   = computertype.StateQueued
 )
 
-// State is a Computer's state as computerStateSchema spells it: Position
-// is set (1 = next) exactly when State is "queued".
-type State struct {
-	State    string `json:"state"`
-	Position *int   `json:"position,omitempty"`
-}
+// State is a Computer's state (computerStateSchema): Position is set
+// (1 = next) exactly when State is "queued".
+type State = computertype.ComputerRuntimeState
 
 // Computer is a persistent sandbox: a workspace that outlives every
 // sandbox that runs it.
@@ -152,20 +135,12 @@ type CreateRequest struct {
 }
 
 // Provenance says who caused a fact (computerProvenanceSchema).
-type Provenance struct {
-	Actor string `json:"actor"`
-	Via   string `json:"via,omitempty"`
-}
+type Provenance = computertype.ComputerProvenance
 
-// HostCapacity is one VM host's capacity (hostCapacitySchema): at most
-// MaxActive Computers, of which ReservedHeadroom are held back, so
-// admission places at most MaxActive − ReservedHeadroom on it.
-type HostCapacity struct {
-	MaxActive        int `json:"maxActive"`
-	ReservedHeadroom int `json:"reservedHeadroom"`
-}
+// HostCapacity is one VM host's capacity (hostCapacitySchema).
+type HostCapacity = computertype.HostCapacity
 
-func (c HostCapacity) validate() error {
+func validateHostCapacity(c HostCapacity) error {
 	switch {
 	case c.MaxActive < 1:
 		return fmt.Errorf("%w: maxActive must be at least 1 (got %d)", ErrInvalid, c.MaxActive)
@@ -178,12 +153,7 @@ func (c HostCapacity) validate() error {
 }
 
 // Exposure is an exposed port of a Computer and where it is reached.
-type Exposure struct {
-	Port   int    `json:"port"`
-	Host   string `json:"host"`
-	URL    string `json:"url"`
-	Public bool   `json:"public"`
-}
+type Exposure = computertype.Port
 
 // MaxIDLen bounds Computer ids: they end up in sandbox names and unix
 // socket paths (at most 107 bytes), so they are kept short.

@@ -1,220 +1,37 @@
 package computer
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/berth-dev/berth/apitype/computertype"
 
 	"github.com/berth-dev/berth/internal/store"
 )
 
 // Fact kinds (computerFactSchema).
 const (
-	FactProcessExited = "process.exited"
-	FactFilesWritten  = "files.written"
-	FactEgress        = "egress"
-	FactLifecycle     = "lifecycle"
-	FactInterval      = "interval"
+	FactProcessExited = computertype.FactProcessExited
+	FactFilesWritten  = computertype.FactFilesWritten
+	FactEgress        = computertype.FactEgress
+	FactLifecycle     = computertype.FactLifecycle
+	FactInterval      = computertype.FactInterval
 )
 
-// Fact is an observation about a Computer. Its JSON is exactly the
-// contract's computerFactSchema: an object discriminated by kind, with only
-// the fields of that kind (camelCase; exitCode and cpuTimeMs are null when
-// unknown, never a made-up zero). Which fields count depends on Kind.
-type Fact struct {
-	Kind       string
-	ComputerID string
-	Provenance Provenance
-
-	// process.exited: RequestID names the process (or request) that ran;
-	// ExitCode is nil when the process was killed without a status;
-	// CPUTimeMs is nil when not measured.
-	RequestID  string
-	ExitCode   *int
-	CPUTimeMs  *int64
-	WallTimeMs int64
-
-	// files.written
-	Path  string
-	Bytes int64
-
-	// egress (package egress's proxy): Host is the destination host only;
-	// Method is the HTTP method, or "CONNECT" for an HTTPS tunnel, whose
-	// Status is the proxy's answer to the CONNECT (berth does not
-	// intercept TLS, so the method and status inside are unknown).
-	Host   string
-	Method string
-	Status int
-
-	// lifecycle (ObservedAt, State) and interval (ObservedAt and the rest),
-	// times in Unix milliseconds.
-	ObservedAt int64
-	State      State
-	RuntimeID  string
-	Backing    Backing
-	StartedAt  int64
-	Ended      bool
-}
+// Fact is an observation about a Computer: the contract's
+// computerFactSchema, whose JSON (one object per kind) and rules
+// (Validate) are the wire package's.
+type Fact = computertype.ComputerFact
 
 // FactRecord is a stored fact and its sequence number, which increases by
 // one per fact of the Computer and is the resume cursor of Facts.
-type FactRecord struct {
-	Seq  int64 `json:"seq"`
-	Fact Fact  `json:"fact"`
-}
-
-// MarshalJSON writes the fields of f's kind, in the contract's order.
-func (f Fact) MarshalJSON() ([]byte, error) {
-	var v any
-	switch f.Kind {
-	case FactProcessExited:
-		v = struct {
-			Kind       string     `json:"kind"`
-			RequestID  string     `json:"requestId"`
-			ExitCode   *int       `json:"exitCode"`
-			CPUTimeMs  *int64     `json:"cpuTimeMs"`
-			WallTimeMs int64      `json:"wallTimeMs"`
-			ComputerID string     `json:"computerId"`
-			Provenance Provenance `json:"provenance"`
-		}{f.Kind, f.RequestID, f.ExitCode, f.CPUTimeMs, f.WallTimeMs, f.ComputerID, f.Provenance}
-	case FactFilesWritten:
-		v = struct {
-			Kind       string     `json:"kind"`
-			Path       string     `json:"path"`
-			Bytes      int64      `json:"bytes"`
-			ComputerID string     `json:"computerId"`
-			Provenance Provenance `json:"provenance"`
-		}{f.Kind, f.Path, f.Bytes, f.ComputerID, f.Provenance}
-	case FactEgress:
-		v = struct {
-			Kind       string     `json:"kind"`
-			Host       string     `json:"host"`
-			Method     string     `json:"method"`
-			Status     int        `json:"status"`
-			ComputerID string     `json:"computerId"`
-			Provenance Provenance `json:"provenance"`
-		}{f.Kind, f.Host, f.Method, f.Status, f.ComputerID, f.Provenance}
-	case FactLifecycle:
-		v = struct {
-			Kind       string     `json:"kind"`
-			ObservedAt int64      `json:"observedAt"`
-			State      State      `json:"state"`
-			ComputerID string     `json:"computerId"`
-			Provenance Provenance `json:"provenance"`
-		}{f.Kind, f.ObservedAt, f.State, f.ComputerID, f.Provenance}
-	case FactInterval:
-		v = struct {
-			RuntimeID  string     `json:"runtimeId"`
-			Backing    Backing    `json:"backing"`
-			StartedAt  int64      `json:"startedAt"`
-			ObservedAt int64      `json:"observedAt"`
-			Ended      bool       `json:"ended"`
-			Kind       string     `json:"kind"`
-			ComputerID string     `json:"computerId"`
-			Provenance Provenance `json:"provenance"`
-		}{f.RuntimeID, f.Backing, f.StartedAt, f.ObservedAt, f.Ended, f.Kind, f.ComputerID, f.Provenance}
-	default:
-		return nil, fmt.Errorf("computer: fact of unknown kind %q", f.Kind)
-	}
-	return json.Marshal(v)
-}
-
-// factJSON is every field any kind has, for decoding.
-type factJSON struct {
-	Kind       string      `json:"kind"`
-	ComputerID string      `json:"computerId"`
-	Provenance *Provenance `json:"provenance"`
-	RequestID  string      `json:"requestId"`
-	ExitCode   *int        `json:"exitCode"`
-	CPUTimeMs  *int64      `json:"cpuTimeMs"`
-	WallTimeMs int64       `json:"wallTimeMs"`
-	Path       string      `json:"path"`
-	Bytes      int64       `json:"bytes"`
-	Host       string      `json:"host"`
-	Method     string      `json:"method"`
-	Status     int         `json:"status"`
-	ObservedAt int64       `json:"observedAt"`
-	State      State       `json:"state"`
-	RuntimeID  string      `json:"runtimeId"`
-	Backing    Backing     `json:"backing"`
-	StartedAt  int64       `json:"startedAt"`
-	Ended      bool        `json:"ended"`
-}
-
-// UnmarshalJSON reads a fact of any kind and checks it (see Validate).
-func (f *Fact) UnmarshalJSON(b []byte) error {
-	var j factJSON
-	dec := json.NewDecoder(bytes.NewReader(b))
-	if err := dec.Decode(&j); err != nil {
-		return fmt.Errorf("computer: malformed fact: %w", err)
-	}
-	var prov Provenance
-	if j.Provenance != nil {
-		prov = *j.Provenance
-	}
-	*f = Fact{
-		Kind: j.Kind, ComputerID: j.ComputerID, Provenance: prov,
-		RequestID: j.RequestID, ExitCode: j.ExitCode, CPUTimeMs: j.CPUTimeMs, WallTimeMs: j.WallTimeMs,
-		Path: j.Path, Bytes: j.Bytes, Host: j.Host, Method: j.Method, Status: j.Status,
-		ObservedAt: j.ObservedAt, State: j.State, RuntimeID: j.RuntimeID, Backing: j.Backing,
-		StartedAt: j.StartedAt, Ended: j.Ended,
-	}
-	return f.Validate()
-}
-
-// Validate checks what the schema requires of f's kind.
-func (f Fact) Validate() error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: fact: "+format, append([]any{ErrInvalid}, args...)...)
-	}
-	if f.ComputerID == "" {
-		return bad("computerId is required")
-	}
-	if f.Provenance.Actor == "" {
-		return bad("provenance.actor is required")
-	}
-	switch f.Kind {
-	case FactProcessExited:
-		if f.WallTimeMs < 0 || (f.CPUTimeMs != nil && *f.CPUTimeMs < 0) {
-			return bad("times must not be negative")
-		}
-	case FactFilesWritten:
-		if f.Path == "" || f.Bytes < 0 {
-			return bad("files.written needs a path and bytes ≥ 0")
-		}
-	case FactEgress:
-		if f.Host == "" || f.Method == "" || f.Status < 100 || f.Status > 599 {
-			return bad("egress needs a host, a method and a status from 100 to 599")
-		}
-	case FactLifecycle:
-		switch f.State.State {
-		case StateRunning, StateSleeping, StateStarting:
-			if f.State.Position != nil {
-				return bad("state %s has no position", f.State.State)
-			}
-		case StateQueued:
-			if f.State.Position == nil {
-				return bad("state queued needs a position")
-			}
-		default:
-			return bad("unknown state %q", f.State.State)
-		}
-	case FactInterval:
-		if f.RuntimeID == "" || f.Backing.Kind == "" || f.ObservedAt < f.StartedAt {
-			return bad("interval needs a runtimeId, a backing and observedAt ≥ startedAt")
-		}
-	default:
-		return bad("unknown kind %q", f.Kind)
-	}
-	return nil
-}
+type FactRecord = computertype.FactRecord
 
 // Emit appends a fact to its Computer's log (f.ComputerID must exist) and
 // wakes the WaitFacts of that Computer.
 func (m *Manager) Emit(ctx context.Context, f Fact) error {
 	if err := f.Validate(); err != nil {
-		return err
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	_, err := m.emit(ctx, f, "", true)
 	return err

@@ -138,12 +138,12 @@ func TestValidation(t *testing.T) {
 			}
 		})
 	}
-	for _, hc := range []HostCapacity{{0, 0}, {2, 2}, {2, -1}} {
+	for _, hc := range []HostCapacity{{MaxActive: 0}, {MaxActive: 2, ReservedHeadroom: 2}, {MaxActive: 2, ReservedHeadroom: -1}} {
 		if err := m.SetHostCapacity(ctx, "h", hc); !errors.Is(err, ErrInvalid) {
 			t.Errorf("SetHostCapacity(%+v) = %v, want ErrInvalid", hc, err)
 		}
 	}
-	if err := m.SetHostCapacity(ctx, "", HostCapacity{1, 0}); !errors.Is(err, ErrInvalid) {
+	if err := m.SetHostCapacity(ctx, "", HostCapacity{MaxActive: 1}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("SetHostCapacity(no id) = %v", err)
 	}
 	// A backing this host cannot run is refused at start, clearly.

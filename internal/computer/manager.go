@@ -488,7 +488,7 @@ func (m *Manager) admitAndLaunch(ctx context.Context, l *live, rec store.Compute
 				continue
 			}
 			if h, ok := hosts[b.HostID]; ok && b.Kind == KindVM {
-				n, err := activeOn(b.json())
+				n, err := activeOn(backingJSON(b))
 				if err != nil {
 					return err
 				}
@@ -501,7 +501,7 @@ func (m *Manager) admitAndLaunch(ctx context.Context, l *live, rec store.Compute
 			m.nonce++
 			nonce := m.nonce
 			m.mu.Unlock()
-			c.State, c.Active, c.Driver = StateStarting, b.json(), name
+			c.State, c.Active, c.Driver = StateStarting, backingJSON(b), name
 			c.Sandbox = vm.Name(OwnerPrefix+id, nonce)
 			c.RuntimeID = newRuntimeID()
 			return nil

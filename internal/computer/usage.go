@@ -10,17 +10,16 @@ import (
 )
 
 // UsageInterval is one runtime observation of the usage ledger
-// (computerUsageIntervalSchema): a runtime (one sandbox lifetime) on a
-// backing, from StartedAt to ObservedAt (Unix ms), Ended once it stopped.
-// ComputerID is a berth extension: berth's ledger spans every Computer of
-// the host, so the billing host needs to know whose runtime it is.
+// (computerUsageIntervalSchema), and the Computer whose runtime it is:
+// berth's ledger spans every Computer of the host. The API answers it as
+// an interval fact, which names the Computer the contract's way.
 type UsageInterval struct {
-	RuntimeID  string  `json:"runtimeId"`
-	Backing    Backing `json:"backing"`
-	StartedAt  int64   `json:"startedAt"`
-	ObservedAt int64   `json:"observedAt"`
-	Ended      bool    `json:"ended"`
-	ComputerID string  `json:"computerId,omitempty"`
+	RuntimeID  string
+	Backing    Backing
+	StartedAt  int64
+	ObservedAt int64
+	Ended      bool
+	ComputerID string
 }
 
 // PendingUsage returns at most MaxPendingUsage intervals whose current
@@ -70,7 +69,7 @@ func (m *Manager) SetHostCapacity(ctx context.Context, hostID string, c HostCapa
 	if hostID == "" || len(hostID) > 128 {
 		return fmt.Errorf("%w: hostId must have 1 to 128 characters", ErrInvalid)
 	}
-	if err := c.validate(); err != nil {
+	if err := validateHostCapacity(c); err != nil {
 		return err
 	}
 	return m.storeErr(m.st.PutComputerHost(ctx, hostID, store.ComputerHost{MaxActive: c.MaxActive, ReservedHeadroom: c.ReservedHeadroom}))

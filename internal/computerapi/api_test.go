@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/berth-dev/berth/apitype/computertype"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -192,20 +193,28 @@ func (e *testEnv) must(c cred, want int, method, path string, body any) []byte {
 }
 
 // create makes a Computer as the operator.
-func (e *testEnv) create(id string) View {
+func (e *testEnv) create(id string) computertype.Computer {
 	e.t.Helper()
-	var v View
-	json.Unmarshal(e.must(operator, http.StatusCreated, "POST", "/computers", CreateRequest{ID: id, Backings: []computer.Backing{{Kind: "process"}}}), &v)
+	var v computertype.Computer
+	json.Unmarshal(e.must(operator, http.StatusCreated, "POST", "/computers", computertype.NewComputer{ID: id, Backings: []computer.Backing{{Kind: "process"}}}), &v)
 	return v
 }
 
+func actionNames(as []grant.Action) []string {
+	out := make([]string, len(as))
+	for i, a := range as {
+		out[i] = string(a)
+	}
+	return out
+}
+
 // grant issues a grant for id with actions, as the operator.
-func (e *testEnv) grant(id string, actions ...grant.Action) (GrantView, cred) {
+func (e *testEnv) grant(id string, actions ...grant.Action) (computertype.Grant, cred) {
 	e.t.Helper()
 	secs := int64(3600)
-	var g GrantView
-	json.Unmarshal(e.must(operator, http.StatusCreated, "POST", "/computers/"+id+"/grants", GrantRequest{
-		Actions: actions, ExpiresInSecs: &secs, Provenance: &grant.Provenance{Actor: "agent-" + id, Via: "test"},
+	var g computertype.Grant
+	json.Unmarshal(e.must(operator, http.StatusCreated, "POST", "/computers/"+id+"/grants", computertype.NewGrant{
+		Actions: actionNames(actions), ExpiresInSecs: &secs, Provenance: &grant.Provenance{Actor: "agent-" + id, Via: "test"},
 	}), &g)
 	if !strings.HasPrefix(g.Token, grant.Prefix) {
 		e.t.Fatalf("issued token %q", g.Token)
@@ -214,9 +223,9 @@ func (e *testEnv) grant(id string, actions ...grant.Action) (GrantView, cred) {
 }
 
 // facts returns the facts of id after a cursor, as the operator.
-func (e *testEnv) facts(id string, after int64) FactsPage {
+func (e *testEnv) facts(id string, after int64) computertype.FactsPage {
 	e.t.Helper()
-	var p FactsPage
+	var p computertype.FactsPage
 	b := e.must(operator, http.StatusOK, "GET", "/computers/"+id+"/facts?after="+itoa(after), nil)
 	if err := json.Unmarshal(b, &p); err != nil {
 		e.t.Fatalf("facts page %s: %v", b, err)

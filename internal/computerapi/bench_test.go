@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/berth-dev/berth/apitype/computertype"
 	"io"
 	"net/http"
 	"os"
@@ -44,11 +45,11 @@ func BenchmarkExecRoundTrip(b *testing.B) {
 	e := newEnv(b)
 	e.create("x")
 	_, g := e.grant("x", grant.Exec)
-	body, _ := json.Marshal(ExecRequest{Argv: []string{"true"}})
+	body, _ := json.Marshal(computertype.ExecRequest{Argv: []string{"true"}})
 	run := func() time.Duration {
 		start := time.Now()
 		resp := e.send(g, "POST", "/computers/x/exec", string(body), nil)
-		var res ExecResult
+		var res computertype.ExecResult
 		err := json.NewDecoder(resp.Body).Decode(&res)
 		resp.Body.Close()
 		d := time.Since(start)
@@ -107,7 +108,7 @@ func BenchmarkFilesWriteBytes64MiB(b *testing.B) {
 	put := func() time.Duration {
 		start := time.Now()
 		resp := e.send(g, "PUT", "/computers/x/files/writeBytes?path=big.bin", data, nil)
-		var res WriteResult
+		var res computertype.WriteResult
 		err := json.NewDecoder(resp.Body).Decode(&res)
 		resp.Body.Close()
 		d := time.Since(start)

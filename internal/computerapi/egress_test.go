@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
+	"github.com/berth-dev/berth/apitype/computertype"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -125,9 +126,9 @@ func TestEgressFromAComputer(t *testing.T) {
 	e := newEnvWith(t, withEgress(t, names{"allowed.test": "127.0.0.1", "denied.test": "127.0.0.1", "private.test": "10.1.2.3"}))
 	e.create("net1")
 	secs := int64(3600)
-	var g GrantView
-	mustUnmarshal(t, e.must(operator, http.StatusCreated, "POST", "/computers/net1/grants", GrantRequest{
-		Actions: []grant.Action{grant.Exec, grant.Bash}, ExpiresInSecs: &secs,
+	var g computertype.Grant
+	mustUnmarshal(t, e.must(operator, http.StatusCreated, "POST", "/computers/net1/grants", computertype.NewGrant{
+		Actions: actionNames([]grant.Action{grant.Exec, grant.Bash}), ExpiresInSecs: &secs,
 		Egress:     json.RawMessage(`{"allow":["allowed.test","private.test"]}`),
 		Provenance: &grant.Provenance{Actor: "agent-x", Via: "egress-test"},
 	}), &g)
@@ -135,8 +136,8 @@ func TestEgressFromAComputer(t *testing.T) {
 
 	curl := func(c cred, url string) string {
 		t.Helper()
-		var res ExecResult
-		mustUnmarshal(t, e.must(c, http.StatusOK, "POST", "/computers/net1/exec", ExecRequest{
+		var res computertype.ExecResult
+		mustUnmarshal(t, e.must(c, http.StatusOK, "POST", "/computers/net1/exec", computertype.ExecRequest{
 			Argv: []string{"curl", "-sS", "-k", "-o", "/dev/null", "-w", "%{http_code}", url},
 		}), &res)
 		return res.Stdout
@@ -182,14 +183,14 @@ func TestEgressFromAComputer(t *testing.T) {
 	// Revoking the grant cuts the egress of work started under it: a
 	// process that holds the grant's proxy credential is refused from then
 	// on.
-	var res ExecResult
-	mustUnmarshal(t, e.must(tok, http.StatusOK, "POST", "/computers/net1/bash", ExecRequest{Script: `printf %s "$http_proxy"`}), &res)
+	var res computertype.ExecResult
+	mustUnmarshal(t, e.must(tok, http.StatusOK, "POST", "/computers/net1/bash", computertype.ExecRequest{Script: `printf %s "$http_proxy"`}), &res)
 	held := res.Stdout
 	if !strings.HasPrefix(held, "http://net1:") {
 		t.Fatalf("the proxy variable under the grant is %q", held)
 	}
 	e.must(operator, http.StatusNoContent, "DELETE", "/computers/net1/grants/"+g.ID, nil)
-	mustUnmarshal(t, e.must(operator, http.StatusOK, "POST", "/computers/net1/exec", ExecRequest{
+	mustUnmarshal(t, e.must(operator, http.StatusOK, "POST", "/computers/net1/exec", computertype.ExecRequest{
 		Argv: []string{"curl", "-sS", "-x", held, "-o", "/dev/null", "-w", "%{http_code}", fmt.Sprintf("http://allowed.test:%d/", port)},
 	}), &res)
 	if res.Stdout != "403" {
@@ -227,7 +228,7 @@ func TestGrantBrake(t *testing.T) {
 	_, good := e.grant("b1", grant.FilesRead)
 	// A valid grant used for an action it lacks: 403, many times, no brake.
 	for range 5 {
-		if code, b := e.do(good, "POST", "/computers/b1/exec", ExecRequest{Argv: []string{"true"}}); code != http.StatusForbidden {
+		if code, b := e.do(good, "POST", "/computers/b1/exec", computertype.ExecRequest{Argv: []string{"true"}}); code != http.StatusForbidden {
 			t.Fatalf("exec with a files.read grant: %d %s, want 403", code, b)
 		}
 	}

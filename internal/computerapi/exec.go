@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"github.com/berth-dev/berth/apitype/computertype"
 	"net/http"
 	"sync"
 	"time"
@@ -22,63 +23,8 @@ const (
 	MaxTimeoutMs     = 60 * 60 * 1000
 )
 
-// ExecRequest is the body of POST /computers/{id}/exec. Bash takes the
-// same fields with Script instead of Argv.
-type ExecRequest struct {
-	// Argv is the program and its arguments, run without a shell.
-	Argv []string `json:"argv,omitempty"`
-	// Script is bash's script, run as bash -c Script (bash only).
-	Script string `json:"script,omitempty"`
-	// Cwd is the working directory, relative to the workspace (an
-	// absolute path is taken with the workspace as /).
-	Cwd string            `json:"cwd,omitempty"`
-	Env map[string]string `json:"env,omitempty"`
-	// Stdin is written to the command's standard input, then closed.
-	Stdin string `json:"stdin,omitempty"`
-	// Encoding is how Stdin and the output are carried: "text" (the
-	// default; bytes that are not UTF-8 become U+FFFD) or "base64".
-	Encoding string `json:"encoding,omitempty"`
-	// TimeoutMs kills the command after that many milliseconds; default
-	// DefaultTimeoutMs, at most MaxTimeoutMs.
-	TimeoutMs int64 `json:"timeoutMs,omitempty"`
-	// Stream answers with output events as they happen
-	// (application/x-ndjson, one ExecEvent a line) rather than one
-	// ExecResult when the command ends.
-	Stream bool `json:"stream,omitempty"`
-}
-
-// ExecResult is the buffered answer of exec and bash.
-type ExecResult struct {
-	// RequestID names this run in its process.exited fact.
-	RequestID string `json:"requestId"`
-	// ExitCode is the exit status: 128+N when killed by signal N, 124
-	// when the timeout killed it.
-	ExitCode   int    `json:"exitCode"`
-	Signal     string `json:"signal,omitempty"`
-	Stdout     string `json:"stdout"`
-	Stderr     string `json:"stderr"`
-	Output     string `json:"output"` // both streams interleaved
-	Encoding   string `json:"encoding,omitempty"`
-	TimedOut   bool   `json:"timedOut"`
-	Truncated  bool   `json:"truncated"`
-	DurationMs int64  `json:"durationMs"`
-}
-
-// ExecEvent is one line of a streamed exec: "stdout" and "stderr" carry
-// Data (in the request's encoding), then "exit" (ExitCode, DurationMs) or
-// "error" (Error, Status) ends the stream.
-type ExecEvent struct {
-	Type       string `json:"type"`
-	Data       string `json:"data,omitempty"`
-	RequestID  string `json:"requestId,omitempty"`
-	ExitCode   *int   `json:"exitCode,omitempty"`
-	DurationMs int64  `json:"durationMs,omitempty"`
-	Error      string `json:"error,omitempty"`
-	Status     int    `json:"status,omitempty"`
-}
-
 func (a *API) exec(w http.ResponseWriter, r *http.Request, c *call) error {
-	var req ExecRequest
+	var req computertype.ExecRequest
 	if err := web.ReadJSON(w, r, &req); err != nil {
 		return err
 	}
@@ -92,7 +38,7 @@ func (a *API) exec(w http.ResponseWriter, r *http.Request, c *call) error {
 }
 
 func (a *API) bash(w http.ResponseWriter, r *http.Request, c *call) error {
-	var req ExecRequest
+	var req computertype.ExecRequest
 	if err := web.ReadJSON(w, r, &req); err != nil {
 		return err
 	}
@@ -106,7 +52,7 @@ func (a *API) bash(w http.ResponseWriter, r *http.Request, c *call) error {
 }
 
 // run runs argv for exec and bash.
-func (a *API) run(w http.ResponseWriter, r *http.Request, c *call, req ExecRequest, argv []string) error {
+func (a *API) run(w http.ResponseWriter, r *http.Request, c *call, req computertype.ExecRequest, argv []string) error {
 	for _, s := range argv {
 		if containsNUL(s) {
 			return web.Invalid("argv", "must not contain NUL bytes")
@@ -163,7 +109,7 @@ func (a *API) run(w http.ResponseWriter, r *http.Request, c *call, req ExecReque
 	code := res.ExitCode
 	a.exited(r, c, reqID, false, &code, started)
 	enc := func(s string) string { return s }
-	out := ExecResult{RequestID: reqID, ExitCode: res.ExitCode, Signal: res.Signal, TimedOut: res.TimedOut, Truncated: res.Truncated, DurationMs: res.DurationMS}
+	out := computertype.ExecResult{RequestID: reqID, ExitCode: res.ExitCode, Signal: res.Signal, TimedOut: res.TimedOut, Truncated: res.Truncated, DurationMs: res.DurationMS}
 	if b64 {
 		enc = func(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
 		out.Encoding = "base64"
@@ -195,10 +141,10 @@ func (a *API) stream(w http.ResponseWriter, r *http.Request, c *call, ag *agent.
 		return string(p)
 	}
 	stdout := writerFunc(func(p []byte) (int, error) {
-		return len(p), ev.send(ExecEvent{Type: "stdout", Data: enc(p)})
+		return len(p), ev.send(computertype.ExecEvent{Type: "stdout", Data: enc(p)})
 	})
 	stderr := writerFunc(func(p []byte) (int, error) {
-		return len(p), ev.send(ExecEvent{Type: "stderr", Data: enc(p)})
+		return len(p), ev.send(computertype.ExecEvent{Type: "stderr", Data: enc(p)})
 	})
 	code, err := ag.ExecStream(r.Context(), areq, nil, stdout, stderr)
 	if err != nil {
@@ -208,11 +154,11 @@ func (a *API) stream(w http.ResponseWriter, r *http.Request, c *call, ag *agent.
 		if errors.As(err, &ae) {
 			status = ae.Status
 		}
-		ev.send(ExecEvent{Type: "error", RequestID: reqID, Error: err.Error(), Status: status})
+		ev.send(computertype.ExecEvent{Type: "error", RequestID: reqID, Error: err.Error(), Status: status})
 		return nil
 	}
 	a.exited(r, c, reqID, false, &code, started)
-	ev.send(ExecEvent{Type: "exit", RequestID: reqID, ExitCode: &code, DurationMs: time.Since(started).Milliseconds()})
+	ev.send(computertype.ExecEvent{Type: "exit", RequestID: reqID, ExitCode: &code, DurationMs: time.Since(started).Milliseconds()})
 	return nil
 }
 

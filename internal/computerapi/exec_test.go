@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"github.com/berth-dev/berth/apitype/computertype"
 	"net/http"
 	"strings"
 	"testing"
@@ -22,8 +23,8 @@ func TestExecAndBash(t *testing.T) {
 	_, g := e.grant("x1", grant.Exec, grant.Bash, grant.FilesWrite)
 	base := "/computers/x1"
 
-	e.must(g, 200, "POST", base+"/files/write", WriteRequest{Path: "sub/in.txt", Content: "data", Parents: true})
-	res := decode[ExecResult](t, e.must(g, 200, "POST", base+"/exec", ExecRequest{
+	e.must(g, 200, "POST", base+"/files/write", computertype.WriteRequest{Path: "sub/in.txt", Content: "data", Parents: true})
+	res := decode[computertype.ExecResult](t, e.must(g, 200, "POST", base+"/exec", computertype.ExecRequest{
 		Argv: []string{"sh", "-c", `cat in.txt; echo " $FOO"; echo err >&2; read x; echo "$x"; exit 3`},
 		Cwd:  "sub", Env: map[string]string{"FOO": "bar"}, Stdin: "typed\n",
 	}))
@@ -31,34 +32,34 @@ func TestExecAndBash(t *testing.T) {
 		t.Errorf("exec = %+v", res)
 	}
 	// Binary-exact with base64.
-	res = decode[ExecResult](t, e.must(g, 200, "POST", base+"/exec", ExecRequest{
+	res = decode[computertype.ExecResult](t, e.must(g, 200, "POST", base+"/exec", computertype.ExecRequest{
 		Argv: []string{"cat"}, Encoding: "base64", Stdin: base64.StdEncoding.EncodeToString([]byte{0xff, 0, 1}),
 	}))
 	if out, _ := base64.StdEncoding.DecodeString(res.Stdout); string(out) != "\xff\x00\x01" || res.Encoding != "base64" {
 		t.Errorf("base64 exec stdout = %q (%q)", out, res.Stdout)
 	}
-	res = decode[ExecResult](t, e.must(g, 200, "POST", base+"/bash", ExecRequest{Script: "x=$((6*7)); echo $x; [[ -n $x ]]"}))
+	res = decode[computertype.ExecResult](t, e.must(g, 200, "POST", base+"/bash", computertype.ExecRequest{Script: "x=$((6*7)); echo $x; [[ -n $x ]]"}))
 	if res.ExitCode != 0 || res.Stdout != "42\n" {
 		t.Errorf("bash = %+v", res)
 	}
-	res = decode[ExecResult](t, e.must(g, 200, "POST", base+"/exec", ExecRequest{Argv: []string{"sleep", "10"}, TimeoutMs: 100}))
+	res = decode[computertype.ExecResult](t, e.must(g, 200, "POST", base+"/exec", computertype.ExecRequest{Argv: []string{"sleep", "10"}, TimeoutMs: 100}))
 	if !res.TimedOut || res.ExitCode != 124 {
 		t.Errorf("timed-out exec = %+v", res)
 	}
 	for _, tc := range []struct {
 		name string
 		path string
-		body ExecRequest
+		body computertype.ExecRequest
 		want int
 	}{
-		{"no argv", "/exec", ExecRequest{}, 400},
-		{"script on exec", "/exec", ExecRequest{Argv: []string{"true"}, Script: "x"}, 400},
-		{"no script", "/bash", ExecRequest{}, 400},
-		{"bad encoding", "/exec", ExecRequest{Argv: []string{"true"}, Encoding: "hex"}, 400},
-		{"bad timeout", "/exec", ExecRequest{Argv: []string{"true"}, TimeoutMs: -1}, 400},
-		{"huge timeout", "/exec", ExecRequest{Argv: []string{"true"}, TimeoutMs: MaxTimeoutMs + 1}, 400},
-		{"no such program", "/exec", ExecRequest{Argv: []string{"/nonexistent/prog"}}, 422},
-		{"bad env", "/exec", ExecRequest{Argv: []string{"true"}, Env: map[string]string{"A=B": "x"}}, 400},
+		{"no argv", "/exec", computertype.ExecRequest{}, 400},
+		{"script on exec", "/exec", computertype.ExecRequest{Argv: []string{"true"}, Script: "x"}, 400},
+		{"no script", "/bash", computertype.ExecRequest{}, 400},
+		{"bad encoding", "/exec", computertype.ExecRequest{Argv: []string{"true"}, Encoding: "hex"}, 400},
+		{"bad timeout", "/exec", computertype.ExecRequest{Argv: []string{"true"}, TimeoutMs: -1}, 400},
+		{"huge timeout", "/exec", computertype.ExecRequest{Argv: []string{"true"}, TimeoutMs: MaxTimeoutMs + 1}, 400},
+		{"no such program", "/exec", computertype.ExecRequest{Argv: []string{"/nonexistent/prog"}}, 422},
+		{"bad env", "/exec", computertype.ExecRequest{Argv: []string{"true"}, Env: map[string]string{"A=B": "x"}}, 400},
 	} {
 		if code, b := e.do(g, "POST", base+tc.path, tc.body); code != tc.want {
 			t.Errorf("%s = %d %s, want %d", tc.name, code, b, tc.want)
@@ -97,16 +98,16 @@ func TestExecStream(t *testing.T) {
 	e := newEnv(t)
 	e.create("s1")
 	_, g := e.grant("s1", grant.Exec)
-	resp := e.send(g, "POST", "/computers/s1/exec", ExecRequest{Argv: []string{"sh", "-c", "echo out; echo err >&2; exit 7"}, Stream: true}, nil)
+	resp := e.send(g, "POST", "/computers/s1/exec", computertype.ExecRequest{Argv: []string{"sh", "-c", "echo out; echo err >&2; exit 7"}, Stream: true}, nil)
 	defer resp.Body.Close()
 	if ct := resp.Header.Get("Content-Type"); resp.StatusCode != 200 || ct != "application/x-ndjson" {
 		t.Fatalf("stream answer %d %s", resp.StatusCode, ct)
 	}
 	var stdout, stderr string
-	var last ExecEvent
+	var last computertype.ExecEvent
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
-		var ev ExecEvent
+		var ev computertype.ExecEvent
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
 			t.Fatalf("event %q: %v", sc.Text(), err)
 		}
@@ -185,14 +186,14 @@ func TestProcesses(t *testing.T) {
 	e.create("p1")
 	_, g := e.grant("p1", grant.ProcessStart, grant.ProcessList, grant.ProcessKill)
 	base := "/computers/p1"
-	long := decode[Process](t, e.must(g, 201, "POST", base+"/processes", ProcessRequest{Script: "echo started; exec sleep 60"}))
-	short := decode[Process](t, e.must(g, 201, "POST", base+"/processes", ProcessRequest{Argv: []string{"sh", "-c", "echo done; exit 4"}}))
+	long := decode[computertype.Process](t, e.must(g, 201, "POST", base+"/processes", computertype.ProcessRequest{Script: "echo started; exec sleep 60"}))
+	short := decode[computertype.Process](t, e.must(g, 201, "POST", base+"/processes", computertype.ProcessRequest{Argv: []string{"sh", "-c", "echo done; exit 4"}}))
 	if long.Provenance == nil || long.Provenance.Actor != "agent-p1" {
 		t.Errorf("process provenance = %+v", long.Provenance)
 	}
 	// The short one ends on its own; its output stays readable.
 	waitFor(t, func() bool {
-		for _, p := range decode[ProcessList](t, e.must(g, 200, "GET", base+"/processes", nil)).Processes {
+		for _, p := range decode[computertype.ProcessList](t, e.must(g, 200, "GET", base+"/processes", nil)).Processes {
 			if p.ID == short.ID {
 				return !p.Running
 			}
@@ -204,7 +205,7 @@ func TestProcesses(t *testing.T) {
 	}
 	e.must(g, 200, "DELETE", base+"/processes/"+long.ID+"?signal=KILL", nil)
 	waitFor(t, func() bool {
-		for _, p := range decode[ProcessList](t, e.must(g, 200, "GET", base+"/processes", nil)).Processes {
+		for _, p := range decode[computertype.ProcessList](t, e.must(g, 200, "GET", base+"/processes", nil)).Processes {
 			if p.ID == long.ID {
 				return !p.Running
 			}

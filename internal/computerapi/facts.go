@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/berth-dev/berth/apitype/computertype"
 	"net/http"
 	"strconv"
 	"strings"
@@ -40,20 +41,6 @@ func (a *API) emit(ctx context.Context, f computer.Fact) {
 	}
 }
 
-// FactsPage is the JSON answer of GET /computers/{id}/facts: facts after
-// the request's cursor, in order, and the cursor to ask for the next page
-// with (?after=Next).
-type FactsPage struct {
-	Facts []FactEntry `json:"facts"`
-	Next  int64       `json:"next"`
-}
-
-// FactEntry is one fact with its sequence number, the resume cursor.
-type FactEntry struct {
-	Seq  int64         `json:"seq"`
-	Fact computer.Fact `json:"fact"`
-}
-
 // facts is GET /computers/{id}/facts[?after=N][&limit=M]: a JSON page, or
 // with Accept: text/event-stream a stream of SSE events (id: the
 // sequence, event: the fact's kind, data: the fact) that resumes after
@@ -83,9 +70,9 @@ func (a *API) facts(w http.ResponseWriter, r *http.Request, c *call) error {
 		if err != nil {
 			return managerError(err, c.id)
 		}
-		page := FactsPage{Facts: []FactEntry{}, Next: after}
+		page := computertype.FactsPage{Facts: []computertype.FactRecord{}, Next: after}
 		for _, rec := range recs {
-			page.Facts = append(page.Facts, FactEntry{Seq: rec.Seq, Fact: rec.Fact})
+			page.Facts = append(page.Facts, rec)
 			page.Next = rec.Seq
 		}
 		web.WriteJSON(w, http.StatusOK, page)

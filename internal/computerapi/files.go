@@ -3,6 +3,7 @@ package computerapi
 import (
 	"encoding/base64"
 	"errors"
+	"github.com/berth-dev/berth/apitype/computertype"
 	"io"
 	"io/fs"
 	"net/http"
@@ -61,43 +62,12 @@ func workPath(p, field string, optional bool) (string, error) {
 	return clean, nil
 }
 
-// FileInfo describes a file in list and mkdir answers.
-type FileInfo struct {
-	Name       string `json:"name"`
-	Path       string `json:"path"`
-	Type       string `json:"type"` // file, dir, symlink or other
-	Size       int64  `json:"size"`
-	Mode       string `json:"mode"`    // octal, e.g. "0644"
-	ModTime    int64  `json:"modTime"` // Unix milliseconds
-	LinkTarget string `json:"linkTarget,omitempty"`
-}
-
-func fileInfo(fi agent.FileInfo) FileInfo {
-	return FileInfo{Name: fi.Name, Path: fi.Path, Type: fi.Type, Size: fi.Size, Mode: fi.Mode, ModTime: fi.ModTime.UnixMilli(), LinkTarget: fi.LinkTarget}
-}
-
-// ReadRequest is the body of files.read: a window of lines of a text file.
-type ReadRequest struct {
-	Path string `json:"path"`
-	// Offset is the 1-based number of the first line; 0 means 1.
-	Offset int `json:"offset,omitempty"`
-	// Limit is how many lines to return; 0 means all.
-	Limit int `json:"limit,omitempty"`
-}
-
-// ReadResult is the answer of files.read.
-type ReadResult struct {
-	Path       string `json:"path"`
-	Content    string `json:"content"`
-	StartLine  int    `json:"startLine"`
-	TotalLines int    `json:"totalLines"`
-	Truncated  bool   `json:"truncated"` // lines follow the window
-	Size       int64  `json:"size"`
-	SHA256     string `json:"sha256"` // of the whole file
+func fileInfo(fi agent.FileInfo) computertype.FileInfo {
+	return computertype.FileInfo{Name: fi.Name, Path: fi.Path, Type: fi.Type, Size: fi.Size, Mode: fi.Mode, ModTime: fi.ModTime.UnixMilli(), LinkTarget: fi.LinkTarget}
 }
 
 func (a *API) readText(w http.ResponseWriter, r *http.Request, c *call) error {
-	var req ReadRequest
+	var req computertype.ReadRequest
 	if err := web.ReadJSON(w, r, &req); err != nil {
 		return err
 	}
@@ -117,7 +87,7 @@ func (a *API) readText(w http.ResponseWriter, r *http.Request, c *call) error {
 	if err != nil {
 		return agentError(err, c.id)
 	}
-	web.WriteJSON(w, http.StatusOK, ReadResult{Path: res.Path, Content: res.Content, StartLine: res.StartLine, TotalLines: res.TotalLines, Truncated: res.Truncated, Size: res.Size, SHA256: res.SHA256})
+	web.WriteJSON(w, http.StatusOK, computertype.ReadResult{Path: res.Path, Content: res.Content, StartLine: res.StartLine, TotalLines: res.TotalLines, Truncated: res.Truncated, Size: res.Size, SHA256: res.SHA256})
 	return nil
 }
 
@@ -159,32 +129,8 @@ func (a *API) readBytes(w http.ResponseWriter, r *http.Request, c *call) error {
 	return nil
 }
 
-// WriteRequest is the body of files.write: an atomic whole-file replace.
-type WriteRequest struct {
-	Path    string `json:"path"`
-	Content string `json:"content"`
-	// Encoding of Content: "text" (default) or "base64".
-	Encoding string `json:"encoding,omitempty"`
-	// Mode is octal permission bits; empty keeps the replaced file's, or
-	// 0644.
-	Mode string `json:"mode,omitempty"`
-	// ExpectedSHA256 makes the write fail with 412 unless the file now
-	// has this hex SHA-256 (the value files.read answered).
-	ExpectedSHA256 string `json:"expectedSha256,omitempty"`
-	// Parents creates missing parent directories.
-	Parents bool `json:"parents,omitempty"`
-}
-
-// WriteResult is the answer of files.write and files.writeBytes.
-type WriteResult struct {
-	Path    string `json:"path"`
-	Bytes   int64  `json:"bytes"`
-	SHA256  string `json:"sha256,omitempty"`
-	Created bool   `json:"created,omitempty"`
-}
-
 func (a *API) writeText(w http.ResponseWriter, r *http.Request, c *call) error {
-	var req WriteRequest
+	var req computertype.WriteRequest
 	if err := web.ReadJSON(w, r, &req); err != nil {
 		return err
 	}
@@ -218,7 +164,7 @@ func (a *API) write(w http.ResponseWriter, r *http.Request, c *call, req agent.W
 		return agentError(err, c.id)
 	}
 	a.emit(r.Context(), filesWritten(c, res.Path, res.Bytes))
-	web.WriteJSON(w, http.StatusOK, WriteResult{Path: res.Path, Bytes: res.Bytes, SHA256: res.SHA256, Created: res.Created})
+	web.WriteJSON(w, http.StatusOK, computertype.WriteResult{Path: res.Path, Bytes: res.Bytes, SHA256: res.SHA256, Created: res.Created})
 	return nil
 }
 
@@ -271,7 +217,7 @@ func (a *API) writeBytes(w http.ResponseWriter, r *http.Request, c *call) error 
 			return agentError(err, c.id)
 		}
 		a.emit(r.Context(), filesWritten(c, p, fi.Size))
-		web.WriteJSON(w, http.StatusOK, WriteResult{Path: p, Bytes: fi.Size, SHA256: fi.SHA256})
+		web.WriteJSON(w, http.StatusOK, computertype.WriteResult{Path: p, Bytes: fi.Size, SHA256: fi.SHA256})
 		return nil
 	}
 	if r.ContentLength >= 0 && r.ContentLength <= MaxWriteBytes {
@@ -289,7 +235,7 @@ func (a *API) writeBytes(w http.ResponseWriter, r *http.Request, c *call) error 
 		return agentError(err, c.id)
 	}
 	a.emit(r.Context(), filesWritten(c, p, fi.Size))
-	web.WriteJSON(w, http.StatusOK, WriteResult{Path: p, Bytes: fi.Size, SHA256: fi.SHA256})
+	web.WriteJSON(w, http.StatusOK, computertype.WriteResult{Path: p, Bytes: fi.Size, SHA256: fi.SHA256})
 	return nil
 }
 
@@ -301,19 +247,8 @@ func bodyError(err error) error {
 	return web.Errorf(http.StatusBadRequest, "could not read the request body: %v", err)
 }
 
-// PathRequest is the body of files.list.
-type PathRequest struct {
-	Path string `json:"path"`
-}
-
-// ListFilesResult is the answer of files.list, entries sorted by name.
-type ListFilesResult struct {
-	Path    string     `json:"path"`
-	Entries []FileInfo `json:"entries"`
-}
-
 func (a *API) listFiles(w http.ResponseWriter, r *http.Request, c *call) error {
-	var req PathRequest
+	var req computertype.PathRequest
 	if err := web.ReadJSON(w, r, &req); err != nil {
 		return err
 	}
@@ -333,7 +268,7 @@ func (a *API) listFiles(w http.ResponseWriter, r *http.Request, c *call) error {
 	if err != nil {
 		return agentError(err, c.id)
 	}
-	out := ListFilesResult{Path: p, Entries: make([]FileInfo, 0, len(ents))}
+	out := computertype.ListFilesResult{Path: p, Entries: make([]computertype.FileInfo, 0, len(ents))}
 	for _, e := range ents {
 		out.Entries = append(out.Entries, fileInfo(e))
 	}
@@ -341,31 +276,8 @@ func (a *API) listFiles(w http.ResponseWriter, r *http.Request, c *call) error {
 	return nil
 }
 
-// GlobRequest is the body of files.glob.
-type GlobRequest struct {
-	// Pattern is matched against paths relative to Path: *, **, ?, [a-z],
-	// {a,b}.
-	Pattern string `json:"pattern"`
-	// Path is the directory searched; empty means the workspace.
-	Path  string `json:"path,omitempty"`
-	Limit int    `json:"limit,omitempty"`
-}
-
-// GlobMatch is one file a glob found.
-type GlobMatch struct {
-	Path    string `json:"path"` // relative to the request's Path
-	Size    int64  `json:"size"`
-	ModTime int64  `json:"modTime"` // Unix milliseconds
-}
-
-// GlobResult is the answer of files.glob, newest first.
-type GlobResult struct {
-	Matches   []GlobMatch `json:"matches"`
-	Truncated bool        `json:"truncated"`
-}
-
 func (a *API) glob(w http.ResponseWriter, r *http.Request, c *call) error {
-	var req GlobRequest
+	var req computertype.GlobRequest
 	if err := web.ReadJSON(w, r, &req); err != nil {
 		return err
 	}
@@ -391,47 +303,16 @@ func (a *API) glob(w http.ResponseWriter, r *http.Request, c *call) error {
 	if err != nil {
 		return agentError(err, c.id)
 	}
-	out := GlobResult{Matches: make([]GlobMatch, 0, len(res.Matches)), Truncated: res.Truncated}
+	out := computertype.GlobResult{Matches: make([]computertype.GlobMatch, 0, len(res.Matches)), Truncated: res.Truncated}
 	for _, m := range res.Matches {
-		out.Matches = append(out.Matches, GlobMatch{Path: m.Path, Size: m.Size, ModTime: m.ModTime.UnixMilli()})
+		out.Matches = append(out.Matches, computertype.GlobMatch{Path: m.Path, Size: m.Size, ModTime: m.ModTime.UnixMilli()})
 	}
 	web.WriteJSON(w, http.StatusOK, out)
 	return nil
 }
 
-// GrepRequest is the body of files.grep.
-type GrepRequest struct {
-	// Pattern is an RE2 regular expression matched against each line.
-	Pattern string `json:"pattern"`
-	// Path is the directory searched, or one file; empty means the
-	// workspace.
-	Path string `json:"path,omitempty"`
-	// Glob limits the files searched ("*.go", "src/**/*.go").
-	Glob       string `json:"glob,omitempty"`
-	IgnoreCase bool   `json:"ignoreCase,omitempty"`
-	MaxResults int    `json:"maxResults,omitempty"`
-	MaxPerFile int    `json:"maxPerFile,omitempty"`
-	Context    int    `json:"context,omitempty"`
-}
-
-// GrepMatch is one matching line.
-type GrepMatch struct {
-	Path   string   `json:"path"`
-	Line   int      `json:"line"` // 1-based
-	Text   string   `json:"text"`
-	Before []string `json:"before,omitempty"`
-	After  []string `json:"after,omitempty"`
-}
-
-// GrepResult is the answer of files.grep.
-type GrepResult struct {
-	Matches      []GrepMatch `json:"matches"`
-	Truncated    bool        `json:"truncated"`
-	FilesScanned int         `json:"filesScanned"`
-}
-
 func (a *API) grep(w http.ResponseWriter, r *http.Request, c *call) error {
-	var req GrepRequest
+	var req computertype.GrepRequest
 	if err := web.ReadJSON(w, r, &req); err != nil {
 		return err
 	}
@@ -454,43 +335,16 @@ func (a *API) grep(w http.ResponseWriter, r *http.Request, c *call) error {
 	if err != nil {
 		return agentError(err, c.id)
 	}
-	out := GrepResult{Matches: make([]GrepMatch, 0, len(res.Matches)), Truncated: res.Truncated, FilesScanned: res.FilesScanned}
+	out := computertype.GrepResult{Matches: make([]computertype.GrepMatch, 0, len(res.Matches)), Truncated: res.Truncated, FilesScanned: res.FilesScanned}
 	for _, m := range res.Matches {
-		out.Matches = append(out.Matches, GrepMatch{Path: m.Path, Line: m.Line, Text: m.Text, Before: m.Before, After: m.After})
+		out.Matches = append(out.Matches, computertype.GrepMatch{Path: m.Path, Line: m.Line, Text: m.Text, Before: m.Before, After: m.After})
 	}
 	web.WriteJSON(w, http.StatusOK, out)
 	return nil
 }
 
-// Edit is one exact-string replacement.
-type Edit struct {
-	// Old is the text to find, byte for byte; without ReplaceAll it must
-	// occur exactly once.
-	Old        string `json:"old"`
-	New        string `json:"new"`
-	ReplaceAll bool   `json:"replaceAll,omitempty"`
-}
-
-// EditRequest is the body of files.edit: the edits apply in order, each to
-// the result of those before, and the file is replaced only if all apply
-// (else 409, naming the edit). ExpectedSHA256 makes it fail with 412
-// unless the file has that hash.
-type EditRequest struct {
-	Path           string `json:"path"`
-	Edits          []Edit `json:"edits"`
-	ExpectedSHA256 string `json:"expectedSha256,omitempty"`
-}
-
-// EditResult is the answer of files.edit.
-type EditResult struct {
-	Path         string `json:"path"`
-	Bytes        int64  `json:"bytes"`
-	SHA256       string `json:"sha256"`
-	Replacements int    `json:"replacements"`
-}
-
 func (a *API) edit(w http.ResponseWriter, r *http.Request, c *call) error {
-	var req EditRequest
+	var req computertype.EditRequest
 	if err := web.ReadJSON(w, r, &req); err != nil {
 		return err
 	}
@@ -518,39 +372,12 @@ func (a *API) edit(w http.ResponseWriter, r *http.Request, c *call) error {
 		return agentError(err, c.id)
 	}
 	a.emit(r.Context(), filesWritten(c, res.Path, res.Bytes))
-	web.WriteJSON(w, http.StatusOK, EditResult{Path: res.Path, Bytes: res.Bytes, SHA256: res.SHA256, Replacements: res.Replacements})
+	web.WriteJSON(w, http.StatusOK, computertype.EditResult{Path: res.Path, Bytes: res.Bytes, SHA256: res.SHA256, Replacements: res.Replacements})
 	return nil
 }
 
-// PatchRequest is the body of files.patch: a unified diff of one or more
-// files (git or traditional format), applied all or nothing; a hunk that
-// does not apply is a 409 and changes no file.
-type PatchRequest struct {
-	Patch string `json:"patch"`
-	// Strip drops leading path components from the diff's names, as patch
-	// -p does; absent, a git diff drops its a/ and b/.
-	Strip *int `json:"strip,omitempty"`
-	// Dir is the directory names are taken from; empty means the
-	// workspace.
-	Dir string `json:"dir,omitempty"`
-}
-
-// PatchedFile is one file a patch changed.
-type PatchedFile struct {
-	Path    string `json:"path"`
-	Bytes   int64  `json:"bytes"`
-	SHA256  string `json:"sha256,omitempty"`
-	Created bool   `json:"created,omitempty"`
-	Deleted bool   `json:"deleted,omitempty"`
-}
-
-// PatchResult is the answer of files.patch.
-type PatchResult struct {
-	Files []PatchedFile `json:"files"`
-}
-
 func (a *API) patch(w http.ResponseWriter, r *http.Request, c *call) error {
-	var req PatchRequest
+	var req computertype.PatchRequest
 	if err := web.ReadJSON(w, r, &req); err != nil {
 		return err
 	}
@@ -573,26 +400,17 @@ func (a *API) patch(w http.ResponseWriter, r *http.Request, c *call) error {
 	if err != nil {
 		return agentError(err, c.id)
 	}
-	out := PatchResult{Files: make([]PatchedFile, 0, len(res.Files))}
+	out := computertype.PatchResult{Files: make([]computertype.PatchedFile, 0, len(res.Files))}
 	for _, f := range res.Files {
 		a.emit(r.Context(), filesWritten(c, f.Path, f.Bytes))
-		out.Files = append(out.Files, PatchedFile{Path: f.Path, Bytes: f.Bytes, SHA256: f.SHA256, Created: f.Created, Deleted: f.Deleted})
+		out.Files = append(out.Files, computertype.PatchedFile{Path: f.Path, Bytes: f.Bytes, SHA256: f.SHA256, Created: f.Created, Deleted: f.Deleted})
 	}
 	web.WriteJSON(w, http.StatusOK, out)
 	return nil
 }
 
-// MkdirRequest is the body of mkdir.
-type MkdirRequest struct {
-	Path string `json:"path"`
-	// Parents creates missing parents and accepts an existing directory.
-	Parents bool `json:"parents,omitempty"`
-	// Mode is octal permission bits; empty means 0755.
-	Mode string `json:"mode,omitempty"`
-}
-
 func (a *API) mkdir(w http.ResponseWriter, r *http.Request, c *call) error {
-	var req MkdirRequest
+	var req computertype.MkdirRequest
 	if err := web.ReadJSON(w, r, &req); err != nil {
 		return err
 	}

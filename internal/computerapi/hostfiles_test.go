@@ -1,6 +1,7 @@
 package computerapi
 
 import (
+	"github.com/berth-dev/berth/apitype/computertype"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -50,7 +51,7 @@ func TestWriteBytesOnTheHost(t *testing.T) {
 		s := &sides[i]
 		e.create(s.id)
 		_, s.g = e.grant(s.id, grant.FilesWriteByte, grant.FilesList, grant.Bash)
-		s.e.must(s.g, http.StatusOK, "POST", "/computers/"+s.id+"/bash", ExecRequest{Script: setup})
+		s.e.must(s.g, http.StatusOK, "POST", "/computers/"+s.id+"/bash", computertype.ExecRequest{Script: setup})
 	}
 	// Which path each API takes, now that both Computers run.
 	for _, s := range sides {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/berth-dev/berth/apitype/computertype"
 	"net/http"
 	"slices"
 	"strings"
@@ -17,25 +18,8 @@ import (
 	"github.com/berth-dev/berth/internal/web"
 )
 
-// View is a Computer as the API answers it. Times are Unix milliseconds,
-// as everywhere in the contract.
-type View struct {
-	ID              string             `json:"id"`
-	Namespace       string             `json:"namespace"`
-	Image           string             `json:"image,omitempty"`
-	Size            string             `json:"size,omitempty"`
-	IdleTimeoutSecs int64              `json:"idleTimeoutSecs"`
-	Backings        []computer.Backing `json:"backings"`
-	State           computer.State     `json:"state"`
-	// Active is the backing the Computer runs on now; absent while it
-	// sleeps.
-	Active    *computer.Backing `json:"active,omitempty"`
-	CreatedAt int64             `json:"createdAt"`
-	UpdatedAt int64             `json:"updatedAt"`
-}
-
-func view(c computer.Computer) View {
-	v := View{
+func view(c computer.Computer) computertype.Computer {
+	v := computertype.Computer{
 		ID: c.ID, Namespace: c.Namespace, Image: c.Image, Size: c.Size,
 		IdleTimeoutSecs: int64(c.IdleTimeout / time.Second),
 		Backings:        c.Backings, State: c.State,
@@ -51,23 +35,8 @@ func view(c computer.Computer) View {
 	return v
 }
 
-// CreateRequest is the body of POST /computers.
-type CreateRequest struct {
-	// ID names the Computer; empty picks a random one.
-	ID        string `json:"id,omitempty"`
-	Namespace string `json:"namespace,omitempty"`
-	Image     string `json:"image,omitempty"`
-	Size      string `json:"size,omitempty"`
-	// IdleTimeoutSecs is how long the Computer may idle before it sleeps;
-	// absent leaves the manager's default.
-	IdleTimeoutSecs *int64             `json:"idleTimeoutSecs,omitempty"`
-	Backings        []computer.Backing `json:"backings,omitempty"`
-	// Start starts the Computer at once rather than at first use.
-	Start bool `json:"start,omitempty"`
-}
-
 func (a *API) create(w http.ResponseWriter, r *http.Request) error {
-	var req CreateRequest
+	var req computertype.NewComputer
 	if err := web.ReadJSON(w, r, &req); err != nil {
 		return err
 	}
@@ -106,11 +75,6 @@ func (a *API) create(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// ListResult is the body of GET /computers.
-type ListResult struct {
-	Computers []View `json:"computers"`
-}
-
 func (a *API) list(w http.ResponseWriter, r *http.Request) error {
 	p := auth.FromContext(r.Context())
 	ns := r.URL.Query().Get("namespace")
@@ -121,7 +85,7 @@ func (a *API) list(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return managerError(err, "")
 	}
-	out := ListResult{Computers: []View{}}
+	out := computertype.ComputerList{Computers: []computertype.Computer{}}
 	for _, c := range cs {
 		if p.Reaches(c.Namespace) {
 			out.Computers = append(out.Computers, view(c))
@@ -177,21 +141,9 @@ func (a *API) stop(w http.ResponseWriter, r *http.Request, c *call) error {
 	return nil
 }
 
-// Backings is the body of GET and PUT /computers/{id}/backings: the
-// contract's computerBackingChangeSchema, plus (answers only) the backing
-// the Computer runs on now.
-type Backings struct {
-	// ComputerID, when given in a PUT, must be the Computer of the path.
-	ComputerID string `json:"computerId,omitempty"`
-	// Backings is the fallback order; null (in a PUT) returns the
-	// Computer to the fleet default.
-	Backings []computer.Backing `json:"backings"`
-	Active   *computer.Backing  `json:"active,omitempty"`
-}
-
 func (a *API) getBackings(w http.ResponseWriter, r *http.Request, c *call) error {
 	v := view(c.comp)
-	web.WriteJSON(w, http.StatusOK, Backings{ComputerID: c.id, Backings: v.Backings, Active: v.Active})
+	web.WriteJSON(w, http.StatusOK, computertype.Backings{ComputerID: c.id, Backings: v.Backings})
 	return nil
 }
 
@@ -203,7 +155,7 @@ func (a *API) putBackings(w http.ResponseWriter, r *http.Request, c *call) error
 	if _, ok := raw["backings"]; !ok {
 		return web.Invalid("backings", "is required (null for the fleet default)")
 	}
-	var req Backings
+	var req computertype.Backings
 	if err := web.DecodeJSON(mustJSON(raw), &req); err != nil {
 		return err
 	}
@@ -225,8 +177,20 @@ func (a *API) putBackings(w http.ResponseWriter, r *http.Request, c *call) error
 		return managerError(err, c.id)
 	}
 	v := view(comp)
-	web.WriteJSON(w, http.StatusOK, Backings{ComputerID: c.id, Backings: v.Backings, Active: v.Active})
+	web.WriteJSON(w, http.StatusOK, computertype.Backings{ComputerID: c.id, Backings: v.Backings})
 	return nil
+}
+
+// actions converts the wire's action names; grant.Issue checks them.
+func actions(names []string) []grant.Action {
+	if names == nil {
+		return nil
+	}
+	out := make([]grant.Action, len(names))
+	for i, n := range names {
+		out[i] = grant.Action(n)
+	}
+	return out
 }
 
 func mustJSON(v any) []byte {
@@ -236,29 +200,8 @@ func mustJSON(v any) []byte {
 
 // ---- grants ----
 
-// GrantRequest is the body of POST /computers/{id}/grants. Exactly one of
-// ExpiresAt (Unix milliseconds) and ExpiresInSecs is required.
-type GrantRequest struct {
-	Actions       []grant.Action  `json:"actions"`
-	ExpiresAt     *int64          `json:"expiresAt,omitempty"`
-	ExpiresInSecs *int64          `json:"expiresInSecs,omitempty"`
-	Egress        json.RawMessage `json:"egress,omitempty"`
-	// Provenance is who the grant acts for; absent, the issuing caller.
-	Provenance *grant.Provenance `json:"provenance,omitempty"`
-}
-
-// GrantView is an issued grant: its id, the grant in the contract's
-// shape, and (when just issued) the token, shown once.
-type GrantView struct {
-	ID        string         `json:"id"`
-	Grant     grant.Contract `json:"grant"`
-	IssuedAt  int64          `json:"issuedAt"`
-	RevokedAt *int64         `json:"revokedAt,omitempty"`
-	Token     string         `json:"token,omitempty"`
-}
-
 func (a *API) issueGrant(w http.ResponseWriter, r *http.Request, c *call) error {
-	var req GrantRequest
+	var req computertype.NewGrant
 	if err := web.ReadJSON(w, r, &req); err != nil {
 		return err
 	}
@@ -282,7 +225,7 @@ func (a *API) issueGrant(w http.ResponseWriter, r *http.Request, c *call) error 
 		prov = *req.Provenance
 	}
 	g, tok, err := a.o.Grants.Issue(r.Context(), grant.Request{
-		ComputerID: c.id, Actions: req.Actions, ExpiresAt: exp, Egress: req.Egress, Provenance: prov,
+		ComputerID: c.id, Actions: actions(req.Actions), ExpiresAt: exp, Egress: req.Egress, Provenance: prov,
 	})
 	var fe *grant.FieldError
 	if errors.As(err, &fe) {
@@ -292,20 +235,14 @@ func (a *API) issueGrant(w http.ResponseWriter, r *http.Request, c *call) error 
 		return &web.Error{Status: http.StatusInternalServerError, Message: "the grant was not issued", Err: err}
 	}
 	w.Header().Set("Cache-Control", "no-store") // the token is in this body
-	web.WriteJSON(w, http.StatusCreated, GrantView{ID: g.ID, Grant: g.Contract(), IssuedAt: g.IssuedAt, Token: tok})
+	web.WriteJSON(w, http.StatusCreated, computertype.Grant{ID: g.ID, Grant: g.Contract(), IssuedAt: g.IssuedAt, Token: tok})
 	return nil
 }
 
-// GrantList is the body of GET /computers/{id}/grants: the unexpired
-// grants, revoked ones included, oldest first.
-type GrantList struct {
-	Grants []GrantView `json:"grants"`
-}
-
 func (a *API) listGrants(w http.ResponseWriter, r *http.Request, c *call) error {
-	out := GrantList{Grants: []GrantView{}}
+	out := computertype.GrantList{Grants: []computertype.Grant{}}
 	for _, s := range a.o.Grants.List(c.id) {
-		v := GrantView{ID: s.Grant.ID, Grant: s.Grant.Contract(), IssuedAt: s.Grant.IssuedAt}
+		v := computertype.Grant{ID: s.Grant.ID, Grant: s.Grant.Contract(), IssuedAt: s.Grant.IssuedAt}
 		if !s.RevokedAt.IsZero() {
 			at := s.RevokedAt.UnixMilli()
 			v.RevokedAt = &at
@@ -331,35 +268,20 @@ func (a *API) revokeGrant(w http.ResponseWriter, r *http.Request, c *call) error
 
 // ---- usage ----
 
-// Usage is the body of GET /computers/usage/pending and of POST
-// /computers/usage/acknowledge: usage intervals in the contract's
-// computerUsageIntervalSchema.
-type Usage struct {
-	Intervals []computer.UsageInterval `json:"intervals"`
-}
-
 func (a *API) pendingUsage(w http.ResponseWriter, r *http.Request) error {
 	us, err := a.o.Manager.PendingUsage(r.Context())
 	if err != nil {
 		return managerError(err, "")
 	}
-	if us == nil {
-		us = []computer.UsageInterval{}
+	out := computertype.PendingUsage{Intervals: make([]computertype.ComputerFact, len(us))}
+	for i, u := range us {
+		out.Intervals[i] = computer.Fact{
+			Kind: computer.FactInterval, ComputerID: u.ComputerID, Provenance: computer.Provenance{Actor: computer.Actor, Via: "ledger"},
+			RuntimeID: u.RuntimeID, Backing: u.Backing, StartedAt: u.StartedAt, ObservedAt: u.ObservedAt, Ended: u.Ended,
+		}
 	}
-	web.WriteJSON(w, http.StatusOK, Usage{Intervals: us})
+	web.WriteJSON(w, http.StatusOK, out)
 	return nil
-}
-
-// CapacityView is GET /computers/hosts/capacity (berth's own route):
-// Hosts is the contract's host capacity registry
-// (hostCapacityRegistrySchema, keyed by host id), FleetLimit the number of
-// Computers that may start or run at once that follows from it, and
-// RecycleAfterSecs the age at which a running sandbox is replaced at a
-// quiet moment (0: never).
-type CapacityView struct {
-	Hosts            map[string]computer.HostCapacity `json:"hosts"`
-	FleetLimit       int                              `json:"fleetLimit"`
-	RecycleAfterSecs int64                            `json:"recycleAfterSecs"`
 }
 
 func (a *API) capacity(w http.ResponseWriter, r *http.Request) error {
@@ -367,19 +289,23 @@ func (a *API) capacity(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return managerError(err, "")
 	}
-	web.WriteJSON(w, http.StatusOK, CapacityView{Hosts: c.Hosts, FleetLimit: c.FleetLimit, RecycleAfterSecs: int64(c.RecycleAfter / time.Second)})
+	web.WriteJSON(w, http.StatusOK, computertype.Capacity{Hosts: c.Hosts, FleetLimit: c.FleetLimit, RecycleAfterSecs: int64(c.RecycleAfter / time.Second)})
 	return nil
 }
 
 func (a *API) acknowledgeUsage(w http.ResponseWriter, r *http.Request) error {
-	var req Usage
+	var req computertype.UsageAck
 	if err := web.ReadJSON(w, r, &req); err != nil {
 		return err
 	}
 	if req.Intervals == nil {
 		return web.Invalid("intervals", "is required")
 	}
-	if err := a.o.Manager.AcknowledgeUsage(r.Context(), req.Intervals); err != nil {
+	acks := make([]computer.UsageInterval, len(req.Intervals))
+	for i, iv := range req.Intervals {
+		acks[i] = computer.UsageInterval{RuntimeID: iv.RuntimeID, Backing: iv.Backing, StartedAt: iv.StartedAt, ObservedAt: iv.ObservedAt, Ended: iv.Ended}
+	}
+	if err := a.o.Manager.AcknowledgeUsage(r.Context(), acks); err != nil {
 		return managerError(err, "")
 	}
 	w.WriteHeader(http.StatusNoContent)

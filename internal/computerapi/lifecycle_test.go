@@ -3,6 +3,7 @@ package computerapi
 import (
 	"context"
 	"encoding/json"
+	"github.com/berth-dev/berth/apitype/computertype"
 	"net/http"
 	"strconv"
 	"testing"
@@ -18,42 +19,42 @@ func TestLifecycle(t *testing.T) {
 	if v.ID != "life" || v.Namespace != "default" || v.State.State == "" || v.CreatedAt == 0 {
 		t.Errorf("created %+v", v)
 	}
-	if code, _ := e.do(operator, "POST", "/computers", CreateRequest{ID: "life"}); code != http.StatusConflict {
+	if code, _ := e.do(operator, "POST", "/computers", computertype.NewComputer{ID: "life"}); code != http.StatusConflict {
 		t.Errorf("creating a taken id = %d, want 409", code)
 	}
-	if code, _ := e.do(operator, "POST", "/computers", CreateRequest{ID: "bad", Backings: []computer.Backing{{Kind: "mainframe"}}}); code != http.StatusBadRequest {
+	if code, _ := e.do(operator, "POST", "/computers", computertype.NewComputer{ID: "bad", Backings: []computer.Backing{{Kind: "mainframe"}}}); code != http.StatusBadRequest {
 		t.Errorf("creating with an unknown backing = %d, want 400", code)
 	}
-	anon := decode[View](t, e.must(operator, 201, "POST", "/computers", CreateRequest{Backings: []computer.Backing{{Kind: "process"}}}))
+	anon := decode[computertype.Computer](t, e.must(operator, 201, "POST", "/computers", computertype.NewComputer{Backings: []computer.Backing{{Kind: "process"}}}))
 	if anon.ID == "" {
 		t.Error("a Computer created without an id got none")
 	}
-	list := decode[ListResult](t, e.must(operator, 200, "GET", "/computers", nil))
+	list := decode[computertype.ComputerList](t, e.must(operator, 200, "GET", "/computers", nil))
 	if len(list.Computers) != 2 {
 		t.Errorf("list = %+v, want 2 Computers", list)
 	}
 
 	_, g := e.grant("life", grant.Start, grant.Stop, grant.Backing, grant.Exec, grant.FilesWrite, grant.FilesRead)
-	started := decode[View](t, e.must(g, 200, "POST", "/computers/life/start", nil))
+	started := decode[computertype.Computer](t, e.must(g, 200, "POST", "/computers/life/start", nil))
 	if started.State.State != "running" || started.Active == nil {
 		t.Errorf("after start: %+v", started)
 	}
-	e.must(g, 200, "POST", "/computers/life/files/write", WriteRequest{Path: "keep.txt", Content: "kept"})
-	stopped := decode[View](t, e.must(g, 200, "POST", "/computers/life/stop", nil))
+	e.must(g, 200, "POST", "/computers/life/files/write", computertype.WriteRequest{Path: "keep.txt", Content: "kept"})
+	stopped := decode[computertype.Computer](t, e.must(g, 200, "POST", "/computers/life/stop", nil))
 	if stopped.State.State != "sleeping" || stopped.Active != nil {
 		t.Errorf("after stop: %+v", stopped)
 	}
 	// Any operation wakes it, with the workspace intact.
-	r := decode[ReadResult](t, e.must(g, 200, "POST", "/computers/life/files/read", ReadRequest{Path: "keep.txt"}))
+	r := decode[computertype.ReadResult](t, e.must(g, 200, "POST", "/computers/life/files/read", computertype.ReadRequest{Path: "keep.txt"}))
 	if r.Content != "kept" {
 		t.Errorf("after sleep and wake keep.txt = %q", r.Content)
 	}
-	got := decode[View](t, e.must(g, 200, "GET", "/computers/life", nil))
+	got := decode[computertype.Computer](t, e.must(g, 200, "GET", "/computers/life", nil))
 	if got.State.State != "running" {
 		t.Errorf("after use: %+v", got.State)
 	}
 
-	b := decode[Backings](t, e.must(g, 200, "GET", "/computers/life/backings", nil))
+	b := decode[computertype.Backings](t, e.must(g, 200, "GET", "/computers/life/backings", nil))
 	if len(b.Backings) != 1 || b.Backings[0].Kind != "process" {
 		t.Errorf("backings = %+v", b)
 	}
@@ -118,15 +119,15 @@ func TestGrantRoutes(t *testing.T) {
 	if d := diffJSON(want, shape); d != "" {
 		t.Errorf("grant shape: %s", d)
 	}
-	g := decode[GrantView](t, b)
-	list := decode[GrantList](t, e.must(operator, 200, "GET", "/computers/gr/grants", nil))
+	g := decode[computertype.Grant](t, b)
+	list := decode[computertype.GrantList](t, e.must(operator, 200, "GET", "/computers/gr/grants", nil))
 	if len(list.Grants) != 1 || list.Grants[0].ID != g.ID || list.Grants[0].Token != "" || list.Grants[0].RevokedAt != nil {
 		t.Errorf("grant list = %+v", list)
 	}
 	e.must(operator, 204, "DELETE", "/computers/gr/grants/"+g.ID, nil)
 	e.must(operator, 204, "DELETE", "/computers/gr/grants/"+g.ID, nil) // idempotent
 	e.must(operator, 404, "DELETE", "/computers/gr/grants/nope", nil)
-	list = decode[GrantList](t, e.must(operator, 200, "GET", "/computers/gr/grants", nil))
+	list = decode[computertype.GrantList](t, e.must(operator, 200, "GET", "/computers/gr/grants", nil))
 	if len(list.Grants) != 1 || list.Grants[0].RevokedAt == nil {
 		t.Errorf("after revoke: %+v", list)
 	}
@@ -157,31 +158,32 @@ func TestPortsAndUsage(t *testing.T) {
 	e := newEnv(t)
 	e.create("pt")
 	_, g := e.grant("pt", grant.ExposePort, grant.ListPorts, grant.UnexposePort)
-	p := decode[Port](t, e.must(g, 201, "POST", "/computers/pt/ports", PortRequest{Port: 3000, Public: true}))
+	p := decode[computertype.Port](t, e.must(g, 201, "POST", "/computers/pt/ports", computertype.PortRequest{Port: 3000, Public: true}))
 	if p.Port != 3000 || !p.Public || p.Host == "" || p.URL == "" {
 		t.Errorf("exposed %+v", p)
 	}
 	for _, bad := range []int{0, -1, 65536} {
-		if code, _ := e.do(g, "POST", "/computers/pt/ports", PortRequest{Port: bad}); code != 400 {
+		if code, _ := e.do(g, "POST", "/computers/pt/ports", computertype.PortRequest{Port: bad}); code != 400 {
 			t.Errorf("port %d = %d, want 400", bad, code)
 		}
 	}
-	ps := decode[PortList](t, e.must(g, 200, "GET", "/computers/pt/ports", nil))
+	ps := decode[computertype.PortList](t, e.must(g, 200, "GET", "/computers/pt/ports", nil))
 	if len(ps.Ports) != 1 || ps.Ports[0] != p {
 		t.Errorf("ports = %+v", ps)
 	}
 	e.must(g, 204, "DELETE", "/computers/pt/ports/3000", nil)
 	e.must(g, 204, "DELETE", "/computers/pt/ports/3000", nil) // idempotent
-	if ps := decode[PortList](t, e.must(g, 200, "GET", "/computers/pt/ports", nil)); len(ps.Ports) != 0 {
+	if ps := decode[computertype.PortList](t, e.must(g, 200, "GET", "/computers/pt/ports", nil)); len(ps.Ports) != 0 {
 		t.Errorf("ports after unexpose = %+v", ps)
 	}
 	e.must(g, 400, "DELETE", "/computers/pt/ports/http", nil)
 
-	u := decode[Usage](t, e.must(operator, 200, "GET", "/computers/usage/pending", nil))
+	u := decode[computertype.PendingUsage](t, e.must(operator, 200, "GET", "/computers/usage/pending", nil))
 	if u.Intervals == nil {
 		t.Error("pending usage has no intervals list")
 	}
-	e.must(operator, 204, "POST", "/computers/usage/acknowledge", Usage{Intervals: u.Intervals})
+	// The pending interval facts go back as they came.
+	e.must(operator, 204, "POST", "/computers/usage/acknowledge", u)
 	e.must(operator, 400, "POST", "/computers/usage/acknowledge", `{}`)
 }
 
@@ -190,10 +192,10 @@ func TestFactsStream(t *testing.T) {
 	e.create("fx")
 	_, g := e.grant("fx", grant.FilesWrite)
 	for i := range 3 {
-		e.must(g, 200, "POST", "/computers/fx/files/write", WriteRequest{Path: "f" + strconv.Itoa(i), Content: "x"})
+		e.must(g, 200, "POST", "/computers/fx/files/write", computertype.WriteRequest{Path: "f" + strconv.Itoa(i), Content: "x"})
 	}
 	all := e.facts("fx", 0).Facts
-	var written []FactEntry
+	var written []computertype.FactRecord
 	for _, f := range all {
 		if f.Fact.Kind == computer.FactFilesWritten {
 			written = append(written, f)
@@ -203,7 +205,7 @@ func TestFactsStream(t *testing.T) {
 		t.Fatalf("facts = %+v, want 3 files.written", all)
 	}
 	// JSON pages resume after a cursor.
-	page := decode[FactsPage](t, e.must(operator, 200, "GET", "/computers/fx/facts?after="+strconv.FormatInt(written[0].Seq, 10)+"&limit=1", nil))
+	page := decode[computertype.FactsPage](t, e.must(operator, 200, "GET", "/computers/fx/facts?after="+strconv.FormatInt(written[0].Seq, 10)+"&limit=1", nil))
 	if len(page.Facts) != 1 || page.Facts[0].Seq <= written[0].Seq || page.Next != page.Facts[0].Seq {
 		t.Errorf("page after %d = %+v", written[0].Seq, page)
 	}
@@ -225,7 +227,7 @@ func TestFactsStream(t *testing.T) {
 	if resp.Header.Get("Content-Type") != "text/event-stream" {
 		t.Fatalf("content type %q", resp.Header.Get("Content-Type"))
 	}
-	var after []FactEntry
+	var after []computertype.FactRecord
 	for _, f := range all {
 		if f.Seq > written[1].Seq {
 			after = append(after, f)
@@ -238,7 +240,7 @@ func TestFactsStream(t *testing.T) {
 		}
 	}
 	// A new fact arrives on the open stream.
-	e.must(g, 200, "POST", "/computers/fx/files/write", WriteRequest{Path: "live", Content: "x"})
+	e.must(g, 200, "POST", "/computers/fx/files/write", computertype.WriteRequest{Path: "live", Content: "x"})
 	ev := readSSE(t, resp.Body, 1)[0]
 	var f map[string]any
 	json.Unmarshal([]byte(ev.data), &f)

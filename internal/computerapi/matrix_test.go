@@ -3,6 +3,7 @@ package computerapi
 import (
 	"context"
 	"encoding/json"
+	"github.com/berth-dev/berth/apitype/computertype"
 	"net/http"
 	"strings"
 	"testing"
@@ -39,39 +40,39 @@ const matrixPatch = `--- a/p.txt
 
 func writeFile(name, content string) func(e *testEnv, id string) string {
 	return func(e *testEnv, id string) string {
-		e.must(operator, http.StatusOK, "POST", "/computers/"+id+"/files/write", WriteRequest{Path: name, Content: content})
+		e.must(operator, http.StatusOK, "POST", "/computers/"+id+"/files/write", computertype.WriteRequest{Path: name, Content: content})
 		return ""
 	}
 }
 
 var opCases = map[grant.Action][]opCase{
-	grant.Exec:           {{route: "POST /computers/{id}/exec", call: req("POST", "/computers/{id}/exec", ExecRequest{Argv: []string{"true"}}), want: 200}},
-	grant.Bash:           {{route: "POST /computers/{id}/bash", call: req("POST", "/computers/{id}/bash", ExecRequest{Script: "exit 0"}), want: 200}},
+	grant.Exec:           {{route: "POST /computers/{id}/exec", call: req("POST", "/computers/{id}/exec", computertype.ExecRequest{Argv: []string{"true"}}), want: 200}},
+	grant.Bash:           {{route: "POST /computers/{id}/bash", call: req("POST", "/computers/{id}/bash", computertype.ExecRequest{Script: "exit 0"}), want: 200}},
 	grant.Start:          {{route: "POST /computers/{id}/start", call: req("POST", "/computers/{id}/start", nil), want: 200}},
 	grant.Stop:           {{route: "POST /computers/{id}/stop", call: req("POST", "/computers/{id}/stop", nil), want: 200}},
 	grant.Delete:         {{route: "DELETE /computers/{id}", call: req("DELETE", "/computers/{id}", nil), want: 204}},
-	grant.FilesRead:      {{route: "POST /computers/{id}/files/read", setup: writeFile("r.txt", "a\nb\n"), call: req("POST", "/computers/{id}/files/read", ReadRequest{Path: "r.txt"}), want: 200}},
+	grant.FilesRead:      {{route: "POST /computers/{id}/files/read", setup: writeFile("r.txt", "a\nb\n"), call: req("POST", "/computers/{id}/files/read", computertype.ReadRequest{Path: "r.txt"}), want: 200}},
 	grant.FilesReadBytes: {{route: "GET /computers/{id}/files/readBytes", setup: writeFile("r.bin", "xyz"), call: req("GET", "/computers/{id}/files/readBytes?path=r.bin", nil), want: 200}},
-	grant.FilesWrite:     {{route: "POST /computers/{id}/files/write", call: req("POST", "/computers/{id}/files/write", WriteRequest{Path: "w.txt", Content: "w"}), want: 200}},
+	grant.FilesWrite:     {{route: "POST /computers/{id}/files/write", call: req("POST", "/computers/{id}/files/write", computertype.WriteRequest{Path: "w.txt", Content: "w"}), want: 200}},
 	grant.FilesWriteByte: {{route: "PUT /computers/{id}/files/writeBytes", call: req("PUT", "/computers/{id}/files/writeBytes?path=w.bin", []byte{0, 1, 2}), want: 200}},
-	grant.FilesList:      {{route: "POST /computers/{id}/files/list", call: req("POST", "/computers/{id}/files/list", PathRequest{Path: "/"}), want: 200}},
-	grant.FilesGlob:      {{route: "POST /computers/{id}/files/glob", call: req("POST", "/computers/{id}/files/glob", GlobRequest{Pattern: "**/*.txt"}), want: 200}},
-	grant.FilesGrep:      {{route: "POST /computers/{id}/files/grep", call: req("POST", "/computers/{id}/files/grep", GrepRequest{Pattern: "x"}), want: 200}},
-	grant.FilesEdit:      {{route: "POST /computers/{id}/files/edit", setup: writeFile("e.txt", "old\n"), call: req("POST", "/computers/{id}/files/edit", EditRequest{Path: "e.txt", Edits: []Edit{{Old: "old", New: "new"}}}), want: 200}},
-	grant.FilesPatch:     {{route: "POST /computers/{id}/files/patch", setup: writeFile("p.txt", "old\n"), call: req("POST", "/computers/{id}/files/patch", PatchRequest{Patch: matrixPatch}), want: 200}},
-	grant.Mkdir:          {{route: "POST /computers/{id}/mkdir", call: req("POST", "/computers/{id}/mkdir", MkdirRequest{Path: "d"}), want: 201}},
+	grant.FilesList:      {{route: "POST /computers/{id}/files/list", call: req("POST", "/computers/{id}/files/list", computertype.PathRequest{Path: "/"}), want: 200}},
+	grant.FilesGlob:      {{route: "POST /computers/{id}/files/glob", call: req("POST", "/computers/{id}/files/glob", computertype.GlobRequest{Pattern: "**/*.txt"}), want: 200}},
+	grant.FilesGrep:      {{route: "POST /computers/{id}/files/grep", call: req("POST", "/computers/{id}/files/grep", computertype.GrepRequest{Pattern: "x"}), want: 200}},
+	grant.FilesEdit:      {{route: "POST /computers/{id}/files/edit", setup: writeFile("e.txt", "old\n"), call: req("POST", "/computers/{id}/files/edit", computertype.EditRequest{Path: "e.txt", Edits: []computertype.Edit{{Old: "old", New: "new"}}}), want: 200}},
+	grant.FilesPatch:     {{route: "POST /computers/{id}/files/patch", setup: writeFile("p.txt", "old\n"), call: req("POST", "/computers/{id}/files/patch", computertype.PatchRequest{Patch: matrixPatch}), want: 200}},
+	grant.Mkdir:          {{route: "POST /computers/{id}/mkdir", call: req("POST", "/computers/{id}/mkdir", computertype.MkdirRequest{Path: "d"}), want: 201}},
 	grant.Backing: {
 		{route: "GET /computers/{id}/backings", call: req("GET", "/computers/{id}/backings", nil), want: 200},
 		{route: "PUT /computers/{id}/backings", call: req("PUT", "/computers/{id}/backings", `{"backings":[{"kind":"process"}]}`), want: 200},
 	},
-	grant.ExposePort: {{route: "POST /computers/{id}/ports", call: req("POST", "/computers/{id}/ports", PortRequest{Port: 8080}), want: 201}},
+	grant.ExposePort: {{route: "POST /computers/{id}/ports", call: req("POST", "/computers/{id}/ports", computertype.PortRequest{Port: 8080}), want: 201}},
 	grant.ListPorts:  {{route: "GET /computers/{id}/ports", call: req("GET", "/computers/{id}/ports", nil), want: 200}},
 	grant.UnexposePort: {{route: "DELETE /computers/{id}/ports/{port}", setup: func(e *testEnv, id string) string {
-		e.must(operator, http.StatusCreated, "POST", "/computers/"+id+"/ports", PortRequest{Port: 9000})
+		e.must(operator, http.StatusCreated, "POST", "/computers/"+id+"/ports", computertype.PortRequest{Port: 9000})
 		return "9000"
 	}, call: req("DELETE", "/computers/{id}/ports/{arg}", nil), want: 204}},
 	grant.Terminal:     {{route: "GET /computers/{id}/terminal", call: terminalCall, want: http.StatusSwitchingProtocols}},
-	grant.ProcessStart: {{route: "POST /computers/{id}/processes", call: req("POST", "/computers/{id}/processes", ProcessRequest{Argv: []string{"true"}}), want: 201}},
+	grant.ProcessStart: {{route: "POST /computers/{id}/processes", call: req("POST", "/computers/{id}/processes", computertype.ProcessRequest{Argv: []string{"true"}}), want: 201}},
 	grant.ProcessList: {
 		{route: "GET /computers/{id}/processes", call: req("GET", "/computers/{id}/processes", nil), want: 200},
 		{route: "GET /computers/{id}/processes/{pid}/output", setup: startProcess("echo hi"), call: req("GET", "/computers/{id}/processes/{arg}/output", nil), want: 200},
@@ -81,8 +82,8 @@ var opCases = map[grant.Action][]opCase{
 
 func startProcess(script string) func(e *testEnv, id string) string {
 	return func(e *testEnv, id string) string {
-		var p Process
-		json.Unmarshal(e.must(operator, http.StatusCreated, "POST", "/computers/"+id+"/processes", ProcessRequest{Script: script}), &p)
+		var p computertype.Process
+		json.Unmarshal(e.must(operator, http.StatusCreated, "POST", "/computers/"+id+"/processes", computertype.ProcessRequest{Script: script}), &p)
 		return p.ID
 	}
 }
@@ -235,7 +236,7 @@ func TestAdminOnlyRoutes(t *testing.T) {
 	// does not honour them.
 	e.must(operator, http.StatusNoContent, "DELETE", "/computers/adm", nil)
 	e.create("adm")
-	if code, b := e.do(all, "POST", "/computers/adm/exec", ExecRequest{Argv: []string{"true"}}); code != http.StatusUnauthorized {
+	if code, b := e.do(all, "POST", "/computers/adm/exec", computertype.ExecRequest{Argv: []string{"true"}}); code != http.StatusUnauthorized {
 		t.Errorf("old grant on a recreated Computer = %d %s, want 401", code, b)
 	}
 }

@@ -1,6 +1,7 @@
 package computerapi
 
 import (
+	"github.com/berth-dev/berth/apitype/computertype"
 	"net/http"
 	"strconv"
 
@@ -8,34 +9,12 @@ import (
 	"github.com/berth-dev/berth/internal/web"
 )
 
-// PortRequest is the body of exposePort.
-type PortRequest struct {
-	Port int `json:"port"`
-	// Public makes the port reachable without a credential; otherwise the
-	// data plane asks for a grant of the Computer.
-	Public bool `json:"public,omitempty"`
-}
-
-// Port is an exposed port: the hostname and URL at which the gateway's
-// data plane reaches it.
-type Port struct {
-	Port   int    `json:"port"`
-	Host   string `json:"host"`
-	URL    string `json:"url"`
-	Public bool   `json:"public"`
-}
-
-// PortList is the answer of listPorts.
-type PortList struct {
-	Ports []Port `json:"ports"`
-}
-
-func port(e computer.Exposure) Port {
-	return Port{Port: e.Port, Host: e.Host, URL: e.URL, Public: e.Public}
+func port(e computer.Exposure) computertype.Port {
+	return computertype.Port{Port: e.Port, Host: e.Host, URL: e.URL, Public: e.Public}
 }
 
 func (a *API) exposePort(w http.ResponseWriter, r *http.Request, c *call) error {
-	var req PortRequest
+	var req computertype.PortRequest
 	if err := web.ReadJSON(w, r, &req); err != nil {
 		return err
 	}
@@ -55,7 +34,7 @@ func (a *API) listPorts(w http.ResponseWriter, r *http.Request, c *call) error {
 	if err != nil {
 		return managerError(err, c.id)
 	}
-	out := PortList{Ports: make([]Port, 0, len(es))}
+	out := computertype.PortList{Ports: make([]computertype.Port, 0, len(es))}
 	for _, e := range es {
 		out.Ports = append(out.Ports, port(e))
 	}

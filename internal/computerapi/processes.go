@@ -2,6 +2,7 @@ package computerapi
 
 import (
 	"encoding/json"
+	"github.com/berth-dev/berth/apitype/computertype"
 	"net/http"
 	"strconv"
 	"time"
@@ -11,42 +12,8 @@ import (
 	"github.com/berth-dev/berth/internal/web"
 )
 
-// ProcessRequest is the body of processStart: a command started in the
-// background. It survives the caller disconnecting; its output is read
-// with GET .../processes/{pid}/output.
-type ProcessRequest struct {
-	// Argv is the program and its arguments; Script, a bash script.
-	// Exactly one is given.
-	Argv   []string          `json:"argv,omitempty"`
-	Script string            `json:"script,omitempty"`
-	Cwd    string            `json:"cwd,omitempty"`
-	Env    map[string]string `json:"env,omitempty"`
-}
-
-// Process is a background process as listed.
-type Process struct {
-	ID      string `json:"id"`
-	PID     int    `json:"pid"`
-	Command string `json:"command"`
-	Running bool   `json:"running"`
-	// ExitCode is set once the process ended (128+N when signal N killed
-	// it).
-	ExitCode  *int   `json:"exitCode"`
-	Signal    string `json:"signal,omitempty"`
-	StartedAt int64  `json:"startedAt"`
-	EndedAt   *int64 `json:"endedAt"`
-	CPUTimeMs *int64 `json:"cpuTimeMs"`
-	// Provenance is who started it.
-	Provenance *computer.Provenance `json:"provenance,omitempty"`
-}
-
-// ProcessList is the answer of processList.
-type ProcessList struct {
-	Processes []Process `json:"processes"`
-}
-
-func processView(pi agent.ProcessInfo) Process {
-	p := Process{ID: pi.ID, PID: pi.PID, Command: pi.Command, Running: pi.Running, ExitCode: pi.ExitCode, Signal: pi.Signal, StartedAt: pi.StartedAt.UnixMilli(), CPUTimeMs: pi.CPUTimeMS}
+func processView(pi agent.ProcessInfo) computertype.Process {
+	p := computertype.Process{ID: pi.ID, PID: pi.PID, Command: pi.Command, Running: pi.Running, ExitCode: pi.ExitCode, Signal: pi.Signal, StartedAt: pi.StartedAt.UnixMilli(), CPUTimeMs: pi.CPUTimeMS}
 	if pi.EndedAt != nil {
 		at := pi.EndedAt.UnixMilli()
 		p.EndedAt = &at
@@ -59,7 +26,7 @@ func processView(pi agent.ProcessInfo) Process {
 }
 
 func (a *API) processStart(w http.ResponseWriter, r *http.Request, c *call) error {
-	var req ProcessRequest
+	var req computertype.ProcessRequest
 	if err := web.ReadJSON(w, r, &req); err != nil {
 		return err
 	}
@@ -109,7 +76,7 @@ func (a *API) processList(w http.ResponseWriter, r *http.Request, c *call) error
 	if err != nil {
 		return agentError(err, c.id)
 	}
-	out := ProcessList{Processes: make([]Process, 0, len(ps))}
+	out := computertype.ProcessList{Processes: make([]computertype.Process, 0, len(ps))}
 	for _, p := range ps {
 		out.Processes = append(out.Processes, processView(p))
 	}

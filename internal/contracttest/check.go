@@ -7,6 +7,7 @@ import (
 	"io"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -110,6 +111,10 @@ func (w *jsonWalker) walk(path string, v any, t *Type, nullable bool) {
 		}
 	case Literals:
 		want = "string"
+		if str, ok := v.(string); ok && w.c.StrictLiterals && !slices.Contains(t.Literals, str) {
+			w.addf(path, "%q, but the contract says %s", str, t)
+			return
+		}
 	case Ref:
 		if a, ok := w.c.Aliases[t.Name]; ok {
 			w.walk(path, v, a.Type, nullable)
@@ -159,9 +164,11 @@ func (w *jsonWalker) walk(path string, v any, t *Type, nullable bool) {
 			if len(sub.problems) == 0 {
 				return
 			}
-			// Prefer the first member whose top-level kind matched: its
-			// problems are about keys, which is what a reader needs.
-			if !tried && !strings.HasPrefix(sub.problems[0], path+": got ") {
+			// Prefer the member whose top-level kind matched with the
+			// fewest problems (the first of equals): its problems are
+			// about keys, which is what a reader needs, and under
+			// StrictLiterals it is the member the discriminator names.
+			if !strings.HasPrefix(sub.problems[0], path+": got ") && (!tried || len(sub.problems) < len(best)) {
 				best, tried = sub.problems, true
 			}
 		}
@@ -236,6 +243,17 @@ func (c *Contract) CheckGoType(name string, t reflect.Type) []string {
 			return []string{fmt.Sprintf("%s: Go type %v is not a struct", name, t)}
 		}
 		g.structFields(name, c.Fields(name), st)
+	case c.Aliases[name] != nil && c.Aliases[name].Type.Kind == Object:
+		st := deref(t)
+		if st.Kind() != reflect.Struct {
+			return []string{fmt.Sprintf("%s: Go type %v is not a struct", name, t)}
+		}
+		g.structFields(name, c.Aliases[name].Type.Fields, st)
+	case c.Aliases[name] != nil && !customJSON(deref(t)) && objectUnion(c.Aliases[name].Type) != nil:
+		// A union of objects (a Zod discriminated union) carried by one
+		// flat struct: every member's fields, required where every
+		// member requires them, optional otherwise.
+		g.structFields(name, objectUnion(c.Aliases[name].Type), deref(t))
 	case c.Aliases[name] != nil:
 		g.shape(name, c.Aliases[name].Type, t)
 	default:
@@ -354,6 +372,46 @@ func (g *goChecker) structFields(path string, fields []*Field, st reflect.Type) 
 	}
 }
 
+// objectUnion merges the fields of a union whose members are all inline
+// objects, or returns nil for any other type. A field is optional unless
+// every member requires it; its type is the first member's, and literal
+// members of the same field are merged (a discriminator's values).
+func objectUnion(t *Type) []*Field {
+	if t.Kind != Union {
+		return nil
+	}
+	var out []*Field
+	byName := map[string]*Field{}
+	count := map[string]int{}
+	for _, m := range t.Union {
+		if m.Kind != Object {
+			return nil
+		}
+		for _, f := range m.Fields {
+			count[f.Name]++
+			if have, ok := byName[f.Name]; ok {
+				have.Optional = have.Optional || f.Optional
+				have.Nullable = have.Nullable || f.Nullable
+				if have.Type.Kind == Literals && f.Type.Kind == Literals {
+					lit := *have.Type
+					lit.Literals = append(slices.Clone(lit.Literals), f.Type.Literals...)
+					have.Type = &lit
+				}
+				continue
+			}
+			nf := *f
+			byName[f.Name] = &nf
+			out = append(out, &nf)
+		}
+	}
+	for _, f := range out {
+		if count[f.Name] < len(t.Union) {
+			f.Optional = true
+		}
+	}
+	return out
+}
+
 func canBeNull(t reflect.Type) bool {
 	switch t.Kind() {
 	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice:
@@ -435,6 +493,10 @@ func (g *goChecker) shape(path string, t *Type, rt reflect.Type) {
 		g.structFields(path, t.Fields, rt)
 	case Union:
 		// customJSON types returned above.
+		if fs := objectUnion(t); fs != nil && k == reflect.Struct {
+			g.structFields(path, fs, rt)
+			return
+		}
 		g.addf(path, "contract says %s, and Go type %v has no custom JSON methods to carry a union", t, rt)
 	}
 }

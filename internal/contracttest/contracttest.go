@@ -1,6 +1,8 @@
 // Package contracttest reads the admin API's JSON contract (types.d.ts, the
-// TypeScript declarations app-lb's clients are built from) and checks Go types
-// and real JSON documents against it.
+// TypeScript declarations app-lb's clients are built from) and the
+// Computer contract (shared/contract/computer/dist, Zod 4 declaration
+// output; see [LoadComputer]) with one parser, and checks Go types and real
+// JSON documents against them.
 //
 // It is for tests only: import it from _test.go files. The contract is the
 // authority on the wire shape; these checks are how berth proves it emits no

@@ -452,3 +452,137 @@ func (f *fakeTB) Fatalf(format string, args ...any) {
 	f.fatal = fmt.Sprintf(format, args...)
 	runtime.Goexit()
 }
+
+// zodSrc is Zod 4 declaration output in the Computer contract's style.
+const zodSrc = `import { z } from "zod";
+import { type Elsewhere } from "./other.js";
+/** A state. */
+export declare const stateSchema: z.ZodDiscriminatedUnion<[z.ZodObject<{
+    state: z.ZodEnum<{
+        running: "running";
+        sleeping: "sleeping";
+    }>;
+}, z.core.$strict>, z.ZodObject<{
+    state: z.ZodLiteral<"queued">;
+    position: z.ZodNumber;
+}, z.core.$strict>], "state">;
+export type State = z.output<typeof stateSchema>;
+export declare const thingSchema: z.ZodObject<{
+    id: z.ZodString;
+    via: z.ZodOptional<z.ZodString>;
+    code: z.ZodNullable<z.ZodNumber>;
+    tags: z.ZodReadonly<z.ZodSet<z.ZodString>>;
+    extra: z.ZodJSONSchema;
+    other: z.ZodRecord<z.ZodString, z.ZodBoolean>;
+}, z.core.$loose>;
+type Private = Readonly<{ kind: "a"; n: number }> | Readonly<{ kind: "b" }>;
+export type Uses = Readonly<{ p: Private; e: Elsewhere; list: readonly Private[] }>;
+export declare class Oops extends Error {
+    readonly code: "x" | "y";
+    constructor(code: "x" | "y");
+}
+export declare function make(o: Readonly<{ f: <T>(b: () => T) => T }>): { get: () => number };
+export {};
+`
+
+func TestParseZod(t *testing.T) {
+	c, err := ParseFiles(Source{Name: "zod.d.ts", Src: []byte(zodSrc)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := c.Aliases["State"]
+	if st == nil || st.Type.Kind != Union || len(st.Type.Union) != 2 {
+		t.Fatalf("State = %+v, want the schema's union of two objects", st)
+	}
+	if got := st.Type.Union[0].Fields[0].Type.Literals; len(got) != 2 || got[1] != "sleeping" {
+		t.Errorf("the enum's literals = %q", got)
+	}
+	th := c.Aliases["thingSchema"].Type
+	if th.Kind != Object || !th.IndexSignature {
+		t.Fatalf("thingSchema = %s (index %v), want a loose object", th, th.IndexSignature)
+	}
+	want := map[string]string{"id": "string", "via": "string?", "code": "number | null", "tags": "string[]", "extra": "unknown", "other": "Record<string, boolean>"}
+	for _, f := range th.Fields {
+		got := f.Type.String()
+		if f.Optional {
+			got += "?"
+		}
+		if f.Nullable {
+			got += " | null"
+		}
+		if got != want[f.Name] {
+			t.Errorf("thingSchema.%s = %s, want %s", f.Name, got, want[f.Name])
+		}
+		delete(want, f.Name)
+	}
+	if len(want) != 0 {
+		t.Errorf("fields not parsed: %v", want)
+	}
+	if a := c.Aliases["Elsewhere"]; a == nil || !a.Imported {
+		t.Errorf("an imported name is not an opaque alias: %+v", a)
+	}
+	if _, ok := c.Aliases["Oops"]; ok {
+		t.Error("a declared class became a type")
+	}
+	// Strict literals: the discriminator's value is checked.
+	c.StrictLiterals = true
+	if err := c.CheckJSON("State", []byte(`{"state":"queued","position":2}`)); err != nil {
+		t.Errorf("a queued state: %v", err)
+	}
+	err = c.CheckJSON("State", []byte(`{"state":"paused"}`))
+	if err == nil || !strings.Contains(err.Error(), `"paused", but the contract says "running" | "sleeping"`) {
+		t.Errorf("an undeclared state = %v", err)
+	}
+	// The union member with fewest problems is the one reported.
+	err = c.CheckJSON("Uses", []byte(`{"p":{"kind":"b","x":2},"e":{"any":1},"list":[]}`))
+	if err == nil || strings.Contains(err.Error(), `"b", but`) || !strings.Contains(err.Error(), "Uses.p.x: not declared") {
+		t.Errorf("a member with an extra key = %v", err)
+	}
+}
+
+func TestLoadComputer(t *testing.T) {
+	c := MustLoadComputer(t)
+	f := c.Aliases["ComputerFact"]
+	if f == nil || f.Type.Kind != Union || len(f.Type.Union) != 5 {
+		t.Fatalf("ComputerFact = %+v, want a union of the five kinds", f)
+	}
+	var kinds []string
+	for _, m := range f.Type.Union {
+		for _, fl := range m.Fields {
+			if fl.Name == "kind" {
+				kinds = append(kinds, fl.Type.Literals...)
+			}
+		}
+	}
+	if strings.Join(kinds, " ") != "process.exited files.written egress lifecycle interval" {
+		t.Errorf("fact kinds = %q", kinds)
+	}
+	for _, n := range []string{"ComputerGrant", "ComputerProvenance", "ComputerRuntimeState", "ComputerUsageInterval", "ComputerBackingChange", "HostCapacity", "hostCapacityRegistrySchema", "hostedBackingsSchema", "FleetSlotReservation"} {
+		if _, ok := c.Aliases[n]; !ok {
+			t.Errorf("the Computer contract has no %s", n)
+		}
+	}
+}
+
+// TestCheckGoObjectUnion: a flat struct carries a union of objects when it
+// has every member's keys, optional where some member lacks them.
+func TestCheckGoObjectUnion(t *testing.T) {
+	c, err := ParseFiles(Source{Name: "zod.d.ts", Src: []byte(zodSrc)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type good struct {
+		State    string `json:"state"`
+		Position *int   `json:"position,omitempty"`
+	}
+	if p := c.CheckGoType("State", reflect.TypeFor[good]()); len(p) != 0 {
+		t.Errorf("good: %q", p)
+	}
+	type bad struct {
+		State    string `json:"state,omitempty"`
+		Position *int   `json:"position"`
+	}
+	if p := c.CheckGoType("State", reflect.TypeFor[bad]()); len(p) != 2 {
+		t.Errorf("bad: %q, want 2 problems", p)
+	}
+}

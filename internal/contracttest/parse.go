@@ -64,6 +64,9 @@ type Type struct {
 	// Nullable reports that `null` was one of the union's members. For a
 	// field it is copied to [Field.Nullable].
 	Nullable bool
+	// optional marks a z.ZodOptional while its object is built; the object
+	// moves it to [Field.Optional].
+	optional bool
 }
 
 // String renders t back as TypeScript-like text, for messages.
@@ -128,6 +131,9 @@ type Alias struct {
 	Name string
 	Type *Type
 	Doc  string
+	// Imported reports a name a file imports from a module that is not
+	// parsed (its Type is unknown): references to it are opaque.
+	Imported bool
 }
 
 // Contract is a parsed types.d.ts.
@@ -138,6 +144,10 @@ type Contract struct {
 	Aliases    map[string]*Alias
 	// Names lists every exported interface and alias in source order.
 	Names []string
+	// StrictLiterals makes [Contract.CheckJSON] check string literals'
+	// values too (the Computer contract's discriminators and enums), not
+	// only that they are strings.
+	StrictLiterals bool
 }
 
 // Interface returns the named interface.
@@ -211,21 +221,68 @@ func (c *Contract) hasIndex(name string, seen map[string]bool) bool {
 // unions with null, index signatures, and both comment styles. It also checks
 // that every referenced name is declared.
 func Parse(name string, src []byte) (*Contract, error) {
-	toks, err := lex(name, string(src))
-	if err != nil {
-		return nil, err
-	}
-	p := &parser{name: name, toks: toks}
 	c := &Contract{Interfaces: map[string]*Interface{}, Aliases: map[string]*Alias{}}
-	for !p.at(tEOF, "") {
-		if err := p.decl(c); err != nil {
-			return nil, err
-		}
+	if err := c.parse(name, src); err != nil {
+		return nil, err
 	}
 	if err := c.checkRefs(); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return c, nil
+}
+
+// Source is one declaration file for [ParseFiles].
+type Source struct {
+	Name string
+	Src  []byte
+}
+
+// ParseFiles parses several declaration files into one Contract, as a
+// package's dist/ folder is: a name one file imports from another is the
+// other's declaration (parse the declaring file first); a name imported
+// from a module that is not among the files stays opaque (an Imported
+// alias of unknown). Besides what [Parse] reads, it understands Zod 4's
+// declaration output: `export declare const xSchema: z.ZodObject<{...},
+// z.core.$strict>` and the other z.Zod* types, `z.output<typeof xSchema>`,
+// Readonly<T>, readonly T[], typeof, tuples, imports, and skips declared
+// functions and classes (behaviour, not wire shape).
+func ParseFiles(files ...Source) (*Contract, error) {
+	c := &Contract{Interfaces: map[string]*Interface{}, Aliases: map[string]*Alias{}}
+	for _, f := range files {
+		if err := c.parse(f.Name, f.Src); err != nil {
+			return nil, err
+		}
+	}
+	// `export type X = z.output<typeof xSchema>` is xSchema's shape: give
+	// X that shape itself, so X is checked as what it is, not as a
+	// reference to a schema's name.
+	for _, a := range c.Aliases {
+		for seen := 0; a.Type.Kind == Ref && seen < 8; seen++ {
+			target, ok := c.Aliases[a.Type.Name]
+			if !ok || target.Imported {
+				break
+			}
+			a.Type = target.Type
+		}
+	}
+	if err := c.checkRefs(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Contract) parse(name string, src []byte) error {
+	toks, err := lex(name, string(src))
+	if err != nil {
+		return err
+	}
+	p := &parser{name: name, toks: toks}
+	for !p.at(tEOF, "") {
+		if err := p.decl(c); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (c *Contract) checkRefs() error {
@@ -429,12 +486,46 @@ func (p *parser) expect(k tokKind, text string) (token, error) {
 }
 
 func (p *parser) decl(c *Contract) error {
+	if p.at(tIdent, "import") {
+		return p.importDecl(c)
+	}
+	if p.at(tIdent, "type") {
+		// A module-private alias (slots.d.ts's FleetSlotReservation):
+		// parsed like an exported one, so what refers to it resolves.
+		return p.typeDecl(c, p.next().doc)
+	}
 	exp, err := p.expect(tIdent, "export")
 	if err != nil {
 		return err
 	}
 	doc := exp.doc
+	if p.at(tPunct, "{") { // export {};
+		if err := p.skipStatement(); err != nil {
+			return err
+		}
+		return nil
+	}
 	p.accept(tIdent, "declare")
+	switch {
+	case p.accept(tIdent, "const"):
+		nameTok, err := p.expect(tIdent, "")
+		if err != nil {
+			return err
+		}
+		if !p.accept(tPunct, ":") {
+			return p.errorf("expected interface or type after export, or a const's declared type")
+		}
+		t, err := p.typ()
+		if err != nil {
+			return err
+		}
+		p.accept(tPunct, ";")
+		return c.define(p, &Alias{Name: nameTok.text, Type: t, Doc: doc})
+	case p.at(tIdent, "function"), p.at(tIdent, "class"):
+		return p.skipStatement()
+	case p.accept(tIdent, "type"):
+		return p.typeDecl(c, doc)
+	}
 	switch {
 	case p.accept(tIdent, "interface"):
 		nameTok, err := p.expect(tIdent, "")
@@ -464,26 +555,99 @@ func (p *parser) decl(c *Contract) error {
 		}
 		c.Interfaces[it.Name] = it
 		return nil
-	case p.accept(tIdent, "type"):
-		nameTok, err := p.expect(tIdent, "")
-		if err != nil {
-			return err
-		}
-		if _, err := p.expect(tPunct, "="); err != nil {
-			return err
-		}
-		t, err := p.typ()
-		if err != nil {
-			return err
-		}
-		p.accept(tPunct, ";")
-		if err := c.add(nameTok.text); err != nil {
-			return p.errorf("%v", err)
-		}
-		c.Aliases[nameTok.text] = &Alias{Name: nameTok.text, Type: t, Doc: doc}
-		return nil
 	}
 	return p.errorf("expected interface or type after export")
+}
+
+func (p *parser) typeDecl(c *Contract, doc string) error {
+	nameTok, err := p.expect(tIdent, "")
+	if err != nil {
+		return err
+	}
+	if _, err := p.expect(tPunct, "="); err != nil {
+		return err
+	}
+	t, err := p.typ()
+	if err != nil {
+		return err
+	}
+	p.accept(tPunct, ";")
+	return c.define(p, &Alias{Name: nameTok.text, Type: t, Doc: doc})
+}
+
+// define adds an alias, replacing an Imported placeholder of its name.
+func (c *Contract) define(p *parser, a *Alias) error {
+	if old, ok := c.Aliases[a.Name]; ok && old.Imported {
+		c.Aliases[a.Name] = a
+		return nil
+	}
+	if err := c.add(a.Name); err != nil {
+		return p.errorf("%v", err)
+	}
+	c.Aliases[a.Name] = a
+	return nil
+}
+
+// importDecl reads `import [type] { A, type B as C } from "m";` (or
+// `import type { X } from "m"`), declaring each local name not declared
+// yet as an opaque Imported alias.
+func (p *parser) importDecl(c *Contract) error {
+	p.next()
+	p.accept(tIdent, "type")
+	if !p.accept(tPunct, "{") {
+		return p.errorf("expected { after import")
+	}
+	for !p.accept(tPunct, "}") {
+		p.accept(tIdent, "type")
+		n, err := p.expect(tIdent, "")
+		if err != nil {
+			return err
+		}
+		local := n.text
+		if p.accept(tIdent, "as") {
+			l, err := p.expect(tIdent, "")
+			if err != nil {
+				return err
+			}
+			local = l.text
+		}
+		if _, ok := c.Aliases[local]; !ok && c.Interfaces[local] == nil {
+			c.Aliases[local] = &Alias{Name: local, Type: &Type{Kind: Primitive, Name: "unknown"}, Imported: true}
+		}
+		if !p.accept(tPunct, ",") && !p.at(tPunct, "}") {
+			return p.errorf("expected , or } in import")
+		}
+	}
+	if _, err := p.expect(tIdent, "from"); err != nil {
+		return err
+	}
+	if _, err := p.expect(tString, ""); err != nil {
+		return err
+	}
+	p.accept(tPunct, ";")
+	return nil
+}
+
+// skipStatement skips a declaration up to its `;` (or the `}` that closes
+// a class body) outside any brackets.
+func (p *parser) skipStatement() error {
+	depth := 0
+	for {
+		t := p.next()
+		switch {
+		case t.kind == tEOF:
+			return p.errorf("unterminated declaration")
+		case t.kind == tPunct && (t.text == "{" || t.text == "(" || t.text == "["):
+			depth++
+		case t.kind == tPunct && (t.text == "}" || t.text == ")" || t.text == "]"):
+			depth--
+			if depth == 0 && t.text == "}" && !p.at(tPunct, ";") && !p.at(tPunct, ",") && !p.at(tPunct, ".") && !p.at(tPunct, "[") && !p.at(tPunct, "|") {
+				return nil // a class body
+			}
+		case t.kind == tPunct && t.text == ";" && depth == 0:
+			return nil
+		}
+	}
 }
 
 func (c *Contract) add(name string) error {
@@ -623,6 +787,22 @@ func (p *parser) primary() (*Type, error) {
 		return &Type{Kind: Primitive, Name: "number"}, nil
 	case tok.kind == tPunct && tok.text == "{":
 		return p.object()
+	case tok.kind == tPunct && tok.text == "[":
+		// A tuple, as Zod's union types take their members: kept as a
+		// Union of the elements, which is what its users need.
+		p.next()
+		t := &Type{Kind: Union}
+		for !p.accept(tPunct, "]") {
+			e, err := p.typ()
+			if err != nil {
+				return nil, err
+			}
+			t.Union = append(t.Union, e)
+			if !p.accept(tPunct, ",") && !p.at(tPunct, "]") {
+				return nil, p.errorf("expected , or ] in a tuple")
+			}
+		}
+		return t, nil
 	case tok.kind == tPunct && tok.text == "(":
 		p.next()
 		t, err := p.typ()
@@ -652,13 +832,131 @@ func (p *parser) primary() (*Type, error) {
 				return nil, err
 			}
 			return &Type{Kind: Array, Elem: args[0]}, nil
+		case "readonly":
+			return p.postfix()
+		case "typeof":
+			n, err := p.expect(tIdent, "")
+			if err != nil {
+				return nil, err
+			}
+			return &Type{Kind: Ref, Name: n.text}, nil
+		case "Readonly":
+			args, err := p.typeArgs(1)
+			if err != nil {
+				return nil, err
+			}
+			return args[0], nil
+		}
+		name := tok.text
+		for p.at(tPunct, ".") && p.toks[p.pos+1].kind == tIdent {
+			p.pos++
+			name += "." + p.next().text
+		}
+		if strings.HasPrefix(name, "z.") {
+			return p.zod(name)
 		}
 		if p.at(tPunct, "<") {
-			return nil, p.errorf("generic type %s is not supported", tok.text)
+			return nil, p.errorf("generic type %s is not supported", name)
 		}
-		return &Type{Kind: Ref, Name: tok.text}, nil
+		return &Type{Kind: Ref, Name: name}, nil
 	}
 	return nil, p.errorf("expected a type")
+}
+
+// zodScalars are the Zod 4 schema types of one JSON primitive.
+var zodScalars = map[string]string{
+	"z.ZodString": "string", "z.ZodBase64": "string", "z.ZodEmail": "string", "z.ZodURL": "string", "z.ZodUUID": "string",
+	"z.ZodNumber": "number", "z.ZodInt": "number",
+	"z.ZodBoolean": "boolean",
+	"z.ZodNull":    "null",
+	"z.ZodUnknown": "unknown", "z.ZodAny": "unknown", "z.ZodJSONSchema": "unknown",
+}
+
+// zod translates a Zod 4 schema type (the declared type of an exported
+// schema constant) into the JSON shape it parses to.
+func (p *parser) zod(name string) (*Type, error) {
+	if prim, ok := zodScalars[name]; ok {
+		return &Type{Kind: Primitive, Name: prim}, nil
+	}
+	if strings.HasPrefix(name, "z.core.$") {
+		// The unknown-key mode of a ZodObject; read by the ZodObject case.
+		return &Type{Kind: Primitive, Name: name}, nil
+	}
+	arity := map[string]int{
+		"z.output": 1, "z.infer": 1, "z.input": 1, "z.ZodLiteral": 1, "z.ZodEnum": 1, "z.ZodOptional": 1,
+		"z.ZodNullable": 1, "z.ZodArray": 1, "z.ZodSet": 1, "z.ZodReadonly": 1, "z.ZodObject": 2,
+		"z.ZodRecord": 2, "z.ZodDiscriminatedUnion": 2, "z.ZodUnion": 1,
+	}
+	n, ok := arity[name]
+	if !ok {
+		return nil, p.errorf("zod type %s is not supported", name)
+	}
+	var args []*Type
+	var err error
+	if name == "z.ZodObject" && p.at(tPunct, "<") {
+		// The mode argument is optional: take one or two.
+		args, err = p.typeArgs(-1)
+	} else {
+		args, err = p.typeArgs(n)
+	}
+	if err != nil {
+		return nil, err
+	}
+	a := args[0]
+	switch name {
+	case "z.output", "z.infer", "z.input", "z.ZodReadonly", "z.ZodLiteral":
+		return a, nil
+	case "z.ZodEnum":
+		if a.Kind != Object {
+			return nil, p.errorf("z.ZodEnum wants an object of literals")
+		}
+		t := &Type{Kind: Literals}
+		for _, f := range a.Fields {
+			if f.Type.Kind != Literals {
+				return nil, p.errorf("z.ZodEnum member %s is not a literal", f.Name)
+			}
+			t.Literals = append(t.Literals, f.Type.Literals...)
+		}
+		return t, nil
+	case "z.ZodOptional":
+		c := *a
+		c.optional = true
+		return &c, nil
+	case "z.ZodNullable":
+		c := *a
+		c.Nullable = true
+		return &c, nil
+	case "z.ZodArray", "z.ZodSet":
+		return &Type{Kind: Array, Elem: a}, nil
+	case "z.ZodRecord":
+		return &Type{Kind: Record, Key: a, Elem: args[1]}, nil
+	case "z.ZodDiscriminatedUnion", "z.ZodUnion":
+		if a.Kind != Union {
+			return nil, p.errorf("%s wants a tuple of members", name)
+		}
+		return a, nil
+	case "z.ZodObject":
+		if a.Kind != Object || len(args) > 2 {
+			return nil, p.errorf("z.ZodObject wants an object shape and a mode")
+		}
+		t := &Type{Kind: Object, Fields: a.Fields}
+		for _, f := range t.Fields {
+			f.Optional = f.Optional || f.Type.optional
+			f.Type.optional = false
+		}
+		if len(args) == 2 {
+			switch args[1].Name {
+			case "z.core.$strict", "z.core.$strip":
+				// $strip drops unknown keys, so its output has none either.
+			case "z.core.$loose", "z.core.$catchall":
+				t.IndexSignature = true
+			default:
+				return nil, p.errorf("z.ZodObject mode %s is not supported", args[1])
+			}
+		}
+		return t, nil
+	}
+	return nil, p.errorf("zod type %s is not supported", name)
 }
 
 func (p *parser) typeArgs(n int) ([]*Type, error) {
@@ -679,7 +977,7 @@ func (p *parser) typeArgs(n int) ([]*Type, error) {
 	if _, err := p.expect(tPunct, ">"); err != nil {
 		return nil, err
 	}
-	if len(args) != n {
+	if n >= 0 && len(args) != n {
 		return nil, p.errorf("want %d type arguments, got %d", n, len(args))
 	}
 	return args, nil

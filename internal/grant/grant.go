@@ -41,6 +41,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/berth-dev/berth/apitype/computertype"
 	"slices"
 	"strings"
 	"sync"
@@ -113,13 +114,9 @@ var Actions = []Action{
 // Valid reports whether a is one of the contract's actions.
 func (a Action) Valid() bool { return slices.Contains(Actions, a) }
 
-// Provenance is who a grant acts for (the contract's
-// computerProvenanceSchema): opaque host identities, stamped on every fact
-// an operation under the grant produces.
-type Provenance struct {
-	Actor string `json:"actor"`
-	Via   string `json:"via,omitempty"`
-}
+// Provenance is who a grant acts for (computerProvenanceSchema): opaque
+// host identities, stamped on every fact an operation under it produces.
+type Provenance = computertype.ComputerProvenance
 
 // Grant is what a token carries: the contract's grant plus its id and
 // issue time.
@@ -135,19 +132,13 @@ type Grant struct {
 	IssuedAt int64 `json:"iat"`
 }
 
-// Contract is a grant in exactly the contract's computerGrantSchema shape
-// (a strict object: no id, no issue time).
-type Contract struct {
-	ComputerID string          `json:"computerId"`
-	Actions    []Action        `json:"actions"`
-	ExpiresAt  int64           `json:"expiresAt"`
-	Egress     json.RawMessage `json:"egress,omitempty"`
-	Provenance Provenance      `json:"provenance"`
-}
-
-// Contract returns g in the contract's shape.
-func (g Grant) Contract() Contract {
-	return Contract{ComputerID: g.ComputerID, Actions: slices.Clone(g.Actions), ExpiresAt: g.ExpiresAt, Egress: g.Egress, Provenance: g.Provenance}
+// Contract returns g in the contract's computerGrantSchema shape.
+func (g Grant) Contract() computertype.ComputerGrant {
+	acts := make([]string, len(g.Actions))
+	for i, a := range g.Actions {
+		acts[i] = string(a)
+	}
+	return computertype.ComputerGrant{ComputerID: g.ComputerID, Actions: acts, ExpiresAt: g.ExpiresAt, Egress: g.Egress, Provenance: g.Provenance}
 }
 
 // Allows reports whether a is in the grant's set.

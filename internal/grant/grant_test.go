@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"github.com/berth-dev/berth/apitype/computertype"
 	"os"
 	"path/filepath"
 	"strings"
@@ -77,7 +78,7 @@ func TestIssueVerify(t *testing.T) {
 	if diff := cmp.Diff(g, got); diff != "" {
 		t.Errorf("verified grant (-issued +verified):\n%s", diff)
 	}
-	want := Contract{ComputerID: "c1", Actions: []Action{Exec, FilesRead}, ExpiresAt: c.t.Add(time.Hour).UnixMilli(), Provenance: Provenance{Actor: "agent-7", Via: "chat"}}
+	want := computertype.ComputerGrant{ComputerID: "c1", Actions: []string{"exec", "files.read"}, ExpiresAt: c.t.Add(time.Hour).UnixMilli(), Provenance: Provenance{Actor: "agent-7", Via: "chat"}}
 	if diff := cmp.Diff(want, got.Contract()); diff != "" {
 		t.Errorf("contract shape (-want +got):\n%s", diff)
 	}

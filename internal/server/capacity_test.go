@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"github.com/berth-dev/berth/apitype/computertype"
 	"io"
 	"log/slog"
 	"strings"
@@ -9,7 +10,6 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/internal/computer"
-	"github.com/berth-dev/berth/internal/computerapi"
 )
 
 // TestComputerCapacityOptions: the host's Computer capacity and the
@@ -25,7 +25,7 @@ func TestComputerCapacityOptions(t *testing.T) {
 	agentOptions(&o)
 	t.Cleanup(func() { stopReplicas(t, o.DataDir) })
 	n := startNode(t, o)
-	var cv computerapi.CapacityView
+	var cv computertype.Capacity
 	n.must(200, "GET", "/computers/hosts/capacity", "", "", &cv)
 	if cv.Hosts["local"] != (computer.HostCapacity{MaxActive: 2, ReservedHeadroom: 1}) || len(cv.Hosts) != 1 || cv.FleetLimit != 1 || cv.RecycleAfterSecs != 3600 {
 		t.Errorf("capacity %+v", cv)
@@ -46,7 +46,7 @@ func TestComputerCapacityOptions(t *testing.T) {
 
 	// Without the options: the registry is empty and the default applies.
 	d := startNode(t, Options{})
-	cv = computerapi.CapacityView{}
+	cv = computertype.Capacity{}
 	d.must(200, "GET", "/computers/hosts/capacity", "", "", &cv)
 	if len(cv.Hosts) != 0 || cv.FleetLimit != computer.DefaultFleetLimit || cv.RecycleAfterSecs != 0 {
 		t.Errorf("default capacity %+v", cv)

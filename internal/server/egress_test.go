@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"github.com/berth-dev/berth/apitype/computertype"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -9,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/berth-dev/berth/internal/computer"
-	"github.com/berth-dev/berth/internal/computerapi"
 )
 
 // TestEgressWiring: berth serve runs the egress proxy, the Computer API
@@ -32,7 +32,7 @@ func TestEgressWiring(t *testing.T) {
 	if r.code != http.StatusCreated {
 		t.Fatalf("grant: %d %s", r.code, r.body)
 	}
-	var g computerapi.GrantView
+	var g computertype.Grant
 	json.Unmarshal(r.body, &g)
 	if r := h.json("POST", "/computers/eg1/grants", `{"actions":["bash"],"expiresInSecs":600,"egress":{"allow":["ftp://x"]}}`); r.code != http.StatusBadRequest || !strings.Contains(string(r.body), "egress.allow[0]") {
 		t.Errorf("a bad policy: %d %s, want 400 naming egress.allow[0]", r.code, r.body)
@@ -46,7 +46,7 @@ printf 'GET http://169.254.169.254/latest/meta-data/ HTTP/1.1\r\nHost: 169.254.1
 head -n1 <&3`
 	body, _ := json.Marshal(map[string]string{"script": script})
 	r = h.do("POST", "/computers/eg1/bash", "application/json", string(body), "Authorization", "Bearer "+g.Token)
-	var res computerapi.ExecResult
+	var res computertype.ExecResult
 	json.Unmarshal(r.body, &res)
 	if r.code != http.StatusOK || !strings.HasPrefix(res.Stdout, "HTTP/1.1 403") {
 		t.Fatalf("metadata through the proxy: %d %s (stdout %q, stderr %q), want a 403 answer", r.code, r.body, res.Stdout, res.Stderr)
