@@ -93,7 +93,18 @@ type PendingUsage struct {
 // observedAt. The interval facts of [PendingUsage] may be sent back as
 // they are.
 type UsageAck struct {
-	Intervals []ComputerUsageInterval `json:"intervals"`
+	Intervals []AckedInterval `json:"intervals"`
+}
+
+// AckedInterval is one acknowledged observation: a ComputerUsageInterval,
+// named by RuntimeID and ObservedAt, or an interval fact of
+// [PendingUsage] sent back as it came (Kind "interval", the Computer's id
+// and the ledger's provenance, which name the same observation).
+type AckedInterval struct {
+	ComputerUsageInterval
+	Kind       string              `json:"kind,omitempty"`
+	ComputerID string              `json:"computerId,omitempty"`
+	Provenance *ComputerProvenance `json:"provenance,omitempty"`
 }
 
 // Capacity is GET /computers/hosts/capacity (berth's own route):

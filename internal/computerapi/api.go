@@ -69,10 +69,12 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/agent"
 	"github.com/berth-dev/berth/internal/auth"
 	"github.com/berth-dev/berth/internal/computer"
@@ -460,4 +462,24 @@ func (a *API) use(r *http.Request, c *call) (*agent.Client, func(), error) {
 		return nil, nil, managerError(err, c.id)
 	}
 	return ag, release, nil
+}
+
+// readJSON reads a request body into v (a pointer) as web.ReadJSON does,
+// and refuses a key v does not declare (400 `<path>: unknown field`): the
+// Computer API's bodies are closed, so a key berth does not act on — a
+// typo, or a field of a newer contract — is refused rather than dropped.
+func readJSON(w http.ResponseWriter, r *http.Request, v any) error {
+	raw, err := web.ReadBody(w, r)
+	if err != nil {
+		return err
+	}
+	return decodeJSON(raw, v)
+}
+
+// decodeJSON is readJSON's decoding: web.DecodeJSON, refusing undeclared keys.
+func decodeJSON(raw []byte, v any) error {
+	if p := apitype.UnknownKey(raw, reflect.TypeOf(v).Elem()); p != "" {
+		return web.Invalid(p, "unknown field")
+	}
+	return web.DecodeJSON(raw, v)
 }

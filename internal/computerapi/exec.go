@@ -25,7 +25,7 @@ const (
 
 func (a *API) exec(w http.ResponseWriter, r *http.Request, c *call) error {
 	var req computertype.ExecRequest
-	if err := web.ReadJSON(w, r, &req); err != nil {
+	if err := readJSON(w, r, &req); err != nil {
 		return err
 	}
 	if len(req.Argv) == 0 || req.Argv[0] == "" {
@@ -39,7 +39,7 @@ func (a *API) exec(w http.ResponseWriter, r *http.Request, c *call) error {
 
 func (a *API) bash(w http.ResponseWriter, r *http.Request, c *call) error {
 	var req computertype.ExecRequest
-	if err := web.ReadJSON(w, r, &req); err != nil {
+	if err := readJSON(w, r, &req); err != nil {
 		return err
 	}
 	if req.Script == "" {

@@ -68,7 +68,7 @@ func fileInfo(fi agent.FileInfo) computertype.FileInfo {
 
 func (a *API) readText(w http.ResponseWriter, r *http.Request, c *call) error {
 	var req computertype.ReadRequest
-	if err := web.ReadJSON(w, r, &req); err != nil {
+	if err := readJSON(w, r, &req); err != nil {
 		return err
 	}
 	p, err := workPath(req.Path, "path", false)
@@ -131,7 +131,7 @@ func (a *API) readBytes(w http.ResponseWriter, r *http.Request, c *call) error {
 
 func (a *API) writeText(w http.ResponseWriter, r *http.Request, c *call) error {
 	var req computertype.WriteRequest
-	if err := web.ReadJSON(w, r, &req); err != nil {
+	if err := readJSON(w, r, &req); err != nil {
 		return err
 	}
 	p, err := workPath(req.Path, "path", false)
@@ -249,7 +249,7 @@ func bodyError(err error) error {
 
 func (a *API) listFiles(w http.ResponseWriter, r *http.Request, c *call) error {
 	var req computertype.PathRequest
-	if err := web.ReadJSON(w, r, &req); err != nil {
+	if err := readJSON(w, r, &req); err != nil {
 		return err
 	}
 	if req.Path == "" {
@@ -278,7 +278,7 @@ func (a *API) listFiles(w http.ResponseWriter, r *http.Request, c *call) error {
 
 func (a *API) glob(w http.ResponseWriter, r *http.Request, c *call) error {
 	var req computertype.GlobRequest
-	if err := web.ReadJSON(w, r, &req); err != nil {
+	if err := readJSON(w, r, &req); err != nil {
 		return err
 	}
 	if req.Pattern == "" {
@@ -313,7 +313,7 @@ func (a *API) glob(w http.ResponseWriter, r *http.Request, c *call) error {
 
 func (a *API) grep(w http.ResponseWriter, r *http.Request, c *call) error {
 	var req computertype.GrepRequest
-	if err := web.ReadJSON(w, r, &req); err != nil {
+	if err := readJSON(w, r, &req); err != nil {
 		return err
 	}
 	if req.Pattern == "" {
@@ -345,7 +345,7 @@ func (a *API) grep(w http.ResponseWriter, r *http.Request, c *call) error {
 
 func (a *API) edit(w http.ResponseWriter, r *http.Request, c *call) error {
 	var req computertype.EditRequest
-	if err := web.ReadJSON(w, r, &req); err != nil {
+	if err := readJSON(w, r, &req); err != nil {
 		return err
 	}
 	p, err := workPath(req.Path, "path", false)
@@ -378,7 +378,7 @@ func (a *API) edit(w http.ResponseWriter, r *http.Request, c *call) error {
 
 func (a *API) patch(w http.ResponseWriter, r *http.Request, c *call) error {
 	var req computertype.PatchRequest
-	if err := web.ReadJSON(w, r, &req); err != nil {
+	if err := readJSON(w, r, &req); err != nil {
 		return err
 	}
 	if strings.TrimSpace(req.Patch) == "" {
@@ -411,7 +411,7 @@ func (a *API) patch(w http.ResponseWriter, r *http.Request, c *call) error {
 
 func (a *API) mkdir(w http.ResponseWriter, r *http.Request, c *call) error {
 	var req computertype.MkdirRequest
-	if err := web.ReadJSON(w, r, &req); err != nil {
+	if err := readJSON(w, r, &req); err != nil {
 		return err
 	}
 	p, err := workPath(req.Path, "path", false)

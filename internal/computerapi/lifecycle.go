@@ -6,11 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/berth-dev/berth/apitype/computertype"
 	"net/http"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/berth-dev/berth/apitype/computertype"
 
 	"github.com/berth-dev/berth/internal/auth"
 	"github.com/berth-dev/berth/internal/computer"
@@ -37,7 +38,7 @@ func view(c computer.Computer) computertype.Computer {
 
 func (a *API) create(w http.ResponseWriter, r *http.Request) error {
 	var req computertype.NewComputer
-	if err := web.ReadJSON(w, r, &req); err != nil {
+	if err := readJSON(w, r, &req); err != nil {
 		return err
 	}
 	p := auth.FromContext(r.Context())
@@ -149,14 +150,14 @@ func (a *API) getBackings(w http.ResponseWriter, r *http.Request, c *call) error
 
 func (a *API) putBackings(w http.ResponseWriter, r *http.Request, c *call) error {
 	var raw map[string]json.RawMessage
-	if err := web.ReadJSON(w, r, &raw); err != nil {
+	if err := readJSON(w, r, &raw); err != nil {
 		return err
 	}
 	if _, ok := raw["backings"]; !ok {
 		return web.Invalid("backings", "is required (null for the fleet default)")
 	}
 	var req computertype.Backings
-	if err := web.DecodeJSON(mustJSON(raw), &req); err != nil {
+	if err := decodeJSON(mustJSON(raw), &req); err != nil {
 		return err
 	}
 	if req.ComputerID != "" && req.ComputerID != c.id {
@@ -202,7 +203,7 @@ func mustJSON(v any) []byte {
 
 func (a *API) issueGrant(w http.ResponseWriter, r *http.Request, c *call) error {
 	var req computertype.NewGrant
-	if err := web.ReadJSON(w, r, &req); err != nil {
+	if err := readJSON(w, r, &req); err != nil {
 		return err
 	}
 	now := a.o.Now()
@@ -295,7 +296,7 @@ func (a *API) capacity(w http.ResponseWriter, r *http.Request) error {
 
 func (a *API) acknowledgeUsage(w http.ResponseWriter, r *http.Request) error {
 	var req computertype.UsageAck
-	if err := web.ReadJSON(w, r, &req); err != nil {
+	if err := readJSON(w, r, &req); err != nil {
 		return err
 	}
 	if req.Intervals == nil {
@@ -303,6 +304,9 @@ func (a *API) acknowledgeUsage(w http.ResponseWriter, r *http.Request) error {
 	}
 	acks := make([]computer.UsageInterval, len(req.Intervals))
 	for i, iv := range req.Intervals {
+		if iv.Kind != "" && iv.Kind != "interval" {
+			return web.Invalid(fmt.Sprintf("intervals[%d].kind", i), "must be \"interval\", got %q", iv.Kind)
+		}
 		acks[i] = computer.UsageInterval{RuntimeID: iv.RuntimeID, Backing: iv.Backing, StartedAt: iv.StartedAt, ObservedAt: iv.ObservedAt, Ended: iv.Ended}
 	}
 	if err := a.o.Manager.AcknowledgeUsage(r.Context(), acks); err != nil {

@@ -15,7 +15,7 @@ func port(e computer.Exposure) computertype.Port {
 
 func (a *API) exposePort(w http.ResponseWriter, r *http.Request, c *call) error {
 	var req computertype.PortRequest
-	if err := web.ReadJSON(w, r, &req); err != nil {
+	if err := readJSON(w, r, &req); err != nil {
 		return err
 	}
 	if req.Port < 1 || req.Port > 65535 {

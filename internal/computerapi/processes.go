@@ -27,7 +27,7 @@ func processView(pi agent.ProcessInfo) computertype.Process {
 
 func (a *API) processStart(w http.ResponseWriter, r *http.Request, c *call) error {
 	var req computertype.ProcessRequest
-	if err := web.ReadJSON(w, r, &req); err != nil {
+	if err := readJSON(w, r, &req); err != nil {
 		return err
 	}
 	argv := req.Argv
