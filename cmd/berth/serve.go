@@ -52,6 +52,10 @@ VM drivers (environment only; they describe the host):
   BERTH_FC_KERNEL       the firecracker driver's guest kernel (a vmlinux with
                         virtio-mmio, ext4 and IP_PNP built in)
   BERTH_FC_BIN          the firecracker binary; unset: firecracker in PATH
+  BERTH_CONTAINER_AGENT another berth run as the containers' init; unset:
+                        this berth (a dynamic one gets its libc bundled)
+  BERTH_OCI_RUNTIME     the containers' OCI runtime: crun, runc or a path
+  BERTH_LIBVIRT_SOCKET  libvirtd's socket; unset: /run/libvirt/libvirt-sock
   BERTH_ALLOW_UNLIMITED 1: as root, start process replicas even where no
                         cgroup can limit their pids, memory and CPU (unset:
                         such starts are refused)
@@ -182,6 +186,7 @@ func serve(ctx context.Context, args []string) int {
 		NamespaceReplicaQuota: nonZero(*replicaQuota),
 		ComputerCapacity:      computer.HostCapacity{MaxActive: *maxActive, ReservedHeadroom: *headroom},
 		ComputerRecycleAfter:  *recycleAfter,
+		Drivers:               driverOptions(),
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "berth serve: %v\n", err)

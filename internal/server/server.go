@@ -36,6 +36,7 @@ import (
 	"github.com/berth-dev/berth/internal/secrets"
 	"github.com/berth-dev/berth/internal/spec"
 	"github.com/berth-dev/berth/internal/store"
+	"github.com/berth-dev/berth/internal/vm/drivers"
 	"github.com/berth-dev/berth/internal/web"
 )
 
@@ -91,6 +92,9 @@ type Options struct {
 	// them to make the test binary the agent.
 	AgentCommand []string
 	AgentEnv     []string
+	// Drivers are the operator's settings for the vm drivers (package
+	// drivers), which cmd/berth reads from the environment.
+	Drivers drivers.Options
 
 	// AdminUser and AdminPassword are the operator's HTTP Basic credential
 	// (BERTH_ADMIN_USER, default "admin"; BERTH_ADMIN_PASSWORD). With a
@@ -256,7 +260,10 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		return nil, err
 	}
 	gnet := guestNetwork(ctx, o.DataDir, o.Log)
-	drivers, closers, err := buildDrivers(o, s.Images, gnet)
+	ds, closers, err := drivers.Open(drivers.Config{
+		Options: o.Drivers, DataDir: o.DataDir, AgentCommand: o.AgentCommand, AgentEnv: o.AgentEnv,
+		Images: s.Images, Net: gnet, Log: o.Log,
+	})
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -264,12 +271,12 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	s.driverClosers = closers
 	defer func() {
 		if err != nil {
-			closeAll(closers, o.Log)
+			drivers.CloseAll(closers, o.Log)
 		}
 	}()
-	s.Fleet = fleet.New(fleet.Options{Drivers: drivers, Log: o.Log, Ignore: computer.IsSandbox})
+	s.Fleet = fleet.New(fleet.Options{Drivers: ds, Log: o.Log, Ignore: computer.IsSandbox})
 	s.Computers, err = computer.New(ctx, computer.Options{
-		Store: st, Drivers: drivers, DataDir: o.DataDir, BaseDomain: portDomain(o), Log: o.Log,
+		Store: st, Drivers: ds, DataDir: o.DataDir, BaseDomain: portDomain(o), Log: o.Log,
 		RecycleAfter: o.ComputerRecycleAfter,
 	})
 	if err != nil {
@@ -498,7 +505,7 @@ func (s *Server) Run(ctx context.Context) error {
 	s.closeEgress()
 	stopLoops()
 	loops.Wait()
-	closeAll(s.driverClosers, s.log)
+	drivers.CloseAll(s.driverClosers, s.log)
 	if cerr := s.store.Close(); cerr != nil && err == nil {
 		err = cerr
 	}
