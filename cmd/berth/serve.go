@@ -16,7 +16,6 @@ import (
 	"github.com/berth-dev/berth/internal/auth"
 	"github.com/berth-dev/berth/internal/computer"
 	"github.com/berth-dev/berth/internal/demo"
-	"github.com/berth-dev/berth/internal/registry"
 	"github.com/berth-dev/berth/internal/server"
 	"github.com/berth-dev/berth/internal/spec"
 )
@@ -216,7 +215,7 @@ func startDemo(ctx context.Context, s *server.Server) error {
 		return err
 	}
 	for _, sp := range demo.Specs(self) {
-		if _, _, err := s.Registry.Put(ctx, sp, registry.PutOptions{}); err != nil {
+		if err := s.Deploy(ctx, sp); err != nil {
 			return err
 		}
 	}

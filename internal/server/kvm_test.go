@@ -112,14 +112,14 @@ func TestKVMGateway(t *testing.T) {
 			t.Logf("server log:\n%s", logs.String())
 		}
 	})
-	if !slices.Contains(s.Fleet.DriverNames(), "kvm") {
-		t.Fatalf("berth has no kvm driver (drivers %v); its log:\n%s", s.Fleet.DriverNames(), logs.String())
+	if !slices.Contains(s.fleet.DriverNames(), "kvm") {
+		t.Fatalf("berth has no kvm driver (drivers %v); its log:\n%s", s.fleet.DriverNames(), logs.String())
 	}
 	rootfs := filepath.Join(dir, "rootfs")
 	if err := vmtest.BusyboxRoot(rootfs); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Images.Import(context.Background(), "busybox", rootfs); err != nil {
+	if _, err := s.images.Import(context.Background(), "busybox", rootfs); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

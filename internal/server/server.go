@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/admin"
 	"github.com/berth-dev/berth/internal/auth"
 	"github.com/berth-dev/berth/internal/computer"
@@ -159,22 +160,22 @@ type Server struct {
 	o        Options
 	log      *slog.Logger
 	store    *store.Store
-	Registry *registry.Registry
-	Proxy    *proxy.Handler
-	Metrics  *metrics.Registry
-	Fleet    *fleet.Manager
-	// Computers runs the Computers (package computer) on the fleet's
+	registry *registry.Registry
+	proxy    *proxy.Handler
+	metrics  *metrics.Registry
+	fleet    *fleet.Manager
+	// computers runs the Computers (package computer) on the fleet's
 	// drivers; its sandboxes are invisible to the fleet.
-	Computers *computer.Manager
+	computers *computer.Manager
 	// driverClosers end what the drivers keep beside their replicas
 	// (spares), when Run ends.
 	driverClosers []io.Closer
-	// Secrets is the sealed secret store; the VM pools resolve env_from
+	// secrets is the sealed secret store; the VM pools resolve env_from
 	// through it (ResolveEnv) when they create a replica.
-	Secrets *secrets.Store
-	// Images is the local image store: root filesystems for the
+	secrets *secrets.Store
+	// images is the local image store: root filesystems for the
 	// container and VM drivers (vm.image).
-	Images *image.Store
+	images *image.Store
 	host   *metrics.HostSampler
 
 	proxyLn, adminLn net.Listener
@@ -230,11 +231,17 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// undo holds what New has opened so far, run last first when it
+	// fails.
+	var undo []func()
 	defer func() {
 		if err != nil {
-			lock.release()
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
 		}
 	}()
+	undo = append(undo, lock.release)
 	if err := siteDirs(&o); err != nil {
 		return nil, err
 	}
@@ -242,96 +249,81 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
+	undo = append(undo, func() { st.Close() })
 	tokens, sec, err := openAccess(ctx, st, o)
 	if err != nil {
-		st.Close()
 		return nil, err
 	}
-	s := &Server{o: o, log: o.Log, store: st, lock: lock, Metrics: metrics.NewRegistry(), host: metrics.NewHostSampler("/proc"), Secrets: sec}
+	s := &Server{o: o, log: o.Log, store: st, lock: lock, metrics: metrics.NewRegistry(), host: metrics.NewHostSampler("/proc"), secrets: sec}
 	s.ports = &portRoutes{}
 	s.self = new(netguard.Self)
-	s.Proxy = proxy.New(proxy.Options{
+	s.proxy = proxy.New(proxy.Options{
 		Log: o.Log, TrustedProxies: o.TrustedProxies, Resolve: s.ports.resolve,
 		Self: s.self, AllowLinkLocal: o.AllowLinkLocalUpstreams, UpstreamResponseTimeout: o.UpstreamResponseTimeout,
 		BodyReadTimeout: o.BodyReadTimeout,
 	})
-	if s.Images, err = s.openImages(ctx, st); err != nil {
-		st.Close()
+	if s.images, err = s.openImages(ctx, st); err != nil {
 		return nil, err
 	}
 	gnet := guestNetwork(ctx, o.DataDir, o.Log)
 	ds, closers, err := drivers.Open(drivers.Config{
 		Options: o.Drivers, DataDir: o.DataDir, AgentCommand: o.AgentCommand, AgentEnv: o.AgentEnv,
-		Images: s.Images, Net: gnet, Log: o.Log,
+		Images: s.images, Net: gnet, Log: o.Log,
 	})
 	if err != nil {
-		st.Close()
 		return nil, err
 	}
 	s.driverClosers = closers
-	defer func() {
-		if err != nil {
-			drivers.CloseAll(closers, o.Log)
-		}
-	}()
-	s.Fleet = fleet.New(fleet.Options{Drivers: ds, Log: o.Log, Ignore: computer.IsSandbox})
-	s.Computers, err = computer.New(ctx, computer.Options{
+	undo = append(undo, func() { drivers.CloseAll(closers, o.Log) })
+	s.fleet = fleet.New(fleet.Options{Drivers: ds, Log: o.Log, Ignore: computer.IsSandbox})
+	s.computers, err = computer.New(ctx, computer.Options{
 		Store: st, Drivers: ds, DataDir: o.DataDir, BaseDomain: portDomain(o), Log: o.Log,
 		RecycleAfter: o.ComputerRecycleAfter,
 	})
 	if err != nil {
-		st.Close()
 		return nil, err
 	}
 	if o.ComputerCapacity != (computer.HostCapacity{}) {
-		if err := s.Computers.SetHostCapacity(ctx, computer.LocalHost, o.ComputerCapacity); err != nil {
-			st.Close()
+		if err := s.computers.SetHostCapacity(ctx, computer.LocalHost, o.ComputerCapacity); err != nil {
 			return nil, fmt.Errorf("server: Computer capacity: %w", err)
 		}
 		o.Log.Info("Computer capacity", "host", computer.LocalHost, "max_active", o.ComputerCapacity.MaxActive, "reserved_headroom", o.ComputerCapacity.ReservedHeadroom)
 	}
 	grants, grantKey, err := openGrants(ctx, st, o.DataDir)
 	if err != nil {
-		st.Close()
 		return nil, err
 	}
+	undo = append(undo, s.closeEgress)
 	if err := s.openEgress(grants, grantKey, gnet); err != nil {
-		st.Close()
 		return nil, err
 	}
-	s.ports.computers, s.ports.grants = s.Computers, grants
+	s.ports.computers, s.ports.grants = s.computers, grants
 	nsStore := namespaces.New(st)
 	specOpts := spec.Options{
-		BaseDomain: o.BaseDomain, Drivers: s.Fleet.DriverNames(), ImageExists: s.Images.Exists,
+		BaseDomain: o.BaseDomain, Drivers: s.fleet.DriverNames(), ImageExists: s.images.Exists,
 		SitesDir: o.SitesDir, SiteRootsAllow: o.SiteRootsAllow, MaxReplicasCeiling: replicaCeiling(o),
 	}
-	s.Registry = registry.New(registry.Options{
+	s.registry = registry.New(registry.Options{
 		Store:      st,
-		Publisher:  s.Proxy,
+		Publisher:  s.proxy,
 		Spec:       specOpts,
-		Recorder:   func(id string) proxy.Recorder { return recorder{s.Metrics.Get(id)} },
-		Forget:     s.Metrics.Delete,
-		Pools:      s.Fleet,
+		Recorder:   func(id string) proxy.Recorder { return recorder{s.metrics.Get(id)} },
+		Forget:     s.metrics.Delete,
+		Pools:      s.fleet,
 		ResolveEnv: sec.ResolveEnv,
-		Metrics:    s.Metrics.Get,
+		Metrics:    s.metrics.Get,
 		Domains:    nsStore.Domains,
 		Reserved:   s.portHost,
 		Log:        o.Log,
 	})
-	if err := s.Registry.Load(ctx); err != nil {
-		s.closeEgress()
-		st.Close()
+	if err := s.registry.Load(ctx); err != nil {
 		return nil, err
 	}
 	if s.proxyLn, err = net.Listen("tcp", o.ProxyAddr); err != nil {
-		s.closeEgress()
-		st.Close()
 		return nil, fmt.Errorf("proxy listener: %w", err)
 	}
+	undo = append(undo, func() { s.proxyLn.Close() })
 	if s.adminLn, err = net.Listen("tcp", o.AdminAddr); err != nil {
-		s.proxyLn.Close()
-		s.closeEgress()
-		st.Close()
 		return nil, fmt.Errorf("admin listener: %w", err)
 	}
 	s.self.Add(s.proxyLn.Addr(), s.adminLn.Addr())
@@ -346,7 +338,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	protos.SetHTTP1(true)
 	protos.SetUnencryptedHTTP2(true)
 	s.proxySrv = &http.Server{
-		Handler:           web.Recover(o.Log, s.Proxy),
+		Handler:           web.Recover(o.Log, s.proxy),
 		ReadHeaderTimeout: o.ReadHeaderTimeout,
 		IdleTimeout:       o.IdleTimeout,
 		MaxHeaderBytes:    1 << 20,
@@ -364,7 +356,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	}
 	s.proxyFront = s.proxySrv
 	if !o.StdHTTP {
-		s.proxyFront = s.Proxy.NewH1Server(s.proxySrv, proxy.H1Options{Log: o.Log})
+		s.proxyFront = s.proxy.NewH1Server(s.proxySrv, proxy.H1Options{Log: o.Log})
 	}
 	brake := auth.NewBrake(o.Brake)
 	gate := auth.New(auth.Config{
@@ -372,16 +364,16 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		Brake: brake, Log: o.Log,
 	})
 	api := admin.New(admin.Options{
-		Registry: s.Registry, Fleet: s.Fleet, Metrics: s.Metrics, Host: s.host,
+		Registry: s.registry, Fleet: s.fleet, Metrics: s.metrics, Host: s.host,
 		PublicIPs: o.PublicIPs, Revision: o.Revision, Log: o.Log,
 		Gate:   gate,
-		Tokens: tokens, Secrets: sec, Namespaces: nsStore, Images: s.Images,
+		Tokens: tokens, Secrets: sec, Namespaces: nsStore, Images: s.images,
 		Confinement: confinement(o),
 		Upstreams:   admin.UpstreamGuard{Self: s.self, AllowLinkLocal: o.AllowLinkLocalUpstreams},
 	})
 	// The Computer API shares the listener and the gate, and its brake
 	// counts bad grants with bad admin credentials.
-	capi := computerapi.Options{Manager: s.Computers, Grants: grants, Gate: gate, Brake: brake, Log: o.Log, Confinement: confinement(o)}
+	capi := computerapi.Options{Manager: s.computers, Grants: grants, Gate: gate, Brake: brake, Log: o.Log, Confinement: confinement(o)}
 	if s.egress != nil {
 		capi.Egress = s.egress
 	}
@@ -401,7 +393,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		BaseContext:       base,
 		ErrorLog:          slog.NewLogLogger(o.Log.Handler(), slog.LevelDebug),
 	}
-	o.Log.Info("berth listening", "proxy", s.ProxyAddr(), "admin", s.AdminAddr(), "data_dir", o.DataDir, "deployments", s.Registry.Len())
+	o.Log.Info("berth listening", "proxy", s.ProxyAddr(), "admin", s.AdminAddr(), "data_dir", o.DataDir, "deployments", s.registry.Len())
 	return s, nil
 }
 
@@ -457,17 +449,37 @@ func (s *Server) ProxyAddr() string { return s.proxyLn.Addr().String() }
 // AdminAddr is the bound admin address.
 func (s *Server) AdminAddr() string { return s.adminLn.Addr().String() }
 
+// Deploy writes a deployment as the operator would (a PUT on the admin
+// API): cmd/berth's demo deployments.
+func (s *Server) Deploy(ctx context.Context, sp apitype.DeploymentSpec) error {
+	_, _, err := s.registry.Put(ctx, sp, registry.PutOptions{})
+	return err
+}
+
+// DriverNames are the vm drivers this host runs.
+func (s *Server) DriverNames() []string { return s.fleet.DriverNames() }
+
+// ImportImage imports the root filesystem tree src as the image name,
+// unless an image of that name is there already.
+func (s *Server) ImportImage(ctx context.Context, name, src string) error {
+	if s.images.Exists(name) {
+		return nil
+	}
+	_, err := s.images.Import(ctx, name, src)
+	return err
+}
+
 // Run serves until ctx ends, then drains: it stops accepting, lets in-flight
 // requests and websockets finish up to DrainTimeout, and closes the store.
 func (s *Server) Run(ctx context.Context) error {
 	loopCtx, stopLoops := context.WithCancel(context.WithoutCancel(ctx))
 	var loops sync.WaitGroup
 	loops.Add(4)
-	go func() { defer loops.Done(); s.Computers.Run(loopCtx) }()
-	go func() { defer loops.Done(); s.Registry.Run(loopCtx) }()
+	go func() { defer loops.Done(); s.computers.Run(loopCtx) }()
+	go func() { defer loops.Done(); s.registry.Run(loopCtx) }()
 	go func() {
 		defer loops.Done()
-		if err := s.Fleet.Run(loopCtx); err != nil {
+		if err := s.fleet.Run(loopCtx); err != nil {
 			s.log.Error("fleet stopped", "err", err)
 		}
 	}()
@@ -486,7 +498,7 @@ func (s *Server) Run(ctx context.Context) error {
 	case err = <-errc:
 		s.log.Error("listener failed", "err", err)
 	}
-	s.log.Info("draining", "timeout", s.o.DrainTimeout, "in_flight", s.Proxy.Active())
+	s.log.Info("draining", "timeout", s.o.DrainTimeout, "in_flight", s.proxy.Active())
 	dctx, cancel := context.WithTimeout(context.Background(), s.o.DrainTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -496,8 +508,8 @@ func (s *Server) Run(ctx context.Context) error {
 	wg.Wait()
 	// Shutdown does not wait for hijacked connections (websockets); the
 	// proxy counts them.
-	if werr := s.Proxy.Wait(dctx); werr != nil {
-		s.log.Warn("drain deadline passed; closing what is left", "in_flight", s.Proxy.Active())
+	if werr := s.proxy.Wait(dctx); werr != nil {
+		s.log.Warn("drain deadline passed; closing what is left", "in_flight", s.proxy.Active())
 	}
 	s.cancelReqs()
 	s.proxyFront.Close()
