@@ -184,9 +184,8 @@ type Server struct {
 	adminSrv         *http.Server
 	egress           *egress.Proxy // nil when EgressAddr is "off"
 	egressLn         net.Listener
-	cancelReqs       context.CancelFunc // ends request contexts after the drain deadline
-	ports            *portRoutes        // Computers' exposed ports on the data plane
-	lock             *instanceLock      // the data dir's, held until Run returns
+	ports            *portRoutes   // Computers' exposed ports on the data plane
+	lock             *instanceLock // the data dir's, held until Run returns
 	// self is berth's own listeners, which the proxy refuses to dial; filled
 	// as they are bound.
 	self *netguard.Self
@@ -330,10 +329,6 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	if s.egressLn != nil {
 		s.self.Add(s.egressLn.Addr())
 	}
-	reqCtx, cancel := context.WithCancel(context.Background())
-	s.cancelReqs = cancel
-	base := func(net.Listener) context.Context { return reqCtx }
-
 	protos := new(http.Protocols)
 	protos.SetHTTP1(true)
 	protos.SetUnencryptedHTTP2(true)
@@ -350,9 +345,8 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		// that sends nothing for ReadHeaderTimeout is pinged, and closed
 		// if the ping is not answered within as long again; a client
 		// stuck in a frame cannot answer.
-		HTTP2:       &http.HTTP2Config{SendPingTimeout: o.ReadHeaderTimeout, PingTimeout: o.ReadHeaderTimeout},
-		BaseContext: base,
-		ErrorLog:    slog.NewLogLogger(o.Log.Handler(), slog.LevelDebug),
+		HTTP2:    &http.HTTP2Config{SendPingTimeout: o.ReadHeaderTimeout, PingTimeout: o.ReadHeaderTimeout},
+		ErrorLog: slog.NewLogLogger(o.Log.Handler(), slog.LevelDebug),
 	}
 	s.proxyFront = s.proxySrv
 	if !o.StdHTTP {
@@ -390,7 +384,6 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		ReadTimeout:       time.Minute,
 		IdleTimeout:       o.IdleTimeout,
 		MaxHeaderBytes:    1 << 20,
-		BaseContext:       base,
 		ErrorLog:          slog.NewLogLogger(o.Log.Handler(), slog.LevelDebug),
 	}
 	o.Log.Info("berth listening", "proxy", s.ProxyAddr(), "admin", s.AdminAddr(), "data_dir", o.DataDir, "deployments", s.registry.Len())
@@ -472,18 +465,33 @@ func (s *Server) ImportImage(ctx context.Context, name, src string) error {
 // Run serves until ctx ends, then drains: it stops accepting, lets in-flight
 // requests and websockets finish up to DrainTimeout, and closes the store.
 func (s *Server) Run(ctx context.Context) error {
+	// The background loops outlive ctx until the listeners have drained
+	// (requests use the registry, fleet and Computers); Run starts each
+	// and waits for every one of them before it closes the drivers and
+	// the store.
 	loopCtx, stopLoops := context.WithCancel(context.WithoutCancel(ctx))
 	var loops sync.WaitGroup
-	loops.Add(4)
-	go func() { defer loops.Done(); s.computers.Run(loopCtx) }()
-	go func() { defer loops.Done(); s.registry.Run(loopCtx) }()
-	go func() {
-		defer loops.Done()
-		if err := s.fleet.Run(loopCtx); err != nil {
-			s.log.Error("fleet stopped", "err", err)
-		}
-	}()
-	go func() { defer loops.Done(); s.host.Run(loopCtx, 2*time.Second) }()
+	for _, l := range []struct {
+		name string
+		run  func(context.Context) error
+	}{
+		{"computers", s.computers.Run},
+		{"registry", s.registry.Run},
+		{"fleet", s.fleet.Run},
+		{"host sampler", func(ctx context.Context) error { return s.host.Run(ctx, 2*time.Second) }},
+	} {
+		loops.Go(func() {
+			if err := l.run(loopCtx); err != nil && loopCtx.Err() == nil {
+				s.log.Error("background loop stopped", "loop", l.name, "err", err)
+			}
+		})
+	}
+	// Requests' contexts end after the drain deadline (cancelReqs), not
+	// with ctx: the drain lets them finish.
+	reqCtx, cancelReqs := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelReqs()
+	base := func(net.Listener) context.Context { return reqCtx }
+	s.proxySrv.BaseContext, s.adminSrv.BaseContext = base, base
 
 	errc := make(chan error, 3)
 	go func() { errc <- s.proxyFront.Serve(s.proxyLn) }()
@@ -499,7 +507,7 @@ func (s *Server) Run(ctx context.Context) error {
 		s.log.Error("listener failed", "err", err)
 	}
 	s.log.Info("draining", "timeout", s.o.DrainTimeout, "in_flight", s.proxy.Active())
-	dctx, cancel := context.WithTimeout(context.Background(), s.o.DrainTimeout)
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.o.DrainTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -511,7 +519,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if werr := s.proxy.Wait(dctx); werr != nil {
 		s.log.Warn("drain deadline passed; closing what is left", "in_flight", s.proxy.Active())
 	}
-	s.cancelReqs()
+	cancelReqs()
 	s.proxyFront.Close()
 	s.adminSrv.Close()
 	s.closeEgress()
