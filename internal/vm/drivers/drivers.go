@@ -129,15 +129,6 @@ type Factory struct {
 // when their host requirements are met.
 var factories = []Factory{processFactory, containerFactory, firecrackerFactory, kvmFactory, libvirtFactory}
 
-// Names are the drivers berth knows, whether or not this host runs them.
-func Names() []string {
-	names := make([]string, len(factories))
-	for i, f := range factories {
-		names[i] = f.Name
-	}
-	return names
-}
-
 // Open opens the drivers this host can run, by name. A driver whose Check
 // or Open answers an error wrapping vm.ErrUnavailable is left out and
 // logged; any other error closes what was opened and is returned.

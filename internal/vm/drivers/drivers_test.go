@@ -62,11 +62,16 @@ func TestOpen(t *testing.T) {
 	}
 }
 
-// TestNames checks that every driver berth documents has a factory.
-func TestNames(t *testing.T) {
+// TestFactories checks that every driver berth documents has a factory,
+// in the order they are opened: the process driver first.
+func TestFactories(t *testing.T) {
 	want := []string{"process", "container", "firecracker", "kvm", "libvirt"}
-	if got := Names(); !slices.Equal(got, want) {
-		t.Errorf("Names() = %v, want %v", got, want)
+	var got []string
+	for _, f := range factories {
+		got = append(got, f.Name)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("factories %v, want %v", got, want)
 	}
 }
 
