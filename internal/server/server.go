@@ -493,11 +493,14 @@ func (s *Server) Run(ctx context.Context) error {
 	base := func(net.Listener) context.Context { return reqCtx }
 	s.proxySrv.BaseContext, s.adminSrv.BaseContext = base, base
 
+	// The listeners' Serve calls end when they are closed below; Run
+	// waits for them too.
 	errc := make(chan error, 3)
-	go func() { errc <- s.proxyFront.Serve(s.proxyLn) }()
-	go func() { errc <- s.adminSrv.Serve(s.adminLn) }()
+	var serving sync.WaitGroup
+	serving.Go(func() { errc <- s.proxyFront.Serve(s.proxyLn) })
+	serving.Go(func() { errc <- s.adminSrv.Serve(s.adminLn) })
 	if s.egress != nil {
-		go func() { errc <- s.egress.Serve(s.egressLn) }()
+		serving.Go(func() { errc <- s.egress.Serve(s.egressLn) })
 	}
 
 	var err error
@@ -510,9 +513,8 @@ func (s *Server) Run(ctx context.Context) error {
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.o.DrainTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); s.proxyFront.Shutdown(dctx) }()
-	go func() { defer wg.Done(); s.adminSrv.Shutdown(dctx) }()
+	wg.Go(func() { s.proxyFront.Shutdown(dctx) })
+	wg.Go(func() { s.adminSrv.Shutdown(dctx) })
 	wg.Wait()
 	// Shutdown does not wait for hijacked connections (websockets); the
 	// proxy counts them.
@@ -523,6 +525,7 @@ func (s *Server) Run(ctx context.Context) error {
 	s.proxyFront.Close()
 	s.adminSrv.Close()
 	s.closeEgress()
+	serving.Wait()
 	stopLoops()
 	loops.Wait()
 	drivers.CloseAll(s.driverClosers, s.log)
