@@ -182,6 +182,19 @@ func open(c Config, fs []Factory) (_ map[string]vm.Driver, closers []io.Closer, 
 	return ds, closers, nil
 }
 
+// closers close in turn, returning the first error.
+type closers []io.Closer
+
+func (cs closers) Close() error {
+	var first error
+	for _, c := range cs {
+		if err := c.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
 // CloseAll closes cs, logging failures.
 func CloseAll(cs []io.Closer, log *slog.Logger) {
 	for _, c := range cs {

@@ -28,7 +28,7 @@ var kvmFactory = Factory{
 		}
 		e.Log.Info("vm driver kvm", "accel", accelLabel(d.Accel()), "kernel", boot.Source(), "boot_files_built", boot.Ready())
 		if !boot.Ready() {
-			return newLazyKVM(d, boot), nil, nil
+			return newLazyKVM(d, boot), boot, nil
 		}
 		return d, nil, nil
 	},

@@ -26,7 +26,8 @@ var libvirtFactory = Factory{
 		e.Log.Info("vm driver libvirt", "accel", accelLabel(d.Accel()), "kernel", boot.Source(), "boot_files_built", boot.Ready())
 		if !boot.Ready() {
 			// The hypervisor lives in d.Driver: the lazy wrapper keeps it.
-			return newLazyKVM(d.Driver, boot), d, nil
+			// A build under way ends before the connection closes.
+			return newLazyKVM(d.Driver, boot), closers{boot, d}, nil
 		}
 		return d, d, nil
 	},

@@ -196,6 +196,19 @@ func (b *Boot) Ready() bool {
 	return b.ready
 }
 
+// Close waits for a build under way (which no Start's end cancels) to
+// end, so that none outlives the driver's owner; it is the driver's
+// closer while boot files are pending. It returns nil.
+func (b *Boot) Close() error {
+	b.mu.Lock()
+	done := b.building
+	b.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+	return nil
+}
+
 // build makes the boot files and closes done. It runs on its own, not in
 // a Start's context: a Start given up on should not waste the work.
 func (b *Boot) build(done chan struct{}) {

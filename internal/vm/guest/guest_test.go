@@ -107,6 +107,22 @@ func TestGuestBoot(t *testing.T) {
 		t.Errorf("initrd %s: %v, %v", b.initrd, fi, err)
 	}
 
+	// A build a Start gave up on goes on; Close waits for it.
+	os.Remove(b.initrd)
+	closing, err := NewBoot(cache, Kernel{Path: kernel, Modules: modules}, true, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gaveUp, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := closing.Wait(gaveUp); err == nil && !closing.Ready() {
+		t.Fatalf("Wait with an ended context: nil before the build")
+	}
+	closing.Close()
+	if !closing.Ready() {
+		t.Fatal("Close returned before the build under way ended")
+	}
+
 	again, err := NewBoot(cache, Kernel{Path: kernel, Modules: modules}, true, log)
 	if err != nil || !again.Ready() {
 		t.Fatalf("a second start over the same inputs: ready %v, %v; want the cached files", again != nil && again.Ready(), err)
