@@ -19,7 +19,6 @@ import (
 	"github.com/berth-dev/berth/internal/computer"
 	"github.com/berth-dev/berth/internal/demo"
 	"github.com/berth-dev/berth/internal/hostcheck"
-	"github.com/berth-dev/berth/internal/registry"
 	"github.com/berth-dev/berth/internal/server"
 	"github.com/berth-dev/berth/internal/spec"
 )
@@ -55,6 +54,10 @@ VM drivers (environment only; they describe the host):
   BERTH_FC_KERNEL       the firecracker driver's guest kernel (a vmlinux with
                         virtio-mmio, ext4 and IP_PNP built in)
   BERTH_FC_BIN          the firecracker binary; unset: firecracker in PATH
+  BERTH_CONTAINER_AGENT another berth run as the containers' init; unset:
+                        this berth (a dynamic one gets its libc bundled)
+  BERTH_OCI_RUNTIME     the containers' OCI runtime: crun, runc or a path
+  BERTH_LIBVIRT_SOCKET  libvirtd's socket; unset: /run/libvirt/libvirt-sock
   BERTH_ALLOW_UNLIMITED 1: as root, start process replicas even where no
                         cgroup can limit their pids, memory and CPU (unset:
                         such starts are refused)
@@ -199,6 +202,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 		NamespaceReplicaQuota: nonZero(*replicaQuota),
 		ComputerCapacity:      computer.HostCapacity{MaxActive: *maxActive, ReservedHeadroom: *headroom},
 		ComputerRecycleAfter:  *recycleAfter,
+		Drivers:               driverOptions(),
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "berth serve: %v\n", err)
@@ -228,7 +232,7 @@ func startDemo(ctx context.Context, s *server.Server, stderr io.Writer) error {
 		return err
 	}
 	for _, sp := range demo.Specs(self) {
-		if _, _, err := s.Registry.Put(ctx, sp, registry.PutOptions{}); err != nil {
+		if err := s.Deploy(ctx, sp); err != nil {
 			return err
 		}
 	}

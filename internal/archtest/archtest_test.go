@@ -82,6 +82,13 @@ var rules = []struct {
 	{mod + "/internal/image", []string{mod + "/internal/vm", mod + "/internal/server", mod + "/internal/admin", mod + "/internal/registry"}, "the image store knows nothing of the drivers that boot its images"},
 	{mod + "/internal/grant", []string{mod + "/internal/computer", mod + "/internal/computerapi", mod + "/internal/server"}, "grant tokens know nothing of what they guard"},
 	{mod + "/internal/computer", []string{mod + "/internal/computerapi", mod + "/internal/server", mod + "/internal/admin", mod + "/internal/registry", mod + "/internal/fleet", mod + "/internal/vm/"}, "Computers use drivers only through the vm contract, below their API"},
+	{mod + "/internal/server", []string{mod + "/internal/vm/process", mod + "/internal/vm/container", mod + "/internal/vm/kvm", mod + "/internal/vm/libvirt", mod + "/internal/vm/firecracker", mod + "/internal/vm/guest"}, "the composition root opens the drivers only through package drivers: adding a driver touches no server code"},
+	{mod + "/internal/vm/guest", []string{mod + "/internal/vm/drivers"}, "guest kernels and disks are below the driver factories that use them"},
+	{mod + "/internal/vm/process", []string{mod + "/internal/vm/drivers"}, "a driver knows nothing of the factories that open it"},
+	{mod + "/internal/vm/container", []string{mod + "/internal/vm/drivers"}, "a driver knows nothing of the factories that open it"},
+	{mod + "/internal/vm/kvm", []string{mod + "/internal/vm/drivers"}, "a driver knows nothing of the factories that open it"},
+	{mod + "/internal/vm/libvirt", []string{mod + "/internal/vm/drivers"}, "a driver knows nothing of the factories that open it"},
+	{mod + "/internal/vm/firecracker", []string{mod + "/internal/vm/drivers"}, "a driver knows nothing of the factories that open it"},
 }
 
 func TestLayering(t *testing.T) {

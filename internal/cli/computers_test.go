@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/berth-dev/berth/client"
 	"github.com/berth-dev/berth/internal/agent"
 	"github.com/berth-dev/berth/internal/server"
 )
@@ -54,9 +55,11 @@ func computerServer(t *testing.T) string {
 	go func() { done <- s.Run(ctx) }()
 	t.Cleanup(func() {
 		// Delete what the test left, so no sandbox outlives it.
-		if cs, err := s.Computers.List(context.Background(), ""); err == nil {
-			for _, c := range cs {
-				s.Computers.Delete(context.Background(), c.ID)
+		if c, err := client.New("http://"+s.AdminAddr(), client.WithBasicAuth("admin", "opw")); err == nil {
+			if cs, err := c.Computers(context.Background(), ""); err == nil {
+				for _, cm := range cs {
+					c.DeleteComputer(context.Background(), cm.ID)
+				}
 			}
 		}
 		cancel()

@@ -17,15 +17,15 @@ import (
 // background processes, puts idle Computers to sleep, recycles old
 // sandboxes at quiet moments and expires old facts; whenever a slot frees
 // it starts queued Computers. Sandboxes keep running when Run returns: a
-// new Manager re-adopts them.
-func (m *Manager) Run(ctx context.Context) {
+// new Manager re-adopts them. It returns nil when ctx ends.
+func (m *Manager) Run(ctx context.Context) error {
 	t := time.NewTicker(m.o.Tick)
 	defer t.Stop()
 	m.drainQueue(ctx)
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-t.C:
 			m.tick(ctx)
 		case <-m.kick:

@@ -135,7 +135,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 	m.mu.Unlock()
 	for _, p := range pools {
-		p.adopt(byDep[p.id])
+		p.adopt(ctx, byDep[p.id])
 		p.start(ctx)
 	}
 	close(m.started)
@@ -157,11 +157,15 @@ func (m *Manager) Run(ctx context.Context) error {
 		}
 	}
 	<-ctx.Done()
+	// Every pool's loop and the goroutines it started (creates, probes,
+	// stops) end before Run returns, so that none uses a driver its owner
+	// closes next.
 	m.mu.Lock()
-	for _, p := range m.pools {
+	pools = slices.Collect(maps.Values(m.pools))
+	m.mu.Unlock()
+	for _, p := range pools {
 		p.wait()
 	}
-	m.mu.Unlock()
 	return nil
 }
 
@@ -199,7 +203,7 @@ func (m *Manager) Ensure(cfg Config) *Pool {
 		ctx, adopted := m.ctx, m.adopted[cfg.Deployment]
 		m.mu.Unlock()
 		if ctx != nil {
-			p.adopt(adopted)
+			p.adopt(ctx, adopted)
 			p.start(ctx)
 		}
 		return p

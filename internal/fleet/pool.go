@@ -70,6 +70,11 @@ type Pool struct {
 	cancel     context.CancelFunc
 	done       chan struct{}
 	closed     bool
+
+	// tasks are the goroutines the pool starts besides its loop (creates,
+	// boot probes, reaps, stops): wait and destroy wait for them, so that
+	// none outlives the pool and uses a driver after berth closed it.
+	tasks sync.WaitGroup
 }
 
 func newPool(m *Manager, cfg Config) *Pool {
@@ -156,6 +161,7 @@ func (p *Pool) wait() {
 		cancel()
 		<-done
 	}
+	p.tasks.Wait()
 }
 
 // Poke asks the loop to reconcile now.
@@ -168,14 +174,17 @@ func (p *Pool) update(cfg Config) {
 	if old.Key != cfg.Key {
 		// The template changed: retire every replica of the old one. New
 		// replicas are created by the next step; requests wait for them.
+		// A spec write has no context of its own here, and the stops
+		// outlast any (stopAll).
+		ctx := context.Background()
 		for _, r := range p.replicas {
 			if r.key != cfg.Key {
-				p.retireLocked(r, time.Now())
+				p.retireLocked(ctx, r, time.Now())
 			}
 		}
 		suspended := p.suspended
 		p.suspended = nil
-		go p.stopAll(suspended)
+		p.tasks.Go(func() { p.stopAll(ctx, suspended) })
 	}
 	p.mu.Unlock()
 	p.Poke()
@@ -183,23 +192,27 @@ func (p *Pool) update(cfg Config) {
 
 // retireLocked takes a replica out of service: a pending one is stopped, a
 // ready one drains.
-func (p *Pool) retireLocked(r *replica, now time.Time) {
+func (p *Pool) retireLocked(ctx context.Context, r *replica, now time.Time) {
 	switch r.phase {
 	case pending:
 		if r.stopBoot != nil {
 			r.stopBoot()
 		}
 		delete(p.replicas, r.id)
-		go p.stopAll([]string{r.id})
+		p.tasks.Go(func() { p.stopAll(ctx, []string{r.id}) })
 	case ready:
 		r.phase, r.drainAt = draining, now
 		r.backend.Drain("retired", now)
 	}
 }
 
-func (p *Pool) stopAll(ids []string) {
+// stopAll stops replicas. The stops outlast ctx's end: a replica left
+// running would outlive its deployment, or be adopted as the current
+// template's by the next berth.
+func (p *Pool) stopAll(ctx context.Context, ids []string) {
+	ctx = context.WithoutCancel(ctx)
 	for _, id := range ids {
-		if err := p.driverOf(context.Background(), id).Stop(context.Background(), id, 10*time.Second); err != nil && !errors.Is(err, vm.ErrNotFound) {
+		if err := p.driverOf(ctx, id).Stop(ctx, id, 10*time.Second); err != nil && !errors.Is(err, vm.ErrNotFound) {
 			p.m.log.Error("could not stop a replica", "deployment", p.id, "replica", id, "err", err)
 		}
 	}
@@ -228,13 +241,15 @@ func (p *Pool) destroy(ctx context.Context) {
 	var wg sync.WaitGroup
 	for _, id := range ids {
 		wg.Add(1)
-		go func() { defer wg.Done(); p.stopAll([]string{id}) }()
+		go func() { defer wg.Done(); p.stopAll(ctx, []string{id}) }()
 	}
 	wg.Wait()
+	p.tasks.Wait()
 }
 
-// adopt takes over replicas a previous berth process left running.
-func (p *Pool) adopt(insts []vm.Instance) {
+// adopt takes over replicas a previous berth process left running; their
+// boot probes end with ctx.
+func (p *Pool) adopt(ctx context.Context, insts []vm.Instance) {
 	cfg := p.cfg.Load()
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -244,12 +259,12 @@ func (p *Pool) adopt(insts []vm.Instance) {
 		case in.State == vm.StateSuspended:
 			p.suspended = append(p.suspended, in.ID)
 		case in.State.Terminal():
-			go p.stopAll([]string{in.ID})
+			p.tasks.Go(func() { p.stopAll(ctx, []string{in.ID}) })
 		default:
 			r := &replica{id: in.ID, key: cfg.Key, phase: pending, addr: in.Addr, created: now, started: now, adopted: true}
 			p.replicas[in.ID] = r
 			p.m.log.Info("adopting a running replica", "deployment", p.id, "replica", in.ID, "addr", in.Addr)
-			p.bootLocked(r)
+			p.bootLocked(ctx, r)
 		}
 	}
 }
@@ -327,10 +342,10 @@ func (p *Pool) step(ctx context.Context, now time.Time) {
 	p.mu.Unlock()
 
 	for _, r := range reap {
-		go p.reap(ctx, cfg, r)
+		p.tasks.Go(func() { p.reap(ctx, cfg, r) })
 	}
 	for range plan.Create {
-		go p.create(ctx)
+		p.tasks.Go(func() { p.create(ctx) })
 	}
 }
 
@@ -366,7 +381,7 @@ func (p *Pool) observe(ctx context.Context, cfg *Config, now time.Time) {
 				reason = string(in.State)
 			}
 			p.failLocked(cfg, r, now, reason, "its replica stopped before it became ready")
-			go p.stopAll([]string{r.id})
+			p.tasks.Go(func() { p.stopAll(ctx, []string{r.id}) })
 		case r.phase == pending && autoscale.BootExpired(r.created, cfg.Policy.BootTimeout, now):
 			if m := cfg.Metrics; m != nil {
 				m.Autoscale.BootTimeouts.Add(1)
@@ -376,7 +391,7 @@ func (p *Pool) observe(ctx context.Context, cfg *Config, now time.Time) {
 				reason += "; last output: " + tail
 			}
 			p.failLocked(cfg, r, now, reason, "its replica did not become ready within boot_timeout_secs")
-			go p.stopAll([]string{r.id})
+			p.tasks.Go(func() { p.stopAll(ctx, []string{r.id}) })
 		default:
 			r.missing = time.Time{}
 			r.lastStatus = string(in.State)
@@ -486,18 +501,18 @@ func (p *Pool) create(ctx context.Context) {
 		}
 		p.startFailedLocked(cfg, err.Error(), public, time.Now())
 		p.m.log.Warn("replica create failed", "deployment", p.id, "err", err, "backoff", p.backoff.Remaining(time.Now()))
-		go p.stopAll([]string{r.id}) // the outcome is unknown: make sure
+		p.tasks.Go(func() { p.stopAll(ctx, []string{r.id}) }) // the outcome is unknown: make sure
 		return
 	}
 	if m := cfg.Metrics; m != nil {
 		m.Autoscale.VMsCreated.Add(1)
 	}
 	if p.replicas[r.id] != r || p.closed {
-		go p.stopAll([]string{r.id}) // retired or removed while starting
+		p.tasks.Go(func() { p.stopAll(ctx, []string{r.id}) }) // retired or removed while starting
 		return
 	}
 	r.addr, r.started = in.Addr, time.Now()
-	p.bootLocked(r)
+	p.bootLocked(ctx, r)
 }
 
 // resume brings back the oldest retained replica, if any.
@@ -524,20 +539,21 @@ func (p *Pool) resume(ctx context.Context, cfg *Config, now time.Time) *replica 
 		delete(p.replicas, id)
 		p.creating++ // create goes on to start a fresh one
 		p.m.log.Warn("could not resume a retained replica; creating a fresh one", "deployment", p.id, "replica", id, "err", err)
-		go p.stopAll([]string{id})
+		p.tasks.Go(func() { p.stopAll(ctx, []string{id}) })
 		return nil
 	}
 	r.addr, r.started = in.Addr, time.Now()
-	p.bootLocked(r)
+	p.bootLocked(ctx, r)
 	return r
 }
 
-// bootLocked starts probing a pending replica until it is ready.
-func (p *Pool) bootLocked(r *replica) {
-	ctx, cancel := context.WithCancel(context.Background())
+// bootLocked starts probing a pending replica until it is ready, or ctx
+// ends.
+func (p *Pool) bootLocked(ctx context.Context, r *replica) {
+	ctx, cancel := context.WithCancel(ctx)
 	r.stopBoot = cancel
 	cfg := p.cfg.Load()
-	go func() {
+	p.tasks.Go(func() {
 		defer cancel()
 		t := time.NewTicker(p.m.o.BootProbe)
 		defer t.Stop()
@@ -555,7 +571,7 @@ func (p *Pool) bootLocked(r *replica) {
 			case <-t.C:
 			}
 		}
-	}()
+	})
 }
 
 // promote makes a replica that passed its probe serve traffic.
@@ -610,7 +626,7 @@ func (p *Pool) reap(ctx context.Context, cfg *Config, r *replica) {
 			p.m.log.Warn("could not suspend a replica; stopping it", "deployment", p.id, "replica", r.id, "err", err)
 		}
 	}
-	p.stopAll([]string{r.id})
+	p.stopAll(ctx, []string{r.id})
 }
 
 // MaxWaiters bounds how many requests one pool holds for a cold start.

@@ -185,7 +185,7 @@ func BenchmarkStepLoad(b *testing.B) {
 			}()
 		}
 		for {
-			e, ok := h.s.Registry.Get(id)
+			e, ok := h.s.registry.Get(id)
 			if ok && e.VMPool != nil && e.VMPool.Status().Ready >= 10 {
 				break
 			}

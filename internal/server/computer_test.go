@@ -18,10 +18,10 @@ func TestComputerSurvivesRestart(t *testing.T) {
 	dir := t.TempDir()
 	h := start(t, dir)
 	ctx := context.Background()
-	if _, err := h.s.Computers.Create(ctx, computer.CreateRequest{ID: "desk", Start: true}); err != nil {
+	if _, err := h.s.computers.Create(ctx, computer.CreateRequest{ID: "desk", Start: true}); err != nil {
 		t.Fatal(err)
 	}
-	c, release, err := h.s.Computers.Use(ctx, "desk")
+	c, release, err := h.s.computers.Use(ctx, "desk")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,11 +36,11 @@ func TestComputerSurvivesRestart(t *testing.T) {
 	h.stop()
 
 	h2 := start(t, dir)
-	got, err := h2.s.Computers.Get(ctx, "desk")
+	got, err := h2.s.computers.Get(ctx, "desk")
 	if err != nil || got.State.State != computer.StateRunning {
 		t.Fatalf("after restart: %+v, %v", got, err)
 	}
-	c2, release2, err := h2.s.Computers.Use(ctx, "desk")
+	c2, release2, err := h2.s.computers.Use(ctx, "desk")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -64,7 +64,7 @@ func (s *Server) openEgress(grants *grant.Issuer, grantKey []byte, gnet *hostnet
 				Kind: computer.FactEgress, ComputerID: e.ComputerID, Host: e.Host, Method: e.Method, Status: e.Status,
 				Provenance: computer.Provenance{Actor: e.Provenance.Actor, Via: e.Provenance.Via},
 			}
-			if err := s.Computers.Emit(ctx, f); err != nil {
+			if err := s.computers.Emit(ctx, f); err != nil {
 				log.Warn("could not record an egress fact", "computer", e.ComputerID, "host", e.Host, "err", err)
 			}
 		},

@@ -51,7 +51,7 @@ head -n1 <&3`
 	if r.code != http.StatusOK || !strings.HasPrefix(res.Stdout, "HTTP/1.1 403") {
 		t.Fatalf("metadata through the proxy: %d %s (stdout %q, stderr %q), want a 403 answer", r.code, r.body, res.Stdout, res.Stderr)
 	}
-	facts, err := h.s.Computers.Facts(t.Context(), "eg1", 0, 100)
+	facts, err := h.s.computers.Facts(t.Context(), "eg1", 0, 100)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,11 +22,11 @@ func (s *Server) openImages(ctx context.Context, st *store.Store) (*image.Store,
 
 // imageUsers lists the deployments whose vm.image is name.
 func (s *Server) imageUsers(name string) []image.Reference {
-	if s.Registry == nil {
+	if s.registry == nil {
 		return nil
 	}
 	var refs []image.Reference
-	for _, e := range s.Registry.List() {
+	for _, e := range s.registry.List() {
 		if e.Spec.VM != nil && e.Spec.VM.Image == name {
 			refs = append(refs, image.Reference{Kind: "deployment", ID: e.Spec.ID})
 		}

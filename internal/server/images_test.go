@@ -89,7 +89,7 @@ func TestImages(t *testing.T) {
 	// images (a process spec naming one is refused), so this takes an
 	// image driver.
 	driver := ""
-	for _, d := range h.s.Fleet.DriverNames() {
+	for _, d := range h.s.fleet.DriverNames() {
 		if d != "process" {
 			driver = d
 			break

@@ -23,6 +23,7 @@ import (
 	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/hostnet"
 	"github.com/berth-dev/berth/internal/hostnet/netnstest"
+	"github.com/berth-dev/berth/internal/vm/guest"
 	"github.com/berth-dev/berth/internal/vm/kvm"
 	"github.com/berth-dev/berth/internal/vm/vmtest"
 )
@@ -33,7 +34,7 @@ import (
 const kvmApp = `mkdir -p /www && { echo "hello from $(hostname)"; cat /proc/cmdline; } > /www/index.html && exec httpd -f -p 8080 -h /www`
 
 // TestKVMGateway serves a kvm deployment through the gateway from zero:
-// berth serve's kvm driver as buildDrivers wires it (guest kernel found in
+// berth serve's kvm driver as package drivers wires it (guest kernel found in
 // /boot, initramfs built at the first Start, the agent written into the
 // image's disk), QEMU under TCG where there is no /dev/kvm, and a held
 // first request answered by the guest's app. It checks the cold start's
@@ -62,15 +63,11 @@ func TestKVMGateway(t *testing.T) {
 	if err := vmtest.BuildAgent(agent, cgo); err != nil {
 		t.Fatal(err)
 	}
-	dynamic := checkStatic(agent) != nil
+	dynamic := guest.CheckStatic(agent) != nil
 	if dynamic != cgo {
 		t.Fatalf("the agent built with cgo %v is dynamic: %v", cgo, dynamic)
 	}
 	t.Logf("guest agent dynamically linked: %v", dynamic)
-	t.Setenv(envGuestAgent, agent)
-	if k := os.Getenv("BERTH_KVM_KERNEL"); k != "" { // as the kvm package's tests
-		t.Setenv(envGuestKernel, k)
-	}
 
 	// The host's side of the guest network, as `berth host setup` makes
 	// it, in this namespace.
@@ -104,6 +101,8 @@ func TestKVMGateway(t *testing.T) {
 		Log: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
 	agentOptions(&o)
+	o.Drivers.GuestAgent = agent
+	o.Drivers.GuestKernel.Path = os.Getenv("BERTH_KVM_KERNEL") // as the kvm package's tests
 	s, err := New(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
@@ -113,14 +112,14 @@ func TestKVMGateway(t *testing.T) {
 			t.Logf("server log:\n%s", logs.String())
 		}
 	})
-	if !slices.Contains(s.Fleet.DriverNames(), "kvm") {
-		t.Fatalf("berth has no kvm driver (drivers %v); its log:\n%s", s.Fleet.DriverNames(), logs.String())
+	if !slices.Contains(s.fleet.DriverNames(), "kvm") {
+		t.Fatalf("berth has no kvm driver (drivers %v); its log:\n%s", s.fleet.DriverNames(), logs.String())
 	}
 	rootfs := filepath.Join(dir, "rootfs")
 	if err := vmtest.BusyboxRoot(rootfs); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Images.Import(context.Background(), "busybox", rootfs); err != nil {
+	if _, err := s.images.Import(context.Background(), "busybox", rootfs); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -205,7 +204,7 @@ func TestKVMGateway(t *testing.T) {
 	}
 	// The page holds the guest's kernel command line: init is the
 	// bundled interpreter exactly when the agent is dynamic.
-	viaLoader := strings.Contains(string(body), "--library-path "+guestLibDir+" "+guestInit+" agent --vm-init")
+	viaLoader := strings.Contains(string(body), "--library-path "+guest.LibDir+" "+guest.Init+" agent --vm-init")
 	if viaLoader != dynamic {
 		t.Errorf("the guest ran its agent through the bundled interpreter: %v, want %v; its command line:\n%s", viaLoader, dynamic, body)
 	}

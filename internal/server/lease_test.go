@@ -151,7 +151,7 @@ func TestVMCrashedAppIsReplaced(t *testing.T) {
 	}
 	waitFor(t, "a ready replica", func() bool { return h.status("crash").Ready == 1 })
 	old := h.status("crash").VMs[0].SandboxID
-	drv := h.s.Fleet.Driver("process")
+	drv := h.s.fleet.Driver("process")
 	in, err := drv.Inspect(t.Context(), old)
 	if err != nil {
 		t.Fatal(err)

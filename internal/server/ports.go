@@ -30,7 +30,7 @@ type portRoutes struct {
 // one, so a Computer's port cannot be hijacked by a deployment, nor a
 // deployment's host by a Computer exposing a port later.
 func (s *Server) portHost(host string) bool {
-	_, _, ok := s.Computers.ParsePortHost(host)
+	_, _, ok := s.computers.ParsePortHost(host)
 	return ok
 }
 

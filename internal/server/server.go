@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/admin"
 	"github.com/berth-dev/berth/internal/auth"
 	"github.com/berth-dev/berth/internal/computer"
@@ -36,6 +37,7 @@ import (
 	"github.com/berth-dev/berth/internal/secrets"
 	"github.com/berth-dev/berth/internal/spec"
 	"github.com/berth-dev/berth/internal/store"
+	"github.com/berth-dev/berth/internal/vm/drivers"
 	"github.com/berth-dev/berth/internal/web"
 )
 
@@ -91,6 +93,9 @@ type Options struct {
 	// them to make the test binary the agent.
 	AgentCommand []string
 	AgentEnv     []string
+	// Drivers are the operator's settings for the vm drivers (package
+	// drivers), which cmd/berth reads from the environment.
+	Drivers drivers.Options
 
 	// AdminUser and AdminPassword are the operator's HTTP Basic credential
 	// (BERTH_ADMIN_USER, default "admin"; BERTH_ADMIN_PASSWORD). With a
@@ -155,22 +160,22 @@ type Server struct {
 	o        Options
 	log      *slog.Logger
 	store    *store.Store
-	Registry *registry.Registry
-	Proxy    *proxy.Handler
-	Metrics  *metrics.Registry
-	Fleet    *fleet.Manager
-	// Computers runs the Computers (package computer) on the fleet's
+	registry *registry.Registry
+	proxy    *proxy.Handler
+	metrics  *metrics.Registry
+	fleet    *fleet.Manager
+	// computers runs the Computers (package computer) on the fleet's
 	// drivers; its sandboxes are invisible to the fleet.
-	Computers *computer.Manager
+	computers *computer.Manager
 	// driverClosers end what the drivers keep beside their replicas
 	// (spares), when Run ends.
 	driverClosers []io.Closer
-	// Secrets is the sealed secret store; the VM pools resolve env_from
+	// secrets is the sealed secret store; the VM pools resolve env_from
 	// through it (ResolveEnv) when they create a replica.
-	Secrets *secrets.Store
-	// Images is the local image store: root filesystems for the
+	secrets *secrets.Store
+	// images is the local image store: root filesystems for the
 	// container and VM drivers (vm.image).
-	Images *image.Store
+	images *image.Store
 	host   *metrics.HostSampler
 
 	proxyLn, adminLn net.Listener
@@ -179,9 +184,8 @@ type Server struct {
 	adminSrv         *http.Server
 	egress           *egress.Proxy // nil when EgressAddr is "off"
 	egressLn         net.Listener
-	cancelReqs       context.CancelFunc // ends request contexts after the drain deadline
-	ports            *portRoutes        // Computers' exposed ports on the data plane
-	lock             *instanceLock      // the data dir's, held until Run returns
+	ports            *portRoutes   // Computers' exposed ports on the data plane
+	lock             *instanceLock // the data dir's, held until Run returns
 	// self is berth's own listeners, which the proxy refuses to dial; filled
 	// as they are bound.
 	self *netguard.Self
@@ -226,11 +230,17 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// undo holds what New has opened so far, run last first when it
+	// fails.
+	var undo []func()
 	defer func() {
 		if err != nil {
-			lock.release()
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
 		}
 	}()
+	undo = append(undo, lock.release)
 	if err := siteDirs(&o); err != nil {
 		return nil, err
 	}
@@ -238,108 +248,92 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
+	undo = append(undo, func() { st.Close() })
 	tokens, sec, err := openAccess(ctx, st, o)
 	if err != nil {
-		st.Close()
 		return nil, err
 	}
-	s := &Server{o: o, log: o.Log, store: st, lock: lock, Metrics: metrics.NewRegistry(), host: metrics.NewHostSampler("/proc"), Secrets: sec}
+	s := &Server{o: o, log: o.Log, store: st, lock: lock, metrics: metrics.NewRegistry(), host: metrics.NewHostSampler("/proc"), secrets: sec}
 	s.ports = &portRoutes{}
 	s.self = new(netguard.Self)
-	s.Proxy = proxy.New(proxy.Options{
+	s.proxy = proxy.New(proxy.Options{
 		Log: o.Log, TrustedProxies: o.TrustedProxies, Resolve: s.ports.resolve,
 		Self: s.self, AllowLinkLocal: o.AllowLinkLocalUpstreams, UpstreamResponseTimeout: o.UpstreamResponseTimeout,
 		BodyReadTimeout: o.BodyReadTimeout,
 	})
-	if s.Images, err = s.openImages(ctx, st); err != nil {
-		st.Close()
+	if s.images, err = s.openImages(ctx, st); err != nil {
 		return nil, err
 	}
 	gnet := guestNetwork(ctx, o.DataDir, o.Log)
-	drivers, closers, err := buildDrivers(o, s.Images, gnet)
+	ds, closers, err := drivers.Open(drivers.Config{
+		Options: o.Drivers, DataDir: o.DataDir, AgentCommand: o.AgentCommand, AgentEnv: o.AgentEnv,
+		Images: s.images, Net: gnet, Log: o.Log,
+	})
 	if err != nil {
-		st.Close()
 		return nil, err
 	}
 	s.driverClosers = closers
-	defer func() {
-		if err != nil {
-			closeAll(closers, o.Log)
-		}
-	}()
-	s.Fleet = fleet.New(fleet.Options{Drivers: drivers, Log: o.Log, Ignore: computer.IsSandbox})
-	s.Computers, err = computer.New(ctx, computer.Options{
-		Store: st, Drivers: drivers, DataDir: o.DataDir, BaseDomain: portDomain(o), Log: o.Log,
+	undo = append(undo, func() { drivers.CloseAll(closers, o.Log) })
+	s.fleet = fleet.New(fleet.Options{Drivers: ds, Log: o.Log, Ignore: computer.IsSandbox})
+	s.computers, err = computer.New(ctx, computer.Options{
+		Store: st, Drivers: ds, DataDir: o.DataDir, BaseDomain: portDomain(o), Log: o.Log,
 		RecycleAfter: o.ComputerRecycleAfter,
 	})
 	if err != nil {
-		st.Close()
 		return nil, err
 	}
 	if o.ComputerCapacity != (computer.HostCapacity{}) {
-		if err := s.Computers.SetHostCapacity(ctx, computer.LocalHost, o.ComputerCapacity); err != nil {
-			st.Close()
+		if err := s.computers.SetHostCapacity(ctx, computer.LocalHost, o.ComputerCapacity); err != nil {
 			return nil, fmt.Errorf("server: Computer capacity: %w", err)
 		}
 		o.Log.Info("Computer capacity", "host", computer.LocalHost, "max_active", o.ComputerCapacity.MaxActive, "reserved_headroom", o.ComputerCapacity.ReservedHeadroom)
 	}
 	grants, grantKey, err := openGrants(ctx, st, o.DataDir)
 	if err != nil {
-		st.Close()
 		return nil, err
 	}
+	undo = append(undo, s.closeEgress)
 	if err := s.openEgress(grants, grantKey, gnet); err != nil {
-		st.Close()
 		return nil, err
 	}
-	s.ports.computers, s.ports.grants = s.Computers, grants
+	s.ports.computers, s.ports.grants = s.computers, grants
 	nsStore := namespaces.New(st)
 	specOpts := spec.Options{
-		BaseDomain: o.BaseDomain, Drivers: s.Fleet.DriverNames(), ImageExists: s.Images.Exists,
+		BaseDomain: o.BaseDomain, Drivers: s.fleet.DriverNames(), ImageExists: s.images.Exists,
 		SitesDir: o.SitesDir, SiteRootsAllow: o.SiteRootsAllow, MaxReplicasCeiling: replicaCeiling(o),
 	}
-	s.Registry = registry.New(registry.Options{
+	s.registry = registry.New(registry.Options{
 		Store:      st,
-		Publisher:  s.Proxy,
+		Publisher:  s.proxy,
 		Spec:       specOpts,
-		Recorder:   func(id string) proxy.Recorder { return recorder{s.Metrics.Get(id)} },
-		Forget:     s.Metrics.Delete,
-		Pools:      s.Fleet,
+		Recorder:   func(id string) proxy.Recorder { return recorder{s.metrics.Get(id)} },
+		Forget:     s.metrics.Delete,
+		Pools:      s.fleet,
 		ResolveEnv: sec.ResolveEnv,
-		Metrics:    s.Metrics.Get,
+		Metrics:    s.metrics.Get,
 		Domains:    nsStore.Domains,
 		Reserved:   s.portHost,
 		Log:        o.Log,
 	})
-	if err := s.Registry.Load(ctx); err != nil {
-		s.closeEgress()
-		st.Close()
+	if err := s.registry.Load(ctx); err != nil {
 		return nil, err
 	}
 	if s.proxyLn, err = net.Listen("tcp", o.ProxyAddr); err != nil {
-		s.closeEgress()
-		st.Close()
 		return nil, fmt.Errorf("proxy listener: %w", err)
 	}
+	undo = append(undo, func() { s.proxyLn.Close() })
 	if s.adminLn, err = net.Listen("tcp", o.AdminAddr); err != nil {
-		s.proxyLn.Close()
-		s.closeEgress()
-		st.Close()
 		return nil, fmt.Errorf("admin listener: %w", err)
 	}
 	s.self.Add(s.proxyLn.Addr(), s.adminLn.Addr())
 	if s.egressLn != nil {
 		s.self.Add(s.egressLn.Addr())
 	}
-	reqCtx, cancel := context.WithCancel(context.Background())
-	s.cancelReqs = cancel
-	base := func(net.Listener) context.Context { return reqCtx }
-
 	protos := new(http.Protocols)
 	protos.SetHTTP1(true)
 	protos.SetUnencryptedHTTP2(true)
 	s.proxySrv = &http.Server{
-		Handler:           web.Recover(o.Log, s.Proxy),
+		Handler:           web.Recover(o.Log, s.proxy),
 		ReadHeaderTimeout: o.ReadHeaderTimeout,
 		IdleTimeout:       o.IdleTimeout,
 		MaxHeaderBytes:    1 << 20,
@@ -351,13 +345,12 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		// that sends nothing for ReadHeaderTimeout is pinged, and closed
 		// if the ping is not answered within as long again; a client
 		// stuck in a frame cannot answer.
-		HTTP2:       &http.HTTP2Config{SendPingTimeout: o.ReadHeaderTimeout, PingTimeout: o.ReadHeaderTimeout},
-		BaseContext: base,
-		ErrorLog:    slog.NewLogLogger(o.Log.Handler(), slog.LevelDebug),
+		HTTP2:    &http.HTTP2Config{SendPingTimeout: o.ReadHeaderTimeout, PingTimeout: o.ReadHeaderTimeout},
+		ErrorLog: slog.NewLogLogger(o.Log.Handler(), slog.LevelDebug),
 	}
 	s.proxyFront = s.proxySrv
 	if !o.StdHTTP {
-		s.proxyFront = s.Proxy.NewH1Server(s.proxySrv, proxy.H1Options{Log: o.Log})
+		s.proxyFront = s.proxy.NewH1Server(s.proxySrv, proxy.H1Options{Log: o.Log})
 	}
 	brake := auth.NewBrake(o.Brake)
 	gate := auth.New(auth.Config{
@@ -365,16 +358,16 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		Brake: brake, Log: o.Log,
 	})
 	api := admin.New(admin.Options{
-		Registry: s.Registry, Fleet: s.Fleet, Metrics: s.Metrics, Host: s.host,
+		Registry: s.registry, Fleet: s.fleet, Metrics: s.metrics, Host: s.host,
 		PublicIPs: o.PublicIPs, Revision: o.Revision, Log: o.Log,
 		Gate:   gate,
-		Tokens: tokens, Secrets: sec, Namespaces: nsStore, Images: s.Images,
+		Tokens: tokens, Secrets: sec, Namespaces: nsStore, Images: s.images,
 		Confinement: confinement(o),
 		Upstreams:   admin.UpstreamGuard{Self: s.self, AllowLinkLocal: o.AllowLinkLocalUpstreams},
 	})
 	// The Computer API shares the listener and the gate, and its brake
 	// counts bad grants with bad admin credentials.
-	capi := computerapi.Options{Manager: s.Computers, Grants: grants, Gate: gate, Brake: brake, Log: o.Log, Confinement: confinement(o)}
+	capi := computerapi.Options{Manager: s.computers, Grants: grants, Gate: gate, Brake: brake, Log: o.Log, Confinement: confinement(o)}
 	if s.egress != nil {
 		capi.Egress = s.egress
 	}
@@ -391,10 +384,9 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		ReadTimeout:       time.Minute,
 		IdleTimeout:       o.IdleTimeout,
 		MaxHeaderBytes:    1 << 20,
-		BaseContext:       base,
 		ErrorLog:          slog.NewLogLogger(o.Log.Handler(), slog.LevelDebug),
 	}
-	o.Log.Info("berth listening", "proxy", s.ProxyAddr(), "admin", s.AdminAddr(), "data_dir", o.DataDir, "deployments", s.Registry.Len())
+	o.Log.Info("berth listening", "proxy", s.ProxyAddr(), "admin", s.AdminAddr(), "data_dir", o.DataDir, "deployments", s.registry.Len())
 	return s, nil
 }
 
@@ -450,27 +442,65 @@ func (s *Server) ProxyAddr() string { return s.proxyLn.Addr().String() }
 // AdminAddr is the bound admin address.
 func (s *Server) AdminAddr() string { return s.adminLn.Addr().String() }
 
+// Deploy writes a deployment as the operator would (a PUT on the admin
+// API): cmd/berth's demo deployments.
+func (s *Server) Deploy(ctx context.Context, sp apitype.DeploymentSpec) error {
+	_, _, err := s.registry.Put(ctx, sp, registry.PutOptions{})
+	return err
+}
+
+// DriverNames are the vm drivers this host runs.
+func (s *Server) DriverNames() []string { return s.fleet.DriverNames() }
+
+// ImportImage imports the root filesystem tree src as the image name,
+// unless an image of that name is there already.
+func (s *Server) ImportImage(ctx context.Context, name, src string) error {
+	if s.images.Exists(name) {
+		return nil
+	}
+	_, err := s.images.Import(ctx, name, src)
+	return err
+}
+
 // Run serves until ctx ends, then drains: it stops accepting, lets in-flight
 // requests and websockets finish up to DrainTimeout, and closes the store.
 func (s *Server) Run(ctx context.Context) error {
+	// The background loops outlive ctx until the listeners have drained
+	// (requests use the registry, fleet and Computers); Run starts each
+	// and waits for every one of them before it closes the drivers and
+	// the store.
 	loopCtx, stopLoops := context.WithCancel(context.WithoutCancel(ctx))
 	var loops sync.WaitGroup
-	loops.Add(4)
-	go func() { defer loops.Done(); s.Computers.Run(loopCtx) }()
-	go func() { defer loops.Done(); s.Registry.Run(loopCtx) }()
-	go func() {
-		defer loops.Done()
-		if err := s.Fleet.Run(loopCtx); err != nil {
-			s.log.Error("fleet stopped", "err", err)
-		}
-	}()
-	go func() { defer loops.Done(); s.host.Run(loopCtx, 2*time.Second) }()
+	for _, l := range []struct {
+		name string
+		run  func(context.Context) error
+	}{
+		{"computers", s.computers.Run},
+		{"registry", s.registry.Run},
+		{"fleet", s.fleet.Run},
+		{"host sampler", func(ctx context.Context) error { return s.host.Run(ctx, 2*time.Second) }},
+	} {
+		loops.Go(func() {
+			if err := l.run(loopCtx); err != nil && loopCtx.Err() == nil {
+				s.log.Error("background loop stopped", "loop", l.name, "err", err)
+			}
+		})
+	}
+	// Requests' contexts end after the drain deadline (cancelReqs), not
+	// with ctx: the drain lets them finish.
+	reqCtx, cancelReqs := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelReqs()
+	base := func(net.Listener) context.Context { return reqCtx }
+	s.proxySrv.BaseContext, s.adminSrv.BaseContext = base, base
 
+	// The listeners' Serve calls end when they are closed below; Run
+	// waits for them too.
 	errc := make(chan error, 3)
-	go func() { errc <- s.proxyFront.Serve(s.proxyLn) }()
-	go func() { errc <- s.adminSrv.Serve(s.adminLn) }()
+	var serving sync.WaitGroup
+	serving.Go(func() { errc <- s.proxyFront.Serve(s.proxyLn) })
+	serving.Go(func() { errc <- s.adminSrv.Serve(s.adminLn) })
 	if s.egress != nil {
-		go func() { errc <- s.egress.Serve(s.egressLn) }()
+		serving.Go(func() { errc <- s.egress.Serve(s.egressLn) })
 	}
 
 	var err error
@@ -479,26 +509,26 @@ func (s *Server) Run(ctx context.Context) error {
 	case err = <-errc:
 		s.log.Error("listener failed", "err", err)
 	}
-	s.log.Info("draining", "timeout", s.o.DrainTimeout, "in_flight", s.Proxy.Active())
-	dctx, cancel := context.WithTimeout(context.Background(), s.o.DrainTimeout)
+	s.log.Info("draining", "timeout", s.o.DrainTimeout, "in_flight", s.proxy.Active())
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.o.DrainTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); s.proxyFront.Shutdown(dctx) }()
-	go func() { defer wg.Done(); s.adminSrv.Shutdown(dctx) }()
+	wg.Go(func() { s.proxyFront.Shutdown(dctx) })
+	wg.Go(func() { s.adminSrv.Shutdown(dctx) })
 	wg.Wait()
 	// Shutdown does not wait for hijacked connections (websockets); the
 	// proxy counts them.
-	if werr := s.Proxy.Wait(dctx); werr != nil {
-		s.log.Warn("drain deadline passed; closing what is left", "in_flight", s.Proxy.Active())
+	if werr := s.proxy.Wait(dctx); werr != nil {
+		s.log.Warn("drain deadline passed; closing what is left", "in_flight", s.proxy.Active())
 	}
-	s.cancelReqs()
+	cancelReqs()
 	s.proxyFront.Close()
 	s.adminSrv.Close()
 	s.closeEgress()
+	serving.Wait()
 	stopLoops()
 	loops.Wait()
-	closeAll(s.driverClosers, s.log)
+	drivers.CloseAll(s.driverClosers, s.log)
 	if cerr := s.store.Close(); cerr != nil && err == nil {
 		err = cerr
 	}

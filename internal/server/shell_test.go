@@ -45,10 +45,10 @@ func TestComputerTerminalExitStatus(t *testing.T) {
 	h := start(t, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if _, err := h.s.Computers.Create(ctx, computer.CreateRequest{ID: "desk", Start: true}); err != nil {
+	if _, err := h.s.computers.Create(ctx, computer.CreateRequest{ID: "desk", Start: true}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { h.s.Computers.Delete(context.Background(), "desk") })
+	t.Cleanup(func() { h.s.computers.Delete(context.Background(), "desk") })
 	u := "ws" + strings.TrimPrefix(h.admin, "http") + "/computers/desk/terminal"
 	ptybridgetest.Sessions(t, ctx, 40, u, nil, exitInput, exitWant, 3)
 }

@@ -142,7 +142,7 @@ func TestStoredSiteRootOutOfBounds(t *testing.T) {
 	if r := get(t, "http://"+n.s.ProxyAddr()+"/", "old.test"); r.code != 404 || string(r.body) == "extra" {
 		t.Errorf("out-of-bounds stored root served: %d %q", r.code, r.body)
 	}
-	if _, ok := n.s.Registry.Get("old"); ok {
+	if _, ok := n.s.registry.Get("old"); ok {
 		t.Error("out-of-bounds stored root loaded")
 	}
 	n.stop()

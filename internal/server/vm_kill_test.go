@@ -123,7 +123,7 @@ func TestVMKillNineUnderLoad(t *testing.T) {
 	if after := ids(h.status("busy")); !slices.Equal(before, after) {
 		t.Errorf("replicas before the kill %v, after %v", before, after)
 	}
-	insts, err := h.s.Fleet.Driver("process").List(t.Context())
+	insts, err := h.s.fleet.Driver("process").List(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -288,7 +288,7 @@ func TestVMReadoptAfterRestart(t *testing.T) {
 	}
 	// Deleting the deployment stops its replicas.
 	h2.do("DELETE", "/deployments/keep", "", "")
-	insts, err := h2.s.Fleet.Driver("process").List(t.Context())
+	insts, err := h2.s.fleet.Driver("process").List(t.Context())
 	if err != nil || len(insts) != 0 {
 		t.Errorf("replicas left after delete: %v %v", insts, err)
 	}

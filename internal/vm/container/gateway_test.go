@@ -21,6 +21,7 @@ import (
 	"github.com/berth-dev/berth/internal/hostnet"
 	"github.com/berth-dev/berth/internal/server"
 	"github.com/berth-dev/berth/internal/vm/container"
+	"github.com/berth-dev/berth/internal/vm/drivers"
 )
 
 // gateway is a berth server whose container driver runs on the tests'
@@ -47,8 +48,6 @@ func startGateway(t testing.TB) *gateway {
 func startGatewayAt(t testing.TB, dir string) *gateway {
 	t.Helper()
 	agent, _, rootfs := container.SharedEnv(t)
-	t.Setenv("BERTH_CONTAINER_AGENT", agent)
-	t.Setenv("BERTH_OCI_RUNTIME", os.Getenv("BERTH_TEST_OCI_RUNTIME"))
 	// The server's guest network is the default bridge the shared
 	// environment set up. Its allocations are kept in its own data
 	// directory, so they could collide with the driver tests' ones: the
@@ -56,18 +55,17 @@ func startGatewayAt(t testing.TB, dir string) *gateway {
 	t.Setenv("BERTH_GUEST_SUBNET", hostnet.DefaultSubnet)
 	s, err := server.New(context.Background(), server.Options{
 		ProxyAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", DataDir: dir,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Drivers: drivers.Options{ContainerAgent: agent, OCIRuntime: os.Getenv("BERTH_TEST_OCI_RUNTIME")},
+		Log:     slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Contains(s.Fleet.DriverNames(), "container") {
-		t.Fatalf("the server has no container driver (drivers %v)", s.Fleet.DriverNames())
+	if !slices.Contains(s.DriverNames(), "container") {
+		t.Fatalf("the server has no container driver (drivers %v)", s.DriverNames())
 	}
-	if !s.Images.Exists("busybox") {
-		if _, err := s.Images.Import(context.Background(), "busybox", rootfs); err != nil {
-			t.Fatal(err)
-		}
+	if err := s.ImportImage(context.Background(), "busybox", rootfs); err != nil {
+		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -1,4 +1,4 @@
-package server
+package guest
 
 import (
 	"bytes"
@@ -21,9 +21,9 @@ import (
 	"github.com/berth-dev/berth/internal/vm/kvm"
 )
 
-// TestGuestAgent checks that an x86-64 executable, static or not, becomes
+// TestFindAgent checks that an x86-64 executable, static or not, becomes
 // the guests' agent, and that anything else is refused with a reason.
-func TestGuestAgent(t *testing.T) {
+func TestFindAgent(t *testing.T) {
 	dir := t.TempDir()
 	text := filepath.Join(dir, "script")
 	os.WriteFile(text, []byte("#!/bin/sh\n"), 0o755)
@@ -31,7 +31,6 @@ func TestGuestAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv("BERTH_CONTAINER_AGENT", "")
 	for _, tc := range []struct {
 		name, agent, want string
 	}{
@@ -39,27 +38,23 @@ func TestGuestAgent(t *testing.T) {
 		{"missing", filepath.Join(dir, "nothing"), "no such file"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Setenv(envGuestAgent, tc.agent)
-			_, err := guestAgent()
+			_, err := FindAgent(tc.agent)
 			if !errors.Is(err, vm.ErrUnavailable) || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("guestAgent() = %v, want ErrUnavailable saying %q", err, tc.want)
+				t.Errorf("FindAgent(%q) = %v, want ErrUnavailable saying %q", tc.agent, err, tc.want)
 			}
 		})
 	}
 	// The test binary is dynamically linked when built with -race or cgo:
-	// its libraries are bundled (agentDisks), so it will do.
+	// its libraries are bundled (Disks), so it will do.
 	t.Run("test binary", func(t *testing.T) {
-		t.Setenv(envGuestAgent, "")
-		if got, err := guestAgent(); err != nil || got != exe {
-			t.Errorf("guestAgent() = %q, %v; want the test binary %q", got, err, exe)
+		if got, err := FindAgent(""); err != nil || got != exe {
+			t.Errorf("FindAgent(\"\") = %q, %v; want the test binary %q", got, err, exe)
 		}
 	})
-	if bb, err := exec.LookPath("busybox"); err == nil && checkStatic(bb) == nil {
+	if bb, err := exec.LookPath("busybox"); err == nil && CheckStatic(bb) == nil {
 		t.Run("static", func(t *testing.T) {
-			t.Setenv(envGuestAgent, "")
-			t.Setenv("BERTH_CONTAINER_AGENT", bb) // the fallback
-			if got, err := guestAgent(); err != nil || got != bb {
-				t.Errorf("guestAgent() = %q, %v, want %q", got, err, bb)
+			if got, err := FindAgent(bb); err != nil || got != bb {
+				t.Errorf("FindAgent(%q) = %q, %v", bb, got, err)
 			}
 		})
 	}
@@ -70,7 +65,7 @@ func TestGuestAgent(t *testing.T) {
 // finds them built, and that a changed module tree builds them again.
 func TestGuestBoot(t *testing.T) {
 	bb, err := exec.LookPath("busybox")
-	if err != nil || checkStatic(bb) != nil {
+	if err != nil || CheckStatic(bb) != nil {
 		t.Skip("needs a static busybox (Debian: busybox-static)")
 	}
 	dir := t.TempDir()
@@ -87,17 +82,14 @@ func TestGuestBoot(t *testing.T) {
 	os.MkdirAll(modules, 0o755)
 	os.WriteFile(filepath.Join(modules, "modules.dep"), nil, 0o644)
 	os.WriteFile(filepath.Join(modules, "modules.builtin"), []byte(strings.Join(kvm.InitrdModules, ".ko\n")+".ko\n"), 0o644)
-	t.Setenv(envGuestKernel, kernel)
-	t.Setenv(envGuestModules, modules)
-	t.Setenv(envGuestInitrd, "")
 	cache := filepath.Join(dir, "cache")
 	log := slog.New(slog.DiscardHandler)
 
-	b, err := newGuestBoot(cache, true, log)
+	b, err := NewBoot(cache, Kernel{Path: kernel, Modules: modules}, true, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b.isReady() {
+	if b.Ready() {
 		t.Fatal("boot files ready before any build")
 	}
 	for _, p := range []string{b.kernel, b.initrd} {
@@ -105,7 +97,7 @@ func TestGuestBoot(t *testing.T) {
 			t.Fatalf("the driver's paths must exist before the build: %v", err)
 		}
 	}
-	if err := b.wait(context.Background()); err != nil {
+	if err := b.Wait(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := os.ReadFile(b.kernel); string(got) != string(k) {
@@ -115,17 +107,33 @@ func TestGuestBoot(t *testing.T) {
 		t.Errorf("initrd %s: %v, %v", b.initrd, fi, err)
 	}
 
-	again, err := newGuestBoot(cache, true, log)
-	if err != nil || !again.isReady() {
-		t.Fatalf("a second start over the same inputs: ready %v, %v; want the cached files", again != nil && again.isReady(), err)
+	// A build a Start gave up on goes on; Close waits for it.
+	os.Remove(b.initrd)
+	closing, err := NewBoot(cache, Kernel{Path: kernel, Modules: modules}, true, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gaveUp, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := closing.Wait(gaveUp); err == nil && !closing.Ready() {
+		t.Fatalf("Wait with an ended context: nil before the build")
+	}
+	closing.Close()
+	if !closing.Ready() {
+		t.Fatal("Close returned before the build under way ended")
+	}
+
+	again, err := NewBoot(cache, Kernel{Path: kernel, Modules: modules}, true, log)
+	if err != nil || !again.Ready() {
+		t.Fatalf("a second start over the same inputs: ready %v, %v; want the cached files", again != nil && again.Ready(), err)
 	}
 	// Files gone from the cache are built again, whatever the stamp says.
 	os.Remove(b.initrd)
-	gone, err := newGuestBoot(cache, true, log)
-	if err != nil || gone.isReady() {
+	gone, err := NewBoot(cache, Kernel{Path: kernel, Modules: modules}, true, log)
+	if err != nil || gone.Ready() {
 		t.Fatalf("after the initramfs was removed: %v; want a rebuild pending", err)
 	}
-	if err := gone.wait(context.Background()); err != nil {
+	if err := gone.Wait(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if fi, err := os.Stat(b.initrd); err != nil || fi.Size() < 1000 {
@@ -133,7 +141,7 @@ func TestGuestBoot(t *testing.T) {
 	}
 	later := time.Now().Add(time.Hour)
 	os.Chtimes(filepath.Join(modules, "modules.dep"), later, later)
-	if changed, err := newGuestBoot(cache, true, log); err != nil || changed.isReady() {
+	if changed, err := NewBoot(cache, Kernel{Path: kernel, Modules: modules}, true, log); err != nil || changed.Ready() {
 		t.Fatalf("after the module tree changed: %v; want a rebuild pending", err)
 	}
 }
@@ -148,30 +156,15 @@ func TestGuestBootUnavailable(t *testing.T) {
 		name, kernel, modules, want string
 	}{
 		{"missing kernel", filepath.Join(dir, "nothing"), "", "guest kernel"},
-		{"release unknown", kernel, "", envGuestModules},
+		{"release unknown", kernel, "", "BERTH_GUEST_MODULES"},
 		{"no module tree", kernel, filepath.Join(dir, "nothing"), "module tree"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Setenv(envGuestKernel, tc.kernel)
-			t.Setenv(envGuestModules, tc.modules)
-			t.Setenv(envGuestInitrd, "")
-			_, err := newGuestBoot(filepath.Join(dir, "cache"), false, slog.New(slog.DiscardHandler))
+			_, err := NewBoot(filepath.Join(dir, "cache"), Kernel{Path: tc.kernel, Modules: tc.modules}, false, slog.New(slog.DiscardHandler))
 			if !errors.Is(err, vm.ErrUnavailable) || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("newGuestBoot = %v, want ErrUnavailable mentioning %q", err, tc.want)
+				t.Errorf("NewBoot = %v, want ErrUnavailable mentioning %q", err, tc.want)
 			}
 		})
-	}
-}
-
-// TestFirecrackerUnavailable checks that a host without KVM is told so,
-// and before anything else Firecracker needs.
-func TestFirecrackerUnavailable(t *testing.T) {
-	if _, err := os.Stat("/dev/kvm"); err == nil {
-		t.Skip("this host has /dev/kvm")
-	}
-	_, err := firecrackerOptions(t.TempDir(), &agentDisks{}, nil, slog.New(slog.DiscardHandler))
-	if !errors.Is(err, vm.ErrUnavailable) || !strings.Contains(err.Error(), "no KVM") {
-		t.Errorf("firecrackerOptions = %v, want ErrUnavailable saying there is no KVM", err)
 	}
 }
 
@@ -197,13 +190,13 @@ func TestWriteAgent(t *testing.T) {
 	if err := writeAgent(img, agentbin.Bin{Path: agent}); err != nil {
 		t.Fatal(err)
 	}
-	got, err := exec.Command("debugfs", "-R", "cat "+guestInit, img).Output()
+	got, err := exec.Command("debugfs", "-R", "cat "+Init, img).Output()
 	if err != nil || string(got) != want {
-		t.Errorf("%s in the disk: %d bytes (%v), want the agent's %d", guestInit, len(got), err, len(want))
+		t.Errorf("%s in the disk: %d bytes (%v), want the agent's %d", Init, len(got), err, len(want))
 	}
-	stat, _ := exec.Command("debugfs", "-R", "stat "+guestInit, img).Output()
+	stat, _ := exec.Command("debugfs", "-R", "stat "+Init, img).Output()
 	if !strings.Contains(string(stat), "Mode:  0755") || !strings.Contains(string(stat), "User:     0") {
-		t.Errorf("%s should be root's, mode 0755:\n%s", guestInit, stat)
+		t.Errorf("%s should be root's, mode 0755:\n%s", Init, stat)
 	}
 	// A disk too small for the agent is an error, not a truncated agent.
 	small := filepath.Join(dir, "small.ext4")
@@ -225,7 +218,7 @@ func TestWriteAgent(t *testing.T) {
 // agent (the race-enabled test binary) and with a static one (busybox),
 // and checks what lands in them: the agent, and only with the dynamic one
 // its interpreter and libraries in /berth-lib, which the kvm driver is
-// told to start it through (kvmOptions); and that a changed library
+// told to start it through (GuestInit); and that a changed library
 // makes a new disk.
 func TestAgentDisks(t *testing.T) {
 	for _, tool := range []string{"mkfs.ext4", "debugfs"} {
@@ -237,7 +230,7 @@ func TestAgentDisks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if checkStatic(exe) == nil {
+	if CheckStatic(exe) == nil {
 		t.Skip("the test binary is static (built without cgo and -race)")
 	}
 	dir := t.TempDir()
@@ -256,11 +249,8 @@ func TestAgentDisks(t *testing.T) {
 	if _, err := images.Import(context.Background(), "tiny", tree); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv("BERTH_CONTAINER_AGENT", "")
-
 	t.Run("dynamic", func(t *testing.T) {
-		t.Setenv(envGuestAgent, exe)
-		a := newAgentDisks(images, filepath.Join(dir, "dyn"))
+		a := NewDisks(images, filepath.Join(dir, "dyn"), exe)
 		if a.err != nil {
 			t.Fatal(a.err)
 		}
@@ -271,7 +261,7 @@ func TestAgentDisks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ls, err := exec.Command("debugfs", "-R", "ls -l "+guestLibDir, disk).CombinedOutput()
+		ls, err := exec.Command("debugfs", "-R", "ls -l "+LibDir, disk).CombinedOutput()
 		if err != nil {
 			t.Fatalf("debugfs ls: %v: %s", err, ls)
 		}
@@ -281,12 +271,12 @@ func TestAgentDisks(t *testing.T) {
 		}
 		for _, n := range names {
 			if !strings.Contains(string(ls), " "+n+"\n") && !strings.HasSuffix(strings.TrimSpace(string(ls)), " "+n) {
-				t.Errorf("%s/%s is not in the disk:\n%s", guestLibDir, n, ls)
+				t.Errorf("%s/%s is not in the disk:\n%s", LibDir, n, ls)
 			}
 			want, _ := os.ReadFile(filepath.Join(a.bin.LibDir, n))
-			got, err := exec.Command("debugfs", "-R", "cat "+guestLibDir+"/"+n, disk).Output()
+			got, err := exec.Command("debugfs", "-R", "cat "+LibDir+"/"+n, disk).Output()
 			if err != nil || !bytes.Equal(got, want) {
-				t.Errorf("%s/%s in the disk: %d bytes (%v), want %d", guestLibDir, n, len(got), err, len(want))
+				t.Errorf("%s/%s in the disk: %d bytes (%v), want %d", LibDir, n, len(got), err, len(want))
 			}
 		}
 		if !slices.Contains(names, a.bin.Interp) {
@@ -294,9 +284,9 @@ func TestAgentDisks(t *testing.T) {
 		}
 		// The kvm driver gets the interpreter as init.
 		var o kvm.Options
-		a.initOptions(&o)
-		wantInit := guestLibDir + "/" + a.bin.Interp
-		wantArgs := []string{"--inhibit-cache", "--library-path", guestLibDir, guestInit}
+		o.GuestInit, o.GuestInitArgs = a.GuestInit()
+		wantInit := LibDir + "/" + a.bin.Interp
+		wantArgs := []string{"--inhibit-cache", "--library-path", LibDir, Init}
 		if o.GuestInit != wantInit || !slices.Equal(o.GuestInitArgs, wantArgs) {
 			t.Errorf("kvm init %q %q, want %q %q", o.GuestInit, o.GuestInitArgs, wantInit, wantArgs)
 		}
@@ -309,7 +299,7 @@ func TestAgentDisks(t *testing.T) {
 		}
 		f.Write([]byte{0})
 		f.Close()
-		b := &agentDisks{images: images, agent: a.agent, bin: a.bin, dir: a.dir}
+		b := &Disks{images: images, agent: a.agent, bin: a.bin, dir: a.dir}
 		b.digest = sync.OnceValues(b.sum)
 		again, err := b.Ext4("tiny", 1)
 		if err != nil {
@@ -321,12 +311,11 @@ func TestAgentDisks(t *testing.T) {
 	})
 
 	bb, err := exec.LookPath("busybox")
-	if err != nil || checkStatic(bb) != nil {
+	if err != nil || CheckStatic(bb) != nil {
 		t.Skip("needs a static busybox (Debian: busybox-static) as a static agent")
 	}
 	t.Run("static", func(t *testing.T) {
-		t.Setenv(envGuestAgent, bb)
-		a := newAgentDisks(images, filepath.Join(dir, "static"))
+		a := NewDisks(images, filepath.Join(dir, "static"), bb)
 		if a.err != nil {
 			t.Fatal(a.err)
 		}
@@ -337,16 +326,16 @@ func TestAgentDisks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if out, _ := exec.Command("debugfs", "-R", "stat "+guestLibDir, disk).CombinedOutput(); !strings.Contains(string(out), "not found") {
-			t.Errorf("a static agent's disk has %s:\n%s", guestLibDir, out)
+		if out, _ := exec.Command("debugfs", "-R", "stat "+LibDir, disk).CombinedOutput(); !strings.Contains(string(out), "not found") {
+			t.Errorf("a static agent's disk has %s:\n%s", LibDir, out)
 		}
-		got, err := exec.Command("debugfs", "-R", "cat "+guestInit, disk).Output()
+		got, err := exec.Command("debugfs", "-R", "cat "+Init, disk).Output()
 		want, _ := os.ReadFile(bb)
 		if err != nil || !bytes.Equal(got, want) {
-			t.Errorf("%s in the disk: %d bytes (%v), want busybox's %d", guestInit, len(got), err, len(want))
+			t.Errorf("%s in the disk: %d bytes (%v), want busybox's %d", Init, len(got), err, len(want))
 		}
 		var o kvm.Options
-		if a.initOptions(&o); o.GuestInit != "" || o.GuestInitArgs != nil {
+		if o.GuestInit, o.GuestInitArgs = a.GuestInit(); o.GuestInit != "" || o.GuestInitArgs != nil {
 			t.Errorf("kvm init for a static agent %q %q, want the driver's default", o.GuestInit, o.GuestInitArgs)
 		}
 	})
