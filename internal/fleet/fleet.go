@@ -184,6 +184,9 @@ type Config struct {
 	// An error fails the create with that reason.
 	Env     func(ctx context.Context) (map[string]string, error)
 	Metrics *metrics.Deployment
+	// Backends is where the pool publishes its ready replicas (required).
+	// It is read when the pool is created; a later Ensure keeps the first.
+	Backends Backends
 }
 
 // Ensure creates the pool for cfg.Deployment or updates it. A changed Key
