@@ -10,6 +10,11 @@
 // ready, or a spec change. Requests that find no ready replica wait in Await
 // (the data plane's cold-start hold) and count as demand until a replica is
 // ready or their cold_start_timeout_secs has passed.
+//
+// The pool reads the time package directly (time.Now, its timers and
+// tickers) and has no clock option: its time rules — missing grace,
+// boot_timeout_secs, drain_timeout_secs, the backoff — are unit-tested in a
+// testing/synctest bubble, which fakes the clock and the timers alike.
 package fleet
 
 import (
