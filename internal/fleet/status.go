@@ -95,11 +95,12 @@ func (p *Pool) Status() Status {
 
 // Pick chooses a replica for an exec or shell session and takes a slot on
 // it, which keeps it from being scaled away under the session; it returns
-// the replica's id, and release to call when done. With an id, that replica must be serving. Without one, the
-// least-loaded ready replica is chosen; when there is none and wake is
-// true, the pool scales up and Pick waits like a held request (and, like
-// one, fails at once with a *StartError when no replica can start).
-func (p *Pool) Pick(ctx context.Context, id string, wake bool) (replica string, release func(), err error) {
+// the replica's id, and release to call when done. With an id, that
+// replica must be serving. Without one, the least-loaded ready replica is
+// chosen; when there is none and wake is true, the pool scales up and Pick
+// waits like a held request (and, like one, fails at once with a
+// *StartError when no replica can start).
+func (p *Pool) Pick(ctx context.Context, id string, wake bool) (sandbox string, release func(), err error) {
 	if id != "" {
 		p.mu.Lock()
 		r, ok := p.replicas[id]
