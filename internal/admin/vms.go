@@ -86,12 +86,12 @@ func (a *API) exec(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	wake := req.Wake == nil || *req.Wake
-	b, release, err := e.VMPool.Pick(r.Context(), req.SandboxID, wake)
+	sb, release, err := e.VMPool.Pick(r.Context(), req.SandboxID, wake)
 	if err != nil {
 		return pickError(err, id, req.SandboxID)
 	}
 	defer release()
-	c, err := a.agentClient(e, b.ID)
+	c, err := a.agentClient(e, sb)
 	if err != nil {
 		return err
 	}
@@ -99,10 +99,10 @@ func (a *API) exec(w http.ResponseWriter, r *http.Request) error {
 		Command: req.Command, Cwd: req.Cwd, Env: req.Env, TimeoutMS: int64(timeout) * 1000,
 	})
 	if err != nil {
-		return &web.Error{Status: http.StatusBadGateway, Message: fmt.Sprintf("could not run the command in %s: %v", b.ID, err)}
+		return &web.Error{Status: http.StatusBadGateway, Message: fmt.Sprintf("could not run the command in %s: %v", sb, err)}
 	}
 	web.WriteJSON(w, http.StatusOK, apitype.ExecOutput{
-		SandboxID: b.ID, ExitCode: res.ExitCode, Stdout: res.Stdout, Stderr: res.Stderr, Output: res.Output,
+		SandboxID: sb, ExitCode: res.ExitCode, Stdout: res.Stdout, Stderr: res.Stderr, Output: res.Output,
 	})
 	return nil
 }
@@ -230,20 +230,20 @@ func (a *API) shell(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	b, release, err := e.VMPool.Pick(r.Context(), q.Get("sandbox_id"), wake)
+	sb, release, err := e.VMPool.Pick(r.Context(), q.Get("sandbox_id"), wake)
 	if err != nil {
 		return pickError(err, id, q.Get("sandbox_id"))
 	}
 	defer release()
-	c, err := a.agentClient(e, b.ID)
+	c, err := a.agentClient(e, sb)
 	if err != nil {
 		return err
 	}
 	sess, err := c.PTY(r.Context(), agent.PTYRequest{Cwd: q.Get("cwd"), Cols: cols, Rows: rows})
 	if err != nil {
-		return &web.Error{Status: http.StatusBadGateway, Message: fmt.Sprintf("could not open a shell in %s: %v", b.ID, err)}
+		return &web.Error{Status: http.StatusBadGateway, Message: fmt.Sprintf("could not open a shell in %s: %v", sb, err)}
 	}
-	ptybridge.Serve(w, r, sess, ptybridge.Options{Ready: map[string]string{"type": "ready", "sandbox_id": b.ID}})
+	ptybridge.Serve(w, r, sess, ptybridge.Options{Ready: map[string]string{"type": "ready", "sandbox_id": sb}})
 	return nil
 }
 

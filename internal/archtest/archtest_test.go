@@ -74,6 +74,7 @@ var rules = []struct {
 	{mod + "/internal/agent", []string{mod + "/"}, "the in-sandbox agent is small and self-contained: it runs inside every sandbox"},
 	{mod + "/internal/vm", []string{mod + "/internal/fleet", mod + "/internal/registry", mod + "/internal/admin", mod + "/internal/server", mod + "/internal/proxy", mod + "/internal/store"}, "drivers know only the runtime contract"},
 	{mod + "/internal/fleet", []string{mod + "/internal/registry", mod + "/internal/admin", mod + "/internal/server", mod + "/internal/store", mod + "/internal/vm/"}, "the pool manager uses drivers only through the vm contract"},
+	{mod + "/internal/fleet", []string{mod + "/internal/proxy"}, "the control plane does not depend on the data plane: a pool publishes its replicas through fleet.Backends, which package registry connects to the data plane's pool"},
 	{mod + "/internal/admin", []string{mod + "/internal/server", mod + "/internal/store"}, "handlers reach storage through the registry"},
 	{mod + "/internal/agentbin", []string{mod + "/"}, "bundling the agent binary is a leaf"},
 	{mod + "/internal/hostnet", []string{mod + "/"}, "host networking is a leaf"},

@@ -10,6 +10,11 @@
 // ready, or a spec change. Requests that find no ready replica wait in Await
 // (the data plane's cold-start hold) and count as demand until a replica is
 // ready or their cold_start_timeout_secs has passed.
+//
+// The pool reads the time package directly (time.Now, its timers and
+// tickers) and has no clock option: its time rules — missing grace,
+// boot_timeout_secs, drain_timeout_secs, the backoff — are unit-tested in a
+// testing/synctest bubble, which fakes the clock and the timers alike.
 package fleet
 
 import (
@@ -188,6 +193,9 @@ type Config struct {
 	// An error fails the create with that reason.
 	Env     func(ctx context.Context) (map[string]string, error)
 	Metrics *metrics.Deployment
+	// Backends is where the pool publishes its ready replicas (required).
+	// It is read when the pool is created; a later Ensure keeps the first.
+	Backends Backends
 }
 
 // Ensure creates the pool for cfg.Deployment or updates it. A changed Key

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/internal/autoscale"
-	"github.com/berth-dev/berth/internal/proxy"
 	"github.com/berth-dev/berth/internal/vm"
 )
 
@@ -39,7 +38,7 @@ type replica struct {
 	readyAt    time.Time
 	drainAt    time.Time
 	missing    time.Time // first time the driver did not know it
-	backend    *proxy.Backend
+	backend    Backend   // set when it became ready
 	adopted    bool
 	stopBoot   context.CancelFunc
 	bootErr    string
@@ -52,7 +51,7 @@ type Pool struct {
 	m        *Manager
 	id       string
 	cfg      atomic.Pointer[Config]
-	backends *proxy.Pool
+	backends Backends
 	poke     chan struct{}
 	waiters  atomic.Int64
 
@@ -78,8 +77,11 @@ type Pool struct {
 }
 
 func newPool(m *Manager, cfg Config) *Pool {
+	if cfg.Backends == nil {
+		panic("fleet: Config.Backends is nil for deployment " + cfg.Deployment)
+	}
 	p := &Pool{
-		m: m, id: cfg.Deployment, backends: proxy.NewPool(), poke: make(chan struct{}, 1),
+		m: m, id: cfg.Deployment, backends: cfg.Backends, poke: make(chan struct{}, 1),
 		replicas: map[string]*replica{}, readyCh: make(chan struct{}), failedCh: make(chan struct{}),
 	}
 	p.cfg.Store(&cfg)
@@ -130,9 +132,6 @@ func (d missingDriver) Inspect(context.Context, string) (vm.Instance, error) {
 	return vm.Instance{}, d.err()
 }
 func (d missingDriver) List(context.Context) ([]vm.Instance, error) { return nil, d.err() }
-
-// Backends is the set of replicas the data plane may send requests to.
-func (p *Pool) Backends() *proxy.Pool { return p.backends }
 
 // Config returns the pool's current configuration.
 func (p *Pool) Config() *Config { return p.cfg.Load() }
@@ -233,11 +232,13 @@ func (p *Pool) destroy(ctx context.Context) {
 		if r.stopBoot != nil {
 			r.stopBoot()
 		}
+		if r.backend != nil {
+			p.backends.Remove(id)
+		}
 		ids = append(ids, id)
 	}
 	p.replicas, p.suspended = map[string]*replica{}, nil
 	p.mu.Unlock()
-	p.backends.Set(nil)
 	var wg sync.WaitGroup
 	for _, id := range ids {
 		wg.Add(1)
@@ -334,9 +335,7 @@ func (p *Pool) step(ctx context.Context, now time.Time) {
 	}
 	for _, r := range reap {
 		delete(p.replicas, r.id)
-	}
-	if len(reap) > 0 {
-		p.syncBackendsLocked()
+		p.backends.Remove(r.id)
 	}
 	p.creating += plan.Create
 	p.mu.Unlock()
@@ -413,7 +412,7 @@ func (p *Pool) failLocked(cfg *Config, r *replica, now time.Time, reason, public
 		p.m.log.Warn("replica failed to boot", "deployment", p.id, "replica", r.id, "reason", reason, "backoff", p.backoff.Remaining(now))
 	} else {
 		p.m.log.Warn("replica stopped serving", "deployment", p.id, "replica", r.id, "reason", reason)
-		p.syncBackendsLocked()
+		p.backends.Remove(r.id)
 	}
 }
 
@@ -584,30 +583,14 @@ func (p *Pool) promote(r *replica) {
 	}
 	now := time.Now()
 	r.phase, r.readyAt, r.stopBoot = ready, now, nil
-	b := proxy.NewBackend(r.id, r.addr, false)
-	b.Timeline = proxy.Timeline{Created: r.created, Started: r.started, Ready: now}
-	r.backend = b
+	r.backend = p.backends.Add(r.id, r.addr, r.created, r.started, now)
 	p.backoff, p.lastFail = p.backoff.Reset(), nil
 	if m := cfg.Metrics; m != nil && !r.adopted {
 		m.ObserveColdStart(now.Sub(r.created))
 	}
-	p.syncBackendsLocked()
 	close(p.readyCh)
 	p.readyCh = make(chan struct{})
 	p.m.log.Info("replica ready", "deployment", p.id, "replica", r.id, "addr", r.addr, "boot", now.Sub(r.created).Round(time.Millisecond))
-}
-
-// syncBackendsLocked publishes ready and draining replicas to the data
-// plane, oldest first.
-func (p *Pool) syncBackendsLocked() {
-	var bs []*proxy.Backend
-	rs := slices.SortedFunc(maps.Values(p.replicas), func(a, b *replica) int { return a.readyAt.Compare(b.readyAt) })
-	for _, r := range rs {
-		if r.phase != pending {
-			bs = append(bs, r.backend)
-		}
-	}
-	p.backends.Set(bs)
 }
 
 // reap ends a drained replica: suspended under idle_action retain, stopped
@@ -638,8 +621,8 @@ var ErrColdStartTimeout = errors.New("fleet: no replica became available within 
 // StartError is why a pool cannot start a replica now: its last create or
 // boot failed, no replica is ready or on its way, and the boot backoff
 // holds the next attempt off. Await returns it, so a request is answered at
-// once instead of being held for a replica that will not come; it is a
-// proxy.Refusal.
+// once instead of being held for a replica that will not come; the data
+// plane answers it with a 503 (it is a proxy.Refusal).
 //
 // It carries the failure twice. Detail is what berth logs and records as
 // last_create_error: the driver's error or the app's output, which may name
@@ -666,8 +649,6 @@ func (e *StartError) PublicMessage() string {
 
 // RetryAfter is how long until the backoff lets the pool try again.
 func (e *StartError) RetryAfter() time.Duration { return e.Retry }
-
-var _ proxy.Refusal = (*StartError)(nil)
 
 // startFailedLocked records a failed create or boot: the backoff grows,
 // last_create_error is set, and held requests are released to see it.

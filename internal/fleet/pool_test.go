@@ -90,6 +90,7 @@ func TestStartingReplicaCountedOnce(t *testing.T) {
 		Deployment: "d", Driver: "process", Key: "k",
 		Template: vm.Spec{Command: "exec sleep 600"},
 		Policy:   autoscale.Policy{Max: 5, Target: 1, ColdStartTimeout: time.Minute},
+		Backends: newDataPlane(),
 	})
 	wctx, stopWaiting := context.WithCancel(context.Background())
 	defer stopWaiting()
@@ -118,7 +119,8 @@ func TestCreateFailureReleasesHeldRequests(t *testing.T) {
 		defer func() { cancel(); <-done }()
 		p := m.Ensure(Config{
 			Deployment: "d", Driver: "process", Key: "k",
-			Policy: autoscale.Policy{Max: 1, Target: 1, ColdStartTimeout: 600 * time.Second},
+			Policy:   autoscale.Policy{Max: 1, Target: 1, ColdStartTimeout: 600 * time.Second},
+			Backends: newDataPlane(),
 			Env: func(ctx context.Context) (map[string]string, error) {
 				attempts.Add(1)
 				<-gate

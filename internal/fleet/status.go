@@ -6,7 +6,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/berth-dev/berth/internal/proxy"
 	"github.com/berth-dev/berth/internal/vm"
 )
 
@@ -95,42 +94,43 @@ func (p *Pool) Status() Status {
 }
 
 // Pick chooses a replica for an exec or shell session and takes a slot on
-// it, which keeps it from being scaled away under the session; call release
-// when done. With an id, that replica must be serving. Without one, the
-// least-loaded ready replica is chosen; when there is none and wake is
-// true, the pool scales up and Pick waits like a held request (and, like
-// one, fails at once with a *StartError when no replica can start).
-func (p *Pool) Pick(ctx context.Context, id string, wake bool) (b *proxy.Backend, release func(), err error) {
+// it, which keeps it from being scaled away under the session; it returns
+// the replica's id, and release to call when done. With an id, that
+// replica must be serving. Without one, the least-loaded ready replica is
+// chosen; when there is none and wake is true, the pool scales up and Pick
+// waits like a held request (and, like one, fails at once with a
+// *StartError when no replica can start).
+func (p *Pool) Pick(ctx context.Context, id string, wake bool) (sandbox string, release func(), err error) {
 	if id != "" {
 		p.mu.Lock()
 		r, ok := p.replicas[id]
 		p.mu.Unlock()
 		switch {
 		case !ok:
-			return nil, nil, ErrNoReplica
+			return "", nil, ErrNoReplica
 		case r.phase == pending:
-			return nil, nil, ErrReplicaStarting
+			return "", nil, ErrReplicaStarting
 		case r.phase == draining:
-			return nil, nil, ErrReplicaDraining
+			return "", nil, ErrReplicaDraining
 		}
 		if !r.backend.AcquireBackend() {
-			return nil, nil, ErrReplicaDraining
+			return "", nil, ErrReplicaDraining
 		}
-		return r.backend, r.backend.Release, nil
+		return r.id, r.backend.Release, nil
 	}
 	since := time.Now()
 	for first := true; ; first = false {
-		if b := p.backends.Acquire(); b != nil {
-			return b, b.Release, nil
+		if id, release, ok := p.backends.Acquire(); ok {
+			return id, release, nil
 		}
 		if !wake {
-			return nil, nil, ErrNoRunning
+			return "", nil, ErrNoRunning
 		}
 		if err := p.Await(ctx, since, first); err != nil {
 			if ctx.Err() != nil {
-				return nil, nil, ctx.Err()
+				return "", nil, ctx.Err()
 			}
-			return nil, nil, err
+			return "", nil, err
 		}
 	}
 }
@@ -157,7 +157,9 @@ func (p *Pool) Evict(ctx context.Context, id string, force bool) (killed bool, e
 		r.stopBoot()
 	}
 	delete(p.replicas, id)
-	p.syncBackendsLocked()
+	if r.backend != nil {
+		p.backends.Remove(id)
+	}
 	p.mu.Unlock()
 	err = p.driver().Stop(ctx, id, 0)
 	if errors.Is(err, vm.ErrNotFound) {

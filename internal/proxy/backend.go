@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -142,6 +143,23 @@ func (p *Pool) Set(bs []*Backend) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := append([]*Backend(nil), bs...)
+	p.members.Store(&s)
+}
+
+// Add appends b to the membership.
+func (p *Pool) Add(b *Backend) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := append(slices.Clone(p.Backends()), b)
+	p.members.Store(&s)
+}
+
+// Remove takes the backend with the given ID out of the membership; requests
+// already on it finish.
+func (p *Pool) Remove(id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := slices.DeleteFunc(slices.Clone(p.Backends()), func(b *Backend) bool { return b.ID == id })
 	p.members.Store(&s)
 }
 

@@ -1,8 +1,10 @@
 package proxy_test
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/berth-dev/berth/internal/proxy"
@@ -305,4 +307,56 @@ func TestRecorder(t *testing.T) {
 		t.Errorf("unrouted request observed: %+v", o)
 	default:
 	}
+}
+
+// TestPoolAddRemove: Add appends to the membership and Remove takes one
+// backend out, keeping the others in order; concurrent writers lose no
+// member, and a reader's slice is never changed under it.
+func TestPoolAddRemove(t *testing.T) {
+	p := proxy.NewPool()
+	a, b, c := proxy.NewBackend("A", "a:1", false), proxy.NewBackend("B", "b:1", false), proxy.NewBackend("C", "c:1", false)
+	p.Add(a)
+	p.Add(b)
+	before := p.Backends()
+	p.Add(c)
+	p.Remove("B")
+	p.Remove("nope")
+	if got := ids(p.Backends()); got != "A,C" {
+		t.Errorf("members %s, want A,C", got)
+	}
+	if got := ids(before); got != "A,B" {
+		t.Errorf("a reader's slice changed to %s", got)
+	}
+	if b := p.Acquire(); b != a {
+		t.Errorf("acquired %v, want A (least loaded, first)", b)
+	}
+
+	q := proxy.NewPool()
+	var wg sync.WaitGroup
+	for i := range 50 {
+		wg.Go(func() { q.Add(proxy.NewBackend(fmt.Sprint(i), "x:1", false)) })
+	}
+	wg.Wait()
+	for i := range 25 {
+		wg.Go(func() { q.Remove(fmt.Sprint(2 * i)) })
+	}
+	wg.Wait()
+	if n := len(q.Backends()); n != 25 {
+		t.Errorf("%d members after 50 concurrent adds and 25 removes, want 25", n)
+	}
+	for _, b := range q.Backends() {
+		var i int
+		fmt.Sscan(b.ID, &i)
+		if i%2 == 0 {
+			t.Errorf("removed backend %s is a member", b.ID)
+		}
+	}
+}
+
+func ids(bs []*proxy.Backend) string {
+	var s []string
+	for _, b := range bs {
+		s = append(s, b.ID)
+	}
+	return strings.Join(s, ",")
 }

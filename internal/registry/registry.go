@@ -96,8 +96,12 @@ type Options struct {
 type Registry struct {
 	o Options
 
-	mu   sync.Mutex // serialises writes; guards deps
+	mu   sync.Mutex // serialises writes; guards deps and replicas
 	deps map[string]*Entry
+	// replicas holds, by deployment, the data plane pool a vm deployment's
+	// fleet pool publishes into; like the fleet pool, it lives until the
+	// deployment is deleted.
+	replicas map[string]*proxy.Pool
 }
 
 // Entry is one deployment as the registry holds it. Entries are immutable
@@ -124,7 +128,7 @@ func New(o Options) *Registry {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &Registry{o: o, deps: map[string]*Entry{}}
+	return &Registry{o: o, deps: map[string]*Entry{}, replicas: map[string]*proxy.Pool{}}
 }
 
 // Load restores deployments and upstream drains from the store and publishes
@@ -246,9 +250,16 @@ func (r *Registry) activate(e *Entry) {
 	if e.Kind != apitype.KindVM || r.o.Pools == nil {
 		return
 	}
-	p := r.o.Pools.Ensure(r.poolConfig(&e.Spec))
-	e.VMPool, e.Pool = p, p.Backends()
-	e.dp.Pool, e.dp.Hold = p.Backends(), p
+	bs := r.replicas[e.Spec.ID]
+	if bs == nil {
+		bs = proxy.NewPool()
+		r.replicas[e.Spec.ID] = bs
+	}
+	cfg := r.poolConfig(&e.Spec)
+	cfg.Backends = replicaSet{bs}
+	p := r.o.Pools.Ensure(cfg)
+	e.VMPool, e.Pool = p, bs
+	e.dp.Pool, e.dp.Hold = bs, p
 }
 
 // poolConfig derives a pool's configuration from a vm spec.
@@ -484,6 +495,7 @@ func (r *Registry) Delete(ctx context.Context, id string) error {
 	r.publishLocked()
 	if e.Kind == apitype.KindVM && r.o.Pools != nil {
 		r.o.Pools.Remove(ctx, id)
+		delete(r.replicas, id)
 	}
 	if r.o.Forget != nil {
 		r.o.Forget(id)
