@@ -65,7 +65,7 @@ func TestRunWaitsForPoolTasks(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				d := &slowDriver{blockStart: tc.blockStart, release: make(chan struct{}), entered: make(chan string, 100)}
 				m := New(Options{Driver: d})
-				m.Ensure(Config{Deployment: "app", Driver: "process", Key: "k", Policy: autoscale.Policy{Min: 1, Max: 1}})
+				m.Ensure(Config{Deployment: "app", Driver: "process", Key: "k", Policy: autoscale.Policy{Min: 1, Max: 1}, Backends: newDataPlane()})
 				ctx, cancel := context.WithCancel(t.Context())
 				done := make(chan error, 1)
 				go func() { done <- m.Run(ctx) }()
