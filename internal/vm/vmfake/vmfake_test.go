@@ -1,0 +1,136 @@
+package vmfake
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing/synctest"
+	"time"
+
+	"testing"
+
+	"github.com/berth-dev/berth/internal/vm"
+	"github.com/berth-dev/berth/internal/vm/vmtest"
+)
+
+// TestConformance runs the drivers' conformance suite on the fake.
+func TestConformance(t *testing.T) {
+	vmtest.RunDriverTests(t, func(t *testing.T) vm.Driver {
+		d := New(Options{})
+		t.Cleanup(d.Close)
+		return d
+	}, vmtest.Options{
+		App:        "serve",
+		EnvApp:     "serve-env",
+		Reopen:     func(t *testing.T, old vm.Driver) vm.Driver { return old.(*Driver).Reopen() },
+		LeaseCheck: 20 * time.Millisecond,
+	})
+}
+
+// TestInBubble: with Options.Addr the fake runs inside a synctest bubble:
+// BootDelay and sleep run on the bubble's clock, Exit and Crash end a
+// replica with what they say, Lose and Find hide and show it, and Stop
+// records it.
+func TestInBubble(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		d := New(Options{Addr: "127.0.0.1:1", BootDelay: time.Minute})
+		defer d.Close()
+		start := time.Now()
+		a, err := d.Start(ctx, vm.Spec{Name: vm.Name("app", 1), Deployment: "app", Command: "sleep 30; echo booted; serve"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := time.Since(start); got != time.Minute {
+			t.Errorf("Start took %s of bubble time, want BootDelay (1m)", got)
+		}
+		if a.Addr != "127.0.0.1:1" || a.State != vm.StateRunning {
+			t.Errorf("Start = %+v, want running at Options.Addr", a)
+		}
+		time.Sleep(29 * time.Second)
+		synctest.Wait()
+		if lines, _ := d.Logs(ctx, a.ID, 10); len(lines) != 0 {
+			t.Errorf("logs before the sleep ended: %+v", lines)
+		}
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		if lines, _ := d.Logs(ctx, a.ID, 10); len(lines) != 1 || lines[0].Text != "booted" {
+			t.Errorf("logs after the sleep: %+v, want [booted]", lines)
+		}
+
+		if err := d.Exit(a.ID, 7); err != nil {
+			t.Fatal(err)
+		}
+		got, err := d.Inspect(ctx, a.ID)
+		if err != nil || got.State != vm.StateExited || got.ExitCode == nil || *got.ExitCode != 7 {
+			t.Errorf("after Exit(7): %+v, %v", got, err)
+		}
+
+		b, err := d.Start(ctx, vm.Spec{Name: vm.Name("app", 2), Deployment: "app"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Lose(b.ID)
+		if _, err := d.Inspect(ctx, b.ID); !errors.Is(err, vm.ErrNotFound) {
+			t.Errorf("Inspect of a lost replica: %v, want ErrNotFound", err)
+		}
+		if list, _ := d.List(ctx); len(list) != 1 {
+			t.Errorf("List with one replica lost: %+v, want only the exited one", list)
+		}
+		d.Find(b.ID)
+		if err := d.Crash(b.ID, "host on fire"); err != nil {
+			t.Fatal(err)
+		}
+		got, _ = d.Inspect(ctx, b.ID)
+		if got.State != vm.StateFailed || got.ExitCode != nil || !strings.Contains(got.Reason, "host on fire") {
+			t.Errorf("after Crash: %+v", got)
+		}
+		if d.Stopped(b.ID) {
+			t.Error("Stopped before Stop")
+		}
+		if err := d.Stop(ctx, b.ID, time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if !d.Stopped(b.ID) || d.Starts() != 2 {
+			t.Errorf("Stopped %v, Starts %d; want true, 2", d.Stopped(b.ID), d.Starts())
+		}
+	})
+}
+
+// TestStartErrors: BeforeStart's error is Start's, a boot cut short by
+// Start's context fails it, and a failed setup hook ends the replica with
+// its status before the command runs.
+func TestStartErrors(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		boom := errors.New("boom")
+		d := New(Options{Addr: "127.0.0.1:1", BeforeStart: func(_ context.Context, s vm.Spec) error {
+			if s.Deployment == "bad" {
+				return boom
+			}
+			return nil
+		}})
+		defer d.Close()
+		if _, err := d.Start(t.Context(), vm.Spec{Name: vm.Name("bad", 1), Deployment: "bad"}); !errors.Is(err, boom) {
+			t.Errorf("Start: %v, want BeforeStart's error", err)
+		}
+		spec := vm.Spec{Name: vm.Name("app", 1), Deployment: "app", SetupHooks: []string{"exit 4"}, Command: "echo never; serve"}
+		if _, err := d.Start(t.Context(), spec); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		got, _ := d.Inspect(t.Context(), spec.Name)
+		if got.State != vm.StateExited || got.ExitCode == nil || *got.ExitCode != 4 || strings.Contains(got.Reason, "never") {
+			t.Errorf("after a failing hook: %+v", got)
+		}
+
+		slow := New(Options{Addr: "127.0.0.1:1", BootDelay: time.Hour})
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		if _, err := slow.Start(ctx, vm.Spec{Name: vm.Name("app", 2), Deployment: "app"}); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Start cut short: %v, want DeadlineExceeded", err)
+		}
+		if list, _ := slow.List(t.Context()); len(list) != 0 {
+			t.Errorf("a Start cut short left %+v", list)
+		}
+	})
+}
