@@ -5,45 +5,16 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
-	"github.com/berth-dev/berth/internal/agent"
 	"github.com/berth-dev/berth/internal/autoscale"
 	"github.com/berth-dev/berth/internal/vm"
-	"github.com/berth-dev/berth/internal/vm/process"
+	"github.com/berth-dev/berth/internal/vm/vmfake"
 )
-
-// TestMain lets the test binary be the in-sandbox agent of the process
-// driver's replicas (BERTH_TEST_ROLE=agent runs `berth agent`).
-func TestMain(m *testing.M) {
-	if os.Getenv("BERTH_TEST_ROLE") == "agent" {
-		os.Exit(agent.Main(context.Background(), os.Args[1:], os.Stderr))
-	}
-	os.Exit(m.Run())
-}
-
-// gatedDriver is the real process driver whose Starts wait at a gate, so a
-// test can see what the pool does while replicas are being started.
-type gatedDriver struct {
-	*process.Driver
-	gate   chan struct{}
-	starts atomic.Int32
-}
-
-func (g *gatedDriver) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
-	g.starts.Add(1)
-	select {
-	case <-g.gate:
-	case <-ctx.Done():
-		return vm.Instance{}, ctx.Err()
-	}
-	return g.Driver.Start(ctx, spec)
-}
 
 // waitUntil polls cond until it holds, failing after a generous hang guard.
 // It asserts an outcome, not a duration.
@@ -64,27 +35,25 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 // pool "already creating 2" and nothing was created for it until the next
 // tick — here an hour away.
 func TestStartingReplicaCountedOnce(t *testing.T) {
-	d, err := process.New(process.Options{
-		Dir: t.TempDir(), AgentCommand: []string{os.Args[0]}, AgentEnv: []string{"BERTH_TEST_ROLE=agent"},
-		CgroupParent: "none", Spares: new(int),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := &gatedDriver{Driver: d, gate: make(chan struct{})}
-	m := New(Options{Driver: g, Tick: time.Hour, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	gate := make(chan struct{})
+	d := vmfake.New(vmfake.Options{BeforeStart: func(ctx context.Context, _ vm.Spec) error {
+		select {
+		case <-gate:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}})
+	m := New(Options{Driver: d, Tick: time.Hour, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- m.Run(ctx) }()
 	t.Cleanup(func() {
-		close(g.gate)
+		close(gate)
 		cancel()
 		<-done
 		m.Remove(context.Background(), "d")
-		insts, _ := d.List(context.Background())
-		for _, in := range insts {
-			d.Stop(context.Background(), in.ID, time.Second)
-		}
+		d.Close()
 	})
 	p := m.Ensure(Config{
 		Deployment: "d", Driver: "process", Key: "k",
@@ -95,10 +64,10 @@ func TestStartingReplicaCountedOnce(t *testing.T) {
 	wctx, stopWaiting := context.WithCancel(context.Background())
 	defer stopWaiting()
 	go p.Await(wctx, time.Now(), true)
-	waitUntil(t, "the first replica's Start", func() bool { return g.starts.Load() >= 1 })
+	waitUntil(t, "the first replica's Start", func() bool { return d.Starts() >= 1 })
 	go p.Await(wctx, time.Now(), true)
-	waitUntil(t, "a second replica's Start for the second waiter", func() bool { return g.starts.Load() >= 2 })
-	if n := g.starts.Load(); n != 2 {
+	waitUntil(t, "a second replica's Start for the second waiter", func() bool { return d.Starts() >= 2 })
+	if n := d.Starts(); n != 2 {
 		t.Errorf("%d Starts for 2 waiters, want 2", n)
 	}
 }

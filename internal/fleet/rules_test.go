@@ -3,19 +3,15 @@ package fleet
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"maps"
 	"net"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/berth-dev/berth/internal/autoscale"
-	"github.com/berth-dev/berth/internal/vm"
+	"github.com/berth-dev/berth/internal/vm/vmfake"
 )
 
 // The tests in this file pin the pool's time rules — missing_grace,
@@ -23,78 +19,6 @@ import (
 // the bubble time.Now, timers and the reconcile loop's ticks run on the
 // bubble's fake clock, so an hour of pool life takes no real time and each
 // rule is checked just before and just after its deadline.
-
-// memDriver runs replicas in memory: each is "running" at addr, and a
-// test can make one vanish from the driver (lose) or come back.
-type memDriver struct {
-	addr string
-
-	mu      sync.Mutex
-	insts   map[string]vm.Instance
-	lost    map[string]vm.Instance
-	stopped []string
-}
-
-func newMemDriver(addr string) *memDriver {
-	return &memDriver{addr: addr, insts: map[string]vm.Instance{}, lost: map[string]vm.Instance{}}
-}
-
-func (d *memDriver) Start(_ context.Context, spec vm.Spec) (vm.Instance, error) {
-	in := vm.Instance{ID: spec.Name, Deployment: spec.Deployment, State: vm.StateRunning, Addr: d.addr, StartedAt: time.Now()}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.insts[in.ID] = in
-	return in, nil
-}
-
-func (d *memDriver) Stop(_ context.Context, id string, _ time.Duration) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if _, ok := d.insts[id]; !ok {
-		return fmt.Errorf("mem: %s: %w", id, vm.ErrNotFound)
-	}
-	delete(d.insts, id)
-	d.stopped = append(d.stopped, id)
-	return nil
-}
-
-func (d *memDriver) Inspect(_ context.Context, id string) (vm.Instance, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	in, ok := d.insts[id]
-	if !ok {
-		return vm.Instance{}, fmt.Errorf("mem: %s: %w", id, vm.ErrNotFound)
-	}
-	return in, nil
-}
-
-func (d *memDriver) List(context.Context) ([]vm.Instance, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return slices.Collect(maps.Values(d.insts)), nil
-}
-
-// lose makes the driver forget a replica without stopping it; find brings
-// it back.
-func (d *memDriver) lose(id string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.lost[id] = d.insts[id]
-	delete(d.insts, id)
-}
-
-func (d *memDriver) find(id string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.insts[id] = d.lost[id]
-	delete(d.lost, id)
-}
-
-func (d *memDriver) wasStopped(id string) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return slices.Contains(d.stopped, id)
-}
 
 // listening returns the address of a loopback listener that takes TCP
 // connections (the kernel completes them; nothing accepts), for replicas
@@ -122,10 +46,11 @@ func refusing(t *testing.T) string {
 	return addr
 }
 
-// rig is a Manager with one pool "d" on a memDriver, in a synctest bubble.
+// rig is a Manager with one pool "d" on the fake driver, in a synctest
+// bubble.
 type rig struct {
 	t  *testing.T
-	d  *memDriver
+	d  *vmfake.Driver
 	dp dataPlane
 	p  *Pool
 }
@@ -134,7 +59,7 @@ type rig struct {
 // policy pol, and returns once the pool has settled. Call it inside the
 // bubble; it stops everything when the test ends.
 func startRig(t *testing.T, addr string, o Options, pol autoscale.Policy) *rig {
-	r := &rig{t: t, d: newMemDriver(addr), dp: newDataPlane()}
+	r := &rig{t: t, d: vmfake.New(vmfake.Options{Addr: addr}), dp: newDataPlane()}
 	o.Driver, o.Tick, o.BootProbe, o.Log = r.d, time.Second, 100*time.Millisecond, slog.New(slog.DiscardHandler)
 	m := New(o)
 	ctx, cancel := context.WithCancel(t.Context())
@@ -144,6 +69,7 @@ func startRig(t *testing.T, addr string, o Options, pol autoscale.Policy) *rig {
 		m.Remove(context.Background(), "d") // ends the boot probes too
 		cancel()
 		<-done
+		r.d.Close()
 	})
 	synctest.Wait()
 	r.p = m.Ensure(Config{Deployment: "d", Driver: "process", Key: "k", Policy: pol, HealthTCP: true, Backends: r.dp})
@@ -189,9 +115,9 @@ func TestMissingGrace(t *testing.T) {
 		a := r.only("ready")
 
 		// Missing for 5s, then seen again: kept.
-		r.d.lose(a)
+		r.d.Lose(a)
 		r.after(5 * time.Second)
-		r.d.find(a)
+		r.d.Find(a)
 		r.after(8 * time.Second)
 		if v, ok := r.replica(a); !ok || v.Phase != "ready" {
 			t.Fatalf("replica seen again within the grace: %+v, %v; want it ready", v, ok)
@@ -199,7 +125,7 @@ func TestMissingGrace(t *testing.T) {
 
 		// Missing again: the grace starts over (the first absence was 13s
 		// ago), so just under 10s later it is still there...
-		r.d.lose(a)
+		r.d.Lose(a)
 		r.after(9500 * time.Millisecond)
 		if _, ok := r.replica(a); !ok {
 			t.Fatal("a replica missing for less than MissingGrace was given up")
@@ -239,15 +165,15 @@ func TestBootTimeout(t *testing.T) {
 		if b := r.only("pending"); b != a {
 			t.Fatalf("replica %s replaced by %s before boot_timeout_secs", a, b)
 		}
-		if st := r.p.Status(); st.Failures != 0 || r.d.wasStopped(a) {
-			t.Fatalf("before boot_timeout_secs: %d failures, stopped %v", st.Failures, r.d.wasStopped(a))
+		if st := r.p.Status(); st.Failures != 0 || r.d.Stopped(a) {
+			t.Fatalf("before boot_timeout_secs: %d failures, stopped %v", st.Failures, r.d.Stopped(a))
 		}
 
 		r.after(2 * time.Second)
 		if _, ok := r.replica(a); ok {
 			t.Fatal("a replica past boot_timeout_secs is still tracked")
 		}
-		if !r.d.wasStopped(a) {
+		if !r.d.Stopped(a) {
 			t.Error("a replica past boot_timeout_secs was not stopped")
 		}
 		st := r.p.Status()
@@ -305,13 +231,13 @@ func TestDrain(t *testing.T) {
 		if v, ok := r.replica(a); !ok || v.Phase != "draining" || v.InFlight != 1 {
 			t.Fatalf("draining replica with a session: %+v, %v", v, ok)
 		}
-		if r.d.wasStopped(a) || r.dp.pool.Find(a) == nil {
+		if r.d.Stopped(a) || r.dp.pool.Find(a) == nil {
 			t.Fatal("a draining replica with a session was reaped")
 		}
 		release()
 		r.after(1500 * time.Millisecond)
-		if _, ok := r.replica(a); ok || !r.d.wasStopped(a) || r.dp.pool.Find(a) != nil {
-			t.Fatalf("drained replica: tracked %v, stopped %v, in the data plane %v; want it stopped and gone", ok, r.d.wasStopped(a), r.dp.pool.Find(a) != nil)
+		if _, ok := r.replica(a); ok || !r.d.Stopped(a) || r.dp.pool.Find(a) != nil {
+			t.Fatalf("drained replica: tracked %v, stopped %v, in the data plane %v; want it stopped and gone", ok, r.d.Stopped(a), r.dp.pool.Find(a) != nil)
 		}
 
 		// A session that outlasts drain_timeout_secs.
@@ -327,12 +253,12 @@ func TestDrain(t *testing.T) {
 			t.Fatal(err)
 		}
 		r.after(59500 * time.Millisecond)
-		if v, ok := r.replica(b); !ok || v.Phase != "draining" || r.d.wasStopped(b) {
-			t.Fatalf("just before drain_timeout_secs: %+v, %v, stopped %v; want it draining", v, ok, r.d.wasStopped(b))
+		if v, ok := r.replica(b); !ok || v.Phase != "draining" || r.d.Stopped(b) {
+			t.Fatalf("just before drain_timeout_secs: %+v, %v, stopped %v; want it draining", v, ok, r.d.Stopped(b))
 		}
 		r.after(2 * time.Second)
-		if _, ok := r.replica(b); ok || !r.d.wasStopped(b) {
-			t.Fatalf("after drain_timeout_secs: tracked %v, stopped %v; want it stopped with its session on it", ok, r.d.wasStopped(b))
+		if _, ok := r.replica(b); ok || !r.d.Stopped(b) {
+			t.Fatalf("after drain_timeout_secs: tracked %v, stopped %v; want it stopped with its session on it", ok, r.d.Stopped(b))
 		}
 	})
 }
