@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -130,5 +131,33 @@ func TestPackageDocs(t *testing.T) {
 		if p.Name == "main" && p.Doc == "" || p.Doc == "" {
 			t.Errorf("%s has no package comment", p.ImportPath)
 		}
+	}
+}
+
+// TestFakeDriverOnlyInTests keeps the in-memory driver (package vmfake) out
+// of berth: only _test.go files and test helper packages (named …test)
+// import it, so berth never runs replicas in memory and its binary links no
+// shell interpreter.
+func TestFakeDriverOnlyInTests(t *testing.T) {
+	const fake = mod + "/internal/vm/vmfake"
+	found := false
+	for _, p := range listPackages(t) {
+		if p.ImportPath == fake {
+			found = true
+			continue
+		}
+		if !strings.HasSuffix(p.ImportPath, "test") && slices.Contains(p.Imports, fake) {
+			t.Errorf("%s imports %s: the fake driver is for tests only", p.ImportPath, fake)
+		}
+		if p.ImportPath == mod+"/cmd/berth" {
+			for _, d := range p.Deps {
+				if d == fake || strings.HasPrefix(d, "mvdan.cc/sh/") {
+					t.Errorf("cmd/berth depends on %s", d)
+				}
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("%s not found", fake)
 	}
 }
