@@ -120,7 +120,7 @@ func (a *API) metrics(w http.ResponseWriter, r *http.Request) error {
 		matched = matched[:q.limit]
 	}
 	for _, e := range matched {
-		resp.Deployments = append(resp.Deployments, a.view(e, now, q.summary))
+		resp.Deployments = append(resp.Deployments, a.view(r.Context(), e, now, q.summary))
 	}
 	if !q.summary {
 		resp.HostSandboxes = []apitype.HostSandboxView{}
@@ -135,7 +135,7 @@ func (a *API) metrics(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (a *API) view(e *registry.Entry, now time.Time, summary bool) apitype.DeploymentView {
+func (a *API) view(ctx context.Context, e *registry.Entry, now time.Time, summary bool) apitype.DeploymentView {
 	st := Status(e)
 	v := apitype.DeploymentView{
 		ID:         e.Spec.ID,
@@ -170,7 +170,7 @@ func (a *API) view(e *registry.Entry, now time.Time, summary bool) apitype.Deplo
 		TotalInFlight:   st.TotalInFlight,
 	}
 	if e.VMPool != nil {
-		a.vmPool(&v, e, now, summary)
+		a.vmPool(ctx, &v, e, now, summary)
 	} else {
 		for _, vm := range st.VMs {
 			if vm.Draining {
@@ -195,7 +195,7 @@ func (a *API) view(e *registry.Entry, now time.Time, summary bool) apitype.Deplo
 }
 
 // vmPool fills a vm deployment's pool, replicas and pending replicas.
-func (a *API) vmPool(v *apitype.DeploymentView, e *registry.Entry, now time.Time, summary bool) {
+func (a *API) vmPool(ctx context.Context, v *apitype.DeploymentView, e *registry.Entry, now time.Time, summary bool) {
 	ps := e.VMPool.Status()
 	pol := spec.Scaling(e.Spec.Scaling)
 	v.Pool = apitype.PoolStatus{
@@ -225,7 +225,7 @@ func (a *API) vmPool(v *apitype.DeploymentView, e *registry.Entry, now time.Time
 		}
 		view := apitype.VmView{SandboxID: r.ID, Addr: r.Addr, InFlight: r.InFlight, Healthy: r.Healthy, Draining: r.Draining, UptimeSecs: int(now.Sub(r.Since).Seconds())}
 		if ur != nil {
-			if u, err := ur.Usage(context.Background(), r.ID); err == nil {
+			if u, err := ur.Usage(ctx, r.ID); err == nil {
 				c, m := u.CPUPercent, u.MemoryBytes
 				view.CPUPercent, view.MemoryBytes = &c, &m
 				cpu += c

@@ -72,7 +72,7 @@ var rules = []struct {
 	{mod + "/internal/autoscale", []string{mod + "/"}, "scaling decisions are pure"},
 	{mod + "/internal/auth", []string{mod + "/internal/admin", mod + "/internal/server", mod + "/internal/registry", mod + "/internal/proxy"}, "credentials and walls know nothing of the handlers they guard"},
 	{mod + "/internal/secrets", []string{mod + "/internal/admin", mod + "/internal/server", mod + "/internal/registry", mod + "/internal/fleet"}, "sealing is below its users"},
-	{mod + "/internal/agent", []string{mod + "/"}, "the in-sandbox agent is small and self-contained: it runs inside every sandbox"},
+	{mod + "/internal/agent", []string{mod + "/"}, "the in-sandbox agent runs inside every sandbox: it imports nothing of berth's, so nothing of the server side reaches a sandbox"},
 	{mod + "/internal/vm", []string{mod + "/internal/fleet", mod + "/internal/registry", mod + "/internal/admin", mod + "/internal/server", mod + "/internal/proxy", mod + "/internal/store"}, "drivers know only the runtime contract"},
 	{mod + "/internal/fleet", []string{mod + "/internal/registry", mod + "/internal/admin", mod + "/internal/server", mod + "/internal/store", mod + "/internal/vm/"}, "the pool manager uses drivers only through the vm contract"},
 	{mod + "/internal/fleet", []string{mod + "/internal/proxy"}, "the control plane does not depend on the data plane: a pool publishes its replicas through fleet.Backends, which package registry connects to the data plane's pool"},
@@ -85,12 +85,43 @@ var rules = []struct {
 	{mod + "/internal/grant", []string{mod + "/internal/computer", mod + "/internal/computerapi", mod + "/internal/server"}, "grant tokens know nothing of what they guard"},
 	{mod + "/internal/computer", []string{mod + "/internal/computerapi", mod + "/internal/server", mod + "/internal/admin", mod + "/internal/registry", mod + "/internal/fleet", mod + "/internal/vm/"}, "Computers use drivers only through the vm contract, below their API"},
 	{mod + "/internal/server", []string{mod + "/internal/vm/process", mod + "/internal/vm/container", mod + "/internal/vm/kvm", mod + "/internal/vm/libvirt", mod + "/internal/vm/firecracker", mod + "/internal/vm/guest"}, "the composition root opens the drivers only through package drivers: adding a driver touches no server code"},
+	{mod + "/cmd/berth", testHelpers, "the binary carries no test helpers"},
+	{mod + "/bench", []string{mod + "/"}, "benchmark programs stand alone, so they measure any berth binary (BERTH_BIN)"},
+	{mod + "/internal/archtest", []string{mod + "/"}, "the layering test reads the tree through go list, not by importing it"},
+	{mod + "/internal/contracttest", []string{mod + "/"}, "the contract parser is a leaf test helper"},
+	{mod + "/internal/demo", []string{mod + "/internal/"}, "the demo is specs only, written in the wire types"},
+	{mod + "/internal/egress", []string{mod + "/internal/computer", mod + "/internal/computerapi", mod + "/internal/server", mod + "/internal/admin", mod + "/internal/grant", mod + "/internal/store", mod + "/internal/vm"}, "the egress proxy knows a policy and addresses, nothing of the Computers whose work it carries"},
+	{mod + "/internal/namespaces", []string{mod + "/internal/admin", mod + "/internal/server", mod + "/internal/registry", mod + "/internal/fleet", mod + "/internal/proxy", mod + "/internal/vm"}, "namespaces are below the handlers and the fleet"},
+	{mod + "/internal/computerapi", []string{mod + "/internal/server", mod + "/internal/admin", mod + "/internal/registry", mod + "/internal/fleet", mod + "/internal/store", mod + "/internal/vm"}, "the Computer API reaches Computers only through its Manager interface, below the composition root"},
+	{mod + "/internal/server", testHelpers, "the composition root carries no test helpers"},
+	{mod + "/internal/vm/vmtest", []string{mod + "/internal/vm/"}, "the conformance suite knows drivers only through the vm contract"},
+	{mod + "/internal/vm/console", []string{mod + "/internal/vm/"}, "console capture is below the drivers that use it"},
 	{mod + "/internal/vm/guest", []string{mod + "/internal/vm/drivers"}, "guest kernels and disks are below the driver factories that use them"},
 	{mod + "/internal/vm/process", []string{mod + "/internal/vm/drivers"}, "a driver knows nothing of the factories that open it"},
 	{mod + "/internal/vm/container", []string{mod + "/internal/vm/drivers"}, "a driver knows nothing of the factories that open it"},
 	{mod + "/internal/vm/kvm", []string{mod + "/internal/vm/drivers"}, "a driver knows nothing of the factories that open it"},
 	{mod + "/internal/vm/libvirt", []string{mod + "/internal/vm/drivers"}, "a driver knows nothing of the factories that open it"},
 	{mod + "/internal/vm/firecracker", []string{mod + "/internal/vm/drivers"}, "a driver knows nothing of the factories that open it"},
+}
+
+// testHelpers are packages only tests import.
+var testHelpers = []string{mod + "/internal/vm/vmtest", mod + "/internal/contracttest", mod + "/internal/archtest"}
+
+// TestEveryPackageHasARule: a package no rule names could import anything;
+// each one says where it sits.
+func TestEveryPackageHasARule(t *testing.T) {
+	for _, p := range listPackages(t) {
+		covered := false
+		for _, r := range rules {
+			if p.ImportPath == r.importer || strings.HasPrefix(p.ImportPath, r.importer+"/") {
+				covered = true
+				break
+			}
+		}
+		if !covered {
+			t.Errorf("no layering rule covers %s: add one to rules saying what it may not import", p.ImportPath)
+		}
+	}
 }
 
 func TestLayering(t *testing.T) {
