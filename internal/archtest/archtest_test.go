@@ -95,6 +95,7 @@ var rules = []struct {
 	{mod + "/internal/computerapi", []string{mod + "/internal/server", mod + "/internal/admin", mod + "/internal/registry", mod + "/internal/fleet", mod + "/internal/store", mod + "/internal/vm"}, "the Computer API reaches Computers only through its Manager interface, below the composition root"},
 	{mod + "/internal/server", testHelpers, "the composition root carries no test helpers"},
 	{mod + "/internal/vm/vmtest", []string{mod + "/internal/vm/"}, "the conformance suite knows drivers only through the vm contract"},
+	{mod + "/internal/vm/vmfake", []string{mod + "/internal/vm/"}, "the in-memory driver for tests knows only the vm contract (TestFakeDriverOnlyInTests: only tests import it)"},
 	{mod + "/internal/vm/console", []string{mod + "/internal/vm/"}, "console capture is below the drivers that use it"},
 	{mod + "/internal/vm/guest", []string{mod + "/internal/vm/drivers"}, "guest kernels and disks are below the driver factories that use them"},
 	{mod + "/internal/vm/process", []string{mod + "/internal/vm/drivers"}, "a driver knows nothing of the factories that open it"},
@@ -105,7 +106,7 @@ var rules = []struct {
 }
 
 // testHelpers are packages only tests import.
-var testHelpers = []string{mod + "/internal/vm/vmtest", mod + "/internal/contracttest", mod + "/internal/archtest"}
+var testHelpers = []string{mod + "/internal/vm/vmtest", mod + "/internal/vm/vmfake", mod + "/internal/contracttest", mod + "/internal/archtest"}
 
 // TestEveryPackageHasARule: a package no rule names could import anything;
 // each one says where it sits.
