@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/internal/autoscale"
+	"github.com/berth-dev/berth/internal/vm"
 	"github.com/berth-dev/berth/internal/vm/vmfake"
 )
 
@@ -58,7 +59,7 @@ type rig struct {
 // startRig runs a Manager (one step a second) and ensures pool "d" with
 // policy pol, and returns once the pool has settled. Call it inside the
 // bubble; it stops everything when the test ends.
-func startRig(t *testing.T, addr string, o Options, pol autoscale.Policy) *rig {
+func startRig(t *testing.T, addr string, o Options, pol autoscale.Policy, edit ...func(*Config)) *rig {
 	r := &rig{t: t, d: vmfake.New(vmfake.Options{Addr: addr}), dp: newDataPlane()}
 	o.Driver, o.Tick, o.BootProbe, o.Log = r.d, time.Second, 100*time.Millisecond, slog.New(slog.DiscardHandler)
 	m := New(o)
@@ -72,7 +73,11 @@ func startRig(t *testing.T, addr string, o Options, pol autoscale.Policy) *rig {
 		r.d.Close()
 	})
 	synctest.Wait()
-	r.p = m.Ensure(Config{Deployment: "d", Driver: "process", Key: "k", Policy: pol, HealthTCP: true, Backends: r.dp})
+	cfg := Config{Deployment: "d", Driver: "process", Key: "k", Policy: pol, HealthTCP: true, Backends: r.dp}
+	for _, e := range edit {
+		e(&cfg)
+	}
+	r.p = m.Ensure(cfg)
 	synctest.Wait()
 	return r
 }
@@ -259,6 +264,73 @@ func TestDrain(t *testing.T) {
 		r.after(2 * time.Second)
 		if _, ok := r.replica(b); ok || !r.d.Stopped(b) {
 			t.Fatalf("after drain_timeout_secs: tracked %v, stopped %v; want it stopped with its session on it", ok, r.d.Stopped(b))
+		}
+	})
+}
+
+// TestReplicaExit: a ready replica whose app exits leaves the data plane
+// and is stopped and replaced at the next step; it is not a boot failure.
+func TestReplicaExit(t *testing.T) {
+	addr := listening(t)
+	synctest.Test(t, func(t *testing.T) {
+		r := startRig(t, addr, Options{}, autoscale.Policy{Min: 1, Max: 1, Target: 1})
+		a := r.only("ready")
+		if err := r.d.Exit(a, 3); err != nil {
+			t.Fatal(err)
+		}
+		r.after(1500 * time.Millisecond)
+		if _, ok := r.replica(a); ok || r.dp.pool.Find(a) != nil {
+			t.Fatal("a replica whose app exited is still tracked or in the data plane")
+		}
+		if !r.d.Stopped(a) {
+			t.Error("the exited replica was not stopped (its sandbox is left behind)")
+		}
+		if b := r.only("ready"); b == a {
+			t.Fatal("no replacement")
+		}
+		if st := r.p.Status(); st.Failures != 0 {
+			t.Errorf("a ready replica that exited counted as %d boot failures", st.Failures)
+		}
+	})
+}
+
+// TestCrashWhileBooting: a replica that ends before it is ready is a boot
+// failure whose detail carries the driver's reason (its last output line),
+// and the pool backs off.
+func TestCrashWhileBooting(t *testing.T) {
+	addr := refusing(t)
+	synctest.Test(t, func(t *testing.T) {
+		r := startRig(t, addr, Options{}, autoscale.Policy{Min: 1, Max: 1, Target: 1, ColdStartTimeout: time.Hour},
+			func(c *Config) { c.Template.Command = "echo 'missing DATABASE_URL'; exit 2" })
+		r.after(1500 * time.Millisecond)
+		st := r.p.Status()
+		if st.Failures != 1 || st.BackoffFor <= 0 {
+			t.Fatalf("after a crash while booting: %d failures, backoff %s; want 1 and a backoff", st.Failures, st.BackoffFor)
+		}
+		var se *StartError
+		if err := r.p.Await(t.Context(), time.Now(), true); !errors.As(err, &se) || !strings.Contains(se.Detail, "missing DATABASE_URL") {
+			t.Fatalf("a request during the backoff: %v, want a StartError with the replica's last line", err)
+		}
+	})
+}
+
+// TestLeasesRenewed: the pool renews the leases of its replicas, so one
+// whose lease (vm.ttl_seconds) is a minute still serves an hour later; the
+// fake driver ends a replica whose lease passes, as the real ones do.
+func TestLeasesRenewed(t *testing.T) {
+	addr := listening(t)
+	synctest.Test(t, func(t *testing.T) {
+		r := startRig(t, addr, Options{}, autoscale.Policy{Min: 1, Max: 1, Target: 1},
+			func(c *Config) { c.Template.TTL = time.Minute })
+		a := r.only("ready")
+		for range 60 {
+			r.after(time.Minute)
+		}
+		if b := r.only("ready"); b != a {
+			t.Fatalf("replica %s was replaced by %s: its lease was not renewed", a, b)
+		}
+		if in, err := r.d.Inspect(t.Context(), a); err != nil || in.State != vm.StateRunning {
+			t.Errorf("after an hour: %+v, %v; want it running", in, err)
 		}
 	})
 }
