@@ -18,6 +18,7 @@ import (
 	"github.com/berth-dev/berth/internal/registry"
 	"github.com/berth-dev/berth/internal/spec"
 	"github.com/berth-dev/berth/internal/store"
+	"github.com/berth-dev/berth/internal/vm"
 	"github.com/berth-dev/berth/internal/vm/vmfake"
 )
 
@@ -495,4 +496,54 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// TestMetricsWalls: GET /metrics reports a vm replica's usage as the
+// driver measures it; a namespace token sees (and counts) its own
+// deployments only.
+func TestMetricsWalls(t *testing.T) {
+	r := newRig(t, auth.Confinement{})
+	app := `{"id": "app", "namespace": "team-a", "routes": [{"host": "app.example"}], "vm": {"driver": "process", "port": 8080, "start_command": "serve"}, "scaling": {"min_replicas": 1, "max_replicas": 1}}`
+	want(t, r.do("POST", "/deployments", operator, app), http.StatusCreated)
+	want(t, r.do("POST", "/deployments", operator, staticApp), http.StatusCreated)
+	var sandbox string
+	waitFor(t, "a ready replica", func() bool {
+		st := decode[map[string]any](t, r.do("GET", "/deployments/app", operator, ""))
+		if st["ready"].(float64) < 1 {
+			return false
+		}
+		sandbox = st["vms"].([]any)[0].(map[string]any)["sandbox_id"].(string)
+		return true
+	})
+	if err := r.drv.SetUsage(sandbox, vm.Usage{CPUPercent: 12.5, MemoryBytes: 3 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	type metricsReply struct {
+		Deployments []struct {
+			ID   string `json:"id"`
+			Pool struct {
+				CPUPercent  *float64 `json:"cpu_percent"`
+				MemoryBytes *int64   `json:"memory_bytes"`
+			} `json:"pool"`
+		} `json:"deployments"`
+		Tracked int `json:"tracked_deployments"`
+	}
+	w := r.do("GET", "/metrics?deployment=app", operator, "")
+	want(t, w, http.StatusOK)
+	m := decode[metricsReply](t, w)
+	if len(m.Deployments) != 1 || m.Tracked != 2 {
+		t.Fatalf("operator metrics: %s", w.Body)
+	}
+	if p := m.Deployments[0].Pool; p.CPUPercent == nil || *p.CPUPercent != 12.5 || p.MemoryBytes == nil || *p.MemoryBytes != 3<<20 {
+		t.Errorf("pool usage %s, want 12.5%% and 3 MiB", w.Body)
+	}
+
+	team := r.mint(`{"name": "team-a", "admin": "view", "namespace": "team-a", "deployments": []}`)
+	w = r.do("GET", "/metrics", team, "")
+	want(t, w, http.StatusOK)
+	m = decode[metricsReply](t, w)
+	if len(m.Deployments) != 1 || m.Deployments[0].ID != "app" || m.Tracked != 1 {
+		t.Errorf("a namespace token's metrics: %s", w.Body)
+	}
+	want(t, r.do("GET", "/metrics?limit=x", operator, ""), http.StatusBadRequest, "limit")
 }

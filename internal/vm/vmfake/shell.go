@@ -25,8 +25,8 @@ import (
 // interpreter, and returns the exit status, or an error when the
 // interpreter itself failed (which makes the replica failed).
 func (r *replica) shell(ctx context.Context, port int) (int, error) {
-	stdout := &lineWriter{r: r, stream: "stdout"}
-	stderr := &lineWriter{r: r, stream: "stderr"}
+	stdout := &lineWriter{r: r, ctx: ctx, stream: "stdout"}
+	stderr := &lineWriter{r: r, ctx: ctx, stream: "stderr"}
 	defer stdout.flush()
 	defer stderr.flush()
 
@@ -107,7 +107,7 @@ func (r *replica) exec(ctx context.Context, args []string) error {
 		defer t.Stop()
 		select {
 		case <-t.C:
-			return nil
+			return r.thawed(ctx)
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -230,12 +230,16 @@ func (fi fileInfo) Sys() any           { return nil }
 // lineWriter turns a stream into log lines.
 type lineWriter struct {
 	r      *replica
+	ctx    context.Context // the replica's: a frozen write ends with it
 	stream string
 	mu     sync.Mutex
 	buf    []byte
 }
 
 func (w *lineWriter) Write(p []byte) (int, error) {
+	if err := w.r.thawed(w.ctx); err != nil {
+		return 0, err
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.buf = append(w.buf, p...)

@@ -67,7 +67,8 @@ type Options struct {
 }
 
 // Driver is the in-memory driver. It is a vm.Driver, vm.Suspender,
-// vm.LogReader, vm.LogFollower and vm.Leaser.
+// vm.LogReader, vm.LogFollower, vm.UsageReader and vm.Leaser; it is not a
+// vm.AgentDialer (it runs no in-sandbox agent).
 type Driver struct {
 	o Options
 	h *host
@@ -79,6 +80,7 @@ var (
 	_ vm.LogReader   = (*Driver)(nil)
 	_ vm.LogFollower = (*Driver)(nil)
 	_ vm.Leaser      = (*Driver)(nil)
+	_ vm.UsageReader = (*Driver)(nil)
 )
 
 // host is the state drivers over the same "host" share (see Reopen).
@@ -228,9 +230,9 @@ func (d *Driver) List(ctx context.Context) ([]vm.Instance, error) {
 	return list, nil
 }
 
-// Suspend freezes a running replica: its address takes connections but
-// answers none until Resume. (Its commands other than serve go on; the
-// fake freezes what a client can observe.)
+// Suspend freezes a running replica until Resume: its address takes
+// connections but answers none, and its commands write nothing and do not
+// return from sleep (a sleep whose time passes meanwhile ends at Resume).
 func (d *Driver) Suspend(ctx context.Context, id string) error {
 	d.h.mu.Lock()
 	defer d.h.mu.Unlock()
@@ -274,6 +276,37 @@ func (d *Driver) Renew(ctx context.Context, id string, until time.Time) error {
 		return notFound(id)
 	}
 	r.renewLocked(until)
+	return nil
+}
+
+// Usage reports what SetUsage set for the replica, or by default no CPU and
+// the memory of its size class.
+func (d *Driver) Usage(ctx context.Context, id string) (vm.Usage, error) {
+	d.h.mu.Lock()
+	defer d.h.mu.Unlock()
+	r, ok := d.h.reps[id]
+	if !ok {
+		return vm.Usage{}, notFound(id)
+	}
+	if r.usage != nil {
+		return *r.usage, nil
+	}
+	size := r.spec.SizeClass
+	if size == "" {
+		size = vm.DefaultSize
+	}
+	return vm.Usage{MemoryBytes: int64(vm.Sizes[size].MemoryMB) << 20}, nil
+}
+
+// SetUsage sets what Usage reports for a replica.
+func (d *Driver) SetUsage(id string, u vm.Usage) error {
+	d.h.mu.Lock()
+	defer d.h.mu.Unlock()
+	r, ok := d.h.reps[id]
+	if !ok {
+		return notFound(id)
+	}
+	r.usage = &u
 	return nil
 }
 
@@ -441,6 +474,23 @@ type replica struct {
 	files    map[string][]byte
 	logs     []vm.LogLine
 	changed  chan struct{} // closed and replaced at each new log line
+	usage    *vm.Usage     // set by SetUsage
+}
+
+// thawed waits while the replica is suspended (or until ctx ends).
+func (r *replica) thawed(ctx context.Context) error {
+	r.h.mu.Lock()
+	resumed := r.resumed
+	r.h.mu.Unlock()
+	if resumed == nil {
+		return nil
+	}
+	select {
+	case <-resumed:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func (r *replica) instanceLocked() vm.Instance {

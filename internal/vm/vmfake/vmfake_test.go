@@ -134,3 +134,45 @@ func TestStartErrors(t *testing.T) {
 		}
 	})
 }
+
+// TestSuspendFreezes: a suspended replica's commands write nothing and its
+// sleeps do not end until Resume; then it carries on where it was.
+func TestSuspendFreezes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		d := New(Options{Addr: "127.0.0.1:1"})
+		defer d.Close()
+		in, err := d.Start(ctx, vm.Spec{Name: vm.Name("app", 1), Deployment: "app", Command: "i=0; while true; do echo tick-$i; i=$((i+1)); sleep 1; done"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		count := func() int {
+			lines, err := d.Logs(ctx, in.ID, 1000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return len(lines)
+		}
+		time.Sleep(2500 * time.Millisecond)
+		synctest.Wait()
+		if n := count(); n != 3 {
+			t.Fatalf("%d lines after 2.5s, want 3", n)
+		}
+		if err := d.Suspend(ctx, in.ID); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if n := count(); n != 3 {
+			t.Errorf("a suspended replica wrote %d more lines", n-3)
+		}
+		if _, err := d.Resume(ctx, in.ID); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		lines, _ := d.Logs(ctx, in.ID, 1)
+		if len(lines) != 1 || lines[0].Text != "tick-3" {
+			t.Errorf("after Resume the last line is %+v, want tick-3 (the loop carries on)", lines)
+		}
+	})
+}
