@@ -90,6 +90,9 @@ type host struct {
 	lost    map[string]*replica // forgotten by Lose, still running
 	stopped []string            // ids Stop destroyed, in order
 	starts  int                 // Start calls
+	// unavailable, when set, is why the driver cannot run replicas now
+	// (SetUnavailable).
+	unavailable error
 }
 
 // New returns a driver with no replicas.
@@ -110,6 +113,9 @@ func (d *Driver) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
 		if err := d.o.BeforeStart(ctx, spec); err != nil {
 			return vm.Instance{}, err
 		}
+	}
+	if err := d.Check(ctx); err != nil {
+		return vm.Instance{}, err
 	}
 	if owner, ok := vm.Owner(spec.Name); !ok || owner != spec.Deployment {
 		return vm.Instance{}, fmt.Errorf("vmfake: replica name %q is not one of deployment %q", spec.Name, spec.Deployment)
@@ -308,6 +314,49 @@ func (d *Driver) SetUsage(id string, u vm.Usage) error {
 	}
 	r.usage = &u
 	return nil
+}
+
+// Wait blocks until replica id has ended (its state is terminal), is
+// stopped, or ctx ends, and returns its last Instance; a replica stopped
+// meanwhile is ErrNotFound.
+func (d *Driver) Wait(ctx context.Context, id string) (vm.Instance, error) {
+	d.h.mu.Lock()
+	r, ok := d.h.reps[id]
+	d.h.mu.Unlock()
+	if !ok {
+		return vm.Instance{}, notFound(id)
+	}
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+		return vm.Instance{}, ctx.Err()
+	}
+	d.h.mu.Lock()
+	defer d.h.mu.Unlock()
+	if d.h.reps[id] != r {
+		return vm.Instance{}, notFound(id)
+	}
+	return r.instanceLocked(), nil
+}
+
+// Check reports whether the driver can run replicas: it can unless
+// SetUnavailable said otherwise.
+func (d *Driver) Check(ctx context.Context) error {
+	d.h.mu.Lock()
+	defer d.h.mu.Unlock()
+	if d.h.unavailable != nil {
+		return fmt.Errorf("vmfake: %w: %w", vm.ErrUnavailable, d.h.unavailable)
+	}
+	return nil
+}
+
+// SetUnavailable makes the driver unavailable (Check fails and Start is
+// refused with vm.ErrUnavailable) for the reason why, or available again
+// with nil, as when a host's VM daemon dies and comes back.
+func (d *Driver) SetUnavailable(why error) {
+	d.h.mu.Lock()
+	defer d.h.mu.Unlock()
+	d.h.unavailable = why
 }
 
 // Logs returns up to n of the replica's most recent output lines.

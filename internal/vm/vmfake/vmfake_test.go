@@ -176,3 +176,58 @@ func TestSuspendFreezes(t *testing.T) {
 		}
 	})
 }
+
+// TestWaitAndCheck: Wait returns when a replica ends (at the bubble's
+// time of its exit), with ErrNotFound once it is stopped; SetUnavailable
+// fails Check and Start with vm.ErrUnavailable until it is cleared.
+func TestWaitAndCheck(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		d := New(Options{Addr: "127.0.0.1:1"})
+		defer d.Close()
+		in, err := d.Start(ctx, vm.Spec{Name: vm.Name("app", 1), Deployment: "app", Command: "sleep 5; echo bye; exit 9"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		got, err := d.Wait(ctx, in.ID)
+		if err != nil || got.State != vm.StateExited || got.ExitCode == nil || *got.ExitCode != 9 || !strings.Contains(got.Reason, "bye") {
+			t.Fatalf("Wait = %+v, %v", got, err)
+		}
+		if waited := time.Since(start); waited != 5*time.Second {
+			t.Errorf("Wait returned after %s of bubble time, want 5s", waited)
+		}
+
+		run, err := d.Start(ctx, vm.Spec{Name: vm.Name("app", 2), Deployment: "app"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := make(chan error, 1)
+		go func() { _, err := d.Wait(ctx, run.ID); res <- err }()
+		synctest.Wait()
+		if err := d.Stop(ctx, run.ID, time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-res; !errors.Is(err, vm.ErrNotFound) {
+			t.Errorf("Wait of a replica stopped meanwhile: %v, want ErrNotFound", err)
+		}
+		if _, err := d.Wait(ctx, run.ID); !errors.Is(err, vm.ErrNotFound) {
+			t.Errorf("Wait of a stopped replica: %v, want ErrNotFound", err)
+		}
+
+		if err := d.Check(ctx); err != nil {
+			t.Fatalf("Check: %v", err)
+		}
+		d.SetUnavailable(errors.New("libvirtd is gone"))
+		if err := d.Check(ctx); !errors.Is(err, vm.ErrUnavailable) || !strings.Contains(err.Error(), "libvirtd is gone") {
+			t.Errorf("Check of an unavailable driver: %v", err)
+		}
+		if _, err := d.Start(ctx, vm.Spec{Name: vm.Name("app", 3), Deployment: "app"}); !errors.Is(err, vm.ErrUnavailable) {
+			t.Errorf("Start on an unavailable driver: %v", err)
+		}
+		d.SetUnavailable(nil)
+		if err := d.Check(ctx); err != nil {
+			t.Errorf("Check once available again: %v", err)
+		}
+	})
+}
