@@ -30,10 +30,14 @@ func (r *replica) shell(ctx context.Context, port int) (int, error) {
 	defer stdout.flush()
 	defer stderr.flush()
 
-	env := []string{"PORT=" + strconv.Itoa(port), "HOME=/", "PATH=/bin"}
+	// PORT last, over one in Spec.Env: berth routes to it.
+	env := []string{"HOME=/", "PATH=/bin"}
 	for _, k := range slices.Sorted(maps.Keys(r.spec.Env)) {
-		env = append(env, k+"="+r.spec.Env[k])
+		if k != "PORT" {
+			env = append(env, k+"="+r.spec.Env[k])
+		}
 	}
+	env = append(env, "PORT="+strconv.Itoa(port))
 	sh, err := interp.New(
 		interp.Env(expand.ListEnviron(env...)),
 		interp.StdIO(nil, stdout, stderr),

@@ -18,7 +18,10 @@
 // means "serve".
 //
 // Each replica gets its own loopback HTTP listener (Instance.Addr), which
-// answers while a serve command runs and drops connections otherwise. Inside
+// answers while a serve command runs and drops connections otherwise; $PORT
+// is Spec.Port, or the listener's port when that is 0. Spec.Image,
+// DiskSizeGB, OpenPorts and Workspace are accepted and ignored; the
+// environment is Spec.Env with HOME, PATH and PORT, nothing of the host's. Inside
 // a testing/synctest bubble set Options.Addr instead: a goroutine waiting in
 // Accept is never durably blocked, so the fake then serves nothing and every
 // replica reports that address.
