@@ -16,6 +16,7 @@ import (
 	"github.com/berth-dev/berth/internal/fleet"
 	"github.com/berth-dev/berth/internal/namespaces"
 	"github.com/berth-dev/berth/internal/registry"
+	"github.com/berth-dev/berth/internal/secrets"
 	"github.com/berth-dev/berth/internal/spec"
 	"github.com/berth-dev/berth/internal/store"
 	"github.com/berth-dev/berth/internal/vm"
@@ -67,8 +68,12 @@ func newRig(t *testing.T, conf auth.Confinement) *rig {
 	if err := r.reg.Load(ctx); err != nil {
 		t.Fatal(err)
 	}
+	sec, err := secrets.Open(ctx, st, secrets.Key{1, 2, 3})
+	if err != nil {
+		t.Fatal(err)
+	}
 	r.api = New(Options{
-		Registry: r.reg, Fleet: r.fleet, Tokens: tokens, Namespaces: ns, Confinement: conf,
+		Registry: r.reg, Fleet: r.fleet, Tokens: tokens, Namespaces: ns, Confinement: conf, Secrets: sec,
 		Gate: auth.New(auth.Config{Password: "pw", Tokens: tokens}),
 	})
 	return r
@@ -546,4 +551,57 @@ func TestMetricsWalls(t *testing.T) {
 		t.Errorf("a namespace token's metrics: %s", w.Body)
 	}
 	want(t, r.do("GET", "/metrics?limit=x", operator, ""), http.StatusBadRequest, "limit")
+}
+
+// TestSecrets: a secret's values never come back; a namespace token reaches
+// its own namespace's secrets only, refused alike whether the other
+// namespace's secret exists or not; a token that does not administer the
+// namespace reads but does not write;
+// a secret a deployment references is not deleted without force.
+func TestSecrets(t *testing.T) {
+	r := newRig(t, auth.Confinement{})
+	w := r.do("POST", "/secrets", operator, `{"id": "db", "namespace": "team-b", "data": {"password": "hunter2"}}`)
+	want(t, w, http.StatusCreated)
+	if strings.Contains(w.Body.String(), "hunter2") || !slices.Equal(decode[struct{ Keys []string }](t, w).Keys, []string{"password"}) {
+		t.Errorf("create: %s", w.Body)
+	}
+	want(t, r.do("PUT", "/secrets/db?namespace=team-b", operator, `{"data": {"password": "hunter3"}}`), http.StatusOK)
+	w = r.do("GET", "/secrets/db?namespace=team-b", operator, "")
+	want(t, w, http.StatusOK)
+	if strings.Contains(w.Body.String(), "hunter") {
+		t.Errorf("GET shows a value: %s", w.Body)
+	}
+	want(t, r.do("GET", "/secrets/db", operator, ""), http.StatusNotFound, `no secret "db"`)
+	want(t, r.do("POST", "/secrets", operator, `{"id": "x", "data": {}}`), http.StatusBadRequest, "data")
+	want(t, r.do("POST", "/secrets", operator, `{"id": "../x", "data": {"k": "v"}}`), http.StatusBadRequest, "id")
+
+	team := r.mint(`{"name": "team-a", "admin": "admin", "namespace": "team-a", "deployments": []}`)
+	exists := r.do("GET", "/secrets/db?namespace=team-b", team, "")
+	missing := r.do("GET", "/secrets/nope?namespace=team-b", team, "")
+	want(t, exists, http.StatusForbidden, `"team-b"`)
+	want(t, missing, http.StatusForbidden)
+	if exists.Body.String() != missing.Body.String() {
+		t.Errorf("another namespace's secret answers differently when it exists: %s vs %s", exists.Body, missing.Body)
+	}
+	want(t, r.do("DELETE", "/secrets/db?namespace=team-b", team, ""), http.StatusForbidden)
+	want(t, r.do("POST", "/secrets", team, `{"id": "mine", "data": {"k": "v"}}`), http.StatusCreated)
+	w = r.do("GET", "/secrets", team, "")
+	want(t, w, http.StatusOK)
+	if list := decode[[]map[string]any](t, w); len(list) != 1 || list[0]["namespace"] != "team-a" {
+		t.Errorf("a namespace token lists %s", w.Body)
+	}
+	// A token scoped to some deployments reads its namespace's secrets but
+	// does not write them; a view token does neither (the routes need admin).
+	some := r.mint(`{"name": "one-app", "admin": "admin", "namespace": "team-a", "deployments": ["web"]}`)
+	want(t, r.do("GET", "/secrets/mine", some, ""), http.StatusOK)
+	want(t, r.do("POST", "/secrets", some, `{"id": "mine", "data": {"k": "w"}}`), http.StatusForbidden, "only view")
+	view := r.mint(`{"name": "viewer", "admin": "view", "namespace": "team-a", "deployments": []}`)
+	want(t, r.do("GET", "/secrets/mine", view, ""), http.StatusForbidden, "admin")
+
+	// Referenced by a deployment: deleted only with force.
+	app := `{"id": "app", "namespace": "team-b", "routes": [{"host": "app.example"}], "vm": {"driver": "process", "port": 8080, "start_command": "serve", "env_from": [{"secret": "db"}]}, "scaling": {"min_replicas": 0, "max_replicas": 1}}`
+	want(t, r.do("POST", "/deployments", operator, app), http.StatusCreated)
+	want(t, r.do("DELETE", "/secrets/db?namespace=team-b", operator, ""), http.StatusConflict, "deployment app", "force=true")
+	want(t, r.do("DELETE", "/secrets/db?namespace=team-b&force=true", operator, ""), http.StatusNoContent)
+	want(t, r.do("GET", "/secrets/db?namespace=team-b", operator, ""), http.StatusNotFound)
 }
