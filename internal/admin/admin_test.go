@@ -605,3 +605,24 @@ func TestSecrets(t *testing.T) {
 	want(t, r.do("DELETE", "/secrets/db?namespace=team-b&force=true", operator, ""), http.StatusNoContent)
 	want(t, r.do("GET", "/secrets/db?namespace=team-b", operator, ""), http.StatusNotFound)
 }
+
+// TestDrainRoutes: the drain routes' statuses and bodies.
+func TestDrainRoutes(t *testing.T) {
+	r := newRig(t, auth.Confinement{})
+	want(t, r.do("POST", "/deployments", operator, `{"id": "web", "routes": [{"host": "web.example"}], "upstreams": ["127.0.0.1:9", "127.0.0.1:10"]}`), http.StatusCreated)
+	w := r.do("PUT", "/deployments/web/upstreams/127.0.0.1:9/drain", operator, `{"reason": "deploy"}`)
+	want(t, w, http.StatusOK)
+	if st := decode[map[string]any](t, w); st["state"] != "drained" || st["reason"] != "deploy" {
+		t.Errorf("drain: %s", w.Body)
+	}
+	want(t, r.do("PUT", "/deployments/web/upstreams/127.0.0.1:10/drain", operator, ""), http.StatusConflict, "last healthy", "force")
+	want(t, r.do("PUT", "/deployments/web/upstreams/127.0.0.1:10/drain", operator, `{"force": true}`), http.StatusOK)
+	want(t, r.do("PUT", "/deployments/web/upstreams/127.0.0.1:11/drain", operator, ""), http.StatusNotFound, `"127.0.0.1:11"`)
+	want(t, r.do("PUT", "/deployments/web/upstreams/127.0.0.1:9/drain", operator, `{"reason": "`+strings.Repeat("x", 513)+`"}`), http.StatusBadRequest, "reason")
+	want(t, r.do("PUT", "/deployments/web/upstreams/127.0.0.1:9/drain", operator, `{"force": "yes"}`), http.StatusUnprocessableEntity, "force")
+	w = r.do("DELETE", "/deployments/web/upstreams/127.0.0.1:9/drain", operator, "")
+	want(t, w, http.StatusOK)
+	if st := decode[map[string]any](t, w); st["state"] != "accepting" {
+		t.Errorf("undrain: %s", w.Body)
+	}
+}

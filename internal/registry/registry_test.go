@@ -394,3 +394,65 @@ func TestVMToStatic(t *testing.T) {
 		t.Error("deleting a vm deployment did not stop its replica")
 	}
 }
+
+// TestDrain: a drain is refused for the last healthy accepting upstream
+// unless forced, survives a restart (it is stored before it takes effect),
+// keeps its start across a second drain, and leaves with its upstream.
+func TestDrain(t *testing.T) {
+	r := newRig(t)
+	ctx := t.Context()
+	if _, _, err := r.reg.Put(ctx, static("web", "web.example", "127.0.0.1:9", "127.0.0.1:10"), PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := r.reg.Drain(ctx, "web", "127.0.0.1:9", false, "deploying")
+	if err != nil || st.State != apitype.TrafficDrained || st.Reason == nil || *st.Reason != "deploying" || st.StartedAt == nil {
+		t.Fatalf("Drain = %+v, %v", st, err)
+	}
+	if _, err := r.reg.Drain(ctx, "web", "127.0.0.1:10", false, ""); !errors.Is(err, ErrLastUpstream) {
+		t.Errorf("draining the last accepting upstream: %v, want ErrLastUpstream", err)
+	}
+	again, err := r.reg.Drain(ctx, "web", "127.0.0.1:9", false, "still deploying")
+	if err != nil || *again.StartedAt != *st.StartedAt {
+		t.Errorf("a second drain: %+v, %v; want the first's start kept", again, err)
+	}
+	for _, tt := range []struct {
+		id, up string
+		want   error
+	}{
+		{"nope", "127.0.0.1:9", ErrNotFound},
+		{"web", "127.0.0.1:11", ErrNoUpstream},
+	} {
+		if _, err := r.reg.Drain(ctx, tt.id, tt.up, true, ""); !errors.Is(err, tt.want) {
+			t.Errorf("Drain(%s, %s): %v, want %v", tt.id, tt.up, err, tt.want)
+		}
+	}
+	if _, _, err := r.reg.Put(ctx, vmSpec("app", "app.example"), PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.reg.Drain(ctx, "app", "x", true, ""); !errors.Is(err, ErrNotStatic) {
+		t.Errorf("Drain of a vm deployment: %v, want ErrNotStatic", err)
+	}
+
+	// berth restarted: the drain is back.
+	reloaded := r.open(t)
+	e, _ := reloaded.Get("web")
+	if b := e.Pool.Find("127.0.0.1:9"); b == nil || !b.Draining() {
+		t.Fatal("the drain did not survive a reload")
+	}
+	// The upstream leaves the spec: its drain goes with it, and coming back
+	// it accepts again.
+	if _, _, err := r.reg.Put(ctx, static("web", "web.example", "127.0.0.1:10"), PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := r.reg.Put(ctx, static("web", "web.example", "127.0.0.1:9", "127.0.0.1:10"), PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	reloaded = r.open(t)
+	e, _ = reloaded.Get("web")
+	if b := e.Pool.Find("127.0.0.1:9"); b == nil || b.Draining() {
+		t.Error("an upstream that left the spec kept its drain")
+	}
+	if _, err := r.reg.Undrain(ctx, "web", "127.0.0.1:9"); err != nil {
+		t.Fatal(err)
+	}
+}
