@@ -626,3 +626,45 @@ func TestDrainRoutes(t *testing.T) {
 		t.Errorf("undrain: %s", w.Body)
 	}
 }
+
+// TestAuthProviders: providers are written and read behind their
+// namespace's wall (refused alike whether another namespace's provider
+// exists), and a bad field is a 400 naming it; a namespace that holds
+// deployments is not deleted.
+func TestAuthProviders(t *testing.T) {
+	r := newRig(t, auth.Confinement{})
+	google := `{"name": "corp", "namespace": "team-b", "provider": ["google"], "client_id": "cid", "client_secret": {"secret": "oauth"}, "allowed_domains": ["example.com"]}`
+	w := r.do("POST", "/auth-providers", operator, google)
+	want(t, w, http.StatusCreated)
+	if v := decode[map[string]any](t, w); v["client_secret"].(map[string]any)["namespace"] != "team-b" {
+		t.Errorf("the provider's secret is not bound to its namespace: %s", w.Body)
+	}
+	want(t, r.do("POST", "/auth-providers", operator, google), http.StatusOK)
+	want(t, r.do("POST", "/auth-providers", operator, `{"name": "bad", "provider": ["github"]}`), http.StatusBadRequest, "provider[0]")
+
+	team := r.mint(`{"name": "team-a", "admin": "admin", "namespace": "team-a", "deployments": []}`)
+	exists := r.do("GET", "/auth-providers/team-b/corp", team, "")
+	missing := r.do("GET", "/auth-providers/team-b/nope", team, "")
+	want(t, exists, http.StatusForbidden)
+	if exists.Body.String() != missing.Body.String() {
+		t.Errorf("another namespace's provider answers differently when it exists: %s vs %s", exists.Body, missing.Body)
+	}
+	want(t, r.do("POST", "/auth-providers", team, strings.Replace(google, "team-b", "team-a", 1)), http.StatusCreated)
+	w = r.do("GET", "/auth-providers", team, "")
+	if list := decode[[]map[string]any](t, w); len(list) != 1 || list[0]["namespace"] != "team-a" {
+		t.Errorf("a namespace token lists %s", w.Body)
+	}
+	want(t, r.do("DELETE", "/auth-providers/team-b/corp", team, ""), http.StatusForbidden)
+
+	// berth refuses gated deployments for now (auth: not supported yet),
+	// so no deployment can inherit a provider; a namespace holding a
+	// deployment is not deleted.
+	gated := `{"id": "gated", "namespace": "team-b", "routes": [{"host": "gated.example"}], "upstreams": ["127.0.0.1:9"], "auth": {"provider_ref": "corp"}}`
+	want(t, r.do("POST", "/deployments", operator, gated), http.StatusBadRequest, "auth")
+	want(t, r.do("POST", "/deployments", operator, `{"id": "app", "namespace": "team-b", "routes": [{"host": "app.example"}], "upstreams": ["127.0.0.1:9"]}`), http.StatusCreated)
+	want(t, r.do("POST", "/namespaces", operator, `{"name": "team-b"}`), http.StatusCreated)
+	want(t, r.do("DELETE", "/namespaces/team-b", operator, ""), http.StatusConflict, "app")
+	want(t, r.do("DELETE", "/deployments/app", operator, ""), http.StatusNoContent)
+	want(t, r.do("DELETE", "/auth-providers/team-b/corp", operator, ""), http.StatusNoContent)
+	want(t, r.do("GET", "/auth-providers/team-b/corp", operator, ""), http.StatusNotFound)
+}
