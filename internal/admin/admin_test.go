@@ -171,6 +171,7 @@ func TestDeploymentErrors(t *testing.T) {
 		{"logs limit", "GET", "/deployments/nope/logs?limit=-1", "", nil, 400, []string{"limit"}},
 		{"no such route", "POST", "/deployments/web/pull", "", nil, 501, []string{"POST /deployments/web/pull is not supported"}},
 		{"wrong method", "PATCH", "/deployments", "", nil, 405, []string{"PATCH", "allowed"}},
+		{"no image store", "GET", "/images", "", nil, 503, []string{"image inventory is not running"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			want(t, r.do(tt.method, tt.path, operator, tt.body, tt.header...), tt.status, tt.msgs...)
