@@ -55,7 +55,7 @@ func TestDynamicAgent(t *testing.T) {
 	// interpreter, serves the app and runs an exec.
 	check := func(t *testing.T, id, addr string) {
 		t.Helper()
-		st, err := d.load(id)
+		st, err := d.rd.Load(id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -109,7 +109,7 @@ func TestDynamicAgent(t *testing.T) {
 	d.spareMu.Unlock()
 	warm := spec("dyn", app)
 	inst = start(t, d, warm)
-	st, err := d.load(warm.Name)
+	st, err := d.rd.Load(warm.Name)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/berth-dev/berth/internal/image"
 	"github.com/berth-dev/berth/internal/store"
 	"github.com/berth-dev/berth/internal/vm"
+	"github.com/berth-dev/berth/internal/vm/proc"
 	"github.com/berth-dev/berth/internal/vm/vmtest"
 )
 
@@ -327,7 +328,7 @@ func TestNoLeftovers(t *testing.T) {
 			if ids, _ := shared.net.Allocated(); contains(ids, s.Name) {
 				t.Error("the replica's address is still allocated")
 			}
-			if isAlive(inst.PID, mustStat(inst.PID)) {
+			if proc.Alive(inst.PID, mustStat(inst.PID)) {
 				t.Errorf("the init %d outlived its replica", inst.PID)
 			}
 		})
@@ -344,11 +345,11 @@ func contains(list []string, s string) bool {
 }
 
 func mustStat(pid int) uint64 {
-	ps, err := readStat(pid)
+	ps, err := proc.ReadStat(pid)
 	if err != nil {
 		return 0
 	}
-	return ps.startTicks
+	return ps.StartTicks
 }
 
 // mountedAt reports whether something is mounted at path.

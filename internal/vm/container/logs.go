@@ -17,7 +17,7 @@ import (
 // Logs returns up to n of the replica's most recent output lines (all when
 // n <= 0), oldest first, from output.log and its rotated predecessor.
 func (d *Driver) Logs(ctx context.Context, id string, n int) ([]vm.LogLine, error) {
-	if _, err := d.load(id); err != nil {
+	if _, err := d.rd.Load(id); err != nil {
 		return nil, err
 	}
 	lines, err := console.ReadRotated(d.path(id, runDir, logFile), n)
@@ -36,7 +36,7 @@ const followPoll = 100 * time.Millisecond
 // replica has ended and its output is written, and an error wrapping
 // vm.ErrNotFound if the replica is stopped meanwhile.
 func (d *Driver) FollowLogs(ctx context.Context, id string, w io.Writer) error {
-	if _, err := d.load(id); err != nil {
+	if _, err := d.rd.Load(id); err != nil {
 		return err
 	}
 	path := d.path(id, runDir, logFile)
@@ -101,7 +101,7 @@ func (d *Driver) FollowLogs(ctx context.Context, id string, w io.Writer) error {
 		}
 	}
 	ended := func() (bool, error) {
-		st, err := d.load(id)
+		st, err := d.rd.Load(id)
 		if err != nil {
 			return false, err
 		}

@@ -22,6 +22,8 @@ import (
 	"github.com/berth-dev/berth/internal/agent"
 	"github.com/berth-dev/berth/internal/hostnet"
 	"github.com/berth-dev/berth/internal/vm"
+	"github.com/berth-dev/berth/internal/vm/proc"
+	"github.com/berth-dev/berth/internal/vm/replicadir"
 )
 
 // Spare containers: the rules are in the package documentation
@@ -93,7 +95,7 @@ func (d *Driver) takeSpare(ctx context.Context, kind spareKind, lower string) *s
 		for len(d.spares[kind]) > 0 {
 			sp := d.spares[kind][0]
 			d.spares[kind] = d.spares[kind][1:]
-			if sp.lower == lower && isAlive(sp.st.PID, sp.st.StartTicks) {
+			if sp.lower == lower && proc.Alive(sp.st.PID, sp.st.StartTicks) {
 				d.spareMu.Unlock()
 				return sp
 			}
@@ -149,7 +151,7 @@ func (d *Driver) afterStart(spec vm.Spec, st state, lower string, size vm.Size) 
 		go d.dropSpare(sp)
 	}
 	go func() {
-		waitFor(context.Background(), time.Second, func() bool { return listening(st.PID, st.Port) })
+		proc.WaitFor(context.Background(), time.Second, func() bool { return listening(st.PID, st.Port) })
 		d.refill(kind, lower, size)
 	}()
 }
@@ -311,12 +313,12 @@ func (d *Driver) makeSpare(kind spareKind, lower string, size vm.Size) (*spare, 
 		link.Close()
 		return fail(fmt.Errorf("the runtime wrote a bad pid %q", pb))
 	}
-	ps, err := readStat(st.PID)
+	ps, err := proc.ReadStat(st.PID)
 	if err != nil {
 		link.Close()
 		return fail(fmt.Errorf("the spare's init is gone: %w", err))
 	}
-	st.StartTicks = ps.startTicks
+	st.StartTicks = ps.StartTicks
 	if err := writeSpareState(dir, st, lower); err != nil {
 		link.Close()
 		return fail(err)
@@ -335,7 +337,7 @@ func (d *Driver) makeSpare(kind spareKind, lower string, size vm.Size) (*spare, 
 // dropSpare ends a spare and removes everything of it.
 func (d *Driver) dropSpare(sp *spare) {
 	sp.link.Close()
-	if sp.st.PID != 0 && isAlive(sp.st.PID, sp.st.StartTicks) {
+	if sp.st.PID != 0 && proc.Alive(sp.st.PID, sp.st.StartTicks) {
 		syscall.Kill(sp.st.PID, syscall.SIGKILL)
 	}
 	if err := d.cleanup(context.Background(), sp.st); err != nil {
@@ -377,7 +379,7 @@ func (d *Driver) reapSpares(all bool) {
 			h := strings.TrimPrefix(e.Name(), sparePrefix)
 			ss.State = state{ID: e.Name(), Cgroup: d.cgParent + "/spare-" + h, RuntimeID: "spare-" + h}
 		}
-		alive := ss.State.PID != 0 && isAlive(ss.State.PID, ss.State.StartTicks)
+		alive := ss.State.PID != 0 && proc.Alive(ss.State.PID, ss.State.StartTicks)
 		if alive && !all {
 			continue
 		}
@@ -440,7 +442,7 @@ func (d *Driver) assign(ctx context.Context, spec vm.Spec, st state, sp *spare) 
 	}
 	st.PID, st.StartTicks, st.Cgroup, st.RuntimeID = sp.st.PID, sp.st.StartTicks, sp.st.Cgroup, sp.st.RuntimeID
 	st.StartedAt = time.Now().UTC()
-	if err := writeState(dir, st); err != nil {
+	if err := replicadir.WriteState(dir, st); err != nil {
 		return st, err
 	}
 	os.Remove(filepath.Join(dir, spareFile))
@@ -462,7 +464,7 @@ func (d *Driver) assign(ctx context.Context, spec vm.Spec, st state, sp *spare) 
 	if st.Addr, err = d.net.AttachVethAt(ctx, spec.Name, filepath.Join(dir, netnsFile)); err != nil {
 		return st, err
 	}
-	if err := writeState(dir, st); err != nil {
+	if err := replicadir.WriteState(dir, st); err != nil {
 		return st, err
 	}
 	step("network")
@@ -479,7 +481,7 @@ func (d *Driver) assign(ctx context.Context, spec vm.Spec, st state, sp *spare) 
 	if err != nil {
 		return st, fmt.Errorf("assigning the spare: %w", err)
 	}
-	if !isAlive(st.PID, st.StartTicks) {
+	if !proc.Alive(st.PID, st.StartTicks) {
 		return st, errors.New("the spare's init ended during its assignment")
 	}
 	return st, nil

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/internal/hostnet"
+	"github.com/berth-dev/berth/internal/vm/proc"
 )
 
 // readySpares is how many spares of kind are ready.
@@ -56,7 +57,7 @@ func TestSpare(t *testing.T) {
 	s.WorkDir = "/srv/warm"
 	s.TTL = time.Hour
 	inst := start(t, d, s)
-	st, err := d.load(s.Name)
+	st, err := d.rd.Load(s.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +154,7 @@ func TestStaleSpares(t *testing.T) {
 	old.spares = map[spareKind][]*spare{}
 	old.spareMu.Unlock()
 	sp.link.Close()
-	eventually(t, "the spare's agent to end", func() bool { return !isAlive(sp.st.PID, sp.st.StartTicks) })
+	eventually(t, "the spare's agent to end", func() bool { return !proc.Alive(sp.st.PID, sp.st.StartTicks) })
 	newDriverAt(t, e, old.dir)
 	if left := spareDirs(t, old); len(left) > 0 {
 		t.Errorf("a new Driver left a dead spare: %v", left)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -24,17 +23,8 @@ import (
 	"github.com/berth-dev/berth/internal/agent"
 	"github.com/berth-dev/berth/internal/vm"
 	"github.com/berth-dev/berth/internal/vm/console"
-)
-
-// Compile-time checks of the abilities the driver offers.
-var (
-	_ vm.Driver      = (*Driver)(nil)
-	_ vm.Suspender   = (*Driver)(nil)
-	_ vm.LogReader   = (*Driver)(nil)
-	_ vm.LogFollower = (*Driver)(nil)
-	_ vm.AgentDialer = (*Driver)(nil)
-	_ vm.UsageReader = (*Driver)(nil)
-	_ vm.Leaser      = (*Driver)(nil)
+	"github.com/berth-dev/berth/internal/vm/proc"
+	"github.com/berth-dev/berth/internal/vm/replicadir"
 )
 
 // Images is what the driver needs of the local image store: a bootable ext4
@@ -149,10 +139,11 @@ type Driver struct {
 	agentPort  uint32
 	leaseCheck time.Duration
 	log        *slog.Logger
+	rd         replicadir.Dir[state]
 
 	mu       sync.Mutex
 	starting map[string]bool        // ids whose Start has not returned yet
-	cpu      map[string]cpuSample   // last Usage reading per id
+	cpu      proc.CPUMeter          // Usage readings
 	locks    map[string]*sync.Mutex // per id: Stop, Suspend and Resume
 }
 
@@ -276,7 +267,7 @@ func New(o Options) (*Driver, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Driver{
+	d := &Driver{
 		dir:        dir,
 		fcBin:      fcBin,
 		jailer:     jailer,
@@ -293,9 +284,14 @@ func New(o Options) (*Driver, error) {
 		leaseCheck: o.LeaseCheck,
 		log:        log,
 		starting:   make(map[string]bool),
-		cpu:        make(map[string]cpuSample),
 		locks:      make(map[string]*sync.Mutex),
-	}, nil
+	}
+	d.rd = replicadir.Dir[state]{
+		Root: dir, Driver: "firecracker", Log: log,
+		ID:    func(st state) string { return st.ID },
+		Empty: func(id, owner string) state { return state{ID: id, Deployment: owner} },
+	}
+	return d, nil
 }
 
 // state is a replica's state.json: only what re-adoption needs, never the
@@ -324,20 +320,6 @@ func (st state) addr() string {
 	return net.JoinHostPort(st.GuestIP, strconv.Itoa(st.Port))
 }
 
-// validID reports whether id is a replica name berth gives and is safe as a
-// single path element.
-func validID(id string) bool {
-	if _, ok := vm.Owner(id); !ok {
-		return false
-	}
-	for _, c := range id {
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
-			return false
-		}
-	}
-	return true
-}
-
 // jailID is the jailer's --id for a replica: short (socket paths in the
 // chroot must fit in 107 bytes) and made of the characters it accepts.
 func jailID(id string) string {
@@ -346,7 +328,7 @@ func jailID(id string) string {
 }
 
 // replicaDir is the directory with the replica's state and console log.
-func (d *Driver) replicaDir(id string) string { return filepath.Join(d.dir, id) }
+func (d *Driver) replicaDir(id string) string { return d.rd.Path(id) }
 
 // vmmRoot is the directory holding the files the VMM opens: the replica
 // directory, or under the jailer its chroot.
@@ -424,7 +406,7 @@ func (d *Driver) check(spec vm.Spec) (state, vm.Size, error) {
 	fail := func(format string, args ...any) (state, vm.Size, error) {
 		return state{}, vm.Size{}, fmt.Errorf("firecracker: start %q: "+format, append([]any{spec.Name}, args...)...)
 	}
-	if !validID(spec.Name) {
+	if !replicadir.ValidID(spec.Name) {
 		return fail("not a replica name (want %s<deployment>-<12 hex digits>)", vm.NamePrefix)
 	}
 	owner, _ := vm.Owner(spec.Name)
@@ -495,7 +477,7 @@ func (d *Driver) launch(ctx context.Context, spec vm.Spec, st state, size vm.Siz
 			return st, err
 		}
 	}
-	if err := writeState(d.replicaDir(st.ID), st); err != nil {
+	if err := replicadir.WriteState(d.replicaDir(st.ID), st); err != nil {
 		return st, err
 	}
 
@@ -515,7 +497,7 @@ func (d *Driver) launch(ctx context.Context, spec vm.Spec, st state, size vm.Siz
 	}
 	// Recorded at once, so that cleanup and a later Stop delete it.
 	st.Tap = tap
-	if err := writeState(d.replicaDir(st.ID), st); err != nil {
+	if err := replicadir.WriteState(d.replicaDir(st.ID), st); err != nil {
 		return st, err
 	}
 	guest, err := parseGuestIP(guestIP)
@@ -760,10 +742,10 @@ func (d *Driver) spawn(ctx context.Context, st state) (*Client, state, error) {
 	// Reap it while berth lives; after a berth restart it is init's child.
 	go cmd.Wait()
 	st.PID = cmd.Process.Pid
-	if ps, err := readStat(st.PID); err == nil {
-		st.StartTicks = ps.startTicks
+	if ps, err := proc.ReadStat(st.PID); err == nil {
+		st.StartTicks = ps.StartTicks
 	}
-	if err := writeState(d.replicaDir(st.ID), st); err != nil {
+	if err := replicadir.WriteState(d.replicaDir(st.ID), st); err != nil {
 		cmd.Process.Kill()
 		return nil, st, err
 	}
@@ -777,7 +759,7 @@ func (d *Driver) spawn(ctx context.Context, st state) (*Client, state, error) {
 				return nil, st, err
 			}
 		}
-		if !isAlive(st.PID, st.StartTicks) {
+		if !proc.Alive(st.PID, st.StartTicks) {
 			return nil, st, d.withConsole(st, errors.New("the VMM exited before its API answered"))
 		}
 		if time.Now().After(deadline) {
@@ -794,115 +776,23 @@ func (d *Driver) spawn(ctx context.Context, st state) (*Client, state, error) {
 // withConsole adds the console's last lines to err: a VMM that refuses its
 // configuration or dies says why there.
 func (d *Driver) withConsole(st state, err error) error {
-	tail := console.Tail(filepath.Join(d.replicaDir(st.ID), consoleFile), tailLines)
+	tail := console.Tail(filepath.Join(d.replicaDir(st.ID), consoleFile), replicadir.TailLines)
 	if len(tail) == 0 {
 		return err
 	}
 	return fmt.Errorf("%w; console:\n%s", err, strings.Join(tail, "\n"))
 }
 
-func writeState(dir string, st state) error {
-	b, err := json.Marshal(st)
-	if err != nil {
-		return err
-	}
-	return writeAtomic(dir, stateFile, b)
-}
-
-// writeAtomic replaces dir/name by rename, so no reader sees half of it.
-func writeAtomic(dir, name string, b []byte) error {
-	tmp, err := os.CreateTemp(dir, "."+name+".tmp-*")
-	if err != nil {
-		return err
-	}
-	_, err = tmp.Write(b)
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), filepath.Join(dir, name))
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
-	}
-	return err
-}
-
-// load reads a replica's state. A directory without a state file (a start
-// interrupted before it wrote one) loads with pid 0.
-func (d *Driver) load(id string) (state, error) {
-	if !validID(id) {
-		return state{}, fmt.Errorf("firecracker: %q: %w", id, vm.ErrNotFound)
-	}
-	b, err := os.ReadFile(filepath.Join(d.replicaDir(id), stateFile))
-	if errors.Is(err, fs.ErrNotExist) {
-		if _, err := os.Stat(d.replicaDir(id)); err != nil {
-			return state{}, fmt.Errorf("firecracker: %s: %w", id, vm.ErrNotFound)
-		}
-		owner, _ := vm.Owner(id)
-		return state{ID: id, Deployment: owner}, nil
-	}
-	if err != nil {
-		return state{}, fmt.Errorf("firecracker: %s: %w", id, err)
-	}
-	var st state
-	if err := json.Unmarshal(b, &st); err != nil {
-		return state{}, fmt.Errorf("firecracker: %s: corrupt %s: %w", id, stateFile, err)
-	}
-	if st.ID != id {
-		return state{}, fmt.Errorf("firecracker: %s: %s names %q", id, stateFile, st.ID)
-	}
-	return st, nil
-}
-
-// states loads every replica under Dir.
-func (d *Driver) states() ([]state, error) {
-	ents, err := os.ReadDir(d.dir)
-	if err != nil {
-		return nil, fmt.Errorf("firecracker: %w", err)
-	}
-	var sts []state
-	for _, e := range ents {
-		if !e.IsDir() || !validID(e.Name()) {
-			continue
-		}
-		st, err := d.load(e.Name())
-		if err != nil {
-			if !errors.Is(err, vm.ErrNotFound) {
-				d.log.Warn("firecracker: skipping replica", "id", e.Name(), "err", err)
-			}
-			continue
-		}
-		sts = append(sts, st)
-	}
-	return sts, nil
-}
-
 // Inspect reports one replica.
 func (d *Driver) Inspect(ctx context.Context, id string) (vm.Instance, error) {
-	st, err := d.load(id)
-	if err != nil {
-		return vm.Instance{}, err
-	}
-	return d.instance(st), nil
+	return d.rd.Inspect(id, d.instance)
 }
 
 // List reports every replica under Dir, including those a previous berth
 // started.
 func (d *Driver) List(ctx context.Context) ([]vm.Instance, error) {
-	sts, err := d.states()
-	if err != nil {
-		return nil, err
-	}
-	insts := make([]vm.Instance, 0, len(sts))
-	for _, st := range sts {
-		insts = append(insts, d.instance(st))
-	}
-	return insts, nil
+	return d.rd.List(d.instance)
 }
-
-// tailLines is how many output lines a Reason ends with.
-const tailLines = 5
 
 // instance derives a replica's state from its files and its VMM. A guest
 // whose agent ended reboots, which ends the VMM; the agent's last log line
@@ -918,7 +808,7 @@ func (d *Driver) instance(st state) vm.Instance {
 	d.mu.Lock()
 	starting := d.starting[st.ID]
 	d.mu.Unlock()
-	alive := st.PID != 0 && isAlive(st.PID, st.StartTicks)
+	alive := st.PID != 0 && proc.Alive(st.PID, st.StartTicks)
 	consoleLog := filepath.Join(d.replicaDir(st.ID), consoleFile)
 	switch {
 	case st.Suspended:
@@ -933,7 +823,7 @@ func (d *Driver) instance(st state) vm.Instance {
 		if code, reason, ok := console.Exit(consoleLog); ok {
 			inst.State = vm.StateExited
 			inst.ExitCode = &code
-			inst.Reason = withTail(reason, console.AppTail(consoleLog, tailLines))
+			inst.Reason = replicadir.WithTail(reason, console.AppTail(consoleLog, replicadir.TailLines))
 			return inst
 		}
 		inst.State = vm.StateFailed
@@ -941,19 +831,12 @@ func (d *Driver) instance(st state) vm.Instance {
 		if st.PID == 0 {
 			reason = "the start of this replica was interrupted before its VMM ran"
 		}
-		if tail := console.Tail(consoleLog, tailLines); len(tail) > 0 {
+		if tail := console.Tail(consoleLog, replicadir.TailLines); len(tail) > 0 {
 			reason += "; console:\n" + strings.Join(tail, "\n")
 		}
 		inst.Reason = reason
 	}
 	return inst
-}
-
-func withTail(reason string, tail []string) string {
-	if len(tail) == 0 {
-		return reason
-	}
-	return reason + "; last output:\n" + strings.Join(tail, "\n")
 }
 
 // Stop asks the guest to shut down (SendCtrlAltDel, which the agent as init
@@ -963,15 +846,15 @@ func withTail(reason string, tail []string) string {
 func (d *Driver) Stop(ctx context.Context, id string, grace time.Duration) error {
 	unlock := d.lock(id)
 	defer unlock()
-	st, err := d.load(id)
+	st, err := d.rd.Load(id)
 	if err != nil {
 		return err
 	}
 	if err := d.destroy(ctx, st, grace); err != nil {
 		return fmt.Errorf("firecracker: stop %s: %w", id, err)
 	}
+	d.cpu.Forget(id)
 	d.mu.Lock()
-	delete(d.cpu, id)
 	delete(d.locks, id)
 	d.mu.Unlock()
 	return nil
@@ -980,16 +863,22 @@ func (d *Driver) Stop(ctx context.Context, id string, grace time.Duration) error
 // destroy ends the VMM (politely for up to grace when it runs a guest) and
 // removes the tap, the jail and the replica directory.
 func (d *Driver) destroy(ctx context.Context, st state, grace time.Duration) error {
-	if st.PID != 0 && isAlive(st.PID, st.StartTicks) {
-		if grace > 0 && !st.Suspended {
-			actx, cancel := context.WithTimeout(ctx, min(grace, 2*time.Second))
-			err := NewClient(d.hostPath(st, apiSock)).Action(actx, ActionSendCtrlAltDel)
-			cancel()
-			if err == nil {
-				waitFor(ctx, grace, func() bool { return !isAlive(st.PID, st.StartTicks) })
+	if st.PID != 0 && proc.Alive(st.PID, st.StartTicks) {
+		e := proc.Ending{
+			What: fmt.Sprintf("the VMM (pid %d)", st.PID),
+			Gone: func() bool { return !proc.Alive(st.PID, st.StartTicks) },
+			Kill: func() { syscall.Kill(st.PID, syscall.SIGKILL) },
+		}
+		// A suspended replica's VMM only writes its snapshot: there is no
+		// guest to ask.
+		if !st.Suspended {
+			e.Polite = func() error {
+				actx, cancel := context.WithTimeout(ctx, min(grace, 2*time.Second))
+				defer cancel()
+				return NewClient(d.hostPath(st, apiSock)).Action(actx, ActionSendCtrlAltDel)
 			}
 		}
-		if err := killVMM(ctx, st); err != nil {
+		if _, err := proc.End(ctx, grace, e); err != nil {
 			return err
 		}
 	}
@@ -1006,43 +895,7 @@ func (d *Driver) destroy(ctx context.Context, st state, grace time.Duration) err
 	return os.RemoveAll(d.replicaDir(st.ID))
 }
 
-// killPatience bounds how long a SIGKILLed VMM may take to vanish.
-const killPatience = 10 * time.Second
-
 // killVMM SIGKILLs the VMM and waits until it is gone.
 func killVMM(ctx context.Context, st state) error {
-	gone := func() bool {
-		if !isAlive(st.PID, st.StartTicks) {
-			return true
-		}
-		syscall.Kill(st.PID, syscall.SIGKILL)
-		return false
-	}
-	if !waitFor(ctx, killPatience, gone) {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		return fmt.Errorf("the VMM (pid %d) survives SIGKILL", st.PID)
-	}
-	return nil
-}
-
-// waitFor polls cond until it holds, d passes or ctx ends, and reports
-// whether cond held.
-func waitFor(ctx context.Context, d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	wait := time.Millisecond
-	for {
-		if cond() {
-			return true
-		}
-		if !time.Now().Before(deadline) || ctx.Err() != nil {
-			return false
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, 50*time.Millisecond)
-	}
+	return proc.Kill(ctx, st.PID, st.StartTicks, fmt.Sprintf("the VMM (pid %d)", st.PID))
 }

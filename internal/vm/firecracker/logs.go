@@ -18,7 +18,7 @@ import (
 // them when n <= 0), oldest first, from its serial console (package
 // console).
 func (d *Driver) Logs(ctx context.Context, id string, n int) ([]vm.LogLine, error) {
-	if _, err := d.load(id); err != nil {
+	if _, err := d.rd.Load(id); err != nil {
 		return nil, err
 	}
 	lines, err := console.ReadLogs(filepath.Join(d.replicaDir(id), consoleFile), n)
@@ -34,11 +34,11 @@ func (d *Driver) Logs(ctx context.Context, id string, n int) ([]vm.LogLine, erro
 // ended and its output was written, and an error wrapping vm.ErrNotFound if
 // the replica is stopped meanwhile.
 func (d *Driver) FollowLogs(ctx context.Context, id string, w io.Writer) error {
-	if _, err := d.load(id); err != nil {
+	if _, err := d.rd.Load(id); err != nil {
 		return err
 	}
 	err := console.Follow(ctx, filepath.Join(d.replicaDir(id), consoleFile), w, func() (bool, error) {
-		st, err := d.load(id)
+		st, err := d.rd.Load(id)
 		if err != nil {
 			return false, err
 		}
@@ -54,7 +54,7 @@ func (d *Driver) FollowLogs(ctx context.Context, id string, w io.Writer) error {
 // socket: Firecracker forwards a connection that says "CONNECT <port>\n"
 // to that guest port and answers "OK <host port>\n" first.
 func (d *Driver) DialAgent(ctx context.Context, id string) (net.Conn, error) {
-	st, err := d.load(id)
+	st, err := d.rd.Load(id)
 	if err != nil {
 		return nil, err
 	}

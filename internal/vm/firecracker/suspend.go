@@ -14,6 +14,8 @@ import (
 
 	"github.com/berth-dev/berth/internal/agent"
 	"github.com/berth-dev/berth/internal/vm"
+	"github.com/berth-dev/berth/internal/vm/proc"
+	"github.com/berth-dev/berth/internal/vm/replicadir"
 )
 
 // Suspend pauses the microVM, writes a full snapshot (the VM state and all
@@ -24,11 +26,11 @@ import (
 // snapshot is recorded) or suspended (after).
 func (d *Driver) Suspend(ctx context.Context, id string) error {
 	defer d.lock(id)()
-	st, err := d.load(id)
+	st, err := d.rd.Load(id)
 	if err != nil {
 		return err
 	}
-	if st.Suspended || st.PID == 0 || !isAlive(st.PID, st.StartTicks) {
+	if st.Suspended || st.PID == 0 || !proc.Alive(st.PID, st.StartTicks) {
 		return fmt.Errorf("firecracker: suspend %s: the replica is not running", id)
 	}
 	c := NewClient(d.hostPath(st, apiSock))
@@ -54,7 +56,7 @@ func (d *Driver) Suspend(ctx context.Context, id string) error {
 	}
 	old := st.SnapGen
 	st.Suspended, st.SnapGen = true, gen
-	if err := writeState(d.replicaDir(id), st); err != nil {
+	if err := replicadir.WriteState(d.replicaDir(id), st); err != nil {
 		c.PatchVM(context.Background(), VMResumed)
 		return fmt.Errorf("firecracker: suspend %s: %w", id, err)
 	}
@@ -63,7 +65,7 @@ func (d *Driver) Suspend(ctx context.Context, id string) error {
 		return fmt.Errorf("firecracker: suspend %s: %w", id, err)
 	}
 	st.PID, st.StartTicks = 0, 0
-	if err := writeState(d.replicaDir(id), st); err != nil {
+	if err := replicadir.WriteState(d.replicaDir(id), st); err != nil {
 		return fmt.Errorf("firecracker: suspend %s: %w", id, err)
 	}
 	if old > 0 {
@@ -82,7 +84,7 @@ func (d *Driver) Suspend(ctx context.Context, id string) error {
 // the agent.
 func (d *Driver) Resume(ctx context.Context, id string) (vm.Instance, error) {
 	defer d.lock(id)()
-	st, err := d.load(id)
+	st, err := d.rd.Load(id)
 	if err != nil {
 		return vm.Instance{}, err
 	}
@@ -96,7 +98,7 @@ func (d *Driver) Resume(ctx context.Context, id string) (vm.Instance, error) {
 		}
 	}
 	// A VMM left paused by a Suspend that berth did not finish.
-	if st.PID != 0 && isAlive(st.PID, st.StartTicks) {
+	if st.PID != 0 && proc.Alive(st.PID, st.StartTicks) {
 		if err := killVMM(ctx, st); err != nil {
 			return vm.Instance{}, fmt.Errorf("firecracker: resume %s: %w", id, err)
 		}
@@ -121,11 +123,11 @@ func (d *Driver) Resume(ctx context.Context, id string) (vm.Instance, error) {
 			killVMM(context.Background(), st)
 		}
 		st.PID, st.StartTicks = 0, 0
-		writeState(d.replicaDir(id), st)
+		replicadir.WriteState(d.replicaDir(id), st)
 		return vm.Instance{}, fmt.Errorf("firecracker: resume %s: %w", id, d.withConsole(st, err))
 	}
 	st.Suspended = false
-	if err := writeState(d.replicaDir(id), st); err != nil {
+	if err := replicadir.WriteState(d.replicaDir(id), st); err != nil {
 		return vm.Instance{}, fmt.Errorf("firecracker: resume %s: %w", id, err)
 	}
 	if until, ok := d.hostLease(id); ok {
@@ -152,11 +154,11 @@ func (d *Driver) Renew(ctx context.Context, id string, until time.Time) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	st, err := d.load(id)
+	st, err := d.rd.Load(id)
 	if err != nil {
 		return err
 	}
-	if err := writeAtomic(d.replicaDir(id), leaseFile, agent.FormatLease(until)); err != nil {
+	if err := replicadir.WriteAtomic(d.replicaDir(id), leaseFile, agent.FormatLease(until), 0o600); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("firecracker: renew %s: %w", id, vm.ErrNotFound)
 		}

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -26,17 +25,8 @@ import (
 	"github.com/berth-dev/berth/internal/agent"
 	"github.com/berth-dev/berth/internal/vm"
 	"github.com/berth-dev/berth/internal/vm/console"
-)
-
-// Compile-time checks of the abilities the driver offers.
-var (
-	_ vm.Driver      = (*Driver)(nil)
-	_ vm.Suspender   = (*Driver)(nil)
-	_ vm.LogReader   = (*Driver)(nil)
-	_ vm.LogFollower = (*Driver)(nil)
-	_ vm.AgentDialer = (*Driver)(nil)
-	_ vm.UsageReader = (*Driver)(nil)
-	_ vm.Leaser      = (*Driver)(nil)
+	"github.com/berth-dev/berth/internal/vm/proc"
+	"github.com/berth-dev/berth/internal/vm/replicadir"
 )
 
 // Images is what the driver needs of the local image store: a bootable ext4
@@ -193,6 +183,7 @@ type Driver struct {
 	hv         Hypervisor // nil: QEMU run directly
 	leaseCheck time.Duration
 	log        *slog.Logger
+	rd         replicadir.Dir[state]
 
 	// The accelerator, decided at New or by the first Start's probe.
 	tcgKernel  string        // Options.TCGKernel
@@ -205,7 +196,7 @@ type Driver struct {
 
 	mu       sync.Mutex
 	starting map[string]bool        // ids whose Start has not returned yet
-	cpu      map[string]cpuSample   // last Usage reading per id
+	cpu      proc.CPUMeter          // Usage readings
 	locks    map[string]*sync.Mutex // per id: Stop, Suspend and Resume
 	agents   map[string]*agentConn  // per id: the session to its agent
 }
@@ -352,9 +343,13 @@ func New(o Options) (*Driver, error) {
 		probeQEMU:  probeQEMU,
 		probeCache: probeCache,
 		starting:   make(map[string]bool),
-		cpu:        make(map[string]cpuSample),
 		locks:      make(map[string]*sync.Mutex),
 		agents:     make(map[string]*agentConn),
+	}
+	d.rd = replicadir.Dir[state]{
+		Root: dir, Driver: "kvm", Log: log,
+		ID:    func(st state) string { return st.ID },
+		Empty: func(id, owner string) state { return state{ID: id, Deployment: owner} },
 	}
 	if o.Accel != "" {
 		d.acc = d.newAccelCfg(o.Accel, "set by Options.Accel")
@@ -424,24 +419,10 @@ func (st state) addr() string {
 	return net.JoinHostPort(st.GuestIP, strconv.Itoa(st.Port))
 }
 
-// validID reports whether id is a replica name berth gives and is safe as a
-// single path element and in QEMU's option syntax (no commas).
-func validID(id string) bool {
-	if _, ok := vm.Owner(id); !ok {
-		return false
-	}
-	for _, c := range id {
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
-			return false
-		}
-	}
-	return true
-}
-
 // replicaDir is the directory with the replica's files.
-func (d *Driver) replicaDir(id string) string { return filepath.Join(d.dir, id) }
+func (d *Driver) replicaDir(id string) string { return d.rd.Path(id) }
 
-func (d *Driver) path(id, name string) string { return filepath.Join(d.dir, id, name) }
+func (d *Driver) path(id, name string) string { return d.rd.Path(id, name) }
 
 // Start creates the replica's disk, tap and config drive and starts QEMU,
 // returning once the guest runs; the kernel, the agent and the app are
@@ -491,7 +472,7 @@ func (d *Driver) check(spec vm.Spec) (state, vm.Size, error) {
 	fail := func(format string, args ...any) (state, vm.Size, error) {
 		return state{}, vm.Size{}, fmt.Errorf("kvm: start %q: "+format, append([]any{spec.Name}, args...)...)
 	}
-	if !validID(spec.Name) {
+	if !replicadir.ValidID(spec.Name) {
 		return fail("not a replica name (want %s<deployment>-<12 hex digits>)", vm.NamePrefix)
 	}
 	owner, _ := vm.Owner(spec.Name)
@@ -559,7 +540,7 @@ func (d *Driver) launch(ctx context.Context, spec vm.Spec, st state, size vm.Siz
 		return st, fmt.Errorf("deciding the accelerator: %w", err)
 	}
 	st.StartedAt = time.Now().UTC()
-	if err := writeState(d.replicaDir(st.ID), st); err != nil {
+	if err := replicadir.WriteState(d.replicaDir(st.ID), st); err != nil {
 		return st, err
 	}
 	img, err := d.images.Ext4(spec.Image, spec.DiskSizeGB)
@@ -578,7 +559,7 @@ func (d *Driver) launch(ctx context.Context, spec vm.Spec, st state, size vm.Siz
 	}
 	// Recorded at once, so that cleanup and a later Stop delete it.
 	st.Tap = tap
-	if err := writeState(d.replicaDir(st.ID), st); err != nil {
+	if err := replicadir.WriteState(d.replicaDir(st.ID), st); err != nil {
 		return st, err
 	}
 	guest, err := parseGuestIP(guestIP)
@@ -608,7 +589,7 @@ func (d *Driver) launch(ctx context.Context, spec vm.Spec, st state, size vm.Siz
 		return st, err
 	}
 	if spec.TTL > 0 {
-		if err := writeAtomic(d.replicaDir(st.ID), leaseFile, agent.FormatLease(st.StartedAt.Add(spec.TTL))); err != nil {
+		if err := replicadir.WriteAtomic(d.replicaDir(st.ID), leaseFile, agent.FormatLease(st.StartedAt.Add(spec.TTL)), 0o600); err != nil {
 			return st, err
 		}
 	}
@@ -873,13 +854,13 @@ func (d *Driver) spawn(ctx context.Context, st state, size vm.Size) (state, erro
 // and the console's last lines, each as "; <what>: <lines>".
 func (d *Driver) startFailure(id, output string) string {
 	var b strings.Builder
-	if s := lastLines(output, tailLines); s != "" {
+	if s := replicadir.LastLines(output, replicadir.TailLines); s != "" {
 		b.WriteString("; qemu said: " + s)
 	}
-	if tail := console.Tail(d.path(id, qemuLogFile), tailLines); len(tail) > 0 {
+	if tail := console.Tail(d.path(id, qemuLogFile), replicadir.TailLines); len(tail) > 0 {
 		b.WriteString("; qemu log: " + strings.Join(tail, " | "))
 	}
-	if tail := console.Tail(d.path(id, consoleFile), tailLines); len(tail) > 0 {
+	if tail := console.Tail(d.path(id, consoleFile), replicadir.TailLines); len(tail) > 0 {
 		b.WriteString("; console: " + strings.Join(tail, " | "))
 	}
 	if b.Len() == 0 {
@@ -891,118 +872,26 @@ func (d *Driver) startFailure(id, output string) string {
 // recordPID records QEMU's pid and start time in the state.
 func (d *Driver) recordPID(st state, pid int) (state, error) {
 	st.PID = pid
-	if ps, err := readStat(pid); err == nil {
-		st.StartTicks = ps.startTicks
+	if ps, err := proc.ReadStat(pid); err == nil {
+		st.StartTicks = ps.StartTicks
 	}
-	if err := writeState(d.replicaDir(st.ID), st); err != nil {
+	if err := replicadir.WriteState(d.replicaDir(st.ID), st); err != nil {
 		syscall.Kill(pid, syscall.SIGKILL)
 		return st, err
 	}
 	return st, nil
 }
 
-func writeState(dir string, st state) error {
-	b, err := json.Marshal(st)
-	if err != nil {
-		return err
-	}
-	return writeAtomic(dir, stateFile, b)
-}
-
-// writeAtomic replaces dir/name by rename, so no reader sees half of it.
-func writeAtomic(dir, name string, b []byte) error {
-	tmp, err := os.CreateTemp(dir, "."+name+".tmp-*")
-	if err != nil {
-		return err
-	}
-	_, err = tmp.Write(b)
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), filepath.Join(dir, name))
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
-	}
-	return err
-}
-
-// load reads a replica's state. A directory without a state file (a start
-// interrupted before it wrote one) loads with pid 0.
-func (d *Driver) load(id string) (state, error) {
-	if !validID(id) {
-		return state{}, fmt.Errorf("kvm: %q: %w", id, vm.ErrNotFound)
-	}
-	b, err := os.ReadFile(d.path(id, stateFile))
-	if errors.Is(err, fs.ErrNotExist) {
-		if _, err := os.Stat(d.replicaDir(id)); err != nil {
-			return state{}, fmt.Errorf("kvm: %s: %w", id, vm.ErrNotFound)
-		}
-		owner, _ := vm.Owner(id)
-		return state{ID: id, Deployment: owner}, nil
-	}
-	if err != nil {
-		return state{}, fmt.Errorf("kvm: %s: %w", id, err)
-	}
-	var st state
-	if err := json.Unmarshal(b, &st); err != nil {
-		return state{}, fmt.Errorf("kvm: %s: corrupt %s: %w", id, stateFile, err)
-	}
-	if st.ID != id {
-		return state{}, fmt.Errorf("kvm: %s: %s names %q", id, stateFile, st.ID)
-	}
-	return st, nil
-}
-
-// states loads every replica under Dir.
-func (d *Driver) states() ([]state, error) {
-	ents, err := os.ReadDir(d.dir)
-	if err != nil {
-		return nil, fmt.Errorf("kvm: %w", err)
-	}
-	var sts []state
-	for _, e := range ents {
-		if !e.IsDir() || !validID(e.Name()) {
-			continue
-		}
-		st, err := d.load(e.Name())
-		if err != nil {
-			if !errors.Is(err, vm.ErrNotFound) {
-				d.log.Warn("kvm: skipping replica", "id", e.Name(), "err", err)
-			}
-			continue
-		}
-		sts = append(sts, st)
-	}
-	return sts, nil
-}
-
 // Inspect reports one replica.
 func (d *Driver) Inspect(ctx context.Context, id string) (vm.Instance, error) {
-	st, err := d.load(id)
-	if err != nil {
-		return vm.Instance{}, err
-	}
-	return d.instance(st), nil
+	return d.rd.Inspect(id, d.instance)
 }
 
 // List reports every replica under Dir, including those a previous berth
 // started.
 func (d *Driver) List(ctx context.Context) ([]vm.Instance, error) {
-	sts, err := d.states()
-	if err != nil {
-		return nil, err
-	}
-	insts := make([]vm.Instance, 0, len(sts))
-	for _, st := range sts {
-		insts = append(insts, d.instance(st))
-	}
-	return insts, nil
+	return d.rd.List(d.instance)
 }
-
-// tailLines is how many output lines a Reason ends with.
-const tailLines = 5
 
 // instance derives a replica's state from its files and its QEMU process.
 // A guest whose agent ended reboots, which ends QEMU; the agent's last log
@@ -1018,7 +907,7 @@ func (d *Driver) instance(st state) vm.Instance {
 	d.mu.Lock()
 	starting := d.starting[st.ID]
 	d.mu.Unlock()
-	alive := st.PID != 0 && isAlive(st.PID, st.StartTicks)
+	alive := st.PID != 0 && proc.Alive(st.PID, st.StartTicks)
 	consoleLog := d.path(st.ID, consoleFile)
 	switch {
 	case alive && st.Suspended:
@@ -1032,7 +921,7 @@ func (d *Driver) instance(st state) vm.Instance {
 		if code, reason, ok := console.Exit(consoleLog); ok {
 			inst.State = vm.StateExited
 			inst.ExitCode = &code
-			inst.Reason = withTail(reason, console.AppTail(consoleLog, tailLines))
+			inst.Reason = replicadir.WithTail(reason, console.AppTail(consoleLog, replicadir.TailLines))
 			return inst
 		}
 		inst.State = vm.StateFailed
@@ -1040,7 +929,7 @@ func (d *Driver) instance(st state) vm.Instance {
 		if st.PID == 0 {
 			reason = "the start of this replica was interrupted before QEMU ran"
 		}
-		if tail := console.Tail(consoleLog, tailLines); len(tail) > 0 {
+		if tail := console.Tail(consoleLog, replicadir.TailLines); len(tail) > 0 {
 			reason += "; console:\n" + strings.Join(tail, "\n")
 		}
 		if tail := console.Tail(d.path(st.ID, qemuLogFile), 2); len(tail) > 0 {
@@ -1051,13 +940,6 @@ func (d *Driver) instance(st state) vm.Instance {
 	return inst
 }
 
-func withTail(reason string, tail []string) string {
-	if len(tail) == 0 {
-		return reason
-	}
-	return reason + "; last output:\n" + strings.Join(tail, "\n")
-}
-
 // Stop asks the guest to shut down (Ctrl-Alt-Del through QMP, which the
 // agent as init receives as SIGINT and forwards to the app), waits up to
 // grace for QEMU to exit, kills it, and removes the tap and every file of
@@ -1066,7 +948,7 @@ func withTail(reason string, tail []string) string {
 func (d *Driver) Stop(ctx context.Context, id string, grace time.Duration) error {
 	unlock := d.lock(id)
 	defer unlock()
-	st, err := d.load(id)
+	st, err := d.rd.Load(id)
 	if err != nil {
 		return err
 	}
@@ -1074,8 +956,8 @@ func (d *Driver) Stop(ctx context.Context, id string, grace time.Duration) error
 	if err := d.destroy(ctx, st, grace); err != nil {
 		return fmt.Errorf("kvm: stop %s: %w", id, err)
 	}
+	d.cpu.Forget(id)
 	d.mu.Lock()
-	delete(d.cpu, id)
 	delete(d.locks, id)
 	d.mu.Unlock()
 	return nil
@@ -1084,23 +966,37 @@ func (d *Driver) Stop(ctx context.Context, id string, grace time.Duration) error
 // destroy ends QEMU (politely for up to grace when its guest runs) and
 // removes the tap and the replica directory.
 func (d *Driver) destroy(ctx context.Context, st state, grace time.Duration) error {
-	if st.PID != 0 && isAlive(st.PID, st.StartTicks) {
-		if grace > 0 && !st.Suspended {
-			qctx, cancel := context.WithTimeout(ctx, min(grace, 2*time.Second))
-			err := d.shutdown(qctx, st.ID)
-			cancel()
-			if err == nil {
-				waitFor(ctx, grace, func() bool { return !isAlive(st.PID, st.StartTicks) })
-			} else {
-				d.log.Warn("kvm: Ctrl-Alt-Del", "id", st.ID, "err", err)
-			}
+	if st.PID != 0 && proc.Alive(st.PID, st.StartTicks) {
+		hvKilled := false
+		perr, err := proc.End(ctx, grace, proc.Ending{
+			What: fmt.Sprintf("QEMU (pid %d)", st.PID),
+			Gone: func() bool { return !proc.Alive(st.PID, st.StartTicks) },
+			Thaw: func() {
+				if st.Suspended {
+					qctx, cancel := context.WithTimeout(ctx, min(grace, 2*time.Second))
+					defer cancel()
+					d.cont(qctx, st.ID)
+				}
+			},
+			Polite: func() error {
+				qctx, cancel := context.WithTimeout(ctx, min(grace, 2*time.Second))
+				defer cancel()
+				return d.shutdown(qctx, st.ID)
+			},
+			Kill: func() {
+				if d.hv != nil && !hvKilled {
+					hvKilled = true
+					if err := d.hv.Kill(ctx, st.ID); err != nil {
+						d.log.Warn("kvm: hypervisor kill", "id", st.ID, "err", err)
+					}
+				}
+				syscall.Kill(st.PID, syscall.SIGKILL)
+			},
+		})
+		if perr != nil {
+			d.log.Warn("kvm: Ctrl-Alt-Del", "id", st.ID, "err", perr)
 		}
-		if d.hv != nil {
-			if err := d.hv.Kill(ctx, st.ID); err != nil {
-				d.log.Warn("kvm: hypervisor kill", "id", st.ID, "err", err)
-			}
-		}
-		if err := kill(ctx, st); err != nil {
+		if err != nil {
 			return err
 		}
 	}
@@ -1118,44 +1014,3 @@ var ctrlAltDel = map[string]any{"keys": []map[string]string{
 	{"type": "qcode", "data": "alt"},
 	{"type": "qcode", "data": "delete"},
 }}
-
-// killPatience bounds how long a SIGKILLed QEMU may take to vanish.
-const killPatience = 10 * time.Second
-
-// kill SIGKILLs QEMU and waits until it is gone.
-func kill(ctx context.Context, st state) error {
-	gone := func() bool {
-		if !isAlive(st.PID, st.StartTicks) {
-			return true
-		}
-		syscall.Kill(st.PID, syscall.SIGKILL)
-		return false
-	}
-	if !waitFor(ctx, killPatience, gone) {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		return fmt.Errorf("QEMU (pid %d) survives SIGKILL", st.PID)
-	}
-	return nil
-}
-
-// waitFor polls cond until it holds, d passes or ctx ends, and reports
-// whether cond held.
-func waitFor(ctx context.Context, d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	wait := time.Millisecond
-	for {
-		if cond() {
-			return true
-		}
-		if !time.Now().Before(deadline) || ctx.Err() != nil {
-			return false
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, 50*time.Millisecond)
-	}
-}

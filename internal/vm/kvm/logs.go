@@ -13,7 +13,7 @@ import (
 // them when n <= 0), oldest first, from its serial console (package
 // console).
 func (d *Driver) Logs(ctx context.Context, id string, n int) ([]vm.LogLine, error) {
-	if _, err := d.load(id); err != nil {
+	if _, err := d.rd.Load(id); err != nil {
 		return nil, err
 	}
 	lines, err := console.ReadLogs(d.path(id, consoleFile), n)
@@ -29,11 +29,11 @@ func (d *Driver) Logs(ctx context.Context, id string, n int) ([]vm.LogLine, erro
 // ended and its output was written, and an error wrapping vm.ErrNotFound if
 // the replica is stopped meanwhile.
 func (d *Driver) FollowLogs(ctx context.Context, id string, w io.Writer) error {
-	if _, err := d.load(id); err != nil {
+	if _, err := d.rd.Load(id); err != nil {
 		return err
 	}
 	err := console.Follow(ctx, d.path(id, consoleFile), w, func() (bool, error) {
-		st, err := d.load(id)
+		st, err := d.rd.Load(id)
 		if err != nil {
 			return false, err
 		}

@@ -20,7 +20,7 @@ import (
 // them when n <= 0), oldest first, from output.log and its rotated
 // predecessor output.log.1.
 func (d *Driver) Logs(ctx context.Context, id string, n int) ([]vm.LogLine, error) {
-	if _, err := d.load(id); err != nil {
+	if _, err := d.rd.Load(id); err != nil {
 		return nil, err
 	}
 	lines, err := console.ReadRotated(d.path(id, logFile), n)
@@ -40,7 +40,7 @@ const followPoll = 100 * time.Millisecond
 // ends or once the replica has ended and all its output was written, and an
 // error wrapping vm.ErrNotFound if the replica is stopped meanwhile.
 func (d *Driver) FollowLogs(ctx context.Context, id string, w io.Writer) error {
-	if _, err := d.load(id); err != nil {
+	if _, err := d.rd.Load(id); err != nil {
 		return err
 	}
 	path := d.path(id, logFile)
@@ -139,7 +139,7 @@ func (d *Driver) FollowLogs(ctx context.Context, id string, w io.Writer) error {
 				}
 			}
 			if !wrote {
-				st, err := d.load(id)
+				st, err := d.rd.Load(id)
 				if err != nil {
 					return err
 				}
@@ -151,7 +151,7 @@ func (d *Driver) FollowLogs(ctx context.Context, id string, w io.Writer) error {
 					return nil
 				}
 			}
-		} else if st, err := d.load(id); err != nil {
+		} else if st, err := d.rd.Load(id); err != nil {
 			return err
 		} else if d.instance(st).State.Terminal() {
 			return nil
@@ -166,7 +166,7 @@ func (d *Driver) FollowLogs(ctx context.Context, id string, w io.Writer) error {
 
 // DialAgent connects to the replica's agent over its unix socket.
 func (d *Driver) DialAgent(ctx context.Context, id string) (net.Conn, error) {
-	if _, err := d.load(id); err != nil {
+	if _, err := d.rd.Load(id); err != nil {
 		return nil, err
 	}
 	var dialer net.Dialer

@@ -134,17 +134,8 @@ import (
 	"github.com/berth-dev/berth/internal/agent"
 	"github.com/berth-dev/berth/internal/vm"
 	"github.com/berth-dev/berth/internal/vm/console"
-)
-
-// Compile-time checks of the abilities the driver offers.
-var (
-	_ vm.Driver      = (*Driver)(nil)
-	_ vm.Suspender   = (*Driver)(nil)
-	_ vm.LogReader   = (*Driver)(nil)
-	_ vm.LogFollower = (*Driver)(nil)
-	_ vm.AgentDialer = (*Driver)(nil)
-	_ vm.UsageReader = (*Driver)(nil)
-	_ vm.Leaser      = (*Driver)(nil)
+	"github.com/berth-dev/berth/internal/vm/proc"
+	"github.com/berth-dev/berth/internal/vm/replicadir"
 )
 
 // Options configures a Driver.
@@ -219,10 +210,11 @@ type Driver struct {
 	// replicas and no Options.AllowUnlimited.
 	unlimited error
 	log       *slog.Logger
+	rd        replicadir.Dir[state]
+	cpu       proc.CPUMeter // Usage readings
 
 	mu       sync.Mutex
-	starting map[string]bool      // ids whose Start is between mkdir and state.json
-	cpu      map[string]cpuSample // last Usage reading per id
+	starting map[string]bool // ids whose Start is between mkdir and state.json
 
 	spareN        int            // Options.Spares
 	niceSpares    bool           // start spares at spareNice (needs root to undo)
@@ -331,8 +323,14 @@ func New(o Options) (*Driver, error) {
 		cg:       setupCgroups(o.CgroupParent, pidsMax, log),
 		log:      log,
 		starting: make(map[string]bool),
-		cpu:      make(map[string]cpuSample),
 		spareN:   spares,
+	}
+	d.rd = replicadir.Dir[state]{
+		Root: dir, Driver: "process", Log: log,
+		ID: func(st state) string { return st.ID },
+		Empty: func(id, owner string) state {
+			return state{ID: id, Deployment: owner, Isolated: isolate}
+		},
 	}
 	if raw, err := syscall.Getpriority(syscall.PRIO_PROCESS, 0); err == nil && os.Geteuid() == 0 {
 		d.niceSpares, d.nice = true, 20-raw
@@ -366,23 +364,7 @@ type state struct {
 
 func (st state) addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(st.Port)) }
 
-// validID reports whether id is a replica name berth gives and is safe as a
-// single path element.
-func validID(id string) bool {
-	if _, ok := vm.Owner(id); !ok {
-		return false
-	}
-	for _, c := range id {
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
-			return false
-		}
-	}
-	return true
-}
-
-func (d *Driver) path(id string, name ...string) string {
-	return filepath.Join(append([]string{d.dir, id}, name...)...)
-}
+func (d *Driver) path(id string, name ...string) string { return d.rd.Path(id, name...) }
 
 // Start creates the replica directory and starts the agent, returning once
 // the agent runs; readiness of the app is the caller's probe.
@@ -469,7 +451,7 @@ func (d *Driver) check(spec vm.Spec) (state, string, vm.Size, error) {
 	fail := func(format string, args ...any) (state, string, vm.Size, error) {
 		return state{}, "", vm.Size{}, fmt.Errorf("process: start %q: "+format, append([]any{spec.Name}, args...)...)
 	}
-	if !validID(spec.Name) {
+	if !replicadir.ValidID(spec.Name) {
 		return fail("not a replica name (want %s<deployment>-<12 hex digits>)", vm.NamePrefix)
 	}
 	owner, _ := vm.Owner(spec.Name)
@@ -537,7 +519,7 @@ func (d *Driver) check(spec vm.Spec) (state, string, vm.Size, error) {
 // replicas that exist (and may be suspended, so not listening right now).
 func (d *Driver) freePort() (int, error) {
 	used := make(map[int]bool)
-	if sts, err := d.states(); err == nil {
+	if sts, err := d.rd.States(); err == nil {
 		for _, st := range sts {
 			used[st.Port] = true
 		}
@@ -583,7 +565,7 @@ func (d *Driver) launch(spec vm.Spec, st state, workDir string, size vm.Size) (s
 		}
 	}
 	st.StartedAt = time.Now().UTC()
-	if err := writeState(dir, st); err != nil {
+	if err := replicadir.WriteState(dir, st); err != nil {
 		return st, err
 	}
 	if spec.TTL > 0 {
@@ -622,15 +604,15 @@ func (d *Driver) launch(spec vm.Spec, st state, workDir string, size vm.Size) (s
 	// a berth restart it is init's child instead.
 	go cmd.Wait()
 	st.PID = cmd.Process.Pid
-	ps, err := readStat(st.PID)
+	ps, err := proc.ReadStat(st.PID)
 	if err != nil {
 		// The agent died at once, and was reaped already: keep pid 0 would
 		// make it look like an interrupted start, so record the pid; the
 		// start time mismatch makes it dead.
-		ps.startTicks = 0
+		ps.StartTicks = 0
 	}
-	st.StartTicks = ps.startTicks
-	if err := writeState(dir, st); err != nil {
+	st.StartTicks = ps.StartTicks
+	if err := replicadir.WriteState(dir, st); err != nil {
 		cmd.Process.Kill()
 		return st, err
 	}
@@ -770,21 +752,7 @@ func hostname(id string) string {
 // writeLease replaces a replica's lease file atomically, so the agent never
 // reads half a deadline.
 func writeLease(dir string, until time.Time) error {
-	tmp, err := os.CreateTemp(dir, "."+leaseFile+".tmp-*")
-	if err != nil {
-		return err
-	}
-	_, err = tmp.Write(agent.FormatLease(until))
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), filepath.Join(dir, leaseFile))
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
-	}
-	return err
+	return replicadir.WriteAtomic(dir, leaseFile, agent.FormatLease(until), 0o600)
 }
 
 // Renew moves a replica's lease deadline to until. The agent reads it at its
@@ -793,7 +761,7 @@ func (d *Driver) Renew(ctx context.Context, id string, until time.Time) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if !validID(id) {
+	if !replicadir.ValidID(id) {
 		return fmt.Errorf("process: %q: %w", id, vm.ErrNotFound)
 	}
 	dir := d.path(id)
@@ -810,68 +778,6 @@ func (d *Driver) Renew(ctx context.Context, id string, until time.Time) error {
 	return nil
 }
 
-func writeState(dir string, st state) error {
-	b, err := json.Marshal(st)
-	if err != nil {
-		return err
-	}
-	tmp := filepath.Join(dir, stateFile+".tmp")
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, filepath.Join(dir, stateFile))
-}
-
-// load reads a replica's state. A directory without a state file (a start
-// interrupted before it launched anything) loads with pid 0.
-func (d *Driver) load(id string) (state, error) {
-	if !validID(id) {
-		return state{}, fmt.Errorf("process: %q: %w", id, vm.ErrNotFound)
-	}
-	b, err := os.ReadFile(d.path(id, stateFile))
-	if errors.Is(err, fs.ErrNotExist) {
-		if _, err := os.Stat(d.path(id)); err != nil {
-			return state{}, fmt.Errorf("process: %s: %w", id, vm.ErrNotFound)
-		}
-		owner, _ := vm.Owner(id)
-		return state{ID: id, Deployment: owner, Isolated: d.isolate}, nil
-	}
-	if err != nil {
-		return state{}, fmt.Errorf("process: %s: %w", id, err)
-	}
-	var st state
-	if err := json.Unmarshal(b, &st); err != nil {
-		return state{}, fmt.Errorf("process: %s: corrupt %s: %w", id, stateFile, err)
-	}
-	if st.ID != id {
-		return state{}, fmt.Errorf("process: %s: %s names %q", id, stateFile, st.ID)
-	}
-	return st, nil
-}
-
-// states loads every replica under Dir.
-func (d *Driver) states() ([]state, error) {
-	ents, err := os.ReadDir(d.dir)
-	if err != nil {
-		return nil, fmt.Errorf("process: %w", err)
-	}
-	var sts []state
-	for _, e := range ents {
-		if !e.IsDir() || !validID(e.Name()) {
-			continue
-		}
-		st, err := d.load(e.Name())
-		if err != nil {
-			if !errors.Is(err, vm.ErrNotFound) {
-				d.log.Warn("process: skipping replica", "id", e.Name(), "err", err)
-			}
-			continue
-		}
-		sts = append(sts, st)
-	}
-	return sts, nil
-}
-
 // adopt fills in the agent of a replica whose state has no pid yet (berth
 // died between starting the agent and recording it) by finding the process
 // whose command line names the replica's exit file.
@@ -880,32 +786,20 @@ func (d *Driver) adopt(st state) state {
 		return st
 	}
 	if pid, ps, ok := findByArg(d.path(st.ID, exitFile)); ok {
-		st.PID, st.StartTicks = pid, ps.startTicks
+		st.PID, st.StartTicks = pid, ps.StartTicks
 	}
 	return st
 }
 
 // Inspect reports one replica.
 func (d *Driver) Inspect(ctx context.Context, id string) (vm.Instance, error) {
-	st, err := d.load(id)
-	if err != nil {
-		return vm.Instance{}, err
-	}
-	return d.instance(st), nil
+	return d.rd.Inspect(id, d.instance)
 }
 
 // List reports every replica under Dir, including those a previous berth
 // started.
 func (d *Driver) List(ctx context.Context) ([]vm.Instance, error) {
-	sts, err := d.states()
-	if err != nil {
-		return nil, err
-	}
-	insts := make([]vm.Instance, 0, len(sts))
-	for _, st := range sts {
-		insts = append(insts, d.instance(st))
-	}
-	return insts, nil
+	return d.rd.List(d.instance)
 }
 
 // exitRecord is the agent's exit file.
@@ -913,9 +807,6 @@ type exitRecord struct {
 	ExitCode int    `json:"exit_code"`
 	Reason   string `json:"reason"`
 }
-
-// tailLines is how many output lines a Reason ends with.
-const tailLines = 5
 
 // instance derives a replica's state from its files and processes.
 func (d *Driver) instance(st state) vm.Instance {
@@ -932,19 +823,19 @@ func (d *Driver) instance(st state) vm.Instance {
 	st = d.adopt(st)
 	// Liveness first: the agent writes the exit file before it exits, so
 	// a dead agent without an exit file read afterwards never had one.
-	alive := st.PID != 0 && isAlive(st.PID, st.StartTicks)
+	alive := st.PID != 0 && proc.Alive(st.PID, st.StartTicks)
 	dir := d.path(st.ID)
 	if b, err := os.ReadFile(filepath.Join(dir, exitFile)); err == nil {
 		var ex exitRecord
 		if err := json.Unmarshal(b, &ex); err == nil {
 			inst.State = vm.StateExited
 			inst.ExitCode = &ex.ExitCode
-			inst.Reason = withTail(ex.Reason, d.tail(dir))
+			inst.Reason = replicadir.WithTail(ex.Reason, d.tail(dir))
 			return inst
 		}
 		if !alive {
 			inst.State = vm.StateFailed
-			inst.Reason = withTail("the agent left an unreadable "+exitFile, d.tail(dir))
+			inst.Reason = replicadir.WithTail("the agent left an unreadable "+exitFile, d.tail(dir))
 			return inst
 		}
 	}
@@ -962,51 +853,28 @@ func (d *Driver) instance(st state) vm.Instance {
 		inst.State = vm.StateFailed
 		reason := "the agent ended without recording an exit"
 		if b, err := os.ReadFile(filepath.Join(dir, errFile)); err == nil && len(b) > 0 {
-			reason += ": " + lastLines(string(b), tailLines)
+			reason += ": " + replicadir.LastLines(string(b), replicadir.TailLines)
 		}
-		inst.Reason = withTail(reason, d.tail(dir))
+		inst.Reason = replicadir.WithTail(reason, d.tail(dir))
 	}
 	return inst
 }
 
 // tail returns the last few stdout/stderr lines of a replica.
 func (d *Driver) tail(dir string) []string {
-	return console.AppTail(filepath.Join(dir, logFile), tailLines)
-}
-
-func withTail(reason string, tail []string) string {
-	if len(tail) == 0 {
-		return reason
-	}
-	return reason + "; last output:\n" + strings.Join(tail, "\n")
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
+	return console.AppTail(filepath.Join(dir, logFile), replicadir.TailLines)
 }
 
 // Stop asks the replica to end (SIGTERM, which the agent forwards to the
 // app), waits up to grace, kills whatever remains, and removes the replica's
 // directory and cgroup. Stopping an ended replica just cleans up.
 func (d *Driver) Stop(ctx context.Context, id string, grace time.Duration) error {
-	st, err := d.load(id)
+	st, err := d.rd.Load(id)
 	if err != nil {
 		return err
 	}
 	st = d.adopt(st)
-	if st.PID != 0 && isAlive(st.PID, st.StartTicks) {
-		syscall.Kill(st.PID, syscall.SIGTERM)
-		if st.Suspended {
-			// A stopped process only acts on SIGTERM once continued.
-			d.thaw(st)
-		}
-		waitFor(ctx, grace, func() bool { return !isAlive(st.PID, st.StartTicks) })
-	}
-	if err := d.kill(ctx, st); err != nil {
+	if _, err := proc.End(ctx, grace, d.ending(st)); err != nil {
 		return fmt.Errorf("process: stop %s: %w", id, err)
 	}
 	if st.Cgroup != "" {
@@ -1016,58 +884,38 @@ func (d *Driver) Stop(ctx context.Context, id string, grace time.Duration) error
 	if err := os.RemoveAll(d.path(id)); err != nil {
 		return fmt.Errorf("process: stop %s: %w", id, err)
 	}
-	d.mu.Lock()
-	delete(d.cpu, id)
-	d.mu.Unlock()
+	d.cpu.Forget(id)
 	return nil
 }
 
-// killPatience bounds how long Stop waits for SIGKILLed processes to vanish.
-const killPatience = 10 * time.Second
-
-// kill SIGKILLs the agent and every process of the replica until none is
-// left.
-func (d *Driver) kill(ctx context.Context, st state) error {
-	gone := func() bool {
-		left := false
-		if st.PID != 0 && isAlive(st.PID, st.StartTicks) {
-			syscall.Kill(st.PID, syscall.SIGKILL)
-			left = true
-		}
-		if st.Cgroup != "" {
-			os.WriteFile(filepath.Join(st.Cgroup, "cgroup.kill"), []byte("1"), 0)
-		}
-		for _, pid := range d.members(st) {
-			syscall.Kill(pid, syscall.SIGKILL)
-			left = true
-		}
-		return !left
+// ending is how Stop ends a replica: SIGTERM to the agent (which forwards
+// it to the app) after a suspended replica is thawed, and SIGKILL to the
+// agent and every process of the replica, until none is left.
+func (d *Driver) ending(st state) proc.Ending {
+	agentAlive := func() bool { return st.PID != 0 && proc.Alive(st.PID, st.StartTicks) }
+	e := proc.Ending{
+		What: "processes of the replica",
+		Gone: func() bool { return !agentAlive() && len(d.members(st)) == 0 },
+		Polite: func() error {
+			if !agentAlive() {
+				return errors.New("the agent is gone")
+			}
+			return syscall.Kill(st.PID, syscall.SIGTERM)
+		},
+		Kill: func() {
+			if agentAlive() {
+				syscall.Kill(st.PID, syscall.SIGKILL)
+			}
+			if st.Cgroup != "" {
+				os.WriteFile(filepath.Join(st.Cgroup, "cgroup.kill"), []byte("1"), 0)
+			}
+			for _, pid := range d.members(st) {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		},
 	}
-	if !waitFor(ctx, killPatience, gone) {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		return errors.New("processes of the replica survive SIGKILL")
+	if st.Suspended {
+		e.Thaw = func() { d.thaw(st) }
 	}
-	return nil
-}
-
-// waitFor polls cond until it holds, d passes or ctx ends, and reports
-// whether cond held.
-func waitFor(ctx context.Context, d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	wait := time.Millisecond
-	for {
-		if cond() {
-			return true
-		}
-		if !time.Now().Before(deadline) || ctx.Err() != nil {
-			return false
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, 50*time.Millisecond)
-	}
+	return e
 }

@@ -18,6 +18,8 @@ import (
 
 	"github.com/berth-dev/berth/internal/agent"
 	"github.com/berth-dev/berth/internal/vm"
+	"github.com/berth-dev/berth/internal/vm/proc"
+	"github.com/berth-dev/berth/internal/vm/replicadir"
 )
 
 // Spare agents: the design is in the package documentation.
@@ -74,7 +76,7 @@ func (d *Driver) takeSpare() *spare {
 		select {
 		case <-sp.done:
 		default:
-			if isAlive(sp.pid, sp.ticks) {
+			if proc.Alive(sp.pid, sp.ticks) {
 				return sp
 			}
 		}
@@ -241,11 +243,11 @@ func (d *Driver) spawnSpare(name, dir string) (*spare, error) {
 		d.dropSpare(sp)
 		return nil, err
 	}
-	ps, err := readStat(sp.pid)
+	ps, err := proc.ReadStat(sp.pid)
 	if err != nil {
 		return fail(fmt.Errorf("the spare agent ended at once: %w", err))
 	}
-	sp.ticks = ps.startTicks
+	sp.ticks = ps.StartTicks
 	b, _ := json.Marshal(spareState{Spare: name, PID: sp.pid, StartTicks: sp.ticks})
 	if err := os.WriteFile(filepath.Join(dir, stateFile), b, 0o600); err != nil {
 		return fail(err)
@@ -256,7 +258,7 @@ func (d *Driver) spawnSpare(name, dir string) (*spare, error) {
 	if err != nil || string(buf[:n]) != "ready\n" {
 		reason := "did not report ready"
 		if b, rerr := os.ReadFile(filepath.Join(dir, errFile)); rerr == nil && len(b) > 0 {
-			reason += ": " + lastLines(string(b), tailLines)
+			reason += ": " + replicadir.LastLines(string(b), replicadir.TailLines)
 		}
 		return fail(fmt.Errorf("the spare agent %s", reason))
 	}
@@ -304,7 +306,7 @@ func (d *Driver) dropSpare(sp *spare) {
 	syscall.Kill(sp.pid, syscall.SIGKILL)
 	select {
 	case <-sp.done:
-	case <-time.After(killPatience):
+	case <-time.After(proc.KillPatience):
 		d.log.Warn("process: a spare agent survives SIGKILL", "pid", sp.pid)
 	}
 	removeCgroups(sp.cgroups)
@@ -324,7 +326,7 @@ func (d *Driver) assign(sp *spare, spec vm.Spec, st state, workDir string, size 
 		syscall.Kill(sp.pid, syscall.SIGKILL)
 		select {
 		case <-sp.done:
-		case <-time.After(killPatience):
+		case <-time.After(proc.KillPatience):
 		}
 		if st.Cgroup != "" {
 			removeCgroup(st.Cgroup)
@@ -378,7 +380,7 @@ func (d *Driver) assign(sp *spare, spec vm.Spec, st state, workDir string, size 
 		}
 	}
 	st.StartedAt = time.Now().UTC()
-	if err := writeState(sdir, st); err != nil {
+	if err := replicadir.WriteState(sdir, st); err != nil {
 		return fail(err)
 	}
 	if spec.TTL > 0 {
@@ -425,13 +427,13 @@ func (d *Driver) cleanSpares() {
 		if b, err := os.ReadFile(filepath.Join(dir, stateFile)); err != nil || json.Unmarshal(b, &ss) != nil || ss.PID == 0 {
 			// Killed before it recorded the spare's pid.
 			if p, ps, ok := findByArg("unix:" + filepath.Join(dir, sockFile)); ok {
-				ss.PID, ss.StartTicks = p, ps.startTicks
+				ss.PID, ss.StartTicks = p, ps.StartTicks
 			}
 		}
 		pid, ticks := ss.PID, ss.StartTicks
-		if pid != 0 && isAlive(pid, ticks) {
+		if pid != 0 && proc.Alive(pid, ticks) {
 			syscall.Kill(pid, syscall.SIGKILL)
-			if !waitFor(context.Background(), killPatience, func() bool { return !isAlive(pid, ticks) }) {
+			if !proc.WaitFor(context.Background(), proc.KillPatience, func() bool { return !proc.Alive(pid, ticks) }) {
 				d.log.Warn("process: a stale spare agent survives SIGKILL", "pid", pid)
 			}
 		}
