@@ -68,6 +68,10 @@ type Pool struct {
 	cancel     context.CancelFunc
 	done       chan struct{}
 	closed     bool
+
+	watched     map[string]bool // replica ids whose end watchLocked waits for
+	watchCtx    context.Context // ends those waits
+	stopWatches context.CancelFunc
 }
 
 func newPool(m *Manager, cfg Config) *Pool {
@@ -75,6 +79,7 @@ func newPool(m *Manager, cfg Config) *Pool {
 		m: m, id: cfg.Deployment, backends: proxy.NewPool(), poke: make(chan struct{}, 1),
 		replicas: map[string]*replica{}, readyCh: make(chan struct{}),
 	}
+	p.watchCtx, p.stopWatches = context.WithCancel(context.Background())
 	p.cfg.Store(&cfg)
 	return p
 }
@@ -150,6 +155,7 @@ func (p *Pool) wait() {
 	p.mu.Lock()
 	cancel, done := p.cancel, p.done
 	p.mu.Unlock()
+	p.stopWatches()
 	if cancel != nil {
 		cancel()
 		<-done
@@ -208,6 +214,7 @@ func (p *Pool) destroy(ctx context.Context) {
 	p.closed = true
 	cancel, done := p.cancel, p.done
 	p.mu.Unlock()
+	p.stopWatches()
 	if cancel != nil {
 		cancel()
 		<-done
@@ -458,6 +465,10 @@ func (p *Pool) create(ctx context.Context) {
 			maps.Copy(spec.Env, secret) // a secret wins over a literal
 		}
 	}
+	if err == nil {
+		// Fail fast on a driver that its last re-check found broken.
+		err = p.m.DriverProblem(cfg.Driver)
+	}
 	r := &replica{id: spec.Name, key: cfg.Key, phase: pending, created: now}
 	var in vm.Instance
 	if err == nil {
@@ -484,6 +495,10 @@ func (p *Pool) create(ctx context.Context) {
 			m.Autoscale.RecordCreateFailure(msg, time.Now())
 		}
 		p.m.log.Warn("replica create failed", "deployment", p.id, "err", err, "backoff", p.backoff.Remaining(time.Now()))
+		select {
+		case p.m.recheck <- struct{}{}: // is the driver still there?
+		default:
+		}
 		if ctx.Err() == nil {
 			go p.stopAll([]string{r.id}) // the outcome is unknown: make sure
 		}
@@ -532,8 +547,10 @@ func (p *Pool) resume(ctx context.Context, cfg *Config, now time.Time) *replica 
 	return r
 }
 
-// bootLocked starts probing a pending replica until it is ready.
+// bootLocked starts probing a pending replica until it is ready, and
+// watches it for its end.
 func (p *Pool) bootLocked(r *replica) {
+	p.watchLocked(r)
 	ctx, cancel := context.WithCancel(context.Background())
 	r.stopBoot = cancel
 	cfg := p.cfg.Load()
@@ -554,6 +571,30 @@ func (p *Pool) bootLocked(r *replica) {
 				return
 			case <-t.C:
 			}
+		}
+	}()
+}
+
+// watchLocked learns that replica r ended from its driver, where the
+// driver can tell (vm.Waiter), and reconciles at once instead of at the
+// next tick. The watch ends with the replica or the pool.
+func (p *Pool) watchLocked(r *replica) {
+	w, ok := p.driver().(vm.Waiter)
+	if !ok || p.watched[r.id] {
+		return
+	}
+	if p.watched == nil {
+		p.watched = map[string]bool{}
+	}
+	p.watched[r.id] = true
+	ctx, id := p.watchCtx, r.id
+	go func() {
+		w.Wait(ctx, id)
+		p.mu.Lock()
+		delete(p.watched, id)
+		p.mu.Unlock()
+		if ctx.Err() == nil {
+			p.Poke()
 		}
 	}()
 }
