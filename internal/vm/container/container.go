@@ -122,7 +122,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -136,7 +135,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/berth-dev/berth/internal/agent"
 	"github.com/berth-dev/berth/internal/agentbin"
 	"github.com/berth-dev/berth/internal/hostnet"
 	"github.com/berth-dev/berth/internal/vm"
@@ -257,7 +255,7 @@ const (
 	sockFile    = "agent.sock"
 	logFile     = "output.log"
 	exitFile    = "exit.json"
-	leaseFile   = "lease"
+	leaseFile   = replicadir.LeaseFile
 	agentInside = "/.berth/berth"
 	libInside   = "/.berth/lib" // a dynamic agent's bundle
 	agentLibDir = ".agent-lib"  // where it is on the host, under Dir
@@ -441,24 +439,12 @@ func (d *Driver) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
 			d.log.Warn("container: vm.disk_size_gb is not enforced on this host", "disk_size_gb", spec.DiskSizeGB, "why", d.noDisk)
 		})
 	}
-	dir := d.path(spec.Name)
-	d.mu.Lock()
-	err = os.Mkdir(dir, 0o700)
-	if err == nil {
-		d.starting[spec.Name] = true
-	}
-	d.mu.Unlock()
-	if errors.Is(err, fs.ErrExist) {
-		return vm.Instance{}, fmt.Errorf("container: start %s: the replica already exists", spec.Name)
-	}
+	release, err := d.rd.Claim(spec.Name)
 	if err != nil {
-		return vm.Instance{}, fmt.Errorf("container: start %s: %w", spec.Name, err)
+		return vm.Instance{}, err
 	}
-	defer func() {
-		d.mu.Lock()
-		delete(d.starting, spec.Name)
-		d.mu.Unlock()
-	}()
+	defer release()
+	dir := d.path(spec.Name)
 	if d.spareEligible(spec, st) {
 		if sp := d.takeSpare(ctx, kindOf(spec), lower); sp != nil {
 			warm, err := d.assign(ctx, spec, st, sp)
@@ -492,46 +478,16 @@ func (d *Driver) check(spec vm.Spec) (state, vm.Size, error) {
 	fail := func(format string, args ...any) (state, vm.Size, error) {
 		return state{}, vm.Size{}, fmt.Errorf("container: start %q: "+format, append([]any{spec.Name}, args...)...)
 	}
-	if !replicadir.ValidID(spec.Name) {
-		return fail("not a replica name (want %s<deployment>-<12 hex digits>)", vm.NamePrefix)
-	}
-	owner, _ := vm.Owner(spec.Name)
-	if spec.Deployment != "" && spec.Deployment != owner {
-		return fail("the name belongs to deployment %q, not %q", owner, spec.Deployment)
+	owner, size, err := replicadir.CheckSpec(spec)
+	if err != nil {
+		return fail("%v", err)
 	}
 	if spec.Image == "" {
 		return fail("the container driver needs an image (vm.image)")
 	}
-	if spec.Port < 0 || spec.Port > 65535 {
-		return fail("port %d out of range", spec.Port)
-	}
-	class := spec.SizeClass
-	if class == "" {
-		class = vm.DefaultSize
-	}
-	size, ok := vm.Sizes[class]
-	if !ok {
-		return fail("unknown size class %q", spec.SizeClass)
-	}
-	for k, v := range spec.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
-			return fail("bad environment variable %q", k)
-		}
-	}
-	if strings.ContainsRune(spec.Command, 0) || strings.ContainsRune(spec.WorkDir, 0) {
-		return fail("NUL byte in command or working directory")
-	}
-	for _, h := range spec.SetupHooks {
-		if strings.ContainsRune(h, 0) {
-			return fail("NUL byte in a setup hook")
-		}
-	}
 	if spec.Workspace != "" {
-		if !filepath.IsAbs(spec.Workspace) || strings.ContainsRune(spec.Workspace, 0) {
-			return fail("workspace %q is not an absolute path", spec.Workspace)
-		}
-		if fi, err := os.Stat(spec.Workspace); err != nil || !fi.IsDir() {
-			return fail("workspace %q is not a directory", spec.Workspace)
+		if err := replicadir.CheckWorkspace(spec.Workspace); err != nil {
+			return fail("%v", err)
 		}
 	}
 	if spec.DiskSizeGB < 0 || spec.DiskSizeGB > maxDiskGB {
@@ -606,7 +562,7 @@ func (d *Driver) launch(ctx context.Context, spec vm.Spec, st state, lower strin
 		}
 	}
 	if spec.TTL > 0 {
-		if err := writeLease(filepath.Join(dir, runDir), st.StartedAt.Add(spec.TTL)); err != nil {
+		if err := replicadir.WriteLease(filepath.Join(dir, runDir), st.StartedAt.Add(spec.TTL), 0o644); err != nil {
 			return st, err
 		}
 	}
@@ -742,29 +698,9 @@ func (d *Driver) agentArgs(spec vm.Spec, wd string) []string {
 	return args
 }
 
-// writeLease replaces a lease file atomically.
-func writeLease(dir string, until time.Time) error {
-	return replicadir.WriteAtomic(dir, leaseFile, agent.FormatLease(until), 0o644)
-}
-
 // Renew moves a replica's lease deadline to until.
 func (d *Driver) Renew(ctx context.Context, id string, until time.Time) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if !replicadir.ValidID(id) {
-		return fmt.Errorf("container: %q: %w", id, vm.ErrNotFound)
-	}
-	if fi, err := os.Stat(d.path(id)); err != nil || !fi.IsDir() {
-		return fmt.Errorf("container: renew %s: %w", id, vm.ErrNotFound)
-	}
-	if err := writeLease(d.path(id, runDir), until); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("container: renew %s: %w", id, vm.ErrNotFound)
-		}
-		return fmt.Errorf("container: renew %s: %w", id, err)
-	}
-	return nil
+	return d.rd.Renew(ctx, id, until, 0o644, runDir)
 }
 
 // Inspect reports one replica.
@@ -789,9 +725,7 @@ func (d *Driver) instance(st state) vm.Instance {
 		ID: st.ID, Deployment: st.Deployment, Addr: st.addr(),
 		StartedAt: st.StartedAt, PID: st.PID,
 	}
-	d.mu.Lock()
-	starting := d.starting[st.ID]
-	d.mu.Unlock()
+	starting := d.rd.Starting(st.ID)
 	alive := st.PID != 0 && proc.Alive(st.PID, st.StartTicks)
 	dir := d.path(st.ID)
 	if b, err := os.ReadFile(filepath.Join(dir, runDir, exitFile)); err == nil {
@@ -951,15 +885,7 @@ func (d *Driver) Resume(ctx context.Context, id string) (vm.Instance, error) {
 // DialAgent connects to the replica's agent over its unix socket, which
 // the container's init binds in the replica's run/ directory.
 func (d *Driver) DialAgent(ctx context.Context, id string) (net.Conn, error) {
-	if _, err := d.rd.Load(id); err != nil {
-		return nil, err
-	}
-	var dialer net.Dialer
-	c, err := dialer.DialContext(ctx, "unix", d.path(id, runDir, sockFile))
-	if err != nil {
-		return nil, fmt.Errorf("container: agent of %s: %w", id, err)
-	}
-	return c, nil
+	return d.rd.DialUnix(ctx, id, runDir, sockFile)
 }
 
 // lookRuntime finds a runtime binary by name or path.

@@ -452,7 +452,7 @@ func (d *Driver) assign(ctx context.Context, spec vm.Spec, st state, sp *spare) 
 		return st, fmt.Errorf("creating the working directory %s: %w", wd, err)
 	}
 	if spec.TTL > 0 {
-		if err := writeLease(filepath.Join(dir, runDir), st.StartedAt.Add(spec.TTL)); err != nil {
+		if err := replicadir.WriteLease(filepath.Join(dir, runDir), st.StartedAt.Add(spec.TTL), 0o644); err != nil {
 			return st, err
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/berth-dev/berth/internal/vm"
 )
@@ -44,4 +45,16 @@ func (d *Driver) Check(ctx context.Context) error {
 		return fmt.Errorf("firecracker: the state directory %s is gone: %w", d.dir, vm.ErrUnavailable)
 	}
 	return nil
+}
+
+// Usage reports the VMM's resident memory (guest memory the guest has touched, plus
+// the VMM's own) and its CPU use since the previous call (since its
+// start on the first). A suspended replica uses nothing.
+func (d *Driver) Usage(ctx context.Context, id string) (vm.Usage, error) {
+	return d.rd.ProcessUsage(id, &d.cpu, func(st state) (int, uint64, time.Time) {
+		if st.Suspended {
+			return 0, 0, st.StartedAt
+		}
+		return st.PID, st.StartTicks, st.StartedAt
+	})
 }

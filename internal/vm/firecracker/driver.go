@@ -1,6 +1,7 @@
 package firecracker
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -169,9 +170,9 @@ const (
 	rootfsFile  = "rootfs.ext4"
 	configFile  = "config.img"
 	kernelFile  = "vmlinux"
-	consoleFile = "console.log" // the VMM's stdout and stderr: the serial console
-	vmmLogFile  = "vmm.log"     // the VMM's own log (PUT /logger)
-	leaseFile   = "lease"       // the last deadline Renew set, for Resume
+	consoleFile = "console.log"        // the VMM's stdout and stderr: the serial console
+	vmmLogFile  = "vmm.log"            // the VMM's own log (PUT /logger)
+	leaseFile   = replicadir.LeaseFile // the last deadline Renew set, for Resume
 )
 
 // maxSockPath is the longest unix socket path Linux accepts.
@@ -373,24 +374,11 @@ func (d *Driver) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
 	if err != nil {
 		return vm.Instance{}, err
 	}
-	dir := d.replicaDir(spec.Name)
-	d.mu.Lock()
-	err = os.Mkdir(dir, 0o700)
-	if err == nil {
-		d.starting[spec.Name] = true
-	}
-	d.mu.Unlock()
-	if errors.Is(err, fs.ErrExist) {
-		return vm.Instance{}, fmt.Errorf("firecracker: start %s: the replica already exists", spec.Name)
-	}
+	release, err := d.rd.Claim(spec.Name)
 	if err != nil {
-		return vm.Instance{}, fmt.Errorf("firecracker: start %s: %w", spec.Name, err)
+		return vm.Instance{}, err
 	}
-	defer func() {
-		d.mu.Lock()
-		delete(d.starting, spec.Name)
-		d.mu.Unlock()
-	}()
+	defer release()
 	st, err = d.launch(ctx, spec, st, size)
 	if err != nil {
 		if cerr := d.destroy(context.Background(), st, 0); cerr != nil {
@@ -406,18 +394,12 @@ func (d *Driver) check(spec vm.Spec) (state, vm.Size, error) {
 	fail := func(format string, args ...any) (state, vm.Size, error) {
 		return state{}, vm.Size{}, fmt.Errorf("firecracker: start %q: "+format, append([]any{spec.Name}, args...)...)
 	}
-	if !replicadir.ValidID(spec.Name) {
-		return fail("not a replica name (want %s<deployment>-<12 hex digits>)", vm.NamePrefix)
-	}
-	owner, _ := vm.Owner(spec.Name)
-	if spec.Deployment != "" && spec.Deployment != owner {
-		return fail("the name belongs to deployment %q, not %q", owner, spec.Deployment)
+	owner, size, err := replicadir.CheckSpec(spec)
+	if err != nil {
+		return fail("%v", err)
 	}
 	if spec.Image == "" {
 		return fail("the firecracker driver needs an image")
-	}
-	if spec.Port < 0 || spec.Port > 65535 {
-		return fail("port %d out of range", spec.Port)
 	}
 	if spec.DiskSizeGB < 0 {
 		return fail("disk size %d GB is negative", spec.DiskSizeGB)
@@ -428,29 +410,8 @@ func (d *Driver) check(spec vm.Spec) (state, vm.Size, error) {
 		// host directory that must stay one across backings.
 		return fail("workspaces are not supported by the firecracker driver (it cannot share a host directory); use kvm or libvirt")
 	}
-	class := spec.SizeClass
-	if class == "" {
-		class = vm.DefaultSize
-	}
-	size, ok := vm.Sizes[class]
-	if !ok {
-		return fail("unknown size class %q", spec.SizeClass)
-	}
 	if size.VCPUs > 1 && size.VCPUs%2 != 0 || size.VCPUs > 32 {
-		return fail("size class %q has %d vCPUs; Firecracker takes 1 or an even number up to 32", class, size.VCPUs)
-	}
-	for k := range spec.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return fail("bad environment variable name %q", k)
-		}
-	}
-	if strings.ContainsRune(spec.Command, 0) || strings.ContainsRune(spec.WorkDir, 0) {
-		return fail("NUL byte in command or working directory")
-	}
-	for _, h := range spec.SetupHooks {
-		if strings.ContainsRune(h, 0) {
-			return fail("NUL byte in a setup hook")
-		}
+		return fail("size class %q has %d vCPUs; Firecracker takes 1 or an even number up to 32", cmp.Or(spec.SizeClass, vm.DefaultSize), size.VCPUs)
 	}
 	st := state{ID: spec.Name, Deployment: owner, Port: spec.Port}
 	if st.Port == 0 {
@@ -805,9 +766,7 @@ func (d *Driver) instance(st state) vm.Instance {
 		StartedAt:  st.StartedAt,
 		PID:        st.PID,
 	}
-	d.mu.Lock()
-	starting := d.starting[st.ID]
-	d.mu.Unlock()
+	starting := d.rd.Starting(st.ID)
 	alive := st.PID != 0 && proc.Alive(st.PID, st.StartTicks)
 	consoleLog := filepath.Join(d.replicaDir(st.ID), consoleFile)
 	switch {

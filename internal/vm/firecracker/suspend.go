@@ -7,9 +7,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/berth-dev/berth/internal/agent"
@@ -158,11 +155,8 @@ func (d *Driver) Renew(ctx context.Context, id string, until time.Time) error {
 	if err != nil {
 		return err
 	}
-	if err := replicadir.WriteAtomic(d.replicaDir(id), leaseFile, agent.FormatLease(until), 0o600); err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("firecracker: renew %s: %w", id, vm.ErrNotFound)
-		}
-		return fmt.Errorf("firecracker: renew %s: %w", id, err)
+	if err := d.rd.Renew(ctx, id, until, 0o600); err != nil {
+		return err
 	}
 	if st.Suspended {
 		return nil
@@ -175,13 +169,5 @@ func (d *Driver) Renew(ctx context.Context, id string, until time.Time) error {
 
 // hostLease reads the deadline Renew last kept for a replica.
 func (d *Driver) hostLease(id string) (time.Time, bool) {
-	b, err := os.ReadFile(filepath.Join(d.replicaDir(id), leaseFile))
-	if err != nil {
-		return time.Time{}, false
-	}
-	secs, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-	if err != nil {
-		return time.Time{}, false
-	}
-	return time.Unix(secs, 0), true
+	return replicadir.ReadLease(d.replicaDir(id))
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/berth-dev/berth/internal/vm"
 )
@@ -59,4 +60,16 @@ func (d *Driver) Check(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// Usage reports the QEMU process's resident memory (guest memory the guest has touched,
+// plus QEMU's own) and its CPU use since the previous call (since its
+// start on the first). A suspended replica uses nothing.
+func (d *Driver) Usage(ctx context.Context, id string) (vm.Usage, error) {
+	return d.rd.ProcessUsage(id, &d.cpu, func(st state) (int, uint64, time.Time) {
+		if st.Suspended {
+			return 0, 0, st.StartedAt
+		}
+		return st.PID, st.StartTicks, st.StartedAt
+	})
 }

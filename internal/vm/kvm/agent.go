@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -302,11 +301,8 @@ func (d *Driver) Renew(ctx context.Context, id string, until time.Time) error {
 	if err != nil {
 		return err
 	}
-	if err := replicadir.WriteAtomic(d.replicaDir(id), leaseFile, agent.FormatLease(until), 0o600); err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("kvm: renew %s: %w", id, vm.ErrNotFound)
-		}
-		return fmt.Errorf("kvm: renew %s: %w", id, err)
+	if err := d.rd.Renew(ctx, id, until, 0o600); err != nil {
+		return err
 	}
 	if st.Suspended {
 		return nil
@@ -331,13 +327,5 @@ func (d *Driver) Renew(ctx context.Context, id string, until time.Time) error {
 
 // hostLease reads the deadline Renew last kept for a replica.
 func (d *Driver) hostLease(id string) (time.Time, bool) {
-	b, err := os.ReadFile(d.path(id, leaseFile))
-	if err != nil {
-		return time.Time{}, false
-	}
-	secs, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-	if err != nil {
-		return time.Time{}, false
-	}
-	return time.Unix(secs, 0), true
+	return replicadir.ReadLease(d.replicaDir(id))
 }

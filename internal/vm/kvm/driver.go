@@ -159,9 +159,9 @@ const (
 	agentSock   = "agent.sock"
 	rootfsFile  = "rootfs.ext4"
 	configFile  = "config.img"
-	consoleFile = "console.log" // the serial console
-	qemuLogFile = "qemu.log"    // QEMU's own messages after it daemonized
-	leaseFile   = "lease"       // the last deadline Renew set
+	consoleFile = "console.log"        // the serial console
+	qemuLogFile = "qemu.log"           // QEMU's own messages after it daemonized
+	leaseFile   = replicadir.LeaseFile // the last deadline Renew set
 )
 
 // maxSockPath is the longest unix socket path Linux accepts.
@@ -439,24 +439,11 @@ func (d *Driver) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
 	if err != nil {
 		return vm.Instance{}, err
 	}
-	dir := d.replicaDir(spec.Name)
-	d.mu.Lock()
-	err = os.Mkdir(dir, 0o700)
-	if err == nil {
-		d.starting[spec.Name] = true
-	}
-	d.mu.Unlock()
-	if errors.Is(err, fs.ErrExist) {
-		return vm.Instance{}, fmt.Errorf("kvm: start %s: the replica already exists", spec.Name)
-	}
+	release, err := d.rd.Claim(spec.Name)
 	if err != nil {
-		return vm.Instance{}, fmt.Errorf("kvm: start %s: %w", spec.Name, err)
+		return vm.Instance{}, err
 	}
-	defer func() {
-		d.mu.Lock()
-		delete(d.starting, spec.Name)
-		d.mu.Unlock()
-	}()
+	defer release()
 	st, err = d.launch(ctx, spec, st, size)
 	if err != nil {
 		if cerr := d.destroy(context.Background(), st, 0); cerr != nil {
@@ -472,44 +459,19 @@ func (d *Driver) check(spec vm.Spec) (state, vm.Size, error) {
 	fail := func(format string, args ...any) (state, vm.Size, error) {
 		return state{}, vm.Size{}, fmt.Errorf("kvm: start %q: "+format, append([]any{spec.Name}, args...)...)
 	}
-	if !replicadir.ValidID(spec.Name) {
-		return fail("not a replica name (want %s<deployment>-<12 hex digits>)", vm.NamePrefix)
-	}
-	owner, _ := vm.Owner(spec.Name)
-	if spec.Deployment != "" && spec.Deployment != owner {
-		return fail("the name belongs to deployment %q, not %q", owner, spec.Deployment)
+	owner, size, err := replicadir.CheckSpec(spec)
+	if err != nil {
+		return fail("%v", err)
 	}
 	if spec.Image == "" {
 		return fail("the kvm driver needs an image")
 	}
-	if spec.Port < 0 || spec.Port > 65535 {
-		return fail("port %d out of range", spec.Port)
-	}
 	if spec.DiskSizeGB < 0 {
 		return fail("disk size %d GB is negative", spec.DiskSizeGB)
 	}
-	class := spec.SizeClass
-	if class == "" {
-		class = vm.DefaultSize
-	}
-	size, ok := vm.Sizes[class]
-	if !ok {
-		return fail("unknown size class %q", spec.SizeClass)
-	}
-	for k := range spec.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return fail("bad environment variable name %q", k)
-		}
-	}
-	if strings.ContainsRune(spec.Command, 0) || strings.ContainsRune(spec.WorkDir, 0) {
-		return fail("NUL byte in command or working directory")
-	}
 	if spec.Workspace != "" {
-		if !filepath.IsAbs(spec.Workspace) || strings.ContainsRune(spec.Workspace, 0) {
-			return fail("workspace %q is not an absolute path", spec.Workspace)
-		}
-		if fi, err := os.Stat(spec.Workspace); err != nil || !fi.IsDir() {
-			return fail("workspace %q is not a directory", spec.Workspace)
+		if err := replicadir.CheckWorkspace(spec.Workspace); err != nil {
+			return fail("%v", err)
 		}
 		if d.initrd == "" {
 			// The initramfs mounts it; without one nothing would.
@@ -589,7 +551,7 @@ func (d *Driver) launch(ctx context.Context, spec vm.Spec, st state, size vm.Siz
 		return st, err
 	}
 	if spec.TTL > 0 {
-		if err := replicadir.WriteAtomic(d.replicaDir(st.ID), leaseFile, agent.FormatLease(st.StartedAt.Add(spec.TTL)), 0o600); err != nil {
+		if err := replicadir.WriteLease(d.replicaDir(st.ID), st.StartedAt.Add(spec.TTL), 0o600); err != nil {
 			return st, err
 		}
 	}
@@ -904,9 +866,7 @@ func (d *Driver) instance(st state) vm.Instance {
 		StartedAt:  st.StartedAt,
 		PID:        st.PID,
 	}
-	d.mu.Lock()
-	starting := d.starting[st.ID]
-	d.mu.Unlock()
+	starting := d.rd.Starting(st.ID)
 	alive := st.PID != 0 && proc.Alive(st.PID, st.StartTicks)
 	consoleLog := d.path(st.ID, consoleFile)
 	switch {

@@ -118,7 +118,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -131,7 +130,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/berth-dev/berth/internal/agent"
 	"github.com/berth-dev/berth/internal/vm"
 	"github.com/berth-dev/berth/internal/vm/console"
 	"github.com/berth-dev/berth/internal/vm/proc"
@@ -235,7 +233,7 @@ const (
 	logFile   = "output.log"
 	exitFile  = "exit.json"
 	errFile   = "agent.err"
-	leaseFile = "lease"
+	leaseFile = replicadir.LeaseFile
 	procsDir  = "processes"
 )
 
@@ -392,24 +390,12 @@ func (d *Driver) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
 			return vm.Instance{}, fmt.Errorf("process: start %s: %w", spec.Name, err)
 		}
 	}
-	dir := d.path(spec.Name)
-	d.mu.Lock()
-	err = os.Mkdir(dir, 0o700)
-	if err == nil {
-		d.starting[spec.Name] = true
-	}
-	d.mu.Unlock()
-	if errors.Is(err, fs.ErrExist) {
-		return vm.Instance{}, fmt.Errorf("process: start %s: the replica already exists", spec.Name)
-	}
+	release, err := d.rd.Claim(spec.Name)
 	if err != nil {
-		return vm.Instance{}, fmt.Errorf("process: start %s: %w", spec.Name, err)
+		return vm.Instance{}, err
 	}
-	defer func() {
-		d.mu.Lock()
-		delete(d.starting, spec.Name)
-		d.mu.Unlock()
-	}()
+	defer release()
+	dir := d.path(spec.Name)
 	// Top the spares up after this Start, in the background, once its app
 	// is up; a sandbox without an app (a Computer) has nothing to wait for.
 	if spec.Command == "" {
@@ -451,49 +437,19 @@ func (d *Driver) check(spec vm.Spec) (state, string, vm.Size, error) {
 	fail := func(format string, args ...any) (state, string, vm.Size, error) {
 		return state{}, "", vm.Size{}, fmt.Errorf("process: start %q: "+format, append([]any{spec.Name}, args...)...)
 	}
-	if !replicadir.ValidID(spec.Name) {
-		return fail("not a replica name (want %s<deployment>-<12 hex digits>)", vm.NamePrefix)
-	}
-	owner, _ := vm.Owner(spec.Name)
-	if spec.Deployment != "" && spec.Deployment != owner {
-		return fail("the name belongs to deployment %q, not %q", owner, spec.Deployment)
+	owner, size, err := replicadir.CheckSpec(spec)
+	if err != nil {
+		return fail("%v", err)
 	}
 	if spec.Image != "" {
 		return fail("the process driver runs no images (image %q)", spec.Image)
-	}
-	if spec.Port < 0 || spec.Port > 65535 {
-		return fail("port %d out of range", spec.Port)
-	}
-	class := spec.SizeClass
-	if class == "" {
-		class = vm.DefaultSize
-	}
-	size, ok := vm.Sizes[class]
-	if !ok {
-		return fail("unknown size class %q", spec.SizeClass)
-	}
-	for k := range spec.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return fail("bad environment variable name %q", k)
-		}
-	}
-	if strings.ContainsRune(spec.Command, 0) || strings.ContainsRune(spec.WorkDir, 0) {
-		return fail("NUL byte in command or working directory")
-	}
-	for _, h := range spec.SetupHooks {
-		if strings.ContainsRune(h, 0) {
-			return fail("NUL byte in a setup hook")
-		}
 	}
 	if p := d.path(spec.Name, sockFile); len(p) > maxSockPath {
 		return fail("agent socket path %s is longer than %d bytes; use a shorter Dir", p, maxSockPath)
 	}
 	if spec.Workspace != "" {
-		if !filepath.IsAbs(spec.Workspace) || strings.ContainsRune(spec.Workspace, 0) {
-			return fail("workspace %q is not an absolute path", spec.Workspace)
-		}
-		if fi, err := os.Stat(spec.Workspace); err != nil || !fi.IsDir() {
-			return fail("workspace %q is not a directory", spec.Workspace)
+		if err := replicadir.CheckWorkspace(spec.Workspace); err != nil {
+			return fail("%v", err)
 		}
 	}
 	workDir := spec.WorkDir
@@ -569,7 +525,7 @@ func (d *Driver) launch(spec vm.Spec, st state, workDir string, size vm.Size) (s
 		return st, err
 	}
 	if spec.TTL > 0 {
-		if err := writeLease(dir, st.StartedAt.Add(spec.TTL)); err != nil {
+		if err := replicadir.WriteLease(dir, st.StartedAt.Add(spec.TTL), 0o600); err != nil {
 			return st, err
 		}
 	}
@@ -749,33 +705,10 @@ func hostname(id string) string {
 	return id
 }
 
-// writeLease replaces a replica's lease file atomically, so the agent never
-// reads half a deadline.
-func writeLease(dir string, until time.Time) error {
-	return replicadir.WriteAtomic(dir, leaseFile, agent.FormatLease(until), 0o600)
-}
-
 // Renew moves a replica's lease deadline to until. The agent reads it at its
 // next check; a deadline in the past ends the replica then.
 func (d *Driver) Renew(ctx context.Context, id string, until time.Time) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if !replicadir.ValidID(id) {
-		return fmt.Errorf("process: %q: %w", id, vm.ErrNotFound)
-	}
-	dir := d.path(id)
-	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-		return fmt.Errorf("process: renew %s: %w", id, vm.ErrNotFound)
-	}
-	if err := writeLease(dir, until); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			// Stopped meanwhile: its directory went away.
-			return fmt.Errorf("process: renew %s: %w", id, vm.ErrNotFound)
-		}
-		return fmt.Errorf("process: renew %s: %w", id, err)
-	}
-	return nil
+	return d.rd.Renew(ctx, id, until, 0o600)
 }
 
 // adopt fills in the agent of a replica whose state has no pid yet (berth
@@ -817,9 +750,7 @@ func (d *Driver) instance(st state) vm.Instance {
 		StartedAt:  st.StartedAt,
 		PID:        st.PID,
 	}
-	d.mu.Lock()
-	starting := d.starting[st.ID]
-	d.mu.Unlock()
+	starting := d.rd.Starting(st.ID)
 	st = d.adopt(st)
 	// Liveness first: the agent writes the exit file before it exits, so
 	// a dead agent without an exit file read afterwards never had one.

@@ -384,7 +384,7 @@ func (d *Driver) assign(sp *spare, spec vm.Spec, st state, workDir string, size 
 		return fail(err)
 	}
 	if spec.TTL > 0 {
-		if err := writeLease(sdir, st.StartedAt.Add(spec.TTL)); err != nil {
+		if err := replicadir.WriteLease(sdir, st.StartedAt.Add(spec.TTL), 0o600); err != nil {
 			return fail(err)
 		}
 	}

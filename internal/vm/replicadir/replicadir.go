@@ -10,13 +10,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/berth-dev/berth/internal/agent"
 	"github.com/berth-dev/berth/internal/vm"
 	"github.com/berth-dev/berth/internal/vm/proc"
 )
@@ -82,6 +87,96 @@ type Dir[S any] struct {
 	// Empty is the state of a replica whose directory has no state file
 	// yet (a start interrupted before it wrote one); its pid is 0.
 	Empty func(id, deployment string) S
+
+	mu       sync.Mutex
+	starting map[string]bool // ids claimed by a Start that has not returned
+}
+
+// Claim makes replica id's directory for a Start, which fails if the
+// replica exists already, and marks the replica starting (Starting) until
+// release is called, when the Start returns.
+func (d *Dir[S]) Claim(id string) (release func(), err error) {
+	d.mu.Lock()
+	err = os.Mkdir(d.Path(id), 0o700)
+	if err == nil {
+		if d.starting == nil {
+			d.starting = make(map[string]bool)
+		}
+		d.starting[id] = true
+	}
+	d.mu.Unlock()
+	if errors.Is(err, fs.ErrExist) {
+		return nil, fmt.Errorf("%s: start %s: the replica already exists", d.Driver, id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: start %s: %w", d.Driver, id, err)
+	}
+	return func() {
+		d.mu.Lock()
+		delete(d.starting, id)
+		d.mu.Unlock()
+	}, nil
+}
+
+// Starting reports whether a Start of replica id in this process has
+// claimed it and not returned yet.
+func (d *Dir[S]) Starting(id string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.starting[id]
+}
+
+// CheckSpec checks what every driver requires of a spec: a replica name
+// berth gives, of the spec's deployment; a port in range; a known size
+// class; environment variable names (and values) the kernel takes; no NUL
+// in the command, working directory and setup hooks. It returns the
+// deployment the name belongs to and the size; the error says what is
+// wrong, for the driver to prefix.
+func CheckSpec(spec vm.Spec) (owner string, size vm.Size, err error) {
+	if !ValidID(spec.Name) {
+		return "", size, fmt.Errorf("not a replica name (want %s<deployment>-<12 hex digits>)", vm.NamePrefix)
+	}
+	owner, _ = vm.Owner(spec.Name)
+	if spec.Deployment != "" && spec.Deployment != owner {
+		return "", size, fmt.Errorf("the name belongs to deployment %q, not %q", owner, spec.Deployment)
+	}
+	if spec.Port < 0 || spec.Port > 65535 {
+		return "", size, fmt.Errorf("port %d out of range", spec.Port)
+	}
+	class := spec.SizeClass
+	if class == "" {
+		class = vm.DefaultSize
+	}
+	size, ok := vm.Sizes[class]
+	if !ok {
+		return "", size, fmt.Errorf("unknown size class %q", spec.SizeClass)
+	}
+	for k, v := range spec.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			return "", size, fmt.Errorf("bad environment variable %q", k)
+		}
+	}
+	if strings.ContainsRune(spec.Command, 0) || strings.ContainsRune(spec.WorkDir, 0) {
+		return "", size, errors.New("NUL byte in command or working directory")
+	}
+	for _, h := range spec.SetupHooks {
+		if strings.ContainsRune(h, 0) {
+			return "", size, errors.New("NUL byte in a setup hook")
+		}
+	}
+	return owner, size, nil
+}
+
+// CheckWorkspace checks a Spec.Workspace: an absolute path to an existing
+// directory.
+func CheckWorkspace(path string) error {
+	if !filepath.IsAbs(path) || strings.ContainsRune(path, 0) {
+		return fmt.Errorf("workspace %q is not an absolute path", path)
+	}
+	if fi, err := os.Stat(path); err != nil || !fi.IsDir() {
+		return fmt.Errorf("workspace %q is not a directory", path)
+	}
+	return nil
 }
 
 // Path is a path inside replica id's directory (the directory itself
@@ -229,4 +324,122 @@ func (d *Dir[S]) Wait(ctx context.Context, id string, instance func(S) vm.Instan
 		case <-time.After(waitPoll):
 		}
 	}
+}
+
+// LeaseFile is the name of a replica's lease deadline (Spec.TTL,
+// vm.Leaser), in unix seconds as package agent reads it.
+const LeaseFile = "lease"
+
+// WriteLease replaces the lease file in dir atomically, so that its reader
+// (the agent, or a driver after a restart) never sees half a deadline.
+func WriteLease(dir string, until time.Time, perm fs.FileMode) error {
+	return WriteAtomic(dir, LeaseFile, agent.FormatLease(until), perm)
+}
+
+// ReadLease reads the lease file in dir.
+func ReadLease(dir string) (time.Time, bool) {
+	b, err := os.ReadFile(filepath.Join(dir, LeaseFile))
+	if err != nil {
+		return time.Time{}, false
+	}
+	secs, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return time.Time{}, false
+	}
+	return time.Unix(secs, 0), true
+}
+
+// Renew is vm.Leaser's Renew for the lease file of replica id, in the
+// directory sub inside its replica directory: it returns an error wrapping
+// vm.ErrNotFound for an unknown replica or one stopped meanwhile.
+func (d *Dir[S]) Renew(ctx context.Context, id string, until time.Time, perm fs.FileMode, sub ...string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if !d.Exists(id) {
+		return fmt.Errorf("%s: renew %s: %w", d.Driver, id, vm.ErrNotFound)
+	}
+	if err := WriteLease(d.Path(id, sub...), until, perm); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			// Stopped meanwhile: its directory went away.
+			return fmt.Errorf("%s: renew %s: %w", d.Driver, id, vm.ErrNotFound)
+		}
+		return fmt.Errorf("%s: renew %s: %w", d.Driver, id, err)
+	}
+	return nil
+}
+
+// Ended reports whether replica id is in a terminal state, as instance
+// describes it; an error wraps vm.ErrNotFound once it is gone.
+func (d *Dir[S]) Ended(id string, instance func(S) vm.Instance) (bool, error) {
+	st, err := d.Load(id)
+	if err != nil {
+		return false, err
+	}
+	return instance(st).State.Terminal(), nil
+}
+
+// Logs is vm.LogReader's Logs over the log file at name inside replica
+// id's directory, read with read: console.ReadRotated for an agent log of
+// its own, console.ReadLogs for a serial console.
+func (d *Dir[S]) Logs(id string, n int, read func(path string, n int) ([]vm.LogLine, error), name ...string) ([]vm.LogLine, error) {
+	if _, err := d.Load(id); err != nil {
+		return nil, err
+	}
+	lines, err := read(d.Path(id, name...), n)
+	if err != nil {
+		return nil, fmt.Errorf("%s: logs of %s: %w", d.Driver, id, err)
+	}
+	return lines, nil
+}
+
+// FollowLogs is vm.LogFollower's FollowLogs over the log file at name
+// inside replica id's directory, followed with follow (console.Follow or
+// console.FollowRotated) until ctx ends or the replica, as instance
+// describes it, has ended; it returns an error wrapping vm.ErrNotFound if
+// the replica is stopped meanwhile.
+func (d *Dir[S]) FollowLogs(ctx context.Context, id string, w io.Writer, instance func(S) vm.Instance,
+	follow func(ctx context.Context, path string, w io.Writer, ended func() (bool, error)) error, name ...string) error {
+	if _, err := d.Load(id); err != nil {
+		return err
+	}
+	err := follow(ctx, d.Path(id, name...), w, func() (bool, error) { return d.Ended(id, instance) })
+	if err != nil && !errors.Is(err, vm.ErrNotFound) {
+		return fmt.Errorf("%s: logs of %s: %w", d.Driver, id, err)
+	}
+	return err
+}
+
+// ProcessUsage is vm.UsageReader's Usage for a replica that is one host
+// process while it runs (a VMM), which process names (pid 0 when it is not
+// running, or is suspended): the process's resident memory and its CPU use
+// since the previous reading (m) or since start.
+func (d *Dir[S]) ProcessUsage(id string, m *proc.CPUMeter, process func(S) (pid int, startTicks uint64, start time.Time)) (vm.Usage, error) {
+	st, err := d.Load(id)
+	if err != nil {
+		return vm.Usage{}, err
+	}
+	pid, ticks, start := process(st)
+	if !proc.Alive(pid, ticks) {
+		return vm.Usage{}, nil
+	}
+	mem, cpu, ok := m.Process(id, pid, start)
+	if !ok {
+		return vm.Usage{}, nil
+	}
+	return vm.Usage{MemoryBytes: mem, CPUPercent: cpu}, nil
+}
+
+// DialUnix is vm.AgentDialer's DialAgent for an agent that listens on the
+// unix socket at name inside replica id's directory.
+func (d *Dir[S]) DialUnix(ctx context.Context, id string, name ...string) (net.Conn, error) {
+	if _, err := d.Load(id); err != nil {
+		return nil, err
+	}
+	var dialer net.Dialer
+	c, err := dialer.DialContext(ctx, "unix", d.Path(id, name...))
+	if err != nil {
+		return nil, fmt.Errorf("%s: agent of %s: %w", d.Driver, id, err)
+	}
+	return c, nil
 }
