@@ -73,6 +73,7 @@ var rules = []struct {
 	{mod + "/internal/agent", []string{mod + "/"}, "the in-sandbox agent is small and self-contained: it runs inside every sandbox"},
 	{mod + "/internal/vm", []string{mod + "/internal/fleet", mod + "/internal/registry", mod + "/internal/admin", mod + "/internal/server", mod + "/internal/proxy", mod + "/internal/store"}, "drivers know only the runtime contract"},
 	{mod + "/internal/vm/proc", []string{mod + "/"}, "what drivers know of host processes is a leaf they share"},
+	{mod + "/internal/vm/spares", []string{mod + "/"}, "the spare-pool skeleton knows nothing of what its spares are"},
 	{mod + "/internal/vm/replicadir", []string{mod + "/internal/vm/process", mod + "/internal/vm/container", mod + "/internal/vm/kvm", mod + "/internal/vm/firecracker", mod + "/internal/vm/libvirt", mod + "/internal/vm/vmtest", mod + "/internal/hostnet", mod + "/internal/image"}, "the replica state directory is below the drivers that keep one"},
 	{mod + "/internal/fleet", []string{mod + "/internal/registry", mod + "/internal/admin", mod + "/internal/server", mod + "/internal/store", mod + "/internal/vm/"}, "the pool manager uses drivers only through the vm contract"},
 	{mod + "/internal/admin", []string{mod + "/internal/server", mod + "/internal/store"}, "handlers reach storage through the registry"},

@@ -104,9 +104,7 @@ func TestDynamicAgent(t *testing.T) {
 
 	kind := kindOf(cold)
 	eventually(t, "a spare to be ready", func() bool { return readySpares(d, kind) == 1 })
-	d.spareMu.Lock()
-	spareID := d.spares[kind][0].st.RuntimeID
-	d.spareMu.Unlock()
+	spareID := d.pool.Ready(kind)[0].st.RuntimeID
 	warm := spec("dyn", app)
 	inst = start(t, d, warm)
 	st, err := d.rd.Load(warm.Name)

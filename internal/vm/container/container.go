@@ -141,6 +141,7 @@ import (
 	"github.com/berth-dev/berth/internal/vm/console"
 	"github.com/berth-dev/berth/internal/vm/proc"
 	"github.com/berth-dev/berth/internal/vm/replicadir"
+	sparepool "github.com/berth-dev/berth/internal/vm/spares"
 )
 
 // Images gives the root filesystem of an image by name (*image.Store).
@@ -225,20 +226,12 @@ type Driver struct {
 	// took: "mount", "prepare" (files), "network", "run" (the runtime).
 	trace func(step string, d time.Duration)
 
-	mu       sync.Mutex
-	starting map[string]bool
-	cpu      proc.CPUMeter // Usage readings
-	rd       replicadir.Dir[state]
+	cpu proc.CPUMeter // Usage readings
+	rd  replicadir.Dir[state]
 
-	spareN        int                    // Options.Spares
-	spareMu       sync.Mutex             // guards the fields below
-	spares        map[spareKind][]*spare // ready, oldest first
-	filling       map[spareKind]int      // spares being made
-	kinds         []spareKind            // kept spares for, most recent first
-	spareCh       chan struct{}          // closed and replaced when a fill ends
-	spareFailures int                    // spare starts that failed in a row
-	sparesClosed  bool                   // Close was called
-	fillWG        sync.WaitGroup         // spares being made
+	pool   *sparepool.Pool[spareKind, *spare] // spare containers; N is Options.Spares
+	kindMu sync.Mutex                         // guards kinds
+	kinds  []spareKind                        // kept spares for, most recent first
 }
 
 // File names inside a replica directory.
@@ -331,10 +324,7 @@ func New(o Options) (*Driver, error) {
 	d := &Driver{
 		dir: dir, rt: rt, images: o.Images, net: o.Net, agent: bin,
 		args: slices.Clone(o.AgentArgs), cgParent: parent, overlay: hasOverlay(), log: log,
-		noDisk:   diskProblem(),
-		starting: map[string]bool{},
-		spareN:   DefaultSpares, spares: map[spareKind][]*spare{}, filling: map[spareKind]int{},
-		spareCh: make(chan struct{}),
+		noDisk: diskProblem(),
 	}
 	d.rd = replicadir.Dir[state]{
 		Root: dir, Driver: "container", Log: log,
@@ -343,9 +333,11 @@ func New(o Options) (*Driver, error) {
 			return state{ID: id, Deployment: owner, Cgroup: parent + "/" + id}
 		},
 	}
+	spares := DefaultSpares
 	if o.Spares != nil {
-		d.spareN = max(*o.Spares, 0)
+		spares = max(*o.Spares, 0)
 	}
+	d.pool = d.newPool(spares)
 	// Spares of a berth that is gone ended with it; remove what is left.
 	d.reapStale()
 	if !d.overlay {

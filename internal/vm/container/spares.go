@@ -24,6 +24,7 @@ import (
 	"github.com/berth-dev/berth/internal/vm"
 	"github.com/berth-dev/berth/internal/vm/proc"
 	"github.com/berth-dev/berth/internal/vm/replicadir"
+	sparepool "github.com/berth-dev/berth/internal/vm/spares"
 )
 
 // Spare containers: the rules are in the package documentation
@@ -49,10 +50,6 @@ const spareReady = 30 * time.Second
 // starts cold.
 const spareWait = 5 * time.Second
 
-// maxSpareFailures is how many spare starts in a row may fail before the
-// driver stops making them (an agent without --spare, say).
-const maxSpareFailures = 3
-
 // sparePrefix starts the directory names of spares; never a replica id.
 const sparePrefix = ".spare-"
 
@@ -71,10 +68,21 @@ type spare struct {
 	link  *os.File
 }
 
+// newPool is the driver's pool of n spares per kind.
+func (d *Driver) newPool(n int) *sparepool.Pool[spareKind, *spare] {
+	return sparepool.New(sparepool.Config[spareKind, *spare]{
+		N:    n,
+		Drop: d.dropSpare,
+		Failed: func(k spareKind, err error, _ int) {
+			d.log.Warn("container: making a spare container failed", "image", k.image, "err", err)
+		},
+	})
+}
+
 // spareEligible reports whether spec can start from a spare: a spare has
 // no workspace bind mount and no disk of its own, and needs overlayfs.
 func (d *Driver) spareEligible(spec vm.Spec, st state) bool {
-	return d.spareN > 0 && st.Overlay && st.DiskGB == 0 && spec.Workspace == ""
+	return d.pool.N() > 0 && st.Overlay && st.DiskGB == 0 && spec.Workspace == ""
 }
 
 func kindOf(spec vm.Spec) spareKind {
@@ -88,34 +96,11 @@ func kindOf(spec vm.Spec) spareKind {
 // takeSpare returns a live spare of kind over lower, waiting (up to
 // spareWait) for one under way, or nil.
 func (d *Driver) takeSpare(ctx context.Context, kind spareKind, lower string) *spare {
-	deadline := time.NewTimer(spareWait)
-	defer deadline.Stop()
-	for {
-		d.spareMu.Lock()
-		for len(d.spares[kind]) > 0 {
-			sp := d.spares[kind][0]
-			d.spares[kind] = d.spares[kind][1:]
-			if sp.lower == lower && proc.Alive(sp.st.PID, sp.st.StartTicks) {
-				d.spareMu.Unlock()
-				return sp
-			}
-			// The image changed or the spare died: of no use.
-			go d.dropSpare(sp)
-		}
-		if d.filling[kind] == 0 || d.sparesClosed {
-			d.spareMu.Unlock()
-			return nil
-		}
-		ch := d.spareCh
-		d.spareMu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return nil
-		case <-deadline.C:
-			return nil
-		}
-	}
+	sp, _ := d.pool.Take(ctx, kind, spareWait, func(sp *spare) bool {
+		// Of no use when the image changed or the spare died.
+		return sp.lower == lower && proc.Alive(sp.st.PID, sp.st.StartTicks)
+	})
+	return sp
 }
 
 // afterStart records kind as recently used and tops its spares up in the
@@ -126,29 +111,22 @@ func (d *Driver) afterStart(spec vm.Spec, st state, lower string, size vm.Size) 
 		return
 	}
 	kind := kindOf(spec)
-	var evicted []*spare
-	d.spareMu.Lock()
-	if d.sparesClosed {
-		d.spareMu.Unlock()
-		return
-	}
+	d.kindMu.Lock()
 	kinds := []spareKind{kind}
 	for _, k := range d.kinds {
 		if k != kind {
 			kinds = append(kinds, k)
 		}
 	}
+	var evicted []spareKind
 	if len(kinds) > maxSpareKinds {
-		for _, k := range kinds[maxSpareKinds:] {
-			evicted = append(evicted, d.spares[k]...)
-			delete(d.spares, k)
-		}
+		evicted = kinds[maxSpareKinds:]
 		kinds = kinds[:maxSpareKinds]
 	}
 	d.kinds = kinds
-	d.spareMu.Unlock()
-	for _, sp := range evicted {
-		go d.dropSpare(sp)
+	d.kindMu.Unlock()
+	for _, k := range evicted {
+		d.pool.Evict(k)
 	}
 	go func() {
 		proc.WaitFor(context.Background(), time.Second, func() bool { return listening(st.PID, st.Port) })
@@ -179,40 +157,13 @@ func listening(pid, port int) bool {
 // refill starts making spares of kind until Spares are ready or under way.
 func (d *Driver) refill(kind spareKind, lower string, size vm.Size) {
 	d.reapStale()
-	d.spareMu.Lock()
-	defer d.spareMu.Unlock()
-	for !d.sparesClosed && d.spareFailures < maxSpareFailures && d.wanted(kind) &&
-		len(d.spares[kind])+d.filling[kind] < d.spareN {
-		d.filling[kind]++
-		d.fillWG.Add(1)
-		go func() {
-			defer d.fillWG.Done()
-			sp, err := d.makeSpare(kind, lower, size)
-			d.spareMu.Lock()
-			d.filling[kind]--
-			drop := false
-			switch {
-			case err != nil:
-				d.spareFailures++
-				d.log.Warn("container: making a spare container failed", "image", kind.image, "err", err)
-			case d.sparesClosed || !d.wanted(kind):
-				drop = true
-			default:
-				d.spareFailures = 0
-				d.spares[kind] = append(d.spares[kind], sp)
-			}
-			close(d.spareCh)
-			d.spareCh = make(chan struct{})
-			d.spareMu.Unlock()
-			if drop {
-				d.dropSpare(sp)
-			}
-		}()
-	}
+	d.pool.Fill(kind, d.wanted, func() (*spare, error) { return d.makeSpare(kind, lower, size) })
 }
 
-// wanted reports whether kind is among the recent kinds. d.spareMu is held.
+// wanted reports whether kind is among the recent kinds.
 func (d *Driver) wanted(kind spareKind) bool {
+	d.kindMu.Lock()
+	defer d.kindMu.Unlock()
 	for _, k := range d.kinds {
 		if k == kind {
 			return true
@@ -401,20 +352,7 @@ func (d *Driver) reapSpares(all bool) {
 // Close ends the driver's spare containers and removes them. Replicas are
 // not touched: they outlive the Driver.
 func (d *Driver) Close() error {
-	d.spareMu.Lock()
-	d.sparesClosed = true
-	var all []*spare
-	for _, sps := range d.spares {
-		all = append(all, sps...)
-	}
-	d.spares = map[spareKind][]*spare{}
-	close(d.spareCh)
-	d.spareCh = make(chan struct{})
-	d.spareMu.Unlock()
-	d.fillWG.Wait()
-	for _, sp := range all {
-		d.dropSpare(sp)
-	}
+	d.pool.Close()
 	return nil
 }
 

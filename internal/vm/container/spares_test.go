@@ -16,9 +16,7 @@ import (
 
 // readySpares is how many spares of kind are ready.
 func readySpares(d *Driver, kind spareKind) int {
-	d.spareMu.Lock()
-	defer d.spareMu.Unlock()
-	return len(d.spares[kind])
+	return len(d.pool.Ready(kind))
 }
 
 // spareDirs lists the spare directories under d's Dir.
@@ -48,9 +46,7 @@ func TestSpare(t *testing.T) {
 	start(t, d, first)
 	kind := kindOf(first)
 	eventually(t, "a spare to be ready", func() bool { return readySpares(d, kind) == 1 })
-	d.spareMu.Lock()
-	spareName := d.spares[kind][0].st.ID
-	d.spareMu.Unlock()
+	spareName := d.pool.Ready(kind)[0].st.ID
 
 	s := spec("warm", "hostname > /.berth/run/hostname.tmp && mv /.berth/run/hostname.tmp /.berth/run/hostname; echo \"$GREETING $(pwd)\" > /.berth/run/env; "+app)
 	s.Env = map[string]string{"GREETING": "hello"}
@@ -149,10 +145,7 @@ func TestStaleSpares(t *testing.T) {
 		t.Fatalf("a new Driver removed a live Driver's spare")
 	}
 	// As when berth dies: the link closes and the spare's agent ends.
-	old.spareMu.Lock()
-	sp := old.spares[kind][0]
-	old.spares = map[spareKind][]*spare{}
-	old.spareMu.Unlock()
+	sp, _ := old.pool.Take(t.Context(), kind, 0, func(*spare) bool { return true })
 	sp.link.Close()
 	eventually(t, "the spare's agent to end", func() bool { return !proc.Alive(sp.st.PID, sp.st.StartTicks) })
 	newDriverAt(t, e, old.dir)

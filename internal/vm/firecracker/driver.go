@@ -142,10 +142,9 @@ type Driver struct {
 	log        *slog.Logger
 	rd         replicadir.Dir[state]
 
-	mu       sync.Mutex
-	starting map[string]bool        // ids whose Start has not returned yet
-	cpu      proc.CPUMeter          // Usage readings
-	locks    map[string]*sync.Mutex // per id: Stop, Suspend and Resume
+	mu    sync.Mutex
+	cpu   proc.CPUMeter          // Usage readings
+	locks map[string]*sync.Mutex // per id: Stop, Suspend and Resume
 }
 
 // lock serializes the operations that change a replica's VMM and state
@@ -284,7 +283,6 @@ func New(o Options) (*Driver, error) {
 		agentPort:  port,
 		leaseCheck: o.LeaseCheck,
 		log:        log,
-		starting:   make(map[string]bool),
 		locks:      make(map[string]*sync.Mutex),
 	}
 	d.rd = replicadir.Dir[state]{

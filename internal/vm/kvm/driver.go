@@ -194,11 +194,10 @@ type Driver struct {
 	acc        *accelCfg     // nil until decided
 	probing    chan struct{} // closed when the probe under way ends
 
-	mu       sync.Mutex
-	starting map[string]bool        // ids whose Start has not returned yet
-	cpu      proc.CPUMeter          // Usage readings
-	locks    map[string]*sync.Mutex // per id: Stop, Suspend and Resume
-	agents   map[string]*agentConn  // per id: the session to its agent
+	mu     sync.Mutex
+	cpu    proc.CPUMeter          // Usage readings
+	locks  map[string]*sync.Mutex // per id: Stop, Suspend and Resume
+	agents map[string]*agentConn  // per id: the session to its agent
 }
 
 // lock serializes the operations that change a replica's VM and state
@@ -342,7 +341,6 @@ func New(o Options) (*Driver, error) {
 		allowance0: o.BootAllowance,
 		probeQEMU:  probeQEMU,
 		probeCache: probeCache,
-		starting:   make(map[string]bool),
 		locks:      make(map[string]*sync.Mutex),
 		agents:     make(map[string]*agentConn),
 	}

@@ -134,6 +134,7 @@ import (
 	"github.com/berth-dev/berth/internal/vm/console"
 	"github.com/berth-dev/berth/internal/vm/proc"
 	"github.com/berth-dev/berth/internal/vm/replicadir"
+	sparepool "github.com/berth-dev/berth/internal/vm/spares"
 )
 
 // Options configures a Driver.
@@ -211,18 +212,10 @@ type Driver struct {
 	rd        replicadir.Dir[state]
 	cpu       proc.CPUMeter // Usage readings
 
-	mu       sync.Mutex
-	starting map[string]bool // ids whose Start is between mkdir and state.json
-
-	spareN        int            // Options.Spares
-	niceSpares    bool           // start spares at spareNice (needs root to undo)
-	nice          int            // berth's nice value, which assigned spares get
-	spareMu       sync.Mutex     // guards the fields below
-	spares        []*spare       // ready, oldest first
-	filling       int            // spares being started
-	spareFailures int            // spare starts that failed in a row
-	sparesClosed  bool           // Close was called
-	fillWG        sync.WaitGroup // spare starts under way
+	mu         sync.Mutex                        // guards uids.json (sandbox.go)
+	pool       *sparepool.Pool[struct{}, *spare] // spare agents; N is Options.Spares
+	niceSpares bool                              // start spares at spareNice (needs root to undo)
+	nice       int                               // berth's nice value, which assigned spares get
 }
 
 // File names inside a replica directory.
@@ -311,18 +304,27 @@ func New(o Options) (*Driver, error) {
 		spares = *o.Spares
 	}
 	d := &Driver{
-		dir:      dir,
-		agent:    slices.Clone(agent),
-		env:      slices.Clone(o.AgentEnv),
-		isolate:  isolate,
-		uidBase:  uidBase,
-		uidN:     uidN,
-		hide:     hide,
-		cg:       setupCgroups(o.CgroupParent, pidsMax, log),
-		log:      log,
-		starting: make(map[string]bool),
-		spareN:   spares,
+		dir:     dir,
+		agent:   slices.Clone(agent),
+		env:     slices.Clone(o.AgentEnv),
+		isolate: isolate,
+		uidBase: uidBase,
+		uidN:    uidN,
+		hide:    hide,
+		cg:      setupCgroups(o.CgroupParent, pidsMax, log),
+		log:     log,
 	}
+	d.pool = sparepool.New(sparepool.Config[struct{}, *spare]{
+		N:    spares,
+		Drop: d.dropSpare,
+		Failed: func(_ struct{}, err error, failures int) {
+			if failures == sparepool.MaxFailures {
+				log.Warn("process: no more spare agents: starting them keeps failing; replicas start cold", "err", err)
+			} else {
+				log.Debug("process: could not start a spare agent", "err", err)
+			}
+		},
+	})
 	d.rd = replicadir.Dir[state]{
 		Root: dir, Driver: "process", Log: log,
 		ID: func(st state) string { return st.ID },

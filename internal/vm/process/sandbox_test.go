@@ -197,11 +197,9 @@ func TestSandboxFromSpare(t *testing.T) {
 		id := vm.Name(fmt.Sprintf("spr%d", i), uint64(i))
 		if i == 1 {
 			vmtest.WaitProcessSpares(t, o.Dir, DefaultSpares)
-			d.spareMu.Lock()
-			if len(d.spares) > 0 {
-				sparePID = d.spares[0].pid
+			if ready := d.pool.Ready(struct{}{}); len(ready) > 0 {
+				sparePID = ready[0].pid
 			}
-			d.spareMu.Unlock()
 		}
 		if _, err := d.Start(t.Context(), vm.Spec{Name: id, Command: appCommand(t, "app")}); err != nil {
 			t.Fatal(err)

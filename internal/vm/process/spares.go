@@ -40,10 +40,6 @@ const spareReady = 30 * time.Second
 // assignTimeout bounds the assignment request.
 const assignTimeout = 10 * time.Second
 
-// maxSpareFailures is how many spare starts in a row may fail before the
-// driver stops trying (an agent binary without --spare, say).
-const maxSpareFailures = 3
-
 // sparePrefix starts the directory names of spares.
 const sparePrefix = ".spare-"
 
@@ -68,25 +64,15 @@ type spareState struct {
 
 // takeSpare returns a ready, live spare, or nil.
 func (d *Driver) takeSpare() *spare {
-	d.spareMu.Lock()
-	defer d.spareMu.Unlock()
-	for len(d.spares) > 0 {
-		sp := d.spares[0]
-		d.spares = d.spares[1:]
+	sp, _ := d.pool.Take(context.Background(), struct{}{}, 0, func(sp *spare) bool {
 		select {
 		case <-sp.done:
+			return false
 		default:
-			if proc.Alive(sp.pid, sp.ticks) {
-				return sp
-			}
+			return proc.Alive(sp.pid, sp.ticks)
 		}
-		d.fillWG.Add(1) // Close waits for it like for a start
-		go func() {
-			defer d.fillWG.Done()
-			d.dropSpare(sp)
-		}()
-	}
-	return nil
+	})
+	return sp
 }
 
 // refillWait bounds how long refillAfter waits for the app of the replica
@@ -131,39 +117,7 @@ func listening(port int) bool {
 
 // refill starts spares in the background until Spares are ready or
 // starting.
-func (d *Driver) refill() {
-	d.spareMu.Lock()
-	defer d.spareMu.Unlock()
-	for !d.sparesClosed && d.spareFailures < maxSpareFailures && len(d.spares)+d.filling < d.spareN {
-		d.filling++
-		d.fillWG.Add(1)
-		go func() {
-			defer d.fillWG.Done()
-			sp, err := d.startSpare()
-			d.spareMu.Lock()
-			d.filling--
-			if err != nil {
-				d.spareFailures++
-				if d.spareFailures == maxSpareFailures {
-					d.log.Warn("process: no more spare agents: starting them keeps failing; replicas start cold", "err", err)
-				}
-			} else {
-				d.spareFailures = 0
-				if !d.sparesClosed {
-					d.spares = append(d.spares, sp)
-					sp = nil
-				}
-			}
-			d.spareMu.Unlock()
-			if err != nil {
-				d.log.Debug("process: could not start a spare agent", "err", err)
-			}
-			if sp != nil {
-				d.dropSpare(sp) // closed meanwhile
-			}
-		}()
-	}
-}
+func (d *Driver) refill() { d.pool.Fill(struct{}{}, nil, d.startSpare) }
 
 // startSpare starts a spare agent and waits until it listens.
 func (d *Driver) startSpare() (*spare, error) {
@@ -452,15 +406,7 @@ func (d *Driver) cleanSpares() {
 // not touched: they outlive the driver as they outlive berth. Other
 // methods keep working, starting replicas cold.
 func (d *Driver) Close() error {
-	d.spareMu.Lock()
-	d.sparesClosed = true
-	spares := d.spares
-	d.spares = nil
-	d.spareMu.Unlock()
-	d.fillWG.Wait()
-	for _, sp := range spares {
-		d.dropSpare(sp)
-	}
+	d.pool.Close()
 	return nil
 }
 
