@@ -72,6 +72,7 @@ type Pool struct {
 	watched     map[string]bool // replica ids whose end watchLocked waits for
 	watchCtx    context.Context // ends those waits
 	stopWatches context.CancelFunc
+	watchWG     sync.WaitGroup // the waits under way
 }
 
 func newPool(m *Manager, cfg Config) *Pool {
@@ -154,8 +155,9 @@ func (p *Pool) start(ctx context.Context) {
 func (p *Pool) wait() {
 	p.mu.Lock()
 	cancel, done := p.cancel, p.done
+	p.stopWatches() // under mu: no watchLocked adds to watchWG after it
 	p.mu.Unlock()
-	p.stopWatches()
+	p.watchWG.Wait()
 	if cancel != nil {
 		cancel()
 		<-done
@@ -213,8 +215,9 @@ func (p *Pool) destroy(ctx context.Context) {
 	p.mu.Lock()
 	p.closed = true
 	cancel, done := p.cancel, p.done
+	p.stopWatches() // under mu: no watchLocked adds to watchWG after it
 	p.mu.Unlock()
-	p.stopWatches()
+	p.watchWG.Wait()
 	if cancel != nil {
 		cancel()
 		<-done
@@ -580,7 +583,7 @@ func (p *Pool) bootLocked(r *replica) {
 // next tick. The watch ends with the replica or the pool.
 func (p *Pool) watchLocked(r *replica) {
 	w, ok := p.driver().(vm.Waiter)
-	if !ok || p.watched[r.id] {
+	if !ok || p.watched[r.id] || p.watchCtx.Err() != nil {
 		return
 	}
 	if p.watched == nil {
@@ -588,7 +591,9 @@ func (p *Pool) watchLocked(r *replica) {
 	}
 	p.watched[r.id] = true
 	ctx, id := p.watchCtx, r.id
+	p.watchWG.Add(1)
 	go func() {
+		defer p.watchWG.Done()
 		w.Wait(ctx, id)
 		p.mu.Lock()
 		delete(p.watched, id)

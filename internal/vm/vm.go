@@ -19,7 +19,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -284,3 +287,28 @@ var Sizes = map[string]Size{
 
 // DefaultSize is used when a spec names no size class.
 const DefaultSize = "small"
+
+// StdPath is the PATH of a sandbox with a file system of its own.
+const StdPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// Hostname is the UTS hostname of a replica: its id, cut to the 64 bytes
+// Linux allows.
+func Hostname(id string) string {
+	if len(id) > 64 {
+		return id[:64]
+	}
+	return id
+}
+
+// AppEnv is an app's environment: base (the driver's own: PATH, HOME,
+// ...), then env sorted by name, then PORT=port last, which wins over a
+// PORT in env because berth routes to it.
+func AppEnv(base []string, env map[string]string, port int) []string {
+	out := slices.Clone(base)
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		if k != "PORT" {
+			out = append(out, k+"="+env[k])
+		}
+	}
+	return append(out, "PORT="+strconv.Itoa(port))
+}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/berth-dev/berth/internal/agent"
 	"github.com/berth-dev/berth/internal/agentbin"
+	"github.com/berth-dev/berth/internal/vm"
 	"github.com/berth-dev/berth/internal/vm/vmtest"
 )
 
@@ -93,7 +94,7 @@ func TestDynamicAgent(t *testing.T) {
 		if err != nil || res.ExitCode != 0 {
 			t.Fatalf("exec: %+v, %v", res, err)
 		}
-		if !strings.HasPrefix(res.Stdout, "hello from "+hostname(id)+"\n") || !strings.Contains(res.Stdout, d.agent.Interp) {
+		if !strings.HasPrefix(res.Stdout, "hello from "+vm.Hostname(id)+"\n") || !strings.Contains(res.Stdout, d.agent.Interp) {
 			t.Errorf("exec printed %q, want the replica's host name and the bundle", res.Stdout)
 		}
 	}

@@ -621,36 +621,11 @@ func mkdirIn(root, p string) error {
 
 // environ is the app's environment.
 func environ(spec vm.Spec, st state) []string {
-	env := []string{
-		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-		"HOME=/root",
-		"HOSTNAME=" + hostname(spec.Name),
-	}
+	home := "/root"
 	if spec.Workspace != "" {
-		env[1] = "HOME=" + workspaceInside
+		home = workspaceInside
 	}
-	keys := slices.Sorted(func(yield func(string) bool) {
-		for k := range spec.Env {
-			if !yield(k) {
-				return
-			}
-		}
-	})
-	for _, k := range keys {
-		if k == "PORT" {
-			continue
-		}
-		env = append(env, k+"="+spec.Env[k])
-	}
-	return append(env, "PORT="+strconv.Itoa(st.Port))
-}
-
-// hostname is the UTS hostname of a replica: its id, cut to 64 bytes.
-func hostname(id string) string {
-	if len(id) > 64 {
-		return id[:64]
-	}
-	return id
+	return vm.AppEnv([]string{"PATH=" + vm.StdPath, "HOME=" + home, "HOSTNAME=" + vm.Hostname(spec.Name)}, spec.Env, st.Port)
 }
 
 // agentCommand is the init's command line inside the container: the

@@ -394,7 +394,7 @@ func (d *Driver) assign(ctx context.Context, spec vm.Spec, st state, sp *spare) 
 			return st, err
 		}
 	}
-	if err := setHostnameOf(st.PID, hostname(spec.Name)); err != nil {
+	if err := setHostnameOf(st.PID, vm.Hostname(spec.Name)); err != nil {
 		return st, fmt.Errorf("setting the host name: %w", err)
 	}
 	step("prepare")

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/internal/hostnet"
+	"github.com/berth-dev/berth/internal/vm"
 	"github.com/berth-dev/berth/internal/vm/proc"
 )
 
@@ -85,8 +86,8 @@ func TestSpare(t *testing.T) {
 		return strings.TrimSpace(string(b))
 	}
 	eventually(t, "the host name file", func() bool { return read("hostname") != "" })
-	if got := read("hostname"); got != hostname(s.Name) {
-		t.Errorf("host name %q, want %q", got, hostname(s.Name))
+	if got := read("hostname"); got != vm.Hostname(s.Name) {
+		t.Errorf("host name %q, want %q", got, vm.Hostname(s.Name))
 	}
 	if got := read("env"); got != "hello /srv/warm" {
 		t.Errorf("GREETING and working directory: %q", got)

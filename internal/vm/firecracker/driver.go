@@ -142,23 +142,8 @@ type Driver struct {
 	log        *slog.Logger
 	rd         replicadir.Dir[state]
 
-	mu    sync.Mutex
-	cpu   proc.CPUMeter          // Usage readings
-	locks map[string]*sync.Mutex // per id: Stop, Suspend and Resume
-}
-
-// lock serializes the operations that change a replica's VMM and state
-// (Stop, Suspend, Resume) within this process, and returns the unlock.
-func (d *Driver) lock(id string) func() {
-	d.mu.Lock()
-	l, ok := d.locks[id]
-	if !ok {
-		l = new(sync.Mutex)
-		d.locks[id] = l
-	}
-	d.mu.Unlock()
-	l.Lock()
-	return l.Unlock
+	mu  sync.Mutex
+	cpu proc.CPUMeter // Usage readings
 }
 
 // File names in a replica's directory (or, under the jailer, its chroot).
@@ -283,7 +268,6 @@ func New(o Options) (*Driver, error) {
 		agentPort:  port,
 		leaseCheck: o.LeaseCheck,
 		log:        log,
-		locks:      make(map[string]*sync.Mutex),
 	}
 	d.rd = replicadir.Dir[state]{
 		Root: dir, Driver: "firecracker", Log: log,
@@ -611,35 +595,16 @@ func (d *Driver) guestConfig(spec vm.Spec, st state) agent.GuestConfig {
 		args = append(args, "--", "/bin/sh", "-c", spec.Command)
 	}
 	env := []string{
-		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"PATH=" + vm.StdPath,
 		"HOME=" + guestHome,
-		"HOSTNAME=" + hostname(st.ID),
+		"HOSTNAME=" + vm.Hostname(st.ID),
 	}
-	keys := make([]string, 0, len(spec.Env))
-	for k := range spec.Env {
-		if k != "PORT" {
-			keys = append(keys, k)
-		}
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		env = append(env, k+"="+spec.Env[k])
-	}
-	env = append(env, "PORT="+strconv.Itoa(st.Port))
-	c := agent.GuestConfig{Args: args, Env: env, Hostname: hostname(st.ID)}
+	env = vm.AppEnv(env, spec.Env, st.Port)
+	c := agent.GuestConfig{Args: args, Env: env, Hostname: vm.Hostname(st.ID)}
 	if spec.TTL > 0 {
 		c.Files = map[string]string{guestLease: string(agent.FormatLease(st.StartedAt.Add(spec.TTL)))}
 	}
 	return c
-}
-
-// hostname is a replica's host name: its id, cut to the 64 bytes Linux
-// allows.
-func hostname(id string) string {
-	if len(id) > 64 {
-		return id[:64]
-	}
-	return id
 }
 
 // apiPatience bounds how long a new VMM may take to answer on its socket.
@@ -801,7 +766,7 @@ func (d *Driver) instance(st state) vm.Instance {
 // to exit, kills it, and removes the tap and every file of the replica,
 // snapshots included. Stopping an ended or suspended replica just cleans up.
 func (d *Driver) Stop(ctx context.Context, id string, grace time.Duration) error {
-	unlock := d.lock(id)
+	unlock := d.rd.Lock(id)
 	defer unlock()
 	st, err := d.rd.Load(id)
 	if err != nil {
@@ -811,9 +776,7 @@ func (d *Driver) Stop(ctx context.Context, id string, grace time.Duration) error
 		return fmt.Errorf("firecracker: stop %s: %w", id, err)
 	}
 	d.cpu.Forget(id)
-	d.mu.Lock()
-	delete(d.locks, id)
-	d.mu.Unlock()
+	d.rd.Forget(id)
 	return nil
 }
 

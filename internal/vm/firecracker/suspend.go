@@ -22,7 +22,7 @@ import (
 // address. If berth dies midway, the replica is still running (before the
 // snapshot is recorded) or suspended (after).
 func (d *Driver) Suspend(ctx context.Context, id string) error {
-	defer d.lock(id)()
+	defer d.rd.Lock(id)()
 	st, err := d.rd.Load(id)
 	if err != nil {
 		return err
@@ -80,7 +80,7 @@ func (d *Driver) Suspend(ctx context.Context, id string) error {
 // the next Suspend or Stop. A lease renewed while suspended is passed on to
 // the agent.
 func (d *Driver) Resume(ctx context.Context, id string) (vm.Instance, error) {
-	defer d.lock(id)()
+	defer d.rd.Lock(id)()
 	st, err := d.rd.Load(id)
 	if err != nil {
 		return vm.Instance{}, err

@@ -153,7 +153,7 @@ func (d *Driver) dropAgent(id string) {
 // firecracker driver does, would free it; QEMU's migrate-to-file could do
 // that later.)
 func (d *Driver) Suspend(ctx context.Context, id string) error {
-	defer d.lock(id)()
+	defer d.rd.Lock(id)()
 	st, err := d.rd.Load(id)
 	if err != nil {
 		return err
@@ -177,7 +177,7 @@ func (d *Driver) Suspend(ctx context.Context, id string) error {
 // best effort) before the app sees much of the gap; a lease renewed while
 // suspended is passed on to the agent.
 func (d *Driver) Resume(ctx context.Context, id string) (vm.Instance, error) {
-	defer d.lock(id)()
+	defer d.rd.Lock(id)()
 	st, err := d.rd.Load(id)
 	if err != nil {
 		return vm.Instance{}, err

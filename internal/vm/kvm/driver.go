@@ -195,23 +195,8 @@ type Driver struct {
 	probing    chan struct{} // closed when the probe under way ends
 
 	mu     sync.Mutex
-	cpu    proc.CPUMeter          // Usage readings
-	locks  map[string]*sync.Mutex // per id: Stop, Suspend and Resume
-	agents map[string]*agentConn  // per id: the session to its agent
-}
-
-// lock serializes the operations that change a replica's VM and state
-// (Stop, Suspend, Resume) within this process, and returns the unlock.
-func (d *Driver) lock(id string) func() {
-	d.mu.Lock()
-	l, ok := d.locks[id]
-	if !ok {
-		l = new(sync.Mutex)
-		d.locks[id] = l
-	}
-	d.mu.Unlock()
-	l.Lock()
-	return l.Unlock
+	cpu    proc.CPUMeter         // Usage readings
+	agents map[string]*agentConn // per id: the session to its agent
 }
 
 // New returns a driver keeping its state under o.Dir. It returns an error
@@ -341,7 +326,6 @@ func New(o Options) (*Driver, error) {
 		allowance0: o.BootAllowance,
 		probeQEMU:  probeQEMU,
 		probeCache: probeCache,
-		locks:      make(map[string]*sync.Mutex),
 		agents:     make(map[string]*agentConn),
 	}
 	d.rd = replicadir.Dir[state]{
@@ -739,37 +723,18 @@ func (d *Driver) guestConfig(spec vm.Spec, st state) agent.GuestConfig {
 		args = append(args, "--", "/bin/sh", "-c", spec.Command)
 	}
 	env := []string{
-		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"PATH=" + vm.StdPath,
 		"HOME=" + home,
-		"HOSTNAME=" + hostname(st.ID),
+		"HOSTNAME=" + vm.Hostname(st.ID),
 	}
-	keys := make([]string, 0, len(spec.Env))
-	for k := range spec.Env {
-		if k != "PORT" {
-			keys = append(keys, k)
-		}
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		env = append(env, k+"="+spec.Env[k])
-	}
-	env = append(env, "PORT="+strconv.Itoa(st.Port))
-	c := agent.GuestConfig{Args: args, Env: env, Hostname: hostname(st.ID)}
+	env = vm.AppEnv(env, spec.Env, st.Port)
+	c := agent.GuestConfig{Args: args, Env: env, Hostname: vm.Hostname(st.ID)}
 	if spec.TTL > 0 {
 		// The backstop: the real deadline follows once the guest is up
 		// (leaseAfterBoot), which a short TTL may not outlast.
 		c.Files = map[string]string{guestLease: string(agent.FormatLease(st.StartedAt.Add(spec.TTL + d.current().allowance)))}
 	}
 	return c
-}
-
-// hostname is a replica's host name: its id, cut to the 64 bytes Linux
-// allows.
-func hostname(id string) string {
-	if len(id) > 64 {
-		return id[:64]
-	}
-	return id
 }
 
 // spawn starts QEMU, which daemonizes once the machine is set up (so a bad
@@ -904,7 +869,7 @@ func (d *Driver) instance(st state) vm.Instance {
 // the replica. Stopping an ended replica just cleans up; a suspended one is
 // killed at once.
 func (d *Driver) Stop(ctx context.Context, id string, grace time.Duration) error {
-	unlock := d.lock(id)
+	unlock := d.rd.Lock(id)
 	defer unlock()
 	st, err := d.rd.Load(id)
 	if err != nil {
@@ -915,9 +880,7 @@ func (d *Driver) Stop(ctx context.Context, id string, grace time.Duration) error
 		return fmt.Errorf("kvm: stop %s: %w", id, err)
 	}
 	d.cpu.Forget(id)
-	d.mu.Lock()
-	delete(d.locks, id)
-	d.mu.Unlock()
+	d.rd.Forget(id)
 	return nil
 }
 

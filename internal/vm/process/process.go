@@ -596,7 +596,7 @@ func (d *Driver) agentFlags(spec vm.Spec, st state, workDir string) []string {
 		args = append(args, "--root", spec.Workspace)
 	}
 	if d.isolate {
-		args = append(args, "--hostname", hostname(spec.Name),
+		args = append(args, "--hostname", vm.Hostname(spec.Name),
 			"--sandbox", fmt.Sprintf("%d:%d", st.UID, st.UID))
 		for _, h := range d.hide {
 			args = append(args, "--hide", h)
@@ -623,20 +623,10 @@ func (d *Driver) environ(spec vm.Spec, st state) []string {
 		"HOME=" + home,
 	}
 	if st.Isolated {
-		env = append(env, "HOSTNAME="+hostname(spec.Name))
+		env = append(env, "HOSTNAME="+vm.Hostname(spec.Name))
 	}
-	env = append(env, d.env...)
-	keys := make([]string, 0, len(spec.Env))
-	for k := range spec.Env {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		env = append(env, k+"="+spec.Env[k])
-	}
-	// PORT last: it must match the address berth routes to. exec.Cmd keeps
-	// the last value of a duplicated key.
-	return append(env, "PORT="+strconv.Itoa(st.Port))
+	// PORT last: it must match the address berth routes to.
+	return vm.AppEnv(append(env, d.env...), spec.Env, st.Port)
 }
 
 // agentAttr is how an agent process is made. Setsid: the replica is not in
@@ -696,15 +686,6 @@ func othersCanSearch(dir string) bool {
 			return true
 		}
 	}
-}
-
-// hostname is the UTS hostname of a replica: its id, cut to the 64 bytes
-// Linux allows.
-func hostname(id string) string {
-	if len(id) > 64 {
-		return id[:64]
-	}
-	return id
 }
 
 // Renew moves a replica's lease deadline to until. The agent reads it at its

@@ -89,7 +89,33 @@ type Dir[S any] struct {
 	Empty func(id, deployment string) S
 
 	mu       sync.Mutex
-	starting map[string]bool // ids claimed by a Start that has not returned
+	starting map[string]bool        // ids claimed by a Start that has not returned
+	locks    map[string]*sync.Mutex // per id: see Lock
+}
+
+// Lock serializes the operations that change replica id's sandbox and
+// state (Stop, Suspend, Resume) within this process, and returns the
+// unlock. A Stop that removed the replica calls Forget while it holds it.
+func (d *Dir[S]) Lock(id string) (unlock func()) {
+	d.mu.Lock()
+	l, ok := d.locks[id]
+	if !ok {
+		if d.locks == nil {
+			d.locks = make(map[string]*sync.Mutex)
+		}
+		l = new(sync.Mutex)
+		d.locks[id] = l
+	}
+	d.mu.Unlock()
+	l.Lock()
+	return l.Unlock
+}
+
+// Forget drops replica id's lock (it was removed).
+func (d *Dir[S]) Forget(id string) {
+	d.mu.Lock()
+	delete(d.locks, id)
+	d.mu.Unlock()
 }
 
 // Claim makes replica id's directory for a Start, which fails if the
