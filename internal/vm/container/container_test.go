@@ -506,3 +506,32 @@ func TestPortsAndEnv(t *testing.T) {
 		})
 	}
 }
+
+// TestStopSuspendedAsksFirst: stopping a suspended (frozen) replica thaws
+// it before SIGTERM (the one stop order, proc.End), so its app handles
+// SIGTERM instead of being killed while it cannot run.
+func TestStopSuspendedAsksFirst(t *testing.T) {
+	d := newDriver(t)
+	ws := t.TempDir()
+	s := spec("termapp", `trap 'echo term > /workspace/mark; exit 0' TERM; mkdir -p /www && echo ok > /www/index.html && httpd -f -p $PORT -h /www & wait`)
+	s.Workspace = ws
+	inst := start(t, d, s)
+	eventually(t, "the app to serve", func() bool {
+		resp, err := http.Get("http://" + inst.Addr + "/")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	if err := d.Suspend(t.Context(), s.Name); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Stop(t.Context(), s.Name, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(ws, "mark"))
+	if err != nil || strings.TrimSpace(string(b)) != "term" {
+		t.Fatalf("the suspended app did not handle SIGTERM (mark: %q, %v)", b, err)
+	}
+}
