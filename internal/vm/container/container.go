@@ -680,12 +680,6 @@ func (d *Driver) List(ctx context.Context) ([]vm.Instance, error) {
 	return d.rd.List(d.instance)
 }
 
-// exitRecord is the agent's exit file.
-type exitRecord struct {
-	ExitCode int    `json:"exit_code"`
-	Reason   string `json:"reason"`
-}
-
 // instance derives a replica's state from its files and its init.
 func (d *Driver) instance(st state) vm.Instance {
 	inst := vm.Instance{
@@ -695,19 +689,8 @@ func (d *Driver) instance(st state) vm.Instance {
 	starting := d.rd.Starting(st.ID)
 	alive := st.PID != 0 && proc.Alive(st.PID, st.StartTicks)
 	dir := d.path(st.ID)
-	if b, err := os.ReadFile(filepath.Join(dir, runDir, exitFile)); err == nil {
-		var ex exitRecord
-		if err := json.Unmarshal(b, &ex); err == nil {
-			inst.State = vm.StateExited
-			inst.ExitCode = &ex.ExitCode
-			inst.Reason = replicadir.WithTail(ex.Reason, d.tail(dir))
-			return inst
-		}
-		if !alive {
-			inst.State = vm.StateFailed
-			inst.Reason = replicadir.WithTail("the agent left an unreadable "+exitFile, d.tail(dir))
-			return inst
-		}
+	if replicadir.AgentExit(&inst, filepath.Join(dir, runDir, exitFile), filepath.Join(dir, runDir, logFile), alive) {
+		return inst
 	}
 	switch {
 	case alive && starting:

@@ -867,7 +867,8 @@ func (d *Driver) instance(st state) vm.Instance {
 // agent as init receives as SIGINT and forwards to the app), waits up to
 // grace for QEMU to exit, kills it, and removes the tap and every file of
 // the replica. Stopping an ended replica just cleans up; a suspended one is
-// killed at once.
+// continued first (proc.End: thaw, then ask, then kill), so that its guest
+// can act on Ctrl-Alt-Del.
 func (d *Driver) Stop(ctx context.Context, id string, grace time.Duration) error {
 	unlock := d.rd.Lock(id)
 	defer unlock()

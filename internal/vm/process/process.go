@@ -115,7 +115,6 @@ package process
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -718,12 +717,6 @@ func (d *Driver) List(ctx context.Context) ([]vm.Instance, error) {
 	return d.rd.List(d.instance)
 }
 
-// exitRecord is the agent's exit file.
-type exitRecord struct {
-	ExitCode int    `json:"exit_code"`
-	Reason   string `json:"reason"`
-}
-
 // instance derives a replica's state from its files and processes.
 func (d *Driver) instance(st state) vm.Instance {
 	inst := vm.Instance{
@@ -739,19 +732,8 @@ func (d *Driver) instance(st state) vm.Instance {
 	// a dead agent without an exit file read afterwards never had one.
 	alive := st.PID != 0 && proc.Alive(st.PID, st.StartTicks)
 	dir := d.path(st.ID)
-	if b, err := os.ReadFile(filepath.Join(dir, exitFile)); err == nil {
-		var ex exitRecord
-		if err := json.Unmarshal(b, &ex); err == nil {
-			inst.State = vm.StateExited
-			inst.ExitCode = &ex.ExitCode
-			inst.Reason = replicadir.WithTail(ex.Reason, d.tail(dir))
-			return inst
-		}
-		if !alive {
-			inst.State = vm.StateFailed
-			inst.Reason = replicadir.WithTail("the agent left an unreadable "+exitFile, d.tail(dir))
-			return inst
-		}
+	if replicadir.AgentExit(&inst, filepath.Join(dir, exitFile), filepath.Join(dir, logFile), alive) {
+		return inst
 	}
 	switch {
 	case alive && st.Suspended:

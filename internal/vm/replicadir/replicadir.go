@@ -23,6 +23,7 @@ import (
 
 	"github.com/berth-dev/berth/internal/agent"
 	"github.com/berth-dev/berth/internal/vm"
+	"github.com/berth-dev/berth/internal/vm/console"
 	"github.com/berth-dev/berth/internal/vm/proc"
 )
 
@@ -468,4 +469,32 @@ func (d *Dir[S]) DialUnix(ctx context.Context, id string, name ...string) (net.C
 		return nil, fmt.Errorf("%s: agent of %s: %w", d.Driver, id, err)
 	}
 	return c, nil
+}
+
+// AgentExit describes inst from the exit file at exitPath, which the agent
+// (package agent, --exit-file) writes when the app ends, and the app's log
+// at logPath: exited, with the app's exit code and the agent's reason and
+// the last output; or failed when the file is unreadable and the agent is
+// gone (alive is false). It reports whether the file decided the state.
+func AgentExit(inst *vm.Instance, exitPath, logPath string, alive bool) bool {
+	b, err := os.ReadFile(exitPath)
+	if err != nil {
+		return false
+	}
+	var ex struct {
+		ExitCode int    `json:"exit_code"`
+		Reason   string `json:"reason"`
+	}
+	if err := json.Unmarshal(b, &ex); err == nil {
+		inst.State = vm.StateExited
+		inst.ExitCode = &ex.ExitCode
+		inst.Reason = WithTail(ex.Reason, console.AppTail(logPath, TailLines))
+		return true
+	}
+	if !alive {
+		inst.State = vm.StateFailed
+		inst.Reason = WithTail("the agent left an unreadable "+filepath.Base(exitPath), console.AppTail(logPath, TailLines))
+		return true
+	}
+	return false
 }
