@@ -3,8 +3,10 @@ package fleet
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -21,8 +23,11 @@ import (
 // TestMain lets the test binary be the in-sandbox agent of the process
 // driver's replicas (BERTH_TEST_ROLE=agent runs `berth agent`).
 func TestMain(m *testing.M) {
-	if os.Getenv("BERTH_TEST_ROLE") == "agent" {
+	switch os.Getenv("BERTH_TEST_ROLE") {
+	case "agent":
 		os.Exit(agent.Main(context.Background(), os.Args[1:], os.Stderr))
+	case "exitapp":
+		os.Exit(exitApp())
 	}
 	os.Exit(m.Run())
 }
@@ -172,4 +177,133 @@ func TestCreateFailureReleasesHeldRequests(t *testing.T) {
 			t.Errorf("failures %d, want 2", st.Failures)
 		}
 	})
+}
+
+// exitApp serves HTTP 200 on $PORT and exits 3 once asked to (GET /exit).
+func exitApp() int {
+	exit := make(chan struct{})
+	http.HandleFunc("/exit", func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		close(exit)
+	})
+	http.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {})
+	go http.ListenAndServe("127.0.0.1:"+os.Getenv("PORT"), nil)
+	<-exit
+	return 3
+}
+
+func processDriver(t *testing.T) *process.Driver {
+	t.Helper()
+	d, err := process.New(process.Options{
+		Dir: t.TempDir(), AgentCommand: []string{os.Args[0]}, AgentEnv: []string{"BERTH_TEST_ROLE=agent"},
+		CgroupParent: "none", Spares: new(int),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		insts, _ := d.List(context.Background())
+		for _, in := range insts {
+			d.Stop(context.Background(), in.ID, time.Second)
+		}
+		d.Close()
+	})
+	return d
+}
+
+func runManager(t *testing.T, m *Manager) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	t.Cleanup(func() {
+		m.Remove(context.Background(), "d")
+		cancel()
+		<-done
+	})
+}
+
+// TestWaiterNoticesExit: a replica whose app exits is noticed through the
+// driver's Wait, not at the next reconcile tick (an hour away here): the
+// pool lets it go and starts another.
+func TestWaiterNoticesExit(t *testing.T) {
+	d := processDriver(t)
+	m := New(Options{Driver: d, Tick: time.Hour, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	runManager(t, m)
+	p := m.Ensure(Config{
+		Deployment: "d", Driver: "process", Key: "k",
+		Template: vm.Spec{Command: "exec env BERTH_TEST_ROLE=exitapp " + os.Args[0]},
+		Policy:   autoscale.Policy{Min: 1, Max: 1, ColdStartTimeout: time.Minute},
+		Backends: newDataPlane(),
+	})
+	p.Poke()
+	var first ReplicaView
+	waitUntil(t, "a ready replica", func() bool {
+		st := p.Status()
+		if st.Ready == 1 {
+			first = st.Replicas[0]
+			return true
+		}
+		return false
+	})
+	resp, err := http.Get("http://" + first.Addr + "/exit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	waitUntil(t, "the pool to let the exited replica go", func() bool {
+		for _, r := range p.Status().Replicas {
+			if r.ID == first.ID {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// checkedDriver is the real process driver whose Check fails while broken
+// is set: a driver that stopped working after start-up.
+type checkedDriver struct {
+	*process.Driver
+	broken atomic.Bool
+	starts atomic.Int32
+}
+
+func (c *checkedDriver) Check(ctx context.Context) error {
+	if c.broken.Load() {
+		return fmt.Errorf("test: the runtime is gone: %w", vm.ErrUnavailable)
+	}
+	return c.Driver.Check(ctx)
+}
+
+func (c *checkedDriver) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
+	c.starts.Add(1)
+	return c.Driver.Start(ctx, spec)
+}
+
+// TestDriverRecheck: a driver whose re-check fails is reported unavailable
+// (DriverProblem) and creates on it fail at once with that reason, without
+// a Start; once it works again, so do creates.
+func TestDriverRecheck(t *testing.T) {
+	c := &checkedDriver{Driver: processDriver(t)}
+	c.broken.Store(true)
+	m := New(Options{Driver: c, Tick: time.Hour, CheckEvery: 5 * time.Millisecond, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	runManager(t, m)
+	waitUntil(t, "the driver to be found unavailable", func() bool { return m.DriverProblem("process") != nil })
+	if err := m.DriverProblem("process"); !errors.Is(err, vm.ErrUnavailable) || !strings.Contains(err.Error(), "the runtime is gone") {
+		t.Fatalf("DriverProblem = %v, want the Check's error", err)
+	}
+	p := m.Ensure(Config{
+		Deployment: "d", Driver: "process", Key: "k",
+		Template: vm.Spec{Command: "exec sleep 600"},
+		Policy:   autoscale.Policy{Min: 1, Max: 1, ColdStartTimeout: time.Minute},
+		Backends: newDataPlane(),
+	})
+	p.Poke()
+	waitUntil(t, "a failed create", func() bool { return p.Status().Failures > 0 })
+	if n := c.starts.Load(); n != 0 {
+		t.Errorf("%d Starts on an unavailable driver, want 0", n)
+	}
+	c.broken.Store(false)
+	waitUntil(t, "the driver to be available again", func() bool { return m.DriverProblem("process") == nil })
 }
