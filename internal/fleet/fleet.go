@@ -60,6 +60,12 @@ type Options struct {
 	// Package computer runs its sandboxes on the same drivers under
 	// owners "cmp_<id>".
 	Ignore func(owner string) bool
+	// CheckEvery is how often Run re-checks the drivers that can tell
+	// whether they still work (vm.Checker: a libvirtd that died after
+	// start-up, a runtime uninstalled); default 30s. A failed Start
+	// re-checks its driver at once. Creates on a driver whose last check
+	// failed fail at once with that reason.
+	CheckEvery time.Duration
 }
 
 // Manager owns all pools. Safe for concurrent use.
@@ -74,6 +80,9 @@ type Manager struct {
 	ctx     context.Context // set by Run; pools started before Run wait for it
 	adopted map[string][]vm.Instance
 	started chan struct{}
+
+	recheck  chan struct{} // a Start failed: re-check the drivers now
+	problems sync.Map      // driver name → error: its last Check failed
 }
 
 // New returns a Manager. Call Run to start it.
@@ -93,6 +102,9 @@ func New(o Options) *Manager {
 	if o.MissingGrace <= 0 {
 		o.MissingGrace = 10 * time.Second
 	}
+	if o.CheckEvery <= 0 {
+		o.CheckEvery = 30 * time.Second
+	}
 	if o.Drivers == nil {
 		o.Drivers = map[string]vm.Driver{}
 	}
@@ -101,7 +113,7 @@ func New(o Options) *Manager {
 			o.Drivers["process"] = o.Driver
 		}
 	}
-	m := &Manager{o: o, log: o.Log, creates: make(chan struct{}, o.MaxCreates), pools: map[string]*Pool{}, started: make(chan struct{})}
+	m := &Manager{o: o, log: o.Log, creates: make(chan struct{}, o.MaxCreates), pools: map[string]*Pool{}, started: make(chan struct{}), recheck: make(chan struct{}, 1)}
 	m.nonce.Store(uint64(time.Now().UnixNano()) ^ rand.Uint64()>>16)
 	return m
 }
@@ -144,6 +156,12 @@ func (m *Manager) Run(ctx context.Context) error {
 		p.start(ctx)
 	}
 	close(m.started)
+	checked := make(chan struct{})
+	go func() {
+		defer close(checked)
+		m.checkDrivers(ctx)
+	}()
+	defer func() { <-checked }()
 	// Replicas of deployments that no longer exist are orphans: berth is
 	// the only one that names replicas berth-…, and deleting a deployment
 	// destroys its replicas, so nothing else will ever claim them.
@@ -172,6 +190,53 @@ func (m *Manager) Run(ctx context.Context) error {
 		p.wait()
 	}
 	return nil
+}
+
+// DriverProblem is why the driver named name cannot run replicas now, as
+// its last re-check (vm.Checker) found, or nil.
+func (m *Manager) DriverProblem(name string) error {
+	if err, ok := m.problems.Load(name); ok {
+		return err.(error)
+	}
+	return nil
+}
+
+// checkDrivers re-checks the drivers that are vm.Checkers every
+// CheckEvery, and at once when a Start failed, until ctx ends.
+func (m *Manager) checkDrivers(ctx context.Context) {
+	t := time.NewTicker(m.o.CheckEvery)
+	defer t.Stop()
+	for {
+		for _, name := range m.DriverNames() {
+			c, ok := m.o.Drivers[name].(vm.Checker)
+			if !ok {
+				continue
+			}
+			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			err := c.Check(cctx)
+			cancel()
+			if ctx.Err() != nil {
+				return
+			}
+			switch _, had := m.problems.Load(name); {
+			case err != nil && !had:
+				m.log.Error("vm driver unavailable", "driver", name, "why", err)
+			case err == nil && had:
+				m.log.Info("vm driver available again", "driver", name)
+			}
+			if err != nil {
+				m.problems.Store(name, err)
+			} else {
+				m.problems.Delete(name)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-m.recheck:
+		}
+	}
 }
 
 // Config is what a deployment's spec asks of its pool.
@@ -203,6 +268,9 @@ type Config struct {
 // replicas already running. Every call resets the boot backoff, as any spec
 // write does in app-lb.
 func (m *Manager) Ensure(cfg Config) *Pool {
+	if cfg.Backends == nil {
+		panic("fleet: Config.Backends is nil for deployment " + cfg.Deployment) // a programming error, before any lock is held
+	}
 	m.mu.Lock()
 	p := m.pools[cfg.Deployment]
 	if p == nil {

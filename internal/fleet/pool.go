@@ -74,16 +74,19 @@ type Pool struct {
 	// boot probes, reaps, stops): wait and destroy wait for them, so that
 	// none outlives the pool and uses a driver after berth closed it.
 	tasks sync.WaitGroup
+
+	watched     map[string]bool // replica ids whose end watchLocked waits for
+	watchCtx    context.Context // ends those waits
+	stopWatches context.CancelFunc
+	watchWG     sync.WaitGroup // the waits under way
 }
 
 func newPool(m *Manager, cfg Config) *Pool {
-	if cfg.Backends == nil {
-		panic("fleet: Config.Backends is nil for deployment " + cfg.Deployment)
-	}
 	p := &Pool{
 		m: m, id: cfg.Deployment, backends: cfg.Backends, poke: make(chan struct{}, 1),
 		replicas: map[string]*replica{}, readyCh: make(chan struct{}), failedCh: make(chan struct{}),
 	}
+	p.watchCtx, p.stopWatches = context.WithCancel(context.Background())
 	p.cfg.Store(&cfg)
 	return p
 }
@@ -155,7 +158,9 @@ func (p *Pool) start(ctx context.Context) {
 func (p *Pool) wait() {
 	p.mu.Lock()
 	cancel, done := p.cancel, p.done
+	p.stopWatches() // under mu: no watchLocked adds to watchWG after it
 	p.mu.Unlock()
+	p.watchWG.Wait()
 	if cancel != nil {
 		cancel()
 		<-done
@@ -221,7 +226,9 @@ func (p *Pool) destroy(ctx context.Context) {
 	p.mu.Lock()
 	p.closed = true
 	cancel, done := p.cancel, p.done
+	p.stopWatches() // under mu: no watchLocked adds to watchWG after it
 	p.mu.Unlock()
+	p.watchWG.Wait()
 	if cancel != nil {
 		cancel()
 		<-done
@@ -475,6 +482,10 @@ func (p *Pool) create(ctx context.Context) {
 			public = "the secrets named in vm.env_from could not be read"
 		}
 	}
+	if err == nil {
+		// Fail fast on a driver that its last re-check found broken.
+		err = p.m.DriverProblem(cfg.Driver)
+	}
 	r := &replica{id: spec.Name, key: cfg.Key, phase: pending, created: now}
 	var in vm.Instance
 	if err == nil {
@@ -500,6 +511,10 @@ func (p *Pool) create(ctx context.Context) {
 		}
 		p.startFailedLocked(cfg, err.Error(), public, time.Now())
 		p.m.log.Warn("replica create failed", "deployment", p.id, "err", err, "backoff", p.backoff.Remaining(time.Now()))
+		select {
+		case p.m.recheck <- struct{}{}: // is the driver still there?
+		default:
+		}
 		p.tasks.Go(func() { p.stopAll(ctx, []string{r.id}) }) // the outcome is unknown: make sure
 		return
 	}
@@ -547,8 +562,9 @@ func (p *Pool) resume(ctx context.Context, cfg *Config, now time.Time) *replica 
 }
 
 // bootLocked starts probing a pending replica until it is ready, or ctx
-// ends.
+// ends, and watches it for its end.
 func (p *Pool) bootLocked(ctx context.Context, r *replica) {
+	p.watchLocked(r)
 	ctx, cancel := context.WithCancel(ctx)
 	r.stopBoot = cancel
 	cfg := p.cfg.Load()
@@ -571,6 +587,32 @@ func (p *Pool) bootLocked(ctx context.Context, r *replica) {
 			}
 		}
 	})
+}
+
+// watchLocked learns that replica r ended from its driver, where the
+// driver can tell (vm.Waiter), and reconciles at once instead of at the
+// next tick. The watch ends with the replica or the pool.
+func (p *Pool) watchLocked(r *replica) {
+	w, ok := p.driver().(vm.Waiter)
+	if !ok || p.watched[r.id] || p.watchCtx.Err() != nil {
+		return
+	}
+	if p.watched == nil {
+		p.watched = map[string]bool{}
+	}
+	p.watched[r.id] = true
+	ctx, id := p.watchCtx, r.id
+	p.watchWG.Add(1)
+	go func() {
+		defer p.watchWG.Done()
+		w.Wait(ctx, id)
+		p.mu.Lock()
+		delete(p.watched, id)
+		p.mu.Unlock()
+		if ctx.Err() == nil {
+			p.Poke()
+		}
+	}()
 }
 
 // promote makes a replica that passed its probe serve traffic.

@@ -142,3 +142,79 @@ func TestCreateFailureReleasesHeldRequests(t *testing.T) {
 		}
 	})
 }
+
+func runManager(t *testing.T, m *Manager) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	t.Cleanup(func() {
+		m.Remove(context.Background(), "d")
+		cancel()
+		<-done
+	})
+}
+
+// TestWaiterNoticesExit: a replica whose app exits is noticed through the
+// driver's Wait, not at the next reconcile tick (an hour away here): the
+// pool lets it go and starts another.
+func TestWaiterNoticesExit(t *testing.T) {
+	d := vmfake.New(vmfake.Options{})
+	t.Cleanup(d.Close)
+	m := New(Options{Driver: d, Tick: time.Hour, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	runManager(t, m)
+	p := m.Ensure(Config{
+		Deployment: "d", Driver: "process", Key: "k",
+		Template: vm.Spec{Command: "serve"},
+		Policy:   autoscale.Policy{Min: 1, Max: 1, ColdStartTimeout: time.Minute},
+		Backends: newDataPlane(),
+	})
+	p.Poke()
+	var first ReplicaView
+	waitUntil(t, "a ready replica", func() bool {
+		st := p.Status()
+		if st.Ready == 1 {
+			first = st.Replicas[0]
+			return true
+		}
+		return false
+	})
+	if err := d.Exit(first.ID, 3); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the pool to let the exited replica go", func() bool {
+		for _, r := range p.Status().Replicas {
+			if r.ID == first.ID {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// TestDriverRecheck: a driver whose re-check fails is reported unavailable
+// (DriverProblem) and creates on it fail at once with that reason, without
+// a Start; once it works again, so do creates.
+func TestDriverRecheck(t *testing.T) {
+	d := vmfake.New(vmfake.Options{})
+	t.Cleanup(d.Close)
+	d.SetUnavailable(errors.New("the runtime is gone"))
+	m := New(Options{Driver: d, Tick: time.Hour, CheckEvery: 5 * time.Millisecond, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	runManager(t, m)
+	waitUntil(t, "the driver to be found unavailable", func() bool { return m.DriverProblem("process") != nil })
+	if err := m.DriverProblem("process"); !errors.Is(err, vm.ErrUnavailable) || !strings.Contains(err.Error(), "the runtime is gone") {
+		t.Fatalf("DriverProblem = %v, want the Check's error", err)
+	}
+	p := m.Ensure(Config{
+		Deployment: "d", Driver: "process", Key: "k",
+		Template: vm.Spec{Command: "exec sleep 600"},
+		Policy:   autoscale.Policy{Min: 1, Max: 1, ColdStartTimeout: time.Minute},
+		Backends: newDataPlane(),
+	})
+	p.Poke()
+	waitUntil(t, "a failed create", func() bool { return p.Status().Failures > 0 })
+	if n := d.Starts(); n != 0 {
+		t.Errorf("%d Starts on an unavailable driver, want 0", n)
+	}
+	d.SetUnavailable(nil)
+	waitUntil(t, "the driver to be available again", func() bool { return m.DriverProblem("process") == nil })
+}

@@ -2,7 +2,9 @@
 // replicas: processes, containers, KVM guests, Firecracker microVMs. Each
 // driver implements Driver; optional abilities are one-method interfaces a
 // caller discovers with a type assertion (Suspender, LogReader, AgentDialer,
-// UsageReader, Leaser), as net/http does with http.Flusher.
+// UsageReader, Leaser, Waiter, Checker), as net/http does with
+// http.Flusher. A driver declares the ones it offers (Abilities), and the
+// conformance suite holds it to exactly those.
 //
 // Replicas are named so that berth can re-adopt them after its own restart:
 // Name(deployment, nonce) gives "berth-<deployment>-<12 hex>", and Owner
@@ -17,7 +19,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -104,6 +109,58 @@ type Driver interface {
 	List(ctx context.Context) ([]Instance, error)
 }
 
+// Ability is an optional part of the contract a driver offers: one of the
+// one-method interfaces below.
+type Ability string
+
+// The abilities, each named for the interface that offers it.
+const (
+	CanSuspend    Ability = "Suspender"
+	CanLease      Ability = "Leaser"
+	CanLogs       Ability = "LogReader"
+	CanFollowLogs Ability = "LogFollower"
+	CanDialAgent  Ability = "AgentDialer"
+	CanUsage      Ability = "UsageReader"
+	CanWait       Ability = "Waiter"
+	CanCheck      Ability = "Checker"
+)
+
+// AllAbilities lists every Ability.
+var AllAbilities = []Ability{CanSuspend, CanLease, CanLogs, CanFollowLogs, CanDialAgent, CanUsage, CanWait, CanCheck}
+
+// Implements reports whether d implements the interface of ability a.
+func Implements(d any, a Ability) bool {
+	var ok bool
+	switch a {
+	case CanSuspend:
+		_, ok = d.(Suspender)
+	case CanLease:
+		_, ok = d.(Leaser)
+	case CanLogs:
+		_, ok = d.(LogReader)
+	case CanFollowLogs:
+		_, ok = d.(LogFollower)
+	case CanDialAgent:
+		_, ok = d.(AgentDialer)
+	case CanUsage:
+		_, ok = d.(UsageReader)
+	case CanWait:
+		_, ok = d.(Waiter)
+	case CanCheck:
+		_, ok = d.(Checker)
+	}
+	return ok
+}
+
+// Abilities is a driver's declaration of the abilities it offers. The
+// conformance suite (package vmtest) checks exactly the declared ones, and
+// fails a driver that declares an ability it does not implement or lacks
+// one it implements; each driver also guards its declaration with
+// compile-time assertions (var _ vm.Suspender = (*Driver)(nil)).
+type Abilities interface {
+	Abilities() []Ability
+}
+
 // Suspender keeps a replica's data while it is not running (idle_action:
 // retain) and brings it back faster than a fresh start.
 type Suspender interface {
@@ -125,6 +182,23 @@ type Leaser interface {
 	// in the past, to end it). It returns an error wrapping ErrNotFound for
 	// unknown ids.
 	Renew(ctx context.Context, id string, until time.Time) error
+}
+
+// Waiter tells a caller that a replica ended without polling for it.
+type Waiter interface {
+	// Wait blocks until replica id is in a terminal state (exited or
+	// failed) or gone, or ctx ends, and returns its last Instance. It
+	// returns an error wrapping ErrNotFound for unknown ids, and ctx's
+	// error when ctx ends first.
+	Wait(ctx context.Context, id string) (Instance, error)
+}
+
+// Checker re-checks, after start-up, that a driver can still run replicas
+// on this host (its VM daemon still answers, its runtime is still
+// installed). A nil error means it can; otherwise the error wraps
+// ErrUnavailable and says what is missing.
+type Checker interface {
+	Check(ctx context.Context) error
 }
 
 // LogLine is one line a replica wrote.
@@ -213,3 +287,28 @@ var Sizes = map[string]Size{
 
 // DefaultSize is used when a spec names no size class.
 const DefaultSize = "small"
+
+// StdPath is the PATH of a sandbox with a file system of its own.
+const StdPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// Hostname is the UTS hostname of a replica: its id, cut to the 64 bytes
+// Linux allows.
+func Hostname(id string) string {
+	if len(id) > 64 {
+		return id[:64]
+	}
+	return id
+}
+
+// AppEnv is an app's environment: base (the driver's own: PATH, HOME,
+// ...), then env sorted by name, then PORT=port last, which wins over a
+// PORT in env because berth routes to it.
+func AppEnv(base []string, env map[string]string, port int) []string {
+	out := slices.Clone(base)
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		if k != "PORT" {
+			out = append(out, k+"="+env[k])
+		}
+	}
+	return append(out, "PORT="+strconv.Itoa(port))
+}

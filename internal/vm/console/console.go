@@ -10,7 +10,6 @@ package console
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -219,76 +218,4 @@ func ReadRotated(path string, n int) ([]vm.LogLine, error) {
 		return nil, err
 	}
 	return append(old, cur...), nil
-}
-
-// followPoll is how often Follow looks for new output.
-const followPoll = 100 * time.Millisecond
-
-// Follow writes the app's lines to w as they reach the console at path,
-// starting with the next one, each as a JSON line
-// {"t":"<RFC3339Nano>","s":"stdout"|"stderr","m":"<text>"} (the agent's log
-// format). Whenever a poll finds nothing new it asks ended: true means the
-// guest is done, and Follow writes what is left and returns; an error from
-// ended is returned as it is. Follow returns nil when ctx ends.
-func Follow(ctx context.Context, path string, w io.Writer, ended func() (bool, error)) error {
-	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE, 0o600)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if _, err := f.Seek(0, io.SeekEnd); err != nil {
-		return err
-	}
-	var pending []byte
-	buf := make([]byte, 64<<10)
-	drain := func() (bool, error) {
-		wrote := false
-		for {
-			n, err := f.Read(buf)
-			pending = append(pending, buf[:n]...)
-			for {
-				i := bytes.IndexByte(pending, '\n')
-				if i < 0 {
-					break
-				}
-				if l, ok := AppLine(pending[:i]); ok {
-					b, _ := json.Marshal(Entry{T: l.Time, S: l.Stream, M: l.Text})
-					if _, err := w.Write(append(b, '\n')); err != nil {
-						return wrote, err
-					}
-					wrote = true
-				}
-				pending = pending[i+1:]
-			}
-			if n == 0 || err == io.EOF {
-				return wrote, nil
-			}
-			if err != nil {
-				return wrote, err
-			}
-		}
-	}
-	tick := time.NewTicker(followPoll)
-	defer tick.Stop()
-	for {
-		wrote, err := drain()
-		if err != nil {
-			return err
-		}
-		if !wrote {
-			done, err := ended()
-			if err != nil {
-				return err
-			}
-			if done {
-				_, err := drain()
-				return err
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-		}
-	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/berth-dev/berth/internal/agent"
 	"github.com/berth-dev/berth/internal/agentbin"
+	"github.com/berth-dev/berth/internal/vm"
 	"github.com/berth-dev/berth/internal/vm/vmtest"
 )
 
@@ -55,7 +56,7 @@ func TestDynamicAgent(t *testing.T) {
 	// interpreter, serves the app and runs an exec.
 	check := func(t *testing.T, id, addr string) {
 		t.Helper()
-		st, err := d.load(id)
+		st, err := d.rd.Load(id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -93,7 +94,7 @@ func TestDynamicAgent(t *testing.T) {
 		if err != nil || res.ExitCode != 0 {
 			t.Fatalf("exec: %+v, %v", res, err)
 		}
-		if !strings.HasPrefix(res.Stdout, "hello from "+hostname(id)+"\n") || !strings.Contains(res.Stdout, d.agent.Interp) {
+		if !strings.HasPrefix(res.Stdout, "hello from "+vm.Hostname(id)+"\n") || !strings.Contains(res.Stdout, d.agent.Interp) {
 			t.Errorf("exec printed %q, want the replica's host name and the bundle", res.Stdout)
 		}
 	}
@@ -104,12 +105,10 @@ func TestDynamicAgent(t *testing.T) {
 
 	kind := kindOf(cold)
 	eventually(t, "a spare to be ready", func() bool { return readySpares(d, kind) == 1 })
-	d.spareMu.Lock()
-	spareID := d.spares[kind][0].st.RuntimeID
-	d.spareMu.Unlock()
+	spareID := d.pool.Ready(kind)[0].st.RuntimeID
 	warm := spec("dyn", app)
 	inst = start(t, d, warm)
-	st, err := d.load(warm.Name)
+	st, err := d.rd.Load(warm.Name)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,7 +43,7 @@ func BenchmarkScaleFromZeroCold(b *testing.B) { benchScaleFromZero(b, 0) }
 
 func benchScaleFromZero(b *testing.B, spares int) {
 	d := newDriver(b)
-	d.spareN = spares
+	d.pool = d.newPool(spares)
 	kind := spareKind{"busybox", "small"}
 	if spares > 0 {
 		// The first start of an image is cold; its spare follows.

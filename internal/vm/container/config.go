@@ -51,7 +51,7 @@ func (d *Driver) config(spec vm.Spec, st state, wd string, size vm.Size) *specs.
 	return &specs.Spec{
 		Version:  ociVersion,
 		Root:     &specs.Root{Path: filepath.Join(dir, rootfsDir)},
-		Hostname: hostname(spec.Name),
+		Hostname: vm.Hostname(spec.Name),
 		Process: &specs.Process{
 			Args: d.agentCommand(spec, wd),
 			Env:  environ(spec, st),

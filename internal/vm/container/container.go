@@ -122,7 +122,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -136,22 +135,13 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/berth-dev/berth/internal/agent"
 	"github.com/berth-dev/berth/internal/agentbin"
 	"github.com/berth-dev/berth/internal/hostnet"
 	"github.com/berth-dev/berth/internal/vm"
 	"github.com/berth-dev/berth/internal/vm/console"
-)
-
-// Compile-time checks of the abilities the driver offers.
-var (
-	_ vm.Driver      = (*Driver)(nil)
-	_ vm.Suspender   = (*Driver)(nil)
-	_ vm.LogReader   = (*Driver)(nil)
-	_ vm.LogFollower = (*Driver)(nil)
-	_ vm.AgentDialer = (*Driver)(nil)
-	_ vm.UsageReader = (*Driver)(nil)
-	_ vm.Leaser      = (*Driver)(nil)
+	"github.com/berth-dev/berth/internal/vm/proc"
+	"github.com/berth-dev/berth/internal/vm/replicadir"
+	sparepool "github.com/berth-dev/berth/internal/vm/spares"
 )
 
 // Images gives the root filesystem of an image by name (*image.Store).
@@ -236,24 +226,17 @@ type Driver struct {
 	// took: "mount", "prepare" (files), "network", "run" (the runtime).
 	trace func(step string, d time.Duration)
 
-	mu       sync.Mutex
-	starting map[string]bool
-	cpu      map[string]cpuSample
+	cpu proc.CPUMeter // Usage readings
+	rd  replicadir.Dir[state]
 
-	spareN        int                    // Options.Spares
-	spareMu       sync.Mutex             // guards the fields below
-	spares        map[spareKind][]*spare // ready, oldest first
-	filling       map[spareKind]int      // spares being made
-	kinds         []spareKind            // kept spares for, most recent first
-	spareCh       chan struct{}          // closed and replaced when a fill ends
-	spareFailures int                    // spare starts that failed in a row
-	sparesClosed  bool                   // Close was called
-	fillWG        sync.WaitGroup         // spares being made
+	pool   *sparepool.Pool[spareKind, *spare] // spare containers; N is Options.Spares
+	kindMu sync.Mutex                         // guards kinds
+	kinds  []spareKind                        // kept spares for, most recent first
 }
 
 // File names inside a replica directory.
 const (
-	stateFile   = "state.json"
+	stateFile   = replicadir.StateFile
 	bundleDir   = "bundle"
 	rootfsDir   = "rootfs"
 	upperDir    = "upper"
@@ -265,7 +248,7 @@ const (
 	sockFile    = "agent.sock"
 	logFile     = "output.log"
 	exitFile    = "exit.json"
-	leaseFile   = "lease"
+	leaseFile   = replicadir.LeaseFile
 	agentInside = "/.berth/berth"
 	libInside   = "/.berth/lib" // a dynamic agent's bundle
 	agentLibDir = ".agent-lib"  // where it is on the host, under Dir
@@ -341,14 +324,20 @@ func New(o Options) (*Driver, error) {
 	d := &Driver{
 		dir: dir, rt: rt, images: o.Images, net: o.Net, agent: bin,
 		args: slices.Clone(o.AgentArgs), cgParent: parent, overlay: hasOverlay(), log: log,
-		noDisk:   diskProblem(),
-		starting: map[string]bool{}, cpu: map[string]cpuSample{},
-		spareN: DefaultSpares, spares: map[spareKind][]*spare{}, filling: map[spareKind]int{},
-		spareCh: make(chan struct{}),
+		noDisk: diskProblem(),
 	}
+	d.rd = replicadir.Dir[state]{
+		Root: dir, Driver: "container", Log: log,
+		ID: func(st state) string { return st.ID },
+		Empty: func(id, owner string) state {
+			return state{ID: id, Deployment: owner, Cgroup: parent + "/" + id}
+		},
+	}
+	spares := DefaultSpares
 	if o.Spares != nil {
-		d.spareN = max(*o.Spares, 0)
+		spares = max(*o.Spares, 0)
 	}
+	d.pool = d.newPool(spares)
 	// Spares of a berth that is gone ended with it; remove what is left.
 	d.reapStale()
 	if !d.overlay {
@@ -415,23 +404,7 @@ func (st state) addr() string {
 	return netip.AddrPortFrom(st.Addr, uint16(st.Port)).String()
 }
 
-// validID reports whether id is a replica name berth gives and safe as a
-// path element.
-func validID(id string) bool {
-	if _, ok := vm.Owner(id); !ok {
-		return false
-	}
-	for _, c := range id {
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
-			return false
-		}
-	}
-	return true
-}
-
-func (d *Driver) path(id string, name ...string) string {
-	return filepath.Join(append([]string{d.dir, id}, name...)...)
-}
+func (d *Driver) path(id string, name ...string) string { return d.rd.Path(id, name...) }
 
 // Start creates and starts a replica, returning once its init runs.
 //
@@ -458,24 +431,12 @@ func (d *Driver) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
 			d.log.Warn("container: vm.disk_size_gb is not enforced on this host", "disk_size_gb", spec.DiskSizeGB, "why", d.noDisk)
 		})
 	}
-	dir := d.path(spec.Name)
-	d.mu.Lock()
-	err = os.Mkdir(dir, 0o700)
-	if err == nil {
-		d.starting[spec.Name] = true
-	}
-	d.mu.Unlock()
-	if errors.Is(err, fs.ErrExist) {
-		return vm.Instance{}, fmt.Errorf("container: start %s: the replica already exists", spec.Name)
-	}
+	release, err := d.rd.Claim(spec.Name)
 	if err != nil {
-		return vm.Instance{}, fmt.Errorf("container: start %s: %w", spec.Name, err)
+		return vm.Instance{}, err
 	}
-	defer func() {
-		d.mu.Lock()
-		delete(d.starting, spec.Name)
-		d.mu.Unlock()
-	}()
+	defer release()
+	dir := d.path(spec.Name)
 	if d.spareEligible(spec, st) {
 		if sp := d.takeSpare(ctx, kindOf(spec), lower); sp != nil {
 			warm, err := d.assign(ctx, spec, st, sp)
@@ -495,7 +456,7 @@ func (d *Driver) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
 	if err != nil {
 		reason := err.Error()
 		if b, rerr := os.ReadFile(d.path(spec.Name, runtimeErr)); rerr == nil && len(strings.TrimSpace(string(b))) > 0 {
-			reason += "; runtime: " + lastLines(string(b), tailLines)
+			reason += "; runtime: " + replicadir.LastLines(string(b), replicadir.TailLines)
 		}
 		d.cleanup(context.WithoutCancel(ctx), st)
 		return vm.Instance{}, fmt.Errorf("container: start %s: %s", spec.Name, reason)
@@ -509,46 +470,16 @@ func (d *Driver) check(spec vm.Spec) (state, vm.Size, error) {
 	fail := func(format string, args ...any) (state, vm.Size, error) {
 		return state{}, vm.Size{}, fmt.Errorf("container: start %q: "+format, append([]any{spec.Name}, args...)...)
 	}
-	if !validID(spec.Name) {
-		return fail("not a replica name (want %s<deployment>-<12 hex digits>)", vm.NamePrefix)
-	}
-	owner, _ := vm.Owner(spec.Name)
-	if spec.Deployment != "" && spec.Deployment != owner {
-		return fail("the name belongs to deployment %q, not %q", owner, spec.Deployment)
+	owner, size, err := replicadir.CheckSpec(spec)
+	if err != nil {
+		return fail("%v", err)
 	}
 	if spec.Image == "" {
 		return fail("the container driver needs an image (vm.image)")
 	}
-	if spec.Port < 0 || spec.Port > 65535 {
-		return fail("port %d out of range", spec.Port)
-	}
-	class := spec.SizeClass
-	if class == "" {
-		class = vm.DefaultSize
-	}
-	size, ok := vm.Sizes[class]
-	if !ok {
-		return fail("unknown size class %q", spec.SizeClass)
-	}
-	for k, v := range spec.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
-			return fail("bad environment variable %q", k)
-		}
-	}
-	if strings.ContainsRune(spec.Command, 0) || strings.ContainsRune(spec.WorkDir, 0) {
-		return fail("NUL byte in command or working directory")
-	}
-	for _, h := range spec.SetupHooks {
-		if strings.ContainsRune(h, 0) {
-			return fail("NUL byte in a setup hook")
-		}
-	}
 	if spec.Workspace != "" {
-		if !filepath.IsAbs(spec.Workspace) || strings.ContainsRune(spec.Workspace, 0) {
-			return fail("workspace %q is not an absolute path", spec.Workspace)
-		}
-		if fi, err := os.Stat(spec.Workspace); err != nil || !fi.IsDir() {
-			return fail("workspace %q is not a directory", spec.Workspace)
+		if err := replicadir.CheckWorkspace(spec.Workspace); err != nil {
+			return fail("%v", err)
 		}
 	}
 	if spec.DiskSizeGB < 0 || spec.DiskSizeGB > maxDiskGB {
@@ -601,7 +532,7 @@ func (d *Driver) launch(ctx context.Context, spec vm.Spec, st state, lower strin
 	st.StartedAt = time.Now().UTC()
 	// Recorded before anything is mounted, so a berth that dies from here
 	// on leaves state a later Stop can clean up from.
-	if err := writeState(dir, st); err != nil {
+	if err := replicadir.WriteState(dir, st); err != nil {
 		return st, err
 	}
 	t := time.Now()
@@ -623,7 +554,7 @@ func (d *Driver) launch(ctx context.Context, spec vm.Spec, st state, lower strin
 		}
 	}
 	if spec.TTL > 0 {
-		if err := writeLease(filepath.Join(dir, runDir), st.StartedAt.Add(spec.TTL)); err != nil {
+		if err := replicadir.WriteLease(filepath.Join(dir, runDir), st.StartedAt.Add(spec.TTL), 0o644); err != nil {
 			return st, err
 		}
 	}
@@ -643,7 +574,7 @@ func (d *Driver) launch(ctx context.Context, spec vm.Spec, st state, lower strin
 	if st.Addr, err = d.net.AttachVethAt(ctx, spec.Name, ns); err != nil {
 		return st, err
 	}
-	if err := writeState(dir, st); err != nil {
+	if err := replicadir.WriteState(dir, st); err != nil {
 		return st, err
 	}
 	step("network")
@@ -659,15 +590,15 @@ func (d *Driver) launch(ctx context.Context, spec vm.Spec, st state, lower strin
 	if err != nil || st.PID <= 0 {
 		return st, fmt.Errorf("the runtime wrote a bad pid %q", pb)
 	}
-	if ps, err := readStat(st.PID); err == nil {
-		st.StartTicks = ps.startTicks
+	if ps, err := proc.ReadStat(st.PID); err == nil {
+		st.StartTicks = ps.StartTicks
 	} else {
 		// The init is gone already (the app failed at once): keep the
 		// pid, and a start time that matches nothing, so it reads dead
 		// and its exit file says why.
 		st.StartTicks = 0
 	}
-	if err := writeState(dir, st); err != nil {
+	if err := replicadir.WriteState(dir, st); err != nil {
 		return st, err
 	}
 	return st, nil
@@ -690,36 +621,11 @@ func mkdirIn(root, p string) error {
 
 // environ is the app's environment.
 func environ(spec vm.Spec, st state) []string {
-	env := []string{
-		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-		"HOME=/root",
-		"HOSTNAME=" + hostname(spec.Name),
-	}
+	home := "/root"
 	if spec.Workspace != "" {
-		env[1] = "HOME=" + workspaceInside
+		home = workspaceInside
 	}
-	keys := slices.Sorted(func(yield func(string) bool) {
-		for k := range spec.Env {
-			if !yield(k) {
-				return
-			}
-		}
-	})
-	for _, k := range keys {
-		if k == "PORT" {
-			continue
-		}
-		env = append(env, k+"="+spec.Env[k])
-	}
-	return append(env, "PORT="+strconv.Itoa(st.Port))
-}
-
-// hostname is the UTS hostname of a replica: its id, cut to 64 bytes.
-func hostname(id string) string {
-	if len(id) > 64 {
-		return id[:64]
-	}
-	return id
+	return vm.AppEnv([]string{"PATH=" + vm.StdPath, "HOME=" + home, "HOSTNAME=" + vm.Hostname(spec.Name)}, spec.Env, st.Port)
 }
 
 // agentCommand is the init's command line inside the container: the
@@ -759,140 +665,20 @@ func (d *Driver) agentArgs(spec vm.Spec, wd string) []string {
 	return args
 }
 
-// writeLease replaces a lease file atomically.
-func writeLease(dir string, until time.Time) error {
-	tmp, err := os.CreateTemp(dir, "."+leaseFile+".tmp-*")
-	if err != nil {
-		return err
-	}
-	_, err = tmp.Write(agent.FormatLease(until))
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(tmp.Name(), 0o644)
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), filepath.Join(dir, leaseFile))
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
-	}
-	return err
-}
-
 // Renew moves a replica's lease deadline to until.
 func (d *Driver) Renew(ctx context.Context, id string, until time.Time) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if !validID(id) {
-		return fmt.Errorf("container: %q: %w", id, vm.ErrNotFound)
-	}
-	if fi, err := os.Stat(d.path(id)); err != nil || !fi.IsDir() {
-		return fmt.Errorf("container: renew %s: %w", id, vm.ErrNotFound)
-	}
-	if err := writeLease(d.path(id, runDir), until); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("container: renew %s: %w", id, vm.ErrNotFound)
-		}
-		return fmt.Errorf("container: renew %s: %w", id, err)
-	}
-	return nil
-}
-
-func writeState(dir string, st state) error {
-	b, err := json.Marshal(st)
-	if err != nil {
-		return err
-	}
-	tmp := filepath.Join(dir, stateFile+".tmp")
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, filepath.Join(dir, stateFile))
-}
-
-// load reads a replica's state. A directory without a state file (a start
-// interrupted at once) loads with pid 0.
-func (d *Driver) load(id string) (state, error) {
-	if !validID(id) {
-		return state{}, fmt.Errorf("container: %q: %w", id, vm.ErrNotFound)
-	}
-	b, err := os.ReadFile(d.path(id, stateFile))
-	if errors.Is(err, fs.ErrNotExist) {
-		if _, err := os.Stat(d.path(id)); err != nil {
-			return state{}, fmt.Errorf("container: %s: %w", id, vm.ErrNotFound)
-		}
-		owner, _ := vm.Owner(id)
-		return state{ID: id, Deployment: owner, Cgroup: d.cgParent + "/" + id}, nil
-	}
-	if err != nil {
-		return state{}, fmt.Errorf("container: %s: %w", id, err)
-	}
-	var st state
-	if err := json.Unmarshal(b, &st); err != nil {
-		return state{}, fmt.Errorf("container: %s: corrupt %s: %w", id, stateFile, err)
-	}
-	if st.ID != id {
-		return state{}, fmt.Errorf("container: %s: %s names %q", id, stateFile, st.ID)
-	}
-	return st, nil
-}
-
-// states loads every replica under Dir.
-func (d *Driver) states() ([]state, error) {
-	ents, err := os.ReadDir(d.dir)
-	if err != nil {
-		return nil, fmt.Errorf("container: %w", err)
-	}
-	var sts []state
-	for _, e := range ents {
-		if !e.IsDir() || !validID(e.Name()) {
-			continue
-		}
-		st, err := d.load(e.Name())
-		if err != nil {
-			if !errors.Is(err, vm.ErrNotFound) {
-				d.log.Warn("container: skipping replica", "id", e.Name(), "err", err)
-			}
-			continue
-		}
-		sts = append(sts, st)
-	}
-	return sts, nil
+	return d.rd.Renew(ctx, id, until, 0o644, runDir)
 }
 
 // Inspect reports one replica.
 func (d *Driver) Inspect(ctx context.Context, id string) (vm.Instance, error) {
-	st, err := d.load(id)
-	if err != nil {
-		return vm.Instance{}, err
-	}
-	return d.instance(st), nil
+	return d.rd.Inspect(id, d.instance)
 }
 
 // List reports every replica under Dir, including a previous berth's.
 func (d *Driver) List(ctx context.Context) ([]vm.Instance, error) {
-	sts, err := d.states()
-	if err != nil {
-		return nil, err
-	}
-	insts := make([]vm.Instance, 0, len(sts))
-	for _, st := range sts {
-		insts = append(insts, d.instance(st))
-	}
-	return insts, nil
+	return d.rd.List(d.instance)
 }
-
-// exitRecord is the agent's exit file.
-type exitRecord struct {
-	ExitCode int    `json:"exit_code"`
-	Reason   string `json:"reason"`
-}
-
-// tailLines is how many output lines a Reason ends with.
-const tailLines = 5
 
 // instance derives a replica's state from its files and its init.
 func (d *Driver) instance(st state) vm.Instance {
@@ -900,24 +686,11 @@ func (d *Driver) instance(st state) vm.Instance {
 		ID: st.ID, Deployment: st.Deployment, Addr: st.addr(),
 		StartedAt: st.StartedAt, PID: st.PID,
 	}
-	d.mu.Lock()
-	starting := d.starting[st.ID]
-	d.mu.Unlock()
-	alive := st.PID != 0 && isAlive(st.PID, st.StartTicks)
+	starting := d.rd.Starting(st.ID)
+	alive := st.PID != 0 && proc.Alive(st.PID, st.StartTicks)
 	dir := d.path(st.ID)
-	if b, err := os.ReadFile(filepath.Join(dir, runDir, exitFile)); err == nil {
-		var ex exitRecord
-		if err := json.Unmarshal(b, &ex); err == nil {
-			inst.State = vm.StateExited
-			inst.ExitCode = &ex.ExitCode
-			inst.Reason = withTail(ex.Reason, d.tail(dir))
-			return inst
-		}
-		if !alive {
-			inst.State = vm.StateFailed
-			inst.Reason = withTail("the agent left an unreadable "+exitFile, d.tail(dir))
-			return inst
-		}
+	if replicadir.AgentExit(&inst, filepath.Join(dir, runDir, exitFile), filepath.Join(dir, runDir, logFile), alive) {
+		return inst
 	}
 	switch {
 	case alive && starting:
@@ -935,66 +708,52 @@ func (d *Driver) instance(st state) vm.Instance {
 		inst.State = vm.StateFailed
 		reason := "the container's init ended without recording an exit"
 		if b, err := os.ReadFile(filepath.Join(dir, runtimeErr)); err == nil && len(strings.TrimSpace(string(b))) > 0 {
-			reason += ": " + lastLines(string(b), tailLines)
+			reason += ": " + replicadir.LastLines(string(b), replicadir.TailLines)
 		}
-		inst.Reason = withTail(reason, d.tail(dir))
+		inst.Reason = replicadir.WithTail(reason, d.tail(dir))
 	}
 	return inst
 }
 
 func (d *Driver) tail(dir string) []string {
-	return console.AppTail(filepath.Join(dir, runDir, logFile), tailLines)
+	return console.AppTail(filepath.Join(dir, runDir, logFile), replicadir.TailLines)
 }
-
-func withTail(reason string, tail []string) string {
-	if len(tail) == 0 {
-		return reason
-	}
-	return reason + "; last output:\n" + strings.Join(tail, "\n")
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
-
-// killPatience bounds how long Stop waits for a SIGKILLed init to vanish.
-const killPatience = 10 * time.Second
 
 // Stop asks the replica to end (SIGTERM to the init, which the agent
 // forwards to the app), waits up to grace, kills it, and removes the
 // container, its cgroup, veth, mounts, loop device, address and directory. Stopping an
 // ended replica just cleans up.
 func (d *Driver) Stop(ctx context.Context, id string, grace time.Duration) error {
-	st, err := d.load(id)
+	st, err := d.rd.Load(id)
 	if err != nil {
 		return err
 	}
-	if st.PID != 0 && isAlive(st.PID, st.StartTicks) {
-		if st.Suspended {
-			// A frozen process acts on signals only once thawed.
-			d.rt.resume(ctx, st.runtimeID())
+	if _, err := proc.End(ctx, grace, d.ending(ctx, st)); err != nil {
+		if ctx.Err() != nil {
+			return err
 		}
-		syscall.Kill(st.PID, syscall.SIGTERM)
-		waitFor(ctx, grace, func() bool { return !isAlive(st.PID, st.StartTicks) })
-		syscall.Kill(st.PID, syscall.SIGKILL)
-		if !waitFor(ctx, killPatience, func() bool { return !isAlive(st.PID, st.StartTicks) }) {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			return fmt.Errorf("container: stop %s: the init survives SIGKILL", id)
-		}
+		return fmt.Errorf("container: stop %s: %w", id, err)
 	}
 	if err := d.cleanup(ctx, st); err != nil {
 		return fmt.Errorf("container: stop %s: %w", id, err)
 	}
-	d.mu.Lock()
-	delete(d.cpu, id)
-	d.mu.Unlock()
+	d.cpu.Forget(id)
 	return nil
+}
+
+// ending is how Stop ends a replica's init: SIGTERM, which the agent
+// forwards to the app, after a suspended replica is thawed; then SIGKILL.
+func (d *Driver) ending(ctx context.Context, st state) proc.Ending {
+	e := proc.Ending{
+		What:   "the init",
+		Gone:   func() bool { return st.PID == 0 || !proc.Alive(st.PID, st.StartTicks) },
+		Polite: func() error { return syscall.Kill(st.PID, syscall.SIGTERM) },
+		Kill:   func() { syscall.Kill(st.PID, syscall.SIGKILL) },
+	}
+	if st.Suspended {
+		e.Thaw = func() { d.rt.resume(ctx, st.runtimeID()) }
+	}
+	return e
 }
 
 // cleanup removes everything of a replica whose init is gone (or never
@@ -1005,11 +764,11 @@ func (d *Driver) cleanup(ctx context.Context, st state) error {
 	if err := d.rt.delete(ctx, st.runtimeID()); err != nil {
 		errs = append(errs, err)
 	}
-	if st.PID != 0 && isAlive(st.PID, st.StartTicks) {
+	if st.PID != 0 && proc.Alive(st.PID, st.StartTicks) {
 		// The runtime's delete --force killed a created-but-not-started
 		// init; let it go before its mounts do.
 		syscall.Kill(st.PID, syscall.SIGKILL)
-		waitFor(ctx, killPatience, func() bool { return !isAlive(st.PID, st.StartTicks) })
+		proc.WaitFor(ctx, proc.KillPatience, func() bool { return !proc.Alive(st.PID, st.StartTicks) })
 	}
 	removeCgroups(st.Cgroup)
 	if err := d.net.DetachVeth(ctx, st.ID); err != nil {
@@ -1031,43 +790,24 @@ func (d *Driver) cleanup(ctx context.Context, st state) error {
 	return errors.Join(errs...)
 }
 
-// waitFor polls cond until it holds, d passes or ctx ends.
-func waitFor(ctx context.Context, d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	wait := time.Millisecond
-	for {
-		if cond() {
-			return true
-		}
-		if !time.Now().Before(deadline) || ctx.Err() != nil {
-			return false
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, 50*time.Millisecond)
-	}
-}
-
 // Suspend freezes every process of the replica (the runtime's pause, the
 // cgroup freezer). The flag is persisted first, so a berth that dies
 // midway reports the replica suspended and Resume thaws it.
 func (d *Driver) Suspend(ctx context.Context, id string) error {
-	st, err := d.load(id)
+	st, err := d.rd.Load(id)
 	if err != nil {
 		return err
 	}
-	if st.PID == 0 || !isAlive(st.PID, st.StartTicks) {
+	if st.PID == 0 || !proc.Alive(st.PID, st.StartTicks) {
 		return fmt.Errorf("container: suspend %s: the replica is not running", id)
 	}
 	st.Suspended = true
-	if err := writeState(d.path(id), st); err != nil {
+	if err := replicadir.WriteState(d.path(id), st); err != nil {
 		return fmt.Errorf("container: suspend %s: %w", id, err)
 	}
 	if err := d.rt.pause(ctx, st.runtimeID()); err != nil {
 		st.Suspended = false
-		writeState(d.path(id), st)
+		replicadir.WriteState(d.path(id), st)
 		return fmt.Errorf("container: suspend %s: %w", id, err)
 	}
 	return nil
@@ -1075,18 +815,18 @@ func (d *Driver) Suspend(ctx context.Context, id string) error {
 
 // Resume thaws a suspended replica.
 func (d *Driver) Resume(ctx context.Context, id string) (vm.Instance, error) {
-	st, err := d.load(id)
+	st, err := d.rd.Load(id)
 	if err != nil {
 		return vm.Instance{}, err
 	}
-	if st.PID == 0 || !isAlive(st.PID, st.StartTicks) {
+	if st.PID == 0 || !proc.Alive(st.PID, st.StartTicks) {
 		return vm.Instance{}, fmt.Errorf("container: resume %s: the replica is not running", id)
 	}
 	if err := d.rt.resume(ctx, st.runtimeID()); err != nil && st.Suspended {
 		return vm.Instance{}, fmt.Errorf("container: resume %s: %w", id, err)
 	}
 	st.Suspended = false
-	if err := writeState(d.path(id), st); err != nil {
+	if err := replicadir.WriteState(d.path(id), st); err != nil {
 		return vm.Instance{}, fmt.Errorf("container: resume %s: %w", id, err)
 	}
 	return d.instance(st), nil
@@ -1095,15 +835,7 @@ func (d *Driver) Resume(ctx context.Context, id string) (vm.Instance, error) {
 // DialAgent connects to the replica's agent over its unix socket, which
 // the container's init binds in the replica's run/ directory.
 func (d *Driver) DialAgent(ctx context.Context, id string) (net.Conn, error) {
-	if _, err := d.load(id); err != nil {
-		return nil, err
-	}
-	var dialer net.Dialer
-	c, err := dialer.DialContext(ctx, "unix", d.path(id, runDir, sockFile))
-	if err != nil {
-		return nil, fmt.Errorf("container: agent of %s: %w", id, err)
-	}
-	return c, nil
+	return d.rd.DialUnix(ctx, id, runDir, sockFile)
 }
 
 // lookRuntime finds a runtime binary by name or path.

@@ -25,6 +25,7 @@ import (
 	"github.com/berth-dev/berth/internal/image"
 	"github.com/berth-dev/berth/internal/store"
 	"github.com/berth-dev/berth/internal/vm"
+	"github.com/berth-dev/berth/internal/vm/proc"
 	"github.com/berth-dev/berth/internal/vm/vmtest"
 )
 
@@ -327,7 +328,7 @@ func TestNoLeftovers(t *testing.T) {
 			if ids, _ := shared.net.Allocated(); contains(ids, s.Name) {
 				t.Error("the replica's address is still allocated")
 			}
-			if isAlive(inst.PID, mustStat(inst.PID)) {
+			if proc.Alive(inst.PID, mustStat(inst.PID)) {
 				t.Errorf("the init %d outlived its replica", inst.PID)
 			}
 		})
@@ -344,11 +345,11 @@ func contains(list []string, s string) bool {
 }
 
 func mustStat(pid int) uint64 {
-	ps, err := readStat(pid)
+	ps, err := proc.ReadStat(pid)
 	if err != nil {
 		return 0
 	}
-	return ps.startTicks
+	return ps.StartTicks
 }
 
 // mountedAt reports whether something is mounted at path.
@@ -503,5 +504,34 @@ func TestPortsAndEnv(t *testing.T) {
 			b, _ := io.ReadAll(resp.Body)
 			return resp.StatusCode == http.StatusOK && len(bytes.TrimSpace(b)) > 0
 		})
+	}
+}
+
+// TestStopSuspendedAsksFirst: stopping a suspended (frozen) replica thaws
+// it before SIGTERM (the one stop order, proc.End), so its app handles
+// SIGTERM instead of being killed while it cannot run.
+func TestStopSuspendedAsksFirst(t *testing.T) {
+	d := newDriver(t)
+	ws := t.TempDir()
+	s := spec("termapp", `trap 'echo term > /workspace/mark; exit 0' TERM; mkdir -p /www && echo ok > /www/index.html && httpd -f -p $PORT -h /www & wait`)
+	s.Workspace = ws
+	inst := start(t, d, s)
+	eventually(t, "the app to serve", func() bool {
+		resp, err := http.Get("http://" + inst.Addr + "/")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	if err := d.Suspend(t.Context(), s.Name); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Stop(t.Context(), s.Name, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(ws, "mark"))
+	if err != nil || strings.TrimSpace(string(b)) != "term" {
+		t.Fatalf("the suspended app did not handle SIGTERM (mark: %q, %v)", b, err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/internal/vm"
+	"github.com/berth-dev/berth/internal/vm/replicadir"
 )
 
 // TestDiskLimit checks that a replica with a disk size cannot write past
@@ -81,7 +82,7 @@ func TestFailsAtOnce(t *testing.T) {
 		}
 	}
 	if strings.Contains(got.Reason, "boot line 2") {
-		t.Errorf("reason %q has more than the last %d lines", got.Reason, tailLines)
+		t.Errorf("reason %q has more than the last %d lines", got.Reason, replicadir.TailLines)
 	}
 }
 

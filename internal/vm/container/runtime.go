@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/berth-dev/berth/internal/vm/replicadir"
 	"golang.org/x/sys/unix"
 )
 
@@ -134,7 +135,7 @@ func (r runtime) cmdWith(ctx context.Context, errFile string, extra []*os.File, 
 		msg := strings.TrimSpace(buf.String())
 		if errFile != "" {
 			if b, rerr := os.ReadFile(errFile); rerr == nil {
-				msg = lastLines(string(b), 3)
+				msg = replicadir.LastLines(string(b), 3)
 			}
 		}
 		return fmt.Errorf("%s %s: %w: %s", filepath.Base(r.path), args[0], err, msg)

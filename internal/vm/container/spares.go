@@ -22,6 +22,9 @@ import (
 	"github.com/berth-dev/berth/internal/agent"
 	"github.com/berth-dev/berth/internal/hostnet"
 	"github.com/berth-dev/berth/internal/vm"
+	"github.com/berth-dev/berth/internal/vm/proc"
+	"github.com/berth-dev/berth/internal/vm/replicadir"
+	sparepool "github.com/berth-dev/berth/internal/vm/spares"
 )
 
 // Spare containers: the rules are in the package documentation
@@ -47,10 +50,6 @@ const spareReady = 30 * time.Second
 // starts cold.
 const spareWait = 5 * time.Second
 
-// maxSpareFailures is how many spare starts in a row may fail before the
-// driver stops making them (an agent without --spare, say).
-const maxSpareFailures = 3
-
 // sparePrefix starts the directory names of spares; never a replica id.
 const sparePrefix = ".spare-"
 
@@ -69,10 +68,21 @@ type spare struct {
 	link  *os.File
 }
 
+// newPool is the driver's pool of n spares per kind.
+func (d *Driver) newPool(n int) *sparepool.Pool[spareKind, *spare] {
+	return sparepool.New(sparepool.Config[spareKind, *spare]{
+		N:    n,
+		Drop: d.dropSpare,
+		Failed: func(k spareKind, err error, _ int) {
+			d.log.Warn("container: making a spare container failed", "image", k.image, "err", err)
+		},
+	})
+}
+
 // spareEligible reports whether spec can start from a spare: a spare has
 // no workspace bind mount and no disk of its own, and needs overlayfs.
 func (d *Driver) spareEligible(spec vm.Spec, st state) bool {
-	return d.spareN > 0 && st.Overlay && st.DiskGB == 0 && spec.Workspace == ""
+	return d.pool.N() > 0 && st.Overlay && st.DiskGB == 0 && spec.Workspace == ""
 }
 
 func kindOf(spec vm.Spec) spareKind {
@@ -86,34 +96,11 @@ func kindOf(spec vm.Spec) spareKind {
 // takeSpare returns a live spare of kind over lower, waiting (up to
 // spareWait) for one under way, or nil.
 func (d *Driver) takeSpare(ctx context.Context, kind spareKind, lower string) *spare {
-	deadline := time.NewTimer(spareWait)
-	defer deadline.Stop()
-	for {
-		d.spareMu.Lock()
-		for len(d.spares[kind]) > 0 {
-			sp := d.spares[kind][0]
-			d.spares[kind] = d.spares[kind][1:]
-			if sp.lower == lower && isAlive(sp.st.PID, sp.st.StartTicks) {
-				d.spareMu.Unlock()
-				return sp
-			}
-			// The image changed or the spare died: of no use.
-			go d.dropSpare(sp)
-		}
-		if d.filling[kind] == 0 || d.sparesClosed {
-			d.spareMu.Unlock()
-			return nil
-		}
-		ch := d.spareCh
-		d.spareMu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return nil
-		case <-deadline.C:
-			return nil
-		}
-	}
+	sp, _ := d.pool.Take(ctx, kind, spareWait, func(sp *spare) bool {
+		// Of no use when the image changed or the spare died.
+		return sp.lower == lower && proc.Alive(sp.st.PID, sp.st.StartTicks)
+	})
+	return sp
 }
 
 // afterStart records kind as recently used and tops its spares up in the
@@ -124,32 +111,25 @@ func (d *Driver) afterStart(spec vm.Spec, st state, lower string, size vm.Size) 
 		return
 	}
 	kind := kindOf(spec)
-	var evicted []*spare
-	d.spareMu.Lock()
-	if d.sparesClosed {
-		d.spareMu.Unlock()
-		return
-	}
+	d.kindMu.Lock()
 	kinds := []spareKind{kind}
 	for _, k := range d.kinds {
 		if k != kind {
 			kinds = append(kinds, k)
 		}
 	}
+	var evicted []spareKind
 	if len(kinds) > maxSpareKinds {
-		for _, k := range kinds[maxSpareKinds:] {
-			evicted = append(evicted, d.spares[k]...)
-			delete(d.spares, k)
-		}
+		evicted = kinds[maxSpareKinds:]
 		kinds = kinds[:maxSpareKinds]
 	}
 	d.kinds = kinds
-	d.spareMu.Unlock()
-	for _, sp := range evicted {
-		go d.dropSpare(sp)
+	d.kindMu.Unlock()
+	for _, k := range evicted {
+		d.pool.Evict(k)
 	}
 	go func() {
-		waitFor(context.Background(), time.Second, func() bool { return listening(st.PID, st.Port) })
+		proc.WaitFor(context.Background(), time.Second, func() bool { return listening(st.PID, st.Port) })
 		d.refill(kind, lower, size)
 	}()
 }
@@ -177,40 +157,13 @@ func listening(pid, port int) bool {
 // refill starts making spares of kind until Spares are ready or under way.
 func (d *Driver) refill(kind spareKind, lower string, size vm.Size) {
 	d.reapStale()
-	d.spareMu.Lock()
-	defer d.spareMu.Unlock()
-	for !d.sparesClosed && d.spareFailures < maxSpareFailures && d.wanted(kind) &&
-		len(d.spares[kind])+d.filling[kind] < d.spareN {
-		d.filling[kind]++
-		d.fillWG.Add(1)
-		go func() {
-			defer d.fillWG.Done()
-			sp, err := d.makeSpare(kind, lower, size)
-			d.spareMu.Lock()
-			d.filling[kind]--
-			drop := false
-			switch {
-			case err != nil:
-				d.spareFailures++
-				d.log.Warn("container: making a spare container failed", "image", kind.image, "err", err)
-			case d.sparesClosed || !d.wanted(kind):
-				drop = true
-			default:
-				d.spareFailures = 0
-				d.spares[kind] = append(d.spares[kind], sp)
-			}
-			close(d.spareCh)
-			d.spareCh = make(chan struct{})
-			d.spareMu.Unlock()
-			if drop {
-				d.dropSpare(sp)
-			}
-		}()
-	}
+	d.pool.Fill(kind, d.wanted, func() (*spare, error) { return d.makeSpare(kind, lower, size) })
 }
 
-// wanted reports whether kind is among the recent kinds. d.spareMu is held.
+// wanted reports whether kind is among the recent kinds.
 func (d *Driver) wanted(kind spareKind) bool {
+	d.kindMu.Lock()
+	defer d.kindMu.Unlock()
 	for _, k := range d.kinds {
 		if k == kind {
 			return true
@@ -311,12 +264,12 @@ func (d *Driver) makeSpare(kind spareKind, lower string, size vm.Size) (*spare, 
 		link.Close()
 		return fail(fmt.Errorf("the runtime wrote a bad pid %q", pb))
 	}
-	ps, err := readStat(st.PID)
+	ps, err := proc.ReadStat(st.PID)
 	if err != nil {
 		link.Close()
 		return fail(fmt.Errorf("the spare's init is gone: %w", err))
 	}
-	st.StartTicks = ps.startTicks
+	st.StartTicks = ps.StartTicks
 	if err := writeSpareState(dir, st, lower); err != nil {
 		link.Close()
 		return fail(err)
@@ -335,7 +288,7 @@ func (d *Driver) makeSpare(kind spareKind, lower string, size vm.Size) (*spare, 
 // dropSpare ends a spare and removes everything of it.
 func (d *Driver) dropSpare(sp *spare) {
 	sp.link.Close()
-	if sp.st.PID != 0 && isAlive(sp.st.PID, sp.st.StartTicks) {
+	if sp.st.PID != 0 && proc.Alive(sp.st.PID, sp.st.StartTicks) {
 		syscall.Kill(sp.st.PID, syscall.SIGKILL)
 	}
 	if err := d.cleanup(context.Background(), sp.st); err != nil {
@@ -377,7 +330,7 @@ func (d *Driver) reapSpares(all bool) {
 			h := strings.TrimPrefix(e.Name(), sparePrefix)
 			ss.State = state{ID: e.Name(), Cgroup: d.cgParent + "/spare-" + h, RuntimeID: "spare-" + h}
 		}
-		alive := ss.State.PID != 0 && isAlive(ss.State.PID, ss.State.StartTicks)
+		alive := ss.State.PID != 0 && proc.Alive(ss.State.PID, ss.State.StartTicks)
 		if alive && !all {
 			continue
 		}
@@ -399,20 +352,7 @@ func (d *Driver) reapSpares(all bool) {
 // Close ends the driver's spare containers and removes them. Replicas are
 // not touched: they outlive the Driver.
 func (d *Driver) Close() error {
-	d.spareMu.Lock()
-	d.sparesClosed = true
-	var all []*spare
-	for _, sps := range d.spares {
-		all = append(all, sps...)
-	}
-	d.spares = map[spareKind][]*spare{}
-	close(d.spareCh)
-	d.spareCh = make(chan struct{})
-	d.spareMu.Unlock()
-	d.fillWG.Wait()
-	for _, sp := range all {
-		d.dropSpare(sp)
-	}
+	d.pool.Close()
 	return nil
 }
 
@@ -440,7 +380,7 @@ func (d *Driver) assign(ctx context.Context, spec vm.Spec, st state, sp *spare) 
 	}
 	st.PID, st.StartTicks, st.Cgroup, st.RuntimeID = sp.st.PID, sp.st.StartTicks, sp.st.Cgroup, sp.st.RuntimeID
 	st.StartedAt = time.Now().UTC()
-	if err := writeState(dir, st); err != nil {
+	if err := replicadir.WriteState(dir, st); err != nil {
 		return st, err
 	}
 	os.Remove(filepath.Join(dir, spareFile))
@@ -450,11 +390,11 @@ func (d *Driver) assign(ctx context.Context, spec vm.Spec, st state, sp *spare) 
 		return st, fmt.Errorf("creating the working directory %s: %w", wd, err)
 	}
 	if spec.TTL > 0 {
-		if err := writeLease(filepath.Join(dir, runDir), st.StartedAt.Add(spec.TTL)); err != nil {
+		if err := replicadir.WriteLease(filepath.Join(dir, runDir), st.StartedAt.Add(spec.TTL), 0o644); err != nil {
 			return st, err
 		}
 	}
-	if err := setHostnameOf(st.PID, hostname(spec.Name)); err != nil {
+	if err := setHostnameOf(st.PID, vm.Hostname(spec.Name)); err != nil {
 		return st, fmt.Errorf("setting the host name: %w", err)
 	}
 	step("prepare")
@@ -462,7 +402,7 @@ func (d *Driver) assign(ctx context.Context, spec vm.Spec, st state, sp *spare) 
 	if st.Addr, err = d.net.AttachVethAt(ctx, spec.Name, filepath.Join(dir, netnsFile)); err != nil {
 		return st, err
 	}
-	if err := writeState(dir, st); err != nil {
+	if err := replicadir.WriteState(dir, st); err != nil {
 		return st, err
 	}
 	step("network")
@@ -479,7 +419,7 @@ func (d *Driver) assign(ctx context.Context, spec vm.Spec, st state, sp *spare) 
 	if err != nil {
 		return st, fmt.Errorf("assigning the spare: %w", err)
 	}
-	if !isAlive(st.PID, st.StartTicks) {
+	if !proc.Alive(st.PID, st.StartTicks) {
 		return st, errors.New("the spare's init ended during its assignment")
 	}
 	return st, nil

@@ -11,13 +11,13 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/internal/hostnet"
+	"github.com/berth-dev/berth/internal/vm"
+	"github.com/berth-dev/berth/internal/vm/proc"
 )
 
 // readySpares is how many spares of kind are ready.
 func readySpares(d *Driver, kind spareKind) int {
-	d.spareMu.Lock()
-	defer d.spareMu.Unlock()
-	return len(d.spares[kind])
+	return len(d.pool.Ready(kind))
 }
 
 // spareDirs lists the spare directories under d's Dir.
@@ -47,16 +47,14 @@ func TestSpare(t *testing.T) {
 	start(t, d, first)
 	kind := kindOf(first)
 	eventually(t, "a spare to be ready", func() bool { return readySpares(d, kind) == 1 })
-	d.spareMu.Lock()
-	spareName := d.spares[kind][0].st.ID
-	d.spareMu.Unlock()
+	spareName := d.pool.Ready(kind)[0].st.ID
 
 	s := spec("warm", "hostname > /.berth/run/hostname.tmp && mv /.berth/run/hostname.tmp /.berth/run/hostname; echo \"$GREETING $(pwd)\" > /.berth/run/env; "+app)
 	s.Env = map[string]string{"GREETING": "hello"}
 	s.WorkDir = "/srv/warm"
 	s.TTL = time.Hour
 	inst := start(t, d, s)
-	st, err := d.load(s.Name)
+	st, err := d.rd.Load(s.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,8 +86,8 @@ func TestSpare(t *testing.T) {
 		return strings.TrimSpace(string(b))
 	}
 	eventually(t, "the host name file", func() bool { return read("hostname") != "" })
-	if got := read("hostname"); got != hostname(s.Name) {
-		t.Errorf("host name %q, want %q", got, hostname(s.Name))
+	if got := read("hostname"); got != vm.Hostname(s.Name) {
+		t.Errorf("host name %q, want %q", got, vm.Hostname(s.Name))
 	}
 	if got := read("env"); got != "hello /srv/warm" {
 		t.Errorf("GREETING and working directory: %q", got)
@@ -148,12 +146,9 @@ func TestStaleSpares(t *testing.T) {
 		t.Fatalf("a new Driver removed a live Driver's spare")
 	}
 	// As when berth dies: the link closes and the spare's agent ends.
-	old.spareMu.Lock()
-	sp := old.spares[kind][0]
-	old.spares = map[spareKind][]*spare{}
-	old.spareMu.Unlock()
+	sp, _ := old.pool.Take(t.Context(), kind, 0, func(*spare) bool { return true })
 	sp.link.Close()
-	eventually(t, "the spare's agent to end", func() bool { return !isAlive(sp.st.PID, sp.st.StartTicks) })
+	eventually(t, "the spare's agent to end", func() bool { return !proc.Alive(sp.st.PID, sp.st.StartTicks) })
 	newDriverAt(t, e, old.dir)
 	if left := spareDirs(t, old); len(left) > 0 {
 		t.Errorf("a new Driver left a dead spare: %v", left)

@@ -1,10 +1,10 @@
 package firecracker
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -24,17 +24,8 @@ import (
 	"github.com/berth-dev/berth/internal/agent"
 	"github.com/berth-dev/berth/internal/vm"
 	"github.com/berth-dev/berth/internal/vm/console"
-)
-
-// Compile-time checks of the abilities the driver offers.
-var (
-	_ vm.Driver      = (*Driver)(nil)
-	_ vm.Suspender   = (*Driver)(nil)
-	_ vm.LogReader   = (*Driver)(nil)
-	_ vm.LogFollower = (*Driver)(nil)
-	_ vm.AgentDialer = (*Driver)(nil)
-	_ vm.UsageReader = (*Driver)(nil)
-	_ vm.Leaser      = (*Driver)(nil)
+	"github.com/berth-dev/berth/internal/vm/proc"
+	"github.com/berth-dev/berth/internal/vm/replicadir"
 )
 
 // Images is what the driver needs of the local image store: a bootable ext4
@@ -149,25 +140,10 @@ type Driver struct {
 	agentPort  uint32
 	leaseCheck time.Duration
 	log        *slog.Logger
+	rd         replicadir.Dir[state]
 
-	mu       sync.Mutex
-	starting map[string]bool        // ids whose Start has not returned yet
-	cpu      map[string]cpuSample   // last Usage reading per id
-	locks    map[string]*sync.Mutex // per id: Stop, Suspend and Resume
-}
-
-// lock serializes the operations that change a replica's VMM and state
-// (Stop, Suspend, Resume) within this process, and returns the unlock.
-func (d *Driver) lock(id string) func() {
-	d.mu.Lock()
-	l, ok := d.locks[id]
-	if !ok {
-		l = new(sync.Mutex)
-		d.locks[id] = l
-	}
-	d.mu.Unlock()
-	l.Lock()
-	return l.Unlock
+	mu  sync.Mutex
+	cpu proc.CPUMeter // Usage readings
 }
 
 // File names in a replica's directory (or, under the jailer, its chroot).
@@ -178,9 +154,9 @@ const (
 	rootfsFile  = "rootfs.ext4"
 	configFile  = "config.img"
 	kernelFile  = "vmlinux"
-	consoleFile = "console.log" // the VMM's stdout and stderr: the serial console
-	vmmLogFile  = "vmm.log"     // the VMM's own log (PUT /logger)
-	leaseFile   = "lease"       // the last deadline Renew set, for Resume
+	consoleFile = "console.log"        // the VMM's stdout and stderr: the serial console
+	vmmLogFile  = "vmm.log"            // the VMM's own log (PUT /logger)
+	leaseFile   = replicadir.LeaseFile // the last deadline Renew set, for Resume
 )
 
 // maxSockPath is the longest unix socket path Linux accepts.
@@ -276,7 +252,7 @@ func New(o Options) (*Driver, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Driver{
+	d := &Driver{
 		dir:        dir,
 		fcBin:      fcBin,
 		jailer:     jailer,
@@ -292,10 +268,13 @@ func New(o Options) (*Driver, error) {
 		agentPort:  port,
 		leaseCheck: o.LeaseCheck,
 		log:        log,
-		starting:   make(map[string]bool),
-		cpu:        make(map[string]cpuSample),
-		locks:      make(map[string]*sync.Mutex),
-	}, nil
+	}
+	d.rd = replicadir.Dir[state]{
+		Root: dir, Driver: "firecracker", Log: log,
+		ID:    func(st state) string { return st.ID },
+		Empty: func(id, owner string) state { return state{ID: id, Deployment: owner} },
+	}
+	return d, nil
 }
 
 // state is a replica's state.json: only what re-adoption needs, never the
@@ -324,20 +303,6 @@ func (st state) addr() string {
 	return net.JoinHostPort(st.GuestIP, strconv.Itoa(st.Port))
 }
 
-// validID reports whether id is a replica name berth gives and is safe as a
-// single path element.
-func validID(id string) bool {
-	if _, ok := vm.Owner(id); !ok {
-		return false
-	}
-	for _, c := range id {
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
-			return false
-		}
-	}
-	return true
-}
-
 // jailID is the jailer's --id for a replica: short (socket paths in the
 // chroot must fit in 107 bytes) and made of the characters it accepts.
 func jailID(id string) string {
@@ -346,7 +311,7 @@ func jailID(id string) string {
 }
 
 // replicaDir is the directory with the replica's state and console log.
-func (d *Driver) replicaDir(id string) string { return filepath.Join(d.dir, id) }
+func (d *Driver) replicaDir(id string) string { return d.rd.Path(id) }
 
 // vmmRoot is the directory holding the files the VMM opens: the replica
 // directory, or under the jailer its chroot.
@@ -391,24 +356,11 @@ func (d *Driver) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
 	if err != nil {
 		return vm.Instance{}, err
 	}
-	dir := d.replicaDir(spec.Name)
-	d.mu.Lock()
-	err = os.Mkdir(dir, 0o700)
-	if err == nil {
-		d.starting[spec.Name] = true
-	}
-	d.mu.Unlock()
-	if errors.Is(err, fs.ErrExist) {
-		return vm.Instance{}, fmt.Errorf("firecracker: start %s: the replica already exists", spec.Name)
-	}
+	release, err := d.rd.Claim(spec.Name)
 	if err != nil {
-		return vm.Instance{}, fmt.Errorf("firecracker: start %s: %w", spec.Name, err)
+		return vm.Instance{}, err
 	}
-	defer func() {
-		d.mu.Lock()
-		delete(d.starting, spec.Name)
-		d.mu.Unlock()
-	}()
+	defer release()
 	st, err = d.launch(ctx, spec, st, size)
 	if err != nil {
 		if cerr := d.destroy(context.Background(), st, 0); cerr != nil {
@@ -424,18 +376,12 @@ func (d *Driver) check(spec vm.Spec) (state, vm.Size, error) {
 	fail := func(format string, args ...any) (state, vm.Size, error) {
 		return state{}, vm.Size{}, fmt.Errorf("firecracker: start %q: "+format, append([]any{spec.Name}, args...)...)
 	}
-	if !validID(spec.Name) {
-		return fail("not a replica name (want %s<deployment>-<12 hex digits>)", vm.NamePrefix)
-	}
-	owner, _ := vm.Owner(spec.Name)
-	if spec.Deployment != "" && spec.Deployment != owner {
-		return fail("the name belongs to deployment %q, not %q", owner, spec.Deployment)
+	owner, size, err := replicadir.CheckSpec(spec)
+	if err != nil {
+		return fail("%v", err)
 	}
 	if spec.Image == "" {
 		return fail("the firecracker driver needs an image")
-	}
-	if spec.Port < 0 || spec.Port > 65535 {
-		return fail("port %d out of range", spec.Port)
 	}
 	if spec.DiskSizeGB < 0 {
 		return fail("disk size %d GB is negative", spec.DiskSizeGB)
@@ -446,29 +392,8 @@ func (d *Driver) check(spec vm.Spec) (state, vm.Size, error) {
 		// host directory that must stay one across backings.
 		return fail("workspaces are not supported by the firecracker driver (it cannot share a host directory); use kvm or libvirt")
 	}
-	class := spec.SizeClass
-	if class == "" {
-		class = vm.DefaultSize
-	}
-	size, ok := vm.Sizes[class]
-	if !ok {
-		return fail("unknown size class %q", spec.SizeClass)
-	}
 	if size.VCPUs > 1 && size.VCPUs%2 != 0 || size.VCPUs > 32 {
-		return fail("size class %q has %d vCPUs; Firecracker takes 1 or an even number up to 32", class, size.VCPUs)
-	}
-	for k := range spec.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return fail("bad environment variable name %q", k)
-		}
-	}
-	if strings.ContainsRune(spec.Command, 0) || strings.ContainsRune(spec.WorkDir, 0) {
-		return fail("NUL byte in command or working directory")
-	}
-	for _, h := range spec.SetupHooks {
-		if strings.ContainsRune(h, 0) {
-			return fail("NUL byte in a setup hook")
-		}
+		return fail("size class %q has %d vCPUs; Firecracker takes 1 or an even number up to 32", cmp.Or(spec.SizeClass, vm.DefaultSize), size.VCPUs)
 	}
 	st := state{ID: spec.Name, Deployment: owner, Port: spec.Port}
 	if st.Port == 0 {
@@ -495,7 +420,7 @@ func (d *Driver) launch(ctx context.Context, spec vm.Spec, st state, size vm.Siz
 			return st, err
 		}
 	}
-	if err := writeState(d.replicaDir(st.ID), st); err != nil {
+	if err := replicadir.WriteState(d.replicaDir(st.ID), st); err != nil {
 		return st, err
 	}
 
@@ -515,7 +440,7 @@ func (d *Driver) launch(ctx context.Context, spec vm.Spec, st state, size vm.Siz
 	}
 	// Recorded at once, so that cleanup and a later Stop delete it.
 	st.Tap = tap
-	if err := writeState(d.replicaDir(st.ID), st); err != nil {
+	if err := replicadir.WriteState(d.replicaDir(st.ID), st); err != nil {
 		return st, err
 	}
 	guest, err := parseGuestIP(guestIP)
@@ -670,35 +595,16 @@ func (d *Driver) guestConfig(spec vm.Spec, st state) agent.GuestConfig {
 		args = append(args, "--", "/bin/sh", "-c", spec.Command)
 	}
 	env := []string{
-		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"PATH=" + vm.StdPath,
 		"HOME=" + guestHome,
-		"HOSTNAME=" + hostname(st.ID),
+		"HOSTNAME=" + vm.Hostname(st.ID),
 	}
-	keys := make([]string, 0, len(spec.Env))
-	for k := range spec.Env {
-		if k != "PORT" {
-			keys = append(keys, k)
-		}
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		env = append(env, k+"="+spec.Env[k])
-	}
-	env = append(env, "PORT="+strconv.Itoa(st.Port))
-	c := agent.GuestConfig{Args: args, Env: env, Hostname: hostname(st.ID)}
+	env = vm.AppEnv(env, spec.Env, st.Port)
+	c := agent.GuestConfig{Args: args, Env: env, Hostname: vm.Hostname(st.ID)}
 	if spec.TTL > 0 {
 		c.Files = map[string]string{guestLease: string(agent.FormatLease(st.StartedAt.Add(spec.TTL)))}
 	}
 	return c
-}
-
-// hostname is a replica's host name: its id, cut to the 64 bytes Linux
-// allows.
-func hostname(id string) string {
-	if len(id) > 64 {
-		return id[:64]
-	}
-	return id
 }
 
 // apiPatience bounds how long a new VMM may take to answer on its socket.
@@ -760,10 +666,10 @@ func (d *Driver) spawn(ctx context.Context, st state) (*Client, state, error) {
 	// Reap it while berth lives; after a berth restart it is init's child.
 	go cmd.Wait()
 	st.PID = cmd.Process.Pid
-	if ps, err := readStat(st.PID); err == nil {
-		st.StartTicks = ps.startTicks
+	if ps, err := proc.ReadStat(st.PID); err == nil {
+		st.StartTicks = ps.StartTicks
 	}
-	if err := writeState(d.replicaDir(st.ID), st); err != nil {
+	if err := replicadir.WriteState(d.replicaDir(st.ID), st); err != nil {
 		cmd.Process.Kill()
 		return nil, st, err
 	}
@@ -777,7 +683,7 @@ func (d *Driver) spawn(ctx context.Context, st state) (*Client, state, error) {
 				return nil, st, err
 			}
 		}
-		if !isAlive(st.PID, st.StartTicks) {
+		if !proc.Alive(st.PID, st.StartTicks) {
 			return nil, st, d.withConsole(st, errors.New("the VMM exited before its API answered"))
 		}
 		if time.Now().After(deadline) {
@@ -794,115 +700,23 @@ func (d *Driver) spawn(ctx context.Context, st state) (*Client, state, error) {
 // withConsole adds the console's last lines to err: a VMM that refuses its
 // configuration or dies says why there.
 func (d *Driver) withConsole(st state, err error) error {
-	tail := console.Tail(filepath.Join(d.replicaDir(st.ID), consoleFile), tailLines)
+	tail := console.Tail(filepath.Join(d.replicaDir(st.ID), consoleFile), replicadir.TailLines)
 	if len(tail) == 0 {
 		return err
 	}
 	return fmt.Errorf("%w; console:\n%s", err, strings.Join(tail, "\n"))
 }
 
-func writeState(dir string, st state) error {
-	b, err := json.Marshal(st)
-	if err != nil {
-		return err
-	}
-	return writeAtomic(dir, stateFile, b)
-}
-
-// writeAtomic replaces dir/name by rename, so no reader sees half of it.
-func writeAtomic(dir, name string, b []byte) error {
-	tmp, err := os.CreateTemp(dir, "."+name+".tmp-*")
-	if err != nil {
-		return err
-	}
-	_, err = tmp.Write(b)
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), filepath.Join(dir, name))
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
-	}
-	return err
-}
-
-// load reads a replica's state. A directory without a state file (a start
-// interrupted before it wrote one) loads with pid 0.
-func (d *Driver) load(id string) (state, error) {
-	if !validID(id) {
-		return state{}, fmt.Errorf("firecracker: %q: %w", id, vm.ErrNotFound)
-	}
-	b, err := os.ReadFile(filepath.Join(d.replicaDir(id), stateFile))
-	if errors.Is(err, fs.ErrNotExist) {
-		if _, err := os.Stat(d.replicaDir(id)); err != nil {
-			return state{}, fmt.Errorf("firecracker: %s: %w", id, vm.ErrNotFound)
-		}
-		owner, _ := vm.Owner(id)
-		return state{ID: id, Deployment: owner}, nil
-	}
-	if err != nil {
-		return state{}, fmt.Errorf("firecracker: %s: %w", id, err)
-	}
-	var st state
-	if err := json.Unmarshal(b, &st); err != nil {
-		return state{}, fmt.Errorf("firecracker: %s: corrupt %s: %w", id, stateFile, err)
-	}
-	if st.ID != id {
-		return state{}, fmt.Errorf("firecracker: %s: %s names %q", id, stateFile, st.ID)
-	}
-	return st, nil
-}
-
-// states loads every replica under Dir.
-func (d *Driver) states() ([]state, error) {
-	ents, err := os.ReadDir(d.dir)
-	if err != nil {
-		return nil, fmt.Errorf("firecracker: %w", err)
-	}
-	var sts []state
-	for _, e := range ents {
-		if !e.IsDir() || !validID(e.Name()) {
-			continue
-		}
-		st, err := d.load(e.Name())
-		if err != nil {
-			if !errors.Is(err, vm.ErrNotFound) {
-				d.log.Warn("firecracker: skipping replica", "id", e.Name(), "err", err)
-			}
-			continue
-		}
-		sts = append(sts, st)
-	}
-	return sts, nil
-}
-
 // Inspect reports one replica.
 func (d *Driver) Inspect(ctx context.Context, id string) (vm.Instance, error) {
-	st, err := d.load(id)
-	if err != nil {
-		return vm.Instance{}, err
-	}
-	return d.instance(st), nil
+	return d.rd.Inspect(id, d.instance)
 }
 
 // List reports every replica under Dir, including those a previous berth
 // started.
 func (d *Driver) List(ctx context.Context) ([]vm.Instance, error) {
-	sts, err := d.states()
-	if err != nil {
-		return nil, err
-	}
-	insts := make([]vm.Instance, 0, len(sts))
-	for _, st := range sts {
-		insts = append(insts, d.instance(st))
-	}
-	return insts, nil
+	return d.rd.List(d.instance)
 }
-
-// tailLines is how many output lines a Reason ends with.
-const tailLines = 5
 
 // instance derives a replica's state from its files and its VMM. A guest
 // whose agent ended reboots, which ends the VMM; the agent's last log line
@@ -915,10 +729,8 @@ func (d *Driver) instance(st state) vm.Instance {
 		StartedAt:  st.StartedAt,
 		PID:        st.PID,
 	}
-	d.mu.Lock()
-	starting := d.starting[st.ID]
-	d.mu.Unlock()
-	alive := st.PID != 0 && isAlive(st.PID, st.StartTicks)
+	starting := d.rd.Starting(st.ID)
+	alive := st.PID != 0 && proc.Alive(st.PID, st.StartTicks)
 	consoleLog := filepath.Join(d.replicaDir(st.ID), consoleFile)
 	switch {
 	case st.Suspended:
@@ -933,7 +745,7 @@ func (d *Driver) instance(st state) vm.Instance {
 		if code, reason, ok := console.Exit(consoleLog); ok {
 			inst.State = vm.StateExited
 			inst.ExitCode = &code
-			inst.Reason = withTail(reason, console.AppTail(consoleLog, tailLines))
+			inst.Reason = replicadir.WithTail(reason, console.AppTail(consoleLog, replicadir.TailLines))
 			return inst
 		}
 		inst.State = vm.StateFailed
@@ -941,7 +753,7 @@ func (d *Driver) instance(st state) vm.Instance {
 		if st.PID == 0 {
 			reason = "the start of this replica was interrupted before its VMM ran"
 		}
-		if tail := console.Tail(consoleLog, tailLines); len(tail) > 0 {
+		if tail := console.Tail(consoleLog, replicadir.TailLines); len(tail) > 0 {
 			reason += "; console:\n" + strings.Join(tail, "\n")
 		}
 		inst.Reason = reason
@@ -949,47 +761,44 @@ func (d *Driver) instance(st state) vm.Instance {
 	return inst
 }
 
-func withTail(reason string, tail []string) string {
-	if len(tail) == 0 {
-		return reason
-	}
-	return reason + "; last output:\n" + strings.Join(tail, "\n")
-}
-
 // Stop asks the guest to shut down (SendCtrlAltDel, which the agent as init
 // receives as SIGINT and forwards to the app), waits up to grace for the VMM
 // to exit, kills it, and removes the tap and every file of the replica,
 // snapshots included. Stopping an ended or suspended replica just cleans up.
 func (d *Driver) Stop(ctx context.Context, id string, grace time.Duration) error {
-	unlock := d.lock(id)
+	unlock := d.rd.Lock(id)
 	defer unlock()
-	st, err := d.load(id)
+	st, err := d.rd.Load(id)
 	if err != nil {
 		return err
 	}
 	if err := d.destroy(ctx, st, grace); err != nil {
 		return fmt.Errorf("firecracker: stop %s: %w", id, err)
 	}
-	d.mu.Lock()
-	delete(d.cpu, id)
-	delete(d.locks, id)
-	d.mu.Unlock()
+	d.cpu.Forget(id)
+	d.rd.Forget(id)
 	return nil
 }
 
 // destroy ends the VMM (politely for up to grace when it runs a guest) and
 // removes the tap, the jail and the replica directory.
 func (d *Driver) destroy(ctx context.Context, st state, grace time.Duration) error {
-	if st.PID != 0 && isAlive(st.PID, st.StartTicks) {
-		if grace > 0 && !st.Suspended {
-			actx, cancel := context.WithTimeout(ctx, min(grace, 2*time.Second))
-			err := NewClient(d.hostPath(st, apiSock)).Action(actx, ActionSendCtrlAltDel)
-			cancel()
-			if err == nil {
-				waitFor(ctx, grace, func() bool { return !isAlive(st.PID, st.StartTicks) })
+	if st.PID != 0 && proc.Alive(st.PID, st.StartTicks) {
+		e := proc.Ending{
+			What: fmt.Sprintf("the VMM (pid %d)", st.PID),
+			Gone: func() bool { return !proc.Alive(st.PID, st.StartTicks) },
+			Kill: func() { syscall.Kill(st.PID, syscall.SIGKILL) },
+		}
+		// A suspended replica's VMM only writes its snapshot: there is no
+		// guest to ask.
+		if !st.Suspended {
+			e.Polite = func() error {
+				actx, cancel := context.WithTimeout(ctx, min(grace, 2*time.Second))
+				defer cancel()
+				return NewClient(d.hostPath(st, apiSock)).Action(actx, ActionSendCtrlAltDel)
 			}
 		}
-		if err := killVMM(ctx, st); err != nil {
+		if _, err := proc.End(ctx, grace, e); err != nil {
 			return err
 		}
 	}
@@ -1006,43 +815,7 @@ func (d *Driver) destroy(ctx context.Context, st state, grace time.Duration) err
 	return os.RemoveAll(d.replicaDir(st.ID))
 }
 
-// killPatience bounds how long a SIGKILLed VMM may take to vanish.
-const killPatience = 10 * time.Second
-
 // killVMM SIGKILLs the VMM and waits until it is gone.
 func killVMM(ctx context.Context, st state) error {
-	gone := func() bool {
-		if !isAlive(st.PID, st.StartTicks) {
-			return true
-		}
-		syscall.Kill(st.PID, syscall.SIGKILL)
-		return false
-	}
-	if !waitFor(ctx, killPatience, gone) {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		return fmt.Errorf("the VMM (pid %d) survives SIGKILL", st.PID)
-	}
-	return nil
-}
-
-// waitFor polls cond until it holds, d passes or ctx ends, and reports
-// whether cond held.
-func waitFor(ctx context.Context, d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	wait := time.Millisecond
-	for {
-		if cond() {
-			return true
-		}
-		if !time.Now().Before(deadline) || ctx.Err() != nil {
-			return false
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, 50*time.Millisecond)
-	}
+	return proc.Kill(ctx, st.PID, st.StartTicks, fmt.Sprintf("the VMM (pid %d)", st.PID))
 }

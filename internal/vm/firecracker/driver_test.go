@@ -20,6 +20,7 @@ import (
 	"github.com/berth-dev/berth/internal/agent"
 	"github.com/berth-dev/berth/internal/vm"
 	"github.com/berth-dev/berth/internal/vm/console"
+	"github.com/berth-dev/berth/internal/vm/proc"
 )
 
 // The test binary plays the VMM: BERTH_FC_TEST_ROLE makes it the fake
@@ -388,8 +389,8 @@ func TestStartStop(t *testing.T) {
 
 // processExists reports whether pid is a live (non-zombie) process.
 func processExists(pid int) bool {
-	ps, err := readStat(pid)
-	return err == nil && ps.state != 'Z' && ps.state != 'X'
+	ps, err := proc.ReadStat(pid)
+	return err == nil && ps.State != 'Z' && ps.State != 'X'
 }
 
 func TestCrash(t *testing.T) {

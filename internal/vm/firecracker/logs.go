@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -18,14 +17,7 @@ import (
 // them when n <= 0), oldest first, from its serial console (package
 // console).
 func (d *Driver) Logs(ctx context.Context, id string, n int) ([]vm.LogLine, error) {
-	if _, err := d.load(id); err != nil {
-		return nil, err
-	}
-	lines, err := console.ReadLogs(filepath.Join(d.replicaDir(id), consoleFile), n)
-	if err != nil {
-		return nil, fmt.Errorf("firecracker: logs of %s: %w", id, err)
-	}
-	return lines, nil
+	return d.rd.Logs(id, n, console.ReadLogs, consoleFile)
 }
 
 // FollowLogs writes the replica's output lines to w as they reach the
@@ -34,27 +26,14 @@ func (d *Driver) Logs(ctx context.Context, id string, n int) ([]vm.LogLine, erro
 // ended and its output was written, and an error wrapping vm.ErrNotFound if
 // the replica is stopped meanwhile.
 func (d *Driver) FollowLogs(ctx context.Context, id string, w io.Writer) error {
-	if _, err := d.load(id); err != nil {
-		return err
-	}
-	err := console.Follow(ctx, filepath.Join(d.replicaDir(id), consoleFile), w, func() (bool, error) {
-		st, err := d.load(id)
-		if err != nil {
-			return false, err
-		}
-		return d.instance(st).State.Terminal(), nil
-	})
-	if err != nil {
-		return fmt.Errorf("firecracker: logs of %s: %w", id, err)
-	}
-	return nil
+	return d.rd.FollowLogs(ctx, id, w, d.instance, console.Follow, consoleFile)
 }
 
 // DialAgent connects to the agent in the guest through the VMM's vsock
 // socket: Firecracker forwards a connection that says "CONNECT <port>\n"
 // to that guest port and answers "OK <host port>\n" first.
 func (d *Driver) DialAgent(ctx context.Context, id string) (net.Conn, error) {
-	st, err := d.load(id)
+	st, err := d.rd.Load(id)
 	if err != nil {
 		return nil, err
 	}

@@ -7,13 +7,12 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/berth-dev/berth/internal/agent"
 	"github.com/berth-dev/berth/internal/vm"
+	"github.com/berth-dev/berth/internal/vm/proc"
+	"github.com/berth-dev/berth/internal/vm/replicadir"
 )
 
 // Suspend pauses the microVM, writes a full snapshot (the VM state and all
@@ -23,12 +22,12 @@ import (
 // address. If berth dies midway, the replica is still running (before the
 // snapshot is recorded) or suspended (after).
 func (d *Driver) Suspend(ctx context.Context, id string) error {
-	defer d.lock(id)()
-	st, err := d.load(id)
+	defer d.rd.Lock(id)()
+	st, err := d.rd.Load(id)
 	if err != nil {
 		return err
 	}
-	if st.Suspended || st.PID == 0 || !isAlive(st.PID, st.StartTicks) {
+	if st.Suspended || st.PID == 0 || !proc.Alive(st.PID, st.StartTicks) {
 		return fmt.Errorf("firecracker: suspend %s: the replica is not running", id)
 	}
 	c := NewClient(d.hostPath(st, apiSock))
@@ -54,7 +53,7 @@ func (d *Driver) Suspend(ctx context.Context, id string) error {
 	}
 	old := st.SnapGen
 	st.Suspended, st.SnapGen = true, gen
-	if err := writeState(d.replicaDir(id), st); err != nil {
+	if err := replicadir.WriteState(d.replicaDir(id), st); err != nil {
 		c.PatchVM(context.Background(), VMResumed)
 		return fmt.Errorf("firecracker: suspend %s: %w", id, err)
 	}
@@ -63,7 +62,7 @@ func (d *Driver) Suspend(ctx context.Context, id string) error {
 		return fmt.Errorf("firecracker: suspend %s: %w", id, err)
 	}
 	st.PID, st.StartTicks = 0, 0
-	if err := writeState(d.replicaDir(id), st); err != nil {
+	if err := replicadir.WriteState(d.replicaDir(id), st); err != nil {
 		return fmt.Errorf("firecracker: suspend %s: %w", id, err)
 	}
 	if old > 0 {
@@ -81,8 +80,8 @@ func (d *Driver) Suspend(ctx context.Context, id string) error {
 // the next Suspend or Stop. A lease renewed while suspended is passed on to
 // the agent.
 func (d *Driver) Resume(ctx context.Context, id string) (vm.Instance, error) {
-	defer d.lock(id)()
-	st, err := d.load(id)
+	defer d.rd.Lock(id)()
+	st, err := d.rd.Load(id)
 	if err != nil {
 		return vm.Instance{}, err
 	}
@@ -96,7 +95,7 @@ func (d *Driver) Resume(ctx context.Context, id string) (vm.Instance, error) {
 		}
 	}
 	// A VMM left paused by a Suspend that berth did not finish.
-	if st.PID != 0 && isAlive(st.PID, st.StartTicks) {
+	if st.PID != 0 && proc.Alive(st.PID, st.StartTicks) {
 		if err := killVMM(ctx, st); err != nil {
 			return vm.Instance{}, fmt.Errorf("firecracker: resume %s: %w", id, err)
 		}
@@ -121,11 +120,11 @@ func (d *Driver) Resume(ctx context.Context, id string) (vm.Instance, error) {
 			killVMM(context.Background(), st)
 		}
 		st.PID, st.StartTicks = 0, 0
-		writeState(d.replicaDir(id), st)
+		replicadir.WriteState(d.replicaDir(id), st)
 		return vm.Instance{}, fmt.Errorf("firecracker: resume %s: %w", id, d.withConsole(st, err))
 	}
 	st.Suspended = false
-	if err := writeState(d.replicaDir(id), st); err != nil {
+	if err := replicadir.WriteState(d.replicaDir(id), st); err != nil {
 		return vm.Instance{}, fmt.Errorf("firecracker: resume %s: %w", id, err)
 	}
 	if until, ok := d.hostLease(id); ok {
@@ -152,15 +151,12 @@ func (d *Driver) Renew(ctx context.Context, id string, until time.Time) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	st, err := d.load(id)
+	st, err := d.rd.Load(id)
 	if err != nil {
 		return err
 	}
-	if err := writeAtomic(d.replicaDir(id), leaseFile, agent.FormatLease(until)); err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("firecracker: renew %s: %w", id, vm.ErrNotFound)
-		}
-		return fmt.Errorf("firecracker: renew %s: %w", id, err)
+	if err := d.rd.Renew(ctx, id, until, 0o600); err != nil {
+		return err
 	}
 	if st.Suspended {
 		return nil
@@ -173,13 +169,5 @@ func (d *Driver) Renew(ctx context.Context, id string, until time.Time) error {
 
 // hostLease reads the deadline Renew last kept for a replica.
 func (d *Driver) hostLease(id string) (time.Time, bool) {
-	b, err := os.ReadFile(filepath.Join(d.replicaDir(id), leaseFile))
-	if err != nil {
-		return time.Time{}, false
-	}
-	secs, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-	if err != nil {
-		return time.Time{}, false
-	}
-	return time.Unix(secs, 0), true
+	return replicadir.ReadLease(d.replicaDir(id))
 }

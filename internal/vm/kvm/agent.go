@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -15,6 +14,8 @@ import (
 
 	"github.com/berth-dev/berth/internal/agent"
 	"github.com/berth-dev/berth/internal/vm"
+	"github.com/berth-dev/berth/internal/vm/proc"
+	"github.com/berth-dev/berth/internal/vm/replicadir"
 )
 
 // agentConn is the driver's session with one replica's agent: a yamux
@@ -55,7 +56,7 @@ const agentPatience = 90 * time.Second
 // ctx ends, or 90 s without a deadline), so a caller may dial right after
 // Start.
 func (d *Driver) DialAgent(ctx context.Context, id string) (net.Conn, error) {
-	st, err := d.load(id)
+	st, err := d.rd.Load(id)
 	if err != nil {
 		return nil, err
 	}
@@ -100,7 +101,7 @@ func (d *Driver) connectAgent(ctx context.Context, st state) (*agent.PortSession
 	attempt := 500 * time.Millisecond
 	var last error
 	for {
-		if !isAlive(st.PID, st.StartTicks) {
+		if !proc.Alive(st.PID, st.StartTicks) {
 			if last == nil {
 				last = errors.New("QEMU is not running")
 			}
@@ -152,19 +153,19 @@ func (d *Driver) dropAgent(id string) {
 // firecracker driver does, would free it; QEMU's migrate-to-file could do
 // that later.)
 func (d *Driver) Suspend(ctx context.Context, id string) error {
-	defer d.lock(id)()
-	st, err := d.load(id)
+	defer d.rd.Lock(id)()
+	st, err := d.rd.Load(id)
 	if err != nil {
 		return err
 	}
-	if st.Suspended || st.PID == 0 || !isAlive(st.PID, st.StartTicks) {
+	if st.Suspended || st.PID == 0 || !proc.Alive(st.PID, st.StartTicks) {
 		return fmt.Errorf("kvm: suspend %s: the replica is not running", id)
 	}
 	if err := d.pause(ctx, id); err != nil {
 		return fmt.Errorf("kvm: suspend %s: %w", id, err)
 	}
 	st.Suspended = true
-	if err := writeState(d.replicaDir(id), st); err != nil {
+	if err := replicadir.WriteState(d.replicaDir(id), st); err != nil {
 		d.cont(context.Background(), id)
 		return fmt.Errorf("kvm: suspend %s: %w", id, err)
 	}
@@ -176,22 +177,22 @@ func (d *Driver) Suspend(ctx context.Context, id string) error {
 // best effort) before the app sees much of the gap; a lease renewed while
 // suspended is passed on to the agent.
 func (d *Driver) Resume(ctx context.Context, id string) (vm.Instance, error) {
-	defer d.lock(id)()
-	st, err := d.load(id)
+	defer d.rd.Lock(id)()
+	st, err := d.rd.Load(id)
 	if err != nil {
 		return vm.Instance{}, err
 	}
 	if !st.Suspended {
 		return vm.Instance{}, fmt.Errorf("kvm: resume %s: the replica is not suspended", id)
 	}
-	if !isAlive(st.PID, st.StartTicks) {
+	if !proc.Alive(st.PID, st.StartTicks) {
 		return vm.Instance{}, fmt.Errorf("kvm: resume %s: QEMU is gone", id)
 	}
 	if err := d.cont(ctx, id); err != nil {
 		return vm.Instance{}, fmt.Errorf("kvm: resume %s: %w", id, err)
 	}
 	st.Suspended = false
-	if err := writeState(d.replicaDir(id), st); err != nil {
+	if err := replicadir.WriteState(d.replicaDir(id), st); err != nil {
 		return vm.Instance{}, fmt.Errorf("kvm: resume %s: %w", id, err)
 	}
 	go d.afterResume(st)
@@ -228,10 +229,10 @@ func (d *Driver) afterBoot(st state) {
 	if err == nil {
 		conn.Close()
 		d.log.Info("kvm: guest ready", "id", st.ID, "accel", d.Accel(), "boot_to_ready", time.Since(st.StartedAt).Round(time.Millisecond))
-	} else if isAlive(st.PID, st.StartTicks) {
+	} else if proc.Alive(st.PID, st.StartTicks) {
 		d.log.Warn("kvm: the guest's agent did not answer", "id", st.ID, "err", err)
 	}
-	if err := d.syncLease(ctx, st, true); err != nil && isAlive(st.PID, st.StartTicks) {
+	if err := d.syncLease(ctx, st, true); err != nil && proc.Alive(st.PID, st.StartTicks) {
 		d.log.Warn("kvm: passing the lease on after boot", "id", st.ID, "err", err)
 	}
 }
@@ -254,7 +255,7 @@ func (d *Driver) syncLease(ctx context.Context, st state, booted bool) error {
 		return nil
 	}
 	err := d.pushLease(ctx, st)
-	if err != nil && ctx.Err() == nil && isAlive(st.PID, st.StartTicks) {
+	if err != nil && ctx.Err() == nil && proc.Alive(st.PID, st.StartTicks) {
 		// Once more: a stream can break (a session taken over) midway.
 		err = d.pushLease(ctx, st)
 	}
@@ -296,20 +297,17 @@ func (d *Driver) Renew(ctx context.Context, id string, until time.Time) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	st, err := d.load(id)
+	st, err := d.rd.Load(id)
 	if err != nil {
 		return err
 	}
-	if err := writeAtomic(d.replicaDir(id), leaseFile, agent.FormatLease(until)); err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("kvm: renew %s: %w", id, vm.ErrNotFound)
-		}
-		return fmt.Errorf("kvm: renew %s: %w", id, err)
+	if err := d.rd.Renew(ctx, id, until, 0o600); err != nil {
+		return err
 	}
 	if st.Suspended {
 		return nil
 	}
-	if !isAlive(st.PID, st.StartTicks) {
+	if !proc.Alive(st.PID, st.StartTicks) {
 		// It ended (perhaps of this very lease); nothing to tell.
 		return nil
 	}
@@ -319,7 +317,7 @@ func (d *Driver) Renew(ctx context.Context, id string, until time.Time) error {
 		return nil
 	}
 	if err := d.syncLease(ctx, st, false); err != nil {
-		if !isAlive(st.PID, st.StartTicks) {
+		if !proc.Alive(st.PID, st.StartTicks) {
 			return nil
 		}
 		return fmt.Errorf("kvm: renew %s: %w", id, err)
@@ -329,13 +327,5 @@ func (d *Driver) Renew(ctx context.Context, id string, until time.Time) error {
 
 // hostLease reads the deadline Renew last kept for a replica.
 func (d *Driver) hostLease(id string) (time.Time, bool) {
-	b, err := os.ReadFile(d.path(id, leaseFile))
-	if err != nil {
-		return time.Time{}, false
-	}
-	secs, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-	if err != nil {
-		return time.Time{}, false
-	}
-	return time.Unix(secs, 0), true
+	return replicadir.ReadLease(d.replicaDir(id))
 }

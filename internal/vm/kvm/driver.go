@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -26,17 +25,8 @@ import (
 	"github.com/berth-dev/berth/internal/agent"
 	"github.com/berth-dev/berth/internal/vm"
 	"github.com/berth-dev/berth/internal/vm/console"
-)
-
-// Compile-time checks of the abilities the driver offers.
-var (
-	_ vm.Driver      = (*Driver)(nil)
-	_ vm.Suspender   = (*Driver)(nil)
-	_ vm.LogReader   = (*Driver)(nil)
-	_ vm.LogFollower = (*Driver)(nil)
-	_ vm.AgentDialer = (*Driver)(nil)
-	_ vm.UsageReader = (*Driver)(nil)
-	_ vm.Leaser      = (*Driver)(nil)
+	"github.com/berth-dev/berth/internal/vm/proc"
+	"github.com/berth-dev/berth/internal/vm/replicadir"
 )
 
 // Images is what the driver needs of the local image store: a bootable ext4
@@ -169,9 +159,9 @@ const (
 	agentSock   = "agent.sock"
 	rootfsFile  = "rootfs.ext4"
 	configFile  = "config.img"
-	consoleFile = "console.log" // the serial console
-	qemuLogFile = "qemu.log"    // QEMU's own messages after it daemonized
-	leaseFile   = "lease"       // the last deadline Renew set
+	consoleFile = "console.log"        // the serial console
+	qemuLogFile = "qemu.log"           // QEMU's own messages after it daemonized
+	leaseFile   = replicadir.LeaseFile // the last deadline Renew set
 )
 
 // maxSockPath is the longest unix socket path Linux accepts.
@@ -193,6 +183,7 @@ type Driver struct {
 	hv         Hypervisor // nil: QEMU run directly
 	leaseCheck time.Duration
 	log        *slog.Logger
+	rd         replicadir.Dir[state]
 
 	// The accelerator, decided at New or by the first Start's probe.
 	tcgKernel  string        // Options.TCGKernel
@@ -203,25 +194,9 @@ type Driver struct {
 	acc        *accelCfg     // nil until decided
 	probing    chan struct{} // closed when the probe under way ends
 
-	mu       sync.Mutex
-	starting map[string]bool        // ids whose Start has not returned yet
-	cpu      map[string]cpuSample   // last Usage reading per id
-	locks    map[string]*sync.Mutex // per id: Stop, Suspend and Resume
-	agents   map[string]*agentConn  // per id: the session to its agent
-}
-
-// lock serializes the operations that change a replica's VM and state
-// (Stop, Suspend, Resume) within this process, and returns the unlock.
-func (d *Driver) lock(id string) func() {
-	d.mu.Lock()
-	l, ok := d.locks[id]
-	if !ok {
-		l = new(sync.Mutex)
-		d.locks[id] = l
-	}
-	d.mu.Unlock()
-	l.Lock()
-	return l.Unlock
+	mu     sync.Mutex
+	cpu    proc.CPUMeter         // Usage readings
+	agents map[string]*agentConn // per id: the session to its agent
 }
 
 // New returns a driver keeping its state under o.Dir. It returns an error
@@ -351,10 +326,12 @@ func New(o Options) (*Driver, error) {
 		allowance0: o.BootAllowance,
 		probeQEMU:  probeQEMU,
 		probeCache: probeCache,
-		starting:   make(map[string]bool),
-		cpu:        make(map[string]cpuSample),
-		locks:      make(map[string]*sync.Mutex),
 		agents:     make(map[string]*agentConn),
+	}
+	d.rd = replicadir.Dir[state]{
+		Root: dir, Driver: "kvm", Log: log,
+		ID:    func(st state) string { return st.ID },
+		Empty: func(id, owner string) state { return state{ID: id, Deployment: owner} },
 	}
 	if o.Accel != "" {
 		d.acc = d.newAccelCfg(o.Accel, "set by Options.Accel")
@@ -424,24 +401,10 @@ func (st state) addr() string {
 	return net.JoinHostPort(st.GuestIP, strconv.Itoa(st.Port))
 }
 
-// validID reports whether id is a replica name berth gives and is safe as a
-// single path element and in QEMU's option syntax (no commas).
-func validID(id string) bool {
-	if _, ok := vm.Owner(id); !ok {
-		return false
-	}
-	for _, c := range id {
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
-			return false
-		}
-	}
-	return true
-}
-
 // replicaDir is the directory with the replica's files.
-func (d *Driver) replicaDir(id string) string { return filepath.Join(d.dir, id) }
+func (d *Driver) replicaDir(id string) string { return d.rd.Path(id) }
 
-func (d *Driver) path(id, name string) string { return filepath.Join(d.dir, id, name) }
+func (d *Driver) path(id, name string) string { return d.rd.Path(id, name) }
 
 // Start creates the replica's disk, tap and config drive and starts QEMU,
 // returning once the guest runs; the kernel, the agent and the app are
@@ -458,24 +421,11 @@ func (d *Driver) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
 	if err != nil {
 		return vm.Instance{}, err
 	}
-	dir := d.replicaDir(spec.Name)
-	d.mu.Lock()
-	err = os.Mkdir(dir, 0o700)
-	if err == nil {
-		d.starting[spec.Name] = true
-	}
-	d.mu.Unlock()
-	if errors.Is(err, fs.ErrExist) {
-		return vm.Instance{}, fmt.Errorf("kvm: start %s: the replica already exists", spec.Name)
-	}
+	release, err := d.rd.Claim(spec.Name)
 	if err != nil {
-		return vm.Instance{}, fmt.Errorf("kvm: start %s: %w", spec.Name, err)
+		return vm.Instance{}, err
 	}
-	defer func() {
-		d.mu.Lock()
-		delete(d.starting, spec.Name)
-		d.mu.Unlock()
-	}()
+	defer release()
 	st, err = d.launch(ctx, spec, st, size)
 	if err != nil {
 		if cerr := d.destroy(context.Background(), st, 0); cerr != nil {
@@ -491,44 +441,19 @@ func (d *Driver) check(spec vm.Spec) (state, vm.Size, error) {
 	fail := func(format string, args ...any) (state, vm.Size, error) {
 		return state{}, vm.Size{}, fmt.Errorf("kvm: start %q: "+format, append([]any{spec.Name}, args...)...)
 	}
-	if !validID(spec.Name) {
-		return fail("not a replica name (want %s<deployment>-<12 hex digits>)", vm.NamePrefix)
-	}
-	owner, _ := vm.Owner(spec.Name)
-	if spec.Deployment != "" && spec.Deployment != owner {
-		return fail("the name belongs to deployment %q, not %q", owner, spec.Deployment)
+	owner, size, err := replicadir.CheckSpec(spec)
+	if err != nil {
+		return fail("%v", err)
 	}
 	if spec.Image == "" {
 		return fail("the kvm driver needs an image")
 	}
-	if spec.Port < 0 || spec.Port > 65535 {
-		return fail("port %d out of range", spec.Port)
-	}
 	if spec.DiskSizeGB < 0 {
 		return fail("disk size %d GB is negative", spec.DiskSizeGB)
 	}
-	class := spec.SizeClass
-	if class == "" {
-		class = vm.DefaultSize
-	}
-	size, ok := vm.Sizes[class]
-	if !ok {
-		return fail("unknown size class %q", spec.SizeClass)
-	}
-	for k := range spec.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return fail("bad environment variable name %q", k)
-		}
-	}
-	if strings.ContainsRune(spec.Command, 0) || strings.ContainsRune(spec.WorkDir, 0) {
-		return fail("NUL byte in command or working directory")
-	}
 	if spec.Workspace != "" {
-		if !filepath.IsAbs(spec.Workspace) || strings.ContainsRune(spec.Workspace, 0) {
-			return fail("workspace %q is not an absolute path", spec.Workspace)
-		}
-		if fi, err := os.Stat(spec.Workspace); err != nil || !fi.IsDir() {
-			return fail("workspace %q is not a directory", spec.Workspace)
+		if err := replicadir.CheckWorkspace(spec.Workspace); err != nil {
+			return fail("%v", err)
 		}
 		if d.initrd == "" {
 			// The initramfs mounts it; without one nothing would.
@@ -559,7 +484,7 @@ func (d *Driver) launch(ctx context.Context, spec vm.Spec, st state, size vm.Siz
 		return st, fmt.Errorf("deciding the accelerator: %w", err)
 	}
 	st.StartedAt = time.Now().UTC()
-	if err := writeState(d.replicaDir(st.ID), st); err != nil {
+	if err := replicadir.WriteState(d.replicaDir(st.ID), st); err != nil {
 		return st, err
 	}
 	img, err := d.images.Ext4(spec.Image, spec.DiskSizeGB)
@@ -578,7 +503,7 @@ func (d *Driver) launch(ctx context.Context, spec vm.Spec, st state, size vm.Siz
 	}
 	// Recorded at once, so that cleanup and a later Stop delete it.
 	st.Tap = tap
-	if err := writeState(d.replicaDir(st.ID), st); err != nil {
+	if err := replicadir.WriteState(d.replicaDir(st.ID), st); err != nil {
 		return st, err
 	}
 	guest, err := parseGuestIP(guestIP)
@@ -608,7 +533,7 @@ func (d *Driver) launch(ctx context.Context, spec vm.Spec, st state, size vm.Siz
 		return st, err
 	}
 	if spec.TTL > 0 {
-		if err := writeAtomic(d.replicaDir(st.ID), leaseFile, agent.FormatLease(st.StartedAt.Add(spec.TTL))); err != nil {
+		if err := replicadir.WriteLease(d.replicaDir(st.ID), st.StartedAt.Add(spec.TTL), 0o600); err != nil {
 			return st, err
 		}
 	}
@@ -798,37 +723,18 @@ func (d *Driver) guestConfig(spec vm.Spec, st state) agent.GuestConfig {
 		args = append(args, "--", "/bin/sh", "-c", spec.Command)
 	}
 	env := []string{
-		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"PATH=" + vm.StdPath,
 		"HOME=" + home,
-		"HOSTNAME=" + hostname(st.ID),
+		"HOSTNAME=" + vm.Hostname(st.ID),
 	}
-	keys := make([]string, 0, len(spec.Env))
-	for k := range spec.Env {
-		if k != "PORT" {
-			keys = append(keys, k)
-		}
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		env = append(env, k+"="+spec.Env[k])
-	}
-	env = append(env, "PORT="+strconv.Itoa(st.Port))
-	c := agent.GuestConfig{Args: args, Env: env, Hostname: hostname(st.ID)}
+	env = vm.AppEnv(env, spec.Env, st.Port)
+	c := agent.GuestConfig{Args: args, Env: env, Hostname: vm.Hostname(st.ID)}
 	if spec.TTL > 0 {
 		// The backstop: the real deadline follows once the guest is up
 		// (leaseAfterBoot), which a short TTL may not outlast.
 		c.Files = map[string]string{guestLease: string(agent.FormatLease(st.StartedAt.Add(spec.TTL + d.current().allowance)))}
 	}
 	return c
-}
-
-// hostname is a replica's host name: its id, cut to the 64 bytes Linux
-// allows.
-func hostname(id string) string {
-	if len(id) > 64 {
-		return id[:64]
-	}
-	return id
 }
 
 // spawn starts QEMU, which daemonizes once the machine is set up (so a bad
@@ -873,13 +779,13 @@ func (d *Driver) spawn(ctx context.Context, st state, size vm.Size) (state, erro
 // and the console's last lines, each as "; <what>: <lines>".
 func (d *Driver) startFailure(id, output string) string {
 	var b strings.Builder
-	if s := lastLines(output, tailLines); s != "" {
+	if s := replicadir.LastLines(output, replicadir.TailLines); s != "" {
 		b.WriteString("; qemu said: " + s)
 	}
-	if tail := console.Tail(d.path(id, qemuLogFile), tailLines); len(tail) > 0 {
+	if tail := console.Tail(d.path(id, qemuLogFile), replicadir.TailLines); len(tail) > 0 {
 		b.WriteString("; qemu log: " + strings.Join(tail, " | "))
 	}
-	if tail := console.Tail(d.path(id, consoleFile), tailLines); len(tail) > 0 {
+	if tail := console.Tail(d.path(id, consoleFile), replicadir.TailLines); len(tail) > 0 {
 		b.WriteString("; console: " + strings.Join(tail, " | "))
 	}
 	if b.Len() == 0 {
@@ -891,118 +797,26 @@ func (d *Driver) startFailure(id, output string) string {
 // recordPID records QEMU's pid and start time in the state.
 func (d *Driver) recordPID(st state, pid int) (state, error) {
 	st.PID = pid
-	if ps, err := readStat(pid); err == nil {
-		st.StartTicks = ps.startTicks
+	if ps, err := proc.ReadStat(pid); err == nil {
+		st.StartTicks = ps.StartTicks
 	}
-	if err := writeState(d.replicaDir(st.ID), st); err != nil {
+	if err := replicadir.WriteState(d.replicaDir(st.ID), st); err != nil {
 		syscall.Kill(pid, syscall.SIGKILL)
 		return st, err
 	}
 	return st, nil
 }
 
-func writeState(dir string, st state) error {
-	b, err := json.Marshal(st)
-	if err != nil {
-		return err
-	}
-	return writeAtomic(dir, stateFile, b)
-}
-
-// writeAtomic replaces dir/name by rename, so no reader sees half of it.
-func writeAtomic(dir, name string, b []byte) error {
-	tmp, err := os.CreateTemp(dir, "."+name+".tmp-*")
-	if err != nil {
-		return err
-	}
-	_, err = tmp.Write(b)
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), filepath.Join(dir, name))
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
-	}
-	return err
-}
-
-// load reads a replica's state. A directory without a state file (a start
-// interrupted before it wrote one) loads with pid 0.
-func (d *Driver) load(id string) (state, error) {
-	if !validID(id) {
-		return state{}, fmt.Errorf("kvm: %q: %w", id, vm.ErrNotFound)
-	}
-	b, err := os.ReadFile(d.path(id, stateFile))
-	if errors.Is(err, fs.ErrNotExist) {
-		if _, err := os.Stat(d.replicaDir(id)); err != nil {
-			return state{}, fmt.Errorf("kvm: %s: %w", id, vm.ErrNotFound)
-		}
-		owner, _ := vm.Owner(id)
-		return state{ID: id, Deployment: owner}, nil
-	}
-	if err != nil {
-		return state{}, fmt.Errorf("kvm: %s: %w", id, err)
-	}
-	var st state
-	if err := json.Unmarshal(b, &st); err != nil {
-		return state{}, fmt.Errorf("kvm: %s: corrupt %s: %w", id, stateFile, err)
-	}
-	if st.ID != id {
-		return state{}, fmt.Errorf("kvm: %s: %s names %q", id, stateFile, st.ID)
-	}
-	return st, nil
-}
-
-// states loads every replica under Dir.
-func (d *Driver) states() ([]state, error) {
-	ents, err := os.ReadDir(d.dir)
-	if err != nil {
-		return nil, fmt.Errorf("kvm: %w", err)
-	}
-	var sts []state
-	for _, e := range ents {
-		if !e.IsDir() || !validID(e.Name()) {
-			continue
-		}
-		st, err := d.load(e.Name())
-		if err != nil {
-			if !errors.Is(err, vm.ErrNotFound) {
-				d.log.Warn("kvm: skipping replica", "id", e.Name(), "err", err)
-			}
-			continue
-		}
-		sts = append(sts, st)
-	}
-	return sts, nil
-}
-
 // Inspect reports one replica.
 func (d *Driver) Inspect(ctx context.Context, id string) (vm.Instance, error) {
-	st, err := d.load(id)
-	if err != nil {
-		return vm.Instance{}, err
-	}
-	return d.instance(st), nil
+	return d.rd.Inspect(id, d.instance)
 }
 
 // List reports every replica under Dir, including those a previous berth
 // started.
 func (d *Driver) List(ctx context.Context) ([]vm.Instance, error) {
-	sts, err := d.states()
-	if err != nil {
-		return nil, err
-	}
-	insts := make([]vm.Instance, 0, len(sts))
-	for _, st := range sts {
-		insts = append(insts, d.instance(st))
-	}
-	return insts, nil
+	return d.rd.List(d.instance)
 }
-
-// tailLines is how many output lines a Reason ends with.
-const tailLines = 5
 
 // instance derives a replica's state from its files and its QEMU process.
 // A guest whose agent ended reboots, which ends QEMU; the agent's last log
@@ -1015,10 +829,8 @@ func (d *Driver) instance(st state) vm.Instance {
 		StartedAt:  st.StartedAt,
 		PID:        st.PID,
 	}
-	d.mu.Lock()
-	starting := d.starting[st.ID]
-	d.mu.Unlock()
-	alive := st.PID != 0 && isAlive(st.PID, st.StartTicks)
+	starting := d.rd.Starting(st.ID)
+	alive := st.PID != 0 && proc.Alive(st.PID, st.StartTicks)
 	consoleLog := d.path(st.ID, consoleFile)
 	switch {
 	case alive && st.Suspended:
@@ -1032,7 +844,7 @@ func (d *Driver) instance(st state) vm.Instance {
 		if code, reason, ok := console.Exit(consoleLog); ok {
 			inst.State = vm.StateExited
 			inst.ExitCode = &code
-			inst.Reason = withTail(reason, console.AppTail(consoleLog, tailLines))
+			inst.Reason = replicadir.WithTail(reason, console.AppTail(consoleLog, replicadir.TailLines))
 			return inst
 		}
 		inst.State = vm.StateFailed
@@ -1040,7 +852,7 @@ func (d *Driver) instance(st state) vm.Instance {
 		if st.PID == 0 {
 			reason = "the start of this replica was interrupted before QEMU ran"
 		}
-		if tail := console.Tail(consoleLog, tailLines); len(tail) > 0 {
+		if tail := console.Tail(consoleLog, replicadir.TailLines); len(tail) > 0 {
 			reason += "; console:\n" + strings.Join(tail, "\n")
 		}
 		if tail := console.Tail(d.path(st.ID, qemuLogFile), 2); len(tail) > 0 {
@@ -1051,22 +863,16 @@ func (d *Driver) instance(st state) vm.Instance {
 	return inst
 }
 
-func withTail(reason string, tail []string) string {
-	if len(tail) == 0 {
-		return reason
-	}
-	return reason + "; last output:\n" + strings.Join(tail, "\n")
-}
-
 // Stop asks the guest to shut down (Ctrl-Alt-Del through QMP, which the
 // agent as init receives as SIGINT and forwards to the app), waits up to
 // grace for QEMU to exit, kills it, and removes the tap and every file of
 // the replica. Stopping an ended replica just cleans up; a suspended one is
-// killed at once.
+// continued first (proc.End: thaw, then ask, then kill), so that its guest
+// can act on Ctrl-Alt-Del.
 func (d *Driver) Stop(ctx context.Context, id string, grace time.Duration) error {
-	unlock := d.lock(id)
+	unlock := d.rd.Lock(id)
 	defer unlock()
-	st, err := d.load(id)
+	st, err := d.rd.Load(id)
 	if err != nil {
 		return err
 	}
@@ -1074,33 +880,45 @@ func (d *Driver) Stop(ctx context.Context, id string, grace time.Duration) error
 	if err := d.destroy(ctx, st, grace); err != nil {
 		return fmt.Errorf("kvm: stop %s: %w", id, err)
 	}
-	d.mu.Lock()
-	delete(d.cpu, id)
-	delete(d.locks, id)
-	d.mu.Unlock()
+	d.cpu.Forget(id)
+	d.rd.Forget(id)
 	return nil
 }
 
 // destroy ends QEMU (politely for up to grace when its guest runs) and
 // removes the tap and the replica directory.
 func (d *Driver) destroy(ctx context.Context, st state, grace time.Duration) error {
-	if st.PID != 0 && isAlive(st.PID, st.StartTicks) {
-		if grace > 0 && !st.Suspended {
-			qctx, cancel := context.WithTimeout(ctx, min(grace, 2*time.Second))
-			err := d.shutdown(qctx, st.ID)
-			cancel()
-			if err == nil {
-				waitFor(ctx, grace, func() bool { return !isAlive(st.PID, st.StartTicks) })
-			} else {
-				d.log.Warn("kvm: Ctrl-Alt-Del", "id", st.ID, "err", err)
-			}
+	if st.PID != 0 && proc.Alive(st.PID, st.StartTicks) {
+		hvKilled := false
+		perr, err := proc.End(ctx, grace, proc.Ending{
+			What: fmt.Sprintf("QEMU (pid %d)", st.PID),
+			Gone: func() bool { return !proc.Alive(st.PID, st.StartTicks) },
+			Thaw: func() {
+				if st.Suspended {
+					qctx, cancel := context.WithTimeout(ctx, min(grace, 2*time.Second))
+					defer cancel()
+					d.cont(qctx, st.ID)
+				}
+			},
+			Polite: func() error {
+				qctx, cancel := context.WithTimeout(ctx, min(grace, 2*time.Second))
+				defer cancel()
+				return d.shutdown(qctx, st.ID)
+			},
+			Kill: func() {
+				if d.hv != nil && !hvKilled {
+					hvKilled = true
+					if err := d.hv.Kill(ctx, st.ID); err != nil {
+						d.log.Warn("kvm: hypervisor kill", "id", st.ID, "err", err)
+					}
+				}
+				syscall.Kill(st.PID, syscall.SIGKILL)
+			},
+		})
+		if perr != nil {
+			d.log.Warn("kvm: Ctrl-Alt-Del", "id", st.ID, "err", perr)
 		}
-		if d.hv != nil {
-			if err := d.hv.Kill(ctx, st.ID); err != nil {
-				d.log.Warn("kvm: hypervisor kill", "id", st.ID, "err", err)
-			}
-		}
-		if err := kill(ctx, st); err != nil {
+		if err != nil {
 			return err
 		}
 	}
@@ -1118,44 +936,3 @@ var ctrlAltDel = map[string]any{"keys": []map[string]string{
 	{"type": "qcode", "data": "alt"},
 	{"type": "qcode", "data": "delete"},
 }}
-
-// killPatience bounds how long a SIGKILLed QEMU may take to vanish.
-const killPatience = 10 * time.Second
-
-// kill SIGKILLs QEMU and waits until it is gone.
-func kill(ctx context.Context, st state) error {
-	gone := func() bool {
-		if !isAlive(st.PID, st.StartTicks) {
-			return true
-		}
-		syscall.Kill(st.PID, syscall.SIGKILL)
-		return false
-	}
-	if !waitFor(ctx, killPatience, gone) {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		return fmt.Errorf("QEMU (pid %d) survives SIGKILL", st.PID)
-	}
-	return nil
-}
-
-// waitFor polls cond until it holds, d passes or ctx ends, and reports
-// whether cond held.
-func waitFor(ctx context.Context, d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	wait := time.Millisecond
-	for {
-		if cond() {
-			return true
-		}
-		if !time.Now().Before(deadline) || ctx.Err() != nil {
-			return false
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, 50*time.Millisecond)
-	}
-}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/berth-dev/berth/internal/agentbin"
 	"github.com/berth-dev/berth/internal/vm"
+	"github.com/berth-dev/berth/internal/vm/replicadir"
 )
 
 // noNet is a Network for tests that never create a tap.
@@ -136,7 +137,7 @@ func TestStartRejectsBadSpecs(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("Start: error %v, want one saying %q", err, tt.want)
 			}
-			if _, err := os.Stat(d.replicaDir(spec.Name)); err == nil && validID(spec.Name) {
+			if _, err := os.Stat(d.replicaDir(spec.Name)); err == nil && replicadir.ValidID(spec.Name) {
 				t.Errorf("a rejected Start left %s behind", d.replicaDir(spec.Name))
 			}
 		})
@@ -668,7 +669,7 @@ func TestConsole(t *testing.T) {
 	}
 	id := vm.Name("app", 5)
 	os.Mkdir(d.replicaDir(id), 0o700)
-	if err := writeState(d.replicaDir(id), state{ID: id, Deployment: "app", PID: 0}); err != nil {
+	if err := replicadir.WriteState(d.replicaDir(id), state{ID: id, Deployment: "app", PID: 0}); err != nil {
 		t.Fatal(err)
 	}
 	// As the agent writes them: t, s, m.

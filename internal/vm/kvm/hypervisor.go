@@ -8,6 +8,7 @@ import (
 
 	"github.com/berth-dev/berth/internal/vm"
 	"github.com/berth-dev/berth/internal/vm/console"
+	"github.com/berth-dev/berth/internal/vm/replicadir"
 )
 
 // Hypervisor runs the guests' QEMU processes for a Driver. By default the
@@ -117,7 +118,7 @@ func (d *Driver) shutdown(ctx context.Context, id string) error {
 func (d *Driver) launchHV(ctx context.Context, st state, size vm.Size) (state, error) {
 	pid, err := d.hv.Launch(ctx, d.machine(st, size))
 	if err != nil {
-		if tail := console.Tail(d.path(st.ID, consoleFile), tailLines); len(tail) > 0 {
+		if tail := console.Tail(d.path(st.ID, consoleFile), replicadir.TailLines); len(tail) > 0 {
 			err = fmt.Errorf("%w; console: %s", err, strings.Join(tail, " | "))
 		}
 		return st, err

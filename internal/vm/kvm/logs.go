@@ -2,7 +2,6 @@ package kvm
 
 import (
 	"context"
-	"fmt"
 	"io"
 
 	"github.com/berth-dev/berth/internal/vm"
@@ -13,14 +12,7 @@ import (
 // them when n <= 0), oldest first, from its serial console (package
 // console).
 func (d *Driver) Logs(ctx context.Context, id string, n int) ([]vm.LogLine, error) {
-	if _, err := d.load(id); err != nil {
-		return nil, err
-	}
-	lines, err := console.ReadLogs(d.path(id, consoleFile), n)
-	if err != nil {
-		return nil, fmt.Errorf("kvm: logs of %s: %w", id, err)
-	}
-	return lines, nil
+	return d.rd.Logs(id, n, console.ReadLogs, consoleFile)
 }
 
 // FollowLogs writes the replica's output lines to w as they reach the
@@ -29,18 +21,5 @@ func (d *Driver) Logs(ctx context.Context, id string, n int) ([]vm.LogLine, erro
 // ended and its output was written, and an error wrapping vm.ErrNotFound if
 // the replica is stopped meanwhile.
 func (d *Driver) FollowLogs(ctx context.Context, id string, w io.Writer) error {
-	if _, err := d.load(id); err != nil {
-		return err
-	}
-	err := console.Follow(ctx, d.path(id, consoleFile), w, func() (bool, error) {
-		st, err := d.load(id)
-		if err != nil {
-			return false, err
-		}
-		return d.instance(st).State.Terminal(), nil
-	})
-	if err != nil {
-		return fmt.Errorf("kvm: logs of %s: %w", id, err)
-	}
-	return nil
+	return d.rd.FollowLogs(ctx, id, w, d.instance, console.Follow, consoleFile)
 }

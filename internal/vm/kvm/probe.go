@@ -17,6 +17,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/berth-dev/berth/internal/vm/replicadir"
 )
 
 // A /dev/kvm that opens is not a KVM that boots guests: on a nested host
@@ -109,7 +111,7 @@ func ProbeAccel(ctx context.Context, o ProbeOptions) ProbeResult {
 	if cache != "" && ctx.Err() == nil {
 		if b, err := json.Marshal(r); err == nil {
 			if os.MkdirAll(o.CacheDir, 0o755) == nil {
-				writeAtomic(o.CacheDir, filepath.Base(cache), b)
+				replicadir.WriteAtomic(o.CacheDir, filepath.Base(cache), b, 0o600)
 			}
 		}
 	}

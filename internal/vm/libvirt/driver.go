@@ -461,3 +461,21 @@ func domainXML(m kvm.Machine, machine, emulator string) ([]byte, error) {
 	}
 	return xml.MarshalIndent(dom, "", "  ")
 }
+
+// Check reports whether guests can still start: libvirtd answers (a
+// libvirtd that died after berth started is noticed here; the connection
+// is re-established once it is back) and the kvm driver's own needs are
+// met.
+func (d *Driver) Check(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	err := d.hv.call(ctx, func(l *golibvirt.Libvirt) error {
+		_, err := l.ConnectGetLibVersion()
+		return err
+	})
+	if err != nil {
+		d.hv.close()
+		return fmt.Errorf("libvirt: libvirtd at %s does not answer: %v: %w", d.hv.socket, err, vm.ErrUnavailable)
+	}
+	return d.Driver.Check(ctx)
+}

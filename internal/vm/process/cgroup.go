@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/internal/vm"
+	"github.com/berth-dev/berth/internal/vm/proc"
 )
 
 // cgroupRoot is where the unified (v2) hierarchy is mounted.
@@ -267,12 +268,12 @@ func cgroupUsage(dir string) (mem int64, cpu time.Duration, ok bool) {
 }
 
 // freezeCgroup freezes a cgroup and reports whether the kernel confirmed it
-// (cgroup.events says "frozen 1") before ctx ended or killPatience passed.
+// (cgroup.events says "frozen 1") before ctx ended or proc.KillPatience passed.
 func freezeCgroup(ctx context.Context, dir string) bool {
 	if os.WriteFile(filepath.Join(dir, "cgroup.freeze"), []byte("1"), 0) != nil {
 		return false
 	}
-	return waitFor(ctx, killPatience, func() bool {
+	return proc.WaitFor(ctx, proc.KillPatience, func() bool {
 		b, err := os.ReadFile(filepath.Join(dir, "cgroup.events"))
 		if err != nil {
 			return false

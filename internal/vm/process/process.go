@@ -115,10 +115,8 @@ package process
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -131,20 +129,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/berth-dev/berth/internal/agent"
 	"github.com/berth-dev/berth/internal/vm"
 	"github.com/berth-dev/berth/internal/vm/console"
-)
-
-// Compile-time checks of the abilities the driver offers.
-var (
-	_ vm.Driver      = (*Driver)(nil)
-	_ vm.Suspender   = (*Driver)(nil)
-	_ vm.LogReader   = (*Driver)(nil)
-	_ vm.LogFollower = (*Driver)(nil)
-	_ vm.AgentDialer = (*Driver)(nil)
-	_ vm.UsageReader = (*Driver)(nil)
-	_ vm.Leaser      = (*Driver)(nil)
+	"github.com/berth-dev/berth/internal/vm/proc"
+	"github.com/berth-dev/berth/internal/vm/replicadir"
+	sparepool "github.com/berth-dev/berth/internal/vm/spares"
 )
 
 // Options configures a Driver.
@@ -219,20 +208,13 @@ type Driver struct {
 	// replicas and no Options.AllowUnlimited.
 	unlimited error
 	log       *slog.Logger
+	rd        replicadir.Dir[state]
+	cpu       proc.CPUMeter // Usage readings
 
-	mu       sync.Mutex
-	starting map[string]bool      // ids whose Start is between mkdir and state.json
-	cpu      map[string]cpuSample // last Usage reading per id
-
-	spareN        int            // Options.Spares
-	niceSpares    bool           // start spares at spareNice (needs root to undo)
-	nice          int            // berth's nice value, which assigned spares get
-	spareMu       sync.Mutex     // guards the fields below
-	spares        []*spare       // ready, oldest first
-	filling       int            // spares being started
-	spareFailures int            // spare starts that failed in a row
-	sparesClosed  bool           // Close was called
-	fillWG        sync.WaitGroup // spare starts under way
+	mu         sync.Mutex                        // guards uids.json (sandbox.go)
+	pool       *sparepool.Pool[struct{}, *spare] // spare agents; N is Options.Spares
+	niceSpares bool                              // start spares at spareNice (needs root to undo)
+	nice       int                               // berth's nice value, which assigned spares get
 }
 
 // File names inside a replica directory.
@@ -243,7 +225,7 @@ const (
 	logFile   = "output.log"
 	exitFile  = "exit.json"
 	errFile   = "agent.err"
-	leaseFile = "lease"
+	leaseFile = replicadir.LeaseFile
 	procsDir  = "processes"
 )
 
@@ -321,18 +303,33 @@ func New(o Options) (*Driver, error) {
 		spares = *o.Spares
 	}
 	d := &Driver{
-		dir:      dir,
-		agent:    slices.Clone(agent),
-		env:      slices.Clone(o.AgentEnv),
-		isolate:  isolate,
-		uidBase:  uidBase,
-		uidN:     uidN,
-		hide:     hide,
-		cg:       setupCgroups(o.CgroupParent, pidsMax, log),
-		log:      log,
-		starting: make(map[string]bool),
-		cpu:      make(map[string]cpuSample),
-		spareN:   spares,
+		dir:     dir,
+		agent:   slices.Clone(agent),
+		env:     slices.Clone(o.AgentEnv),
+		isolate: isolate,
+		uidBase: uidBase,
+		uidN:    uidN,
+		hide:    hide,
+		cg:      setupCgroups(o.CgroupParent, pidsMax, log),
+		log:     log,
+	}
+	d.pool = sparepool.New(sparepool.Config[struct{}, *spare]{
+		N:    spares,
+		Drop: d.dropSpare,
+		Failed: func(_ struct{}, err error, failures int) {
+			if failures == sparepool.MaxFailures {
+				log.Warn("process: no more spare agents: starting them keeps failing; replicas start cold", "err", err)
+			} else {
+				log.Debug("process: could not start a spare agent", "err", err)
+			}
+		},
+	})
+	d.rd = replicadir.Dir[state]{
+		Root: dir, Driver: "process", Log: log,
+		ID: func(st state) string { return st.ID },
+		Empty: func(id, owner string) state {
+			return state{ID: id, Deployment: owner, Isolated: isolate}
+		},
 	}
 	if raw, err := syscall.Getpriority(syscall.PRIO_PROCESS, 0); err == nil && os.Geteuid() == 0 {
 		d.niceSpares, d.nice = true, 20-raw
@@ -366,23 +363,7 @@ type state struct {
 
 func (st state) addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(st.Port)) }
 
-// validID reports whether id is a replica name berth gives and is safe as a
-// single path element.
-func validID(id string) bool {
-	if _, ok := vm.Owner(id); !ok {
-		return false
-	}
-	for _, c := range id {
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
-			return false
-		}
-	}
-	return true
-}
-
-func (d *Driver) path(id string, name ...string) string {
-	return filepath.Join(append([]string{d.dir, id}, name...)...)
-}
+func (d *Driver) path(id string, name ...string) string { return d.rd.Path(id, name...) }
 
 // Start creates the replica directory and starts the agent, returning once
 // the agent runs; readiness of the app is the caller's probe.
@@ -410,24 +391,12 @@ func (d *Driver) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
 			return vm.Instance{}, fmt.Errorf("process: start %s: %w", spec.Name, err)
 		}
 	}
-	dir := d.path(spec.Name)
-	d.mu.Lock()
-	err = os.Mkdir(dir, 0o700)
-	if err == nil {
-		d.starting[spec.Name] = true
-	}
-	d.mu.Unlock()
-	if errors.Is(err, fs.ErrExist) {
-		return vm.Instance{}, fmt.Errorf("process: start %s: the replica already exists", spec.Name)
-	}
+	release, err := d.rd.Claim(spec.Name)
 	if err != nil {
-		return vm.Instance{}, fmt.Errorf("process: start %s: %w", spec.Name, err)
+		return vm.Instance{}, err
 	}
-	defer func() {
-		d.mu.Lock()
-		delete(d.starting, spec.Name)
-		d.mu.Unlock()
-	}()
+	defer release()
+	dir := d.path(spec.Name)
 	// Top the spares up after this Start, in the background, once its app
 	// is up; a sandbox without an app (a Computer) has nothing to wait for.
 	if spec.Command == "" {
@@ -469,49 +438,19 @@ func (d *Driver) check(spec vm.Spec) (state, string, vm.Size, error) {
 	fail := func(format string, args ...any) (state, string, vm.Size, error) {
 		return state{}, "", vm.Size{}, fmt.Errorf("process: start %q: "+format, append([]any{spec.Name}, args...)...)
 	}
-	if !validID(spec.Name) {
-		return fail("not a replica name (want %s<deployment>-<12 hex digits>)", vm.NamePrefix)
-	}
-	owner, _ := vm.Owner(spec.Name)
-	if spec.Deployment != "" && spec.Deployment != owner {
-		return fail("the name belongs to deployment %q, not %q", owner, spec.Deployment)
+	owner, size, err := replicadir.CheckSpec(spec)
+	if err != nil {
+		return fail("%v", err)
 	}
 	if spec.Image != "" {
 		return fail("the process driver runs no images (image %q)", spec.Image)
-	}
-	if spec.Port < 0 || spec.Port > 65535 {
-		return fail("port %d out of range", spec.Port)
-	}
-	class := spec.SizeClass
-	if class == "" {
-		class = vm.DefaultSize
-	}
-	size, ok := vm.Sizes[class]
-	if !ok {
-		return fail("unknown size class %q", spec.SizeClass)
-	}
-	for k := range spec.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return fail("bad environment variable name %q", k)
-		}
-	}
-	if strings.ContainsRune(spec.Command, 0) || strings.ContainsRune(spec.WorkDir, 0) {
-		return fail("NUL byte in command or working directory")
-	}
-	for _, h := range spec.SetupHooks {
-		if strings.ContainsRune(h, 0) {
-			return fail("NUL byte in a setup hook")
-		}
 	}
 	if p := d.path(spec.Name, sockFile); len(p) > maxSockPath {
 		return fail("agent socket path %s is longer than %d bytes; use a shorter Dir", p, maxSockPath)
 	}
 	if spec.Workspace != "" {
-		if !filepath.IsAbs(spec.Workspace) || strings.ContainsRune(spec.Workspace, 0) {
-			return fail("workspace %q is not an absolute path", spec.Workspace)
-		}
-		if fi, err := os.Stat(spec.Workspace); err != nil || !fi.IsDir() {
-			return fail("workspace %q is not a directory", spec.Workspace)
+		if err := replicadir.CheckWorkspace(spec.Workspace); err != nil {
+			return fail("%v", err)
 		}
 	}
 	workDir := spec.WorkDir
@@ -537,7 +476,7 @@ func (d *Driver) check(spec vm.Spec) (state, string, vm.Size, error) {
 // replicas that exist (and may be suspended, so not listening right now).
 func (d *Driver) freePort() (int, error) {
 	used := make(map[int]bool)
-	if sts, err := d.states(); err == nil {
+	if sts, err := d.rd.States(); err == nil {
 		for _, st := range sts {
 			used[st.Port] = true
 		}
@@ -583,11 +522,11 @@ func (d *Driver) launch(spec vm.Spec, st state, workDir string, size vm.Size) (s
 		}
 	}
 	st.StartedAt = time.Now().UTC()
-	if err := writeState(dir, st); err != nil {
+	if err := replicadir.WriteState(dir, st); err != nil {
 		return st, err
 	}
 	if spec.TTL > 0 {
-		if err := writeLease(dir, st.StartedAt.Add(spec.TTL)); err != nil {
+		if err := replicadir.WriteLease(dir, st.StartedAt.Add(spec.TTL), 0o600); err != nil {
 			return st, err
 		}
 	}
@@ -622,15 +561,15 @@ func (d *Driver) launch(spec vm.Spec, st state, workDir string, size vm.Size) (s
 	// a berth restart it is init's child instead.
 	go cmd.Wait()
 	st.PID = cmd.Process.Pid
-	ps, err := readStat(st.PID)
+	ps, err := proc.ReadStat(st.PID)
 	if err != nil {
 		// The agent died at once, and was reaped already: keep pid 0 would
 		// make it look like an interrupted start, so record the pid; the
 		// start time mismatch makes it dead.
-		ps.startTicks = 0
+		ps.StartTicks = 0
 	}
-	st.StartTicks = ps.startTicks
-	if err := writeState(dir, st); err != nil {
+	st.StartTicks = ps.StartTicks
+	if err := replicadir.WriteState(dir, st); err != nil {
 		cmd.Process.Kill()
 		return st, err
 	}
@@ -656,7 +595,7 @@ func (d *Driver) agentFlags(spec vm.Spec, st state, workDir string) []string {
 		args = append(args, "--root", spec.Workspace)
 	}
 	if d.isolate {
-		args = append(args, "--hostname", hostname(spec.Name),
+		args = append(args, "--hostname", vm.Hostname(spec.Name),
 			"--sandbox", fmt.Sprintf("%d:%d", st.UID, st.UID))
 		for _, h := range d.hide {
 			args = append(args, "--hide", h)
@@ -683,20 +622,10 @@ func (d *Driver) environ(spec vm.Spec, st state) []string {
 		"HOME=" + home,
 	}
 	if st.Isolated {
-		env = append(env, "HOSTNAME="+hostname(spec.Name))
+		env = append(env, "HOSTNAME="+vm.Hostname(spec.Name))
 	}
-	env = append(env, d.env...)
-	keys := make([]string, 0, len(spec.Env))
-	for k := range spec.Env {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		env = append(env, k+"="+spec.Env[k])
-	}
-	// PORT last: it must match the address berth routes to. exec.Cmd keeps
-	// the last value of a duplicated key.
-	return append(env, "PORT="+strconv.Itoa(st.Port))
+	// PORT last: it must match the address berth routes to.
+	return vm.AppEnv(append(env, d.env...), spec.Env, st.Port)
 }
 
 // agentAttr is how an agent process is made. Setsid: the replica is not in
@@ -758,118 +687,10 @@ func othersCanSearch(dir string) bool {
 	}
 }
 
-// hostname is the UTS hostname of a replica: its id, cut to the 64 bytes
-// Linux allows.
-func hostname(id string) string {
-	if len(id) > 64 {
-		return id[:64]
-	}
-	return id
-}
-
-// writeLease replaces a replica's lease file atomically, so the agent never
-// reads half a deadline.
-func writeLease(dir string, until time.Time) error {
-	tmp, err := os.CreateTemp(dir, "."+leaseFile+".tmp-*")
-	if err != nil {
-		return err
-	}
-	_, err = tmp.Write(agent.FormatLease(until))
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), filepath.Join(dir, leaseFile))
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
-	}
-	return err
-}
-
 // Renew moves a replica's lease deadline to until. The agent reads it at its
 // next check; a deadline in the past ends the replica then.
 func (d *Driver) Renew(ctx context.Context, id string, until time.Time) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if !validID(id) {
-		return fmt.Errorf("process: %q: %w", id, vm.ErrNotFound)
-	}
-	dir := d.path(id)
-	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-		return fmt.Errorf("process: renew %s: %w", id, vm.ErrNotFound)
-	}
-	if err := writeLease(dir, until); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			// Stopped meanwhile: its directory went away.
-			return fmt.Errorf("process: renew %s: %w", id, vm.ErrNotFound)
-		}
-		return fmt.Errorf("process: renew %s: %w", id, err)
-	}
-	return nil
-}
-
-func writeState(dir string, st state) error {
-	b, err := json.Marshal(st)
-	if err != nil {
-		return err
-	}
-	tmp := filepath.Join(dir, stateFile+".tmp")
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, filepath.Join(dir, stateFile))
-}
-
-// load reads a replica's state. A directory without a state file (a start
-// interrupted before it launched anything) loads with pid 0.
-func (d *Driver) load(id string) (state, error) {
-	if !validID(id) {
-		return state{}, fmt.Errorf("process: %q: %w", id, vm.ErrNotFound)
-	}
-	b, err := os.ReadFile(d.path(id, stateFile))
-	if errors.Is(err, fs.ErrNotExist) {
-		if _, err := os.Stat(d.path(id)); err != nil {
-			return state{}, fmt.Errorf("process: %s: %w", id, vm.ErrNotFound)
-		}
-		owner, _ := vm.Owner(id)
-		return state{ID: id, Deployment: owner, Isolated: d.isolate}, nil
-	}
-	if err != nil {
-		return state{}, fmt.Errorf("process: %s: %w", id, err)
-	}
-	var st state
-	if err := json.Unmarshal(b, &st); err != nil {
-		return state{}, fmt.Errorf("process: %s: corrupt %s: %w", id, stateFile, err)
-	}
-	if st.ID != id {
-		return state{}, fmt.Errorf("process: %s: %s names %q", id, stateFile, st.ID)
-	}
-	return st, nil
-}
-
-// states loads every replica under Dir.
-func (d *Driver) states() ([]state, error) {
-	ents, err := os.ReadDir(d.dir)
-	if err != nil {
-		return nil, fmt.Errorf("process: %w", err)
-	}
-	var sts []state
-	for _, e := range ents {
-		if !e.IsDir() || !validID(e.Name()) {
-			continue
-		}
-		st, err := d.load(e.Name())
-		if err != nil {
-			if !errors.Is(err, vm.ErrNotFound) {
-				d.log.Warn("process: skipping replica", "id", e.Name(), "err", err)
-			}
-			continue
-		}
-		sts = append(sts, st)
-	}
-	return sts, nil
+	return d.rd.Renew(ctx, id, until, 0o600)
 }
 
 // adopt fills in the agent of a replica whose state has no pid yet (berth
@@ -880,42 +701,21 @@ func (d *Driver) adopt(st state) state {
 		return st
 	}
 	if pid, ps, ok := findByArg(d.path(st.ID, exitFile)); ok {
-		st.PID, st.StartTicks = pid, ps.startTicks
+		st.PID, st.StartTicks = pid, ps.StartTicks
 	}
 	return st
 }
 
 // Inspect reports one replica.
 func (d *Driver) Inspect(ctx context.Context, id string) (vm.Instance, error) {
-	st, err := d.load(id)
-	if err != nil {
-		return vm.Instance{}, err
-	}
-	return d.instance(st), nil
+	return d.rd.Inspect(id, d.instance)
 }
 
 // List reports every replica under Dir, including those a previous berth
 // started.
 func (d *Driver) List(ctx context.Context) ([]vm.Instance, error) {
-	sts, err := d.states()
-	if err != nil {
-		return nil, err
-	}
-	insts := make([]vm.Instance, 0, len(sts))
-	for _, st := range sts {
-		insts = append(insts, d.instance(st))
-	}
-	return insts, nil
+	return d.rd.List(d.instance)
 }
-
-// exitRecord is the agent's exit file.
-type exitRecord struct {
-	ExitCode int    `json:"exit_code"`
-	Reason   string `json:"reason"`
-}
-
-// tailLines is how many output lines a Reason ends with.
-const tailLines = 5
 
 // instance derives a replica's state from its files and processes.
 func (d *Driver) instance(st state) vm.Instance {
@@ -926,27 +726,14 @@ func (d *Driver) instance(st state) vm.Instance {
 		StartedAt:  st.StartedAt,
 		PID:        st.PID,
 	}
-	d.mu.Lock()
-	starting := d.starting[st.ID]
-	d.mu.Unlock()
+	starting := d.rd.Starting(st.ID)
 	st = d.adopt(st)
 	// Liveness first: the agent writes the exit file before it exits, so
 	// a dead agent without an exit file read afterwards never had one.
-	alive := st.PID != 0 && isAlive(st.PID, st.StartTicks)
+	alive := st.PID != 0 && proc.Alive(st.PID, st.StartTicks)
 	dir := d.path(st.ID)
-	if b, err := os.ReadFile(filepath.Join(dir, exitFile)); err == nil {
-		var ex exitRecord
-		if err := json.Unmarshal(b, &ex); err == nil {
-			inst.State = vm.StateExited
-			inst.ExitCode = &ex.ExitCode
-			inst.Reason = withTail(ex.Reason, d.tail(dir))
-			return inst
-		}
-		if !alive {
-			inst.State = vm.StateFailed
-			inst.Reason = withTail("the agent left an unreadable "+exitFile, d.tail(dir))
-			return inst
-		}
+	if replicadir.AgentExit(&inst, filepath.Join(dir, exitFile), filepath.Join(dir, logFile), alive) {
+		return inst
 	}
 	switch {
 	case alive && st.Suspended:
@@ -962,51 +749,28 @@ func (d *Driver) instance(st state) vm.Instance {
 		inst.State = vm.StateFailed
 		reason := "the agent ended without recording an exit"
 		if b, err := os.ReadFile(filepath.Join(dir, errFile)); err == nil && len(b) > 0 {
-			reason += ": " + lastLines(string(b), tailLines)
+			reason += ": " + replicadir.LastLines(string(b), replicadir.TailLines)
 		}
-		inst.Reason = withTail(reason, d.tail(dir))
+		inst.Reason = replicadir.WithTail(reason, d.tail(dir))
 	}
 	return inst
 }
 
 // tail returns the last few stdout/stderr lines of a replica.
 func (d *Driver) tail(dir string) []string {
-	return console.AppTail(filepath.Join(dir, logFile), tailLines)
-}
-
-func withTail(reason string, tail []string) string {
-	if len(tail) == 0 {
-		return reason
-	}
-	return reason + "; last output:\n" + strings.Join(tail, "\n")
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
+	return console.AppTail(filepath.Join(dir, logFile), replicadir.TailLines)
 }
 
 // Stop asks the replica to end (SIGTERM, which the agent forwards to the
 // app), waits up to grace, kills whatever remains, and removes the replica's
 // directory and cgroup. Stopping an ended replica just cleans up.
 func (d *Driver) Stop(ctx context.Context, id string, grace time.Duration) error {
-	st, err := d.load(id)
+	st, err := d.rd.Load(id)
 	if err != nil {
 		return err
 	}
 	st = d.adopt(st)
-	if st.PID != 0 && isAlive(st.PID, st.StartTicks) {
-		syscall.Kill(st.PID, syscall.SIGTERM)
-		if st.Suspended {
-			// A stopped process only acts on SIGTERM once continued.
-			d.thaw(st)
-		}
-		waitFor(ctx, grace, func() bool { return !isAlive(st.PID, st.StartTicks) })
-	}
-	if err := d.kill(ctx, st); err != nil {
+	if _, err := proc.End(ctx, grace, d.ending(st)); err != nil {
 		return fmt.Errorf("process: stop %s: %w", id, err)
 	}
 	if st.Cgroup != "" {
@@ -1016,58 +780,38 @@ func (d *Driver) Stop(ctx context.Context, id string, grace time.Duration) error
 	if err := os.RemoveAll(d.path(id)); err != nil {
 		return fmt.Errorf("process: stop %s: %w", id, err)
 	}
-	d.mu.Lock()
-	delete(d.cpu, id)
-	d.mu.Unlock()
+	d.cpu.Forget(id)
 	return nil
 }
 
-// killPatience bounds how long Stop waits for SIGKILLed processes to vanish.
-const killPatience = 10 * time.Second
-
-// kill SIGKILLs the agent and every process of the replica until none is
-// left.
-func (d *Driver) kill(ctx context.Context, st state) error {
-	gone := func() bool {
-		left := false
-		if st.PID != 0 && isAlive(st.PID, st.StartTicks) {
-			syscall.Kill(st.PID, syscall.SIGKILL)
-			left = true
-		}
-		if st.Cgroup != "" {
-			os.WriteFile(filepath.Join(st.Cgroup, "cgroup.kill"), []byte("1"), 0)
-		}
-		for _, pid := range d.members(st) {
-			syscall.Kill(pid, syscall.SIGKILL)
-			left = true
-		}
-		return !left
+// ending is how Stop ends a replica: SIGTERM to the agent (which forwards
+// it to the app) after a suspended replica is thawed, and SIGKILL to the
+// agent and every process of the replica, until none is left.
+func (d *Driver) ending(st state) proc.Ending {
+	agentAlive := func() bool { return st.PID != 0 && proc.Alive(st.PID, st.StartTicks) }
+	e := proc.Ending{
+		What: "processes of the replica",
+		Gone: func() bool { return !agentAlive() && len(d.members(st)) == 0 },
+		Polite: func() error {
+			if !agentAlive() {
+				return errors.New("the agent is gone")
+			}
+			return syscall.Kill(st.PID, syscall.SIGTERM)
+		},
+		Kill: func() {
+			if agentAlive() {
+				syscall.Kill(st.PID, syscall.SIGKILL)
+			}
+			if st.Cgroup != "" {
+				os.WriteFile(filepath.Join(st.Cgroup, "cgroup.kill"), []byte("1"), 0)
+			}
+			for _, pid := range d.members(st) {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		},
 	}
-	if !waitFor(ctx, killPatience, gone) {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		return errors.New("processes of the replica survive SIGKILL")
+	if st.Suspended {
+		e.Thaw = func() { d.thaw(st) }
 	}
-	return nil
-}
-
-// waitFor polls cond until it holds, d passes or ctx ends, and reports
-// whether cond held.
-func waitFor(ctx context.Context, d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	wait := time.Millisecond
-	for {
-		if cond() {
-			return true
-		}
-		if !time.Now().Before(deadline) || ctx.Err() != nil {
-			return false
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, 50*time.Millisecond)
-	}
+	return e
 }

@@ -6,9 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -19,6 +22,8 @@ import (
 
 	"github.com/berth-dev/berth/internal/agent"
 	"github.com/berth-dev/berth/internal/vm"
+	"github.com/berth-dev/berth/internal/vm/proc"
+	"github.com/berth-dev/berth/internal/vm/replicadir"
 	"github.com/berth-dev/berth/internal/vm/vmtest"
 )
 
@@ -32,6 +37,8 @@ func TestMain(m *testing.M) {
 		os.Exit(serveApp(false))
 	case "envapp":
 		os.Exit(serveApp(true))
+	case "termapp":
+		os.Exit(termApp())
 	case "berth":
 		os.Exit(startAndDie())
 	}
@@ -131,12 +138,12 @@ func testCgroupParent() string {
 // line: every agent does (its --listen, --log and --exit-file).
 func checkNoProcesses(t *testing.T, dir string) {
 	t.Helper()
-	for _, pid := range pids() {
+	for _, pid := range proc.Pids() {
 		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
 		if err != nil || !bytes.Contains(b, []byte(dir+"/")) {
 			continue
 		}
-		if ps, err := readStat(pid); err == nil && !ps.dead() {
+		if ps, err := proc.ReadStat(pid); err == nil && !ps.Dead() {
 			t.Errorf("process %d outlived its replica: %q", pid, bytes.ReplaceAll(b, []byte{0}, []byte{' '}))
 		}
 	}
@@ -245,12 +252,12 @@ func waitGone(t *testing.T, pid int) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		ps, err := readStat(pid)
-		if err != nil || ps.dead() && !threadsLeft(pid) {
+		ps, err := proc.ReadStat(pid)
+		if err != nil || !proc.Alive(pid, ps.StartTicks) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("process %d still runs (state %c)", pid, ps.state)
+			t.Fatalf("process %d still runs (state %c)", pid, ps.State)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -427,12 +434,12 @@ func TestInterruptedStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	inst := waitServing(t, d, id)
-	st, err := d.load(id)
+	st, err := d.rd.Load(id)
 	if err != nil {
 		t.Fatal(err)
 	}
 	st.PID, st.StartTicks = 0, 0
-	if err := writeState(filepath.Join(dir, id), st); err != nil {
+	if err := replicadir.WriteState(filepath.Join(dir, id), st); err != nil {
 		t.Fatal(err)
 	}
 	d2 := newDriver(t, dir, mustIsolate)
@@ -569,5 +576,128 @@ func TestCgroupMembership(t *testing.T) {
 	}
 	if _, err := os.Stat(cg); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the replica's cgroup survives Stop: %v", err)
+	}
+}
+
+// unsupportedSuspend is the process driver with an ability it declares
+// broken: Suspend says it is not supported.
+type unsupportedSuspend struct{ *Driver }
+
+func (unsupportedSuspend) Suspend(context.Context, string) error { return errors.ErrUnsupported }
+
+// lostSuspend declares every ability of the process driver but has lost
+// Suspend and Resume (only the vm.Driver methods and the rest are kept).
+type lostSuspend struct {
+	vm.Driver
+	vm.LogReader
+	vm.LogFollower
+	vm.AgentDialer
+	vm.UsageReader
+	vm.Leaser
+	vm.Waiter
+	vm.Checker
+	vm.Abilities
+}
+
+// TestBrokenDriverChild runs the conformance suite on a driver that lost
+// an ability it declares; TestSuiteFailsOnLostAbility runs it in a child
+// process and checks that it fails.
+func TestBrokenDriverChild(t *testing.T) {
+	mode := os.Getenv("BERTH_TEST_BROKEN")
+	if mode == "" {
+		t.Skip("run by TestSuiteFailsOnLostAbility")
+	}
+	vmtest.RunDriverTests(t, func(t *testing.T) vm.Driver {
+		d := newDriver(t, shortTempDir(t), mustIsolate)
+		if mode == "unsupported" {
+			return unsupportedSuspend{d}
+		}
+		return lostSuspend{d, d, d, d, d, d, d, d, d}
+	}, vmtest.Options{App: appCommand(t, "app"), LeaseCheck: leaseCheck})
+}
+
+// TestSuiteFailsOnLostAbility: a driver that declares Suspend fails the
+// conformance suite, not skips it, when Suspend returns ErrUnsupported or
+// the method is gone.
+func TestSuiteFailsOnLostAbility(t *testing.T) {
+	for _, tc := range []struct{ mode, fails string }{
+		{"unsupported", "--- FAIL: TestBrokenDriverChild/Suspend "},
+		{"lost", "--- FAIL: TestBrokenDriverChild/Abilities "},
+		{"lost", "--- FAIL: TestBrokenDriverChild/Suspend "},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			cmd := exec.Command(os.Args[0], "-test.run=^TestBrokenDriverChild$/^(Abilities|Suspend)$", "-test.v")
+			cmd.Env = append(os.Environ(), "BERTH_TEST_BROKEN="+tc.mode)
+			out, err := cmd.CombinedOutput()
+			if err == nil {
+				t.Fatalf("the suite passed a driver whose Suspend is %s:\n%s", tc.mode, out)
+			}
+			if !bytes.Contains(out, []byte(tc.fails)) {
+				t.Fatalf("the suite did not report %q:\n%s", tc.fails, out)
+			}
+			if bytes.Contains(out, []byte("--- SKIP: TestBrokenDriverChild/Suspend")) {
+				t.Fatalf("the suite skipped Suspend:\n%s", out)
+			}
+		})
+	}
+}
+
+// termApp serves like the app role and, on SIGTERM, tells $TERM_ADDR
+// "term" and exits 0: it shows that the app was asked to end and could act
+// on it.
+func termApp() int {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM)
+	go http.ListenAndServe("127.0.0.1:"+os.Getenv("PORT"), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, "ok")
+	}))
+	<-sigs
+	c, err := net.Dial("tcp", os.Getenv("TERM_ADDR"))
+	if err != nil {
+		return 1
+	}
+	c.Write([]byte("term"))
+	c.Close()
+	return 0
+}
+
+// TestStopSuspendedAsksFirst: stopping a suspended replica thaws it before
+// SIGTERM (the one stop order, proc.End), so the frozen app gets to handle
+// SIGTERM instead of being killed while it cannot run.
+func TestStopSuspendedAsksFirst(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	got := make(chan string, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		b, _ := io.ReadAll(c)
+		c.Close()
+		got <- string(b)
+	}()
+	d := newDriver(t, shortTempDir(t), mustIsolate)
+	id := vm.Name("termapp", 1)
+	if _, err := d.Start(t.Context(), vm.Spec{Name: id, Command: appCommand(t, "termapp"), Env: map[string]string{"TERM_ADDR": l.Addr().String()}}); err != nil {
+		t.Fatal(err)
+	}
+	waitServing(t, d, id)
+	if err := d.Suspend(t.Context(), id); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Stop(t.Context(), id, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case s := <-got:
+		if s != "term" {
+			t.Fatalf("the app said %q, want term", s)
+		}
+	case <-time.After(30 * time.Second): // a hang guard
+		t.Fatal("the suspended app never handled SIGTERM")
 	}
 }

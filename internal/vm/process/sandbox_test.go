@@ -16,6 +16,7 @@ import (
 
 	"github.com/berth-dev/berth/internal/agent"
 	"github.com/berth-dev/berth/internal/vm"
+	"github.com/berth-dev/berth/internal/vm/proc"
 	"github.com/berth-dev/berth/internal/vm/vmtest"
 )
 
@@ -150,7 +151,7 @@ func TestSandbox(t *testing.T) {
 
 	// A fork bomb stops at pids.max (threads count too: the agent's and
 	// the app's take some).
-	st, err := d.load(id)
+	st, err := d.rd.Load(id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,11 +197,9 @@ func TestSandboxFromSpare(t *testing.T) {
 		id := vm.Name(fmt.Sprintf("spr%d", i), uint64(i))
 		if i == 1 {
 			vmtest.WaitProcessSpares(t, o.Dir, DefaultSpares)
-			d.spareMu.Lock()
-			if len(d.spares) > 0 {
-				sparePID = d.spares[0].pid
+			if ready := d.pool.Ready(struct{}{}); len(ready) > 0 {
+				sparePID = ready[0].pid
 			}
-			d.spareMu.Unlock()
 		}
 		if _, err := d.Start(t.Context(), vm.Spec{Name: id, Command: appCommand(t, "app")}); err != nil {
 			t.Fatal(err)
@@ -219,7 +218,7 @@ func TestSandboxFromSpare(t *testing.T) {
 	if out, _ := sandboxExec(t, d, id, "id -u; ls /proc | grep -c '^[0-9]'"); strings.HasPrefix(out, "0\n") {
 		t.Errorf("an exec in the spare's replica runs as root: %q", out)
 	}
-	st, err := d.load(id)
+	st, err := d.rd.Load(id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +245,7 @@ func hostPIDOf(t *testing.T, agentPID int, nsPID string) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, pid := range pids() {
+	for _, pid := range proc.Pids() {
 		if l, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid)); err != nil || l != ns {
 			continue
 		}

@@ -18,6 +18,8 @@ import (
 
 	"github.com/berth-dev/berth/internal/agent"
 	"github.com/berth-dev/berth/internal/vm"
+	"github.com/berth-dev/berth/internal/vm/proc"
+	"github.com/berth-dev/berth/internal/vm/replicadir"
 )
 
 // Spare agents: the design is in the package documentation.
@@ -37,10 +39,6 @@ const spareReady = 30 * time.Second
 
 // assignTimeout bounds the assignment request.
 const assignTimeout = 10 * time.Second
-
-// maxSpareFailures is how many spare starts in a row may fail before the
-// driver stops trying (an agent binary without --spare, say).
-const maxSpareFailures = 3
 
 // sparePrefix starts the directory names of spares.
 const sparePrefix = ".spare-"
@@ -66,25 +64,15 @@ type spareState struct {
 
 // takeSpare returns a ready, live spare, or nil.
 func (d *Driver) takeSpare() *spare {
-	d.spareMu.Lock()
-	defer d.spareMu.Unlock()
-	for len(d.spares) > 0 {
-		sp := d.spares[0]
-		d.spares = d.spares[1:]
+	sp, _ := d.pool.Take(context.Background(), struct{}{}, 0, func(sp *spare) bool {
 		select {
 		case <-sp.done:
+			return false
 		default:
-			if isAlive(sp.pid, sp.ticks) {
-				return sp
-			}
+			return proc.Alive(sp.pid, sp.ticks)
 		}
-		d.fillWG.Add(1) // Close waits for it like for a start
-		go func() {
-			defer d.fillWG.Done()
-			d.dropSpare(sp)
-		}()
-	}
-	return nil
+	})
+	return sp
 }
 
 // refillWait bounds how long refillAfter waits for the app of the replica
@@ -129,39 +117,7 @@ func listening(port int) bool {
 
 // refill starts spares in the background until Spares are ready or
 // starting.
-func (d *Driver) refill() {
-	d.spareMu.Lock()
-	defer d.spareMu.Unlock()
-	for !d.sparesClosed && d.spareFailures < maxSpareFailures && len(d.spares)+d.filling < d.spareN {
-		d.filling++
-		d.fillWG.Add(1)
-		go func() {
-			defer d.fillWG.Done()
-			sp, err := d.startSpare()
-			d.spareMu.Lock()
-			d.filling--
-			if err != nil {
-				d.spareFailures++
-				if d.spareFailures == maxSpareFailures {
-					d.log.Warn("process: no more spare agents: starting them keeps failing; replicas start cold", "err", err)
-				}
-			} else {
-				d.spareFailures = 0
-				if !d.sparesClosed {
-					d.spares = append(d.spares, sp)
-					sp = nil
-				}
-			}
-			d.spareMu.Unlock()
-			if err != nil {
-				d.log.Debug("process: could not start a spare agent", "err", err)
-			}
-			if sp != nil {
-				d.dropSpare(sp) // closed meanwhile
-			}
-		}()
-	}
-}
+func (d *Driver) refill() { d.pool.Fill(struct{}{}, nil, d.startSpare) }
 
 // startSpare starts a spare agent and waits until it listens.
 func (d *Driver) startSpare() (*spare, error) {
@@ -241,11 +197,11 @@ func (d *Driver) spawnSpare(name, dir string) (*spare, error) {
 		d.dropSpare(sp)
 		return nil, err
 	}
-	ps, err := readStat(sp.pid)
+	ps, err := proc.ReadStat(sp.pid)
 	if err != nil {
 		return fail(fmt.Errorf("the spare agent ended at once: %w", err))
 	}
-	sp.ticks = ps.startTicks
+	sp.ticks = ps.StartTicks
 	b, _ := json.Marshal(spareState{Spare: name, PID: sp.pid, StartTicks: sp.ticks})
 	if err := os.WriteFile(filepath.Join(dir, stateFile), b, 0o600); err != nil {
 		return fail(err)
@@ -256,7 +212,7 @@ func (d *Driver) spawnSpare(name, dir string) (*spare, error) {
 	if err != nil || string(buf[:n]) != "ready\n" {
 		reason := "did not report ready"
 		if b, rerr := os.ReadFile(filepath.Join(dir, errFile)); rerr == nil && len(b) > 0 {
-			reason += ": " + lastLines(string(b), tailLines)
+			reason += ": " + replicadir.LastLines(string(b), replicadir.TailLines)
 		}
 		return fail(fmt.Errorf("the spare agent %s", reason))
 	}
@@ -304,7 +260,7 @@ func (d *Driver) dropSpare(sp *spare) {
 	syscall.Kill(sp.pid, syscall.SIGKILL)
 	select {
 	case <-sp.done:
-	case <-time.After(killPatience):
+	case <-time.After(proc.KillPatience):
 		d.log.Warn("process: a spare agent survives SIGKILL", "pid", sp.pid)
 	}
 	removeCgroups(sp.cgroups)
@@ -324,7 +280,7 @@ func (d *Driver) assign(sp *spare, spec vm.Spec, st state, workDir string, size 
 		syscall.Kill(sp.pid, syscall.SIGKILL)
 		select {
 		case <-sp.done:
-		case <-time.After(killPatience):
+		case <-time.After(proc.KillPatience):
 		}
 		if st.Cgroup != "" {
 			removeCgroup(st.Cgroup)
@@ -378,11 +334,11 @@ func (d *Driver) assign(sp *spare, spec vm.Spec, st state, workDir string, size 
 		}
 	}
 	st.StartedAt = time.Now().UTC()
-	if err := writeState(sdir, st); err != nil {
+	if err := replicadir.WriteState(sdir, st); err != nil {
 		return fail(err)
 	}
 	if spec.TTL > 0 {
-		if err := writeLease(sdir, st.StartedAt.Add(spec.TTL)); err != nil {
+		if err := replicadir.WriteLease(sdir, st.StartedAt.Add(spec.TTL), 0o600); err != nil {
 			return fail(err)
 		}
 	}
@@ -425,13 +381,13 @@ func (d *Driver) cleanSpares() {
 		if b, err := os.ReadFile(filepath.Join(dir, stateFile)); err != nil || json.Unmarshal(b, &ss) != nil || ss.PID == 0 {
 			// Killed before it recorded the spare's pid.
 			if p, ps, ok := findByArg("unix:" + filepath.Join(dir, sockFile)); ok {
-				ss.PID, ss.StartTicks = p, ps.startTicks
+				ss.PID, ss.StartTicks = p, ps.StartTicks
 			}
 		}
 		pid, ticks := ss.PID, ss.StartTicks
-		if pid != 0 && isAlive(pid, ticks) {
+		if pid != 0 && proc.Alive(pid, ticks) {
 			syscall.Kill(pid, syscall.SIGKILL)
-			if !waitFor(context.Background(), killPatience, func() bool { return !isAlive(pid, ticks) }) {
+			if !proc.WaitFor(context.Background(), proc.KillPatience, func() bool { return !proc.Alive(pid, ticks) }) {
 				d.log.Warn("process: a stale spare agent survives SIGKILL", "pid", pid)
 			}
 		}
@@ -450,15 +406,7 @@ func (d *Driver) cleanSpares() {
 // not touched: they outlive the driver as they outlive berth. Other
 // methods keep working, starting replicas cold.
 func (d *Driver) Close() error {
-	d.spareMu.Lock()
-	d.sparesClosed = true
-	spares := d.spares
-	d.spares = nil
-	d.spareMu.Unlock()
-	d.fillWG.Wait()
-	for _, sp := range spares {
-		d.dropSpare(sp)
-	}
+	d.pool.Close()
 	return nil
 }
 

@@ -24,12 +24,10 @@ func readySpares(t *testing.T, d *Driver, n int) []int {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		d.spareMu.Lock()
 		var pids []int
-		for _, sp := range d.spares {
+		for _, sp := range d.pool.Ready(struct{}{}) {
 			pids = append(pids, sp.pid)
 		}
-		d.spareMu.Unlock()
 		if len(pids) == n {
 			return pids
 		}

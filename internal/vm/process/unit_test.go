@@ -14,35 +14,10 @@ import (
 
 	"github.com/berth-dev/berth/internal/vm"
 	"github.com/berth-dev/berth/internal/vm/console"
+	"github.com/berth-dev/berth/internal/vm/proc"
+	"github.com/berth-dev/berth/internal/vm/replicadir"
 	"github.com/google/go-cmp/cmp"
 )
-
-func TestParseStat(t *testing.T) {
-	// Fields 4 on: ppid pgrp session tty tpgid flags minflt cminflt majflt
-	// cmajflt utime stime cutime cstime priority nice threads itrealvalue
-	// starttime vsize.
-	tail := " 1 1234 1234 0 -1 4194304 100 0 0 0 30 12 0 0 20 0 1 0 4242 1000"
-	tests := []struct {
-		name string
-		in   string
-		want procStat
-		ok   bool
-	}{
-		{"plain", "123 (sh) S" + tail, procStat{state: 'S', session: 1234, cpuTicks: 42, startTicks: 4242}, true},
-		{"spaces and parens in comm", "123 (a) b (c) Z" + tail, procStat{state: 'Z', session: 1234, cpuTicks: 42, startTicks: 4242}, true},
-		{"no comm", "123 sh S" + tail, procStat{}, false},
-		{"short", "123 (sh) S 1 2 3", procStat{}, false},
-		{"empty", "", procStat{}, false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, ok := parseStat([]byte(tt.in))
-			if ok != tt.ok || got != tt.want {
-				t.Errorf("parseStat = %+v, %v; want %+v, %v", got, ok, tt.want, tt.ok)
-			}
-		})
-	}
-}
 
 func TestLimits(t *testing.T) {
 	tests := []struct {
@@ -187,7 +162,7 @@ func (b *syncBuffer) String() string {
 // so the driver sees it running while the test writes its log.
 func fakeReplica(t *testing.T, d *Driver, id string) string {
 	t.Helper()
-	ps, err := readStat(os.Getpid())
+	ps, err := proc.ReadStat(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,8 +171,8 @@ func fakeReplica(t *testing.T, d *Driver, id string) string {
 		t.Fatal(err)
 	}
 	owner, _ := vm.Owner(id)
-	st := state{ID: id, Deployment: owner, Port: 1, PID: os.Getpid(), StartTicks: ps.startTicks, StartedAt: time.Now()}
-	if err := writeState(dir, st); err != nil {
+	st := state{ID: id, Deployment: owner, Port: 1, PID: os.Getpid(), StartTicks: ps.StartTicks, StartedAt: time.Now()}
+	if err := replicadir.WriteState(dir, st); err != nil {
 		t.Fatal(err)
 	}
 	return dir

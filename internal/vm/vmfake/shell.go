@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/berth-dev/berth/internal/vm"
 	"mvdan.cc/sh/v3/expand"
 	"mvdan.cc/sh/v3/interp"
 	"mvdan.cc/sh/v3/syntax"
@@ -30,14 +30,7 @@ func (r *replica) shell(ctx context.Context, port int) (int, error) {
 	defer stdout.flush()
 	defer stderr.flush()
 
-	// PORT last, over one in Spec.Env: berth routes to it.
-	env := []string{"HOME=/", "PATH=/bin"}
-	for _, k := range slices.Sorted(maps.Keys(r.spec.Env)) {
-		if k != "PORT" {
-			env = append(env, k+"="+r.spec.Env[k])
-		}
-	}
-	env = append(env, "PORT="+strconv.Itoa(port))
+	env := vm.AppEnv([]string{"HOME=/", "PATH=/bin"}, r.spec.Env, port)
 	sh, err := interp.New(
 		interp.Env(expand.ListEnviron(env...)),
 		interp.StdIO(nil, stdout, stderr),

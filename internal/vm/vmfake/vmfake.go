@@ -69,22 +69,33 @@ type Options struct {
 	BeforeStop func(ctx context.Context, id string)
 }
 
-// Driver is the in-memory driver. It is a vm.Driver, vm.Suspender,
-// vm.LogReader, vm.LogFollower, vm.UsageReader and vm.Leaser; it is not a
-// vm.AgentDialer (it runs no in-sandbox agent).
+// Driver is the in-memory driver. It declares (vm.Abilities) and is a
+// vm.Suspender, vm.LogReader, vm.LogFollower, vm.UsageReader, vm.Leaser,
+// vm.Waiter and vm.Checker; it is not a vm.AgentDialer (it runs no
+// in-sandbox agent).
 type Driver struct {
 	o Options
 	h *host
 }
 
+// Compile-time checks of the abilities the driver declares.
 var (
 	_ vm.Driver      = (*Driver)(nil)
+	_ vm.Abilities   = (*Driver)(nil)
 	_ vm.Suspender   = (*Driver)(nil)
 	_ vm.LogReader   = (*Driver)(nil)
 	_ vm.LogFollower = (*Driver)(nil)
 	_ vm.Leaser      = (*Driver)(nil)
 	_ vm.UsageReader = (*Driver)(nil)
+	_ vm.Waiter      = (*Driver)(nil)
+	_ vm.Checker     = (*Driver)(nil)
 )
+
+// Abilities lists what the driver offers; the conformance suite checks
+// each one.
+func (d *Driver) Abilities() []vm.Ability {
+	return []vm.Ability{vm.CanSuspend, vm.CanLease, vm.CanLogs, vm.CanFollowLogs, vm.CanUsage, vm.CanWait, vm.CanCheck}
+}
 
 // host is the state drivers over the same "host" share (see Reopen).
 type host struct {
@@ -143,40 +154,42 @@ func (d *Driver) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
 		files: map[string][]byte{}, changed: make(chan struct{}),
 	}
 
+	// Every field is set before the replica is published in reps.
+	port := spec.Port
+	var l net.Listener
+	if d.o.Addr != "" {
+		r.addr = d.o.Addr
+	} else {
+		var err error
+		if l, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			cancel()
+			return vm.Instance{}, fmt.Errorf("vmfake: %w", err)
+		}
+		r.addr = l.Addr().String()
+		r.srv = &http.Server{Handler: r}
+		if port == 0 {
+			port = l.Addr().(*net.TCPAddr).Port
+		}
+	}
+
 	d.h.mu.Lock()
 	_, dup := d.h.reps[spec.Name]
 	_, lost := d.h.lost[spec.Name]
 	if dup || lost {
 		d.h.mu.Unlock()
 		cancel()
+		if l != nil {
+			l.Close()
+		}
 		return vm.Instance{}, fmt.Errorf("vmfake: replica %s already exists", spec.Name)
 	}
 	d.h.reps[spec.Name] = r
-	d.h.mu.Unlock()
-
-	port := spec.Port
-	if d.o.Addr != "" {
-		r.addr = d.o.Addr
-	} else {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			d.h.mu.Lock()
-			delete(d.h.reps, spec.Name)
-			d.h.mu.Unlock()
-			cancel()
-			return vm.Instance{}, fmt.Errorf("vmfake: %w", err)
-		}
-		r.addr = l.Addr().String()
-		r.srv = &http.Server{Handler: r}
-		go r.srv.Serve(l)
-		if port == 0 {
-			port = l.Addr().(*net.TCPAddr).Port
-		}
-	}
 	if spec.TTL > 0 {
-		d.h.mu.Lock()
 		r.renewLocked(time.Now().Add(spec.TTL))
-		d.h.mu.Unlock()
+	}
+	d.h.mu.Unlock()
+	if l != nil {
+		go r.srv.Serve(l)
 	}
 	go r.run(rctx, port)
 

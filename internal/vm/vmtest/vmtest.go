@@ -2,8 +2,11 @@
 // driver's own test calls RunDriverTests with a constructor and commands that
 // run inside its sandboxes; the suite then checks the contract of package vm
 // the same way for all of them, including the optional abilities the driver
-// implements (Suspender, LogReader, LogFollower, AgentDialer, UsageReader,
-// Leaser).
+// declares (vm.Abilities: Suspender, LogReader, LogFollower, AgentDialer,
+// UsageReader, Leaser, Waiter, Checker). A driver must declare its
+// abilities; the suite fails, rather than skips, when a declared ability
+// is missing or does not work, and when the driver implements one it does
+// not declare.
 //
 // The suite only waits on conditions with bounded polling loops (a hang guard,
 // never a timing assertion), so slow hosts make it slower, not flaky.
@@ -110,6 +113,7 @@ func RunDriverTests(t *testing.T, newDriver func(t *testing.T) vm.Driver, o Opti
 		name string
 		run  func(t *testing.T)
 	}{
+		{"Abilities", s.testAbilities},
 		{"Lifecycle", s.testLifecycle},
 		{"Unknown", s.testUnknown},
 		{"BadName", s.testBadName},
@@ -123,6 +127,8 @@ func RunDriverTests(t *testing.T, newDriver func(t *testing.T) vm.Driver, o Opti
 		{"Agent", s.testAgent},
 		{"Usage", s.testUsage},
 		{"Lease", s.testLease},
+		{"Wait", s.testWait},
+		{"Check", s.testCheck},
 		{"Reopen", s.testReopen},
 	}
 	for _, tt := range tests {
@@ -130,6 +136,54 @@ func RunDriverTests(t *testing.T, newDriver func(t *testing.T) vm.Driver, o Opti
 			t.Parallel()
 			tt.run(t)
 		})
+	}
+}
+
+// declared returns the abilities d declares, failing the test when it
+// declares none.
+func declared(t *testing.T, d vm.Driver) []vm.Ability {
+	t.Helper()
+	ab, ok := d.(vm.Abilities)
+	if !ok {
+		t.Fatalf("the driver (%T) does not declare its abilities (vm.Abilities)", d)
+	}
+	return ab.Abilities()
+}
+
+// ability returns d as I, the interface of ability a. It skips the test
+// when d does not declare a, and fails it when d declares a but is no I: a
+// driver that loses an ability it declares fails the suite.
+func ability[I any](t *testing.T, d vm.Driver, a vm.Ability) I {
+	t.Helper()
+	if !slices.Contains(declared(t, d), a) {
+		t.Skipf("the driver does not declare vm.%s", a)
+	}
+	i, ok := d.(I)
+	if !ok {
+		t.Fatalf("the driver declares vm.%s but (%T) does not implement it", a, d)
+	}
+	return i
+}
+
+// testAbilities checks the declaration against the interfaces: each
+// declared ability is implemented, and each implemented one is declared
+// (else the suite would not check it).
+func (s *suite) testAbilities(t *testing.T) {
+	d := s.newDriver(t)
+	decl := declared(t, d)
+	for _, a := range decl {
+		if !slices.Contains(vm.AllAbilities, a) {
+			t.Errorf("the driver declares an unknown ability %q", a)
+		}
+	}
+	for _, a := range vm.AllAbilities {
+		has, says := vm.Implements(d, a), slices.Contains(decl, a)
+		switch {
+		case says && !has:
+			t.Errorf("the driver declares vm.%s but (%T) does not implement it", a, d)
+		case has && !says:
+			t.Errorf("the driver implements vm.%s but does not declare it (so the suite would not check it)", a)
+		}
 	}
 }
 
@@ -543,10 +597,7 @@ func (s *suite) testReplicas(t *testing.T) {
 
 func (s *suite) testSuspend(t *testing.T) {
 	d := s.newDriver(t)
-	sd, ok := d.(vm.Suspender)
-	if !ok {
-		t.Skip("driver is not a vm.Suspender")
-	}
+	sd := ability[vm.Suspender](t, d, vm.CanSuspend)
 	var spec vm.Spec
 	if s.o.EnvApp != "" {
 		spec = s.envSpec(t, "vmtest-suspend")
@@ -615,10 +666,7 @@ func (s *suite) testSuspend(t *testing.T) {
 
 func (s *suite) testLogs(t *testing.T) {
 	d := s.newDriver(t)
-	lr, ok := d.(vm.LogReader)
-	if !ok {
-		t.Skip("driver is not a vm.LogReader")
-	}
+	lr := ability[vm.LogReader](t, d, vm.CanLogs)
 	const first, second = "vmtest: first log line", "vmtest: second log line"
 	spec := s.spec("vmtest-logs", "echo '"+first+"'; echo '"+second+"' >&2; "+s.o.App)
 	s.start(t, d, spec)
@@ -684,10 +732,7 @@ func (w *lineWatcher) Write(p []byte) (int, error) {
 
 func (s *suite) testFollowLogs(t *testing.T) {
 	d := s.newDriver(t)
-	lf, ok := d.(vm.LogFollower)
-	if !ok {
-		t.Skip("driver is not a vm.LogFollower")
-	}
+	lf := ability[vm.LogFollower](t, d, vm.CanFollowLogs)
 	// A background loop keeps writing after the app serves, so lines keep
 	// arriving after FollowLogs begins, wherever it starts reading.
 	cmd := "(i=0; while [ $i -lt 1200 ]; do echo vmtest-tick-$i; i=$((i+1)); sleep 0.05; done) & " + s.o.App
@@ -716,10 +761,7 @@ func (s *suite) testFollowLogs(t *testing.T) {
 
 func (s *suite) testAgent(t *testing.T) {
 	d := s.newDriver(t)
-	ad, ok := d.(vm.AgentDialer)
-	if !ok {
-		t.Skip("driver is not a vm.AgentDialer")
-	}
+	ad := ability[vm.AgentDialer](t, d, vm.CanDialAgent)
 	spec := s.spec("vmtest-agent", s.o.App)
 	s.start(t, d, spec)
 	waitServing(t, d, spec.Name)
@@ -744,10 +786,7 @@ func (s *suite) testAgent(t *testing.T) {
 
 func (s *suite) testUsage(t *testing.T) {
 	d := s.newDriver(t)
-	ur, ok := d.(vm.UsageReader)
-	if !ok {
-		t.Skip("driver is not a vm.UsageReader")
-	}
+	ur := ability[vm.UsageReader](t, d, vm.CanUsage)
 	spec := s.spec("vmtest-usage", s.o.App)
 	s.start(t, d, spec)
 	waitServing(t, d, spec.Name)
@@ -815,10 +854,7 @@ func leaseTTL() time.Duration {
 // keeps serving across further checks.
 func (s *suite) testLease(t *testing.T) {
 	d := s.newDriver(t)
-	l, ok := d.(vm.Leaser)
-	if !ok {
-		t.Skip("driver is not a vm.Leaser")
-	}
+	l := ability[vm.Leaser](t, d, vm.CanLease)
 	if s.o.LeaseCheck <= 0 {
 		t.Fatal("vmtest: the driver is a vm.Leaser, so Options.LeaseCheck is required")
 	}
@@ -876,4 +912,73 @@ func (s *suite) testLease(t *testing.T) {
 		t.Fatalf("Renew into the past: %v", err)
 	}
 	eventually(t, kept.Name+" to end after its lease passed", func() (bool, string) { return expired(kept.Name) })
+}
+
+// testWait checks that Wait reports a replica's end: at once for an
+// unknown one, with the exit of one that crashes, with ctx's error for one
+// that keeps running, and with its disappearance (or end) when it is
+// stopped meanwhile.
+func (s *suite) testWait(t *testing.T) {
+	d := s.newDriver(t)
+	w := ability[vm.Waiter](t, d, vm.CanWait)
+	if _, err := w.Wait(t.Context(), name("vmtest-unknown")); !errors.Is(err, vm.ErrNotFound) {
+		t.Errorf("Wait of an unknown replica: error %v, want ErrNotFound", err)
+	}
+
+	crash := s.spec("vmtest-wait-crash", s.o.CrashApp)
+	s.start(t, d, crash)
+	ctx, cancel := context.WithTimeout(t.Context(), patience)
+	in, err := w.Wait(ctx, crash.Name)
+	cancel()
+	if err != nil {
+		t.Fatalf("Wait of a crashing replica: %v", err)
+	}
+	if !in.State.Terminal() || !strings.Contains(in.Reason, CrashLine) {
+		t.Errorf("Wait of a crashing replica = %s (exit %s), reason %q; want it ended, with %q in the reason", in.State, fmtCode(in.ExitCode), in.Reason, CrashLine)
+	}
+
+	run := s.spec("vmtest-wait-run", s.o.App)
+	s.start(t, d, run)
+	waitServing(t, d, run.Name)
+	ctx, cancel = context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		in, err := w.Wait(ctx, run.Name)
+		if err == nil {
+			err = fmt.Errorf("returned %s while the replica runs", in.State)
+		}
+		done <- err
+	}()
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("Wait of a running replica with its context cancelled: %v, want context.Canceled", err)
+	}
+
+	ctx, cancel = context.WithTimeout(t.Context(), patience)
+	defer cancel()
+	type result struct {
+		in  vm.Instance
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		in, err := w.Wait(ctx, run.Name)
+		got <- result{in, err}
+	}()
+	if err := d.Stop(t.Context(), run.Name, s.o.Grace); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	r := <-got
+	if !errors.Is(r.err, vm.ErrNotFound) && !(r.err == nil && r.in.State.Terminal()) {
+		t.Errorf("Wait of a replica stopped meanwhile = %s, %v; want its end or ErrNotFound", r.in.State, r.err)
+	}
+}
+
+// testCheck checks that a working driver says it is available.
+func (s *suite) testCheck(t *testing.T) {
+	d := s.newDriver(t)
+	c := ability[vm.Checker](t, d, vm.CanCheck)
+	if err := c.Check(t.Context()); err != nil {
+		t.Errorf("Check of a working driver: %v", err)
+	}
 }
