@@ -456,3 +456,28 @@ func TestDrain(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestLoadSkipsInvalid: a stored spec that no longer decodes or validates
+// is skipped at Load (and logged), never deleted; the others load.
+func TestLoadSkipsInvalid(t *testing.T) {
+	r := newRig(t)
+	ctx := t.Context()
+	if _, _, err := r.reg.Put(ctx, static("web", "web.example", "127.0.0.1:9"), PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for id, raw := range map[string]string{
+		"bad":      `{"id": "bad", "routes": [{"host": "bad host"}], "upstreams": ["127.0.0.1:9"]}`,
+		"mistyped": `{"id": "mistyped", "routes": "everywhere"}`,
+	} {
+		if _, err := r.st.PutDeployment(ctx, store.Deployment{ID: id, Spec: []byte(raw)}, true, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	again := r.open(t)
+	if _, ok := again.Get("web"); !ok || again.Len() != 1 {
+		t.Errorf("after Load: %d deployments, web present %v; want only web", again.Len(), ok)
+	}
+	if rows, _ := r.st.Deployments(ctx); len(rows) != 3 {
+		t.Errorf("store has %d deployments after Load, want the 3 it had", len(rows))
+	}
+}
