@@ -19,16 +19,20 @@
 //
 // Each replica gets its own loopback HTTP listener (Instance.Addr), which
 // answers while a serve command runs and drops connections otherwise; $PORT
-// is Spec.Port, or the listener's port when that is 0. Spec.Image,
-// DiskSizeGB, OpenPorts and Workspace are accepted and ignored; the
-// environment is Spec.Env with HOME, PATH and PORT, nothing of the host's. Inside
-// a testing/synctest bubble set Options.Addr instead: a goroutine waiting in
+// is Spec.Port, or the listener's port when that is 0. Inside a
+// testing/synctest bubble set Options.Addr instead: a goroutine waiting in
 // Accept is never durably blocked, so the fake then serves nothing and every
 // replica reports that address.
 //
-// Tests steer replicas with Exit, Crash, Lose and Find, and learn what the
-// pool did with Stopped and Starts; Options.BootDelay, BeforeStart and
-// BeforeStop make Start slow or failing and Stop slow.
+// The environment is Spec.Env with HOME, PATH and PORT (vm.AppEnv), nothing
+// of the host's. Spec.Image, DiskSizeGB, OpenPorts and Workspace are
+// accepted and ignored. Stop's grace is never waited out: the fake's
+// commands all end as soon as they are told to.
+//
+// Tests steer replicas with Exit, Crash, Lose, Find and SetUsage, and the
+// driver with SetUnavailable; they learn what a pool did with Stopped and
+// Starts. Options.BootDelay, BeforeStart
+// and BeforeStop make Start slow or failing and Stop slow.
 package vmfake
 
 import (
