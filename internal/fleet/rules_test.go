@@ -334,3 +334,51 @@ func TestLeasesRenewed(t *testing.T) {
 		}
 	})
 }
+
+// TestColdStart: a request held for a replica scaled from zero is released
+// once the replica is ready — after the driver's boot, not before — and
+// one whose cold_start_timeout_secs passes first gets ErrColdStartTimeout,
+// with the replica kept booting for the next.
+func TestColdStart(t *testing.T) {
+	addr := listening(t)
+	synctest.Test(t, func(t *testing.T) {
+		r := &rig{t: t, d: vmfake.New(vmfake.Options{Addr: addr, BootDelay: 15 * time.Second}), dp: newDataPlane()}
+		m := New(Options{Driver: r.d, Tick: time.Second, BootProbe: 100 * time.Millisecond, Log: slog.New(slog.DiscardHandler)})
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- m.Run(ctx) }()
+		t.Cleanup(func() {
+			m.Remove(context.Background(), "d")
+			cancel()
+			<-done
+			r.d.Close()
+		})
+		r.p = m.Ensure(Config{Deployment: "d", Driver: "process", Key: "k", HealthTCP: true, Backends: r.dp,
+			Policy: autoscale.Policy{Min: 0, Max: 1, Target: 1, ColdStartTimeout: 10 * time.Second, BootTimeout: time.Minute}})
+		synctest.Wait()
+		if st := r.p.Status(); len(st.Replicas) != 0 {
+			t.Fatalf("a pool at min 0 started %+v before any request", st.Replicas)
+		}
+
+		start := time.Now()
+		if err := r.p.Await(t.Context(), start, true); !errors.Is(err, ErrColdStartTimeout) {
+			t.Fatalf("a request held past cold_start_timeout_secs: %v, want ErrColdStartTimeout", err)
+		}
+		if waited := time.Since(start); waited != 10*time.Second {
+			t.Errorf("held for %s, want the cold-start timeout (10s)", waited)
+		}
+		if r.d.Starts() != 1 {
+			t.Errorf("%d Starts for a held request, want 1", r.d.Starts())
+		}
+
+		// The replica still boots; the next request is released when it is
+		// ready, at the end of the driver's 15s boot (and the next probe).
+		if err := r.p.Await(t.Context(), time.Now(), true); err != nil {
+			t.Fatalf("a request during the boot: %v", err)
+		}
+		if booted := time.Since(start); booted < 15*time.Second || booted > 16*time.Second {
+			t.Errorf("released %s after the first request, want once the 15s boot ended", booted)
+		}
+		r.only("ready")
+	})
+}

@@ -141,20 +141,12 @@ func (d *Driver) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
 	if _, ok := vm.Sizes[spec.SizeClass]; spec.SizeClass != "" && !ok {
 		return vm.Instance{}, fmt.Errorf("vmfake: unknown size class %q", spec.SizeClass)
 	}
-	if d.o.BootDelay > 0 {
-		t := time.NewTimer(d.o.BootDelay)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return vm.Instance{}, fmt.Errorf("vmfake: booting %s: %w", spec.Name, ctx.Err())
-		}
-	}
-	// The replica outlives Start's context, as a real sandbox does.
+	// The replica outlives Start's context, as a real sandbox does. It is
+	// listed, starting, from here on, as the drivers' claimed replicas are.
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	r := &replica{
 		h: d.h, spec: spec, startedAt: time.Now(), cancel: cancel,
-		done: make(chan struct{}), state: vm.StateRunning,
+		done: make(chan struct{}), state: vm.StateStarting,
 		files: map[string][]byte{}, changed: make(chan struct{}),
 	}
 
@@ -188,6 +180,16 @@ func (d *Driver) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
 		return vm.Instance{}, fmt.Errorf("vmfake: replica %s already exists", spec.Name)
 	}
 	d.h.reps[spec.Name] = r
+	d.h.mu.Unlock()
+
+	if err := r.boot(ctx, rctx, d.o.BootDelay); err != nil {
+		if l != nil {
+			l.Close()
+		}
+		return vm.Instance{}, err
+	}
+	d.h.mu.Lock()
+	r.state = vm.StateRunning
 	if spec.TTL > 0 {
 		r.renewLocked(time.Now().Add(spec.TTL))
 	}
@@ -599,6 +601,48 @@ func (r *replica) renewLocked(until time.Time) {
 			r.cancel()
 		}
 	})
+}
+
+// boot waits out the boot delay. When Start's context ends first, the
+// replica is forgotten and Start fails; when the replica is stopped, exited
+// or crashed meanwhile, it ends as told (still listed after Exit or Crash)
+// and Start fails.
+func (r *replica) boot(ctx, rctx context.Context, delay time.Duration) error {
+	if delay <= 0 {
+		return nil
+	}
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	var err error
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		err = fmt.Errorf("vmfake: booting %s: %w", r.spec.Name, ctx.Err())
+	case <-rctx.Done():
+		err = fmt.Errorf("vmfake: %s ended while booting", r.spec.Name)
+	}
+	r.h.mu.Lock()
+	if r.forced == nil {
+		for _, m := range []map[string]*replica{r.h.reps, r.h.lost} {
+			if m[r.spec.Name] == r {
+				delete(m, r.spec.Name)
+			}
+		}
+	}
+	if f := r.forced; f != nil {
+		r.state, r.exitCode, r.reason = f.state, f.code, f.reason
+		if r.reason == "" {
+			r.reason = fmt.Sprintf("exited with code %d while booting", *r.exitCode)
+		}
+	} else {
+		r.state = vm.StateFailed
+		r.reason = err.Error()
+	}
+	r.h.mu.Unlock()
+	r.cancel()
+	close(r.done)
+	return err
 }
 
 // run runs the setup hooks and the start command, then records how the

@@ -231,3 +231,49 @@ func TestWaitAndCheck(t *testing.T) {
 		}
 	})
 }
+
+// TestBooting: during its boot delay a replica is listed as starting (as
+// the drivers list a replica their Start has claimed), its name cannot be
+// started twice, and a Stop or Exit meanwhile ends the boot: Start fails,
+// the stopped one is gone and the exited one stays listed as exited.
+func TestBooting(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		d := New(Options{Addr: "127.0.0.1:1", BootDelay: time.Minute})
+		defer d.Close()
+		for i, end := range []func(id string) error{
+			func(id string) error { return d.Stop(ctx, id, time.Second) },
+			func(id string) error { return d.Exit(id, 4) },
+		} {
+			spec := vm.Spec{Name: vm.Name("app", uint64(i)), Deployment: "app"}
+			started := make(chan error, 1)
+			go func() { _, err := d.Start(ctx, spec); started <- err }()
+			time.Sleep(time.Second)
+			synctest.Wait()
+			in, err := d.Inspect(ctx, spec.Name)
+			if err != nil || in.State != vm.StateStarting {
+				t.Fatalf("during the boot: %+v, %v; want it starting", in, err)
+			}
+			if _, err := d.Start(ctx, spec); err == nil {
+				t.Error("a second Start of a booting replica succeeded")
+			}
+			if err := end(spec.Name); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-started; err == nil {
+				t.Error("Start succeeded for a replica ended while booting")
+			}
+			in, err = d.Inspect(ctx, spec.Name)
+			switch i {
+			case 0:
+				if !errors.Is(err, vm.ErrNotFound) {
+					t.Errorf("stopped while booting: %+v, %v; want it gone", in, err)
+				}
+			case 1:
+				if err != nil || in.State != vm.StateExited || in.ExitCode == nil || *in.ExitCode != 4 {
+					t.Errorf("exited while booting: %+v, %v", in, err)
+				}
+			}
+		}
+	})
+}
