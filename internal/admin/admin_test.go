@@ -669,3 +669,46 @@ func TestAuthProviders(t *testing.T) {
 	want(t, r.do("DELETE", "/auth-providers/team-b/corp", operator, ""), http.StatusNoContent)
 	want(t, r.do("GET", "/auth-providers/team-b/corp", operator, ""), http.StatusNotFound)
 }
+
+// TestWhoamiAndHealthz: /healthz needs no credential; /whoami describes the
+// credential presented; a token patch changes what it may do, and a
+// namespace token cannot patch itself out of its namespace.
+func TestWhoamiAndHealthz(t *testing.T) {
+	r := newRig(t, auth.Confinement{})
+	w := r.do("GET", "/healthz", "", "")
+	if w.Code != http.StatusOK || w.Body.String() != "ok\n" || w.Header().Get("x-heyo-revision") != "unknown" {
+		t.Errorf("healthz: %d %q revision %q", w.Code, w.Body, w.Header().Get("x-heyo-revision"))
+	}
+	w = r.do("GET", "/whoami", operator, "")
+	want(t, w, http.StatusOK)
+	if me := decode[map[string]any](t, w); me["caller"] != "operator" || me["admin_scope"] != "admin" || me["fleet"] != true || me["confined"] != false {
+		t.Errorf("operator whoami %s", w.Body)
+	}
+
+	mw := r.do("POST", "/tokens", operator, `{"name": "team", "admin": "view", "namespace": "team-a", "deployments": []}`)
+	want(t, mw, http.StatusCreated)
+	minted := decode[map[string]any](t, mw)
+	team := "Bearer " + minted["token"].(string)
+	w = r.do("GET", "/whoami", team, "")
+	want(t, w, http.StatusOK)
+	if me := decode[map[string]any](t, w); me["caller"] != "app-token" || me["admin_scope"] != "view" || me["fleet"] != false || me["confined"] != true || me["namespace"] != "team-a" {
+		t.Errorf("namespace token whoami %s", w.Body)
+	}
+
+	id := minted["id"].(string)
+	w = r.do("PATCH", "/tokens/"+id, operator, `{"admin": "admin", "name": "team admin"}`)
+	want(t, w, http.StatusOK)
+	if p := decode[map[string]any](t, w); p["admin"] != "admin" || p["name"] != "team admin" || p["namespace"] != "team-a" {
+		t.Errorf("patched %s", w.Body)
+	}
+	if me := decode[map[string]any](t, r.do("GET", "/whoami", team, "")); me["admin_scope"] != "admin" {
+		t.Errorf("after the patch whoami says %v", me["admin_scope"])
+	}
+	if w := r.do("PATCH", "/tokens/"+id, team, `{"namespace": null}`); w.Code < 400 || w.Code >= 500 {
+		t.Errorf("a namespace token unconfining itself: %d %s", w.Code, w.Body)
+	}
+	if me := decode[map[string]any](t, r.do("GET", "/whoami", team, "")); me["namespace"] != "team-a" {
+		t.Errorf("after a refused patch the token's namespace is %v", me["namespace"])
+	}
+	want(t, r.do("PATCH", "/tokens/"+id, operator, `{"admin": "root"}`), http.StatusBadRequest, "admin")
+}
