@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -479,5 +480,37 @@ func TestLoadSkipsInvalid(t *testing.T) {
 	}
 	if rows, _ := r.st.Deployments(ctx); len(rows) != 3 {
 		t.Errorf("store has %d deployments after Load, want the 3 it had", len(rows))
+	}
+}
+
+// TestAdmitSerialised: Admit runs under the registry's lock, so concurrent
+// writes cannot all pass a check on their sum: of ten creates racing for a
+// quota of three deployments, exactly three land.
+func TestAdmitSerialised(t *testing.T) {
+	r := newRig(t)
+	ctx := t.Context()
+	quota := func(s *apitype.DeploymentSpec, prev *Entry, others []*Entry) error {
+		if prev == nil && len(others) >= 3 {
+			return errors.New("quota")
+		}
+		return nil
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 10)
+	for i := range errs {
+		wg.Go(func() {
+			id := fmt.Sprintf("d%d", i)
+			_, _, errs[i] = r.reg.Put(ctx, static(id, id+".example", "127.0.0.1:9"), PutOptions{Admit: quota})
+		})
+	}
+	wg.Wait()
+	ok := 0
+	for _, err := range errs {
+		if err == nil {
+			ok++
+		}
+	}
+	if ok != 3 || r.reg.Len() != 3 {
+		t.Errorf("%d writes passed and %d deployments are registered, want 3 and 3", ok, r.reg.Len())
 	}
 }
