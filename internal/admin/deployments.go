@@ -30,6 +30,29 @@ func readSpec(w http.ResponseWriter, r *http.Request) (apitype.DeploymentSpec, e
 	return s, nil
 }
 
+// putOptions checks a spec that POST or PUT /deployments writes (the
+// caller may write it, its driver defaulted, its upstreams known) and
+// returns the registry's options for the caller, with ?dry_run=.
+func (a *API) putOptions(r *http.Request, s *apitype.DeploymentSpec) (registry.PutOptions, error) {
+	p := caller(r)
+	if err := a.mayWrite(p, s); err != nil {
+		return registry.PutOptions{}, err
+	}
+	if err := a.defaultDriver(p, s); err != nil {
+		return registry.PutOptions{}, err
+	}
+	if err := a.o.Upstreams.check(r.Context(), s.Upstreams); err != nil {
+		return registry.PutOptions{}, err
+	}
+	o := writeOptions(p)
+	o.Admit = a.admit(p)
+	var err error
+	if o.DryRun, err = web.BoolParam(r, "dry_run"); err != nil {
+		return registry.PutOptions{}, err
+	}
+	return o, nil
+}
+
 // register is POST /deployments: create or replace, 201 either way (as
 // app-lb does); If-None-Match: * makes it create-only.
 func (a *API) register(w http.ResponseWriter, r *http.Request) error {
@@ -37,18 +60,8 @@ func (a *API) register(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := a.mayWrite(caller(r), &s); err != nil {
-		return err
-	}
-	if err := a.defaultDriver(caller(r), &s); err != nil {
-		return err
-	}
-	if err := a.o.Upstreams.check(r.Context(), s.Upstreams); err != nil {
-		return err
-	}
-	o := writeOptions(caller(r))
-	o.Admit = a.admit(caller(r))
-	if o.DryRun, err = boolParam(r, "dry_run"); err != nil {
+	o, err := a.putOptions(r, &s)
+	if err != nil {
 		return err
 	}
 	if inm := r.Header.Get("If-None-Match"); inm != "" {
@@ -122,21 +135,11 @@ func (a *API) update(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	s.ID = id
-	if err := a.mayWrite(caller(r), &s); err != nil {
+	o, err := a.putOptions(r, &s)
+	if err != nil {
 		return err
 	}
-	if err := a.defaultDriver(caller(r), &s); err != nil {
-		return err
-	}
-	if err := a.o.Upstreams.check(r.Context(), s.Upstreams); err != nil {
-		return err
-	}
-	o := writeOptions(caller(r))
 	o.MustExist = true
-	o.Admit = a.admit(caller(r))
-	if o.DryRun, err = boolParam(r, "dry_run"); err != nil {
-		return err
-	}
 	if im := r.Header.Get("If-Match"); im != "" {
 		tag, err := spec.ParseIfMatch(im)
 		if err != nil {
