@@ -35,24 +35,40 @@ func TestMain(m *testing.M) {
 // liveServer is a real, gated berth on loopback.
 func liveServer(t *testing.T) string {
 	t.Helper()
-	s, err := server.New(context.Background(), server.Options{
-		ProxyAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", DataDir: t.TempDir(),
-		AdminPassword: "opw", DrainTimeout: 5 * time.Second,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
+	return runServer(t, server.Options{}, nil)
+}
+
+// runServer starts a real berth with opts on loopback — its addresses, the
+// operator password opw, the drain timeout, a silent log and (when
+// opts has none) a data directory filled in — and returns its admin URL.
+// At cleanup, before (when not nil) runs against that URL, then the server
+// stops.
+func runServer(t *testing.T, opts server.Options, before func(url string)) string {
+	t.Helper()
+	opts.ProxyAddr, opts.AdminAddr = "127.0.0.1:0", "127.0.0.1:0"
+	opts.AdminPassword, opts.DrainTimeout = "opw", 5*time.Second
+	opts.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	if opts.DataDir == "" {
+		opts.DataDir = t.TempDir()
+	}
+	s, err := server.New(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
+	url := "http://" + s.AdminAddr()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
 	t.Cleanup(func() {
+		if before != nil {
+			before(url)
+		}
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("Run: %v", err)
 		}
 	})
-	return "http://" + s.AdminAddr()
+	return url
 }
 
 // berth runs one CLI command with stdin and returns its exit code and
