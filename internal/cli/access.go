@@ -660,13 +660,19 @@ func resourceArg(pos []string) (string, error) {
 	return id, nil
 }
 
-func runGetAccess(ctx context.Context, e *env, kind string, args []string) error {
-	fs, ns, _ := e.accessFlagSet("get")
+// parseResource parses a command's flags and its one optional NAME (see
+// resourceArg).
+func (e *env) parseResource(fs *flag.FlagSet, args []string) (string, error) {
 	pos, err := e.parse(fs, args)
 	if err != nil {
-		return err
+		return "", err
 	}
-	id, err := resourceArg(pos)
+	return resourceArg(pos)
+}
+
+func runGetAccess(ctx context.Context, e *env, kind string, args []string) error {
+	fs, ns, _ := e.accessFlagSet("get")
+	id, err := e.parseResource(fs, args)
 	if err != nil {
 		return err
 	}
@@ -746,11 +752,7 @@ func secretURL(ns, id string, force bool) string {
 
 func runDeleteAccess(ctx context.Context, e *env, kind string, args []string) error {
 	fs, ns, force := e.accessFlagSet("delete")
-	pos, err := e.parse(fs, args)
-	if err != nil {
-		return err
-	}
-	id, err := resourceArg(pos)
+	id, err := e.parseResource(fs, args)
 	if err != nil {
 		return err
 	}

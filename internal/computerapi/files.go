@@ -93,14 +93,13 @@ func (a *API) readBytes(w http.ResponseWriter, r *http.Request, c *call) error {
 	if err != nil {
 		return err
 	}
-	ag, release, err := a.use(r, c)
+	var sum string
+	b, err := onAgent(a, r, c, func(ctx context.Context, ag *agent.Client) (b []byte, err error) {
+		b, sum, err = ag.ReadBytes(ctx, p, offset, limit)
+		return b, err
+	})
 	if err != nil {
 		return err
-	}
-	defer release()
-	b, sum, err := ag.ReadBytes(r.Context(), p, offset, limit)
-	if err != nil {
-		return agentError(err, c.id)
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)))

@@ -109,14 +109,13 @@ func (a *API) processOutput(w http.ResponseWriter, r *http.Request, c *call) err
 	if err != nil {
 		return err
 	}
-	ag, release, err := a.use(r, c)
+	var size int64
+	b, err := onAgent(a, r, c, func(ctx context.Context, ag *agent.Client) (b []byte, err error) {
+		b, size, err = ag.ProcessOutput(ctx, r.PathValue("pid"), offset, limit)
+		return b, err
+	})
 	if err != nil {
 		return err
-	}
-	defer release()
-	b, size, err := ag.ProcessOutput(r.Context(), r.PathValue("pid"), offset, limit)
-	if err != nil {
-		return agentError(err, c.id)
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("X-Output-Size", strconv.FormatInt(size, 10))
