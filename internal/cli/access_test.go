@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +11,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/internal/server"
+	"github.com/berth-dev/berth/internal/server/servertest"
 )
 
 // TestMain keeps every test away from the user's own login contexts and
@@ -38,37 +37,12 @@ func liveServer(t *testing.T) string {
 	return runServer(t, server.Options{}, nil)
 }
 
-// runServer starts a real berth with opts on loopback — its addresses, the
-// operator password opw, the drain timeout, a silent log and (when
-// opts has none) a data directory filled in — and returns its admin URL.
-// At cleanup, before (when not nil) runs against that URL, then the server
-// stops.
+// runServer starts a real berth with opts and the operator password opw
+// (see servertest.Start).
 func runServer(t *testing.T, opts server.Options, before func(url string)) string {
 	t.Helper()
-	opts.ProxyAddr, opts.AdminAddr = "127.0.0.1:0", "127.0.0.1:0"
-	opts.AdminPassword, opts.DrainTimeout = "opw", 5*time.Second
-	opts.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	if opts.DataDir == "" {
-		opts.DataDir = t.TempDir()
-	}
-	s, err := server.New(context.Background(), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := "http://" + s.AdminAddr()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() {
-		if before != nil {
-			before(url)
-		}
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-	return url
+	opts.AdminPassword = "opw"
+	return servertest.Start(t, opts, before)
 }
 
 // berth runs one CLI command with stdin and returns its exit code and
