@@ -136,6 +136,22 @@ func computerClient(e *env, name string, fs *flag.FlagSet, args []string, extra 
 	return id, rest, c, err
 }
 
+// computerItems is a `computer NAME ID` subcommand that lists what the
+// Computer holds: list fetches it, and printList prints it (empty's %s is
+// computer/ID).
+func computerItems[T any](ctx context.Context, e *env, args []string, name, kind, empty string,
+	list func(*client.Client, context.Context, string) ([]T, error), header []any, cells func(T) []any) error {
+	id, _, c, err := computerClient(e, name, e.flagSet("computer "+name), args, 0)
+	if err != nil {
+		return err
+	}
+	items, err := list(c, ctx, id)
+	if err != nil {
+		return err
+	}
+	return printList(e, items, kind, fmt.Sprintf(empty, "computer/"+id), header, cells)
+}
+
 // printList prints a list reply: as kind in the structured formats; the
 // line empty on stderr when there is nothing; else a table of header and
 // one row of cells per item.
@@ -638,15 +654,7 @@ func computerGrant(ctx context.Context, e *env, args []string) error {
 func msStamp(ms int64) string { return time.UnixMilli(ms).UTC().Format(time.RFC3339) }
 
 func computerGrants(ctx context.Context, e *env, args []string) error {
-	id, _, c, err := computerClient(e, "grants", e.flagSet("computer grants"), args, 0)
-	if err != nil {
-		return err
-	}
-	list, err := c.ComputerGrants(ctx, id)
-	if err != nil {
-		return err
-	}
-	return printList(e, list, "grant", "computer/"+id+" has no unexpired grants.",
+	return computerItems(ctx, e, args, "grants", "grant", "%s has no unexpired grants.", (*client.Client).ComputerGrants,
 		[]any{"ID", "ACTOR", "VIA", "ACTIONS", "EXPIRES", "STATE"}, func(g client.ComputerGrant) []any {
 			st := "valid"
 			if g.RevokedAt != nil {
@@ -716,15 +724,7 @@ func computerExpose(ctx context.Context, e *env, args []string) error {
 }
 
 func computerPorts(ctx context.Context, e *env, args []string) error {
-	id, _, c, err := computerClient(e, "ports", e.flagSet("computer ports"), args, 0)
-	if err != nil {
-		return err
-	}
-	list, err := c.ComputerPorts(ctx, id)
-	if err != nil {
-		return err
-	}
-	return printList(e, list, "", "computer/"+id+" exposes no ports.",
+	return computerItems(ctx, e, args, "ports", "", "%s exposes no ports.", (*client.Client).ComputerPorts,
 		[]any{"PORT", "PUBLIC", "URL"}, func(p client.ComputerPort) []any {
 			return []any{p.Port, yesNo(p.Public), p.URL}
 		})
@@ -852,15 +852,7 @@ func describeFact(f client.ComputerFact) string {
 }
 
 func computerPs(ctx context.Context, e *env, args []string) error {
-	id, _, c, err := computerClient(e, "ps", e.flagSet("computer ps"), args, 0)
-	if err != nil {
-		return err
-	}
-	list, err := c.ComputerProcesses(ctx, id)
-	if err != nil {
-		return err
-	}
-	return printList(e, list, "process", "computer/"+id+" has no background processes.",
+	return computerItems(ctx, e, args, "ps", "process", "%s has no background processes.", (*client.Client).ComputerProcesses,
 		[]any{"ID", "PID", "STATE", "STARTED", "BY", "COMMAND"}, func(p client.ComputerProcess) []any {
 			st := "running"
 			if !p.Running {
