@@ -53,6 +53,22 @@ func (a *API) putOptions(r *http.Request, s *apitype.DeploymentSpec) (registry.P
 	return o, nil
 }
 
+// put stores s with o and answers its status with the HTTP status given
+// (or, for a dry run, what would have been stored), with its ETag.
+func (a *API) put(w http.ResponseWriter, r *http.Request, s apitype.DeploymentSpec, o registry.PutOptions, status int) error {
+	e, _, err := a.o.Registry.Put(r.Context(), s, o)
+	if err != nil {
+		return errorFor(err, s.ID)
+	}
+	w.Header().Set("ETag", e.ETag)
+	if o.DryRun {
+		writeDryRun(w, e)
+		return nil
+	}
+	web.WriteJSON(w, status, Status(e))
+	return nil
+}
+
 // register is POST /deployments: create or replace, 201 either way (as
 // app-lb does); If-None-Match: * makes it create-only.
 func (a *API) register(w http.ResponseWriter, r *http.Request) error {
@@ -70,17 +86,7 @@ func (a *API) register(w http.ResponseWriter, r *http.Request) error {
 		}
 		o.CreateOnly = true
 	}
-	e, _, err := a.o.Registry.Put(r.Context(), s, o)
-	if err != nil {
-		return errorFor(err, s.ID)
-	}
-	w.Header().Set("ETag", e.ETag)
-	if o.DryRun {
-		writeDryRun(w, e)
-		return nil
-	}
-	web.WriteJSON(w, http.StatusCreated, Status(e))
-	return nil
+	return a.put(w, r, s, o, http.StatusCreated)
 }
 
 // DryRunHeader marks the reply to a write with ?dry_run=true: the spec
@@ -147,17 +153,7 @@ func (a *API) update(w http.ResponseWriter, r *http.Request) error {
 		}
 		o.IfMatch = tag
 	}
-	e, _, err := a.o.Registry.Put(r.Context(), s, o)
-	if err != nil {
-		return errorFor(err, id)
-	}
-	w.Header().Set("ETag", e.ETag)
-	if o.DryRun {
-		writeDryRun(w, e)
-		return nil
-	}
-	web.WriteJSON(w, http.StatusOK, Status(e))
-	return nil
+	return a.put(w, r, s, o, http.StatusOK)
 }
 
 func (a *API) delete(w http.ResponseWriter, r *http.Request) error {
