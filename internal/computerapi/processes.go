@@ -51,18 +51,19 @@ func (a *API) processStart(w http.ResponseWriter, r *http.Request, c *call) erro
 	if err != nil {
 		return err
 	}
-	ag, release, err := a.use(r, c)
+	var pi agent.ProcessInfo
+	st, err := onAgent(a, r, c, func(ctx context.Context, ag *agent.Client) (agent.ProcessStarted, error) {
+		st, err := ag.StartProcess(ctx, agent.ProcessRequest{Argv: argv, Cwd: cwd, Env: a.withEgress(c, req.Env), Tag: computer.ProcessTag(c.prov)})
+		if err != nil {
+			return st, err
+		}
+		if pi, err = ag.Process(ctx, st.ID); err != nil {
+			pi = agent.ProcessInfo{ID: st.ID, PID: st.PID, Running: true, StartedAt: time.Now()}
+		}
+		return st, nil
+	})
 	if err != nil {
 		return err
-	}
-	defer release()
-	st, err := ag.StartProcess(r.Context(), agent.ProcessRequest{Argv: argv, Cwd: cwd, Env: a.withEgress(c, req.Env), Tag: computer.ProcessTag(c.prov)})
-	if err != nil {
-		return agentError(err, c.id)
-	}
-	pi, err := ag.Process(r.Context(), st.ID)
-	if err != nil {
-		pi = agent.ProcessInfo{ID: st.ID, PID: st.PID, Running: true, StartedAt: time.Now()}
 	}
 	w.Header().Set("Location", "/computers/"+c.id+"/processes/"+st.ID)
 	web.WriteJSON(w, http.StatusCreated, processView(pi))
