@@ -107,7 +107,7 @@ var rules = []struct {
 }
 
 // testHelpers are packages only tests import.
-var testHelpers = []string{mod + "/internal/vm/vmtest", mod + "/internal/contracttest", mod + "/internal/archtest"}
+var testHelpers = []string{mod + "/internal/vm/vmtest", mod + "/internal/server/servertest", mod + "/internal/contracttest", mod + "/internal/archtest"}
 
 // TestEveryPackageHasARule: a package no rule names could import anything;
 // each one says where it sits.
