@@ -12,7 +12,7 @@ import (
 )
 
 // TestComputerSurvivesRestart: the server runs Computers on the fleet's
-// drivers; a restart of berth (fleet orphan cleanup included) re-adopts a
+// drivers; a restart of berth (the inventory's orphan sweep included) re-adopts a
 // running Computer's sandbox instead of destroying it.
 func TestComputerSurvivesRestart(t *testing.T) {
 	dir := t.TempDir()
@@ -61,7 +61,7 @@ func TestComputerSurvivesRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	insts, err := d.List(ctx)
-	if err != nil || len(insts) != 1 || insts[0].State != vm.StateRunning || insts[0].Deployment != computer.OwnerPrefix+"desk" {
+	if err != nil || len(insts) != 1 || insts[0].State != vm.StateRunning || insts[0].Owner != (vm.Owner{Kind: vm.OwnerComputer, ID: "desk"}) {
 		t.Errorf("replicas after the second berth: %+v, %v", insts, err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/route"
+	"github.com/berth-dev/berth/internal/vm"
 )
 
 // Sanity caps: far above any real deployment, low enough that one spec
@@ -23,9 +24,10 @@ const (
 	MaxNSLen     = 63
 )
 
-// ReservedIDPrefix starts the owner names of Computers' sandboxes (package
-// computer), so no deployment may have an id that starts with it.
-const ReservedIDPrefix = "cmp_"
+// ReservedIDPrefix starts the names of Computers' sandboxes
+// (vm.ComputerPrefix), so no deployment may have an id that starts with it:
+// its replicas would be named like a Computer's sandbox.
+const ReservedIDPrefix = vm.ComputerPrefix
 
 // Validate checks a spec, normally after [Normalize]. It returns nil or a
 // *FieldError for the first problem, the checks running in a fixed order
