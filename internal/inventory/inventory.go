@@ -70,6 +70,7 @@ type Inventory struct {
 	found    []Found
 	claims   map[vm.OwnerKind]Claims
 	joined   chan struct{} // closed and replaced at each Register
+	swept    chan struct{} // closed when Run has swept
 }
 
 // New returns an Inventory over drivers, by name. Call List next.
@@ -83,7 +84,7 @@ func New(drivers map[string]vm.Driver, o Options) *Inventory {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Inventory{drivers: drivers, o: o, claims: map[vm.OwnerKind]Claims{}, joined: make(chan struct{})}
+	return &Inventory{drivers: drivers, o: o, claims: map[vm.OwnerKind]Claims{}, joined: make(chan struct{}), swept: make(chan struct{})}
 }
 
 // List lists every driver, once: later calls do nothing. It fails if a
@@ -151,6 +152,7 @@ func (inv *Inventory) Run(ctx context.Context) error {
 			case <-t.C:
 			}
 			inv.Sweep(ctx)
+			close(inv.swept)
 			return nil
 		}
 		select {
@@ -160,6 +162,9 @@ func (inv *Inventory) Run(ctx context.Context) error {
 		}
 	}
 }
+
+// Swept is closed once Run has swept.
+func (inv *Inventory) Swept() <-chan struct{} { return inv.swept }
 
 // Sweep destroys the orphans among the listed replicas of kinds (every kind
 // when none is given): those of a kind nobody registered, and those their

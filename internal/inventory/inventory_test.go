@@ -202,6 +202,11 @@ func TestRunWaits(t *testing.T) {
 		if got, want := a.stops(), sorted(gone.ID, ghost.ID); !slices.Equal(got, want) {
 			t.Errorf("destroyed %v, want %v", got, want)
 		}
+		select {
+		case <-inv.Swept():
+		default:
+			t.Error("Swept is open after the sweep")
+		}
 	})
 	synctest.Test(t, func(t *testing.T) {
 		a := newFake(gone)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/berth-dev/berth/internal/agent"
 	"github.com/berth-dev/berth/internal/computer"
@@ -53,8 +54,13 @@ func TestComputerSurvivesRestart(t *testing.T) {
 		t.Errorf("note after restart: %q, %v", res.Stdout, err)
 	}
 	release2()
-	// Run returns only after the fleet's start-up cleanup of orphans has
-	// finished: the sandbox must have been left alone by it.
+	// The inventory's sweep of orphans (after its grace) must leave the
+	// sandbox alone.
+	select {
+	case <-h2.s.inventory.Swept():
+	case <-time.After(time.Minute):
+		t.Fatal("the inventory did not sweep")
+	}
 	h2.stop()
 	d, err := process.New(process.Options{Dir: filepath.Join(dir, "replicas")})
 	if err != nil {
