@@ -79,11 +79,13 @@ type Manager struct {
 	creates chan struct{}
 	nonce   atomic.Uint64
 
-	mu      sync.Mutex // guards pools, ctx, adopted
+	mu      sync.Mutex // guards pools, adopted, running
 	pools   map[string]*Pool
-	ctx     context.Context // set by Run; pools started before Run wait for it
-	adopted map[string][]vm.Instance
-	started chan struct{}
+	adopted map[string][]vm.Instance // by deployment: replicas found at start-up, not yet handed to a pool
+	running bool                     // Run has started the pools it found; Ensure hands it new ones over starts
+
+	starts   chan startReq // Ensure → Run: a pool created while Run runs, to start under Run's context
+	stopping chan struct{} // closed once Run's context has ended: it starts no more pools
 
 	recheck  chan struct{} // a Start failed: re-check the drivers now
 	problems sync.Map      // driver name → error: its last Check failed
@@ -117,7 +119,7 @@ func New(o Options) *Manager {
 			o.Drivers["process"] = o.Driver
 		}
 	}
-	m := &Manager{o: o, log: o.Log, creates: make(chan struct{}, o.MaxCreates), pools: map[string]*Pool{}, started: make(chan struct{}), recheck: make(chan struct{}, 1)}
+	m := &Manager{o: o, log: o.Log, creates: make(chan struct{}, o.MaxCreates), pools: map[string]*Pool{}, starts: make(chan startReq), stopping: make(chan struct{}), recheck: make(chan struct{}, 1)}
 	m.nonce.Store(uint64(time.Now().UnixNano()) ^ rand.Uint64()>>16)
 	return m
 }
@@ -129,8 +131,10 @@ func (m *Manager) Driver(name string) vm.Driver { return m.o.Drivers[name] }
 func (m *Manager) DriverNames() []string { return slices.Sorted(maps.Keys(m.o.Drivers)) }
 
 // Run adopts the replicas that are already running (left by a previous berth
-// process), then keeps every pool reconciled until ctx ends. Replicas keep
-// running when Run returns: a restarted berth re-adopts them.
+// process; see Options.Inventory), then keeps every pool reconciled until
+// ctx ends. Pools created by Ensure while it runs are started by it, under
+// ctx; once ctx has ended, none is. Replicas keep running when Run returns:
+// a restarted berth re-adopts them.
 func (m *Manager) Run(ctx context.Context) error {
 	inv := m.o.Inventory
 	if inv == nil {
@@ -144,32 +148,33 @@ func (m *Manager) Run(ctx context.Context) error {
 		byDep[f.Instance.Owner.ID] = append(byDep[f.Instance.Owner.ID], f.Instance)
 	}
 	m.mu.Lock()
-	m.ctx = ctx
 	m.adopted = byDep
-	pools := make([]*Pool, 0, len(m.pools))
-	for _, p := range m.pools {
-		pools = append(pools, p)
-	}
+	m.running = true
+	pools := slices.Collect(maps.Values(m.pools))
 	m.mu.Unlock()
 	for _, p := range pools {
-		p.adopt(ctx, byDep[p.id])
-		p.start(ctx)
+		m.startPool(ctx, p)
 	}
-	close(m.started)
-	checked := make(chan struct{})
-	go func() {
-		defer close(checked)
-		m.checkDrivers(ctx)
-	}()
-	defer func() { <-checked }()
+	var bg sync.WaitGroup
+	defer bg.Wait()
+	bg.Go(func() { m.checkDrivers(ctx) })
 	// Replicas of deployments that no longer exist are orphans: deleting
 	// a deployment destroys its replicas, so nothing else will ever claim
 	// them. A shared inventory sweeps them once every owner has
 	// registered; a private one at once.
 	if m.o.Inventory == nil {
-		inv.Sweep(ctx, vm.OwnerDeployment)
+		bg.Go(func() { inv.Sweep(ctx, vm.OwnerDeployment) })
 	}
-	<-ctx.Done()
+	// Pools created from now on (Ensure) are started here, under ctx.
+	for ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case r := <-m.starts:
+			m.startPool(ctx, r.p)
+			close(r.done)
+		}
+	}
+	close(m.stopping)
 	// Every pool's loop and the goroutines it started (creates, probes,
 	// stops) end before Run returns, so that none uses a driver its owner
 	// closes next.
@@ -180,6 +185,23 @@ func (m *Manager) Run(ctx context.Context) error {
 		p.wait()
 	}
 	return nil
+}
+
+// startReq asks Run to start pool p, and is done once it has.
+type startReq struct {
+	p    *Pool
+	done chan struct{}
+}
+
+// startPool hands pool p the replicas found at start-up for its deployment
+// and starts its loop under ctx, Run's.
+func (m *Manager) startPool(ctx context.Context, p *Pool) {
+	m.mu.Lock()
+	adopted := m.adopted[p.id]
+	delete(m.adopted, p.id) // a later pool of the same id (deleted, re-created) gets none
+	m.mu.Unlock()
+	p.adopt(ctx, adopted)
+	p.start(ctx)
 }
 
 // Claims reports whether a replica listed at start-up is the fleet's: its
@@ -278,11 +300,17 @@ func (m *Manager) Ensure(cfg Config) *Pool {
 	if p == nil {
 		p = newPool(m, cfg)
 		m.pools[cfg.Deployment] = p
-		ctx, adopted := m.ctx, m.adopted[cfg.Deployment]
+		running := m.running
 		m.mu.Unlock()
-		if ctx != nil {
-			p.adopt(ctx, adopted)
-			p.start(ctx)
+		if running {
+			// Run starts it under its context; once Run is stopping, the
+			// pool is not started (berth is shutting down).
+			r := startReq{p, make(chan struct{})}
+			select {
+			case m.starts <- r:
+				<-r.done
+			case <-m.stopping:
+			}
 		}
 		return p
 	}
