@@ -96,8 +96,8 @@ func idProblem(id string) string {
 	case id[0] == '.' || id[0] == '-':
 		return fmt.Sprintf("%q must not start with '.' or '-'", id)
 	case strings.HasPrefix(id, ReservedIDPrefix):
-		// Replica names carry the owner's id (vm.Name); Computers' sandboxes
-		// run on the same drivers as owners cmp_<id>.
+		// Replica names carry the deployment's id (vm.Name); Computers'
+		// sandboxes run on the same drivers, named vm.ComputerPrefix+<id>.
 		return fmt.Sprintf("%q: the prefix %q is reserved for Computers", id, ReservedIDPrefix)
 	}
 	for i := 0; i < len(id); i++ {
