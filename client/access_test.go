@@ -2,38 +2,19 @@ package client_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/client"
 	berth "github.com/berth-dev/berth/internal/server"
+	"github.com/berth-dev/berth/internal/server/servertest"
 )
 
 // gatedServer starts a real berth with an operator password on loopback.
 func gatedServer(t *testing.T) string {
 	t.Helper()
-	s, err := berth.New(context.Background(), berth.Options{
-		ProxyAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", DataDir: t.TempDir(),
-		AdminPassword: "pw", DrainTimeout: 5 * time.Second,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-	return "http://" + s.AdminAddr()
+	return servertest.Start(t, berth.Options{AdminPassword: "pw"}, nil)
 }
 
 func TestAccessRoutes(t *testing.T) {

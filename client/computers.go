@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/apitype/computertype"
-	"github.com/coder/websocket"
 )
 
 // The Computer API (/computers): persistent sandboxes, the grants that let
@@ -195,21 +194,11 @@ func (c *Client) ComputerExec(ctx context.Context, id string, req ComputerExec, 
 		return nil, fmt.Errorf("client: exec: %w", err)
 	}
 	path := computerPath(id, route)
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(b))
-	if err != nil {
-		return nil, fmt.Errorf("client: POST %s: %w", path, err)
-	}
-	hreq.Header.Set("Content-Type", "application/json")
-	c.setHeaders(hreq.Header)
-	resp, err := c.untimed().Do(hreq)
+	resp, err := c.stream(ctx, http.MethodPost, path, bytes.NewReader(b), http.Header{"Content-Type": {"application/json"}})
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		eb, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBytes))
-		return nil, newError(resp.StatusCode, eb)
-	}
 	if stdout == nil {
 		stdout = io.Discard
 	}
@@ -259,45 +248,11 @@ func (c *Client) ComputerTerminal(ctx context.Context, id string, opts ShellOpti
 	if id == "" {
 		return nil, errNoComputer
 	}
-	if opts.Cols < 0 || opts.Cols > 1000 || opts.Rows < 0 || opts.Rows > 1000 {
-		return nil, fmt.Errorf("client: terminal size %d×%d out of range (1 to 1000 each)", opts.Cols, opts.Rows)
-	}
-	q := url.Values{}
-	if opts.Cols > 0 {
-		q.Set("cols", strconv.Itoa(opts.Cols))
-	}
-	if opts.Rows > 0 {
-		q.Set("rows", strconv.Itoa(opts.Rows))
-	}
-	if opts.Cwd != "" {
-		q.Set("cwd", opts.Cwd)
-	}
-	path := computerPath(id, "/terminal")
-	if len(q) > 0 {
-		path += "?" + q.Encode()
-	}
-	h := http.Header{}
-	c.setHeaders(h)
-	conn, resp, err := websocket.Dial(ctx, c.base+path, &websocket.DialOptions{HTTPClient: c.hc, HTTPHeader: h})
+	q, err := terminalQuery("terminal", opts)
 	if err != nil {
-		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
-			var b []byte
-			if resp.Body != nil {
-				b, _ = io.ReadAll(io.LimitReader(resp.Body, maxErrorBytes))
-			}
-			return nil, newError(resp.StatusCode, b)
-		}
-		return nil, fmt.Errorf("client: GET %s: %w", path, err)
+		return nil, err
 	}
-	conn.SetReadLimit(shellReadLimit)
-	if _, err := readReady(ctx, conn); err != nil {
-		conn.CloseNow()
-		return nil, fmt.Errorf("client: terminal: %w", err)
-	}
-	pr, pw := io.Pipe()
-	s := &ShellSession{conn: conn, ctx: ctx, out: pr, done: make(chan struct{})}
-	go s.readLoop(pw)
-	return s, nil
+	return c.openTerminal(ctx, "terminal", computerPath(id, "/terminal"), q)
 }
 
 // ReadComputerFile copies the file at path in Computer id's workspace to
@@ -307,20 +262,11 @@ func (c *Client) ReadComputerFile(ctx context.Context, id, path string, w io.Wri
 		return "", errNoComputer
 	}
 	p := computerPath(id, "/files/readBytes?path="+url.QueryEscape(path))
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+p, nil)
-	if err != nil {
-		return "", fmt.Errorf("client: GET %s: %w", p, err)
-	}
-	c.setHeaders(req.Header)
-	resp, err := c.untimed().Do(req)
+	resp, err := c.stream(ctx, http.MethodGet, p, nil, nil)
 	if err != nil {
 		return "", err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBytes))
-		return "", newError(resp.StatusCode, b)
-	}
 	if _, err := io.Copy(w, resp.Body); err != nil {
 		return "", fmt.Errorf("client: GET %s: %w", p, err)
 	}
@@ -341,26 +287,9 @@ func (c *Client) WriteComputerFile(ctx context.Context, id, path string, r io.Re
 	if parents {
 		q.Set("parents", "true")
 	}
-	p := computerPath(id, "/files/writeBytes?"+q.Encode())
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, c.base+p, r)
-	if err != nil {
-		return nil, fmt.Errorf("client: PUT %s: %w", p, err)
-	}
-	req.Header.Set("Content-Type", "application/octet-stream")
-	req.Header.Set("Accept", "application/json")
-	c.setHeaders(req.Header)
-	resp, err := c.untimed().Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBytes))
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return nil, newError(resp.StatusCode, b)
-	}
 	var out ComputerWrite
-	if err := decodeBody(b, &out); err != nil {
-		return nil, fmt.Errorf("client: PUT %s: %w", p, err)
+	if err := c.upload(ctx, http.MethodPut, computerPath(id, "/files/writeBytes?"+q.Encode()), "application/octet-stream", r, &out); err != nil {
+		return nil, err
 	}
 	return &out, nil
 }
@@ -566,20 +495,11 @@ func (c *Client) ComputerProcessOutput(ctx context.Context, id, pid string, offs
 		return 0, errors.New("client: a Computer id and a process id are required")
 	}
 	p := computerPath(id, "/processes/"+url.PathEscape(pid)+"/output?offset="+strconv.FormatInt(offset, 10))
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+p, nil)
-	if err != nil {
-		return 0, fmt.Errorf("client: GET %s: %w", p, err)
-	}
-	c.setHeaders(req.Header)
-	resp, err := c.untimed().Do(req)
+	resp, err := c.stream(ctx, http.MethodGet, p, nil, nil)
 	if err != nil {
 		return 0, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBytes))
-		return 0, newError(resp.StatusCode, b)
-	}
 	n, err := io.Copy(w, resp.Body)
 	if err != nil {
 		return offset + n, fmt.Errorf("client: GET %s: %w", p, err)

@@ -89,26 +89,9 @@ func (c *Client) UploadImage(ctx context.Context, name string, r io.Reader) (*ap
 	if name == "" {
 		return nil, errNoImage
 	}
-	p := "/images?" + url.Values{"name": {name}}.Encode()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+p, r)
-	if err != nil {
-		return nil, fmt.Errorf("client: POST %s: %w", p, err)
-	}
-	req.Header.Set("Content-Type", "application/x-tar")
-	req.Header.Set("Accept", "application/json")
-	c.setHeaders(req.Header)
-	resp, err := c.untimed().Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBytes))
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return nil, newError(resp.StatusCode, b)
-	}
 	var out apitype.ImageView
-	if err := decodeBody(b, &out); err != nil {
-		return nil, fmt.Errorf("client: POST %s: %w", p, err)
+	if err := c.upload(ctx, http.MethodPost, "/images?"+url.Values{"name": {name}}.Encode(), "application/x-tar", r, &out); err != nil {
+		return nil, err
 	}
 	return &out, nil
 }

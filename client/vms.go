@@ -40,22 +40,11 @@ func (c *Client) Exec(ctx context.Context, id string, req apitype.ExecRequest) (
 		return nil, fmt.Errorf("client: exec: %w", err)
 	}
 	path := deploymentPath(id, "/exec")
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(b))
-	if err != nil {
-		return nil, fmt.Errorf("client: POST %s: %w", path, err)
-	}
-	hreq.Header.Set("Content-Type", "application/json")
-	hreq.Header.Set("Accept", "application/json")
-	c.setHeaders(hreq.Header)
-	resp, err := c.untimed().Do(hreq)
+	resp, err := c.stream(ctx, http.MethodPost, path, bytes.NewReader(b), http.Header{"Content-Type": {"application/json"}, "Accept": {"application/json"}})
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		eb, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBytes))
-		return nil, newError(resp.StatusCode, eb)
-	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("client: POST %s: reading response: %w", path, err)
@@ -68,6 +57,65 @@ func (c *Client) Exec(ctx context.Context, id string, req apitype.ExecRequest) (
 		return nil, fmt.Errorf("client: POST %s: decoding %d response: %w", path, resp.StatusCode, err)
 	}
 	return &out, nil
+}
+
+// terminalQuery is the query of a terminal's size and directory: what
+// (shell or terminal) names it in an error.
+func terminalQuery(what string, opts ShellOptions) (url.Values, error) {
+	if opts.Cols < 0 || opts.Cols > 1000 || opts.Rows < 0 || opts.Rows > 1000 {
+		return nil, fmt.Errorf("client: %s size %d×%d out of range (1 to 1000 each)", what, opts.Cols, opts.Rows)
+	}
+	q := url.Values{}
+	if opts.Cols > 0 {
+		q.Set("cols", strconv.Itoa(opts.Cols))
+	}
+	if opts.Rows > 0 {
+		q.Set("rows", strconv.Itoa(opts.Rows))
+	}
+	if opts.Cwd != "" {
+		q.Set("cwd", opts.Cwd)
+	}
+	return q, nil
+}
+
+// stream sends a request whose reply takes as long as the work it reports
+// on (see untimed), with body as it is, header's fields and the client's
+// own. A reply that is not 2xx comes back as [*Error]; otherwise the
+// caller reads and closes resp.Body.
+func (c *Client) stream(ctx context.Context, method, p string, body io.Reader, header http.Header) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.base+p, body)
+	if err != nil {
+		return nil, fmt.Errorf("client: %s %s: %w", method, p, err)
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	c.setHeaders(req.Header)
+	resp, err := c.untimed().Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBytes))
+		return nil, newError(resp.StatusCode, b)
+	}
+	return resp, nil
+}
+
+// upload sends body, of contentType, as it is (see stream) and decodes the
+// JSON reply into out.
+func (c *Client) upload(ctx context.Context, method, p, contentType string, body io.Reader, out any) error {
+	resp, err := c.stream(ctx, method, p, body, http.Header{"Content-Type": {contentType}, "Accept": {"application/json"}})
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBytes))
+	if err := decodeBody(b, out); err != nil {
+		return fmt.Errorf("client: %s %s: %w", method, p, err)
+	}
+	return nil
 }
 
 // untimed returns the HTTP client without its overall timeout, for calls
@@ -227,18 +275,9 @@ func (c *Client) Shell(ctx context.Context, id string, opts ShellOptions) (*Shel
 	if id == "" {
 		return nil, errNoID
 	}
-	if opts.Cols < 0 || opts.Cols > 1000 || opts.Rows < 0 || opts.Rows > 1000 {
-		return nil, fmt.Errorf("client: shell size %d×%d out of range (1 to 1000 each)", opts.Cols, opts.Rows)
-	}
-	q := url.Values{}
-	if opts.Cols > 0 {
-		q.Set("cols", strconv.Itoa(opts.Cols))
-	}
-	if opts.Rows > 0 {
-		q.Set("rows", strconv.Itoa(opts.Rows))
-	}
-	if opts.Cwd != "" {
-		q.Set("cwd", opts.Cwd)
+	q, err := terminalQuery("shell", opts)
+	if err != nil {
+		return nil, err
 	}
 	if opts.NoWake {
 		q.Set("wake", "false")
@@ -246,7 +285,12 @@ func (c *Client) Shell(ctx context.Context, id string, opts ShellOptions) (*Shel
 	if opts.SandboxID != "" {
 		q.Set("sandbox_id", opts.SandboxID)
 	}
-	path := deploymentPath(id, "/shell")
+	return c.openTerminal(ctx, "shell", deploymentPath(id, "/shell"), q)
+}
+
+// openTerminal opens a websocket session of the shell protocol at path?q;
+// what (shell or terminal) names it in an error.
+func (c *Client) openTerminal(ctx context.Context, what, path string, q url.Values) (*ShellSession, error) {
 	if len(q) > 0 {
 		path += "?" + q.Encode()
 	}
@@ -268,11 +312,12 @@ func (c *Client) Shell(ctx context.Context, id string, opts ShellOptions) (*Shel
 	}
 	conn.SetReadLimit(shellReadLimit)
 
-	// The first message says which VM the shell runs in, or why none does.
+	// The first message says which VM the shell runs in (a Computer's
+	// names none), or why none does.
 	sandbox, err := readReady(ctx, conn)
 	if err != nil {
 		conn.CloseNow()
-		return nil, fmt.Errorf("client: shell: %w", err)
+		return nil, fmt.Errorf("client: %s: %w", what, err)
 	}
 	pr, pw := io.Pipe()
 	s := &ShellSession{conn: conn, ctx: ctx, sandbox: sandbox, out: pr, done: make(chan struct{})}

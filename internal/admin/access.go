@@ -108,19 +108,6 @@ func (a *API) specs() []apitype.DeploymentSpec {
 	return out
 }
 
-// boolParam parses a strictly true/false query parameter (app-lb refuses
-// ?force=1 on the admin API).
-func boolParam(r *http.Request, name string) (bool, error) {
-	switch v := r.URL.Query().Get(name); v {
-	case "", "false":
-		return false, nil
-	case "true":
-		return true, nil
-	default:
-		return false, web.Invalid(name, "must be true or false, got %q", v)
-	}
-}
-
 // defaultNamespace is the namespace a request means when it names none: a
 // confined caller's own, otherwise "default".
 func defaultNamespace(p *auth.Principal, ns string) string {
@@ -315,13 +302,24 @@ func (a *API) listSecrets(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (a *API) getSecret(w http.ResponseWriter, r *http.Request) error {
+// secretTarget is the secret a request names: /secrets/{id} in
+// ?namespace= (see defaultNamespace), once the caller passes the secret
+// wall for reading, or with write for changing it.
+func (a *API) secretTarget(r *http.Request, write bool) (ns, id string, err error) {
 	if a.o.Secrets == nil {
-		return unavailable("secrets")
+		return "", "", unavailable("secrets")
 	}
-	p, id := caller(r), r.PathValue("id")
-	ns := defaultNamespace(p, r.URL.Query().Get("namespace"))
-	if err := secretWall(p, ns, false); err != nil {
+	p := caller(r)
+	ns = defaultNamespace(p, r.URL.Query().Get("namespace"))
+	if err := secretWall(p, ns, write); err != nil {
+		return "", "", err
+	}
+	return ns, r.PathValue("id"), nil
+}
+
+func (a *API) getSecret(w http.ResponseWriter, r *http.Request) error {
+	ns, id, err := a.secretTarget(r, false)
+	if err != nil {
 		return err
 	}
 	s, err := a.o.Secrets.Get(r.Context(), ns, id)
@@ -333,12 +331,8 @@ func (a *API) getSecret(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (a *API) patchSecret(w http.ResponseWriter, r *http.Request) error {
-	if a.o.Secrets == nil {
-		return unavailable("secrets")
-	}
-	p, id := caller(r), r.PathValue("id")
-	ns := defaultNamespace(p, r.URL.Query().Get("namespace"))
-	if err := secretWall(p, ns, true); err != nil {
+	ns, id, err := a.secretTarget(r, true)
+	if err != nil {
 		return err
 	}
 	var patch apitype.SecretPatch
@@ -354,15 +348,11 @@ func (a *API) patchSecret(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (a *API) deleteSecret(w http.ResponseWriter, r *http.Request) error {
-	if a.o.Secrets == nil {
-		return unavailable("secrets")
-	}
-	p, id := caller(r), r.PathValue("id")
-	ns := defaultNamespace(p, r.URL.Query().Get("namespace"))
-	if err := secretWall(p, ns, true); err != nil {
+	ns, id, err := a.secretTarget(r, true)
+	if err != nil {
 		return err
 	}
-	force, err := boolParam(r, "force")
+	force, err := web.BoolParam(r, "force")
 	if err != nil {
 		return err
 	}

@@ -30,33 +30,32 @@ func readSpec(w http.ResponseWriter, r *http.Request) (apitype.DeploymentSpec, e
 	return s, nil
 }
 
-// register is POST /deployments: create or replace, 201 either way (as
-// app-lb does); If-None-Match: * makes it create-only.
-func (a *API) register(w http.ResponseWriter, r *http.Request) error {
-	s, err := readSpec(w, r)
-	if err != nil {
-		return err
+// putOptions checks a spec that POST or PUT /deployments writes (the
+// caller may write it, its driver defaulted, its upstreams known) and
+// returns the registry's options for the caller, with ?dry_run=.
+func (a *API) putOptions(r *http.Request, s *apitype.DeploymentSpec) (registry.PutOptions, error) {
+	p := caller(r)
+	if err := a.mayWrite(p, s); err != nil {
+		return registry.PutOptions{}, err
 	}
-	if err := a.mayWrite(caller(r), &s); err != nil {
-		return err
-	}
-	if err := a.defaultDriver(caller(r), &s); err != nil {
-		return err
+	if err := a.defaultDriver(p, s); err != nil {
+		return registry.PutOptions{}, err
 	}
 	if err := a.o.Upstreams.check(r.Context(), s.Upstreams); err != nil {
-		return err
+		return registry.PutOptions{}, err
 	}
-	o := writeOptions(caller(r))
-	o.Admit = a.admit(caller(r))
-	if o.DryRun, err = boolParam(r, "dry_run"); err != nil {
-		return err
+	o := writeOptions(p)
+	o.Admit = a.admit(p)
+	var err error
+	if o.DryRun, err = web.BoolParam(r, "dry_run"); err != nil {
+		return registry.PutOptions{}, err
 	}
-	if inm := r.Header.Get("If-None-Match"); inm != "" {
-		if strings.TrimSpace(inm) != "*" {
-			return web.Errorf(http.StatusBadRequest, "If-None-Match must be *")
-		}
-		o.CreateOnly = true
-	}
+	return o, nil
+}
+
+// put stores s with o and answers its status with the HTTP status given
+// (or, for a dry run, what would have been stored), with its ETag.
+func (a *API) put(w http.ResponseWriter, r *http.Request, s apitype.DeploymentSpec, o registry.PutOptions, status int) error {
 	e, _, err := a.o.Registry.Put(r.Context(), s, o)
 	if err != nil {
 		return errorFor(err, s.ID)
@@ -66,8 +65,28 @@ func (a *API) register(w http.ResponseWriter, r *http.Request) error {
 		writeDryRun(w, e)
 		return nil
 	}
-	web.WriteJSON(w, http.StatusCreated, Status(e))
+	web.WriteJSON(w, status, Status(e))
 	return nil
+}
+
+// register is POST /deployments: create or replace, 201 either way (as
+// app-lb does); If-None-Match: * makes it create-only.
+func (a *API) register(w http.ResponseWriter, r *http.Request) error {
+	s, err := readSpec(w, r)
+	if err != nil {
+		return err
+	}
+	o, err := a.putOptions(r, &s)
+	if err != nil {
+		return err
+	}
+	if inm := r.Header.Get("If-None-Match"); inm != "" {
+		if strings.TrimSpace(inm) != "*" {
+			return web.Errorf(http.StatusBadRequest, "If-None-Match must be *")
+		}
+		o.CreateOnly = true
+	}
+	return a.put(w, r, s, o, http.StatusCreated)
 }
 
 // DryRunHeader marks the reply to a write with ?dry_run=true: the spec
@@ -122,21 +141,11 @@ func (a *API) update(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	s.ID = id
-	if err := a.mayWrite(caller(r), &s); err != nil {
+	o, err := a.putOptions(r, &s)
+	if err != nil {
 		return err
 	}
-	if err := a.defaultDriver(caller(r), &s); err != nil {
-		return err
-	}
-	if err := a.o.Upstreams.check(r.Context(), s.Upstreams); err != nil {
-		return err
-	}
-	o := writeOptions(caller(r))
 	o.MustExist = true
-	o.Admit = a.admit(caller(r))
-	if o.DryRun, err = boolParam(r, "dry_run"); err != nil {
-		return err
-	}
 	if im := r.Header.Get("If-Match"); im != "" {
 		tag, err := spec.ParseIfMatch(im)
 		if err != nil {
@@ -144,17 +153,7 @@ func (a *API) update(w http.ResponseWriter, r *http.Request) error {
 		}
 		o.IfMatch = tag
 	}
-	e, _, err := a.o.Registry.Put(r.Context(), s, o)
-	if err != nil {
-		return errorFor(err, id)
-	}
-	w.Header().Set("ETag", e.ETag)
-	if o.DryRun {
-		writeDryRun(w, e)
-		return nil
-	}
-	web.WriteJSON(w, http.StatusOK, Status(e))
-	return nil
+	return a.put(w, r, s, o, http.StatusOK)
 }
 
 func (a *API) delete(w http.ResponseWriter, r *http.Request) error {

@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"strconv"
 	"sync"
 
 	"github.com/coder/websocket"
@@ -413,23 +412,8 @@ func (c *Client) ReadFile(ctx context.Context, path string) ([]byte, error) {
 // ReadFileRange returns up to limit bytes (all when limit < 0) of the file
 // at path, starting at offset.
 func (c *Client) ReadFileRange(ctx context.Context, path string, offset, limit int64) ([]byte, error) {
-	q := url.Values{"path": {path}}
-	if offset > 0 {
-		q.Set("offset", strconv.FormatInt(offset, 10))
-	}
-	if limit >= 0 {
-		q.Set("limit", strconv.FormatInt(limit, 10))
-	}
-	resp, err := c.send(ctx, "GET", "/v1/files", q, nil)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, fmt.Errorf("agent: reading %s: %w", path, err)
-	}
-	return b, nil
+	b, _, err := c.ReadBytes(ctx, path, offset, limit)
+	return b, err
 }
 
 // WriteFile atomically replaces the file at path with the content of r.

@@ -20,13 +20,18 @@ func (c *Client) post(ctx context.Context, path string, req, out any) error {
 	return c.do(ctx, "POST", path, nil, bytes.NewReader(b), out)
 }
 
+// postFor posts req to path and decodes the answer as a T.
+func postFor[T any](ctx context.Context, c *Client, path string, req any) (T, error) {
+	var res T
+	err := c.post(ctx, path, req, &res)
+	return res, err
+}
+
 // ReadText returns a window of lines of a UTF-8 text file, with the
 // file's line count and SHA-256. A binary file is an *Error with Status
 // 415; one over MaxTextFile, 413.
 func (c *Client) ReadText(ctx context.Context, req ReadTextRequest) (ReadTextResult, error) {
-	var res ReadTextResult
-	err := c.post(ctx, "/v1/files/read", req, &res)
-	return res, err
+	return postFor[ReadTextResult](ctx, c, "/v1/files/read", req)
 }
 
 // ReadBytes returns up to limit bytes (all when limit < 0) of the file at
@@ -59,40 +64,30 @@ func (c *Client) ReadBytes(ctx context.Context, path string, offset, limit int64
 func (c *Client) Write(ctx context.Context, req WriteRequest) (WriteResult, error) {
 	req.Encoding = EncodingBase64
 	req.Content = base64.StdEncoding.EncodeToString([]byte(req.Content))
-	var res WriteResult
-	err := c.post(ctx, "/v1/files/write", req, &res)
-	return res, err
+	return postFor[WriteResult](ctx, c, "/v1/files/write", req)
 }
 
 // Glob returns the files whose paths relative to req.Path match
 // req.Pattern, newest first.
 func (c *Client) Glob(ctx context.Context, req GlobRequest) (GlobResult, error) {
-	var res GlobResult
-	err := c.post(ctx, "/v1/files/glob", req, &res)
-	return res, err
+	return postFor[GlobResult](ctx, c, "/v1/files/glob", req)
 }
 
 // Grep returns the lines matching a regular expression in the files
 // beneath req.Path.
 func (c *Client) Grep(ctx context.Context, req GrepRequest) (GrepResult, error) {
-	var res GrepResult
-	err := c.post(ctx, "/v1/files/grep", req, &res)
-	return res, err
+	return postFor[GrepResult](ctx, c, "/v1/files/grep", req)
 }
 
 // Edit applies exact-string replacements to a file, all or none. An edit
 // that matches nothing, or more than once without ReplaceAll, is an
 // *Error with Status 409 naming it; a failed ExpectedSHA256, 412.
 func (c *Client) Edit(ctx context.Context, req EditRequest) (EditResult, error) {
-	var res EditResult
-	err := c.post(ctx, "/v1/files/edit", req, &res)
-	return res, err
+	return postFor[EditResult](ctx, c, "/v1/files/edit", req)
 }
 
 // Patch applies a multi-file unified diff, all or nothing. A hunk that
 // does not apply is an *Error with Status 409 naming the file and hunk.
 func (c *Client) Patch(ctx context.Context, req PatchRequest) (PatchResult, error) {
-	var res PatchResult
-	err := c.post(ctx, "/v1/files/patch", req, &res)
-	return res, err
+	return postFor[PatchResult](ctx, c, "/v1/files/patch", req)
 }

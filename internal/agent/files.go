@@ -63,6 +63,26 @@ type target struct {
 // it is an answer, not a crash, and a replaced root directory is seen.
 func (s *Server) resolve(p string) (target, error) { return resolveIn(s.opts.Root, p) }
 
+// EscapesRoot reports whether the slash path p climbs above where it
+// starts at any point: more ".." elements than names before them, whatever
+// follows ("a/../../b" does, "a/../b" does not).
+func EscapesRoot(p string) bool {
+	depth := 0
+	for _, c := range strings.Split(p, "/") {
+		switch c {
+		case "", ".":
+		case "..":
+			depth--
+		default:
+			depth++
+		}
+		if depth < 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // resolveIn is resolve for the root directory root ("" for the whole file
 // system).
 func resolveIn(root, p string) (target, error) {
@@ -79,18 +99,8 @@ func resolveIn(root, p string) (target, error) {
 	}
 	// os.Root refuses escapes too; checking ".." here first gives the
 	// client a clear 403 for the lexical case.
-	depth := 0
-	for _, c := range strings.Split(p, "/") {
-		switch c {
-		case "", ".":
-		case "..":
-			depth--
-		default:
-			depth++
-		}
-		if depth < 0 {
-			return target{}, errorf(http.StatusForbidden, "path %q escapes the root", p)
-		}
+	if EscapesRoot(p) {
+		return target{}, errorf(http.StatusForbidden, "path %q escapes the root", p)
 	}
 	r, err := os.OpenRoot(root)
 	if err != nil {

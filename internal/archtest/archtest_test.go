@@ -86,6 +86,7 @@ var rules = []struct {
 	{mod + "/internal/netguard", []string{mod + "/"}, "address walls are a leaf, shared by the proxy and spec validation"},
 	{mod + "/internal/image", []string{mod + "/internal/vm", mod + "/internal/server", mod + "/internal/admin", mod + "/internal/registry"}, "the image store knows nothing of the drivers that boot its images"},
 	{mod + "/internal/grant", []string{mod + "/internal/computer", mod + "/internal/computerapi", mod + "/internal/server"}, "grant tokens know nothing of what they guard"},
+	{mod + "/internal/inventory", []string{mod + "/internal/fleet", mod + "/internal/computer", mod + "/internal/server", mod + "/internal/registry", mod + "/internal/admin", mod + "/internal/store", mod + "/internal/proxy", mod + "/internal/vm/"}, "the sandbox inventory knows drivers only through the vm contract and its claimants only through the Claims they register, below both"},
 	{mod + "/internal/computer", []string{mod + "/internal/computerapi", mod + "/internal/server", mod + "/internal/admin", mod + "/internal/registry", mod + "/internal/fleet", mod + "/internal/vm/"}, "Computers use drivers only through the vm contract, below their API"},
 	{mod + "/internal/server", []string{mod + "/internal/vm/process", mod + "/internal/vm/container", mod + "/internal/vm/kvm", mod + "/internal/vm/libvirt", mod + "/internal/vm/firecracker", mod + "/internal/vm/guest"}, "the composition root opens the drivers only through package drivers: adding a driver touches no server code"},
 	{mod + "/cmd/berth", testHelpers, "the binary carries no test helpers"},
@@ -98,7 +99,7 @@ var rules = []struct {
 	{mod + "/internal/computerapi", []string{mod + "/internal/server", mod + "/internal/admin", mod + "/internal/registry", mod + "/internal/fleet", mod + "/internal/store", mod + "/internal/vm"}, "the Computer API reaches Computers only through its Manager interface, below the composition root"},
 	{mod + "/internal/server", testHelpers, "the composition root carries no test helpers"},
 	{mod + "/internal/vm/vmtest", []string{mod + "/internal/vm/"}, "the conformance suite knows drivers only through the vm contract"},
-	{mod + "/internal/vm/vmfake", []string{mod + "/internal/vm/"}, "the in-memory driver for tests knows only the vm contract (TestFakeDriverOnlyInTests: only tests import it)"},
+	{mod + "/internal/vm/vmfake", []string{mod + "/internal/vm/process", mod + "/internal/vm/container", mod + "/internal/vm/kvm", mod + "/internal/vm/firecracker", mod + "/internal/vm/libvirt", mod + "/internal/vm/guest", mod + "/internal/vm/drivers", mod + "/internal/vm/vmtest"}, "the in-memory driver for tests knows only the vm contract and the drivers' shared spec check (TestFakeDriverOnlyInTests: only tests import it)"},
 	{mod + "/internal/vm/console", []string{mod + "/internal/vm/"}, "console capture is below the drivers that use it"},
 	{mod + "/internal/vm/guest", []string{mod + "/internal/vm/drivers"}, "guest kernels and disks are below the driver factories that use them"},
 	{mod + "/internal/vm/process", []string{mod + "/internal/vm/drivers"}, "a driver knows nothing of the factories that open it"},
@@ -109,7 +110,7 @@ var rules = []struct {
 }
 
 // testHelpers are packages only tests import.
-var testHelpers = []string{mod + "/internal/vm/vmtest", mod + "/internal/vm/vmfake", mod + "/internal/contracttest", mod + "/internal/archtest"}
+var testHelpers = []string{mod + "/internal/vm/vmtest", mod + "/internal/vm/vmfake", mod + "/internal/server/servertest", mod + "/internal/contracttest", mod + "/internal/archtest"}
 
 // TestEveryPackageHasARule: a package no rule names could import anything;
 // each one says where it sits.

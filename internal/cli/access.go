@@ -188,11 +188,7 @@ func runLogin(ctx context.Context, e *env, args []string) error {
 	fs := e.flagSet("login")
 	fromStdin := fs.Bool("token-stdin", false, "")
 	name := fs.String("name", "", "")
-	pos, err := e.parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := noArgs(pos); err != nil {
+	if err := e.parseNone(fs, args); err != nil {
 		return err
 	}
 	server := e.server
@@ -307,11 +303,7 @@ config file. The token itself stays valid on the server: revoke it with
 	run: func(ctx context.Context, e *env, args []string) error {
 		fs := e.flagSet("logout")
 		name := fs.String("name", "", "")
-		pos, err := e.parse(fs, args)
-		if err != nil {
-			return err
-		}
-		if err := noArgs(pos); err != nil {
+		if err := e.parseNone(fs, args); err != nil {
 			return err
 		}
 		cfg, err := loadConfig(e.stderr)
@@ -352,11 +344,7 @@ Ask the server (GET /whoami) who the current credential is and what it may
 do: the caller kind, admin scope, namespace, deployments and expiry.
 `,
 	run: func(ctx context.Context, e *env, args []string) error {
-		pos, err := e.parse(e.flagSet("whoami"), args)
-		if err != nil {
-			return err
-		}
-		if err := noArgs(pos); err != nil {
+		if err := e.parseNone(e.flagSet("whoami"), args); err != nil {
 			return err
 		}
 		c, err := e.client()
@@ -437,11 +425,7 @@ func runToken(ctx context.Context, e *env, args []string) error {
 	case "mint":
 		return runTokenMint(ctx, e, rest)
 	case "list", "ls":
-		pos, err := e.parse(e.flagSet("token list"), rest)
-		if err != nil {
-			return err
-		}
-		if err := noArgs(pos); err != nil {
+		if err := e.parseNone(e.flagSet("token list"), rest); err != nil {
 			return err
 		}
 		return e.listTokens(ctx, "")
@@ -676,13 +660,19 @@ func resourceArg(pos []string) (string, error) {
 	return id, nil
 }
 
-func runGetAccess(ctx context.Context, e *env, kind string, args []string) error {
-	fs, ns, _ := e.accessFlagSet("get")
+// parseResource parses a command's flags and its one optional NAME (see
+// resourceArg).
+func (e *env) parseResource(fs *flag.FlagSet, args []string) (string, error) {
 	pos, err := e.parse(fs, args)
 	if err != nil {
-		return err
+		return "", err
 	}
-	id, err := resourceArg(pos)
+	return resourceArg(pos)
+}
+
+func runGetAccess(ctx context.Context, e *env, kind string, args []string) error {
+	fs, ns, _ := e.accessFlagSet("get")
+	id, err := e.parseResource(fs, args)
 	if err != nil {
 		return err
 	}
@@ -762,11 +752,7 @@ func secretURL(ns, id string, force bool) string {
 
 func runDeleteAccess(ctx context.Context, e *env, kind string, args []string) error {
 	fs, ns, force := e.accessFlagSet("delete")
-	pos, err := e.parse(fs, args)
-	if err != nil {
-		return err
-	}
-	id, err := resourceArg(pos)
+	id, err := e.parseResource(fs, args)
 	if err != nil {
 		return err
 	}

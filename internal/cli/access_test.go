@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +11,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/internal/server"
+	"github.com/berth-dev/berth/internal/server/servertest"
 )
 
 // TestMain keeps every test away from the user's own login contexts and
@@ -35,24 +34,15 @@ func TestMain(m *testing.M) {
 // liveServer is a real, gated berth on loopback.
 func liveServer(t *testing.T) string {
 	t.Helper()
-	s, err := server.New(context.Background(), server.Options{
-		ProxyAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", DataDir: t.TempDir(),
-		AdminPassword: "opw", DrainTimeout: 5 * time.Second,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-	return "http://" + s.AdminAddr()
+	return runServer(t, server.Options{}, nil)
+}
+
+// runServer starts a real berth with opts and the operator password opw
+// (see servertest.Start).
+func runServer(t *testing.T, opts server.Options, before func(url string)) string {
+	t.Helper()
+	opts.AdminPassword = "opw"
+	return servertest.Start(t, opts, before)
 }
 
 // berth runs one CLI command with stdin and returns its exit code and

@@ -59,11 +59,7 @@ func runApply(ctx context.Context, e *env, args []string) error {
 	dryRun := fs.Bool("dry-run", false, "")
 	wait := fs.Bool("wait", false, "")
 	timeout := fs.Duration("timeout", defaultWaitTimeout, "")
-	pos, err := e.parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := noArgs(pos); err != nil {
+	if err := e.parseNone(fs, args); err != nil {
 		return err
 	}
 	if file == "" {

@@ -359,6 +359,16 @@ func (e *env) client() (*client.Client, error) {
 	return c, nil
 }
 
+// parseNone parses the flags of a command that takes no positional
+// arguments, and fails with a usage error when it got some.
+func (e *env) parseNone(fs *flag.FlagSet, args []string) error {
+	pos, err := e.parse(fs, args)
+	if err != nil {
+		return err
+	}
+	return noArgs(pos)
+}
+
 // noArgs fails with a usage error when a command got positional arguments
 // it does not take.
 func noArgs(pos []string) error {
@@ -432,18 +442,14 @@ e.g. go install -buildvcs=true ./cmd/berth (GOFLAGS=-buildvcs=false, as
 on some machines, leaves them out).
 `,
 	run: func(ctx context.Context, e *env, args []string) error {
-		pos, err := e.parse(e.flagSet("version"), args)
-		if err != nil {
-			return err
-		}
-		if err := noArgs(pos); err != nil {
+		if err := e.parseNone(e.flagSet("version"), args); err != nil {
 			return err
 		}
 		v := readBuildVersion(debug.ReadBuildInfo())
 		if e.structured() {
 			return e.printValue("", v)
 		}
-		_, err = fmt.Fprintf(e.stdout, "berth %s\nrevision:    %s\nmodified:    %s\ncommit time: %s\ngo:          %s\n",
+		_, err := fmt.Fprintf(e.stdout, "berth %s\nrevision:    %s\nmodified:    %s\ncommit time: %s\ngo:          %s\n",
 			v.Version, v.Revision, v.Modified, v.Time, v.GoVersion)
 		return err
 	},

@@ -39,8 +39,7 @@ type fakeServer struct {
 	*httptest.Server
 	t *testing.T
 
-	mu   sync.Mutex
-	reqs []request
+	recorder
 	// inFlight, when set, is what GET /deployments/legacy reports for the
 	// upstream being drained: each GET takes the next value, and the last
 	// repeats.
@@ -180,14 +179,7 @@ func newFakeServer(t *testing.T) *fakeServer {
 	mux.HandleFunc("PUT /deployments/{id}/upstreams/{upstream}/drain", traffic("draining"))
 	mux.HandleFunc("DELETE /deployments/{id}/upstreams/{upstream}/drain", traffic("accepting"))
 
-	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		s.mu.Lock()
-		s.reqs = append(s.reqs, request{Method: r.Method, URI: r.RequestURI, Body: string(body)})
-		s.mu.Unlock()
-		mux.ServeHTTP(w, r)
-	}))
+	s.Server = httptest.NewServer(s.record(mux))
 	t.Cleanup(s.Close)
 	return s
 }
@@ -204,7 +196,26 @@ func writeJSON(w http.ResponseWriter, code int, body string) {
 	io.WriteString(w, body)
 }
 
-func (s *fakeServer) requests() []request {
+// recorder keeps the requests a fake server was sent; mu also guards the
+// fake's own state.
+type recorder struct {
+	mu   sync.Mutex
+	reqs []request
+}
+
+// record serves h, recording each request first.
+func (s *recorder) record(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		s.mu.Lock()
+		s.reqs = append(s.reqs, request{Method: r.Method, URI: r.RequestURI, Body: string(body)})
+		s.mu.Unlock()
+		h.ServeHTTP(w, r)
+	})
+}
+
+func (s *recorder) requests() []request {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]request(nil), s.reqs...)

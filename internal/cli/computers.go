@@ -125,6 +125,63 @@ func oneID(e *env, name string, fs *flag.FlagSet, args []string, extra int) (str
 	return strings.TrimPrefix(pos[0], "computer/"), pos[1:], nil
 }
 
+// computerClient is oneID followed by the admin API client, for the
+// subcommands that check nothing more before they call the server.
+func computerClient(e *env, name string, fs *flag.FlagSet, args []string, extra int) (string, []string, *client.Client, error) {
+	id, rest, err := oneID(e, name, fs, args, extra)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	c, err := e.client()
+	return id, rest, c, err
+}
+
+// computerItems is a `computer NAME ID` subcommand that lists what the
+// Computer holds: list fetches it, and printList prints it (empty's %s is
+// computer/ID).
+func computerItems[T any](ctx context.Context, e *env, args []string, name, kind, empty string,
+	list func(*client.Client, context.Context, string) ([]T, error), header []any, cells func(T) []any) error {
+	id, _, c, err := computerClient(e, name, e.flagSet("computer "+name), args, 0)
+	if err != nil {
+		return err
+	}
+	items, err := list(c, ctx, id)
+	if err != nil {
+		return err
+	}
+	return printList(e, items, kind, fmt.Sprintf(empty, "computer/"+id), header, cells)
+}
+
+// printList prints a list reply: as kind in the structured formats; the
+// line empty on stderr when there is nothing; else a table of header and
+// one row of cells per item.
+func printList[T any](e *env, list []T, kind, empty string, header []any, cells func(T) []any) error {
+	if e.structured() {
+		return e.printValue(kind, list)
+	}
+	if len(list) == 0 {
+		fmt.Fprintln(e.stderr, empty)
+		return nil
+	}
+	tw := newTable(e.stdout)
+	row(tw, header...)
+	for _, v := range list {
+		row(tw, cells(v)...)
+	}
+	tw.Flush()
+	return nil
+}
+
+// printState prints a Computer a lifecycle call returned: whole in the
+// structured formats, else its id and state.
+func (e *env) printState(out *client.Computer) error {
+	if e.structured() {
+		return e.printValue("computer", out)
+	}
+	fmt.Fprintf(e.stdout, "computer/%s %s\n", out.ID, state(out.State))
+	return nil
+}
+
 func computerCreate(ctx context.Context, e *env, args []string) (err error) {
 	fs := e.flagSet("computer create")
 	ns := fs.String("namespace", "", "")
@@ -227,11 +284,7 @@ func computerList(ctx context.Context, e *env, args []string) error {
 	fs := e.flagSet("computer list")
 	ns := fs.String("namespace", "", "")
 	fs.StringVar(ns, "n", "", "")
-	pos, err := e.parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := noArgs(pos); err != nil {
+	if err := e.parseNone(fs, args); err != nil {
 		return err
 	}
 	c, err := e.client()
@@ -275,11 +328,7 @@ func (e *env) printComputers(list []client.Computer) {
 func ageMs(ms int64) string { return age(int(time.Since(time.UnixMilli(ms)) / time.Second)) }
 
 func computerGet(ctx context.Context, e *env, args []string) error {
-	id, _, err := oneID(e, "get", e.flagSet("computer get"), args, 0)
-	if err != nil {
-		return err
-	}
-	c, err := e.client()
+	id, _, c, err := computerClient(e, "get", e.flagSet("computer get"), args, 0)
 	if err != nil {
 		return err
 	}
@@ -297,11 +346,7 @@ func computerGet(ctx context.Context, e *env, args []string) error {
 func computerStart(ctx context.Context, e *env, args []string) error {
 	fs := e.flagSet("computer start")
 	wait := fs.Bool("wait", false, "")
-	id, _, err := oneID(e, "start", fs, args, 0)
-	if err != nil {
-		return err
-	}
-	c, err := e.client()
+	id, _, c, err := computerClient(e, "start", fs, args, 0)
 	if err != nil {
 		return err
 	}
@@ -309,19 +354,11 @@ func computerStart(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if e.structured() {
-		return e.printValue("computer", out)
-	}
-	fmt.Fprintf(e.stdout, "computer/%s %s\n", out.ID, state(out.State))
-	return nil
+	return e.printState(out)
 }
 
 func computerStop(ctx context.Context, e *env, args []string) error {
-	id, _, err := oneID(e, "stop", e.flagSet("computer stop"), args, 0)
-	if err != nil {
-		return err
-	}
-	c, err := e.client()
+	id, _, c, err := computerClient(e, "stop", e.flagSet("computer stop"), args, 0)
 	if err != nil {
 		return err
 	}
@@ -329,19 +366,11 @@ func computerStop(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if e.structured() {
-		return e.printValue("computer", out)
-	}
-	fmt.Fprintf(e.stdout, "computer/%s %s\n", out.ID, state(out.State))
-	return nil
+	return e.printState(out)
 }
 
 func computerDelete(ctx context.Context, e *env, args []string) error {
-	id, _, err := oneID(e, "delete", e.flagSet("computer delete"), args, 0)
-	if err != nil {
-		return err
-	}
-	c, err := e.client()
+	id, _, c, err := computerClient(e, "delete", e.flagSet("computer delete"), args, 0)
 	if err != nil {
 		return err
 	}
@@ -625,36 +654,14 @@ func computerGrant(ctx context.Context, e *env, args []string) error {
 func msStamp(ms int64) string { return time.UnixMilli(ms).UTC().Format(time.RFC3339) }
 
 func computerGrants(ctx context.Context, e *env, args []string) error {
-	id, _, err := oneID(e, "grants", e.flagSet("computer grants"), args, 0)
-	if err != nil {
-		return err
-	}
-	c, err := e.client()
-	if err != nil {
-		return err
-	}
-	list, err := c.ComputerGrants(ctx, id)
-	if err != nil {
-		return err
-	}
-	if e.structured() {
-		return e.printValue("grant", list)
-	}
-	if len(list) == 0 {
-		fmt.Fprintf(e.stderr, "computer/%s has no unexpired grants.\n", id)
-		return nil
-	}
-	tw := newTable(e.stdout)
-	row(tw, "ID", "ACTOR", "VIA", "ACTIONS", "EXPIRES", "STATE")
-	for _, g := range list {
-		st := "valid"
-		if g.RevokedAt != nil {
-			st = "revoked " + msStamp(*g.RevokedAt)
-		}
-		row(tw, g.ID, g.Grant.Provenance.Actor, orDash(g.Grant.Provenance.Via), strings.Join(g.Grant.Actions, ","), msStamp(g.Grant.ExpiresAt), st)
-	}
-	tw.Flush()
-	return nil
+	return computerItems(ctx, e, args, "grants", "grant", "%s has no unexpired grants.", (*client.Client).ComputerGrants,
+		[]any{"ID", "ACTOR", "VIA", "ACTIONS", "EXPIRES", "STATE"}, func(g client.ComputerGrant) []any {
+			st := "valid"
+			if g.RevokedAt != nil {
+				st = "revoked " + msStamp(*g.RevokedAt)
+			}
+			return []any{g.ID, g.Grant.Provenance.Actor, orDash(g.Grant.Provenance.Via), strings.Join(g.Grant.Actions, ","), msStamp(g.Grant.ExpiresAt), st}
+		})
 }
 
 func computerRevoke(ctx context.Context, e *env, args []string) error {
@@ -717,32 +724,10 @@ func computerExpose(ctx context.Context, e *env, args []string) error {
 }
 
 func computerPorts(ctx context.Context, e *env, args []string) error {
-	id, _, err := oneID(e, "ports", e.flagSet("computer ports"), args, 0)
-	if err != nil {
-		return err
-	}
-	c, err := e.client()
-	if err != nil {
-		return err
-	}
-	list, err := c.ComputerPorts(ctx, id)
-	if err != nil {
-		return err
-	}
-	if e.structured() {
-		return e.printValue("", list)
-	}
-	if len(list) == 0 {
-		fmt.Fprintf(e.stderr, "computer/%s exposes no ports.\n", id)
-		return nil
-	}
-	tw := newTable(e.stdout)
-	row(tw, "PORT", "PUBLIC", "URL")
-	for _, p := range list {
-		row(tw, p.Port, yesNo(p.Public), p.URL)
-	}
-	tw.Flush()
-	return nil
+	return computerItems(ctx, e, args, "ports", "", "%s exposes no ports.", (*client.Client).ComputerPorts,
+		[]any{"PORT", "PUBLIC", "URL"}, func(p client.ComputerPort) []any {
+			return []any{p.Port, yesNo(p.Public), p.URL}
+		})
 }
 
 func computerUnexpose(ctx context.Context, e *env, args []string) error {
@@ -867,43 +852,21 @@ func describeFact(f client.ComputerFact) string {
 }
 
 func computerPs(ctx context.Context, e *env, args []string) error {
-	id, _, err := oneID(e, "ps", e.flagSet("computer ps"), args, 0)
-	if err != nil {
-		return err
-	}
-	c, err := e.client()
-	if err != nil {
-		return err
-	}
-	list, err := c.ComputerProcesses(ctx, id)
-	if err != nil {
-		return err
-	}
-	if e.structured() {
-		return e.printValue("process", list)
-	}
-	if len(list) == 0 {
-		fmt.Fprintf(e.stderr, "computer/%s has no background processes.\n", id)
-		return nil
-	}
-	tw := newTable(e.stdout)
-	row(tw, "ID", "PID", "STATE", "STARTED", "BY", "COMMAND")
-	for _, p := range list {
-		st := "running"
-		if !p.Running {
-			st = "exited"
-			if p.ExitCode != nil {
-				st = "exit " + strconv.Itoa(*p.ExitCode)
+	return computerItems(ctx, e, args, "ps", "process", "%s has no background processes.", (*client.Client).ComputerProcesses,
+		[]any{"ID", "PID", "STATE", "STARTED", "BY", "COMMAND"}, func(p client.ComputerProcess) []any {
+			st := "running"
+			if !p.Running {
+				st = "exited"
+				if p.ExitCode != nil {
+					st = "exit " + strconv.Itoa(*p.ExitCode)
+				}
 			}
-		}
-		by := "-"
-		if p.Provenance != nil {
-			by = p.Provenance.Actor
-		}
-		row(tw, p.ID, p.PID, st, ageMs(p.StartedAt), by, p.Command)
-	}
-	tw.Flush()
-	return nil
+			by := "-"
+			if p.Provenance != nil {
+				by = p.Provenance.Actor
+			}
+			return []any{p.ID, p.PID, st, ageMs(p.StartedAt), by, p.Command}
+		})
 }
 
 func computerLogs(ctx context.Context, e *env, args []string) error {

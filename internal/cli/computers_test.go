@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -41,34 +40,20 @@ func computerServer(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := server.New(context.Background(), server.Options{
-		ProxyAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", DataDir: dir,
-		AdminPassword: "opw", DrainTimeout: 5 * time.Second, BaseDomain: "berth.test",
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return runServer(t, server.Options{
+		DataDir: dir, BaseDomain: "berth.test",
 		AgentCommand: []string{os.Args[0]}, AgentEnv: []string{agentRole + "=agent"},
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() {
+	}, func(url string) {
 		// Delete what the test left, so no sandbox outlives it.
-		if c, err := client.New("http://"+s.AdminAddr(), client.WithBasicAuth("admin", "opw")); err == nil {
+		if c, err := client.New(url, client.WithBasicAuth("admin", "opw")); err == nil {
 			if cs, err := c.Computers(context.Background(), ""); err == nil {
 				for _, cm := range cs {
 					c.DeleteComputer(context.Background(), cm.ID)
 				}
 			}
 		}
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-		os.RemoveAll(dir)
 	})
-	return "http://" + s.AdminAddr()
 }
 
 // TestComputerCLI walks the README's Computers story against a real

@@ -37,15 +37,7 @@ func runDelete(ctx context.Context, e *env, args []string) error {
 
 // deleteDeployment is delete deployment ID.
 func deleteDeployment(ctx context.Context, e *env, args []string) error {
-	pos, err := e.parse(e.flagSet("delete"), args)
-	if err != nil {
-		return err
-	}
-	id, err := resourceID(pos, true)
-	if err != nil {
-		return err
-	}
-	c, err := e.client()
+	id, c, err := e.deploymentClient("delete", args, true)
 	if err != nil {
 		return err
 	}

@@ -35,15 +35,7 @@ func runDescribe(ctx context.Context, e *env, args []string) error {
 
 // describeDeployment is describe deployment ID.
 func describeDeployment(ctx context.Context, e *env, args []string) error {
-	pos, err := e.parse(e.flagSet("describe"), args)
-	if err != nil {
-		return err
-	}
-	id, err := resourceID(pos, true)
-	if err != nil {
-		return err
-	}
-	c, err := e.client()
+	id, c, err := e.deploymentClient("describe", args, true)
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/berth-dev/berth/apitype"
+	"github.com/berth-dev/berth/client"
 )
 
 var getCmd = &command{
@@ -41,6 +42,21 @@ UPTIME CPU MEMORY, where STATE is ready, unhealthy, draining or booting.
 and -o yaml print {deployment, vms, pending_vms} with the server's lists.
 `,
 	run: runGet,
+}
+
+// deploymentClient parses the flags and "deployment[s] [ID]" of command
+// name (see resourceID), and returns the id and the admin API client.
+func (e *env) deploymentClient(name string, args []string, needID bool) (string, *client.Client, error) {
+	pos, err := e.parse(e.flagSet(name), args)
+	if err != nil {
+		return "", nil, err
+	}
+	id, err := resourceID(pos, needID)
+	if err != nil {
+		return "", nil, err
+	}
+	c, err := e.client()
+	return id, c, err
 }
 
 // resourceID reads "deployment[s] [ID]" or "deployment/ID" from pos. With
@@ -89,15 +105,7 @@ func runGet(ctx context.Context, e *env, args []string) error { return dispatch(
 
 // getDeployments is get deployment[s] [ID].
 func getDeployments(ctx context.Context, e *env, args []string) error {
-	pos, err := e.parse(e.flagSet("get"), args)
-	if err != nil {
-		return err
-	}
-	id, err := resourceID(pos, false)
-	if err != nil {
-		return err
-	}
-	c, err := e.client()
+	id, c, err := e.deploymentClient("get", args, false)
 	if err != nil {
 		return err
 	}

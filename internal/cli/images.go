@@ -86,11 +86,7 @@ func runImage(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.stdout, "image/%s imported (%s, %s)\n", im.Name, shortDigest(im.Digest), sizeString(im.Bytes))
 		return nil
 	case "list", "ls":
-		pos, err := e.parse(e.flagSet("image list"), rest)
-		if err != nil {
-			return err
-		}
-		if err := noArgs(pos); err != nil {
+		if err := e.parseNone(e.flagSet("image list"), rest); err != nil {
 			return err
 		}
 		return e.listImages(ctx, "")

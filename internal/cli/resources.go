@@ -208,11 +208,7 @@ func one(names []string) string {
 func describeFrom(path, listKey, kind, key string) func(context.Context, *env, []string) error {
 	return func(ctx context.Context, e *env, args []string) error {
 		_, name, rest := splitResource(args)
-		pos, err := e.parse(e.flagSet("describe"), rest)
-		if err != nil {
-			return err
-		}
-		if err := noArgs(pos); err != nil {
+		if err := e.parseNone(e.flagSet("describe"), rest); err != nil {
 			return err
 		}
 		if name == "" {
@@ -280,11 +276,7 @@ func describePath(kind string, path func(name, ns string) string) func(context.C
 		ns := fs.String("n", "", "")
 		fs.StringVar(ns, "namespace", "", "")
 		_, name, rest := splitResource(args)
-		pos, err := e.parse(fs, rest)
-		if err != nil {
-			return err
-		}
-		if err := noArgs(pos); err != nil {
+		if err := e.parseNone(fs, rest); err != nil {
 			return err
 		}
 		if name == "" {
@@ -311,18 +303,7 @@ var describeNamespace = describeFrom("/namespaces", "", "namespace", "namespace"
 
 func describeVM(ctx context.Context, e *env, args []string) error {
 	fs, dep, _ := e.vmFlagSet("describe")
-	pos, err := e.parse(fs, args)
-	if err != nil {
-		return err
-	}
-	id, sandbox, err := vmArgs(pos, *dep)
-	if err != nil {
-		return err
-	}
-	if sandbox == "" {
-		return usagef("missing VM (sandbox id)")
-	}
-	c, err := e.client()
+	id, sandbox, c, err := e.oneVM(fs, dep, args)
 	if err != nil {
 		return err
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -58,25 +57,9 @@ func vmLiveServer(t *testing.T) string {
 		}
 		os.RemoveAll(dir)
 	})
-	s, err := server.New(context.Background(), server.Options{
-		ProxyAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", DataDir: dir,
-		AdminPassword: "opw", DrainTimeout: 5 * time.Second,
-		AgentCommand: []string{os.Args[0]}, AgentEnv: []string{agentRole + "=agent"},
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-	return "http://" + s.AdminAddr()
+	return runServer(t, server.Options{
+		DataDir: dir, AgentCommand: []string{os.Args[0]}, AgentEnv: []string{agentRole + "=agent"},
+	}, nil)
 }
 
 // TestShellExitCodeLive: `berth shell` against a real server, with piped

@@ -23,11 +23,7 @@ reply (summary form) as received.
 }
 
 func runStatus(ctx context.Context, e *env, args []string) error {
-	pos, err := e.parse(e.flagSet("status"), args)
-	if err != nil {
-		return err
-	}
-	if err := noArgs(pos); err != nil {
+	if err := e.parseNone(e.flagSet("status"), args); err != nil {
 		return err
 	}
 	c, err := e.client()

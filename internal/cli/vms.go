@@ -230,22 +230,31 @@ func (e *env) noDocument(name string) error {
 	return nil
 }
 
+// textDeployment parses the flags and the one deployment ID of a command
+// that prints text (see noDocument).
+func (e *env) textDeployment(name string, fs *flag.FlagSet, args []string) (string, error) {
+	pos, err := e.parse(fs, args)
+	if err != nil {
+		return "", err
+	}
+	if err := e.noDocument(name); err != nil {
+		return "", err
+	}
+	if len(pos) != 1 || stripKind(pos[0]) == "" {
+		return "", usagef("want exactly one deployment ID, got %d arguments", len(pos))
+	}
+	return stripKind(pos[0]), nil
+}
+
 func runShell(ctx context.Context, e *env, args []string) error {
 	fs := e.flagSet("shell")
 	vm := fs.String("vm", "", "")
 	noWake := fs.Bool("no-wake", false, "")
 	cwd := fs.String("cwd", "", "")
-	pos, err := e.parse(fs, args)
+	id, err := e.textDeployment("shell", fs, args)
 	if err != nil {
 		return err
 	}
-	if err := e.noDocument("shell"); err != nil {
-		return err
-	}
-	if len(pos) != 1 || stripKind(pos[0]) == "" {
-		return usagef("want exactly one deployment ID, got %d arguments", len(pos))
-	}
-	id := stripKind(pos[0])
 	c, err := e.client()
 	if err != nil {
 		return err
@@ -336,15 +345,9 @@ func runLogs(ctx context.Context, e *env, args []string) error {
 	follow := fs.Bool("f", false, "")
 	fs.BoolVar(follow, "follow", false, "")
 	limit := fs.Int("limit", 100, "")
-	pos, err := e.parse(fs, args)
+	id, err := e.textDeployment("logs", fs, args)
 	if err != nil {
 		return err
-	}
-	if err := e.noDocument("logs"); err != nil {
-		return err
-	}
-	if len(pos) != 1 || stripKind(pos[0]) == "" {
-		return usagef("want exactly one deployment ID, got %d arguments", len(pos))
 	}
 	if *limit < 0 || *limit > 10000 {
 		return usagef("--limit must be from 0 to 10000, got %d", *limit)
@@ -353,7 +356,7 @@ func runLogs(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	return c.Logs(ctx, stripKind(pos[0]), *limit, *follow, e.stdout)
+	return c.Logs(ctx, id, *limit, *follow, e.stdout)
 }
 
 // vmFlagSet is the flag set of `get vms` and `delete vm`.
@@ -383,6 +386,23 @@ func vmArgs(pos []string, dep string) (id, sandbox string, err error) {
 		return "", "", usagef("missing -d DEPLOYMENT")
 	}
 	return id, sandbox, nil
+}
+
+// oneVM parses a command's flags and its one VM ("vm SB" or "vm/SB", with
+// -d DEPLOYMENT), and returns the admin API client.
+func (e *env) oneVM(fs *flag.FlagSet, dep *string, args []string) (id, sandbox string, c *client.Client, err error) {
+	pos, err := e.parse(fs, args)
+	if err != nil {
+		return "", "", nil, err
+	}
+	if id, sandbox, err = vmArgs(pos, *dep); err != nil {
+		return "", "", nil, err
+	}
+	if sandbox == "" {
+		return "", "", nil, usagef("missing VM (sandbox id)")
+	}
+	c, err = e.client()
+	return id, sandbox, c, err
 }
 
 // runGetVMs is `get vms -d ID`. The VMs come from /metrics, which has
@@ -564,18 +584,7 @@ func age(secs int) string {
 // runDeleteVM is `delete vm SB -d ID [--force]`.
 func runDeleteVM(ctx context.Context, e *env, args []string) error {
 	fs, dep, force := e.vmFlagSet("delete")
-	pos, err := e.parse(fs, args)
-	if err != nil {
-		return err
-	}
-	id, sandbox, err := vmArgs(pos, *dep)
-	if err != nil {
-		return err
-	}
-	if sandbox == "" {
-		return usagef("missing VM (sandbox id)")
-	}
-	c, err := e.client()
+	id, sandbox, c, err := e.oneVM(fs, dep, args)
 	if err != nil {
 		return err
 	}

@@ -10,7 +10,6 @@ import (
 	"net/http/httptest"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/coder/websocket"
@@ -24,9 +23,8 @@ import (
 // GET /deployments/:id) and records what it was sent.
 type vmServer struct {
 	*httptest.Server
+	recorder
 
-	mu       sync.Mutex
-	reqs     []request
 	stdin    []byte // every stdin byte the shell received
 	exec     apitype.ExecOutput
 	gated    bool // /metrics answers 403, as for a token without view scope
@@ -101,14 +99,7 @@ func newVMServer(t *testing.T) *vmServer {
 		writeJSON(w, 202, `{"sandbox_id":"web-7f3a","outcome":"draining"}`)
 	})
 	mux.HandleFunc("GET /deployments/{id}/shell", s.shell)
-	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		s.mu.Lock()
-		s.reqs = append(s.reqs, request{Method: r.Method, URI: r.RequestURI, Body: string(body)})
-		s.mu.Unlock()
-		mux.ServeHTTP(w, r)
-	}))
+	s.Server = httptest.NewServer(s.record(mux))
 	t.Cleanup(s.Close)
 	return s
 }
@@ -154,12 +145,6 @@ func (s *vmServer) shell(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-}
-
-func (s *vmServer) requests() []request {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]request(nil), s.reqs...)
 }
 
 // runVM runs the CLI against srv with stdin.

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/berth-dev/berth/internal/vm"
 )
 
 // TestSlotsUnderConcurrency: 50 concurrent starts against a limit of 10:
@@ -67,7 +69,10 @@ func TestSlotsUnderConcurrency(t *testing.T) {
 	sandboxes := e.sandboxes()
 	owners := map[string]bool{}
 	for _, s := range sandboxes {
-		owners[s.Deployment] = true
+		if s.Owner.Kind != vm.OwnerComputer {
+			t.Errorf("sandbox %s has owner %v", s.ID, s.Owner)
+		}
+		owners[s.Owner.ID] = true
 	}
 	if len(sandboxes) != 10 || len(owners) != 10 {
 		t.Errorf("%d sandboxes for %d Computers, want 10 for 10", len(sandboxes), len(owners))

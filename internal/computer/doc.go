@@ -9,8 +9,10 @@
 // A Computer is a record in the store plus a workspace directory,
 // <data-dir>/computers/<id>/workspace, that outlives every sandbox that
 // runs it: stop/start, idle sleep, backing changes, recycling and berth
-// restarts keep its files. A sandbox is a replica of a vm driver named
-// vm.Name("cmp_"+id, nonce) (the fleet ignores these owners) that runs the
+// restarts keep its files. A sandbox is a replica of a vm driver owned by
+// vm.Owner{Kind: vm.OwnerComputer, ID: id} and named by it
+// (vm.Name(vm.ComputerPrefix+id, nonce)); package inventory hands these to
+// the Manager at start-up, never to the fleet. It runs the
 // agent in the workspace: its working directory, HOME and the root of its
 // file operations.
 //
@@ -20,7 +22,9 @@
 // lifecycle fact whose provenance.via says why (start, use, stop, idle,
 // queue, recycle, restart, ...). A restarted berth (New) re-adopts the
 // sandboxes that still run by their recorded name, puts to sleep the
-// Computers whose sandbox vanished, and destroys sandboxes nobody claims.
+// Computers whose sandbox vanished, and leaves the Computer sandboxes it
+// does not claim to the inventory's sweep (or, without a shared inventory,
+// destroys them at once).
 //
 // A running Computer sleeps once its idle timeout has passed without
 // activity. Activity is: a held Use (an API operation, a terminal session),

@@ -381,9 +381,21 @@ func TestRestartAdopts(t *testing.T) {
 	if err := d.Stop(ctx, lose.Sandbox, time.Second); err != nil {
 		t.Fatal(err)
 	}
-	orphan := vm.Name(OwnerPrefix+"ghost", 7)
-	if _, err := d.Start(ctx, vm.Spec{Name: orphan}); err != nil {
-		t.Fatal(err)
+	// Orphans: one of an older berth (no recorded owner; its name says
+	// Computer), and one whose recorded owner is a Computer though its
+	// name looks like a deployment's. Replicas of deployments are not the
+	// Manager's, even one named like a Computer's sandbox.
+	deployments := []vm.Spec{
+		{Name: vm.Name("web", 8)},
+		{Name: vm.Name(vm.ComputerPrefix+"web", 9), Owner: vm.Owner{Kind: vm.OwnerDeployment, ID: vm.ComputerPrefix + "web"}},
+	}
+	for _, s := range append([]vm.Spec{
+		{Name: vm.Name(vm.ComputerPrefix+"ghost", 7)},
+		{Name: vm.Name("plain", 10), Owner: vm.Owner{Kind: vm.OwnerComputer, ID: "ghost2"}},
+	}, deployments...) {
+		if _, err := d.Start(ctx, s); err != nil {
+			t.Fatal(err)
+		}
 	}
 	e.st.Close()
 	e.open()
@@ -412,8 +424,11 @@ func TestRestartAdopts(t *testing.T) {
 	for _, in := range e.sandboxes() {
 		names = append(names, in.ID)
 	}
-	if !slices.Equal(names, []string{keep.Sandbox}) {
-		t.Errorf("sandboxes after restart = %v, want only %s", names, keep.Sandbox)
+	want := []string{keep.Sandbox, deployments[0].Name, deployments[1].Name}
+	slices.Sort(names)
+	slices.Sort(want)
+	if !slices.Equal(names, want) {
+		t.Errorf("sandboxes after restart = %v, want only %v", names, want)
 	}
 	slots, _ := e.st.ComputerSlots(ctx)
 	if !slices.Equal(slots, []string{"keep"}) {
@@ -429,10 +444,9 @@ func TestRestartAdopts(t *testing.T) {
 	}
 }
 
-// TestFleetIgnoresSandboxes: the fleet's Run neither adopts nor destroys
-// Computers' sandboxes when told to ignore them — and does destroy them
-// when not (which is why the option exists).
-func TestFleetIgnoresSandboxes(t *testing.T) {
+// TestFleetLeavesSandboxes: the fleet's Run neither adopts nor destroys
+// Computers' sandboxes: they are not vm.OwnerDeployment replicas.
+func TestFleetLeavesSandboxes(t *testing.T) {
 	e := newEnv(t)
 	m := e.manager()
 	ctx := context.Background()
@@ -446,21 +460,11 @@ func TestFleetIgnoresSandboxes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	run(fleet.Options{Drivers: e.drivers, Ignore: IsSandbox})
+	run(fleet.Options{Drivers: e.drivers})
 	if n := len(e.sandboxes()); n != 1 {
-		t.Fatalf("%d sandboxes after a fleet that ignores them, want 1", n)
+		t.Fatalf("%d sandboxes after the fleet's start-up, want 1", n)
 	}
 	exec(t, m, "mine", "true")
-	run(fleet.Options{Drivers: e.drivers})
-	// With its context gone, that fleet only signals the sandbox; it ends
-	// shortly after.
-	deadline := time.Now().Add(20 * time.Second)
-	for len(e.sandboxes()) != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("a fleet that does not ignore the sandbox left it running; the test cannot tell")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // TestBackingFallbackAndMove: a backing whose sandbox fails to start falls

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/internal/agent"
+	"github.com/berth-dev/berth/internal/inventory"
 	"github.com/berth-dev/berth/internal/store"
 	"github.com/berth-dev/berth/internal/vm"
 )
@@ -217,16 +218,19 @@ func (m *Manager) reconcile(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("computer: %w", err)
 	}
+	inv := m.o.Inventory
+	if inv == nil {
+		inv = inventory.New(m.o.Drivers, inventory.Options{Log: m.log, StopGrace: m.o.StopGrace})
+	}
+	if err := inv.List(ctx); err != nil {
+		return fmt.Errorf("computer: %w", err)
+	}
 	found := map[string]map[string]vm.Instance{}
-	for name, d := range m.o.Drivers {
-		insts, err := d.List(ctx)
-		if err != nil {
-			return fmt.Errorf("computer: listing %s sandboxes: %w", name, err)
+	for _, f := range inv.Register(vm.OwnerComputer, m.Claims) {
+		if found[f.Driver] == nil {
+			found[f.Driver] = map[string]vm.Instance{}
 		}
-		found[name] = map[string]vm.Instance{}
-		for _, in := range insts {
-			found[name][in.ID] = in
-		}
+		found[f.Driver][f.Instance.ID] = f.Instance
 	}
 	claimed := map[string]bool{}
 	current := map[string]bool{} // runtime ids still running
@@ -249,17 +253,13 @@ func (m *Manager) reconcile(ctx context.Context) error {
 		m.releaseTo(ctx, rec.ID, StateSleeping)
 		m.emitLifecycle(ctx, rec.ID, State{State: StateSleeping}, "restart: sandbox gone")
 	}
-	for name, insts := range found {
-		for id := range insts {
-			owner, ok := vm.Owner(id)
-			if !ok || !IsSandbox(owner) || claimed[id] {
-				continue
-			}
-			m.log.Warn("computer: destroying an orphaned sandbox", "sandbox", id)
-			if err := m.o.Drivers[name].Stop(ctx, id, m.o.StopGrace); err != nil && !errors.Is(err, vm.ErrNotFound) {
-				m.log.Error("computer: destroying an orphaned sandbox", "sandbox", id, "err", err)
-			}
-		}
+	m.mu.Lock()
+	m.adopted = claimed
+	m.mu.Unlock()
+	// The sandboxes no Computer claimed are orphans. A shared inventory
+	// sweeps them once every owner has registered; a private one at once.
+	if m.o.Inventory == nil {
+		inv.Sweep(ctx, vm.OwnerComputer)
 	}
 	open, err := m.st.OpenUsages(ctx)
 	if err != nil {

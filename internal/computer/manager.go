@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/internal/agent"
+	"github.com/berth-dev/berth/internal/inventory"
 	"github.com/berth-dev/berth/internal/store"
 	"github.com/berth-dev/berth/internal/vm"
 )
@@ -69,6 +70,13 @@ type Options struct {
 	// first of "kvm" and "libvirt" in Drivers: the drivers that share the
 	// workspace into the guest (firecracker cannot, and refuses it).
 	VMDriver string
+	// Inventory, if set, is the host's start-up listing of the drivers
+	// (package inventory), shared with the fleet: New registers with it
+	// for vm.OwnerComputer sandboxes, adopts those of its Computers, and
+	// leaves the orphans to its sweep, which asks Claims. Without one,
+	// New lists the drivers itself and destroys its orphans at once,
+	// leaving other owners' replicas alone.
+	Inventory *inventory.Inventory
 
 	// DefaultBackings are used by Computers created without backings;
 	// empty means [{kind: process}].
@@ -128,10 +136,6 @@ const DefaultFleetLimit = 16
 // MaxPendingUsage bounds PendingUsage (the contract's pending()).
 const MaxPendingUsage = 64
 
-// OwnerPrefix starts the vm owner names of Computers' sandboxes
-// (vm.Name("cmp_"+id, nonce)); the fleet ignores these owners.
-const OwnerPrefix = "cmp_"
-
 // Manager runs the Computers of this host. It is safe for concurrent use.
 type Manager struct {
 	o   Options
@@ -150,6 +154,8 @@ type Manager struct {
 	kick chan struct{} // wakes the loop to drain the queue
 
 	lastExpiry time.Time // of facts; guarded by mu
+
+	adopted map[string]bool // sandboxes re-adopted at start-up (Claims); guarded by mu
 }
 
 // live is the in-memory side of one Computer: the lock that serializes its
@@ -252,10 +258,13 @@ func New(ctx context.Context, o Options) (*Manager, error) {
 	return m, nil
 }
 
-// IsSandbox reports whether a vm owner (vm.Owner of a replica name) is a
-// Computer's: fleet.Options.Ignore.
-func IsSandbox(owner string) bool {
-	return len(owner) > len(OwnerPrefix) && owner[:len(OwnerPrefix)] == OwnerPrefix
+// Claims reports whether a sandbox listed at start-up is a Computer's that
+// New re-adopted (inventory.Claims); any other vm.OwnerComputer replica is
+// an orphan.
+func (m *Manager) Claims(f inventory.Found) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return f.Instance.Owner.Kind == vm.OwnerComputer && m.adopted[f.Instance.ID]
 }
 
 func (m *Manager) live(id string) *live {
@@ -502,7 +511,7 @@ func (m *Manager) admitAndLaunch(ctx context.Context, l *live, rec store.Compute
 			nonce := m.nonce
 			m.mu.Unlock()
 			c.State, c.Active, c.Driver = StateStarting, backingJSON(b), name
-			c.Sandbox = vm.Name(OwnerPrefix+id, nonce)
+			c.Sandbox = vm.Owner{Kind: vm.OwnerComputer, ID: id}.Name(nonce)
 			c.RuntimeID = newRuntimeID()
 			return nil
 		}
@@ -584,7 +593,7 @@ func (m *Manager) launch(ctx context.Context, l *live, rec store.Computer, via s
 		return rec, err
 	}
 	spec := vm.Spec{
-		Name: rec.Sandbox, Deployment: OwnerPrefix + rec.ID, Image: rec.Image, SizeClass: rec.Size,
+		Name: rec.Sandbox, Owner: vm.Owner{Kind: vm.OwnerComputer, ID: rec.ID}, Image: rec.Image, SizeClass: rec.Size,
 		Workspace: ws, Env: map[string]string{"BERTH_COMPUTER": rec.ID},
 	}
 	if parseBacking(rec.Active).Kind == KindProcess {

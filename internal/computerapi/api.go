@@ -464,6 +464,22 @@ func (a *API) use(r *http.Request, c *call) (*agent.Client, func(), error) {
 	return ag, release, nil
 }
 
+// onAgent runs do on the Computer's agent (see use), held only for the
+// call, and answers the agent's error as the API's (see agentError).
+func onAgent[T any](a *API, r *http.Request, c *call, do func(context.Context, *agent.Client) (T, error)) (T, error) {
+	ag, release, err := a.use(r, c)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	defer release()
+	v, err := do(r.Context(), ag)
+	if err != nil {
+		return v, agentError(err, c.id)
+	}
+	return v, nil
+}
+
 // readJSON reads a request body into v (a pointer) as web.ReadJSON does,
 // and refuses a key v does not declare (400 `<path>: unknown field`): the
 // Computer API's bodies are closed, so a key berth does not act on — a

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/berth-dev/berth/apitype/computertype"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -15,8 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/apitype/computertype"
+
 	"github.com/berth-dev/berth/internal/agent"
-	"github.com/berth-dev/berth/internal/auth"
 	"github.com/berth-dev/berth/internal/computer"
 	"github.com/berth-dev/berth/internal/grant"
 	"github.com/berth-dev/berth/internal/store"
@@ -49,31 +49,7 @@ const (
 
 func newEnv(t testing.TB) *testEnv {
 	t.Helper()
-	dir := t.TempDir()
-	st, err := store.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	key, err := grant.LoadKey(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &clock{}
-	gi, err := grant.New(context.Background(), grant.Config{Key: key, Store: st, Now: c.now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mgr := newManager(t, dir, st)
-	api := New(Options{
-		Manager: mgr,
-		Grants:  gi,
-		Gate:    auth.New(auth.Config{User: opUser, Password: opPass, Brake: auth.NewBrake(auth.BrakeConfig{Threshold: 1 << 20})}),
-		Now:     c.now,
-	})
-	srv := httptest.NewServer(api)
-	t.Cleanup(srv.Close)
-	return &testEnv{t: t, srv: srv, mgr: mgr, grants: gi, clock: c}
+	return newEnvWith(t)
 }
 
 // TestMain lets the test binary be the in-sandbox agent: with

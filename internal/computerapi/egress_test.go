@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
-	"github.com/berth-dev/berth/apitype/computertype"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -16,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/berth-dev/berth/apitype/computertype"
+
 	"github.com/berth-dev/berth/internal/auth"
 	"github.com/berth-dev/berth/internal/computer"
 	"github.com/berth-dev/berth/internal/egress"
@@ -24,7 +25,7 @@ import (
 )
 
 // newEnvWith is newEnv with the API's options edited by opts.
-func newEnvWith(t *testing.T, opts ...func(*Options)) *testEnv {
+func newEnvWith(t testing.TB, opts ...func(*Options)) *testEnv {
 	t.Helper()
 	dir := t.TempDir()
 	st, err := store.Open(dir)

@@ -1,15 +1,17 @@
 package computerapi
 
 import (
+	"context"
 	"encoding/base64"
 	"errors"
-	"github.com/berth-dev/berth/apitype/computertype"
 	"io"
 	"io/fs"
 	"net/http"
 	"path"
 	"strconv"
 	"strings"
+
+	"github.com/berth-dev/berth/apitype/computertype"
 
 	"github.com/berth-dev/berth/internal/agent"
 	"github.com/berth-dev/berth/internal/web"
@@ -42,18 +44,8 @@ func workPath(p, field string, optional bool) (string, error) {
 	if containsNUL(p) {
 		return "", web.Invalid(field, "must not contain a NUL byte")
 	}
-	depth := 0
-	for _, c := range strings.Split(p, "/") {
-		switch c {
-		case "", ".":
-		case "..":
-			depth--
-		default:
-			depth++
-		}
-		if depth < 0 {
-			return "", web.Errorf(http.StatusForbidden, "%s: %q leads outside the Computer's workspace", field, p)
-		}
+	if agent.EscapesRoot(p) {
+		return "", web.Errorf(http.StatusForbidden, "%s: %q leads outside the Computer's workspace", field, p)
 	}
 	clean := path.Clean("/" + p)
 	if field == "cwd" {
@@ -78,14 +70,11 @@ func (a *API) readText(w http.ResponseWriter, r *http.Request, c *call) error {
 	if req.Offset < 0 || req.Limit < 0 {
 		return web.Invalid("offset", "offset and limit must not be negative")
 	}
-	ag, release, err := a.use(r, c)
+	res, err := onAgent(a, r, c, func(ctx context.Context, ag *agent.Client) (agent.ReadTextResult, error) {
+		return ag.ReadText(ctx, agent.ReadTextRequest{Path: p, OffsetLine: req.Offset, LimitLines: req.Limit})
+	})
 	if err != nil {
 		return err
-	}
-	defer release()
-	res, err := ag.ReadText(r.Context(), agent.ReadTextRequest{Path: p, OffsetLine: req.Offset, LimitLines: req.Limit})
-	if err != nil {
-		return agentError(err, c.id)
 	}
 	web.WriteJSON(w, http.StatusOK, computertype.ReadResult{Path: res.Path, Content: res.Content, StartLine: res.StartLine, TotalLines: res.TotalLines, Truncated: res.Truncated, Size: res.Size, SHA256: res.SHA256})
 	return nil
@@ -100,24 +89,17 @@ func (a *API) readBytes(w http.ResponseWriter, r *http.Request, c *call) error {
 	if err != nil {
 		return err
 	}
-	offset, err := int64Param(q.Get("offset"), "offset")
+	offset, limit, err := offsetLimit(q)
 	if err != nil {
 		return err
 	}
-	limit := int64(-1)
-	if v := q.Get("limit"); v != "" {
-		if limit, err = int64Param(v, "limit"); err != nil {
-			return err
-		}
-	}
-	ag, release, err := a.use(r, c)
+	var sum string
+	b, err := onAgent(a, r, c, func(ctx context.Context, ag *agent.Client) (b []byte, err error) {
+		b, sum, err = ag.ReadBytes(ctx, p, offset, limit)
+		return b, err
+	})
 	if err != nil {
 		return err
-	}
-	defer release()
-	b, sum, err := ag.ReadBytes(r.Context(), p, offset, limit)
-	if err != nil {
-		return agentError(err, c.id)
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
@@ -154,17 +136,14 @@ func (a *API) writeText(w http.ResponseWriter, r *http.Request, c *call) error {
 }
 
 func (a *API) write(w http.ResponseWriter, r *http.Request, c *call, req agent.WriteRequest) error {
-	ag, release, err := a.use(r, c)
+	res, err := onAgent(a, r, c, func(ctx context.Context, ag *agent.Client) (agent.WriteResult, error) {
+		return ag.Write(ctx, req)
+	})
 	if err != nil {
 		return err
 	}
-	defer release()
-	res, err := ag.Write(r.Context(), req)
-	if err != nil {
-		return agentError(err, c.id)
-	}
 	a.emit(r.Context(), filesWritten(c, res.Path, res.Bytes))
-	web.WriteJSON(w, http.StatusOK, computertype.WriteResult{Path: res.Path, Bytes: res.Bytes, SHA256: res.SHA256, Created: res.Created})
+	web.WriteJSON(w, http.StatusOK, computertype.WriteResult(res))
 	return nil
 }
 
@@ -176,7 +155,7 @@ func (a *API) writeBytes(w http.ResponseWriter, r *http.Request, c *call) error 
 	if err != nil {
 		return err
 	}
-	parents, err := boolParam(r, "parents")
+	parents, err := web.BoolParam(r, "parents")
 	if err != nil {
 		return err
 	}
@@ -259,14 +238,11 @@ func (a *API) listFiles(w http.ResponseWriter, r *http.Request, c *call) error {
 	if err != nil {
 		return err
 	}
-	ag, release, err := a.use(r, c)
+	ents, err := onAgent(a, r, c, func(ctx context.Context, ag *agent.Client) ([]agent.FileInfo, error) {
+		return ag.List(ctx, p)
+	})
 	if err != nil {
 		return err
-	}
-	defer release()
-	ents, err := ag.List(r.Context(), p)
-	if err != nil {
-		return agentError(err, c.id)
 	}
 	out := computertype.ListFilesResult{Path: p, Entries: make([]computertype.FileInfo, 0, len(ents))}
 	for _, e := range ents {
@@ -294,14 +270,11 @@ func (a *API) glob(w http.ResponseWriter, r *http.Request, c *call) error {
 	if err != nil {
 		return err
 	}
-	ag, release, err := a.use(r, c)
+	res, err := onAgent(a, r, c, func(ctx context.Context, ag *agent.Client) (agent.GlobResult, error) {
+		return ag.Glob(ctx, agent.GlobRequest{Pattern: req.Pattern, Path: p, Limit: req.Limit})
+	})
 	if err != nil {
 		return err
-	}
-	defer release()
-	res, err := ag.Glob(r.Context(), agent.GlobRequest{Pattern: req.Pattern, Path: p, Limit: req.Limit})
-	if err != nil {
-		return agentError(err, c.id)
 	}
 	out := computertype.GlobResult{Matches: make([]computertype.GlobMatch, 0, len(res.Matches)), Truncated: res.Truncated}
 	for _, m := range res.Matches {
@@ -323,21 +296,17 @@ func (a *API) grep(w http.ResponseWriter, r *http.Request, c *call) error {
 	if err != nil {
 		return err
 	}
-	ag, release, err := a.use(r, c)
+	greq := agent.GrepRequest(req) // the same fields; the API's names are camelCase
+	greq.Path = p
+	res, err := onAgent(a, r, c, func(ctx context.Context, ag *agent.Client) (agent.GrepResult, error) {
+		return ag.Grep(ctx, greq)
+	})
 	if err != nil {
 		return err
 	}
-	defer release()
-	res, err := ag.Grep(r.Context(), agent.GrepRequest{
-		Pattern: req.Pattern, Path: p, Glob: req.Glob, IgnoreCase: req.IgnoreCase,
-		MaxResults: req.MaxResults, MaxPerFile: req.MaxPerFile, Context: req.Context,
-	})
-	if err != nil {
-		return agentError(err, c.id)
-	}
 	out := computertype.GrepResult{Matches: make([]computertype.GrepMatch, 0, len(res.Matches)), Truncated: res.Truncated, FilesScanned: res.FilesScanned}
 	for _, m := range res.Matches {
-		out.Matches = append(out.Matches, computertype.GrepMatch{Path: m.Path, Line: m.Line, Text: m.Text, Before: m.Before, After: m.After})
+		out.Matches = append(out.Matches, computertype.GrepMatch(m))
 	}
 	web.WriteJSON(w, http.StatusOK, out)
 	return nil
@@ -360,19 +329,16 @@ func (a *API) edit(w http.ResponseWriter, r *http.Request, c *call) error {
 		if e.Old == "" {
 			return web.Invalid("edits["+strconv.Itoa(i)+"].old", "must not be empty")
 		}
-		edits[i] = agent.Edit{Old: e.Old, New: e.New, ReplaceAll: e.ReplaceAll}
+		edits[i] = agent.Edit(e)
 	}
-	ag, release, err := a.use(r, c)
+	res, err := onAgent(a, r, c, func(ctx context.Context, ag *agent.Client) (agent.EditResult, error) {
+		return ag.Edit(ctx, agent.EditRequest{Path: p, Edits: edits, ExpectedSHA256: req.ExpectedSHA256})
+	})
 	if err != nil {
 		return err
 	}
-	defer release()
-	res, err := ag.Edit(r.Context(), agent.EditRequest{Path: p, Edits: edits, ExpectedSHA256: req.ExpectedSHA256})
-	if err != nil {
-		return agentError(err, c.id)
-	}
 	a.emit(r.Context(), filesWritten(c, res.Path, res.Bytes))
-	web.WriteJSON(w, http.StatusOK, computertype.EditResult{Path: res.Path, Bytes: res.Bytes, SHA256: res.SHA256, Replacements: res.Replacements})
+	web.WriteJSON(w, http.StatusOK, computertype.EditResult(res))
 	return nil
 }
 
@@ -391,19 +357,16 @@ func (a *API) patch(w http.ResponseWriter, r *http.Request, c *call) error {
 	if err != nil {
 		return err
 	}
-	ag, release, err := a.use(r, c)
+	res, err := onAgent(a, r, c, func(ctx context.Context, ag *agent.Client) (agent.PatchResult, error) {
+		return ag.Patch(ctx, agent.PatchRequest{Patch: req.Patch, Strip: req.Strip, Dir: dir})
+	})
 	if err != nil {
 		return err
-	}
-	defer release()
-	res, err := ag.Patch(r.Context(), agent.PatchRequest{Patch: req.Patch, Strip: req.Strip, Dir: dir})
-	if err != nil {
-		return agentError(err, c.id)
 	}
 	out := computertype.PatchResult{Files: make([]computertype.PatchedFile, 0, len(res.Files))}
 	for _, f := range res.Files {
 		a.emit(r.Context(), filesWritten(c, f.Path, f.Bytes))
-		out.Files = append(out.Files, computertype.PatchedFile{Path: f.Path, Bytes: f.Bytes, SHA256: f.SHA256, Created: f.Created, Deleted: f.Deleted})
+		out.Files = append(out.Files, computertype.PatchedFile(f))
 	}
 	web.WriteJSON(w, http.StatusOK, out)
 	return nil

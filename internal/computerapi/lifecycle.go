@@ -114,7 +114,7 @@ func (a *API) delete(w http.ResponseWriter, r *http.Request, c *call) error {
 }
 
 func (a *API) start(w http.ResponseWriter, r *http.Request, c *call) error {
-	wait, err := boolParam(r, "wait")
+	wait, err := web.BoolParam(r, "wait")
 	if err != nil {
 		return err
 	}
@@ -314,18 +314,6 @@ func (a *API) acknowledgeUsage(w http.ResponseWriter, r *http.Request) error {
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
-}
-
-// boolParam parses a strictly true/false query parameter.
-func boolParam(r *http.Request, name string) (bool, error) {
-	switch v := r.URL.Query().Get(name); v {
-	case "", "false":
-		return false, nil
-	case "true":
-		return true, nil
-	default:
-		return false, web.Invalid(name, "must be true or false, got %q", v)
-	}
 }
 
 // mayBack refuses (403, naming field[i], or field for the default) a

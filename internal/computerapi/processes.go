@@ -1,11 +1,14 @@
 package computerapi
 
 import (
+	"context"
 	"encoding/json"
-	"github.com/berth-dev/berth/apitype/computertype"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
+
+	"github.com/berth-dev/berth/apitype/computertype"
 
 	"github.com/berth-dev/berth/internal/agent"
 	"github.com/berth-dev/berth/internal/computer"
@@ -48,18 +51,19 @@ func (a *API) processStart(w http.ResponseWriter, r *http.Request, c *call) erro
 	if err != nil {
 		return err
 	}
-	ag, release, err := a.use(r, c)
+	var pi agent.ProcessInfo
+	st, err := onAgent(a, r, c, func(ctx context.Context, ag *agent.Client) (agent.ProcessStarted, error) {
+		st, err := ag.StartProcess(ctx, agent.ProcessRequest{Argv: argv, Cwd: cwd, Env: a.withEgress(c, req.Env), Tag: computer.ProcessTag(c.prov)})
+		if err != nil {
+			return st, err
+		}
+		if pi, err = ag.Process(ctx, st.ID); err != nil {
+			pi = agent.ProcessInfo{ID: st.ID, PID: st.PID, Running: true, StartedAt: time.Now()}
+		}
+		return st, nil
+	})
 	if err != nil {
 		return err
-	}
-	defer release()
-	st, err := ag.StartProcess(r.Context(), agent.ProcessRequest{Argv: argv, Cwd: cwd, Env: a.withEgress(c, req.Env), Tag: computer.ProcessTag(c.prov)})
-	if err != nil {
-		return agentError(err, c.id)
-	}
-	pi, err := ag.Process(r.Context(), st.ID)
-	if err != nil {
-		pi = agent.ProcessInfo{ID: st.ID, PID: st.PID, Running: true, StartedAt: time.Now()}
 	}
 	w.Header().Set("Location", "/computers/"+c.id+"/processes/"+st.ID)
 	web.WriteJSON(w, http.StatusCreated, processView(pi))
@@ -67,14 +71,11 @@ func (a *API) processStart(w http.ResponseWriter, r *http.Request, c *call) erro
 }
 
 func (a *API) processList(w http.ResponseWriter, r *http.Request, c *call) error {
-	ag, release, err := a.use(r, c)
+	ps, err := onAgent(a, r, c, func(ctx context.Context, ag *agent.Client) ([]agent.ProcessInfo, error) {
+		return ag.Processes(ctx)
+	})
 	if err != nil {
 		return err
-	}
-	defer release()
-	ps, err := ag.Processes(r.Context())
-	if err != nil {
-		return agentError(err, c.id)
 	}
 	out := computertype.ProcessList{Processes: make([]computertype.Process, 0, len(ps))}
 	for _, p := range ps {
@@ -84,30 +85,38 @@ func (a *API) processList(w http.ResponseWriter, r *http.Request, c *call) error
 	return nil
 }
 
+// offsetLimit reads a byte window's ?offset= (default 0) and ?limit=
+// (default -1: to the end).
+func offsetLimit(q url.Values) (offset, limit int64, err error) {
+	if offset, err = int64Param(q.Get("offset"), "offset"); err != nil {
+		return 0, 0, err
+	}
+	limit = -1
+	if v := q.Get("limit"); v != "" {
+		if limit, err = int64Param(v, "limit"); err != nil {
+			return 0, 0, err
+		}
+	}
+	return offset, limit, nil
+}
+
 // processOutput answers a background process's output (stdout and stderr
 // interleaved) from byte ?offset= on, at most ?limit= bytes; the
 // X-Output-Size header is the output's size when read, so a poller
 // resumes at offset + the bytes it got.
 func (a *API) processOutput(w http.ResponseWriter, r *http.Request, c *call) error {
 	q := r.URL.Query()
-	offset, err := int64Param(q.Get("offset"), "offset")
+	offset, limit, err := offsetLimit(q)
 	if err != nil {
 		return err
 	}
-	limit := int64(-1)
-	if v := q.Get("limit"); v != "" {
-		if limit, err = int64Param(v, "limit"); err != nil {
-			return err
-		}
-	}
-	ag, release, err := a.use(r, c)
+	var size int64
+	b, err := onAgent(a, r, c, func(ctx context.Context, ag *agent.Client) (b []byte, err error) {
+		b, size, err = ag.ProcessOutput(ctx, r.PathValue("pid"), offset, limit)
+		return b, err
+	})
 	if err != nil {
 		return err
-	}
-	defer release()
-	b, size, err := ag.ProcessOutput(r.Context(), r.PathValue("pid"), offset, limit)
-	if err != nil {
-		return agentError(err, c.id)
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("X-Output-Size", strconv.FormatInt(size, 10))
@@ -121,14 +130,11 @@ func (a *API) processKill(w http.ResponseWriter, r *http.Request, c *call) error
 	if len(sig) > 16 || containsNUL(sig) {
 		return web.Invalid("signal", "is not a signal name or number")
 	}
-	ag, release, err := a.use(r, c)
+	pi, err := onAgent(a, r, c, func(ctx context.Context, ag *agent.Client) (agent.ProcessInfo, error) {
+		return ag.KillProcess(ctx, r.PathValue("pid"), sig)
+	})
 	if err != nil {
 		return err
-	}
-	defer release()
-	pi, err := ag.KillProcess(r.Context(), r.PathValue("pid"), sig)
-	if err != nil {
-		return agentError(err, c.id)
 	}
 	web.WriteJSON(w, http.StatusOK, processView(pi))
 	return nil

@@ -4,7 +4,8 @@
 // drains and retires replicas, backs off from failing boots, and re-adopts
 // replicas that outlived a berth restart.
 //
-// One Manager owns every replica on the host. Each deployment's Pool runs its
+// One Manager owns every deployment replica on the host (vm.OwnerDeployment;
+// package inventory hands them to it at start-up). Each deployment's Pool runs its
 // own reconcile loop (autoscale.Loop): a step every two seconds and at once
 // when poked — by a request held for a cold start, a replica that became
 // ready, or a spec change. Requests that find no ready replica wait in Await
@@ -19,7 +20,6 @@ package fleet
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -31,6 +31,7 @@ import (
 
 	"github.com/berth-dev/berth/internal/autoscale"
 	"github.com/berth-dev/berth/internal/health"
+	"github.com/berth-dev/berth/internal/inventory"
 	"github.com/berth-dev/berth/internal/metrics"
 	"github.com/berth-dev/berth/internal/vm"
 )
@@ -55,11 +56,14 @@ type Options struct {
 	// MissingGrace is how long a replica may be absent from the driver's
 	// listing before it is given up; default 10s.
 	MissingGrace time.Duration
-	// Ignore, if set, reports owners (vm.Owner of a replica name) whose
-	// replicas are not the fleet's: Run neither adopts nor destroys them.
-	// Package computer runs its sandboxes on the same drivers under
-	// owners "cmp_<id>".
-	Ignore func(owner string) bool
+	// Inventory, if set, is the host's start-up listing of the drivers
+	// (package inventory), shared with the other owners of sandboxes
+	// (package computer): Run registers with it for vm.OwnerDeployment
+	// replicas, adopts those whose deployment has a pool, and leaves the
+	// orphans to its sweep, which asks Claims. Without one, Run lists the
+	// drivers itself and destroys the replicas of deployments without a
+	// pool at once, leaving other owners' replicas alone.
+	Inventory *inventory.Inventory
 	// CheckEvery is how often Run re-checks the drivers that can tell
 	// whether they still work (vm.Checker: a libvirtd that died after
 	// start-up, a runtime uninstalled); default 30s. A failed Start
@@ -75,11 +79,13 @@ type Manager struct {
 	creates chan struct{}
 	nonce   atomic.Uint64
 
-	mu      sync.Mutex // guards pools, ctx, adopted
+	mu      sync.Mutex // guards pools, adopted, running
 	pools   map[string]*Pool
-	ctx     context.Context // set by Run; pools started before Run wait for it
-	adopted map[string][]vm.Instance
-	started chan struct{}
+	adopted map[string][]vm.Instance // by deployment: replicas found at start-up, not yet handed to a pool
+	running bool                     // Run has started the pools it found; Ensure hands it new ones over starts
+
+	starts   chan startReq // Ensure → Run: a pool created while Run runs, to start under Run's context
+	stopping chan struct{} // closed once Run's context has ended: it starts no more pools
 
 	recheck  chan struct{} // a Start failed: re-check the drivers now
 	problems sync.Map      // driver name → error: its last Check failed
@@ -113,7 +119,7 @@ func New(o Options) *Manager {
 			o.Drivers["process"] = o.Driver
 		}
 	}
-	m := &Manager{o: o, log: o.Log, creates: make(chan struct{}, o.MaxCreates), pools: map[string]*Pool{}, started: make(chan struct{}), recheck: make(chan struct{}, 1)}
+	m := &Manager{o: o, log: o.Log, creates: make(chan struct{}, o.MaxCreates), pools: map[string]*Pool{}, starts: make(chan startReq), stopping: make(chan struct{}), recheck: make(chan struct{}, 1)}
 	m.nonce.Store(uint64(time.Now().UnixNano()) ^ rand.Uint64()>>16)
 	return m
 }
@@ -125,61 +131,50 @@ func (m *Manager) Driver(name string) vm.Driver { return m.o.Drivers[name] }
 func (m *Manager) DriverNames() []string { return slices.Sorted(maps.Keys(m.o.Drivers)) }
 
 // Run adopts the replicas that are already running (left by a previous berth
-// process), then keeps every pool reconciled until ctx ends. Replicas keep
-// running when Run returns: a restarted berth re-adopts them.
+// process; see Options.Inventory), then keeps every pool reconciled until
+// ctx ends. Pools created by Ensure while it runs are started by it, under
+// ctx; once ctx has ended, none is. Replicas keep running when Run returns:
+// a restarted berth re-adopts them.
 func (m *Manager) Run(ctx context.Context) error {
+	inv := m.o.Inventory
+	if inv == nil {
+		inv = inventory.New(m.o.Drivers, inventory.Options{Log: m.log})
+	}
+	if err := inv.List(ctx); err != nil {
+		return fmt.Errorf("fleet: %w", err)
+	}
 	byDep := map[string][]vm.Instance{}
-	owner := map[string]vm.Driver{} // replica id → the driver that runs it
-	for _, name := range m.DriverNames() {
-		d := m.o.Drivers[name]
-		insts, err := d.List(ctx)
-		if err != nil {
-			return fmt.Errorf("fleet: listing %s replicas: %w", name, err)
-		}
-		for _, in := range insts {
-			if dep, ok := vm.Owner(in.ID); ok && (m.o.Ignore == nil || !m.o.Ignore(dep)) {
-				byDep[dep] = append(byDep[dep], in)
-				owner[in.ID] = d
-			}
-		}
+	for _, f := range inv.Register(vm.OwnerDeployment, m.Claims) {
+		byDep[f.Instance.Owner.ID] = append(byDep[f.Instance.Owner.ID], f.Instance)
 	}
 	m.mu.Lock()
-	m.ctx = ctx
 	m.adopted = byDep
-	pools := make([]*Pool, 0, len(m.pools))
-	for _, p := range m.pools {
-		pools = append(pools, p)
-	}
+	m.running = true
+	pools := slices.Collect(maps.Values(m.pools))
 	m.mu.Unlock()
 	for _, p := range pools {
-		p.adopt(ctx, byDep[p.id])
-		p.start(ctx)
+		m.startPool(ctx, p)
 	}
-	close(m.started)
-	checked := make(chan struct{})
-	go func() {
-		defer close(checked)
-		m.checkDrivers(ctx)
-	}()
-	defer func() { <-checked }()
-	// Replicas of deployments that no longer exist are orphans: berth is
-	// the only one that names replicas berth-…, and deleting a deployment
-	// destroys its replicas, so nothing else will ever claim them.
-	for dep, list := range byDep {
-		m.mu.Lock()
-		_, known := m.pools[dep]
-		m.mu.Unlock()
-		if known {
-			continue
-		}
-		for _, in := range list {
-			m.log.Warn("destroying an orphaned replica", "replica", in.ID, "deployment", dep)
-			if err := owner[in.ID].Stop(ctx, in.ID, 5*time.Second); err != nil && !errors.Is(err, vm.ErrNotFound) {
-				m.log.Error("could not destroy an orphaned replica", "replica", in.ID, "err", err)
-			}
+	var bg sync.WaitGroup
+	defer bg.Wait()
+	bg.Go(func() { m.checkDrivers(ctx) })
+	// Replicas of deployments that no longer exist are orphans: deleting
+	// a deployment destroys its replicas, so nothing else will ever claim
+	// them. A shared inventory sweeps them once every owner has
+	// registered; a private one at once.
+	if m.o.Inventory == nil {
+		bg.Go(func() { inv.Sweep(ctx, vm.OwnerDeployment) })
+	}
+	// Pools created from now on (Ensure) are started here, under ctx.
+	for ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case r := <-m.starts:
+			m.startPool(ctx, r.p)
+			close(r.done)
 		}
 	}
-	<-ctx.Done()
+	close(m.stopping)
 	// Every pool's loop and the goroutines it started (creates, probes,
 	// stops) end before Run returns, so that none uses a driver its owner
 	// closes next.
@@ -190,6 +185,35 @@ func (m *Manager) Run(ctx context.Context) error {
 		p.wait()
 	}
 	return nil
+}
+
+// startReq asks Run to start pool p, and is done once it has.
+type startReq struct {
+	p    *Pool
+	done chan struct{}
+}
+
+// startPool hands pool p the replicas found at start-up for its deployment
+// and starts its loop under ctx, Run's.
+func (m *Manager) startPool(ctx context.Context, p *Pool) {
+	m.mu.Lock()
+	adopted := m.adopted[p.id]
+	delete(m.adopted, p.id) // a later pool of the same id (deleted, re-created) gets none
+	m.mu.Unlock()
+	p.adopt(ctx, adopted)
+	p.start(ctx)
+}
+
+// Claims reports whether a replica listed at start-up is the fleet's: its
+// deployment has a pool (inventory.Claims).
+func (m *Manager) Claims(f inventory.Found) bool {
+	if f.Instance.Owner.Kind != vm.OwnerDeployment {
+		return false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.pools[f.Instance.Owner.ID]
+	return ok
 }
 
 // DriverProblem is why the driver named name cannot run replicas now, as
@@ -276,11 +300,17 @@ func (m *Manager) Ensure(cfg Config) *Pool {
 	if p == nil {
 		p = newPool(m, cfg)
 		m.pools[cfg.Deployment] = p
-		ctx, adopted := m.ctx, m.adopted[cfg.Deployment]
+		running := m.running
 		m.mu.Unlock()
-		if ctx != nil {
-			p.adopt(ctx, adopted)
-			p.start(ctx)
+		if running {
+			// Run starts it under its context; once Run is stopping, the
+			// pool is not started (berth is shutting down).
+			r := startReq{p, make(chan struct{})}
+			select {
+			case m.starts <- r:
+				<-r.done
+			case <-m.stopping:
+			}
 		}
 		return p
 	}
@@ -309,7 +339,7 @@ func (m *Manager) Pool(id string) (*Pool, bool) {
 	return p, ok
 }
 
-func (m *Manager) name(dep string) string { return vm.Name(dep, m.nonce.Add(1)) }
+func (m *Manager) name(o vm.Owner) string { return o.Name(m.nonce.Add(1)) }
 
 // probe checks a replica once.
 func probe(ctx context.Context, cfg *Config, addr string) error {

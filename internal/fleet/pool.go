@@ -466,7 +466,8 @@ func (p *Pool) create(ctx context.Context) {
 		return
 	}
 	spec := cfg.Template
-	spec.Name = p.m.name(p.id)
+	spec.Owner = vm.Owner{Kind: vm.OwnerDeployment, ID: p.id}
+	spec.Name = p.m.name(spec.Owner)
 	spec.Deployment = p.id
 	spec.Env = maps.Clone(spec.Env)
 	if spec.Env == nil {

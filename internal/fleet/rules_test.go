@@ -382,3 +382,35 @@ func TestColdStart(t *testing.T) {
 		r.only("ready")
 	})
 }
+
+// TestEnsureAndRun: a pool created while Run runs is started under Run's
+// context (its replica serves); one created once Run has stopped is not
+// started, and Ensure does not wait for a Run that is gone.
+func TestEnsureAndRun(t *testing.T) {
+	addr := listening(t)
+	synctest.Test(t, func(t *testing.T) {
+		d := vmfake.New(vmfake.Options{Addr: addr})
+		defer d.Close()
+		m := New(Options{Driver: d, Tick: time.Second, BootProbe: 100 * time.Millisecond})
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- m.Run(ctx) }()
+		synctest.Wait()
+		pol := autoscale.Policy{Min: 1, Max: 1, Target: 1}
+		late := m.Ensure(Config{Deployment: "late", Driver: "process", Key: "k", Policy: pol, HealthTCP: true, Backends: newDataPlane()})
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		if st := late.Status(); st.Ready != 1 {
+			t.Errorf("a pool created while Run runs: %+v, want one ready replica", st)
+		}
+		m.Remove(context.Background(), "late")
+		cancel()
+		<-done
+		after := m.Ensure(Config{Deployment: "after", Driver: "process", Key: "k", Policy: pol, HealthTCP: true, Backends: newDataPlane()})
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		if st := after.Status(); len(st.Replicas) != 0 || st.Pending != 0 {
+			t.Errorf("a pool created after Run stopped: %+v, want it idle", st)
+		}
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/berth-dev/berth/internal/agent"
 	"github.com/berth-dev/berth/internal/computer"
@@ -12,7 +13,7 @@ import (
 )
 
 // TestComputerSurvivesRestart: the server runs Computers on the fleet's
-// drivers; a restart of berth (fleet orphan cleanup included) re-adopts a
+// drivers; a restart of berth (the inventory's orphan sweep included) re-adopts a
 // running Computer's sandbox instead of destroying it.
 func TestComputerSurvivesRestart(t *testing.T) {
 	dir := t.TempDir()
@@ -53,15 +54,20 @@ func TestComputerSurvivesRestart(t *testing.T) {
 		t.Errorf("note after restart: %q, %v", res.Stdout, err)
 	}
 	release2()
-	// Run returns only after the fleet's start-up cleanup of orphans has
-	// finished: the sandbox must have been left alone by it.
+	// The inventory's sweep of orphans (after its grace) must leave the
+	// sandbox alone.
+	select {
+	case <-h2.s.inventory.Swept():
+	case <-time.After(time.Minute):
+		t.Fatal("the inventory did not sweep")
+	}
 	h2.stop()
 	d, err := process.New(process.Options{Dir: filepath.Join(dir, "replicas")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	insts, err := d.List(ctx)
-	if err != nil || len(insts) != 1 || insts[0].State != vm.StateRunning || insts[0].Deployment != computer.OwnerPrefix+"desk" {
+	if err != nil || len(insts) != 1 || insts[0].State != vm.StateRunning || insts[0].Owner != (vm.Owner{Kind: vm.OwnerComputer, ID: "desk"}) {
 		t.Errorf("replicas after the second berth: %+v, %v", insts, err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/berth-dev/berth/internal/computer"
 	"github.com/berth-dev/berth/internal/grant"
 	"github.com/berth-dev/berth/internal/proxy"
+	"github.com/berth-dev/berth/internal/vm"
 )
 
 // portRoutes puts Computers' exposed ports on the data plane: a request for
@@ -87,7 +88,7 @@ func (p *portRoutes) deployment(id, addr string) *proxy.Deployment {
 	}
 	d := p.deps[addr]
 	if d == nil {
-		d = &proxy.Deployment{ID: computer.OwnerPrefix + id, Pool: proxy.NewPool(proxy.NewBackend(addr, addr, false))}
+		d = &proxy.Deployment{ID: vm.ComputerPrefix + id, Pool: proxy.NewPool(proxy.NewBackend(addr, addr, false))}
 		p.deps[addr] = d
 	}
 	// A port has one backend and no prober: a failed connect (the app not

@@ -29,6 +29,7 @@ import (
 	"github.com/berth-dev/berth/internal/fleet"
 	"github.com/berth-dev/berth/internal/grant"
 	"github.com/berth-dev/berth/internal/image"
+	"github.com/berth-dev/berth/internal/inventory"
 	"github.com/berth-dev/berth/internal/metrics"
 	"github.com/berth-dev/berth/internal/namespaces"
 	"github.com/berth-dev/berth/internal/netguard"
@@ -37,6 +38,7 @@ import (
 	"github.com/berth-dev/berth/internal/secrets"
 	"github.com/berth-dev/berth/internal/spec"
 	"github.com/berth-dev/berth/internal/store"
+	"github.com/berth-dev/berth/internal/vm"
 	"github.com/berth-dev/berth/internal/vm/drivers"
 	"github.com/berth-dev/berth/internal/web"
 )
@@ -164,6 +166,9 @@ type Server struct {
 	proxy    *proxy.Handler
 	metrics  *metrics.Registry
 	fleet    *fleet.Manager
+	// inventory hands the sandboxes found at start-up to the fleet and
+	// the Computers, and destroys the orphans (its Run).
+	inventory *inventory.Inventory
 	// computers runs the Computers (package computer) on the fleet's
 	// drivers; its sandboxes are invisible to the fleet.
 	computers *computer.Manager
@@ -274,9 +279,15 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	}
 	s.driverClosers = closers
 	undo = append(undo, func() { drivers.CloseAll(closers, o.Log) })
-	s.fleet = fleet.New(fleet.Options{Drivers: ds, Log: o.Log, Ignore: computer.IsSandbox})
+	// One listing of the drivers at start-up, shared by the two owners of
+	// sandboxes; it destroys the orphans once both have registered.
+	s.inventory = inventory.New(ds, inventory.Options{Expect: []vm.OwnerKind{vm.OwnerDeployment, vm.OwnerComputer}, Log: o.Log})
+	if err := s.inventory.List(ctx); err != nil {
+		return nil, err
+	}
+	s.fleet = fleet.New(fleet.Options{Drivers: ds, Log: o.Log, Inventory: s.inventory})
 	s.computers, err = computer.New(ctx, computer.Options{
-		Store: st, Drivers: ds, DataDir: o.DataDir, BaseDomain: portDomain(o), Log: o.Log,
+		Store: st, Drivers: ds, Inventory: s.inventory, DataDir: o.DataDir, BaseDomain: portDomain(o), Log: o.Log,
 		RecycleAfter: o.ComputerRecycleAfter,
 	})
 	if err != nil {
@@ -478,6 +489,7 @@ func (s *Server) Run(ctx context.Context) error {
 		{"computers", s.computers.Run},
 		{"registry", s.registry.Run},
 		{"fleet", s.fleet.Run},
+		{"inventory", s.inventory.Run},
 		{"host sampler", func(ctx context.Context) error { return s.host.Run(ctx, 2*time.Second) }},
 	} {
 		loops.Go(func() {

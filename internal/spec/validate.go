@@ -11,6 +11,7 @@ import (
 
 	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/route"
+	"github.com/berth-dev/berth/internal/vm"
 )
 
 // Sanity caps: far above any real deployment, low enough that one spec
@@ -23,9 +24,10 @@ const (
 	MaxNSLen     = 63
 )
 
-// ReservedIDPrefix starts the owner names of Computers' sandboxes (package
-// computer), so no deployment may have an id that starts with it.
-const ReservedIDPrefix = "cmp_"
+// ReservedIDPrefix starts the names of Computers' sandboxes
+// (vm.ComputerPrefix), so no deployment may have an id that starts with it:
+// its replicas would be named like a Computer's sandbox.
+const ReservedIDPrefix = vm.ComputerPrefix
 
 // Validate checks a spec, normally after [Normalize]. It returns nil or a
 // *FieldError for the first problem, the checks running in a fixed order
@@ -94,8 +96,8 @@ func idProblem(id string) string {
 	case id[0] == '.' || id[0] == '-':
 		return fmt.Sprintf("%q must not start with '.' or '-'", id)
 	case strings.HasPrefix(id, ReservedIDPrefix):
-		// Replica names carry the owner's id (vm.Name); Computers' sandboxes
-		// run on the same drivers as owners cmp_<id>.
+		// Replica names carry the deployment's id (vm.Name); Computers'
+		// sandboxes run on the same drivers, named vm.ComputerPrefix+<id>.
 		return fmt.Sprintf("%q: the prefix %q is reserved for Computers", id, ReservedIDPrefix)
 	}
 	for i := 0; i < len(id); i++ {

@@ -7,9 +7,12 @@
 // conformance suite holds it to exactly those.
 //
 // Replicas are named so that berth can re-adopt them after its own restart:
-// Name(deployment, nonce) gives "berth-<deployment>-<12 hex>", and Owner
-// recovers the deployment from a name. A driver's List must report every
-// replica it runs, including those started by a previous berth process.
+// Name(deployment, nonce) gives "berth-<deployment>-<12 hex>", and ParseName
+// recovers the deployment part from a name. Who a replica belongs to is not
+// read from its name but recorded with it: Spec.Owner, which every driver
+// keeps with the replica and reports back as Instance.Owner. A driver's List
+// must report every replica it runs, including those started by a previous
+// berth process.
 //
 // Every driver must pass the conformance suite in package vmtest.
 package vm
@@ -38,8 +41,12 @@ var (
 
 // Spec describes one replica to start.
 type Spec struct {
-	Name       string            // the replica id; see Name
-	Deployment string            // owning deployment id
+	Name       string // the replica id; see Name
+	Deployment string // the deployment part of Name (ParseName); "" skips the check
+	// Owner is who the replica belongs to; drivers keep it with the
+	// replica and report it as Instance.Owner. Zero means the owner an
+	// older berth implied by the name (OwnerFromName).
+	Owner      Owner
 	Image      string            // root filesystem image; "" for the process driver
 	Command    string            // start_command, run with /bin/sh -c
 	Port       int               // port the app listens on inside the sandbox (0: the driver assigns one and sets PORT)
@@ -83,7 +90,8 @@ func (s State) Terminal() bool { return s == StateExited || s == StateFailed }
 // Instance is a driver's view of one replica.
 type Instance struct {
 	ID         string
-	Deployment string
+	Deployment string // the deployment part of ID (ParseName)
+	Owner      Owner  // as started (Spec.Owner), or OwnerFromName for replicas of an older berth
 	State      State
 	Addr       string // host:port where the app is reached from berth
 	StartedAt  time.Time
@@ -247,10 +255,72 @@ func Name(deployment string, nonce uint64) string {
 	return fmt.Sprintf("%s%s-%012x", NamePrefix, deployment, nonce&0xffffffffffff)
 }
 
-// Owner returns the deployment a replica name belongs to (deployment ids may
-// contain dashes, so the nonce is split at the last one), or false for names
-// berth did not give.
-func Owner(name string) (string, bool) {
+// OwnerKind is what kind of thing a replica belongs to.
+type OwnerKind string
+
+// The owner kinds.
+const (
+	OwnerDeployment OwnerKind = "deployment" // a vm deployment's pool (package fleet)
+	OwnerComputer   OwnerKind = "computer"   // a Computer's sandbox (package computer)
+)
+
+// Owner is who a replica belongs to: a deployment or a Computer, by id.
+// Package inventory hands each replica to whoever registered for its kind.
+type Owner struct {
+	Kind OwnerKind `json:"kind"`
+	ID   string    `json:"id"`
+}
+
+// IsZero reports whether o is unset.
+func (o Owner) IsZero() bool { return o == Owner{} }
+
+func (o Owner) String() string { return string(o.Kind) + " " + o.ID }
+
+// ComputerPrefix starts the deployment part of a Computer's sandbox names
+// (Owner.Name): deployment ids must not start with it (package spec), so
+// that no deployment's replica is ever named like a Computer's sandbox,
+// and replicas of a berth from before Owner was recorded are told apart by
+// it (OwnerFromName).
+const ComputerPrefix = "cmp_"
+
+// Name returns a new replica name for o: Name(o.ID, nonce) for a
+// deployment, Name(ComputerPrefix+o.ID, nonce) for a Computer.
+func (o Owner) Name(nonce uint64) string {
+	if o.Kind == OwnerComputer {
+		return Name(ComputerPrefix+o.ID, nonce)
+	}
+	return Name(o.ID, nonce)
+}
+
+// OwnerFromName is the owner an older berth, which did not record
+// Spec.Owner, implied by a replica's name: a Computer for names of
+// ComputerPrefix, a deployment otherwise. It is the one place the name
+// decides ownership; drivers use it (through ResolveOwner) only for
+// replicas whose state has no owner.
+func OwnerFromName(name string) (Owner, bool) {
+	dep, ok := ParseName(name)
+	if !ok {
+		return Owner{}, false
+	}
+	if id, ok := strings.CutPrefix(dep, ComputerPrefix); ok && id != "" {
+		return Owner{Kind: OwnerComputer, ID: id}, true
+	}
+	return Owner{Kind: OwnerDeployment, ID: dep}, true
+}
+
+// ResolveOwner is o, or, if o is zero (a replica of an older berth, or a
+// Spec without Owner), the owner its name implies (OwnerFromName).
+func ResolveOwner(o Owner, name string) Owner {
+	if o.IsZero() {
+		o, _ = OwnerFromName(name)
+	}
+	return o
+}
+
+// ParseName returns the deployment part of a replica name (deployment ids
+// may contain dashes, so the nonce is split at the last one), or false for
+// names berth did not give.
+func ParseName(name string) (string, bool) {
 	rest, ok := strings.CutPrefix(name, NamePrefix)
 	if !ok {
 		return "", false

@@ -248,3 +248,17 @@ func Recover(log *slog.Logger, next http.Handler) http.Handler {
 		next.ServeHTTP(w, r)
 	})
 }
+
+// BoolParam parses a strictly true/false query parameter; absent is false.
+// Anything else (app-lb refuses ?force=1 on the admin API) is a 400 naming
+// the parameter.
+func BoolParam(r *http.Request, name string) (bool, error) {
+	switch v := r.URL.Query().Get(name); v {
+	case "", "false":
+		return false, nil
+	case "true":
+		return true, nil
+	default:
+		return false, Invalid(name, "must be true or false, got %q", v)
+	}
+}

@@ -372,8 +372,11 @@ func hasOverlay() bool {
 
 // state is a replica's state.json.
 type state struct {
-	ID         string     `json:"id"`
-	Deployment string     `json:"deployment"`
+	ID         string `json:"id"`
+	Deployment string `json:"deployment"`
+	// Owner is Spec.Owner as started; zero in the state of a replica of an
+	// older berth (vm.ResolveOwner derives it from the name then).
+	Owner      vm.Owner   `json:"owner,omitzero"`
 	Image      string     `json:"image"`
 	Port       int        `json:"port"`
 	Addr       netip.Addr `json:"addr"`
@@ -493,7 +496,7 @@ func (d *Driver) check(spec vm.Spec) (state, vm.Size, error) {
 		port = DefaultPort
 	}
 	st := state{
-		ID: spec.Name, Deployment: owner, Image: spec.Image, Port: port,
+		ID: spec.Name, Deployment: owner, Owner: vm.ResolveOwner(spec.Owner, spec.Name), Image: spec.Image, Port: port,
 		Cgroup: d.cgParent + "/" + spec.Name, Overlay: d.overlay,
 	}
 	if d.noDisk == "" {
@@ -683,7 +686,7 @@ func (d *Driver) List(ctx context.Context) ([]vm.Instance, error) {
 // instance derives a replica's state from its files and its init.
 func (d *Driver) instance(st state) vm.Instance {
 	inst := vm.Instance{
-		ID: st.ID, Deployment: st.Deployment, Addr: st.addr(),
+		ID: st.ID, Deployment: st.Deployment, Owner: vm.ResolveOwner(st.Owner, st.ID), Addr: st.addr(),
 		StartedAt: st.StartedAt, PID: st.PID,
 	}
 	starting := d.rd.Starting(st.ID)

@@ -23,10 +23,11 @@ type lazyKVM struct {
 
 	mu      sync.Mutex
 	waiting map[string]context.CancelFunc // Starts waiting for the build
+	owners  map[string]vm.Owner           // their Spec.Owner
 }
 
 func newLazyKVM(d *kvm.Driver, b *guest.Boot) *lazyKVM {
-	return &lazyKVM{Driver: d, boot: b, waiting: make(map[string]context.CancelFunc)}
+	return &lazyKVM{Driver: d, boot: b, waiting: make(map[string]context.CancelFunc), owners: make(map[string]vm.Owner)}
 }
 
 // Start builds the guest's boot files if need be, then starts the replica.
@@ -39,11 +40,12 @@ func (l *lazyKVM) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) 
 			l.mu.Unlock()
 			return vm.Instance{}, fmt.Errorf("kvm: start %s: the replica already exists", spec.Name)
 		}
-		l.waiting[spec.Name] = cancel
+		l.waiting[spec.Name], l.owners[spec.Name] = cancel, spec.Owner
 		l.mu.Unlock()
 		err := l.boot.Wait(ctx)
 		l.mu.Lock()
 		delete(l.waiting, spec.Name)
+		delete(l.owners, spec.Name)
 		l.mu.Unlock()
 		if err != nil {
 			return vm.Instance{}, fmt.Errorf("kvm: start %s: waiting for the guest boot files: %w", spec.Name, err)
@@ -57,10 +59,11 @@ func (l *lazyKVM) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) 
 func (l *lazyKVM) Inspect(ctx context.Context, id string) (vm.Instance, error) {
 	l.mu.Lock()
 	_, waiting := l.waiting[id]
+	owner := l.owners[id]
 	l.mu.Unlock()
 	if waiting {
-		dep, _ := vm.Owner(id)
-		return vm.Instance{ID: id, Deployment: dep, State: vm.StateStarting}, nil
+		dep, _ := vm.ParseName(id)
+		return vm.Instance{ID: id, Deployment: dep, Owner: vm.ResolveOwner(owner, id), State: vm.StateStarting}, nil
 	}
 	return l.Driver.Inspect(ctx, id)
 }

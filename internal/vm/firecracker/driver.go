@@ -280,8 +280,11 @@ func New(o Options) (*Driver, error) {
 // state is a replica's state.json: only what re-adoption needs, never the
 // environment (which may hold resolved secrets).
 type state struct {
-	ID         string    `json:"id"`
-	Deployment string    `json:"deployment"`
+	ID         string `json:"id"`
+	Deployment string `json:"deployment"`
+	// Owner is Spec.Owner as started; zero in the state of a replica of an
+	// older berth (vm.ResolveOwner derives it from the name then).
+	Owner      vm.Owner  `json:"owner,omitzero"`
 	Port       int       `json:"port"`
 	Tap        string    `json:"tap,omitempty"`
 	GuestIP    string    `json:"guest_ip,omitempty"`
@@ -395,7 +398,7 @@ func (d *Driver) check(spec vm.Spec) (state, vm.Size, error) {
 	if size.VCPUs > 1 && size.VCPUs%2 != 0 || size.VCPUs > 32 {
 		return fail("size class %q has %d vCPUs; Firecracker takes 1 or an even number up to 32", cmp.Or(spec.SizeClass, vm.DefaultSize), size.VCPUs)
 	}
-	st := state{ID: spec.Name, Deployment: owner, Port: spec.Port}
+	st := state{ID: spec.Name, Deployment: owner, Owner: vm.ResolveOwner(spec.Owner, spec.Name), Port: spec.Port}
 	if st.Port == 0 {
 		st.Port = DefaultPort
 	}
@@ -725,6 +728,7 @@ func (d *Driver) instance(st state) vm.Instance {
 	inst := vm.Instance{
 		ID:         st.ID,
 		Deployment: st.Deployment,
+		Owner:      vm.ResolveOwner(st.Owner, st.ID),
 		Addr:       st.addr(),
 		StartedAt:  st.StartedAt,
 		PID:        st.PID,

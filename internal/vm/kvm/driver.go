@@ -377,8 +377,11 @@ func hostTSCKHz() int64 {
 // state is a replica's state.json: only what re-adoption needs, never the
 // environment (which may hold resolved secrets).
 type state struct {
-	ID         string    `json:"id"`
-	Deployment string    `json:"deployment"`
+	ID         string `json:"id"`
+	Deployment string `json:"deployment"`
+	// Owner is Spec.Owner as started; zero in the state of a replica of an
+	// older berth (vm.ResolveOwner derives it from the name then).
+	Owner      vm.Owner  `json:"owner,omitzero"`
 	Port       int       `json:"port"`
 	Tap        string    `json:"tap,omitempty"`
 	GuestIP    string    `json:"guest_ip,omitempty"`
@@ -460,7 +463,7 @@ func (d *Driver) check(spec vm.Spec) (state, vm.Size, error) {
 			return fail("a workspace needs the driver's initramfs (Options.Initrd), which mounts it")
 		}
 	}
-	st := state{ID: spec.Name, Deployment: owner, Port: spec.Port}
+	st := state{ID: spec.Name, Deployment: owner, Owner: vm.ResolveOwner(spec.Owner, spec.Name), Port: spec.Port}
 	if spec.Workspace != "" {
 		st.Workspace = filepath.Clean(spec.Workspace)
 	}
@@ -825,6 +828,7 @@ func (d *Driver) instance(st state) vm.Instance {
 	inst := vm.Instance{
 		ID:         st.ID,
 		Deployment: st.Deployment,
+		Owner:      vm.ResolveOwner(st.Owner, st.ID),
 		Addr:       st.addr(),
 		StartedAt:  st.StartedAt,
 		PID:        st.PID,

@@ -348,8 +348,11 @@ func New(o Options) (*Driver, error) {
 
 // state is a replica's state.json: only what re-adoption needs.
 type state struct {
-	ID         string    `json:"id"`
-	Deployment string    `json:"deployment"`
+	ID         string `json:"id"`
+	Deployment string `json:"deployment"`
+	// Owner is Spec.Owner as started; zero in the state of a replica of an
+	// older berth (vm.ResolveOwner derives it from the name then).
+	Owner      vm.Owner  `json:"owner,omitzero"`
 	Port       int       `json:"port"`
 	PID        int       `json:"pid"`         // host pid of the agent; 0 while starting
 	StartTicks uint64    `json:"start_ticks"` // /proc/<pid>/stat field 22, against pid reuse
@@ -467,6 +470,7 @@ func (d *Driver) check(spec vm.Spec) (state, string, vm.Size, error) {
 	return state{
 		ID:         spec.Name,
 		Deployment: owner,
+		Owner:      vm.ResolveOwner(spec.Owner, spec.Name),
 		Port:       spec.Port,
 		Isolated:   d.isolate,
 	}, workDir, size, nil
@@ -722,6 +726,7 @@ func (d *Driver) instance(st state) vm.Instance {
 	inst := vm.Instance{
 		ID:         st.ID,
 		Deployment: st.Deployment,
+		Owner:      vm.ResolveOwner(st.Owner, st.ID),
 		Addr:       st.addr(),
 		StartedAt:  st.StartedAt,
 		PID:        st.PID,

@@ -170,7 +170,7 @@ func fakeReplica(t *testing.T, d *Driver, id string) string {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	owner, _ := vm.Owner(id)
+	owner, _ := vm.ParseName(id)
 	st := state{ID: id, Deployment: owner, Port: 1, PID: os.Getpid(), StartTicks: ps.StartTicks, StartedAt: time.Now()}
 	if err := replicadir.WriteState(dir, st); err != nil {
 		t.Fatal(err)

@@ -33,7 +33,7 @@ const StateFile = "state.json"
 // ValidID reports whether id is a replica name berth gives and is safe as a
 // single path element (and, having no commas, in QEMU's option syntax).
 func ValidID(id string) bool {
-	if _, ok := vm.Owner(id); !ok {
+	if _, ok := vm.ParseName(id); !ok {
 		return false
 	}
 	for _, c := range id {
@@ -155,7 +155,7 @@ func (d *Dir[S]) Starting(id string) bool {
 
 // CheckSpec checks what every driver requires of a spec: a replica name
 // berth gives, of the spec's deployment; a port in range; a known size
-// class; environment variable names (and values) the kernel takes; no NUL
+// class; a known owner kind with an id, if an owner is set; environment variable names (and values) the kernel takes; no NUL
 // in the command, working directory and setup hooks. It returns the
 // deployment the name belongs to and the size; the error says what is
 // wrong, for the driver to prefix.
@@ -163,9 +163,12 @@ func CheckSpec(spec vm.Spec) (owner string, size vm.Size, err error) {
 	if !ValidID(spec.Name) {
 		return "", size, fmt.Errorf("not a replica name (want %s<deployment>-<12 hex digits>)", vm.NamePrefix)
 	}
-	owner, _ = vm.Owner(spec.Name)
+	owner, _ = vm.ParseName(spec.Name)
 	if spec.Deployment != "" && spec.Deployment != owner {
 		return "", size, fmt.Errorf("the name belongs to deployment %q, not %q", owner, spec.Deployment)
+	}
+	if !spec.Owner.IsZero() && (spec.Owner.ID == "" || spec.Owner.Kind != vm.OwnerDeployment && spec.Owner.Kind != vm.OwnerComputer) {
+		return "", size, fmt.Errorf("bad owner %q", spec.Owner)
 	}
 	if spec.Port < 0 || spec.Port > 65535 {
 		return "", size, fmt.Errorf("port %d out of range", spec.Port)
@@ -238,7 +241,7 @@ func (d *Dir[S]) Load(id string) (S, error) {
 		if _, err := os.Stat(d.Path(id)); err != nil {
 			return zero, fmt.Errorf("%s: %s: %w", d.Driver, id, vm.ErrNotFound)
 		}
-		owner, _ := vm.Owner(id)
+		owner, _ := vm.ParseName(id)
 		return d.Empty(id, owner), nil
 	}
 	if err != nil {

@@ -104,6 +104,10 @@ func TestCheckSpec(t *testing.T) {
 	if owner, size, err := replicadir.CheckSpec(ok); err != nil || owner != "app" || size != vm.Sizes[vm.DefaultSize] {
 		t.Fatalf("CheckSpec(%+v) = %q, %+v, %v", ok, owner, size, err)
 	}
+	// The owner is recorded, not checked against the name.
+	if _, _, err := replicadir.CheckSpec(vm.Spec{Name: ok.Name, Owner: vm.Owner{Kind: vm.OwnerComputer, ID: "desk"}}); err != nil {
+		t.Errorf("CheckSpec with a Computer owner: %v", err)
+	}
 	for name, s := range map[string]vm.Spec{
 		"bad name":   {Name: "../x"},
 		"deployment": {Name: ok.Name, Deployment: "other"},
@@ -113,6 +117,8 @@ func TestCheckSpec(t *testing.T) {
 		"env value":  {Name: ok.Name, Env: map[string]string{"A": "x\x00"}},
 		"command":    {Name: ok.Name, Command: "a\x00"},
 		"hook":       {Name: ok.Name, SetupHooks: []string{"a\x00"}},
+		"owner kind": {Name: ok.Name, Owner: vm.Owner{Kind: "job", ID: "x"}},
+		"owner id":   {Name: ok.Name, Owner: vm.Owner{Kind: vm.OwnerComputer}},
 	} {
 		if _, _, err := replicadir.CheckSpec(s); err == nil {
 			t.Errorf("%s: CheckSpec accepted %+v", name, s)

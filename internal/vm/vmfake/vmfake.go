@@ -49,6 +49,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/internal/vm"
+	"github.com/berth-dev/berth/internal/vm/replicadir"
 )
 
 // Options configures a Driver. The zero value is a driver whose replicas
@@ -135,12 +136,12 @@ func (d *Driver) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
 	if err := d.Check(ctx); err != nil {
 		return vm.Instance{}, err
 	}
-	if owner, ok := vm.Owner(spec.Name); !ok || owner != spec.Deployment {
-		return vm.Instance{}, fmt.Errorf("vmfake: replica name %q is not one of deployment %q", spec.Name, spec.Deployment)
+	dep, _, err := replicadir.CheckSpec(spec)
+	if err != nil {
+		return vm.Instance{}, fmt.Errorf("vmfake: start %q: %w", spec.Name, err)
 	}
-	if _, ok := vm.Sizes[spec.SizeClass]; spec.SizeClass != "" && !ok {
-		return vm.Instance{}, fmt.Errorf("vmfake: unknown size class %q", spec.SizeClass)
-	}
+	spec.Deployment = dep
+	spec.Owner = vm.ResolveOwner(spec.Owner, spec.Name)
 	// The replica outlives Start's context, as a real sandbox does. It is
 	// listed, starting, from here on, as the drivers' claimed replicas are.
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -566,7 +567,7 @@ func (r *replica) thawed(ctx context.Context) error {
 
 func (r *replica) instanceLocked() vm.Instance {
 	return vm.Instance{
-		ID: r.spec.Name, Deployment: r.spec.Deployment, State: r.state, Addr: r.addr,
+		ID: r.spec.Name, Deployment: r.spec.Deployment, Owner: r.spec.Owner, State: r.state, Addr: r.addr,
 		StartedAt: r.startedAt, ExitCode: r.exitCode, Reason: r.reason,
 	}
 }

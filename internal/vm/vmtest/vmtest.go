@@ -223,6 +223,9 @@ func (s *suite) start(t *testing.T, d vm.Driver, spec vm.Spec) vm.Instance {
 	if inst.Deployment != spec.Deployment {
 		t.Errorf("Start returned Deployment %q, want %q", inst.Deployment, spec.Deployment)
 	}
+	if want := vm.ResolveOwner(spec.Owner, spec.Name); inst.Owner != want {
+		t.Errorf("Start returned Owner %v, want %v", inst.Owner, want)
+	}
 	return inst
 }
 
@@ -317,10 +320,13 @@ func find(list []vm.Instance, id string) (vm.Instance, bool) {
 func (s *suite) testLifecycle(t *testing.T) {
 	d := s.newDriver(t)
 	spec := s.spec("vmtest-life", s.o.App)
+	// An owner the name does not imply: the driver keeps what it was
+	// given (package inventory hands replicas out by it).
+	spec.Owner = vm.Owner{Kind: vm.OwnerComputer, ID: "vmtest-owner"}
 	s.start(t, d, spec)
 	inst, _ := waitServing(t, d, spec.Name)
-	if inst.ID != spec.Name || inst.Deployment != spec.Deployment {
-		t.Errorf("Inspect = {ID %q, Deployment %q}, want {%q, %q}", inst.ID, inst.Deployment, spec.Name, spec.Deployment)
+	if inst.ID != spec.Name || inst.Deployment != spec.Deployment || inst.Owner != spec.Owner {
+		t.Errorf("Inspect = {ID %q, Deployment %q, Owner %v}, want {%q, %q, %v}", inst.ID, inst.Deployment, inst.Owner, spec.Name, spec.Deployment, spec.Owner)
 	}
 	if inst.StartedAt.IsZero() {
 		t.Error("Inspect: StartedAt is zero")
@@ -334,9 +340,9 @@ func (s *suite) testLifecycle(t *testing.T) {
 	if !ok {
 		t.Fatalf("List does not have %s: %v", spec.Name, list)
 	}
-	owner, _ := vm.Owner(spec.Name)
-	if got.Deployment != owner {
-		t.Errorf("List: Deployment = %q, want %q", got.Deployment, owner)
+	owner, _ := vm.ParseName(spec.Name)
+	if got.Deployment != owner || got.Owner != spec.Owner {
+		t.Errorf("List: {Deployment %q, Owner %v}, want {%q, %v}", got.Deployment, got.Owner, owner, spec.Owner)
 	}
 	if got.State != vm.StateRunning || got.Addr != inst.Addr {
 		t.Errorf("List: {State %s, Addr %q}, want {%s, %q}", got.State, got.Addr, vm.StateRunning, inst.Addr)
