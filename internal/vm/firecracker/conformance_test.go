@@ -10,8 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -101,8 +99,8 @@ func TestConformance(t *testing.T) {
 		Dir:            dir,
 		FirecrackerBin: fcBin,
 		Kernel:         kernel,
-		Images:         fixedImage(image),
-		Net:            &ipNet{base: 200 + os.Getpid()%50},
+		Images:         vmtest.FixedImage(image),
+		Net:            &vmtest.TapNet{Prefix: "fct", Net: "172.30", Base: 200 + os.Getpid()%50},
 		LeaseCheck:     50 * time.Millisecond,
 	}
 	app := "exec env " + envGuest + "=app /berth-agent"
@@ -167,57 +165,4 @@ func copyFile(t *testing.T, src, dst string, mode os.FileMode) {
 	if err := out.Close(); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// fixedImage serves one disk for every image name.
-type fixedImage string
-
-func (i fixedImage) Ext4(name string, sizeGB int) (string, error) { return string(i), nil }
-
-// ipNet is a minimal host network for the conformance run: one tap per
-// replica with a /30 of its own (172.30.<n>.0/30: host .1, guest .2), no
-// bridge and no NAT, which is all the suite needs (berth reaches the guest).
-type ipNet struct {
-	base int
-	mu   sync.Mutex
-	taps map[string]string
-	n    atomic.Int32
-}
-
-func (n *ipNet) CreateTap(id string) (tap, guestIP, hostIP, mac string, err error) {
-	i := int(n.n.Add(1))
-	sub := (n.base + i) % 256
-	tap = fmt.Sprintf("fct%d", sub)
-	host := fmt.Sprintf("172.30.%d.1", sub)
-	for _, args := range [][]string{
-		{"tuntap", "add", "dev", tap, "mode", "tap"},
-		{"addr", "add", host + "/30", "dev", tap},
-		{"link", "set", tap, "up"},
-	} {
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			exec.Command("ip", "link", "del", tap).Run()
-			return "", "", "", "", fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
-		}
-	}
-	n.mu.Lock()
-	if n.taps == nil {
-		n.taps = map[string]string{}
-	}
-	n.taps[id] = tap
-	n.mu.Unlock()
-	return tap, fmt.Sprintf("172.30.%d.2/30", sub), host, "", nil
-}
-
-func (n *ipNet) DeleteTap(id string) error {
-	n.mu.Lock()
-	tap, ok := n.taps[id]
-	delete(n.taps, id)
-	n.mu.Unlock()
-	if !ok {
-		return nil
-	}
-	if out, err := exec.Command("ip", "link", "del", tap).CombinedOutput(); err != nil && !strings.Contains(string(out), "Cannot find") {
-		return fmt.Errorf("ip link del %s: %v: %s", tap, err, out)
-	}
-	return nil
 }

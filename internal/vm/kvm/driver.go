@@ -4,14 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
 	"math"
 	"net"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,25 +23,10 @@ import (
 	"github.com/berth-dev/berth/internal/agent"
 	"github.com/berth-dev/berth/internal/vm"
 	"github.com/berth-dev/berth/internal/vm/console"
+	"github.com/berth-dev/berth/internal/vm/microvm"
 	"github.com/berth-dev/berth/internal/vm/proc"
 	"github.com/berth-dev/berth/internal/vm/replicadir"
 )
-
-// Images is what the driver needs of the local image store: a bootable ext4
-// disk for an image name, cached; the driver copies it per replica.
-type Images interface {
-	Ext4(name string, sizeGB int) (path string, err error)
-}
-
-// Network is what the driver needs of host networking: a tap device per
-// replica, attached to berth's bridge, and the addresses around it. guestIP
-// is in CIDR notation ("10.77.0.5/24"); a bare address means /24. mac may
-// be empty (the driver derives one from the id). Deleting a tap that is
-// gone must not be an error, so that a retried Stop succeeds.
-type Network interface {
-	CreateTap(id string) (tap, guestIP, hostIP, mac string, err error)
-	DeleteTap(id string) error
-}
 
 // Options configures a Driver.
 type Options struct {
@@ -87,10 +70,10 @@ type Options struct {
 	GuestInitArgs []string
 
 	// Images provides the root disks. Required.
-	Images Images
+	Images microvm.Images
 
 	// Net provides the tap devices and addresses. Required.
-	Net Network
+	Net microvm.Network
 
 	// Accel is "kvm", "tcg" (emulation: slow, but needs no /dev/kvm), or
 	// empty: decided at the first Start by what works (ProbeAccel: kvm
@@ -171,6 +154,8 @@ const maxSockPath = 107
 // concurrent use, and several Drivers (or berth processes, one after
 // another) may share a Dir.
 type Driver struct {
+	replicadir.Reports[state] // Inspect, List
+
 	dir        string
 	qemu       string
 	kernel     string
@@ -178,8 +163,8 @@ type Driver struct {
 	kernelArgs string
 	init       string
 	initArgs   []string // Options.GuestInitArgs
-	images     Images
-	net        Network
+	images     microvm.Images
+	net        microvm.Network
 	hv         Hypervisor // nil: QEMU run directly
 	leaseCheck time.Duration
 	log        *slog.Logger
@@ -328,6 +313,7 @@ func New(o Options) (*Driver, error) {
 		probeCache: probeCache,
 		agents:     make(map[string]*agentConn),
 	}
+	d.Reports = replicadir.Reports[state]{Dir: &d.rd, Instance: d.instance}
 	d.rd = replicadir.Dir[state]{
 		Root: dir, Driver: "kvm", Log: log,
 		ID:    func(st state) string { return st.ID },
@@ -414,42 +400,18 @@ func (d *Driver) path(id, name string) string { return d.rd.Path(id, name) }
 // DefaultPort), which wins over a PORT in spec.Env. A relative WorkDir is
 // relative to /; the default is /root.
 func (d *Driver) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
-	if err := ctx.Err(); err != nil {
-		return vm.Instance{}, err
-	}
-	st, size, err := d.check(spec)
-	if err != nil {
-		return vm.Instance{}, err
-	}
-	release, err := d.rd.Claim(spec.Name)
-	if err != nil {
-		return vm.Instance{}, err
-	}
-	defer release()
-	st, err = d.launch(ctx, spec, st, size)
-	if err != nil {
-		if cerr := d.destroy(context.Background(), st, 0); cerr != nil {
-			d.log.Warn("kvm: cleaning up a failed start", "id", spec.Name, "err", cerr)
-		}
-		return vm.Instance{}, fmt.Errorf("kvm: start %s: %w", spec.Name, err)
-	}
-	return d.instance(st), nil
+	return d.rd.Start(ctx, spec, d.check, d.launch, func(ctx context.Context, st state) error { return d.destroy(ctx, st, 0) }, d.instance)
 }
 
-// check validates spec and returns the initial state and the size.
+// check validates spec and returns the initial state and the size; the
+// error is for Dir.Start to prefix.
 func (d *Driver) check(spec vm.Spec) (state, vm.Size, error) {
 	fail := func(format string, args ...any) (state, vm.Size, error) {
-		return state{}, vm.Size{}, fmt.Errorf("kvm: start %q: "+format, append([]any{spec.Name}, args...)...)
+		return state{}, vm.Size{}, fmt.Errorf(format, args...)
 	}
-	owner, size, err := replicadir.CheckSpec(spec)
+	owner, size, err := microvm.CheckSpec("kvm", spec)
 	if err != nil {
-		return fail("%v", err)
-	}
-	if spec.Image == "" {
-		return fail("the kvm driver needs an image")
-	}
-	if spec.DiskSizeGB < 0 {
-		return fail("disk size %d GB is negative", spec.DiskSizeGB)
+		return state{}, size, err
 	}
 	if spec.Workspace != "" {
 		if err := replicadir.CheckWorkspace(spec.Workspace); err != nil {
@@ -497,7 +459,7 @@ func (d *Driver) launch(ctx context.Context, spec vm.Spec, st state, size vm.Siz
 		return st, fmt.Errorf("copying the root disk: %v: %s", err, strings.TrimSpace(string(out)))
 	}
 
-	tap, guestIP, hostIP, mac, err := d.net.CreateTap(st.ID)
+	tap, guestIP, hostIP, mac, err := d.net.CreateTap(ctx, st.ID)
 	if err != nil {
 		return st, fmt.Errorf("tap device: %w", err)
 	}
@@ -506,16 +468,12 @@ func (d *Driver) launch(ctx context.Context, spec vm.Spec, st state, size vm.Siz
 	if err := replicadir.WriteState(d.replicaDir(st.ID), st); err != nil {
 		return st, err
 	}
-	guest, err := parseGuestIP(guestIP)
+	guest, host, err := microvm.Addresses(guestIP, hostIP)
 	if err != nil {
 		return st, err
 	}
-	host, err := netip.ParseAddr(hostIP)
-	if err != nil || !host.Is4() {
-		return st, fmt.Errorf("host network: host address %q is not IPv4", hostIP)
-	}
 	if mac == "" {
-		mac = macFor(st.ID)
+		mac = microvm.MAC(0xb5, st.ID)
 	}
 	if !validMAC(mac) {
 		return st, fmt.Errorf("host network: MAC address %q is malformed", mac)
@@ -544,25 +502,8 @@ func (d *Driver) launch(ctx context.Context, spec vm.Spec, st state, size vm.Siz
 	d.mu.Lock()
 	d.agents[st.ID].bootPending = true
 	d.mu.Unlock()
-	go d.afterBoot(st)
+	go d.afterBoot(context.WithoutCancel(ctx), st)
 	return st, nil
-}
-
-// parseGuestIP parses the guest's address as CIDR or bare (/24).
-func parseGuestIP(s string) (netip.Prefix, error) {
-	if p, err := netip.ParsePrefix(s); err == nil && p.Addr().Is4() && p.Bits() > 0 && p.Bits() < 31 {
-		return p, nil
-	}
-	if a, err := netip.ParseAddr(s); err == nil && a.Is4() {
-		return netip.PrefixFrom(a, 24), nil
-	}
-	return netip.Prefix{}, fmt.Errorf("host network: guest address %q is not IPv4 (CIDR with a prefix of 1-30 bits, or bare)", s)
-}
-
-// macFor derives a stable, locally administered unicast MAC from an id.
-func macFor(id string) string {
-	s := sha256.Sum256([]byte(id))
-	return fmt.Sprintf("02:b5:%02x:%02x:%02x:%02x", s[0], s[1], s[2], s[3])
 }
 
 func validMAC(s string) bool {
@@ -609,7 +550,7 @@ func (d *Driver) bootArgs(st state) string {
 		}
 	} else {
 		args = append(args, "root="+guestRoot, "rw", "init="+d.init,
-			fmt.Sprintf("ip=%s::%s:%s::eth0:off", st.GuestIP, st.HostIP, mask(st.PrefixLen)))
+			microvm.KernelIP(st.GuestIP, st.HostIP, st.PrefixLen))
 	}
 	if d.kernelArgs != "" {
 		args = append(args, d.kernelArgs)
@@ -622,11 +563,6 @@ func (d *Driver) bootArgs(st state) string {
 	args = append(args, d.initArgs...)
 	args = append(args, "agent", "--vm-init", "--config", guestConfig)
 	return strings.Join(args, " ")
-}
-
-// mask is the dotted netmask of a prefix length.
-func mask(bits int) string {
-	return net.IP(net.CIDRMask(bits, 32)).String()
 }
 
 // qemuArgs is QEMU's command line for a replica: a microvm (no PCI, no
@@ -807,20 +743,8 @@ func (d *Driver) recordPID(st state, pid int) (state, error) {
 	return st, nil
 }
 
-// Inspect reports one replica.
-func (d *Driver) Inspect(ctx context.Context, id string) (vm.Instance, error) {
-	return d.rd.Inspect(id, d.instance)
-}
-
-// List reports every replica under Dir, including those a previous berth
-// started.
-func (d *Driver) List(ctx context.Context) ([]vm.Instance, error) {
-	return d.rd.List(d.instance)
-}
-
-// instance derives a replica's state from its files and its QEMU process.
-// A guest whose agent ended reboots, which ends QEMU; the agent's last log
-// line on the console ("exit N: reason") says how the app ended.
+// instance derives a replica's state from its files and its QEMU process
+// (see microvm.Ended for one whose QEMU is gone).
 func (d *Driver) instance(st state) vm.Instance {
 	inst := vm.Instance{
 		ID:         st.ID,
@@ -840,25 +764,12 @@ func (d *Driver) instance(st state) vm.Instance {
 	case starting:
 		inst.State = vm.StateStarting
 	default:
-		inst.PID = 0
-		if code, reason, ok := console.Exit(consoleLog); ok {
-			inst.State = vm.StateExited
-			inst.ExitCode = &code
-			inst.Reason = replicadir.WithTail(reason, console.AppTail(consoleLog, replicadir.TailLines))
+		if microvm.Ended(&inst, consoleLog, st.PID, "QEMU") {
 			return inst
 		}
-		inst.State = vm.StateFailed
-		reason := "the guest ended without the agent recording an exit"
-		if st.PID == 0 {
-			reason = "the start of this replica was interrupted before QEMU ran"
-		}
-		if tail := console.Tail(consoleLog, replicadir.TailLines); len(tail) > 0 {
-			reason += "; console:\n" + strings.Join(tail, "\n")
-		}
 		if tail := console.Tail(d.path(st.ID, qemuLogFile), 2); len(tail) > 0 {
-			reason += "\nqemu: " + strings.Join(tail, "\n")
+			inst.Reason += "\nqemu: " + strings.Join(tail, "\n")
 		}
-		inst.Reason = reason
 	}
 	return inst
 }
@@ -923,7 +834,7 @@ func (d *Driver) destroy(ctx context.Context, st state, grace time.Duration) err
 		}
 	}
 	if st.Tap != "" {
-		if err := d.net.DeleteTap(st.ID); err != nil {
+		if err := d.net.DeleteTap(context.WithoutCancel(ctx), st.ID); err != nil {
 			return fmt.Errorf("deleting tap %s: %w", st.Tap, err)
 		}
 	}

@@ -63,8 +63,8 @@ type spareState struct {
 }
 
 // takeSpare returns a ready, live spare, or nil.
-func (d *Driver) takeSpare() *spare {
-	sp, _ := d.pool.Take(context.Background(), struct{}{}, 0, func(sp *spare) bool {
+func (d *Driver) takeSpare(ctx context.Context) *spare {
+	sp, _ := d.pool.Take(ctx, struct{}{}, 0, func(sp *spare) bool {
 		select {
 		case <-sp.done:
 			return false
@@ -270,7 +270,7 @@ func (d *Driver) dropSpare(sp *spare) {
 // assign makes sp the agent of the replica spec describes (see the steps
 // above). dir <Dir>/<id> exists and is empty. On failure sp is gone and dir
 // is empty again, ready for a cold start.
-func (d *Driver) assign(sp *spare, spec vm.Spec, st state, workDir string, size vm.Size) (state, error) {
+func (d *Driver) assign(ctx context.Context, sp *spare, spec vm.Spec, st state, workDir string, size vm.Size) (state, error) {
 	dir := d.path(spec.Name)
 	sdir := filepath.Join(d.dir, sp.name)
 	st.PID, st.StartTicks = sp.pid, sp.ticks
@@ -352,7 +352,7 @@ func (d *Driver) assign(sp *spare, spec vm.Spec, st state, workDir string, size 
 		return fail(err)
 	}
 	g := agent.GuestConfig{Args: d.agentFlags(spec, st, workDir), Env: d.environ(spec, st)}
-	ctx, cancel := context.WithTimeout(context.Background(), assignTimeout)
+	ctx, cancel := context.WithTimeout(ctx, assignTimeout)
 	defer cancel()
 	c := agent.NewClient(agent.UnixDialer(filepath.Join(dir, sockFile)))
 	defer c.Close()
