@@ -166,53 +166,21 @@ func New(o Options) (*Driver, error) {
 	if _, err := os.Stat(kvm); err != nil {
 		return unavailable("no KVM on this host (%v)", err)
 	}
-	bin := o.FirecrackerBin
-	if bin == "" {
-		bin = "firecracker"
-	}
-	fcBin, err := exec.LookPath(bin)
+	fcBin, err := microvm.LookBin(o.FirecrackerBin, "firecracker")
 	if err != nil {
 		return unavailable("no firecracker binary (%v)", err)
 	}
-	if fcBin, err = filepath.Abs(fcBin); err != nil {
-		return nil, fmt.Errorf("firecracker: %w", err)
-	}
 	var jailer string
 	if o.UseJailer {
-		bin := o.JailerBin
-		if bin == "" {
-			bin = "jailer"
-		}
-		if jailer, err = exec.LookPath(bin); err != nil {
+		if jailer, err = microvm.LookBin(o.JailerBin, "jailer"); err != nil {
 			return unavailable("no jailer binary (%v)", err)
 		}
-		if jailer, err = filepath.Abs(jailer); err != nil {
-			return nil, fmt.Errorf("firecracker: %w", err)
-		}
 	}
-	if o.Kernel == "" {
-		return unavailable("no guest kernel configured")
-	}
-	kernel, err := filepath.Abs(o.Kernel)
+	c, err := microvm.Common{Dir: o.Dir, Kernel: o.Kernel, GuestInit: o.GuestInit, Images: o.Images, Net: o.Net, Log: o.Log}.Check("firecracker")
 	if err != nil {
-		return nil, fmt.Errorf("firecracker: %w", err)
+		return nil, err
 	}
-	if _, err := os.Stat(kernel); err != nil {
-		return unavailable("guest kernel: %v", err)
-	}
-	if o.Images == nil {
-		return unavailable("no image store")
-	}
-	if o.Net == nil {
-		return unavailable("no host network for tap devices")
-	}
-	dir, err := filepath.Abs(o.Dir)
-	if err != nil {
-		return nil, fmt.Errorf("firecracker: %w", err)
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("firecracker: %w", err)
-	}
+	dir, kernel, init, log := c.Dir, c.Kernel, c.GuestInit, c.Log
 	chroot := o.ChrootBase
 	if chroot == "" {
 		chroot = filepath.Join(dir, "jail")
@@ -220,23 +188,12 @@ func New(o Options) (*Driver, error) {
 	if chroot, err = filepath.Abs(chroot); err != nil {
 		return nil, fmt.Errorf("firecracker: %w", err)
 	}
-	init := o.GuestInit
-	if init == "" {
-		init = "/berth-agent"
-	}
-	if strings.ContainsAny(init, " \t\n") || !strings.HasPrefix(init, "/") {
-		return nil, fmt.Errorf("firecracker: GuestInit %q must be an absolute path without spaces", init)
-	}
 	if strings.Contains(o.KernelArgs, " -- ") || strings.HasPrefix(o.KernelArgs, "-- ") {
 		return nil, errors.New("firecracker: KernelArgs must not pass init arguments (--): the driver does")
 	}
 	port := o.AgentPort
 	if port == 0 {
 		port = DefaultAgentPort
-	}
-	log := o.Log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
 	}
 	d := &Driver{
 		dir:        dir,
@@ -387,33 +344,19 @@ func (d *Driver) launch(ctx context.Context, spec vm.Spec, st state, size vm.Siz
 		return st, err
 	}
 
-	img, err := d.images.Ext4(spec.Image, spec.DiskSizeGB)
-	if err != nil {
-		return st, fmt.Errorf("image %q: %w", spec.Image, err)
-	}
-	// Copy-on-write where the file system can (btrfs, xfs), a sparse copy
-	// elsewhere: every replica writes its own disk.
-	if out, err := exec.CommandContext(ctx, "cp", "--reflink=auto", "--sparse=always", img, filepath.Join(root, rootfsFile)).CombinedOutput(); err != nil {
-		return st, fmt.Errorf("copying the root disk: %v: %s", err, strings.TrimSpace(string(out)))
+	if err := microvm.CopyRootDisk(ctx, d.images, spec, filepath.Join(root, rootfsFile)); err != nil {
+		return st, err
 	}
 
-	tap, guestIP, hostIP, mac, err := d.net.CreateTap(ctx, st.ID)
-	if err != nil {
-		return st, fmt.Errorf("tap device: %w", err)
-	}
-	// Recorded at once, so that cleanup and a later Stop delete it.
-	st.Tap = tap
-	if err := replicadir.WriteState(d.replicaDir(st.ID), st); err != nil {
-		return st, err
-	}
-	guest, host, err := microvm.Addresses(guestIP, hostIP)
+	tap, err := microvm.CreateTap(ctx, d.net, st.ID, 0xfc, func(tap string) error {
+		// Recorded at once, so that cleanup and a later Stop delete it.
+		st.Tap = tap
+		return replicadir.WriteState(d.replicaDir(st.ID), st)
+	})
 	if err != nil {
 		return st, err
 	}
-	if mac == "" {
-		mac = microvm.MAC(0xfc, st.ID)
-	}
-	st.GuestIP, st.PrefixLen, st.HostIP, st.MAC = guest.Addr().String(), guest.Bits(), host.String(), mac
+	st.GuestIP, st.PrefixLen, st.HostIP, st.MAC = tap.GuestIP, tap.PrefixLen, tap.HostIP, tap.MAC
 
 	cfg, err := agent.EncodeGuestConfig(d.guestConfig(spec, st))
 	if err != nil {
@@ -507,40 +450,17 @@ func (d *Driver) bootArgs(st state) string {
 // guestConfig is what the agent in the guest is told: its flags, COMMAND,
 // the app's environment, and the initial lease.
 func (d *Driver) guestConfig(spec vm.Spec, st state) agent.GuestConfig {
-	workDir := spec.WorkDir
-	if workDir == "" {
-		workDir = guestHome
-	} else if !filepath.IsAbs(workDir) {
-		workDir = filepath.Join("/", workDir)
+	g := microvm.Guest{
+		Listen:     "vsock:" + strconv.FormatUint(uint64(d.agentPort), 10),
+		Console:    guestConsole,
+		LeaseFile:  guestLease,
+		Home:       guestHome,
+		LeaseCheck: d.leaseCheck,
 	}
-	args := []string{
-		"--listen", "vsock:" + strconv.FormatUint(uint64(d.agentPort), 10),
-		"--log", guestConsole,
-		// Always, so that Renew can give a lease to a replica started
-		// without one; a missing file means no lease.
-		"--lease-file", guestLease,
-		"--workdir", workDir,
-	}
-	if d.leaseCheck > 0 {
-		args = append(args, "--lease-check", d.leaseCheck.String())
-	}
-	for _, h := range spec.SetupHooks {
-		args = append(args, "--setup", h)
-	}
-	if spec.Command != "" {
-		args = append(args, "--", "/bin/sh", "-c", spec.Command)
-	}
-	env := []string{
-		"PATH=" + vm.StdPath,
-		"HOME=" + guestHome,
-		"HOSTNAME=" + vm.Hostname(st.ID),
-	}
-	env = vm.AppEnv(env, spec.Env, st.Port)
-	c := agent.GuestConfig{Args: args, Env: env, Hostname: vm.Hostname(st.ID)}
 	if spec.TTL > 0 {
-		c.Files = map[string]string{guestLease: string(agent.FormatLease(st.StartedAt.Add(spec.TTL)))}
+		g.Lease = st.StartedAt.Add(spec.TTL)
 	}
-	return c
+	return microvm.GuestConfig(spec, st.ID, st.Port, g)
 }
 
 // apiPatience bounds how long a new VMM may take to answer on its socket.
@@ -675,18 +595,7 @@ func (d *Driver) instance(st state) vm.Instance {
 // to exit, kills it, and removes the tap and every file of the replica,
 // snapshots included. Stopping an ended or suspended replica just cleans up.
 func (d *Driver) Stop(ctx context.Context, id string, grace time.Duration) error {
-	unlock := d.rd.Lock(id)
-	defer unlock()
-	st, err := d.rd.Load(id)
-	if err != nil {
-		return err
-	}
-	if err := d.destroy(ctx, st, grace); err != nil {
-		return fmt.Errorf("firecracker: stop %s: %w", id, err)
-	}
-	d.cpu.Forget(id)
-	d.rd.Forget(id)
-	return nil
+	return d.rd.Stop(ctx, id, &d.cpu, func(ctx context.Context, st state) error { return d.destroy(ctx, st, grace) })
 }
 
 // destroy ends the VMM (politely for up to grace when it runs a guest) and

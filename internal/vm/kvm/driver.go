@@ -207,28 +207,16 @@ func New(o Options) (*Driver, error) {
 	}
 	var qemu string
 	if o.Hypervisor == nil {
-		bin := o.QEMUBin
-		if bin == "" {
-			bin = "qemu-system-x86_64"
-		}
 		var err error
-		if qemu, err = exec.LookPath(bin); err != nil {
+		if qemu, err = microvm.LookBin(o.QEMUBin, "qemu-system-x86_64"); err != nil {
 			return unavailable("no QEMU (%v); on Debian install qemu-system-x86", err)
 		}
-		if qemu, err = filepath.Abs(qemu); err != nil {
-			return nil, fmt.Errorf("kvm: %w", err)
-		}
 	}
-	if o.Kernel == "" {
-		return unavailable("no guest kernel configured")
-	}
-	kernel, err := filepath.Abs(o.Kernel)
+	c, err := microvm.Common{Dir: o.Dir, Kernel: o.Kernel, GuestInit: o.GuestInit, Images: o.Images, Net: o.Net, Log: o.Log}.Check("kvm")
 	if err != nil {
-		return nil, fmt.Errorf("kvm: %w", err)
+		return nil, err
 	}
-	if _, err := os.Stat(kernel); err != nil {
-		return unavailable("guest kernel: %v", err)
-	}
+	dir, kernel, init, log := c.Dir, c.Kernel, c.GuestInit, c.Log
 	var initrd string
 	if !o.NoInitrd {
 		if o.Initrd == "" {
@@ -240,26 +228,6 @@ func New(o Options) (*Driver, error) {
 		if _, err := os.Stat(initrd); err != nil {
 			return unavailable("guest initramfs: %v", err)
 		}
-	}
-	if o.Images == nil {
-		return unavailable("no image store")
-	}
-	if o.Net == nil {
-		return unavailable("no host network for tap devices")
-	}
-	dir, err := filepath.Abs(o.Dir)
-	if err != nil {
-		return nil, fmt.Errorf("kvm: %w", err)
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("kvm: %w", err)
-	}
-	init := o.GuestInit
-	if init == "" {
-		init = "/berth-agent"
-	}
-	if strings.ContainsAny(init, " \t\n") || !strings.HasPrefix(init, "/") {
-		return nil, fmt.Errorf("kvm: GuestInit %q must be an absolute path without spaces", init)
 	}
 	for _, a := range o.GuestInitArgs {
 		if a == "" || strings.ContainsAny(a, " \t\n") {
@@ -278,21 +246,11 @@ func New(o Options) (*Driver, error) {
 	probeQEMU := qemu
 	if o.Accel == "" && probeQEMU == "" {
 		// A Hypervisor runs QEMU; the probe runs it directly.
-		bin := o.QEMUBin
-		if bin == "" {
-			bin = "qemu-system-x86_64"
-		}
-		if p, err := exec.LookPath(bin); err == nil {
-			probeQEMU, _ = filepath.Abs(p)
-		}
+		probeQEMU, _ = microvm.LookBin(o.QEMUBin, "qemu-system-x86_64")
 	}
 	probeCache := o.ProbeCache
 	if probeCache == "" {
 		probeCache = filepath.Join(dir, "accel-probe")
-	}
-	log := o.Log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
 	}
 	d := &Driver{
 		dir:        dir,
@@ -449,39 +407,25 @@ func (d *Driver) launch(ctx context.Context, spec vm.Spec, st state, size vm.Siz
 	if err := replicadir.WriteState(d.replicaDir(st.ID), st); err != nil {
 		return st, err
 	}
-	img, err := d.images.Ext4(spec.Image, spec.DiskSizeGB)
-	if err != nil {
-		return st, fmt.Errorf("image %q: %w", spec.Image, err)
-	}
-	// Copy-on-write where the file system can (btrfs, xfs), a sparse copy
-	// elsewhere: every replica writes its own disk.
-	if out, err := exec.CommandContext(ctx, "cp", "--reflink=auto", "--sparse=always", img, d.path(st.ID, rootfsFile)).CombinedOutput(); err != nil {
-		return st, fmt.Errorf("copying the root disk: %v: %s", err, strings.TrimSpace(string(out)))
+	if err := microvm.CopyRootDisk(ctx, d.images, spec, d.path(st.ID, rootfsFile)); err != nil {
+		return st, err
 	}
 
-	tap, guestIP, hostIP, mac, err := d.net.CreateTap(ctx, st.ID)
-	if err != nil {
-		return st, fmt.Errorf("tap device: %w", err)
-	}
-	// Recorded at once, so that cleanup and a later Stop delete it.
-	st.Tap = tap
-	if err := replicadir.WriteState(d.replicaDir(st.ID), st); err != nil {
-		return st, err
-	}
-	guest, host, err := microvm.Addresses(guestIP, hostIP)
+	tap, err := microvm.CreateTap(ctx, d.net, st.ID, 0xb5, func(tap string) error {
+		// Recorded at once, so that cleanup and a later Stop delete it.
+		st.Tap = tap
+		return replicadir.WriteState(d.replicaDir(st.ID), st)
+	})
 	if err != nil {
 		return st, err
 	}
-	if mac == "" {
-		mac = microvm.MAC(0xb5, st.ID)
+	if !validMAC(tap.MAC) {
+		return st, fmt.Errorf("host network: MAC address %q is malformed", tap.MAC)
 	}
-	if !validMAC(mac) {
-		return st, fmt.Errorf("host network: MAC address %q is malformed", mac)
+	if !validIfName(tap.Name) {
+		return st, fmt.Errorf("host network: tap name %q is not a valid interface name", tap.Name)
 	}
-	if !validIfName(tap) {
-		return st, fmt.Errorf("host network: tap name %q is not a valid interface name", tap)
-	}
-	st.GuestIP, st.PrefixLen, st.HostIP, st.MAC = guest.Addr().String(), guest.Bits(), host.String(), mac
+	st.GuestIP, st.PrefixLen, st.HostIP, st.MAC = tap.GuestIP, tap.PrefixLen, tap.HostIP, tap.MAC
 
 	cfg, err := agent.EncodeGuestConfig(d.guestConfig(spec, st))
 	if err != nil {
@@ -628,49 +572,22 @@ func opt(s string) string { return strings.ReplaceAll(s, ",", ",,") }
 // is rooted in it (--root), and it is HOME and the base of WorkDir, as in
 // the container driver.
 func (d *Driver) guestConfig(spec vm.Spec, st state) agent.GuestConfig {
-	home, base := guestHome, "/"
-	if st.Workspace != "" {
-		home, base = guestWorkspace, guestWorkspace
-	}
-	workDir := spec.WorkDir
-	if workDir == "" {
-		workDir = home
-	} else if !filepath.IsAbs(workDir) {
-		workDir = filepath.Join(base, workDir)
-	}
-	args := []string{
-		"--listen", "virtio:" + AgentPortName,
-		"--log", guestConsole,
-		// Always, so that Renew can give a lease to a replica started
-		// without one; a missing file means no lease.
-		"--lease-file", guestLease,
-		"--workdir", workDir,
+	g := microvm.Guest{
+		Listen:     "virtio:" + AgentPortName,
+		Console:    guestConsole,
+		LeaseFile:  guestLease,
+		Home:       guestHome,
+		LeaseCheck: d.leaseCheck,
 	}
 	if st.Workspace != "" {
-		args = append(args, "--root", guestWorkspace)
+		g.Home, g.Base, g.Root = guestWorkspace, guestWorkspace, guestWorkspace
 	}
-	if d.leaseCheck > 0 {
-		args = append(args, "--lease-check", d.leaseCheck.String())
-	}
-	for _, h := range spec.SetupHooks {
-		args = append(args, "--setup", h)
-	}
-	if spec.Command != "" {
-		args = append(args, "--", "/bin/sh", "-c", spec.Command)
-	}
-	env := []string{
-		"PATH=" + vm.StdPath,
-		"HOME=" + home,
-		"HOSTNAME=" + vm.Hostname(st.ID),
-	}
-	env = vm.AppEnv(env, spec.Env, st.Port)
-	c := agent.GuestConfig{Args: args, Env: env, Hostname: vm.Hostname(st.ID)}
 	if spec.TTL > 0 {
 		// The backstop: the real deadline follows once the guest is up
 		// (leaseAfterBoot), which a short TTL may not outlast.
-		c.Files = map[string]string{guestLease: string(agent.FormatLease(st.StartedAt.Add(spec.TTL + d.current().allowance)))}
+		g.Lease = st.StartedAt.Add(spec.TTL + d.current().allowance)
 	}
-	return c
+	return microvm.GuestConfig(spec, st.ID, st.Port, g)
 }
 
 // spawn starts QEMU, which daemonizes once the machine is set up (so a bad
@@ -781,19 +698,10 @@ func (d *Driver) instance(st state) vm.Instance {
 // continued first (proc.End: thaw, then ask, then kill), so that its guest
 // can act on Ctrl-Alt-Del.
 func (d *Driver) Stop(ctx context.Context, id string, grace time.Duration) error {
-	unlock := d.rd.Lock(id)
-	defer unlock()
-	st, err := d.rd.Load(id)
-	if err != nil {
-		return err
-	}
-	d.dropAgent(id)
-	if err := d.destroy(ctx, st, grace); err != nil {
-		return fmt.Errorf("kvm: stop %s: %w", id, err)
-	}
-	d.cpu.Forget(id)
-	d.rd.Forget(id)
-	return nil
+	return d.rd.Stop(ctx, id, &d.cpu, func(ctx context.Context, st state) error {
+		d.dropAgent(id)
+		return d.destroy(ctx, st, grace)
+	})
 }
 
 // destroy ends QEMU (politely for up to grace when its guest runs) and

@@ -1,6 +1,7 @@
 package microvm
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -71,5 +72,32 @@ func TestEnded(t *testing.T) {
 	inst = vm.Instance{PID: 9}
 	if !Ended(&inst, log, 9, "QEMU") || inst.State != vm.StateExited || inst.ExitCode == nil || *inst.ExitCode != 3 || !strings.HasPrefix(inst.Reason, "exited with code 3") {
 		t.Errorf("Ended with an exit record: %+v", inst)
+	}
+}
+
+type oneTap struct{ guestIP, mac string }
+
+func (n oneTap) CreateTap(ctx context.Context, id string) (string, string, string, string, error) {
+	return "tap7", n.guestIP, "10.0.0.1", n.mac, nil
+}
+func (oneTap) DeleteTap(ctx context.Context, id string) error { return nil }
+
+// TestCreateTap: the tap is handed to created before its addresses are
+// checked (a bad address still leaves it recorded for cleanup), and a MAC
+// is derived when the network gives none.
+func TestCreateTap(t *testing.T) {
+	id := "berth-x-0123456789ab"
+	var recorded string
+	record := func(tap string) error { recorded = tap; return nil }
+	if _, err := CreateTap(t.Context(), oneTap{guestIP: "nonsense"}, id, 0xb5, record); err == nil || recorded != "tap7" {
+		t.Errorf("CreateTap with a bad guest address = %v, recorded %q; want an error and tap7 recorded", err, recorded)
+	}
+	tap, err := CreateTap(t.Context(), oneTap{guestIP: "10.0.0.2/30"}, id, 0xb5, record)
+	want := Tap{Name: "tap7", GuestIP: "10.0.0.2", PrefixLen: 30, HostIP: "10.0.0.1", MAC: MAC(0xb5, id)}
+	if err != nil || tap != want {
+		t.Errorf("CreateTap = %+v, %v; want %+v", tap, err, want)
+	}
+	if tap, _ := CreateTap(t.Context(), oneTap{guestIP: "10.0.0.2", mac: "02:00:00:00:00:01"}, id, 0xb5, record); tap.MAC != "02:00:00:00:00:01" || tap.PrefixLen != 24 {
+		t.Errorf("CreateTap = %+v; want the network's MAC and a /24", tap)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/internal/vm"
+	"github.com/berth-dev/berth/internal/vm/proc"
 )
 
 // Reports gives a driver that embeds it its vm.Driver Inspect and List:
@@ -74,4 +75,22 @@ func (d *Dir[S]) RenewState(ctx context.Context, id string, until time.Time, per
 		return st, err
 	}
 	return st, d.Renew(ctx, id, until, perm, sub...)
+}
+
+// Stop is vm.Driver's Stop for a driver whose Suspend and Resume hold
+// Lock: under replica id's lock it loads the replica, ends and removes it
+// with destroy, and forgets it here and in cpu.
+func (d *Dir[S]) Stop(ctx context.Context, id string, cpu *proc.CPUMeter, destroy func(context.Context, S) error) error {
+	unlock := d.Lock(id)
+	defer unlock()
+	st, err := d.Load(id)
+	if err != nil {
+		return err
+	}
+	if err := destroy(ctx, st); err != nil {
+		return fmt.Errorf("%s: stop %s: %w", d.Driver, id, err)
+	}
+	cpu.Forget(id)
+	d.Forget(id)
+	return nil
 }

@@ -3,10 +3,12 @@ package replicadir_test
 import (
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 
 	"github.com/berth-dev/berth/internal/vm"
+	"github.com/berth-dev/berth/internal/vm/proc"
 	"github.com/berth-dev/berth/internal/vm/replicadir"
 )
 
@@ -70,5 +72,29 @@ func TestStart(t *testing.T) {
 	}
 	if _, err := r.Inspect(t.Context(), vm.Name("app", 9)); !errors.Is(err, vm.ErrNotFound) {
 		t.Errorf("Inspect of an unknown replica = %v, want ErrNotFound", err)
+	}
+}
+
+// TestStop: Stop loads the replica for destroy, prefixes destroy's error,
+// and reports an unknown replica as not found without calling destroy.
+func TestStop(t *testing.T) {
+	d := newDir(t)
+	id := vm.Name("app", 1)
+	if err := os.Mkdir(d.Path(id), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := replicadir.WriteState(d.Path(id), state{ID: id, PID: 5}); err != nil {
+		t.Fatal(err)
+	}
+	var cpu proc.CPUMeter
+	var got state
+	if err := d.Stop(t.Context(), id, &cpu, func(ctx context.Context, st state) error { got = st; return errors.New("stuck") }); err == nil || err.Error() != "test: stop "+id+": stuck" || got.PID != 5 {
+		t.Errorf("Stop with a failing destroy = %v (destroy got %+v), want the prefixed error", err, got)
+	}
+	if err := d.Stop(t.Context(), id, &cpu, func(ctx context.Context, st state) error { return os.RemoveAll(d.Path(id)) }); err != nil {
+		t.Errorf("Stop = %v", err)
+	}
+	if err := d.Stop(t.Context(), id, &cpu, func(context.Context, state) error { t.Error("destroy of a stopped replica"); return nil }); !errors.Is(err, vm.ErrNotFound) {
+		t.Errorf("second Stop = %v, want ErrNotFound", err)
 	}
 }
