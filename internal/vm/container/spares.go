@@ -307,28 +307,21 @@ func (d *Driver) reapStale() {
 // reapSpares removes the spares under Dir that are not running (every
 // spare with all).
 func (d *Driver) reapSpares(all bool) {
-	ents, err := os.ReadDir(d.dir)
-	if err != nil {
-		return
-	}
-	for _, e := range ents {
-		if !e.IsDir() || !strings.HasPrefix(e.Name(), sparePrefix) {
-			continue
-		}
-		dir := filepath.Join(d.dir, e.Name())
+	for _, name := range sparepool.Left(d.dir, sparePrefix) {
+		dir := filepath.Join(d.dir, name)
 		var ss spareState
 		b, err := os.ReadFile(filepath.Join(dir, spareFile))
 		if err == nil {
 			err = json.Unmarshal(b, &ss)
 		}
-		if err != nil || ss.State.ID != e.Name() {
+		if err != nil || ss.State.ID != name {
 			// Being made (spare.json comes first) or corrupt: only
 			// what its name says can be cleaned up, and only with all.
 			if !all {
 				continue
 			}
-			h := strings.TrimPrefix(e.Name(), sparePrefix)
-			ss.State = state{ID: e.Name(), Cgroup: d.cgParent + "/spare-" + h, RuntimeID: "spare-" + h}
+			h := strings.TrimPrefix(name, sparePrefix)
+			ss.State = state{ID: name, Cgroup: d.cgParent + "/spare-" + h, RuntimeID: "spare-" + h}
 		}
 		alive := ss.State.PID != 0 && proc.Alive(ss.State.PID, ss.State.StartTicks)
 		if alive && !all {
@@ -344,7 +337,7 @@ func (d *Driver) reapSpares(all bool) {
 			syscall.Kill(ss.State.PID, syscall.SIGKILL)
 		}
 		if err := d.cleanup(context.Background(), ss.State); err != nil {
-			d.log.Warn("container: removing a stale spare container", "spare", e.Name(), "err", err)
+			d.log.Warn("container: removing a stale spare container", "spare", name, "err", err)
 		}
 	}
 }

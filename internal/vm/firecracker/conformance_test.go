@@ -2,14 +2,10 @@ package firecracker
 
 import (
 	"context"
-	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -35,29 +31,11 @@ func guestMain() (int, bool) {
 	}
 	switch os.Getenv(envGuest) {
 	case "app":
-		return serveGuestApp(false), true
+		return vmtest.ServeApp("", false), true
 	case "envapp":
-		return serveGuestApp(true), true
+		return vmtest.ServeApp("", true), true
 	}
 	return 0, false
-}
-
-// serveGuestApp answers HTTP 200 on :$PORT; with env, the body is what
-// vmtest.Options.EnvApp specifies.
-func serveGuestApp(env bool) int {
-	token := strconv.FormatInt(time.Now().UnixNano(), 10)
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !env {
-			fmt.Fprintln(w, "ok")
-			return
-		}
-		wd, _ := os.Getwd()
-		hook, _ := os.ReadFile("hook.txt")
-		fmt.Fprintf(w, "%s\n%s\n%s\n%s\n", os.Getenv("GREETING"), wd, strings.TrimSpace(string(hook)), token)
-	})
-	err := http.ListenAndServe(":"+os.Getenv("PORT"), h)
-	fmt.Fprintln(os.Stderr, err)
-	return 1
 }
 
 // TestConformance runs vmtest's suite against real microVMs. It needs a KVM

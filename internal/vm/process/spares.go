@@ -20,6 +20,7 @@ import (
 	"github.com/berth-dev/berth/internal/vm"
 	"github.com/berth-dev/berth/internal/vm/proc"
 	"github.com/berth-dev/berth/internal/vm/replicadir"
+	sparepool "github.com/berth-dev/berth/internal/vm/spares"
 )
 
 // Spare agents: the design is in the package documentation.
@@ -366,15 +367,8 @@ func (d *Driver) assign(ctx context.Context, sp *spare, spec vm.Spec, st state, 
 
 // cleanSpares kills and removes the spares a previous driver over Dir left.
 func (d *Driver) cleanSpares() {
-	ents, err := os.ReadDir(d.dir)
-	if err != nil {
-		return
-	}
-	for _, e := range ents {
-		if !e.IsDir() || !strings.HasPrefix(e.Name(), sparePrefix) {
-			continue
-		}
-		dir := filepath.Join(d.dir, e.Name())
+	for _, name := range sparepool.Left(d.dir, sparePrefix) {
+		dir := filepath.Join(d.dir, name)
 		// state.json is a spareState, or a replica's state when an
 		// assignment was under way: both have the pid and start time.
 		var ss spareState
@@ -392,7 +386,7 @@ func (d *Driver) cleanSpares() {
 			}
 		}
 		for _, p := range d.cg.v1 {
-			if cg := filepath.Join(p.dir, e.Name()); fileExists(cg) {
+			if cg := filepath.Join(p.dir, name); fileExists(cg) {
 				removeCgroup(cg)
 			}
 		}
