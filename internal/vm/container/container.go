@@ -444,7 +444,7 @@ func (d *Driver) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
 		if sp := d.takeSpare(ctx, kindOf(spec), lower); sp != nil {
 			warm, err := d.assign(ctx, spec, st, sp)
 			if err == nil {
-				d.afterStart(spec, warm, lower, size)
+				d.afterStart(ctx, spec, warm, lower, size)
 				return d.instance(warm), nil
 			}
 			// A spare only ever makes a start faster: start cold.
@@ -464,7 +464,7 @@ func (d *Driver) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
 		d.cleanup(context.WithoutCancel(ctx), st)
 		return vm.Instance{}, fmt.Errorf("container: start %s: %s", spec.Name, reason)
 	}
-	d.afterStart(spec, st, lower, size)
+	d.afterStart(ctx, spec, st, lower, size)
 	return d.instance(st), nil
 }
 

@@ -105,8 +105,9 @@ func (d *Driver) takeSpare(ctx context.Context, kind spareKind, lower string) *s
 
 // afterStart records kind as recently used and tops its spares up in the
 // background once the replica's app listens (or a second has passed):
-// making a spare next to a booting app would slow the app down.
-func (d *Driver) afterStart(spec vm.Spec, st state, lower string, size vm.Size) {
+// making a spare next to a booting app would slow the app down. ctx is
+// Start's; the wait outlives it.
+func (d *Driver) afterStart(ctx context.Context, spec vm.Spec, st state, lower string, size vm.Size) {
 	if !d.spareEligible(spec, st) {
 		return
 	}
@@ -129,7 +130,7 @@ func (d *Driver) afterStart(spec vm.Spec, st state, lower string, size vm.Size) 
 		d.pool.Evict(k)
 	}
 	go func() {
-		proc.WaitFor(context.Background(), time.Second, func() bool { return listening(st.PID, st.Port) })
+		proc.WaitFor(context.WithoutCancel(ctx), time.Second, func() bool { return listening(st.PID, st.Port) })
 		d.refill(kind, lower, size)
 	}()
 }
