@@ -101,6 +101,7 @@ var rules = []struct {
 	{mod + "/internal/vm/vmtest", []string{mod + "/internal/vm/"}, "the conformance suite knows drivers only through the vm contract"},
 	{mod + "/internal/vm/vmfake", []string{mod + "/internal/vm/process", mod + "/internal/vm/container", mod + "/internal/vm/kvm", mod + "/internal/vm/firecracker", mod + "/internal/vm/libvirt", mod + "/internal/vm/guest", mod + "/internal/vm/drivers", mod + "/internal/vm/vmtest"}, "the in-memory driver for tests knows only the vm contract and the drivers' shared spec check (TestFakeDriverOnlyInTests: only tests import it)"},
 	{mod + "/internal/vm/console", []string{mod + "/internal/vm/"}, "console capture is below the drivers that use it"},
+	{mod + "/internal/vm/microvm", []string{mod + "/internal/vm/kvm", mod + "/internal/vm/libvirt", mod + "/internal/vm/firecracker", mod + "/internal/vm/guest", mod + "/internal/vm/drivers"}, "what the microVM drivers share is below them"},
 	{mod + "/internal/vm/guest", []string{mod + "/internal/vm/drivers"}, "guest kernels and disks are below the driver factories that use them"},
 	{mod + "/internal/vm/process", []string{mod + "/internal/vm/drivers"}, "a driver knows nothing of the factories that open it"},
 	{mod + "/internal/vm/container", []string{mod + "/internal/vm/drivers"}, "a driver knows nothing of the factories that open it"},

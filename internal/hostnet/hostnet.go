@@ -737,9 +737,9 @@ func (n *Network) DetachVeth(ctx context.Context, id string) error {
 
 // CreateTap makes id's tap device on the bridge for a VM driver and
 // returns it, the guest's address in CIDR notation, the gateway and a MAC
-// address derived from the id (locally administered, unicast).
-func (n *Network) CreateTap(id string) (tap, guestIP, hostIP, mac string, err error) {
-	ctx := context.Background()
+// address derived from the id (locally administered, unicast). ctx bounds
+// the ip commands.
+func (n *Network) CreateTap(ctx context.Context, id string) (tap, guestIP, hostIP, mac string, err error) {
 	addr, err := n.Allocate(id)
 	if err != nil {
 		return "", "", "", "", err
@@ -762,9 +762,8 @@ func (n *Network) CreateTap(id string) (tap, guestIP, hostIP, mac string, err er
 }
 
 // DeleteTap removes id's tap device and frees its address. A tap that is
-// gone is not an error.
-func (n *Network) DeleteTap(id string) error {
-	ctx := context.Background()
+// gone is not an error. ctx bounds the ip commands.
+func (n *Network) DeleteTap(ctx context.Context, id string) error {
 	tap := TapName(id)
 	if linkExists(ctx, tap) {
 		if err := run(ctx, "", "ip", "link", "del", tap); err != nil && linkExists(ctx, tap) {

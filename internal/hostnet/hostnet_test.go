@@ -218,17 +218,17 @@ func TestVeth(t *testing.T) {
 		t.Error("the address survived DetachVeth")
 	}
 
-	tap, gip, hip, mac, err := n.CreateTap("berth-tap-0123456789ab")
+	tap, gip, hip, mac, err := n.CreateTap(ctx, "berth-tap-0123456789ab")
 	if err != nil {
 		t.Fatalf("CreateTap: %v", err)
 	}
 	if !linkExists(ctx, tap) || !strings.Contains(gip, "/24") || hip != "10.9.0.1" || len(mac) != 17 {
 		t.Errorf("CreateTap = %s %s %s %s", tap, gip, hip, mac)
 	}
-	if err := n.DeleteTap("berth-tap-0123456789ab"); err != nil || linkExists(ctx, tap) {
+	if err := n.DeleteTap(ctx, "berth-tap-0123456789ab"); err != nil || linkExists(ctx, tap) {
 		t.Errorf("DeleteTap: %v (tap left: %v)", err, linkExists(ctx, tap))
 	}
-	if err := n.DeleteTap("berth-tap-0123456789ab"); err != nil {
+	if err := n.DeleteTap(ctx, "berth-tap-0123456789ab"); err != nil {
 		t.Errorf("second DeleteTap: %v", err)
 	}
 

@@ -169,6 +169,22 @@ type Abilities interface {
 	Abilities() []Ability
 }
 
+// Complete is a driver that offers every Ability, which it declares as
+// AllAbilities. Asserting it (var _ vm.Complete = (*Driver)(nil)) guards
+// each ability at compile time.
+type Complete interface {
+	Driver
+	Abilities
+	Suspender
+	Leaser
+	LogReader
+	LogFollower
+	AgentDialer
+	UsageReader
+	Waiter
+	Checker
+}
+
 // Suspender keeps a replica's data while it is not running (idle_action:
 // retain) and brings it back faster than a fresh start.
 type Suspender interface {

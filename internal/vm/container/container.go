@@ -206,6 +206,8 @@ type Options struct {
 // Driver runs replicas as OCI containers. It is safe for concurrent use,
 // and Drivers of successive berth processes may share a Dir.
 type Driver struct {
+	replicadir.Reports[state] // Inspect, List
+
 	dir      string
 	rt       runtime
 	images   Images
@@ -326,6 +328,7 @@ func New(o Options) (*Driver, error) {
 		args: slices.Clone(o.AgentArgs), cgParent: parent, overlay: hasOverlay(), log: log,
 		noDisk: diskProblem(),
 	}
+	d.Reports = replicadir.Reports[state]{Dir: &d.rd, Instance: d.instance}
 	d.rd = replicadir.Dir[state]{
 		Root: dir, Driver: "container", Log: log,
 		ID: func(st state) string { return st.ID },
@@ -444,7 +447,7 @@ func (d *Driver) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
 		if sp := d.takeSpare(ctx, kindOf(spec), lower); sp != nil {
 			warm, err := d.assign(ctx, spec, st, sp)
 			if err == nil {
-				d.afterStart(spec, warm, lower, size)
+				d.afterStart(ctx, spec, warm, lower, size)
 				return d.instance(warm), nil
 			}
 			// A spare only ever makes a start faster: start cold.
@@ -464,7 +467,7 @@ func (d *Driver) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
 		d.cleanup(context.WithoutCancel(ctx), st)
 		return vm.Instance{}, fmt.Errorf("container: start %s: %s", spec.Name, reason)
 	}
-	d.afterStart(spec, st, lower, size)
+	d.afterStart(ctx, spec, st, lower, size)
 	return d.instance(st), nil
 }
 
@@ -671,16 +674,6 @@ func (d *Driver) agentArgs(spec vm.Spec, wd string) []string {
 // Renew moves a replica's lease deadline to until.
 func (d *Driver) Renew(ctx context.Context, id string, until time.Time) error {
 	return d.rd.Renew(ctx, id, until, 0o644, runDir)
-}
-
-// Inspect reports one replica.
-func (d *Driver) Inspect(ctx context.Context, id string) (vm.Instance, error) {
-	return d.rd.Inspect(id, d.instance)
-}
-
-// List reports every replica under Dir, including a previous berth's.
-func (d *Driver) List(ctx context.Context) ([]vm.Instance, error) {
-	return d.rd.List(d.instance)
 }
 
 // instance derives a replica's state from its files and its init.

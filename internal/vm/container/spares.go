@@ -105,8 +105,9 @@ func (d *Driver) takeSpare(ctx context.Context, kind spareKind, lower string) *s
 
 // afterStart records kind as recently used and tops its spares up in the
 // background once the replica's app listens (or a second has passed):
-// making a spare next to a booting app would slow the app down.
-func (d *Driver) afterStart(spec vm.Spec, st state, lower string, size vm.Size) {
+// making a spare next to a booting app would slow the app down. ctx is
+// Start's; the wait outlives it.
+func (d *Driver) afterStart(ctx context.Context, spec vm.Spec, st state, lower string, size vm.Size) {
 	if !d.spareEligible(spec, st) {
 		return
 	}
@@ -129,7 +130,7 @@ func (d *Driver) afterStart(spec vm.Spec, st state, lower string, size vm.Size) 
 		d.pool.Evict(k)
 	}
 	go func() {
-		proc.WaitFor(context.Background(), time.Second, func() bool { return listening(st.PID, st.Port) })
+		proc.WaitFor(context.WithoutCancel(ctx), time.Second, func() bool { return listening(st.PID, st.Port) })
 		d.refill(kind, lower, size)
 	}()
 }
@@ -307,28 +308,21 @@ func (d *Driver) reapStale() {
 // reapSpares removes the spares under Dir that are not running (every
 // spare with all).
 func (d *Driver) reapSpares(all bool) {
-	ents, err := os.ReadDir(d.dir)
-	if err != nil {
-		return
-	}
-	for _, e := range ents {
-		if !e.IsDir() || !strings.HasPrefix(e.Name(), sparePrefix) {
-			continue
-		}
-		dir := filepath.Join(d.dir, e.Name())
+	for _, name := range sparepool.Left(d.dir, sparePrefix) {
+		dir := filepath.Join(d.dir, name)
 		var ss spareState
 		b, err := os.ReadFile(filepath.Join(dir, spareFile))
 		if err == nil {
 			err = json.Unmarshal(b, &ss)
 		}
-		if err != nil || ss.State.ID != e.Name() {
+		if err != nil || ss.State.ID != name {
 			// Being made (spare.json comes first) or corrupt: only
 			// what its name says can be cleaned up, and only with all.
 			if !all {
 				continue
 			}
-			h := strings.TrimPrefix(e.Name(), sparePrefix)
-			ss.State = state{ID: e.Name(), Cgroup: d.cgParent + "/spare-" + h, RuntimeID: "spare-" + h}
+			h := strings.TrimPrefix(name, sparePrefix)
+			ss.State = state{ID: name, Cgroup: d.cgParent + "/spare-" + h, RuntimeID: "spare-" + h}
 		}
 		alive := ss.State.PID != 0 && proc.Alive(ss.State.PID, ss.State.StartTicks)
 		if alive && !all {
@@ -344,7 +338,7 @@ func (d *Driver) reapSpares(all bool) {
 			syscall.Kill(ss.State.PID, syscall.SIGKILL)
 		}
 		if err := d.cleanup(context.Background(), ss.State); err != nil {
-			d.log.Warn("container: removing a stale spare container", "spare", e.Name(), "err", err)
+			d.log.Warn("container: removing a stale spare container", "spare", name, "err", err)
 		}
 	}
 }

@@ -2,16 +2,10 @@ package firecracker
 
 import (
 	"context"
-	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,29 +31,11 @@ func guestMain() (int, bool) {
 	}
 	switch os.Getenv(envGuest) {
 	case "app":
-		return serveGuestApp(false), true
+		return vmtest.ServeApp("", false), true
 	case "envapp":
-		return serveGuestApp(true), true
+		return vmtest.ServeApp("", true), true
 	}
 	return 0, false
-}
-
-// serveGuestApp answers HTTP 200 on :$PORT; with env, the body is what
-// vmtest.Options.EnvApp specifies.
-func serveGuestApp(env bool) int {
-	token := strconv.FormatInt(time.Now().UnixNano(), 10)
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !env {
-			fmt.Fprintln(w, "ok")
-			return
-		}
-		wd, _ := os.Getwd()
-		hook, _ := os.ReadFile("hook.txt")
-		fmt.Fprintf(w, "%s\n%s\n%s\n%s\n", os.Getenv("GREETING"), wd, strings.TrimSpace(string(hook)), token)
-	})
-	err := http.ListenAndServe(":"+os.Getenv("PORT"), h)
-	fmt.Fprintln(os.Stderr, err)
-	return 1
 }
 
 // TestConformance runs vmtest's suite against real microVMs. It needs a KVM
@@ -101,8 +77,8 @@ func TestConformance(t *testing.T) {
 		Dir:            dir,
 		FirecrackerBin: fcBin,
 		Kernel:         kernel,
-		Images:         fixedImage(image),
-		Net:            &ipNet{base: 200 + os.Getpid()%50},
+		Images:         vmtest.FixedImage(image),
+		Net:            &vmtest.TapNet{Prefix: "fct", Net: "172.30", Base: 200 + os.Getpid()%50},
 		LeaseCheck:     50 * time.Millisecond,
 	}
 	app := "exec env " + envGuest + "=app /berth-agent"
@@ -167,57 +143,4 @@ func copyFile(t *testing.T, src, dst string, mode os.FileMode) {
 	if err := out.Close(); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// fixedImage serves one disk for every image name.
-type fixedImage string
-
-func (i fixedImage) Ext4(name string, sizeGB int) (string, error) { return string(i), nil }
-
-// ipNet is a minimal host network for the conformance run: one tap per
-// replica with a /30 of its own (172.30.<n>.0/30: host .1, guest .2), no
-// bridge and no NAT, which is all the suite needs (berth reaches the guest).
-type ipNet struct {
-	base int
-	mu   sync.Mutex
-	taps map[string]string
-	n    atomic.Int32
-}
-
-func (n *ipNet) CreateTap(id string) (tap, guestIP, hostIP, mac string, err error) {
-	i := int(n.n.Add(1))
-	sub := (n.base + i) % 256
-	tap = fmt.Sprintf("fct%d", sub)
-	host := fmt.Sprintf("172.30.%d.1", sub)
-	for _, args := range [][]string{
-		{"tuntap", "add", "dev", tap, "mode", "tap"},
-		{"addr", "add", host + "/30", "dev", tap},
-		{"link", "set", tap, "up"},
-	} {
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			exec.Command("ip", "link", "del", tap).Run()
-			return "", "", "", "", fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
-		}
-	}
-	n.mu.Lock()
-	if n.taps == nil {
-		n.taps = map[string]string{}
-	}
-	n.taps[id] = tap
-	n.mu.Unlock()
-	return tap, fmt.Sprintf("172.30.%d.2/30", sub), host, "", nil
-}
-
-func (n *ipNet) DeleteTap(id string) error {
-	n.mu.Lock()
-	tap, ok := n.taps[id]
-	delete(n.taps, id)
-	n.mu.Unlock()
-	if !ok {
-		return nil
-	}
-	if out, err := exec.Command("ip", "link", "del", tap).CombinedOutput(); err != nil && !strings.Contains(string(out), "Cannot find") {
-		return fmt.Errorf("ip link del %s: %v: %s", tap, err, out)
-	}
-	return nil
 }

@@ -10,7 +10,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,25 +23,10 @@ import (
 	"github.com/berth-dev/berth/internal/agent"
 	"github.com/berth-dev/berth/internal/vm"
 	"github.com/berth-dev/berth/internal/vm/console"
+	"github.com/berth-dev/berth/internal/vm/microvm"
 	"github.com/berth-dev/berth/internal/vm/proc"
 	"github.com/berth-dev/berth/internal/vm/replicadir"
 )
-
-// Images is what the driver needs of the local image store: a bootable ext4
-// disk for an image name, cached; the driver copies it per replica.
-type Images interface {
-	Ext4(name string, sizeGB int) (path string, err error)
-}
-
-// Network is what the driver needs of host networking: a tap device per
-// replica, attached to berth's bridge, and the addresses around it. guestIP
-// is in CIDR notation ("10.77.0.5/24"); a bare address means /24. mac may
-// be empty (the driver derives one from the id). Both must be idempotent
-// enough for a retried Stop: deleting a tap that is gone is not an error.
-type Network interface {
-	CreateTap(id string) (tap, guestIP, hostIP, mac string, err error)
-	DeleteTap(id string) error
-}
 
 // Options configures a Driver.
 type Options struct {
@@ -82,10 +66,10 @@ type Options struct {
 	GuestInit string
 
 	// Images provides the root disks. Required.
-	Images Images
+	Images microvm.Images
 
 	// Net provides the tap devices and addresses. Required.
-	Net Network
+	Net microvm.Network
 
 	// AgentPort is the vsock port the agent listens on in the guest.
 	// Zero means DefaultAgentPort.
@@ -126,6 +110,8 @@ const (
 // concurrent use, and several Drivers (or berth processes, one after
 // another) may share a Dir.
 type Driver struct {
+	replicadir.Reports[state] // Inspect, List
+
 	dir        string
 	fcBin      string
 	jailer     string // empty: no jailer
@@ -135,8 +121,8 @@ type Driver struct {
 	kernel     string
 	kernelArgs string
 	init       string
-	images     Images
-	net        Network
+	images     microvm.Images
+	net        microvm.Network
 	agentPort  uint32
 	leaseCheck time.Duration
 	log        *slog.Logger
@@ -180,53 +166,21 @@ func New(o Options) (*Driver, error) {
 	if _, err := os.Stat(kvm); err != nil {
 		return unavailable("no KVM on this host (%v)", err)
 	}
-	bin := o.FirecrackerBin
-	if bin == "" {
-		bin = "firecracker"
-	}
-	fcBin, err := exec.LookPath(bin)
+	fcBin, err := microvm.LookBin(o.FirecrackerBin, "firecracker")
 	if err != nil {
 		return unavailable("no firecracker binary (%v)", err)
 	}
-	if fcBin, err = filepath.Abs(fcBin); err != nil {
-		return nil, fmt.Errorf("firecracker: %w", err)
-	}
 	var jailer string
 	if o.UseJailer {
-		bin := o.JailerBin
-		if bin == "" {
-			bin = "jailer"
-		}
-		if jailer, err = exec.LookPath(bin); err != nil {
+		if jailer, err = microvm.LookBin(o.JailerBin, "jailer"); err != nil {
 			return unavailable("no jailer binary (%v)", err)
 		}
-		if jailer, err = filepath.Abs(jailer); err != nil {
-			return nil, fmt.Errorf("firecracker: %w", err)
-		}
 	}
-	if o.Kernel == "" {
-		return unavailable("no guest kernel configured")
-	}
-	kernel, err := filepath.Abs(o.Kernel)
+	c, err := microvm.Common{Dir: o.Dir, Kernel: o.Kernel, GuestInit: o.GuestInit, Images: o.Images, Net: o.Net, Log: o.Log}.Check("firecracker")
 	if err != nil {
-		return nil, fmt.Errorf("firecracker: %w", err)
+		return nil, err
 	}
-	if _, err := os.Stat(kernel); err != nil {
-		return unavailable("guest kernel: %v", err)
-	}
-	if o.Images == nil {
-		return unavailable("no image store")
-	}
-	if o.Net == nil {
-		return unavailable("no host network for tap devices")
-	}
-	dir, err := filepath.Abs(o.Dir)
-	if err != nil {
-		return nil, fmt.Errorf("firecracker: %w", err)
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("firecracker: %w", err)
-	}
+	dir, kernel, init, log := c.Dir, c.Kernel, c.GuestInit, c.Log
 	chroot := o.ChrootBase
 	if chroot == "" {
 		chroot = filepath.Join(dir, "jail")
@@ -234,23 +188,12 @@ func New(o Options) (*Driver, error) {
 	if chroot, err = filepath.Abs(chroot); err != nil {
 		return nil, fmt.Errorf("firecracker: %w", err)
 	}
-	init := o.GuestInit
-	if init == "" {
-		init = "/berth-agent"
-	}
-	if strings.ContainsAny(init, " \t\n") || !strings.HasPrefix(init, "/") {
-		return nil, fmt.Errorf("firecracker: GuestInit %q must be an absolute path without spaces", init)
-	}
 	if strings.Contains(o.KernelArgs, " -- ") || strings.HasPrefix(o.KernelArgs, "-- ") {
 		return nil, errors.New("firecracker: KernelArgs must not pass init arguments (--): the driver does")
 	}
 	port := o.AgentPort
 	if port == 0 {
 		port = DefaultAgentPort
-	}
-	log := o.Log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
 	}
 	d := &Driver{
 		dir:        dir,
@@ -269,6 +212,7 @@ func New(o Options) (*Driver, error) {
 		leaseCheck: o.LeaseCheck,
 		log:        log,
 	}
+	d.Reports = replicadir.Reports[state]{Dir: &d.rd, Instance: d.instance}
 	d.rd = replicadir.Dir[state]{
 		Root: dir, Driver: "firecracker", Log: log,
 		ID:    func(st state) string { return st.ID },
@@ -352,42 +296,18 @@ func snapNames(gen int) (snap, mem string) {
 // relative to /; the default is /root. OpenPorts need nothing: the guest's
 // address is its own.
 func (d *Driver) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
-	if err := ctx.Err(); err != nil {
-		return vm.Instance{}, err
-	}
-	st, size, err := d.check(spec)
-	if err != nil {
-		return vm.Instance{}, err
-	}
-	release, err := d.rd.Claim(spec.Name)
-	if err != nil {
-		return vm.Instance{}, err
-	}
-	defer release()
-	st, err = d.launch(ctx, spec, st, size)
-	if err != nil {
-		if cerr := d.destroy(context.Background(), st, 0); cerr != nil {
-			d.log.Warn("firecracker: cleaning up a failed start", "id", spec.Name, "err", cerr)
-		}
-		return vm.Instance{}, fmt.Errorf("firecracker: start %s: %w", spec.Name, err)
-	}
-	return d.instance(st), nil
+	return d.rd.Start(ctx, spec, d.check, d.launch, func(ctx context.Context, st state) error { return d.destroy(ctx, st, 0) }, d.instance)
 }
 
-// check validates spec and returns the initial state and the size.
+// check validates spec and returns the initial state and the size; the
+// error is for Dir.Start to prefix.
 func (d *Driver) check(spec vm.Spec) (state, vm.Size, error) {
 	fail := func(format string, args ...any) (state, vm.Size, error) {
-		return state{}, vm.Size{}, fmt.Errorf("firecracker: start %q: "+format, append([]any{spec.Name}, args...)...)
+		return state{}, vm.Size{}, fmt.Errorf(format, args...)
 	}
-	owner, size, err := replicadir.CheckSpec(spec)
+	owner, size, err := microvm.CheckSpec("firecracker", spec)
 	if err != nil {
-		return fail("%v", err)
-	}
-	if spec.Image == "" {
-		return fail("the firecracker driver needs an image")
-	}
-	if spec.DiskSizeGB < 0 {
-		return fail("disk size %d GB is negative", spec.DiskSizeGB)
+		return state{}, size, err
 	}
 	if spec.Workspace != "" {
 		// Firecracker has no shared file system (no 9p, virtiofs only in
@@ -427,37 +347,19 @@ func (d *Driver) launch(ctx context.Context, spec vm.Spec, st state, size vm.Siz
 		return st, err
 	}
 
-	img, err := d.images.Ext4(spec.Image, spec.DiskSizeGB)
-	if err != nil {
-		return st, fmt.Errorf("image %q: %w", spec.Image, err)
-	}
-	// Copy-on-write where the file system can (btrfs, xfs), a sparse copy
-	// elsewhere: every replica writes its own disk.
-	if out, err := exec.CommandContext(ctx, "cp", "--reflink=auto", "--sparse=always", img, filepath.Join(root, rootfsFile)).CombinedOutput(); err != nil {
-		return st, fmt.Errorf("copying the root disk: %v: %s", err, strings.TrimSpace(string(out)))
+	if err := microvm.CopyRootDisk(ctx, d.images, spec, filepath.Join(root, rootfsFile)); err != nil {
+		return st, err
 	}
 
-	tap, guestIP, hostIP, mac, err := d.net.CreateTap(st.ID)
-	if err != nil {
-		return st, fmt.Errorf("tap device: %w", err)
-	}
-	// Recorded at once, so that cleanup and a later Stop delete it.
-	st.Tap = tap
-	if err := replicadir.WriteState(d.replicaDir(st.ID), st); err != nil {
-		return st, err
-	}
-	guest, err := parseGuestIP(guestIP)
+	tap, err := microvm.CreateTap(ctx, d.net, st.ID, 0xfc, func(tap string) error {
+		// Recorded at once, so that cleanup and a later Stop delete it.
+		st.Tap = tap
+		return replicadir.WriteState(d.replicaDir(st.ID), st)
+	})
 	if err != nil {
 		return st, err
 	}
-	host, err := netip.ParseAddr(hostIP)
-	if err != nil || !host.Is4() {
-		return st, fmt.Errorf("host network: host address %q is not IPv4", hostIP)
-	}
-	if mac == "" {
-		mac = macFor(st.ID)
-	}
-	st.GuestIP, st.PrefixLen, st.HostIP, st.MAC = guest.Addr().String(), guest.Bits(), host.String(), mac
+	st.GuestIP, st.PrefixLen, st.HostIP, st.MAC = tap.GuestIP, tap.PrefixLen, tap.HostIP, tap.MAC
 
 	cfg, err := agent.EncodeGuestConfig(d.guestConfig(spec, st))
 	if err != nil {
@@ -529,29 +431,6 @@ func (d *Driver) jailFile(st state, src, name string) (string, error) {
 	return d.vmmPath(st, name), nil
 }
 
-// parseGuestIP parses the guest's address as CIDR or bare (/24).
-func parseGuestIP(s string) (netip.Prefix, error) {
-	if p, err := netip.ParsePrefix(s); err == nil && p.Addr().Is4() && p.Bits() > 0 && p.Bits() < 31 {
-		return p, nil
-	}
-	if a, err := netip.ParseAddr(s); err == nil && a.Is4() {
-		return netip.PrefixFrom(a, 24), nil
-	}
-	return netip.Prefix{}, fmt.Errorf("host network: guest address %q is not IPv4 (CIDR with a prefix of 1-30 bits, or bare)", s)
-}
-
-// macFor derives a stable, locally administered unicast MAC from an id.
-func macFor(id string) string {
-	s := sha256.Sum256([]byte(id))
-	return fmt.Sprintf("02:fc:%02x:%02x:%02x:%02x", s[0], s[1], s[2], s[3])
-}
-
-// mask is the dotted netmask of a prefix length.
-func mask(bits int) string {
-	m := net.CIDRMask(bits, 32)
-	return net.IP(m).String()
-}
-
 // bootArgs is the guest kernel's command line: the serial console (the log
 // and the exit record travel on it), reboot=k and panic=1 so that a guest
 // that ends or panics makes the VMM exit, the keyboard controller options
@@ -562,7 +441,7 @@ func (d *Driver) bootArgs(st state) string {
 	args := []string{
 		"console=ttyS0", "reboot=k", "panic=1", "pci=off",
 		"i8042.noaux", "i8042.nomux", "i8042.nopnp", "i8042.dumbkbd",
-		fmt.Sprintf("ip=%s::%s:%s::eth0:off", st.GuestIP, st.HostIP, mask(st.PrefixLen)),
+		microvm.KernelIP(st.GuestIP, st.HostIP, st.PrefixLen),
 	}
 	if d.kernelArgs != "" {
 		args = append(args, d.kernelArgs)
@@ -574,40 +453,17 @@ func (d *Driver) bootArgs(st state) string {
 // guestConfig is what the agent in the guest is told: its flags, COMMAND,
 // the app's environment, and the initial lease.
 func (d *Driver) guestConfig(spec vm.Spec, st state) agent.GuestConfig {
-	workDir := spec.WorkDir
-	if workDir == "" {
-		workDir = guestHome
-	} else if !filepath.IsAbs(workDir) {
-		workDir = filepath.Join("/", workDir)
+	g := microvm.Guest{
+		Listen:     "vsock:" + strconv.FormatUint(uint64(d.agentPort), 10),
+		Console:    guestConsole,
+		LeaseFile:  guestLease,
+		Home:       guestHome,
+		LeaseCheck: d.leaseCheck,
 	}
-	args := []string{
-		"--listen", "vsock:" + strconv.FormatUint(uint64(d.agentPort), 10),
-		"--log", guestConsole,
-		// Always, so that Renew can give a lease to a replica started
-		// without one; a missing file means no lease.
-		"--lease-file", guestLease,
-		"--workdir", workDir,
-	}
-	if d.leaseCheck > 0 {
-		args = append(args, "--lease-check", d.leaseCheck.String())
-	}
-	for _, h := range spec.SetupHooks {
-		args = append(args, "--setup", h)
-	}
-	if spec.Command != "" {
-		args = append(args, "--", "/bin/sh", "-c", spec.Command)
-	}
-	env := []string{
-		"PATH=" + vm.StdPath,
-		"HOME=" + guestHome,
-		"HOSTNAME=" + vm.Hostname(st.ID),
-	}
-	env = vm.AppEnv(env, spec.Env, st.Port)
-	c := agent.GuestConfig{Args: args, Env: env, Hostname: vm.Hostname(st.ID)}
 	if spec.TTL > 0 {
-		c.Files = map[string]string{guestLease: string(agent.FormatLease(st.StartedAt.Add(spec.TTL)))}
+		g.Lease = st.StartedAt.Add(spec.TTL)
 	}
-	return c
+	return microvm.GuestConfig(spec, st.ID, st.Port, g)
 }
 
 // apiPatience bounds how long a new VMM may take to answer on its socket.
@@ -710,20 +566,8 @@ func (d *Driver) withConsole(st state, err error) error {
 	return fmt.Errorf("%w; console:\n%s", err, strings.Join(tail, "\n"))
 }
 
-// Inspect reports one replica.
-func (d *Driver) Inspect(ctx context.Context, id string) (vm.Instance, error) {
-	return d.rd.Inspect(id, d.instance)
-}
-
-// List reports every replica under Dir, including those a previous berth
-// started.
-func (d *Driver) List(ctx context.Context) ([]vm.Instance, error) {
-	return d.rd.List(d.instance)
-}
-
-// instance derives a replica's state from its files and its VMM. A guest
-// whose agent ended reboots, which ends the VMM; the agent's last log line
-// on the console ("exit N: reason") says how the app ended.
+// instance derives a replica's state from its files and its VMM (see
+// microvm.Ended for one whose VMM is gone).
 func (d *Driver) instance(st state) vm.Instance {
 	inst := vm.Instance{
 		ID:         st.ID,
@@ -745,22 +589,7 @@ func (d *Driver) instance(st state) vm.Instance {
 	case starting:
 		inst.State = vm.StateStarting
 	default:
-		inst.PID = 0
-		if code, reason, ok := console.Exit(consoleLog); ok {
-			inst.State = vm.StateExited
-			inst.ExitCode = &code
-			inst.Reason = replicadir.WithTail(reason, console.AppTail(consoleLog, replicadir.TailLines))
-			return inst
-		}
-		inst.State = vm.StateFailed
-		reason := "the microVM ended without the agent recording an exit"
-		if st.PID == 0 {
-			reason = "the start of this replica was interrupted before its VMM ran"
-		}
-		if tail := console.Tail(consoleLog, replicadir.TailLines); len(tail) > 0 {
-			reason += "; console:\n" + strings.Join(tail, "\n")
-		}
-		inst.Reason = reason
+		microvm.Ended(&inst, consoleLog, st.PID, "its VMM")
 	}
 	return inst
 }
@@ -770,18 +599,7 @@ func (d *Driver) instance(st state) vm.Instance {
 // to exit, kills it, and removes the tap and every file of the replica,
 // snapshots included. Stopping an ended or suspended replica just cleans up.
 func (d *Driver) Stop(ctx context.Context, id string, grace time.Duration) error {
-	unlock := d.rd.Lock(id)
-	defer unlock()
-	st, err := d.rd.Load(id)
-	if err != nil {
-		return err
-	}
-	if err := d.destroy(ctx, st, grace); err != nil {
-		return fmt.Errorf("firecracker: stop %s: %w", id, err)
-	}
-	d.cpu.Forget(id)
-	d.rd.Forget(id)
-	return nil
+	return d.rd.Stop(ctx, id, &d.cpu, func(ctx context.Context, st state) error { return d.destroy(ctx, st, grace) })
 }
 
 // destroy ends the VMM (politely for up to grace when it runs a guest) and
@@ -807,7 +625,7 @@ func (d *Driver) destroy(ctx context.Context, st state, grace time.Duration) err
 		}
 	}
 	if st.Tap != "" {
-		if err := d.net.DeleteTap(st.ID); err != nil {
+		if err := d.net.DeleteTap(context.WithoutCancel(ctx), st.ID); err != nil {
 			return fmt.Errorf("deleting tap %s: %w", st.Tap, err)
 		}
 	}

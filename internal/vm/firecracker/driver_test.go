@@ -50,7 +50,7 @@ type fakeNet struct {
 	fail    error
 }
 
-func (n *fakeNet) CreateTap(id string) (tap, guestIP, hostIP, mac string, err error) {
+func (n *fakeNet) CreateTap(ctx context.Context, id string) (tap, guestIP, hostIP, mac string, err error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.fail != nil {
@@ -62,7 +62,7 @@ func (n *fakeNet) CreateTap(id string) (tap, guestIP, hostIP, mac string, err er
 	return tap, fmt.Sprintf("192.0.2.%d/24", 10+n.n), "192.0.2.1", "", nil
 }
 
-func (n *fakeNet) DeleteTap(id string) error {
+func (n *fakeNet) DeleteTap(ctx context.Context, id string) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	delete(n.taps, id)

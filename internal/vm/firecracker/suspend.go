@@ -46,7 +46,7 @@ func (d *Driver) Suspend(ctx context.Context, id string) error {
 	if err != nil {
 		os.Remove(d.hostPath(st, snap))
 		os.Remove(d.hostPath(st, mem))
-		if rerr := c.PatchVM(context.Background(), VMResumed); rerr != nil {
+		if rerr := c.PatchVM(context.WithoutCancel(ctx), VMResumed); rerr != nil {
 			err = errors.Join(err, rerr)
 		}
 		return fmt.Errorf("firecracker: suspend %s: %w", id, err)
@@ -54,7 +54,7 @@ func (d *Driver) Suspend(ctx context.Context, id string) error {
 	old := st.SnapGen
 	st.Suspended, st.SnapGen = true, gen
 	if err := replicadir.WriteState(d.replicaDir(id), st); err != nil {
-		c.PatchVM(context.Background(), VMResumed)
+		c.PatchVM(context.WithoutCancel(ctx), VMResumed)
 		return fmt.Errorf("firecracker: suspend %s: %w", id, err)
 	}
 	// Paused and saved: nothing is lost by killing it.
@@ -117,7 +117,7 @@ func (d *Driver) Resume(ctx context.Context, id string) (vm.Instance, error) {
 	}
 	if err != nil {
 		if st.PID != 0 {
-			killVMM(context.Background(), st)
+			killVMM(context.WithoutCancel(ctx), st)
 		}
 		st.PID, st.StartTicks = 0, 0
 		replicadir.WriteState(d.replicaDir(id), st)
@@ -148,18 +148,9 @@ func (d *Driver) pushLease(ctx context.Context, st state, until time.Time) error
 // deadline is also kept on the host (leaseFile), so that a replica renewed
 // while suspended, when its guest cannot be reached, gets it at Resume.
 func (d *Driver) Renew(ctx context.Context, id string, until time.Time) error {
-	if err := ctx.Err(); err != nil {
+	st, err := d.rd.RenewState(ctx, id, until, 0o600)
+	if err != nil || st.Suspended {
 		return err
-	}
-	st, err := d.rd.Load(id)
-	if err != nil {
-		return err
-	}
-	if err := d.rd.Renew(ctx, id, until, 0o600); err != nil {
-		return err
-	}
-	if st.Suspended {
-		return nil
 	}
 	if err := d.pushLease(ctx, st, until); err != nil {
 		return fmt.Errorf("firecracker: renew %s: %w", id, err)

@@ -69,7 +69,7 @@ func (d *Driver) decideAccel(ctx context.Context) (*accelCfg, error) {
 	}
 	if d.probing == nil {
 		d.probing = make(chan struct{})
-		go d.probe(d.probing)
+		go d.probe(context.WithoutCancel(ctx), d.probing)
 	}
 	done := d.probing
 	d.accelMu.Unlock()
@@ -83,8 +83,9 @@ func (d *Driver) decideAccel(ctx context.Context) (*accelCfg, error) {
 	return d.acc, nil
 }
 
-// probe decides the accelerator and closes done.
-func (d *Driver) probe(done chan struct{}) {
+// probe decides the accelerator and closes done. ctx is the first
+// Start's, without its cancellation: the starts that wait share the probe.
+func (d *Driver) probe(ctx context.Context, done chan struct{}) {
 	var c *accelCfg
 	switch {
 	case d.initrd == "":
@@ -98,7 +99,7 @@ func (d *Driver) probe(done chan struct{}) {
 	case d.probeQEMU == "":
 		c = d.newAccelCfg("tcg", "no qemu-system-x86_64 in PATH to probe KVM with")
 	default:
-		r := ProbeAccel(context.Background(), ProbeOptions{QEMU: d.probeQEMU, Kernel: d.kernel, Initrd: d.initrd, CacheDir: d.probeCache})
+		r := ProbeAccel(ctx, ProbeOptions{QEMU: d.probeQEMU, Kernel: d.kernel, Initrd: d.initrd, CacheDir: d.probeCache})
 		c = d.newAccelCfg(r.Accel, r.Reason)
 		if r.Cached {
 			c.reason += " (cached " + r.At.Format(time.RFC3339) + ")"

@@ -166,7 +166,7 @@ func (d *Driver) Suspend(ctx context.Context, id string) error {
 	}
 	st.Suspended = true
 	if err := replicadir.WriteState(d.replicaDir(id), st); err != nil {
-		d.cont(context.Background(), id)
+		d.cont(context.WithoutCancel(ctx), id)
 		return fmt.Errorf("kvm: suspend %s: %w", id, err)
 	}
 	return nil
@@ -195,15 +195,16 @@ func (d *Driver) Resume(ctx context.Context, id string) (vm.Instance, error) {
 	if err := replicadir.WriteState(d.replicaDir(id), st); err != nil {
 		return vm.Instance{}, fmt.Errorf("kvm: resume %s: %w", id, err)
 	}
-	go d.afterResume(st)
+	go d.afterResume(context.WithoutCancel(ctx), st)
 	return d.instance(st), nil
 }
 
 // afterResume sets the guest's clock and passes the lease on (it may have
 // been renewed while suspended). It runs in the background: the agent
 // answers at once on a KVM host, but Resume must not wait for a slow guest.
-func (d *Driver) afterResume(st state) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+// ctx is Resume's, without its cancellation.
+func (d *Driver) afterResume(ctx context.Context, st state) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	c := agent.NewClient(func(ctx context.Context) (net.Conn, error) { return d.dialAgent(ctx, st) })
 	defer c.Close()
@@ -221,9 +222,9 @@ func (d *Driver) afterResume(st state) {
 // boot allowance, for a berth that dies before this); the deadline that
 // counts is the host's: Spec.TTL after Start, or what Renew set since,
 // read only now, so that a Renew made while the guest booted is not stale
-// by the time it arrives.
-func (d *Driver) afterBoot(st state) {
-	ctx, cancel := context.WithTimeout(context.Background(), d.current().allowance)
+// by the time it arrives. ctx is Start's, without its cancellation.
+func (d *Driver) afterBoot(ctx context.Context, st state) {
+	ctx, cancel := context.WithTimeout(ctx, d.current().allowance)
 	defer cancel()
 	conn, err := d.dialAgent(ctx, st)
 	if err == nil {
@@ -294,18 +295,9 @@ func (d *Driver) pushLease(ctx context.Context, st state) error {
 // deadline is kept on the host too: a replica renewed while suspended gets
 // it at Resume, and one renewed while it boots once its agent answers.
 func (d *Driver) Renew(ctx context.Context, id string, until time.Time) error {
-	if err := ctx.Err(); err != nil {
+	st, err := d.rd.RenewState(ctx, id, until, 0o600)
+	if err != nil || st.Suspended {
 		return err
-	}
-	st, err := d.rd.Load(id)
-	if err != nil {
-		return err
-	}
-	if err := d.rd.Renew(ctx, id, until, 0o600); err != nil {
-		return err
-	}
-	if st.Suspended {
-		return nil
 	}
 	if !proc.Alive(st.PID, st.StartTicks) {
 		// It ended (perhaps of this very lease); nothing to tell.

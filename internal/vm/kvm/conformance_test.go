@@ -237,60 +237,6 @@ func copyFile(src, dst string) error {
 	return out.Close()
 }
 
-// fixedImage serves one disk for every image name.
-type fixedImage string
-
-func (i fixedImage) Ext4(name string, sizeGB int) (string, error) { return string(i), nil }
-
-// ipNet is a minimal host network for the tests: one tap per replica with
-// a /30 of its own (172.31.<n>.0/30: host .1, guest .2), no bridge and no
-// NAT, which is all the suite needs (berth reaches the guest).
-type ipNet struct {
-	base int
-	mu   sync.Mutex
-	taps map[string]string
-	n    atomic.Int32
-}
-
-func (n *ipNet) CreateTap(id string) (tap, guestIP, hostIP, mac string, err error) {
-	i := int(n.n.Add(1))
-	sub := (n.base + i) % 256
-	tap = fmt.Sprintf("kvmt%d", sub)
-	host := fmt.Sprintf("172.31.%d.1", sub)
-	exec.Command("ip", "link", "del", tap).Run() // left over by a killed run
-	for _, args := range [][]string{
-		{"tuntap", "add", "dev", tap, "mode", "tap"},
-		{"addr", "add", host + "/30", "dev", tap},
-		{"link", "set", tap, "up"},
-	} {
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			exec.Command("ip", "link", "del", tap).Run()
-			return "", "", "", "", fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
-		}
-	}
-	n.mu.Lock()
-	if n.taps == nil {
-		n.taps = map[string]string{}
-	}
-	n.taps[id] = tap
-	n.mu.Unlock()
-	return tap, fmt.Sprintf("172.31.%d.2/30", sub), host, "", nil
-}
-
-func (n *ipNet) DeleteTap(id string) error {
-	n.mu.Lock()
-	tap, ok := n.taps[id]
-	delete(n.taps, id)
-	n.mu.Unlock()
-	if !ok {
-		return nil
-	}
-	if out, err := exec.Command("ip", "link", "del", tap).CombinedOutput(); err != nil && !strings.Contains(string(out), "Cannot find") {
-		return fmt.Errorf("ip link del %s: %v: %s", tap, err, out)
-	}
-	return nil
-}
-
 // testOptions are the driver options of the real runs.
 func testOptions(t *testing.T, e conformanceEnv) Options {
 	dir, err := os.MkdirTemp(testDir(), "d")
@@ -303,8 +249,8 @@ func testOptions(t *testing.T, e conformanceEnv) Options {
 		TCGKernel:  e.tcgKernel,
 		ProbeCache: probeCacheDir,
 		Initrd:     e.initrd,
-		Images:     fixedImage(e.image),
-		Net:        &ipNet{base: os.Getpid() % 200},
+		Images:     vmtest.FixedImage(e.image),
+		Net:        &vmtest.TapNet{Prefix: "kvmt", Net: "172.31", Base: os.Getpid() % 200},
 		Accel:      os.Getenv(envAccel),
 		LeaseCheck: 100 * time.Millisecond,
 	}

@@ -4,14 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
 	"math"
 	"net"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,25 +23,10 @@ import (
 	"github.com/berth-dev/berth/internal/agent"
 	"github.com/berth-dev/berth/internal/vm"
 	"github.com/berth-dev/berth/internal/vm/console"
+	"github.com/berth-dev/berth/internal/vm/microvm"
 	"github.com/berth-dev/berth/internal/vm/proc"
 	"github.com/berth-dev/berth/internal/vm/replicadir"
 )
-
-// Images is what the driver needs of the local image store: a bootable ext4
-// disk for an image name, cached; the driver copies it per replica.
-type Images interface {
-	Ext4(name string, sizeGB int) (path string, err error)
-}
-
-// Network is what the driver needs of host networking: a tap device per
-// replica, attached to berth's bridge, and the addresses around it. guestIP
-// is in CIDR notation ("10.77.0.5/24"); a bare address means /24. mac may
-// be empty (the driver derives one from the id). Deleting a tap that is
-// gone must not be an error, so that a retried Stop succeeds.
-type Network interface {
-	CreateTap(id string) (tap, guestIP, hostIP, mac string, err error)
-	DeleteTap(id string) error
-}
 
 // Options configures a Driver.
 type Options struct {
@@ -87,10 +70,10 @@ type Options struct {
 	GuestInitArgs []string
 
 	// Images provides the root disks. Required.
-	Images Images
+	Images microvm.Images
 
 	// Net provides the tap devices and addresses. Required.
-	Net Network
+	Net microvm.Network
 
 	// Accel is "kvm", "tcg" (emulation: slow, but needs no /dev/kvm), or
 	// empty: decided at the first Start by what works (ProbeAccel: kvm
@@ -171,6 +154,8 @@ const maxSockPath = 107
 // concurrent use, and several Drivers (or berth processes, one after
 // another) may share a Dir.
 type Driver struct {
+	replicadir.Reports[state] // Inspect, List
+
 	dir        string
 	qemu       string
 	kernel     string
@@ -178,8 +163,8 @@ type Driver struct {
 	kernelArgs string
 	init       string
 	initArgs   []string // Options.GuestInitArgs
-	images     Images
-	net        Network
+	images     microvm.Images
+	net        microvm.Network
 	hv         Hypervisor // nil: QEMU run directly
 	leaseCheck time.Duration
 	log        *slog.Logger
@@ -222,28 +207,16 @@ func New(o Options) (*Driver, error) {
 	}
 	var qemu string
 	if o.Hypervisor == nil {
-		bin := o.QEMUBin
-		if bin == "" {
-			bin = "qemu-system-x86_64"
-		}
 		var err error
-		if qemu, err = exec.LookPath(bin); err != nil {
+		if qemu, err = microvm.LookBin(o.QEMUBin, "qemu-system-x86_64"); err != nil {
 			return unavailable("no QEMU (%v); on Debian install qemu-system-x86", err)
 		}
-		if qemu, err = filepath.Abs(qemu); err != nil {
-			return nil, fmt.Errorf("kvm: %w", err)
-		}
 	}
-	if o.Kernel == "" {
-		return unavailable("no guest kernel configured")
-	}
-	kernel, err := filepath.Abs(o.Kernel)
+	c, err := microvm.Common{Dir: o.Dir, Kernel: o.Kernel, GuestInit: o.GuestInit, Images: o.Images, Net: o.Net, Log: o.Log}.Check("kvm")
 	if err != nil {
-		return nil, fmt.Errorf("kvm: %w", err)
+		return nil, err
 	}
-	if _, err := os.Stat(kernel); err != nil {
-		return unavailable("guest kernel: %v", err)
-	}
+	dir, kernel, init, log := c.Dir, c.Kernel, c.GuestInit, c.Log
 	var initrd string
 	if !o.NoInitrd {
 		if o.Initrd == "" {
@@ -255,26 +228,6 @@ func New(o Options) (*Driver, error) {
 		if _, err := os.Stat(initrd); err != nil {
 			return unavailable("guest initramfs: %v", err)
 		}
-	}
-	if o.Images == nil {
-		return unavailable("no image store")
-	}
-	if o.Net == nil {
-		return unavailable("no host network for tap devices")
-	}
-	dir, err := filepath.Abs(o.Dir)
-	if err != nil {
-		return nil, fmt.Errorf("kvm: %w", err)
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("kvm: %w", err)
-	}
-	init := o.GuestInit
-	if init == "" {
-		init = "/berth-agent"
-	}
-	if strings.ContainsAny(init, " \t\n") || !strings.HasPrefix(init, "/") {
-		return nil, fmt.Errorf("kvm: GuestInit %q must be an absolute path without spaces", init)
 	}
 	for _, a := range o.GuestInitArgs {
 		if a == "" || strings.ContainsAny(a, " \t\n") {
@@ -293,21 +246,11 @@ func New(o Options) (*Driver, error) {
 	probeQEMU := qemu
 	if o.Accel == "" && probeQEMU == "" {
 		// A Hypervisor runs QEMU; the probe runs it directly.
-		bin := o.QEMUBin
-		if bin == "" {
-			bin = "qemu-system-x86_64"
-		}
-		if p, err := exec.LookPath(bin); err == nil {
-			probeQEMU, _ = filepath.Abs(p)
-		}
+		probeQEMU, _ = microvm.LookBin(o.QEMUBin, "qemu-system-x86_64")
 	}
 	probeCache := o.ProbeCache
 	if probeCache == "" {
 		probeCache = filepath.Join(dir, "accel-probe")
-	}
-	log := o.Log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
 	}
 	d := &Driver{
 		dir:        dir,
@@ -328,6 +271,7 @@ func New(o Options) (*Driver, error) {
 		probeCache: probeCache,
 		agents:     make(map[string]*agentConn),
 	}
+	d.Reports = replicadir.Reports[state]{Dir: &d.rd, Instance: d.instance}
 	d.rd = replicadir.Dir[state]{
 		Root: dir, Driver: "kvm", Log: log,
 		ID:    func(st state) string { return st.ID },
@@ -417,42 +361,18 @@ func (d *Driver) path(id, name string) string { return d.rd.Path(id, name) }
 // DefaultPort), which wins over a PORT in spec.Env. A relative WorkDir is
 // relative to /; the default is /root.
 func (d *Driver) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
-	if err := ctx.Err(); err != nil {
-		return vm.Instance{}, err
-	}
-	st, size, err := d.check(spec)
-	if err != nil {
-		return vm.Instance{}, err
-	}
-	release, err := d.rd.Claim(spec.Name)
-	if err != nil {
-		return vm.Instance{}, err
-	}
-	defer release()
-	st, err = d.launch(ctx, spec, st, size)
-	if err != nil {
-		if cerr := d.destroy(context.Background(), st, 0); cerr != nil {
-			d.log.Warn("kvm: cleaning up a failed start", "id", spec.Name, "err", cerr)
-		}
-		return vm.Instance{}, fmt.Errorf("kvm: start %s: %w", spec.Name, err)
-	}
-	return d.instance(st), nil
+	return d.rd.Start(ctx, spec, d.check, d.launch, func(ctx context.Context, st state) error { return d.destroy(ctx, st, 0) }, d.instance)
 }
 
-// check validates spec and returns the initial state and the size.
+// check validates spec and returns the initial state and the size; the
+// error is for Dir.Start to prefix.
 func (d *Driver) check(spec vm.Spec) (state, vm.Size, error) {
 	fail := func(format string, args ...any) (state, vm.Size, error) {
-		return state{}, vm.Size{}, fmt.Errorf("kvm: start %q: "+format, append([]any{spec.Name}, args...)...)
+		return state{}, vm.Size{}, fmt.Errorf(format, args...)
 	}
-	owner, size, err := replicadir.CheckSpec(spec)
+	owner, size, err := microvm.CheckSpec("kvm", spec)
 	if err != nil {
-		return fail("%v", err)
-	}
-	if spec.Image == "" {
-		return fail("the kvm driver needs an image")
-	}
-	if spec.DiskSizeGB < 0 {
-		return fail("disk size %d GB is negative", spec.DiskSizeGB)
+		return state{}, size, err
 	}
 	if spec.Workspace != "" {
 		if err := replicadir.CheckWorkspace(spec.Workspace); err != nil {
@@ -490,43 +410,25 @@ func (d *Driver) launch(ctx context.Context, spec vm.Spec, st state, size vm.Siz
 	if err := replicadir.WriteState(d.replicaDir(st.ID), st); err != nil {
 		return st, err
 	}
-	img, err := d.images.Ext4(spec.Image, spec.DiskSizeGB)
-	if err != nil {
-		return st, fmt.Errorf("image %q: %w", spec.Image, err)
-	}
-	// Copy-on-write where the file system can (btrfs, xfs), a sparse copy
-	// elsewhere: every replica writes its own disk.
-	if out, err := exec.CommandContext(ctx, "cp", "--reflink=auto", "--sparse=always", img, d.path(st.ID, rootfsFile)).CombinedOutput(); err != nil {
-		return st, fmt.Errorf("copying the root disk: %v: %s", err, strings.TrimSpace(string(out)))
+	if err := microvm.CopyRootDisk(ctx, d.images, spec, d.path(st.ID, rootfsFile)); err != nil {
+		return st, err
 	}
 
-	tap, guestIP, hostIP, mac, err := d.net.CreateTap(st.ID)
-	if err != nil {
-		return st, fmt.Errorf("tap device: %w", err)
-	}
-	// Recorded at once, so that cleanup and a later Stop delete it.
-	st.Tap = tap
-	if err := replicadir.WriteState(d.replicaDir(st.ID), st); err != nil {
-		return st, err
-	}
-	guest, err := parseGuestIP(guestIP)
+	tap, err := microvm.CreateTap(ctx, d.net, st.ID, 0xb5, func(tap string) error {
+		// Recorded at once, so that cleanup and a later Stop delete it.
+		st.Tap = tap
+		return replicadir.WriteState(d.replicaDir(st.ID), st)
+	})
 	if err != nil {
 		return st, err
 	}
-	host, err := netip.ParseAddr(hostIP)
-	if err != nil || !host.Is4() {
-		return st, fmt.Errorf("host network: host address %q is not IPv4", hostIP)
+	if !validMAC(tap.MAC) {
+		return st, fmt.Errorf("host network: MAC address %q is malformed", tap.MAC)
 	}
-	if mac == "" {
-		mac = macFor(st.ID)
+	if !validIfName(tap.Name) {
+		return st, fmt.Errorf("host network: tap name %q is not a valid interface name", tap.Name)
 	}
-	if !validMAC(mac) {
-		return st, fmt.Errorf("host network: MAC address %q is malformed", mac)
-	}
-	if !validIfName(tap) {
-		return st, fmt.Errorf("host network: tap name %q is not a valid interface name", tap)
-	}
-	st.GuestIP, st.PrefixLen, st.HostIP, st.MAC = guest.Addr().String(), guest.Bits(), host.String(), mac
+	st.GuestIP, st.PrefixLen, st.HostIP, st.MAC = tap.GuestIP, tap.PrefixLen, tap.HostIP, tap.MAC
 
 	cfg, err := agent.EncodeGuestConfig(d.guestConfig(spec, st))
 	if err != nil {
@@ -547,25 +449,8 @@ func (d *Driver) launch(ctx context.Context, spec vm.Spec, st state, size vm.Siz
 	d.mu.Lock()
 	d.agents[st.ID].bootPending = true
 	d.mu.Unlock()
-	go d.afterBoot(st)
+	go d.afterBoot(context.WithoutCancel(ctx), st)
 	return st, nil
-}
-
-// parseGuestIP parses the guest's address as CIDR or bare (/24).
-func parseGuestIP(s string) (netip.Prefix, error) {
-	if p, err := netip.ParsePrefix(s); err == nil && p.Addr().Is4() && p.Bits() > 0 && p.Bits() < 31 {
-		return p, nil
-	}
-	if a, err := netip.ParseAddr(s); err == nil && a.Is4() {
-		return netip.PrefixFrom(a, 24), nil
-	}
-	return netip.Prefix{}, fmt.Errorf("host network: guest address %q is not IPv4 (CIDR with a prefix of 1-30 bits, or bare)", s)
-}
-
-// macFor derives a stable, locally administered unicast MAC from an id.
-func macFor(id string) string {
-	s := sha256.Sum256([]byte(id))
-	return fmt.Sprintf("02:b5:%02x:%02x:%02x:%02x", s[0], s[1], s[2], s[3])
 }
 
 func validMAC(s string) bool {
@@ -612,7 +497,7 @@ func (d *Driver) bootArgs(st state) string {
 		}
 	} else {
 		args = append(args, "root="+guestRoot, "rw", "init="+d.init,
-			fmt.Sprintf("ip=%s::%s:%s::eth0:off", st.GuestIP, st.HostIP, mask(st.PrefixLen)))
+			microvm.KernelIP(st.GuestIP, st.HostIP, st.PrefixLen))
 	}
 	if d.kernelArgs != "" {
 		args = append(args, d.kernelArgs)
@@ -625,11 +510,6 @@ func (d *Driver) bootArgs(st state) string {
 	args = append(args, d.initArgs...)
 	args = append(args, "agent", "--vm-init", "--config", guestConfig)
 	return strings.Join(args, " ")
-}
-
-// mask is the dotted netmask of a prefix length.
-func mask(bits int) string {
-	return net.IP(net.CIDRMask(bits, 32)).String()
 }
 
 // qemuArgs is QEMU's command line for a replica: a microvm (no PCI, no
@@ -695,49 +575,22 @@ func opt(s string) string { return strings.ReplaceAll(s, ",", ",,") }
 // is rooted in it (--root), and it is HOME and the base of WorkDir, as in
 // the container driver.
 func (d *Driver) guestConfig(spec vm.Spec, st state) agent.GuestConfig {
-	home, base := guestHome, "/"
-	if st.Workspace != "" {
-		home, base = guestWorkspace, guestWorkspace
-	}
-	workDir := spec.WorkDir
-	if workDir == "" {
-		workDir = home
-	} else if !filepath.IsAbs(workDir) {
-		workDir = filepath.Join(base, workDir)
-	}
-	args := []string{
-		"--listen", "virtio:" + AgentPortName,
-		"--log", guestConsole,
-		// Always, so that Renew can give a lease to a replica started
-		// without one; a missing file means no lease.
-		"--lease-file", guestLease,
-		"--workdir", workDir,
+	g := microvm.Guest{
+		Listen:     "virtio:" + AgentPortName,
+		Console:    guestConsole,
+		LeaseFile:  guestLease,
+		Home:       guestHome,
+		LeaseCheck: d.leaseCheck,
 	}
 	if st.Workspace != "" {
-		args = append(args, "--root", guestWorkspace)
+		g.Home, g.Base, g.Root = guestWorkspace, guestWorkspace, guestWorkspace
 	}
-	if d.leaseCheck > 0 {
-		args = append(args, "--lease-check", d.leaseCheck.String())
-	}
-	for _, h := range spec.SetupHooks {
-		args = append(args, "--setup", h)
-	}
-	if spec.Command != "" {
-		args = append(args, "--", "/bin/sh", "-c", spec.Command)
-	}
-	env := []string{
-		"PATH=" + vm.StdPath,
-		"HOME=" + home,
-		"HOSTNAME=" + vm.Hostname(st.ID),
-	}
-	env = vm.AppEnv(env, spec.Env, st.Port)
-	c := agent.GuestConfig{Args: args, Env: env, Hostname: vm.Hostname(st.ID)}
 	if spec.TTL > 0 {
 		// The backstop: the real deadline follows once the guest is up
 		// (leaseAfterBoot), which a short TTL may not outlast.
-		c.Files = map[string]string{guestLease: string(agent.FormatLease(st.StartedAt.Add(spec.TTL + d.current().allowance)))}
+		g.Lease = st.StartedAt.Add(spec.TTL + d.current().allowance)
 	}
-	return c
+	return microvm.GuestConfig(spec, st.ID, st.Port, g)
 }
 
 // spawn starts QEMU, which daemonizes once the machine is set up (so a bad
@@ -810,20 +663,8 @@ func (d *Driver) recordPID(st state, pid int) (state, error) {
 	return st, nil
 }
 
-// Inspect reports one replica.
-func (d *Driver) Inspect(ctx context.Context, id string) (vm.Instance, error) {
-	return d.rd.Inspect(id, d.instance)
-}
-
-// List reports every replica under Dir, including those a previous berth
-// started.
-func (d *Driver) List(ctx context.Context) ([]vm.Instance, error) {
-	return d.rd.List(d.instance)
-}
-
-// instance derives a replica's state from its files and its QEMU process.
-// A guest whose agent ended reboots, which ends QEMU; the agent's last log
-// line on the console ("exit N: reason") says how the app ended.
+// instance derives a replica's state from its files and its QEMU process
+// (see microvm.Ended for one whose QEMU is gone).
 func (d *Driver) instance(st state) vm.Instance {
 	inst := vm.Instance{
 		ID:         st.ID,
@@ -844,25 +685,12 @@ func (d *Driver) instance(st state) vm.Instance {
 	case starting:
 		inst.State = vm.StateStarting
 	default:
-		inst.PID = 0
-		if code, reason, ok := console.Exit(consoleLog); ok {
-			inst.State = vm.StateExited
-			inst.ExitCode = &code
-			inst.Reason = replicadir.WithTail(reason, console.AppTail(consoleLog, replicadir.TailLines))
+		if microvm.Ended(&inst, consoleLog, st.PID, "QEMU") {
 			return inst
 		}
-		inst.State = vm.StateFailed
-		reason := "the guest ended without the agent recording an exit"
-		if st.PID == 0 {
-			reason = "the start of this replica was interrupted before QEMU ran"
-		}
-		if tail := console.Tail(consoleLog, replicadir.TailLines); len(tail) > 0 {
-			reason += "; console:\n" + strings.Join(tail, "\n")
-		}
 		if tail := console.Tail(d.path(st.ID, qemuLogFile), 2); len(tail) > 0 {
-			reason += "\nqemu: " + strings.Join(tail, "\n")
+			inst.Reason += "\nqemu: " + strings.Join(tail, "\n")
 		}
-		inst.Reason = reason
 	}
 	return inst
 }
@@ -874,19 +702,10 @@ func (d *Driver) instance(st state) vm.Instance {
 // continued first (proc.End: thaw, then ask, then kill), so that its guest
 // can act on Ctrl-Alt-Del.
 func (d *Driver) Stop(ctx context.Context, id string, grace time.Duration) error {
-	unlock := d.rd.Lock(id)
-	defer unlock()
-	st, err := d.rd.Load(id)
-	if err != nil {
-		return err
-	}
-	d.dropAgent(id)
-	if err := d.destroy(ctx, st, grace); err != nil {
-		return fmt.Errorf("kvm: stop %s: %w", id, err)
-	}
-	d.cpu.Forget(id)
-	d.rd.Forget(id)
-	return nil
+	return d.rd.Stop(ctx, id, &d.cpu, func(ctx context.Context, st state) error {
+		d.dropAgent(id)
+		return d.destroy(ctx, st, grace)
+	})
 }
 
 // destroy ends QEMU (politely for up to grace when its guest runs) and
@@ -927,7 +746,7 @@ func (d *Driver) destroy(ctx context.Context, st state, grace time.Duration) err
 		}
 	}
 	if st.Tap != "" {
-		if err := d.net.DeleteTap(st.ID); err != nil {
+		if err := d.net.DeleteTap(context.WithoutCancel(ctx), st.ID); err != nil {
 			return fmt.Errorf("deleting tap %s: %w", st.Tap, err)
 		}
 	}

@@ -22,15 +22,16 @@ import (
 	"github.com/berth-dev/berth/internal/agentbin"
 	"github.com/berth-dev/berth/internal/vm"
 	"github.com/berth-dev/berth/internal/vm/replicadir"
+	"github.com/berth-dev/berth/internal/vm/vmtest"
 )
 
 // noNet is a Network for tests that never create a tap.
 type noNet struct{}
 
-func (noNet) CreateTap(id string) (string, string, string, string, error) {
+func (noNet) CreateTap(ctx context.Context, id string) (string, string, string, string, error) {
 	return "", "", "", "", errors.New("no taps in this test")
 }
-func (noNet) DeleteTap(id string) error { return nil }
+func (noNet) DeleteTap(ctx context.Context, id string) error { return nil }
 
 func touch(t *testing.T, name string) string {
 	t.Helper()
@@ -47,7 +48,7 @@ func validOptions(t *testing.T) Options {
 		QEMUBin: "/bin/true",
 		Kernel:  touch(t, "vmlinux"),
 		Initrd:  touch(t, "initrd.img"),
-		Images:  fixedImage(touch(t, "rootfs.ext4")),
+		Images:  vmtest.FixedImage(touch(t, "rootfs.ext4")),
 		Net:     noNet{},
 		Accel:   "tcg",
 	}

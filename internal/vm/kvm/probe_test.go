@@ -159,10 +159,10 @@ func TestWriteProbeInitrd(t *testing.T) {
 // tapNet hands out one tap name without creating anything.
 type tapNet struct{}
 
-func (tapNet) CreateTap(id string) (string, string, string, string, error) {
+func (tapNet) CreateTap(ctx context.Context, id string) (string, string, string, string, error) {
 	return "tap0", "10.0.0.2/30", "10.0.0.1", "", nil
 }
-func (tapNet) DeleteTap(id string) error { return nil }
+func (tapNet) DeleteTap(ctx context.Context, id string) error { return nil }
 
 // TestStartProbesOnce starts replicas concurrently on a driver that was
 // not told its accelerator, with a /dev/kvm that opens and a "QEMU" whose

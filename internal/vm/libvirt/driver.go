@@ -208,7 +208,7 @@ func (h *hypervisor) Launch(ctx context.Context, m kvm.Machine) (int, error) {
 	}
 	pid, err := qemuPID(m.ID)
 	if err != nil {
-		h.Kill(context.Background(), m.ID)
+		h.Kill(context.WithoutCancel(ctx), m.ID)
 		return 0, fmt.Errorf("libvirt: domain %s runs, but %w", m.ID, err)
 	}
 	return pid, nil

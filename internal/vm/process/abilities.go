@@ -4,29 +4,17 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 
 	"github.com/berth-dev/berth/internal/vm"
 )
 
-// Compile-time checks of the abilities the driver declares.
-var (
-	_ vm.Driver      = (*Driver)(nil)
-	_ vm.Abilities   = (*Driver)(nil)
-	_ vm.Suspender   = (*Driver)(nil)
-	_ vm.LogReader   = (*Driver)(nil)
-	_ vm.LogFollower = (*Driver)(nil)
-	_ vm.AgentDialer = (*Driver)(nil)
-	_ vm.UsageReader = (*Driver)(nil)
-	_ vm.Leaser      = (*Driver)(nil)
-	_ vm.Waiter      = (*Driver)(nil)
-	_ vm.Checker     = (*Driver)(nil)
-)
+// The driver offers every ability; this guards each at compile time.
+var _ vm.Complete = (*Driver)(nil)
 
-// Abilities lists what the driver offers; the conformance suite checks
-// each one.
-func (d *Driver) Abilities() []vm.Ability {
-	return []vm.Ability{vm.CanSuspend, vm.CanLease, vm.CanLogs, vm.CanFollowLogs, vm.CanDialAgent, vm.CanUsage, vm.CanWait, vm.CanCheck}
-}
+// Abilities lists what the driver offers (all of them); the conformance
+// suite checks each one.
+func (d *Driver) Abilities() []vm.Ability { return slices.Clone(vm.AllAbilities) }
 
 // Wait returns once replica id has ended, learning it from its agent's
 // exit (a pidfd) rather than by polling.

@@ -196,6 +196,8 @@ type Options struct {
 // use, and several Drivers (or berth processes, one after another) may share
 // a Dir.
 type Driver struct {
+	replicadir.Reports[state] // Inspect, List
+
 	dir     string
 	agent   []string
 	env     []string
@@ -324,6 +326,7 @@ func New(o Options) (*Driver, error) {
 			}
 		},
 	})
+	d.Reports = replicadir.Reports[state]{Dir: &d.rd, Instance: d.instance}
 	d.rd = replicadir.Dir[state]{
 		Root: dir, Driver: "process", Log: log,
 		ID: func(st state) string { return st.ID },
@@ -413,8 +416,8 @@ func (d *Driver) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
 			return vm.Instance{}, fmt.Errorf("process: start %s: %w", spec.Name, err)
 		}
 	}
-	if sp := d.takeSpare(); sp != nil {
-		ast, err := d.assign(sp, spec, st, workDir, size)
+	if sp := d.takeSpare(ctx); sp != nil {
+		ast, err := d.assign(ctx, sp, spec, st, workDir, size)
 		if err == nil {
 			return d.instance(ast), nil
 		}
@@ -708,17 +711,6 @@ func (d *Driver) adopt(st state) state {
 		st.PID, st.StartTicks = pid, ps.StartTicks
 	}
 	return st
-}
-
-// Inspect reports one replica.
-func (d *Driver) Inspect(ctx context.Context, id string) (vm.Instance, error) {
-	return d.rd.Inspect(id, d.instance)
-}
-
-// List reports every replica under Dir, including those a previous berth
-// started.
-func (d *Driver) List(ctx context.Context) ([]vm.Instance, error) {
-	return d.rd.List(d.instance)
 }
 
 // instance derives a replica's state from its files and processes.

@@ -34,9 +34,9 @@ func TestMain(m *testing.M) {
 	case "agent":
 		os.Exit(runAgent(os.Args[1:]))
 	case "app":
-		os.Exit(serveApp(false))
+		os.Exit(vmtest.ServeApp("127.0.0.1", false))
 	case "envapp":
-		os.Exit(serveApp(true))
+		os.Exit(vmtest.ServeApp("127.0.0.1", true))
 	case "termapp":
 		os.Exit(termApp())
 	case "berth":
@@ -47,24 +47,6 @@ func TestMain(m *testing.M) {
 
 // runAgent is the agent role: what `berth agent` runs.
 func runAgent(args []string) int { return agent.Main(context.Background(), args, os.Stderr) }
-
-// serveApp answers HTTP 200 on 127.0.0.1:$PORT; with env, the body is what
-// vmtest.Options.EnvApp specifies.
-func serveApp(env bool) int {
-	token := strconv.FormatInt(time.Now().UnixNano(), 10)
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !env {
-			fmt.Fprintln(w, "ok")
-			return
-		}
-		wd, _ := os.Getwd()
-		hook, _ := os.ReadFile("hook.txt")
-		fmt.Fprintf(w, "%s\n%s\n%s\n%s\n", os.Getenv("GREETING"), wd, strings.TrimSpace(string(hook)), token)
-	})
-	err := http.ListenAndServe("127.0.0.1:"+os.Getenv("PORT"), h)
-	fmt.Fprintln(os.Stderr, err)
-	return 1
-}
 
 // testBinary is this test executable, which the replicas run.
 func testBinary(t testing.TB) string {

@@ -20,6 +20,7 @@ import (
 	"github.com/berth-dev/berth/internal/vm"
 	"github.com/berth-dev/berth/internal/vm/proc"
 	"github.com/berth-dev/berth/internal/vm/replicadir"
+	sparepool "github.com/berth-dev/berth/internal/vm/spares"
 )
 
 // Spare agents: the design is in the package documentation.
@@ -63,8 +64,8 @@ type spareState struct {
 }
 
 // takeSpare returns a ready, live spare, or nil.
-func (d *Driver) takeSpare() *spare {
-	sp, _ := d.pool.Take(context.Background(), struct{}{}, 0, func(sp *spare) bool {
+func (d *Driver) takeSpare(ctx context.Context) *spare {
+	sp, _ := d.pool.Take(ctx, struct{}{}, 0, func(sp *spare) bool {
 		select {
 		case <-sp.done:
 			return false
@@ -270,7 +271,7 @@ func (d *Driver) dropSpare(sp *spare) {
 // assign makes sp the agent of the replica spec describes (see the steps
 // above). dir <Dir>/<id> exists and is empty. On failure sp is gone and dir
 // is empty again, ready for a cold start.
-func (d *Driver) assign(sp *spare, spec vm.Spec, st state, workDir string, size vm.Size) (state, error) {
+func (d *Driver) assign(ctx context.Context, sp *spare, spec vm.Spec, st state, workDir string, size vm.Size) (state, error) {
 	dir := d.path(spec.Name)
 	sdir := filepath.Join(d.dir, sp.name)
 	st.PID, st.StartTicks = sp.pid, sp.ticks
@@ -352,7 +353,7 @@ func (d *Driver) assign(sp *spare, spec vm.Spec, st state, workDir string, size 
 		return fail(err)
 	}
 	g := agent.GuestConfig{Args: d.agentFlags(spec, st, workDir), Env: d.environ(spec, st)}
-	ctx, cancel := context.WithTimeout(context.Background(), assignTimeout)
+	ctx, cancel := context.WithTimeout(ctx, assignTimeout)
 	defer cancel()
 	c := agent.NewClient(agent.UnixDialer(filepath.Join(dir, sockFile)))
 	defer c.Close()
@@ -366,15 +367,8 @@ func (d *Driver) assign(sp *spare, spec vm.Spec, st state, workDir string, size 
 
 // cleanSpares kills and removes the spares a previous driver over Dir left.
 func (d *Driver) cleanSpares() {
-	ents, err := os.ReadDir(d.dir)
-	if err != nil {
-		return
-	}
-	for _, e := range ents {
-		if !e.IsDir() || !strings.HasPrefix(e.Name(), sparePrefix) {
-			continue
-		}
-		dir := filepath.Join(d.dir, e.Name())
+	for _, name := range sparepool.Left(d.dir, sparePrefix) {
+		dir := filepath.Join(d.dir, name)
 		// state.json is a spareState, or a replica's state when an
 		// assignment was under way: both have the pid and start time.
 		var ss spareState
@@ -392,7 +386,7 @@ func (d *Driver) cleanSpares() {
 			}
 		}
 		for _, p := range d.cg.v1 {
-			if cg := filepath.Join(p.dir, e.Name()); fileExists(cg) {
+			if cg := filepath.Join(p.dir, name); fileExists(cg) {
 				removeCgroup(cg)
 			}
 		}

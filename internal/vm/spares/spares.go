@@ -7,6 +7,8 @@ package spares
 
 import (
 	"context"
+	"os"
+	"strings"
 	"sync"
 	"time"
 )
@@ -169,4 +171,21 @@ func (p *Pool[K, S]) Close() {
 	for _, s := range all {
 		p.c.Drop(s)
 	}
+}
+
+// Left lists the names of the spare directories under root, those whose
+// names start with prefix, for a driver to reap what a Pool (perhaps of a
+// previous berth) left. An unreadable root has none.
+func Left(root, prefix string) []string {
+	ents, err := os.ReadDir(root)
+	if err != nil {
+		return nil
+	}
+	var names []string
+	for _, e := range ents {
+		if e.IsDir() && strings.HasPrefix(e.Name(), prefix) {
+			names = append(names, e.Name())
+		}
+	}
+	return names
 }

@@ -894,26 +894,41 @@ func (s *suite) testLease(t *testing.T) {
 	kept, left := s.spec("vmtest-lease", s.o.App), s.spec("vmtest-lease", s.o.App)
 	kept.TTL, left.TTL = leaseTTL(), leaseTTL()
 	s.start(t, d, kept)
-	s.start(t, d, left)
-	renew := func() {
-		if err := l.Renew(t.Context(), kept.Name, time.Now().Add(leaseTTL())); err != nil {
-			t.Fatalf("Renew(%s): %v", kept.Name, err)
+	// kept is renewed from now on, also while left starts: a slow start of
+	// left (a TCG guest on a busy host) must not outlast kept's first lease.
+	renewing, renewed := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(renewed)
+		tick := time.NewTicker(s.o.LeaseCheck)
+		defer tick.Stop()
+		for {
+			if err := l.Renew(t.Context(), kept.Name, time.Now().Add(leaseTTL())); err != nil {
+				t.Errorf("Renew(%s): %v", kept.Name, err)
+				return
+			}
+			select {
+			case <-renewing:
+				return
+			case <-tick.C:
+			}
 		}
-	}
+	}()
+	stopRenewing := sync.OnceFunc(func() { close(renewing); <-renewed })
+	t.Cleanup(stopRenewing) // also when the test ends early
+	s.start(t, d, left)
 	tick := time.NewTicker(s.o.LeaseCheck)
 	defer tick.Stop()
 	eventually(t, left.Name+" to end when its TTL passed", func() (bool, string) {
-		renew()
 		<-tick.C
 		return expired(left.Name)
 	})
 	// The renewed replica's first lease has passed too; give its sandbox
 	// several more checks to (wrongly) act on it.
 	for range 10 {
-		renew()
 		<-tick.C
 	}
 	waitServing(t, d, kept.Name)
+	stopRenewing()
 	if err := l.Renew(t.Context(), kept.Name, time.Now().Add(-time.Second)); err != nil {
 		t.Fatalf("Renew into the past: %v", err)
 	}

@@ -7,13 +7,10 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
-	"strconv"
-	"strings"
-	"time"
 
 	"github.com/berth-dev/berth/internal/agent"
+	"github.com/berth-dev/berth/internal/vm/vmtest"
 )
 
 func main() {
@@ -22,28 +19,10 @@ func main() {
 	}
 	switch os.Getenv("BERTH_KVM_GUEST_ROLE") {
 	case "app":
-		os.Exit(serve(false))
+		os.Exit(vmtest.ServeApp("", false))
 	case "envapp":
-		os.Exit(serve(true))
+		os.Exit(vmtest.ServeApp("", true))
 	}
 	fmt.Fprintln(os.Stderr, "guest: want agent ARGS or BERTH_KVM_GUEST_ROLE=app|envapp")
 	os.Exit(2)
-}
-
-// serve answers HTTP 200 on :$PORT; with env, the body is what
-// vmtest.Options.EnvApp specifies.
-func serve(env bool) int {
-	token := strconv.FormatInt(time.Now().UnixNano(), 10)
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !env {
-			fmt.Fprintln(w, "ok")
-			return
-		}
-		wd, _ := os.Getwd()
-		hook, _ := os.ReadFile("hook.txt")
-		fmt.Fprintf(w, "%s\n%s\n%s\n%s\n", os.Getenv("GREETING"), wd, strings.TrimSpace(string(hook)), token)
-	})
-	err := http.ListenAndServe(":"+os.Getenv("PORT"), h)
-	fmt.Fprintln(os.Stderr, err)
-	return 1
 }
