@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -98,6 +99,7 @@ var rules = []struct {
 	{mod + "/internal/computerapi", []string{mod + "/internal/server", mod + "/internal/admin", mod + "/internal/registry", mod + "/internal/fleet", mod + "/internal/store", mod + "/internal/vm"}, "the Computer API reaches Computers only through its Manager interface, below the composition root"},
 	{mod + "/internal/server", testHelpers, "the composition root carries no test helpers"},
 	{mod + "/internal/vm/vmtest", []string{mod + "/internal/vm/"}, "the conformance suite knows drivers only through the vm contract"},
+	{mod + "/internal/vm/vmfake", []string{mod + "/internal/vm/process", mod + "/internal/vm/container", mod + "/internal/vm/kvm", mod + "/internal/vm/firecracker", mod + "/internal/vm/libvirt", mod + "/internal/vm/guest", mod + "/internal/vm/drivers", mod + "/internal/vm/vmtest"}, "the in-memory driver for tests knows only the vm contract and the drivers' shared spec check (TestFakeDriverOnlyInTests: only tests import it)"},
 	{mod + "/internal/vm/console", []string{mod + "/internal/vm/"}, "console capture is below the drivers that use it"},
 	{mod + "/internal/vm/microvm", []string{mod + "/internal/vm/kvm", mod + "/internal/vm/libvirt", mod + "/internal/vm/firecracker", mod + "/internal/vm/guest", mod + "/internal/vm/drivers"}, "what the microVM drivers share is below them"},
 	{mod + "/internal/vm/guest", []string{mod + "/internal/vm/drivers"}, "guest kernels and disks are below the driver factories that use them"},
@@ -109,7 +111,7 @@ var rules = []struct {
 }
 
 // testHelpers are packages only tests import.
-var testHelpers = []string{mod + "/internal/vm/vmtest", mod + "/internal/server/servertest", mod + "/internal/contracttest", mod + "/internal/archtest"}
+var testHelpers = []string{mod + "/internal/vm/vmtest", mod + "/internal/vm/vmfake", mod + "/internal/server/servertest", mod + "/internal/contracttest", mod + "/internal/archtest"}
 
 // TestEveryPackageHasARule: a package no rule names could import anything;
 // each one says where it sits.
@@ -166,5 +168,33 @@ func TestPackageDocs(t *testing.T) {
 		if p.Name == "main" && p.Doc == "" || p.Doc == "" {
 			t.Errorf("%s has no package comment", p.ImportPath)
 		}
+	}
+}
+
+// TestFakeDriverOnlyInTests keeps the in-memory driver (package vmfake) out
+// of berth: only _test.go files and test helper packages (named …test)
+// import it, so berth never runs replicas in memory and its binary links no
+// shell interpreter.
+func TestFakeDriverOnlyInTests(t *testing.T) {
+	const fake = mod + "/internal/vm/vmfake"
+	found := false
+	for _, p := range listPackages(t) {
+		if p.ImportPath == fake {
+			found = true
+			continue
+		}
+		if !strings.HasSuffix(p.ImportPath, "test") && slices.Contains(p.Imports, fake) {
+			t.Errorf("%s imports %s: the fake driver is for tests only", p.ImportPath, fake)
+		}
+		if p.ImportPath == mod+"/cmd/berth" {
+			for _, d := range p.Deps {
+				if d == fake || strings.HasPrefix(d, "mvdan.cc/sh/") {
+					t.Errorf("cmd/berth depends on %s", d)
+				}
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("%s not found", fake)
 	}
 }

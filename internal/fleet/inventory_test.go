@@ -9,11 +9,23 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/internal/agent"
 	"github.com/berth-dev/berth/internal/autoscale"
 	"github.com/berth-dev/berth/internal/inventory"
 	"github.com/berth-dev/berth/internal/vm"
 	"github.com/berth-dev/berth/internal/vm/process"
 )
+
+// TestMain lets the test binary be the in-sandbox agent of the process
+// driver's replicas (BERTH_TEST_ROLE=agent runs `berth agent`), for
+// TestInventoryOwners, the one test of this package on a real driver; the
+// others run on vmfake.
+func TestMain(m *testing.M) {
+	if os.Getenv("BERTH_TEST_ROLE") == "agent" {
+		os.Exit(agent.Main(context.Background(), os.Args[1:], os.Stderr))
+	}
+	os.Exit(m.Run())
+}
 
 // TestInventoryOwners: on the real process driver, after a berth restart
 // the shared inventory hands each replica to its recorded owner, whatever

@@ -3,52 +3,18 @@ package fleet
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
-	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
-	"github.com/berth-dev/berth/internal/agent"
 	"github.com/berth-dev/berth/internal/autoscale"
 	"github.com/berth-dev/berth/internal/vm"
-	"github.com/berth-dev/berth/internal/vm/process"
+	"github.com/berth-dev/berth/internal/vm/vmfake"
 )
-
-// TestMain lets the test binary be the in-sandbox agent of the process
-// driver's replicas (BERTH_TEST_ROLE=agent runs `berth agent`).
-func TestMain(m *testing.M) {
-	switch os.Getenv("BERTH_TEST_ROLE") {
-	case "agent":
-		os.Exit(agent.Main(context.Background(), os.Args[1:], os.Stderr))
-	case "exitapp":
-		os.Exit(exitApp())
-	}
-	os.Exit(m.Run())
-}
-
-// gatedDriver is the real process driver whose Starts wait at a gate, so a
-// test can see what the pool does while replicas are being started.
-type gatedDriver struct {
-	*process.Driver
-	gate   chan struct{}
-	starts atomic.Int32
-}
-
-func (g *gatedDriver) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
-	g.starts.Add(1)
-	select {
-	case <-g.gate:
-	case <-ctx.Done():
-		return vm.Instance{}, ctx.Err()
-	}
-	return g.Driver.Start(ctx, spec)
-}
 
 // waitUntil polls cond until it holds, failing after a generous hang guard.
 // It asserts an outcome, not a duration.
@@ -69,27 +35,25 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 // pool "already creating 2" and nothing was created for it until the next
 // tick — here an hour away.
 func TestStartingReplicaCountedOnce(t *testing.T) {
-	d, err := process.New(process.Options{
-		Dir: t.TempDir(), AgentCommand: []string{os.Args[0]}, AgentEnv: []string{"BERTH_TEST_ROLE=agent"},
-		CgroupParent: "none", Spares: new(int),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := &gatedDriver{Driver: d, gate: make(chan struct{})}
-	m := New(Options{Driver: g, Tick: time.Hour, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	gate := make(chan struct{})
+	d := vmfake.New(vmfake.Options{BeforeStart: func(ctx context.Context, _ vm.Spec) error {
+		select {
+		case <-gate:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}})
+	m := New(Options{Driver: d, Tick: time.Hour, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- m.Run(ctx) }()
 	t.Cleanup(func() {
-		close(g.gate)
+		close(gate)
 		cancel()
 		<-done
 		m.Remove(context.Background(), "d")
-		insts, _ := d.List(context.Background())
-		for _, in := range insts {
-			d.Stop(context.Background(), in.ID, time.Second)
-		}
+		d.Close()
 	})
 	p := m.Ensure(Config{
 		Deployment: "d", Driver: "process", Key: "k",
@@ -100,10 +64,10 @@ func TestStartingReplicaCountedOnce(t *testing.T) {
 	wctx, stopWaiting := context.WithCancel(context.Background())
 	defer stopWaiting()
 	go p.Await(wctx, time.Now(), true)
-	waitUntil(t, "the first replica's Start", func() bool { return g.starts.Load() >= 1 })
+	waitUntil(t, "the first replica's Start", func() bool { return d.Starts() >= 1 })
 	go p.Await(wctx, time.Now(), true)
-	waitUntil(t, "a second replica's Start for the second waiter", func() bool { return g.starts.Load() >= 2 })
-	if n := g.starts.Load(); n != 2 {
+	waitUntil(t, "a second replica's Start for the second waiter", func() bool { return d.Starts() >= 2 })
+	if n := d.Starts(); n != 2 {
 		t.Errorf("%d Starts for 2 waiters, want 2", n)
 	}
 }
@@ -179,39 +143,6 @@ func TestCreateFailureReleasesHeldRequests(t *testing.T) {
 	})
 }
 
-// exitApp serves HTTP 200 on $PORT and exits 3 once asked to (GET /exit).
-func exitApp() int {
-	exit := make(chan struct{})
-	http.HandleFunc("/exit", func(w http.ResponseWriter, r *http.Request) {
-		w.WriteHeader(http.StatusOK)
-		w.(http.Flusher).Flush()
-		close(exit)
-	})
-	http.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {})
-	go http.ListenAndServe("127.0.0.1:"+os.Getenv("PORT"), nil)
-	<-exit
-	return 3
-}
-
-func processDriver(t *testing.T) *process.Driver {
-	t.Helper()
-	d, err := process.New(process.Options{
-		Dir: t.TempDir(), AgentCommand: []string{os.Args[0]}, AgentEnv: []string{"BERTH_TEST_ROLE=agent"},
-		CgroupParent: "none", Spares: new(int),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		insts, _ := d.List(context.Background())
-		for _, in := range insts {
-			d.Stop(context.Background(), in.ID, time.Second)
-		}
-		d.Close()
-	})
-	return d
-}
-
 func runManager(t *testing.T, m *Manager) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -227,12 +158,13 @@ func runManager(t *testing.T, m *Manager) {
 // driver's Wait, not at the next reconcile tick (an hour away here): the
 // pool lets it go and starts another.
 func TestWaiterNoticesExit(t *testing.T) {
-	d := processDriver(t)
+	d := vmfake.New(vmfake.Options{})
+	t.Cleanup(d.Close)
 	m := New(Options{Driver: d, Tick: time.Hour, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	runManager(t, m)
 	p := m.Ensure(Config{
 		Deployment: "d", Driver: "process", Key: "k",
-		Template: vm.Spec{Command: "exec env BERTH_TEST_ROLE=exitapp " + os.Args[0]},
+		Template: vm.Spec{Command: "serve"},
 		Policy:   autoscale.Policy{Min: 1, Max: 1, ColdStartTimeout: time.Minute},
 		Backends: newDataPlane(),
 	})
@@ -246,11 +178,9 @@ func TestWaiterNoticesExit(t *testing.T) {
 		}
 		return false
 	})
-	resp, err := http.Get("http://" + first.Addr + "/exit")
-	if err != nil {
+	if err := d.Exit(first.ID, 3); err != nil {
 		t.Fatal(err)
 	}
-	resp.Body.Close()
 	waitUntil(t, "the pool to let the exited replica go", func() bool {
 		for _, r := range p.Status().Replicas {
 			if r.ID == first.ID {
@@ -261,33 +191,14 @@ func TestWaiterNoticesExit(t *testing.T) {
 	})
 }
 
-// checkedDriver is the real process driver whose Check fails while broken
-// is set: a driver that stopped working after start-up.
-type checkedDriver struct {
-	*process.Driver
-	broken atomic.Bool
-	starts atomic.Int32
-}
-
-func (c *checkedDriver) Check(ctx context.Context) error {
-	if c.broken.Load() {
-		return fmt.Errorf("test: the runtime is gone: %w", vm.ErrUnavailable)
-	}
-	return c.Driver.Check(ctx)
-}
-
-func (c *checkedDriver) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
-	c.starts.Add(1)
-	return c.Driver.Start(ctx, spec)
-}
-
 // TestDriverRecheck: a driver whose re-check fails is reported unavailable
 // (DriverProblem) and creates on it fail at once with that reason, without
 // a Start; once it works again, so do creates.
 func TestDriverRecheck(t *testing.T) {
-	c := &checkedDriver{Driver: processDriver(t)}
-	c.broken.Store(true)
-	m := New(Options{Driver: c, Tick: time.Hour, CheckEvery: 5 * time.Millisecond, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	d := vmfake.New(vmfake.Options{})
+	t.Cleanup(d.Close)
+	d.SetUnavailable(errors.New("the runtime is gone"))
+	m := New(Options{Driver: d, Tick: time.Hour, CheckEvery: 5 * time.Millisecond, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	runManager(t, m)
 	waitUntil(t, "the driver to be found unavailable", func() bool { return m.DriverProblem("process") != nil })
 	if err := m.DriverProblem("process"); !errors.Is(err, vm.ErrUnavailable) || !strings.Contains(err.Error(), "the runtime is gone") {
@@ -301,9 +212,9 @@ func TestDriverRecheck(t *testing.T) {
 	})
 	p.Poke()
 	waitUntil(t, "a failed create", func() bool { return p.Status().Failures > 0 })
-	if n := c.starts.Load(); n != 0 {
+	if n := d.Starts(); n != 0 {
 		t.Errorf("%d Starts on an unavailable driver, want 0", n)
 	}
-	c.broken.Store(false)
+	d.SetUnavailable(nil)
 	waitUntil(t, "the driver to be available again", func() bool { return m.DriverProblem("process") == nil })
 }

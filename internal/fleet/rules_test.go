@@ -3,19 +3,16 @@ package fleet
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"maps"
 	"net"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/berth-dev/berth/internal/autoscale"
 	"github.com/berth-dev/berth/internal/vm"
+	"github.com/berth-dev/berth/internal/vm/vmfake"
 )
 
 // The tests in this file pin the pool's time rules — missing_grace,
@@ -23,78 +20,6 @@ import (
 // the bubble time.Now, timers and the reconcile loop's ticks run on the
 // bubble's fake clock, so an hour of pool life takes no real time and each
 // rule is checked just before and just after its deadline.
-
-// memDriver runs replicas in memory: each is "running" at addr, and a
-// test can make one vanish from the driver (lose) or come back.
-type memDriver struct {
-	addr string
-
-	mu      sync.Mutex
-	insts   map[string]vm.Instance
-	lost    map[string]vm.Instance
-	stopped []string
-}
-
-func newMemDriver(addr string) *memDriver {
-	return &memDriver{addr: addr, insts: map[string]vm.Instance{}, lost: map[string]vm.Instance{}}
-}
-
-func (d *memDriver) Start(_ context.Context, spec vm.Spec) (vm.Instance, error) {
-	in := vm.Instance{ID: spec.Name, Deployment: spec.Deployment, State: vm.StateRunning, Addr: d.addr, StartedAt: time.Now()}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.insts[in.ID] = in
-	return in, nil
-}
-
-func (d *memDriver) Stop(_ context.Context, id string, _ time.Duration) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if _, ok := d.insts[id]; !ok {
-		return fmt.Errorf("mem: %s: %w", id, vm.ErrNotFound)
-	}
-	delete(d.insts, id)
-	d.stopped = append(d.stopped, id)
-	return nil
-}
-
-func (d *memDriver) Inspect(_ context.Context, id string) (vm.Instance, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	in, ok := d.insts[id]
-	if !ok {
-		return vm.Instance{}, fmt.Errorf("mem: %s: %w", id, vm.ErrNotFound)
-	}
-	return in, nil
-}
-
-func (d *memDriver) List(context.Context) ([]vm.Instance, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return slices.Collect(maps.Values(d.insts)), nil
-}
-
-// lose makes the driver forget a replica without stopping it; find brings
-// it back.
-func (d *memDriver) lose(id string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.lost[id] = d.insts[id]
-	delete(d.insts, id)
-}
-
-func (d *memDriver) find(id string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.insts[id] = d.lost[id]
-	delete(d.lost, id)
-}
-
-func (d *memDriver) wasStopped(id string) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return slices.Contains(d.stopped, id)
-}
 
 // listening returns the address of a loopback listener that takes TCP
 // connections (the kernel completes them; nothing accepts), for replicas
@@ -122,10 +47,11 @@ func refusing(t *testing.T) string {
 	return addr
 }
 
-// rig is a Manager with one pool "d" on a memDriver, in a synctest bubble.
+// rig is a Manager with one pool "d" on the fake driver, in a synctest
+// bubble.
 type rig struct {
 	t  *testing.T
-	d  *memDriver
+	d  *vmfake.Driver
 	dp dataPlane
 	p  *Pool
 }
@@ -133,8 +59,8 @@ type rig struct {
 // startRig runs a Manager (one step a second) and ensures pool "d" with
 // policy pol, and returns once the pool has settled. Call it inside the
 // bubble; it stops everything when the test ends.
-func startRig(t *testing.T, addr string, o Options, pol autoscale.Policy) *rig {
-	r := &rig{t: t, d: newMemDriver(addr), dp: newDataPlane()}
+func startRig(t *testing.T, addr string, o Options, pol autoscale.Policy, edit ...func(*Config)) *rig {
+	r := &rig{t: t, d: vmfake.New(vmfake.Options{Addr: addr}), dp: newDataPlane()}
 	o.Driver, o.Tick, o.BootProbe, o.Log = r.d, time.Second, 100*time.Millisecond, slog.New(slog.DiscardHandler)
 	m := New(o)
 	ctx, cancel := context.WithCancel(t.Context())
@@ -144,9 +70,14 @@ func startRig(t *testing.T, addr string, o Options, pol autoscale.Policy) *rig {
 		m.Remove(context.Background(), "d") // ends the boot probes too
 		cancel()
 		<-done
+		r.d.Close()
 	})
 	synctest.Wait()
-	r.p = m.Ensure(Config{Deployment: "d", Driver: "process", Key: "k", Policy: pol, HealthTCP: true, Backends: r.dp})
+	cfg := Config{Deployment: "d", Driver: "process", Key: "k", Policy: pol, HealthTCP: true, Backends: r.dp}
+	for _, e := range edit {
+		e(&cfg)
+	}
+	r.p = m.Ensure(cfg)
 	synctest.Wait()
 	return r
 }
@@ -189,9 +120,9 @@ func TestMissingGrace(t *testing.T) {
 		a := r.only("ready")
 
 		// Missing for 5s, then seen again: kept.
-		r.d.lose(a)
+		r.d.Lose(a)
 		r.after(5 * time.Second)
-		r.d.find(a)
+		r.d.Find(a)
 		r.after(8 * time.Second)
 		if v, ok := r.replica(a); !ok || v.Phase != "ready" {
 			t.Fatalf("replica seen again within the grace: %+v, %v; want it ready", v, ok)
@@ -199,7 +130,7 @@ func TestMissingGrace(t *testing.T) {
 
 		// Missing again: the grace starts over (the first absence was 13s
 		// ago), so just under 10s later it is still there...
-		r.d.lose(a)
+		r.d.Lose(a)
 		r.after(9500 * time.Millisecond)
 		if _, ok := r.replica(a); !ok {
 			t.Fatal("a replica missing for less than MissingGrace was given up")
@@ -239,15 +170,15 @@ func TestBootTimeout(t *testing.T) {
 		if b := r.only("pending"); b != a {
 			t.Fatalf("replica %s replaced by %s before boot_timeout_secs", a, b)
 		}
-		if st := r.p.Status(); st.Failures != 0 || r.d.wasStopped(a) {
-			t.Fatalf("before boot_timeout_secs: %d failures, stopped %v", st.Failures, r.d.wasStopped(a))
+		if st := r.p.Status(); st.Failures != 0 || r.d.Stopped(a) {
+			t.Fatalf("before boot_timeout_secs: %d failures, stopped %v", st.Failures, r.d.Stopped(a))
 		}
 
 		r.after(2 * time.Second)
 		if _, ok := r.replica(a); ok {
 			t.Fatal("a replica past boot_timeout_secs is still tracked")
 		}
-		if !r.d.wasStopped(a) {
+		if !r.d.Stopped(a) {
 			t.Error("a replica past boot_timeout_secs was not stopped")
 		}
 		st := r.p.Status()
@@ -305,13 +236,13 @@ func TestDrain(t *testing.T) {
 		if v, ok := r.replica(a); !ok || v.Phase != "draining" || v.InFlight != 1 {
 			t.Fatalf("draining replica with a session: %+v, %v", v, ok)
 		}
-		if r.d.wasStopped(a) || r.dp.pool.Find(a) == nil {
+		if r.d.Stopped(a) || r.dp.pool.Find(a) == nil {
 			t.Fatal("a draining replica with a session was reaped")
 		}
 		release()
 		r.after(1500 * time.Millisecond)
-		if _, ok := r.replica(a); ok || !r.d.wasStopped(a) || r.dp.pool.Find(a) != nil {
-			t.Fatalf("drained replica: tracked %v, stopped %v, in the data plane %v; want it stopped and gone", ok, r.d.wasStopped(a), r.dp.pool.Find(a) != nil)
+		if _, ok := r.replica(a); ok || !r.d.Stopped(a) || r.dp.pool.Find(a) != nil {
+			t.Fatalf("drained replica: tracked %v, stopped %v, in the data plane %v; want it stopped and gone", ok, r.d.Stopped(a), r.dp.pool.Find(a) != nil)
 		}
 
 		// A session that outlasts drain_timeout_secs.
@@ -327,13 +258,128 @@ func TestDrain(t *testing.T) {
 			t.Fatal(err)
 		}
 		r.after(59500 * time.Millisecond)
-		if v, ok := r.replica(b); !ok || v.Phase != "draining" || r.d.wasStopped(b) {
-			t.Fatalf("just before drain_timeout_secs: %+v, %v, stopped %v; want it draining", v, ok, r.d.wasStopped(b))
+		if v, ok := r.replica(b); !ok || v.Phase != "draining" || r.d.Stopped(b) {
+			t.Fatalf("just before drain_timeout_secs: %+v, %v, stopped %v; want it draining", v, ok, r.d.Stopped(b))
 		}
 		r.after(2 * time.Second)
-		if _, ok := r.replica(b); ok || !r.d.wasStopped(b) {
-			t.Fatalf("after drain_timeout_secs: tracked %v, stopped %v; want it stopped with its session on it", ok, r.d.wasStopped(b))
+		if _, ok := r.replica(b); ok || !r.d.Stopped(b) {
+			t.Fatalf("after drain_timeout_secs: tracked %v, stopped %v; want it stopped with its session on it", ok, r.d.Stopped(b))
 		}
+	})
+}
+
+// TestReplicaExit: a ready replica whose app exits leaves the data plane
+// and is stopped and replaced at the next step; it is not a boot failure.
+func TestReplicaExit(t *testing.T) {
+	addr := listening(t)
+	synctest.Test(t, func(t *testing.T) {
+		r := startRig(t, addr, Options{}, autoscale.Policy{Min: 1, Max: 1, Target: 1})
+		a := r.only("ready")
+		if err := r.d.Exit(a, 3); err != nil {
+			t.Fatal(err)
+		}
+		r.after(1500 * time.Millisecond)
+		if _, ok := r.replica(a); ok || r.dp.pool.Find(a) != nil {
+			t.Fatal("a replica whose app exited is still tracked or in the data plane")
+		}
+		if !r.d.Stopped(a) {
+			t.Error("the exited replica was not stopped (its sandbox is left behind)")
+		}
+		if b := r.only("ready"); b == a {
+			t.Fatal("no replacement")
+		}
+		if st := r.p.Status(); st.Failures != 0 {
+			t.Errorf("a ready replica that exited counted as %d boot failures", st.Failures)
+		}
+	})
+}
+
+// TestCrashWhileBooting: a replica that ends before it is ready is a boot
+// failure whose detail carries the driver's reason (its last output line),
+// and the pool backs off.
+func TestCrashWhileBooting(t *testing.T) {
+	addr := refusing(t)
+	synctest.Test(t, func(t *testing.T) {
+		r := startRig(t, addr, Options{}, autoscale.Policy{Min: 1, Max: 1, Target: 1, ColdStartTimeout: time.Hour},
+			func(c *Config) { c.Template.Command = "echo 'missing DATABASE_URL'; exit 2" })
+		r.after(1500 * time.Millisecond)
+		st := r.p.Status()
+		if st.Failures != 1 || st.BackoffFor <= 0 {
+			t.Fatalf("after a crash while booting: %d failures, backoff %s; want 1 and a backoff", st.Failures, st.BackoffFor)
+		}
+		var se *StartError
+		if err := r.p.Await(t.Context(), time.Now(), true); !errors.As(err, &se) || !strings.Contains(se.Detail, "missing DATABASE_URL") {
+			t.Fatalf("a request during the backoff: %v, want a StartError with the replica's last line", err)
+		}
+	})
+}
+
+// TestLeasesRenewed: the pool renews the leases of its replicas, so one
+// whose lease (vm.ttl_seconds) is a minute still serves an hour later; the
+// fake driver ends a replica whose lease passes, as the real ones do.
+func TestLeasesRenewed(t *testing.T) {
+	addr := listening(t)
+	synctest.Test(t, func(t *testing.T) {
+		r := startRig(t, addr, Options{}, autoscale.Policy{Min: 1, Max: 1, Target: 1},
+			func(c *Config) { c.Template.TTL = time.Minute })
+		a := r.only("ready")
+		for range 60 {
+			r.after(time.Minute)
+		}
+		if b := r.only("ready"); b != a {
+			t.Fatalf("replica %s was replaced by %s: its lease was not renewed", a, b)
+		}
+		if in, err := r.d.Inspect(t.Context(), a); err != nil || in.State != vm.StateRunning {
+			t.Errorf("after an hour: %+v, %v; want it running", in, err)
+		}
+	})
+}
+
+// TestColdStart: a request held for a replica scaled from zero is released
+// once the replica is ready — after the driver's boot, not before — and
+// one whose cold_start_timeout_secs passes first gets ErrColdStartTimeout,
+// with the replica kept booting for the next.
+func TestColdStart(t *testing.T) {
+	addr := listening(t)
+	synctest.Test(t, func(t *testing.T) {
+		r := &rig{t: t, d: vmfake.New(vmfake.Options{Addr: addr, BootDelay: 15 * time.Second}), dp: newDataPlane()}
+		m := New(Options{Driver: r.d, Tick: time.Second, BootProbe: 100 * time.Millisecond, Log: slog.New(slog.DiscardHandler)})
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- m.Run(ctx) }()
+		t.Cleanup(func() {
+			m.Remove(context.Background(), "d")
+			cancel()
+			<-done
+			r.d.Close()
+		})
+		r.p = m.Ensure(Config{Deployment: "d", Driver: "process", Key: "k", HealthTCP: true, Backends: r.dp,
+			Policy: autoscale.Policy{Min: 0, Max: 1, Target: 1, ColdStartTimeout: 10 * time.Second, BootTimeout: time.Minute}})
+		synctest.Wait()
+		if st := r.p.Status(); len(st.Replicas) != 0 {
+			t.Fatalf("a pool at min 0 started %+v before any request", st.Replicas)
+		}
+
+		start := time.Now()
+		if err := r.p.Await(t.Context(), start, true); !errors.Is(err, ErrColdStartTimeout) {
+			t.Fatalf("a request held past cold_start_timeout_secs: %v, want ErrColdStartTimeout", err)
+		}
+		if waited := time.Since(start); waited != 10*time.Second {
+			t.Errorf("held for %s, want the cold-start timeout (10s)", waited)
+		}
+		if r.d.Starts() != 1 {
+			t.Errorf("%d Starts for a held request, want 1", r.d.Starts())
+		}
+
+		// The replica still boots; the next request is released when it is
+		// ready, at the end of the driver's 15s boot (and the next probe).
+		if err := r.p.Await(t.Context(), time.Now(), true); err != nil {
+			t.Fatalf("a request during the boot: %v", err)
+		}
+		if booted := time.Since(start); booted < 15*time.Second || booted > 16*time.Second {
+			t.Errorf("released %s after the first request, want once the 15s boot ended", booted)
+		}
+		r.only("ready")
 	})
 }
 
@@ -343,7 +389,8 @@ func TestDrain(t *testing.T) {
 func TestEnsureAndRun(t *testing.T) {
 	addr := listening(t)
 	synctest.Test(t, func(t *testing.T) {
-		d := newMemDriver(addr)
+		d := vmfake.New(vmfake.Options{Addr: addr})
+		defer d.Close()
 		m := New(Options{Driver: d, Tick: time.Second, BootProbe: 100 * time.Millisecond})
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)

@@ -5,47 +5,37 @@ import (
 	"errors"
 	"testing"
 	"testing/synctest"
-	"time"
 
 	"github.com/berth-dev/berth/internal/autoscale"
 	"github.com/berth-dev/berth/internal/vm"
+	"github.com/berth-dev/berth/internal/vm/vmfake"
 )
 
-// slowDriver is an in-memory driver whose Starts fail (after waiting at
+// slowDriver returns the fake driver whose Starts fail (after waiting at
 // release when blockStart is set, whatever their context says) and whose
 // Stops wait at release: a driver slow to answer while berth shuts down.
-type slowDriver struct {
-	blockStart bool
-	release    chan struct{}
-	entered    chan string // "start", "stop"; sends never block
-}
-
-func (d *slowDriver) enter(what string) {
-	select {
-	case d.entered <- what:
-	default:
+// Each Start and Stop sends "start" or "stop" on entered, never blocking.
+func slowDriver(blockStart bool, release chan struct{}, entered chan string) *vmfake.Driver {
+	enter := func(what string) {
+		select {
+		case entered <- what:
+		default:
+		}
 	}
+	return vmfake.New(vmfake.Options{
+		BeforeStart: func(context.Context, vm.Spec) error {
+			enter("start")
+			if blockStart {
+				<-release
+			}
+			return errors.New("no replica today")
+		},
+		BeforeStop: func(context.Context, string) {
+			enter("stop")
+			<-release
+		},
+	})
 }
-
-func (d *slowDriver) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
-	d.enter("start")
-	if d.blockStart {
-		<-d.release
-	}
-	return vm.Instance{}, errors.New("no replica today")
-}
-
-func (d *slowDriver) Stop(ctx context.Context, id string, grace time.Duration) error {
-	d.enter("stop")
-	<-d.release
-	return nil
-}
-
-func (d *slowDriver) Inspect(context.Context, string) (vm.Instance, error) {
-	return vm.Instance{}, vm.ErrNotFound
-}
-
-func (d *slowDriver) List(context.Context) ([]vm.Instance, error) { return nil, nil }
 
 // TestRunWaitsForPoolTasks checks that Manager.Run returns only once the
 // goroutines its pools started have ended: a create whose driver is still
@@ -63,13 +53,14 @@ func TestRunWaitsForPoolTasks(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				d := &slowDriver{blockStart: tc.blockStart, release: make(chan struct{}), entered: make(chan string, 100)}
+				release, entered := make(chan struct{}), make(chan string, 100)
+				d := slowDriver(tc.blockStart, release, entered)
 				m := New(Options{Driver: d})
 				m.Ensure(Config{Deployment: "app", Driver: "process", Key: "k", Policy: autoscale.Policy{Min: 1, Max: 1}, Backends: newDataPlane()})
 				ctx, cancel := context.WithCancel(t.Context())
 				done := make(chan error, 1)
 				go func() { done <- m.Run(ctx) }()
-				for got := ""; got != tc.wait; got = <-d.entered {
+				for got := ""; got != tc.wait; got = <-entered {
 				}
 				cancel()
 				synctest.Wait()
@@ -78,7 +69,7 @@ func TestRunWaitsForPoolTasks(t *testing.T) {
 					t.Fatalf("Run returned (%v) while the driver's %s was in flight", err, tc.wait)
 				default:
 				}
-				close(d.release)
+				close(release)
 				if err := <-done; err != nil {
 					t.Fatal(err)
 				}

@@ -477,7 +477,21 @@ func (r *Registry) Put(ctx context.Context, s apitype.DeploymentSpec, o PutOptio
 	}
 	r.deps[s.ID] = e
 	r.publishLocked()
+	if prev != nil && prev.Kind == apitype.KindVM && e.Kind != apitype.KindVM {
+		// No longer a vm deployment: its replicas go, as on Delete, once
+		// the data plane no longer routes to them.
+		r.removePoolLocked(ctx, s.ID)
+	}
 	return e, prev == nil, nil
+}
+
+// removePoolLocked stops a vm deployment's replica pool and forgets its data
+// plane pool. r.mu is held.
+func (r *Registry) removePoolLocked(ctx context.Context, id string) {
+	if r.o.Pools != nil {
+		r.o.Pools.Remove(ctx, id)
+		delete(r.replicas, id)
+	}
 }
 
 // Delete removes a deployment. Requests already in flight finish.
@@ -493,9 +507,8 @@ func (r *Registry) Delete(ctx context.Context, id string) error {
 	e := r.deps[id]
 	delete(r.deps, id)
 	r.publishLocked()
-	if e.Kind == apitype.KindVM && r.o.Pools != nil {
-		r.o.Pools.Remove(ctx, id)
-		delete(r.replicas, id)
+	if e.Kind == apitype.KindVM {
+		r.removePoolLocked(ctx, id)
 	}
 	if r.o.Forget != nil {
 		r.o.Forget(id)
