@@ -16,6 +16,7 @@ import (
 // drivers; a restart of berth (the inventory's orphan sweep included) re-adopts a
 // running Computer's sandbox instead of destroying it.
 func TestComputerSurvivesRestart(t *testing.T) {
+	skipShort(t, "waits out the inventory's 10 s orphan grace; computer and inventory unit tests cover adoption")
 	dir := t.TempDir()
 	h := start(t, dir)
 	ctx := context.Background()

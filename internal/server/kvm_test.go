@@ -43,6 +43,7 @@ const kvmApp = `mkdir -p /www && { echo "hello from $(hostname)"; cat /proc/cmdl
 // The guest network (a bridge and a tap per replica) exists only in the
 // network namespace the package's tests run in (TestMain, netnstest.Main).
 func TestKVMGateway(t *testing.T) {
+	skipShort(t, "boots a guest (TCG here)")
 	if why := kvmSkip(); why != "" {
 		t.Skip(why)
 	}

@@ -55,6 +55,7 @@ func vmSpecWith(id, vmExtra, extra string) string {
 // leaves replicas running for the next berth to adopt), nobody renews, and
 // the replica ends by itself.
 func TestVMLeaseRenewedWhileBerthRuns(t *testing.T) {
+	skipShort(t, "lets leases pass on the real clock; fleet.TestLeasesRenewed covers renewal under synctest")
 	// Twice the fleet's 2 s reconcile tick: renewed every tick, with about
 	// a tick of slack before the lease would pass.
 	const ttl = 4 * time.Second

@@ -59,3 +59,12 @@ func agentOptions(o *Options) {
 	o.AgentCommand = []string{os.Args[0]}
 	o.AgentEnv = []string{"BERTH_TEST_ROLE=agent"}
 }
+
+// skipShort skips a test that takes long by design in the short tier
+// (go test -short), saying why and what covers it there.
+func skipShort(t *testing.T, why string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: " + why)
+	}
+}

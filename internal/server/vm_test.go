@@ -348,6 +348,7 @@ func TestVMEnvFromSecrets(t *testing.T) {
 // exists and the backoff is over, the next request starts a replica and is
 // served.
 func TestVMCannotStartFailsFast(t *testing.T) {
+	skipShort(t, "waits out a 30 s boot backoff; fleet.TestCreateFailureReleasesHeldRequests covers it under synctest")
 	h := start(t, "")
 	spec := `{"id":"late","routes":[{"host":"late.test"}],"vm":{"driver":"process","port":8080,"start_command":` + jsonString(appCommand()) +
 		`,"env_from":[{"secret":"later","key":"password","as":"DB_PASSWORD"}]},"scaling":{"min_replicas":0,"cold_start_timeout_secs":600}}`
