@@ -19,6 +19,7 @@ import (
 	"github.com/berth-dev/berth/internal/computer"
 	"github.com/berth-dev/berth/internal/demo"
 	"github.com/berth-dev/berth/internal/hostcheck"
+	"github.com/berth-dev/berth/internal/hostnet"
 	"github.com/berth-dev/berth/internal/server"
 	"github.com/berth-dev/berth/internal/spec"
 )
@@ -183,10 +184,15 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 	if abs, err := filepath.Abs(*dataDir); err == nil {
 		*dataDir = abs
 	}
+	guestNet, err := hostnet.ConfigFromEnv(*dataDir)
+	if err != nil {
+		fmt.Fprintf(stderr, "berth serve: %v\n", err)
+		return 2
+	}
 	if *noHostSetup {
 		log.Info("host setup skipped: --no-host-setup (BERTH_NO_HOST_SETUP)")
 	} else {
-		hostcheck.ServeSetup(ctx, log, *dataDir, hostCgroups)
+		hostcheck.ServeSetup(ctx, log, *dataDir, guestNet, hostCgroups)
 	}
 	s, err := server.New(ctx, server.Options{
 		ProxyAddr: *proxyAddr, AdminAddr: *adminAddr, AdminHosts: splitList(*adminHosts), DataDir: *dataDir,
@@ -203,6 +209,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 		ComputerCapacity:      computer.HostCapacity{MaxActive: *maxActive, ReservedHeadroom: *headroom},
 		ComputerRecycleAfter:  *recycleAfter,
 		Drivers:               driverOptions(),
+		GuestNetwork:          guestNet,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "berth serve: %v\n", err)

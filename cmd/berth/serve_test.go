@@ -201,3 +201,15 @@ func TestServeNoHostSetup(t *testing.T) {
 		})
 	}
 }
+
+// TestServeRefusesBadGuestNetwork: a guest network setting that does not
+// parse stops berth serve at once (exit 2, naming it), before it prepares
+// the host or opens a driver, instead of serving without the network.
+func TestServeRefusesBadGuestNetwork(t *testing.T) {
+	t.Setenv("BERTH_GUEST_SUBNET", "not-a-subnet")
+	var stderr strings.Builder
+	code := serve(t.Context(), []string{"--proxy-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--egress-addr", "off", "--data-dir", t.TempDir(), "--no-host-setup"}, &stderr)
+	if code != 2 || !strings.Contains(stderr.String(), "BERTH_GUEST_SUBNET") || !strings.Contains(stderr.String(), "not-a-subnet") {
+		t.Errorf("serve with BERTH_GUEST_SUBNET=not-a-subnet = %d, %q; want 2 naming it", code, stderr.String())
+	}
+}

@@ -607,25 +607,20 @@ func Report(log *slog.Logger) func(Step) {
 
 // ServeSetup is what berth serve does before it opens its drivers: as
 // root, Setup for dataDir and the guest network berth serve uses
-// (hostnet.ConfigFromEnv), each step logged; not as root, one line saying
+// (net), each step logged; not as root, one line saying
 // what is skipped. A failure is logged with the drivers it affects, and
 // berth serve goes on: the process and static drivers do not need the
 // host prepared, and the isolating ones find what is missing themselves.
-func ServeSetup(ctx context.Context, log *slog.Logger, dataDir string, cg Cgroups) {
-	serveSetup(ctx, log, dataDir, cg, os.Geteuid() == 0)
+func ServeSetup(ctx context.Context, log *slog.Logger, dataDir string, net hostnet.Config, cg Cgroups) {
+	serveSetup(ctx, log, dataDir, net, cg, os.Geteuid() == 0)
 }
 
-func serveSetup(ctx context.Context, log *slog.Logger, dataDir string, cg Cgroups, root bool) {
+func serveSetup(ctx context.Context, log *slog.Logger, dataDir string, net hostnet.Config, cg Cgroups, root bool) {
 	if !root {
 		log.Info("host setup skipped: berth serve is not root; the container, firecracker, kvm and libvirt drivers may be unavailable (berth host setup as root prepares the host for them)")
 		return
 	}
-	net, err := hostnet.ConfigFromEnv(dataDir)
-	if err != nil {
-		log.Error("host setup failed; serving without it", "step", "guest network configuration", "affects", strings.Join(isolating, ", "), "err", err)
-		return
-	}
-	err = Setup(ctx, Prep{DataDir: dataDir, Net: net, Cgroups: cg}, Report(log))
+	err := Setup(ctx, Prep{DataDir: dataDir, Net: net, Cgroups: cg}, Report(log))
 	if err == nil {
 		log.Info("host setup done")
 		return

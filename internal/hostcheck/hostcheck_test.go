@@ -364,7 +364,7 @@ func TestSetupCgroupMountPoint(t *testing.T) {
 func TestServeSetupLines(t *testing.T) {
 	var buf bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, nil))
-	serveSetup(t.Context(), log, t.TempDir(), Cgroups{}, false)
+	serveSetup(t.Context(), log, t.TempDir(), hostnet.Config{}, Cgroups{}, false)
 	if got := buf.String(); strings.Count(got, "\n") != 1 || !strings.Contains(got, "level=INFO") || !strings.Contains(got, "host setup skipped: berth serve is not root") || !strings.Contains(got, "berth host setup as root") {
 		t.Errorf("not root: logged %q; want one info line saying so and naming berth host setup", got)
 	}
@@ -372,10 +372,12 @@ func TestServeSetupLines(t *testing.T) {
 		return
 	}
 	buf.Reset()
-	t.Setenv("BERTH_GUEST_SUBNET", "not-a-subnet")
-	serveSetup(t.Context(), log, t.TempDir(), Cgroups{}, true)
-	if got := buf.String(); !strings.Contains(got, "level=ERROR") || !strings.Contains(got, "affects=\"container, firecracker, kvm, libvirt\"") || !strings.Contains(got, "not-a-subnet") {
-		t.Errorf("a bad subnet: logged %q; want an error naming it and the drivers it affects", got)
+	// A guest network that cannot be made (a bridge name no interface can
+	// have) fails before it touches the host; the cgroup layout is a fake.
+	cg, _ := fakeHybrid(t)
+	serveSetup(t.Context(), log, t.TempDir(), hostnet.Config{Bridge: "a-bridge-name-too-long"}, cg, true)
+	if got := buf.String(); !strings.Contains(got, "level=ERROR") || !strings.Contains(got, "affects=\"container, firecracker, kvm, libvirt\"") || !strings.Contains(got, "a-bridge-name-too-long") {
+		t.Errorf("a bad bridge name: logged %q; want an error naming it and the drivers it affects", got)
 	}
 }
 
@@ -410,13 +412,11 @@ func TestServeSetupNoEgress(t *testing.T) {
 	if err := syscall.Mount("", fwd, "", syscall.MS_BIND|syscall.MS_REMOUNT|syscall.MS_RDONLY, ""); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv("BERTH_BRIDGE", "bnoegr0")
-	t.Setenv("BERTH_GUEST_SUBNET", "10.9.3.0/24")
-	t.Setenv("BERTH_GUEST_EGRESS", "on")
 	cg, mounted := fakeHybrid(t, "hugetlb")
 	var buf bytes.Buffer
 	dataDir := t.TempDir()
-	serveSetup(t.Context(), slog.New(slog.NewTextHandler(&buf, nil)), dataDir, cg, true)
+	gnet := hostnet.Config{Bridge: "bnoegr0", Subnet: netip.MustParsePrefix("10.9.3.0/24"), Egress: true, StateDir: filepath.Join(dataDir, "net")}
+	serveSetup(t.Context(), slog.New(slog.NewTextHandler(&buf, nil)), dataDir, gnet, cg, true)
 	got := buf.String()
 	for _, want := range []string{
 		`level=ERROR msg="host setup failed; serving without it" step="guest network (bridge bnoegr0 on 10.9.3.0/24, egress on (NAT))" affects="guest egress of the container`,
@@ -432,11 +432,7 @@ func TestServeSetupNoEgress(t *testing.T) {
 	if strings.Contains(got, "host setup done") || len(*mounted) != 1 {
 		t.Errorf("mounted %v; log:\n%s", *mounted, got)
 	}
-	c, err := hostnet.ConfigFromEnv(dataDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := hostnet.Check(t.Context(), c); err != nil {
+	if err := hostnet.Check(t.Context(), gnet); err != nil {
 		t.Errorf("the guests' host-only network is not there: %v", err)
 	}
 }

@@ -35,17 +35,11 @@ func (s *Server) imageUsers(name string) []image.Reference {
 }
 
 // guestNetwork returns the host's guest network (hostnet) for the isolating
-// drivers, configured by BERTH_BRIDGE, BERTH_GUEST_SUBNET and
-// BERTH_GUEST_EGRESS, or nil with the reason logged when the host is not
-// prepared: the server does not change the host's interfaces or rules;
-// `berth host setup` does, and berth serve as root before New
-// (hostcheck.ServeSetup).
-func guestNetwork(ctx context.Context, dataDir string, log *slog.Logger) *hostnet.Network {
-	cfg, err := hostnet.ConfigFromEnv(dataDir)
-	if err != nil {
-		log.Warn("guest network disabled", "err", err)
-		return nil
-	}
+// drivers, as cfg configures it (Options.GuestNetwork), or nil with the
+// reason logged when the host is not prepared: the server does not change
+// the host's interfaces or rules; `berth host setup` does, and berth serve
+// as root before New (hostcheck.ServeSetup).
+func guestNetwork(ctx context.Context, cfg hostnet.Config, log *slog.Logger) *hostnet.Network {
 	if err := hostnet.Check(ctx, cfg); err != nil {
 		log.Info("guest network unavailable; run berth host setup", "why", err)
 		return nil

@@ -28,6 +28,7 @@ import (
 	"github.com/berth-dev/berth/internal/egress"
 	"github.com/berth-dev/berth/internal/fleet"
 	"github.com/berth-dev/berth/internal/grant"
+	"github.com/berth-dev/berth/internal/hostnet"
 	"github.com/berth-dev/berth/internal/image"
 	"github.com/berth-dev/berth/internal/inventory"
 	"github.com/berth-dev/berth/internal/metrics"
@@ -98,6 +99,11 @@ type Options struct {
 	// Drivers are the operator's settings for the vm drivers (package
 	// drivers), which cmd/berth reads from the environment.
 	Drivers drivers.Options
+	// GuestNetwork is the guest bridge the isolating drivers put replicas
+	// on (cmd/berth reads it from BERTH_BRIDGE, BERTH_GUEST_SUBNET and
+	// BERTH_GUEST_EGRESS); the zero value is berth0 on the default subnet,
+	// with its state in <DataDir>/net.
+	GuestNetwork hostnet.Config
 
 	// AdminUser and AdminPassword are the operator's HTTP Basic credential
 	// (BERTH_ADMIN_USER, default "admin"; BERTH_ADMIN_PASSWORD). With a
@@ -269,7 +275,11 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	if s.images, err = s.openImages(ctx, st); err != nil {
 		return nil, err
 	}
-	gnet := guestNetwork(ctx, o.DataDir, o.Log)
+	gcfg := o.GuestNetwork
+	if gcfg.StateDir == "" {
+		gcfg.StateDir = filepath.Join(o.DataDir, "net")
+	}
+	gnet := guestNetwork(ctx, gcfg, o.Log)
 	ds, closers, err := drivers.Open(drivers.Config{
 		Options: o.Drivers, DataDir: o.DataDir, AgentCommand: o.AgentCommand, AgentEnv: o.AgentEnv,
 		Images: s.images, Net: gnet, Log: o.Log,
