@@ -30,7 +30,7 @@ func main() {
 			os.Exit(agent.Main(ctx, args[1:], os.Stderr))
 		case "host":
 			// Checks and prepares this machine; needs no server.
-			os.Exit(hostcheck.Main(ctx, args[1:], os.Stdout, os.Stderr))
+			os.Exit(hostcheck.Main(ctx, args[1:], driverOptions(), os.Stdout, os.Stderr))
 		}
 	}
 	os.Exit(cli.Run(ctx, args, os.Stdin, os.Stdout, os.Stderr))

@@ -32,6 +32,7 @@ import (
 	"github.com/berth-dev/berth/internal/agentbin"
 	"github.com/berth-dev/berth/internal/hostnet"
 	"github.com/berth-dev/berth/internal/vm/container"
+	"github.com/berth-dev/berth/internal/vm/drivers"
 	"github.com/berth-dev/berth/internal/vm/kvm"
 	"github.com/berth-dev/berth/internal/vm/libvirt"
 )
@@ -75,17 +76,19 @@ type Host struct {
 	accel func() accelFinding // set by Check: findAccel, once
 }
 
-// ThisHost describes this machine with the guest network of dataDir.
-func ThisHost(dataDir string) (Host, error) {
+// ThisHost describes this machine with the guest network of dataDir and
+// the drivers' settings o (cmd/berth reads them, for berth serve and berth
+// host alike).
+func ThisHost(dataDir string, o drivers.Options) (Host, error) {
 	c, err := hostnet.ConfigFromEnv(dataDir)
 	if err != nil {
 		return Host{}, err
 	}
 	return Host{
-		Net: c, KVM: "/dev/kvm", LibvirtSocket: os.Getenv("BERTH_LIBVIRT_SOCKET"), Root: os.Geteuid() == 0, LookBin: exec.LookPath,
-		Agent: os.Getenv("BERTH_CONTAINER_AGENT"), GuestAgent: os.Getenv("BERTH_GUEST_AGENT"),
-		GuestKernel: os.Getenv("BERTH_GUEST_KERNEL"), GuestModules: os.Getenv("BERTH_GUEST_MODULES"), GuestInitrd: os.Getenv("BERTH_GUEST_INITRD"),
-		Accel: os.Getenv("BERTH_KVM_ACCEL"),
+		Net: c, KVM: "/dev/kvm", LibvirtSocket: o.LibvirtSocket, Root: os.Geteuid() == 0, LookBin: exec.LookPath,
+		Agent: o.ContainerAgent, GuestAgent: o.GuestAgent,
+		GuestKernel: o.GuestKernel.Path, GuestModules: o.GuestKernel.Modules, GuestInitrd: o.GuestKernel.Initrd,
+		Accel: o.KVMAccel,
 		ProbeKVM: func(ctx context.Context, kernel string) kvm.ProbeResult {
 			bb, err := exec.LookPath("busybox")
 			if err != nil {
@@ -645,12 +648,12 @@ const usage = `Usage: berth host check [--data-dir DIR] [--require DRIVER,...] [
 // Main runs `berth host ARGS` (args exclude "host") and returns the exit
 // code: 0 success, 1 a driver named by --require is unavailable or setup
 // failed, 2 usage.
-func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	return hostMain(ctx, args, stdout, stderr, Cgroups{})
+func Main(ctx context.Context, args []string, o drivers.Options, stdout, stderr io.Writer) int {
+	return hostMain(ctx, args, o, stdout, stderr, Cgroups{})
 }
 
 // hostMain is Main with the cgroup layout setup prepares.
-func hostMain(ctx context.Context, args []string, stdout, stderr io.Writer, cg Cgroups) int {
+func hostMain(ctx context.Context, args []string, o drivers.Options, stdout, stderr io.Writer, cg Cgroups) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(stdout, usage)
 		if len(args) == 0 {
@@ -675,7 +678,7 @@ func hostMain(ctx context.Context, args []string, stdout, stderr io.Writer, cg C
 		fmt.Fprintf(stderr, "berth host %s: unexpected argument %q\n%s", sub, fs.Arg(0), usage)
 		return 2
 	}
-	h, err := ThisHost(*dataDir)
+	h, err := ThisHost(*dataDir, o)
 	if err != nil {
 		fmt.Fprintf(stderr, "error: %v\n", err)
 		return 2

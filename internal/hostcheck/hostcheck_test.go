@@ -17,6 +17,7 @@ import (
 
 	"github.com/berth-dev/berth/internal/hostnet"
 	"github.com/berth-dev/berth/internal/hostnet/netnstest"
+	"github.com/berth-dev/berth/internal/vm/drivers"
 	"github.com/berth-dev/berth/internal/vm/kvm"
 )
 
@@ -206,18 +207,18 @@ func TestCheckLibvirt(t *testing.T) {
 
 func TestMainUsage(t *testing.T) {
 	var out, errOut bytes.Buffer
-	if code := Main(t.Context(), nil, &out, &errOut); code != 2 {
+	if code := Main(t.Context(), nil, drivers.Options{}, &out, &errOut); code != 2 {
 		t.Errorf("berth host: exit %d, want 2", code)
 	}
-	if code := Main(t.Context(), []string{"frobnicate"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "unknown subcommand") {
+	if code := Main(t.Context(), []string{"frobnicate"}, drivers.Options{}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "unknown subcommand") {
 		t.Errorf("berth host frobnicate: exit %d, stderr %q", code, errOut.String())
 	}
 	errOut.Reset()
-	if code := Main(t.Context(), []string{"check", "--require", "nope", "--data-dir", t.TempDir()}, &out, &errOut); code != 2 {
+	if code := Main(t.Context(), []string{"check", "--require", "nope", "--data-dir", t.TempDir()}, drivers.Options{}, &out, &errOut); code != 2 {
 		t.Errorf("--require nope: exit %d, want 2", code)
 	}
 	out.Reset()
-	if code := Main(t.Context(), []string{"check", "-o", "json", "--data-dir", t.TempDir()}, &out, &errOut); code != 0 || !strings.Contains(out.String(), `"driver": "container"`) {
+	if code := Main(t.Context(), []string{"check", "-o", "json", "--data-dir", t.TempDir()}, drivers.Options{}, &out, &errOut); code != 0 || !strings.Contains(out.String(), `"driver": "container"`) {
 		t.Errorf("check -o json: exit %d, output %s", code, out.String())
 	}
 }
@@ -456,7 +457,7 @@ func TestMainSetup(t *testing.T) {
 	cg, _ := fakeHybrid(t, "hugetlb")
 	run := func() string {
 		var out, errOut bytes.Buffer
-		if code := hostMain(t.Context(), []string{"setup", "--data-dir", dataDir}, &out, &errOut, cg); code != 0 {
+		if code := hostMain(t.Context(), []string{"setup", "--data-dir", dataDir}, drivers.Options{}, &out, &errOut, cg); code != 0 {
 			t.Fatalf("berth host setup: exit %d: %s%s", code, out.String(), errOut.String())
 		}
 		return out.String()
