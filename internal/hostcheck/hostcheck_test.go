@@ -253,20 +253,6 @@ func fakeHybrid(t *testing.T, ctls ...string) (Cgroups, *[]string) {
 	}}, &mounted
 }
 
-// rules is every iptables rule of the filter and nat tables, in order.
-func rules(t *testing.T) string {
-	t.Helper()
-	var all []string
-	for _, table := range []string{"filter", "nat"} {
-		out, err := exec.Command("iptables", "-w", "-t", table, "-S").CombinedOutput()
-		if err != nil {
-			t.Fatalf("iptables -t %s -S: %v: %s", table, err, out)
-		}
-		all = append(all, string(out))
-	}
-	return strings.Join(all, "")
-}
-
 // TestSetup prepares the host inside the tests' own network namespace,
 // with a fake hybrid cgroup layout, twice: the first run creates the
 // directories and the bridge and moves the unified hierarchy's
@@ -287,11 +273,11 @@ func TestSetup(t *testing.T) {
 	if err := Setup(t.Context(), p, func(s Step) { first = append(first, s) }); err != nil {
 		t.Fatalf("Setup: %v (steps %v)", err, first)
 	}
-	once := rules(t)
+	once := netnstest.Rules(t)
 	if err := Setup(t.Context(), p, func(s Step) { second = append(second, s) }); err != nil {
 		t.Fatalf("second Setup: %v (steps %v)", err, second)
 	}
-	if twice := rules(t); twice != once {
+	if twice := netnstest.Rules(t); twice != once {
 		t.Errorf("the rules after two Setups differ from those after one:\n%s\nvs\n%s", twice, once)
 	}
 	if got := strings.Join(*mounted, " "); got != "hugetlb misc" {

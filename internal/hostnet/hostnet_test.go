@@ -311,20 +311,6 @@ func TestNewNetnsLeavesThreads(t *testing.T) {
 	}
 }
 
-// ruleSet is every iptables rule of the filter and nat tables, in order.
-func ruleSet(t *testing.T) string {
-	t.Helper()
-	var all []string
-	for _, table := range []string{"filter", "nat"} {
-		out, err := exec.Command("iptables", "-w", "-t", table, "-S").CombinedOutput()
-		if err != nil {
-			t.Fatalf("iptables -t %s -S: %v: %s", table, err, out)
-		}
-		all = append(all, string(out))
-	}
-	return strings.Join(all, "")
-}
-
 // prepare runs Prepare and returns its steps.
 func prepare(t *testing.T, c Config) []Step {
 	t.Helper()
@@ -357,9 +343,9 @@ func TestPrepareIdempotent(t *testing.T) {
 		if !slices.ContainsFunc(first, func(s Step) bool { return s.Changed }) {
 			t.Errorf("egress %v: the first Prepare changed nothing: %v", egress, first)
 		}
-		once := ruleSet(t)
+		once := netnstest.Rules(t)
 		second := prepare(t, c)
-		if twice := ruleSet(t); twice != once {
+		if twice := netnstest.Rules(t); twice != once {
 			t.Errorf("egress %v: the rules after two Prepares differ from those after one:\n%s\nvs\n%s", egress, twice, once)
 		}
 		for _, s := range second {

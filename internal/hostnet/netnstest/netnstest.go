@@ -109,3 +109,19 @@ func Require(t testing.TB) string {
 	}
 	return name
 }
+
+// Rules is every iptables rule of the filter and nat tables of the
+// calling thread's network namespace, in order: what a test compares
+// before and after a setup to see that it added nothing twice.
+func Rules(t testing.TB) string {
+	t.Helper()
+	var all []string
+	for _, table := range []string{"filter", "nat"} {
+		out, err := exec.Command("iptables", "-w", "-t", table, "-S").CombinedOutput()
+		if err != nil {
+			t.Fatalf("iptables -t %s -S: %v: %s", table, err, out)
+		}
+		all = append(all, string(out))
+	}
+	return strings.Join(all, "")
+}
