@@ -33,6 +33,7 @@ type upstreamConn struct {
 	// connection has no socket to check.
 	peek *peeker
 	wait waitTimer // bounds the wait for each response head
+	rs   respState // the response being read (h1resp.go)
 }
 
 // connPool holds a backend's idle connections, most recently used last: the

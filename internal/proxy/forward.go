@@ -139,11 +139,11 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request, d *Deployment, b
 	var resp *http.Response
 	var wdone chan error // the request body writer's result
 	var bodyDone bool    // the body was written before the response head was read
-	var stop func() bool
+	var link abortLink
 	for {
 		// A client that goes away must not leave the backend working for
 		// nobody: a past deadline unblocks whatever waits on c.
-		stop = context.AfterFunc(ctx, c.abort)
+		link = linkAbort(ctx, w, c)
 		var err error
 		resp, wdone, err = h.send(w, r, b, c, hasBody)
 		if err == nil {
@@ -153,7 +153,7 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request, d *Deployment, b
 			bodyDone = bodyWritten(wdone)
 			break
 		}
-		stop()
+		link.unlink()
 		c.Close()
 		// A kept-alive connection may have been closed by the backend just
 		// as it was reused, before the request arrived. An idempotent
@@ -190,11 +190,11 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request, d *Deployment, b
 			hdr[http.TrailerPrefix+k] = vv
 		}
 	}
-	reusable := ok && stop() && !resp.Close && bodyDone
+	reusable := ok && link.unlink() && !resp.Close && bodyDone
 	if reusable {
 		b.conns.put(c)
 	} else {
-		stop()
+		link.unlink()
 		c.Close()
 	}
 	if rerr != nil && werr == nil && ctx.Err() == nil {
@@ -206,6 +206,37 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request, d *Deployment, b
 		abort = ctx.Value(http.ServerContextKey) != nil || ctx.Value(frontKey{}) != nil
 	}
 	return status, false, abort
+}
+
+// abortLink aborts an upstream connection when the request's context ends
+// (the client went away), as context.AfterFunc(ctx, c.abort) does. For the
+// front end's requests, whose context is their connection's, it costs no
+// allocation: the connection holds the exchange's upstream connection and
+// aborts it itself (h1conn.abortUpstream).
+type abortLink struct {
+	fc   *h1conn
+	c    *upstreamConn
+	stop func() bool
+}
+
+func linkAbort(ctx context.Context, w http.ResponseWriter, c *upstreamConn) abortLink {
+	if fw, ok := w.(*h1Writer); ok && ctx == fw.c.ctx {
+		fw.c.upstream.Store(c)
+		if ctx.Err() != nil && fw.c.upstream.CompareAndSwap(c, nil) {
+			c.abort() // it ended before the link: abort now, as AfterFunc would
+		}
+		return abortLink{fc: fw.c, c: c}
+	}
+	return abortLink{stop: context.AfterFunc(ctx, c.abort)}
+}
+
+// unlink ends the link and reports whether the abort had not run, like
+// the stop function of context.AfterFunc; only the first call can be true.
+func (l abortLink) unlink() bool {
+	if l.fc != nil {
+		return l.fc.upstream.CompareAndSwap(l.c, nil)
+	}
+	return l.stop()
 }
 
 // send writes r's head (and, from another goroutine, its body) to c and reads
@@ -244,8 +275,9 @@ func (h *Handler) await(w http.ResponseWriter, r *http.Request, c *upstreamConn,
 	if _, err := c.br.Peek(1); err != nil {
 		return nil, wdone, err
 	}
+	rs := scratchFor(w)
 	for {
-		resp, err := http.ReadResponse(c.br, r)
+		resp, err := c.readResponse(r, rs)
 		if err != nil {
 			return nil, wdone, err
 		}

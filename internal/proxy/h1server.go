@@ -42,6 +42,14 @@ import (
 // request on, net/http owns the connection (and the Handler's entry checks,
 // entry.go, are what is left of the front end's).
 //
+// The request's strings (method, target, URL, header names and values, Host)
+// and those of the backend's response head point into the connection's
+// buffers, which the next request on the connection reuses: they are valid
+// while ServeHTTP runs. What outlives the request — a map key, a log
+// handler that keeps records, a goroutine — must strings.Clone what it keeps.
+// That is what lets a keep-alive request cost no allocation at all
+// (TestKeepAliveGETAllocs).
+//
 // A client hanging up is noticed the way net/http does it — a read on the
 // connection while the backend works, once the request (and its body) has
 // been read — but only for requests still running after watchAfter, so a
@@ -306,6 +314,11 @@ type h1conn struct {
 	// without configured timeouts it must be cleared before reading.
 	dirty    bool
 	watchBuf [1]byte
+	rs       respScratch // backend response heads (h1resp.go)
+	// upstream is the backend connection of the exchange under way, which
+	// the end of ctx aborts (see abortLink); unlinkCtx stops that watch.
+	upstream  atomic.Pointer[upstreamConn]
+	unlinkCtx func() bool
 }
 
 var connPoolH1 sync.Pool
@@ -329,6 +342,7 @@ func newH1conn(s *H1Server, rwc net.Conn, hl *handoffListener, base context.Cont
 	c.bw.Reset(rwc)
 	c.p.maxBytes = s.maxHeader
 	c.ctx, c.cancel = context.WithCancel(base)
+	c.unlinkCtx = context.AfterFunc(c.ctx, c.abortUpstream)
 	c.tmpl = new(http.Request).WithContext(c.ctx)
 	c.remote = rwc.RemoteAddr().String()
 	c.state.Store(connIdle)
@@ -338,20 +352,38 @@ func newH1conn(s *H1Server, rwc net.Conn, hl *handoffListener, base context.Cont
 
 // release returns c's buffers to the pool. Nothing may use c afterwards.
 func (c *h1conn) release() {
+	// A watch that fired already may still be running abortUpstream: c
+	// is then left to the garbage collector rather than reused.
+	fired := c.unlinkCtx != nil && !c.unlinkCtx()
 	if c.cancel != nil {
 		c.cancel()
 	}
+	if fired {
+		return
+	}
 	c.s, c.rwc, c.hl, c.cr.c = nil, nil, nil, nil
-	c.ctx, c.cancel, c.tmpl = nil, nil, nil
+	c.ctx, c.cancel, c.tmpl, c.unlinkCtx = nil, nil, nil, nil
+	c.upstream.Store(nil)
 	c.req = http.Request{}
 	if cap(c.p.raw) > 64<<10 {
 		// A huge head's buffers are not kept for every later connection.
 		c.p.raw, c.p.ends, c.p.vals = nil, nil, nil
 	}
+	if cap(c.rs.text) > 64<<10 {
+		c.rs = respScratch{}
+	}
 	c.br.Reset(nil)
 	c.bw.Reset(nil)
 	clear(c.w.hdr)
 	connPoolH1.Put(c)
+}
+
+// abortUpstream aborts the backend connection of the exchange under way,
+// if any, when the connection's context ends.
+func (c *h1conn) abortUpstream() {
+	if u := c.upstream.Swap(nil); u != nil {
+		u.abort()
+	}
 }
 
 // serve runs the connection's request loop.
