@@ -67,6 +67,7 @@ var rules = []struct {
 	{mod + "/internal/site", []string{mod + "/"}, "file serving is a leaf"},
 	{mod + "/internal/store", []string{mod + "/"}, "the store knows nothing of its users"},
 	{mod + "/internal/spec", []string{mod + "/internal/proxy", mod + "/internal/registry", mod + "/internal/admin", mod + "/internal/server", mod + "/internal/store"}, "validation is pure"},
+	{mod + "/internal/proxy/proxytest", []string{mod + "/internal/"}, "raw HTTP/1.1 peers for measuring the data plane know nothing of berth"},
 	{mod + "/internal/proxy", []string{mod + "/internal/admin", mod + "/internal/store", mod + "/internal/server", mod + "/internal/registry", mod + "/internal/spec", mod + "/apitype"}, "the data plane depends only on routing and its own types"},
 	{mod + "/internal/registry", []string{mod + "/internal/admin", mod + "/internal/server"}, "the registry is below the API"},
 	{mod + "/internal/autoscale", []string{mod + "/"}, "scaling decisions are pure"},
@@ -111,7 +112,7 @@ var rules = []struct {
 }
 
 // testHelpers are packages only tests import.
-var testHelpers = []string{mod + "/internal/vm/vmtest", mod + "/internal/vm/vmfake", mod + "/internal/server/servertest", mod + "/internal/contracttest", mod + "/internal/archtest"}
+var testHelpers = []string{mod + "/internal/vm/vmtest", mod + "/internal/vm/vmfake", mod + "/internal/server/servertest", mod + "/internal/proxy/proxytest", mod + "/internal/contracttest", mod + "/internal/archtest"}
 
 // TestEveryPackageHasARule: a package no rule names could import anything;
 // each one says where it sits.

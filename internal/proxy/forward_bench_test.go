@@ -1,55 +1,12 @@
 package proxy_test
 
 import (
-	"bufio"
-	"net"
 	"net/http"
-	"strings"
 	"testing"
 
 	"github.com/berth-dev/berth/internal/proxy"
+	"github.com/berth-dev/berth/internal/proxy/proxytest"
 )
-
-// rawUpstream is a minimal keep-alive HTTP/1.1 server that answers every
-// request head with the same 100-byte response. It allocates next to nothing,
-// so the allocations BenchmarkForward reports are the proxy's.
-func rawUpstream(tb testing.TB) string {
-	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { ln.Close() })
-	resp := []byte("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 100\r\n\r\n" + strings.Repeat("x", 99) + "\n")
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					// A request without a body ends at the first empty line.
-					for {
-						line, err := br.ReadSlice('\n')
-						if err != nil {
-							return
-						}
-						if len(line) <= 2 {
-							break
-						}
-					}
-					if _, err := c.Write(resp); err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
-	return ln.Addr().String()
-}
 
 // discardWriter is a reusable http.ResponseWriter that keeps nothing.
 type discardWriter struct {
@@ -66,7 +23,7 @@ func (w *discardWriter) Write(p []byte) (int, error) { w.n += len(p); return len
 // (no inbound server) for a GET forwarded over a kept-alive connection to a
 // minimal upstream. Its allocations are the data plane's per-request garbage.
 func BenchmarkForward(b *testing.B) {
-	addr := rawUpstream(b)
+	addr := proxytest.RawUpstream(b, 100)
 	h := proxy.New(proxy.Options{})
 	h.Swap(table(entry{static("bench", proxy.NewBackend("bench-1", addr, false)), catchAll}))
 	req, err := http.NewRequest(http.MethodGet, "http://bench.test/path?q=1", nil)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/internal/proxy"
+	"github.com/berth-dev/berth/internal/proxy/proxytest"
 	"github.com/berth-dev/berth/internal/route"
 )
 
@@ -447,7 +448,7 @@ func TestH1PanicRecovered(t *testing.T) {
 // keep-alive client and the minimal upstream of BenchmarkForward, so the
 // allocations reported are the front end's and the forwarder's.
 func BenchmarkH1(b *testing.B) {
-	addr := rawUpstream(b)
+	addr := proxytest.RawUpstream(b, 100)
 	h := proxy.New(proxy.Options{})
 	h.Swap(table(entry{static("bench", proxy.NewBackend("bench-1", addr, false)), catchAll}))
 	paddr, _ := startH1(b, h, proxy.H1Options{})
