@@ -177,7 +177,7 @@ func (c *upstreamConn) fastResponse(r *http.Request, rs *respScratch) (_ *http.R
 	resp := &st.resp
 	*resp = http.Response{
 		StatusCode: status,
-		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: minor,
+		Proto:      "HTTP/1.1", ProtoMajor: 1, ProtoMinor: minor,
 		Header: hdr, Request: r, ContentLength: cl,
 	}
 	if minor == 0 {
