@@ -3,8 +3,10 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"io"
 	"net/http"
+	"net/textproto"
 	"strings"
 	"unsafe"
 )
@@ -165,8 +167,8 @@ func (c *upstreamConn) fastResponse(r *http.Request, rs *respScratch) (_ *http.R
 	if rs != nil {
 		rs.vals = vals[:0]
 	}
-	if chunked && cl >= 0 {
-		return nil, false // both: net/http's rules decide
+	if chunked && (cl >= 0 || minor == 0) {
+		return nil, false // both, or HTTP/1.0 (which has no chunks): net/http's rules decide
 	}
 	noBody := r.Method == http.MethodHead || status == http.StatusNoContent || status == http.StatusNotModified
 	if !noBody && !chunked && cl < 0 {
@@ -188,13 +190,14 @@ func (c *upstreamConn) fastResponse(r *http.Request, rs *respScratch) (_ *http.R
 	}
 	switch {
 	case noBody:
+		// A HEAD response's length is the one it announces (-1 when
+		// chunked or none); 204 and 304 have none.
 		resp.Body = http.NoBody
 		if r.Method != http.MethodHead {
 			resp.ContentLength = 0
 		}
 		if chunked {
 			delete(hdr, "Transfer-Encoding")
-			resp.ContentLength = -1
 		}
 	case chunked:
 		delete(hdr, "Transfer-Encoding")
@@ -212,6 +215,8 @@ func (c *upstreamConn) fastResponse(r *http.Request, rs *respScratch) (_ *http.R
 }
 
 var chunkedTE = []string{"chunked"}
+
+var errLongTrailer = errors.New("suspiciously long trailer after chunked body")
 
 // parseStatusLine parses "HTTP/1.x SSS[ reason]".
 func parseStatusLine(line []byte) (status, minor int, ok bool) {
@@ -291,36 +296,42 @@ func (b *chunkedBody) Read(p []byte) (int, error) {
 func (b *chunkedBody) Close() error { return nil }
 
 // readTrailer reads the trailer section after the last chunk into
-// resp.Trailer.
+// resp.Trailer, as net/http's body reader does (with its reader: trailers
+// are rare, and read alike).
 func readTrailer(br *bufio.Reader, resp *http.Response) error {
-	total := 0
-	for {
-		line, err := br.ReadSlice('\n')
-		total += len(line)
-		if total > maxTrailerBytes || err == bufio.ErrBufferFull {
-			return &bodyError{"response trailer too large"}
+	b, err := br.Peek(2)
+	if len(b) == 2 && b[0] == '\r' && b[1] == '\n' {
+		br.Discard(2)
+		return nil
+	}
+	if len(b) < 2 {
+		return io.ErrUnexpectedEOF
+	}
+	if err != nil {
+		return err
+	}
+	// The section must end within the buffer (net/http's bound on it).
+	for n := 4; ; n++ {
+		b, err := br.Peek(n)
+		if bytes.HasSuffix(b, crlfcrlf) {
+			break
 		}
 		if err != nil {
-			if err == io.EOF {
-				err = io.ErrUnexpectedEOF
-			}
-			return err
+			return errLongTrailer
 		}
-		if len(line) < 2 || line[len(line)-2] != '\r' {
-			return &bodyError{"malformed trailer: line not terminated by CRLF"}
-		}
-		if len(line) == 2 {
-			return nil
-		}
-		k, v, ok := bytes.Cut(line[:len(line)-2], []byte(":"))
-		value := trimOWS(string(v))
-		if !ok || len(k) == 0 || !canonicalizeKey(k) || !validFieldValue(value) {
-			return &bodyError{"malformed trailer field"}
-		}
-		key := string(k)
-		if resp.Trailer == nil {
-			resp.Trailer = make(http.Header)
-		}
-		resp.Trailer[key] = append(resp.Trailer[key], value)
 	}
+	hdr, err := textproto.NewReader(br).ReadMIMEHeader()
+	if err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return err
+	}
+	if len(hdr) > 0 && resp.Trailer == nil {
+		resp.Trailer = make(http.Header, len(hdr))
+	}
+	for k, vv := range hdr {
+		resp.Trailer[k] = append(resp.Trailer[k], vv...)
+	}
+	return nil
 }
