@@ -100,9 +100,12 @@ func (b *Backend) vmIDHeader() []string {
 
 func (b *Backend) available() bool { return b.healthy.Load() && !b.draining.Load() }
 
-func (b *Backend) release() {
+func (b *Backend) release() { b.releaseAt(time.Now()) }
+
+// releaseAt returns a slot at a time the caller read from the clock.
+func (b *Backend) releaseAt(now time.Time) {
 	b.inFlight.Add(-1)
-	b.lastUsed.Store(time.Now().UnixNano())
+	b.lastUsed.Store(now.UnixNano())
 }
 
 // Pool is the set of backends of one deployment. Membership is copy-on-write:
@@ -170,7 +173,7 @@ var errNoBackend = errors.New("no healthy backend available for deployment")
 // the first in list order) and takes a slot on it. The drain check is repeated
 // after the slot is taken so a concurrent Drain never loses a request to a
 // backend that has started draining.
-func (p *Pool) acquire(tried []*Backend) *Backend {
+func (p *Pool) acquire(tried []*Backend, now time.Time) *Backend {
 	for {
 		var best *Backend
 		var bestN int64
@@ -187,7 +190,7 @@ func (p *Pool) acquire(tried []*Backend) *Backend {
 		}
 		best.inFlight.Add(1)
 		if !best.draining.Load() {
-			best.lastUsed.Store(time.Now().UnixNano())
+			best.lastUsed.Store(now.UnixNano())
 			return best
 		}
 		best.inFlight.Add(-1)
@@ -214,7 +217,7 @@ type Timeline struct {
 // when none is available. The caller must call Release on it when done.
 // Exec and shell sessions hold a slot this way for their lifetime, which
 // keeps a replica from being scaled away under them.
-func (p *Pool) Acquire() *Backend { return p.acquire(nil) }
+func (p *Pool) Acquire() *Backend { return p.acquire(nil, time.Now()) }
 
 // AcquireBackend takes a slot on b itself, refusing (false) when it is
 // draining or unhealthy.

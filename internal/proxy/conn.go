@@ -52,7 +52,7 @@ type connPool struct {
 // one non-blocking peek at the socket, on every reuse: a connection reused
 // a microsecond after its last response may still have unasked bytes behind
 // it.
-func (p *connPool) get() *upstreamConn {
+func (p *connPool) get(now time.Time) *upstreamConn {
 	for {
 		p.mu.Lock()
 		n := len(p.idle)
@@ -64,7 +64,7 @@ func (p *connPool) get() *upstreamConn {
 		p.idle[n-1] = nil
 		p.idle = p.idle[:n-1]
 		p.mu.Unlock()
-		if time.Since(c.idleSince) < idleTimeout && c.alive() {
+		if now.Sub(c.idleSince) < idleTimeout && c.alive() {
 			return c
 		}
 		c.Close()
@@ -74,12 +74,12 @@ func (p *connPool) get() *upstreamConn {
 // put returns a connection whose last response was read exactly to its end.
 // Bytes already buffered beyond it mean the backend sent more than it was
 // asked for: the connection is closed instead.
-func (p *connPool) put(c *upstreamConn) {
+func (p *connPool) put(c *upstreamConn, now time.Time) {
 	if c.br.Buffered() > 0 {
 		c.Close()
 		return
 	}
-	c.idleSince = time.Now()
+	c.idleSince = now
 	p.mu.Lock()
 	if len(p.idle) >= maxIdlePerBackend {
 		old := p.idle[0]
@@ -265,12 +265,11 @@ type waitTimer struct {
 	expired  bool      // the current wait passed its deadline
 }
 
-// start begins a wait of d (none when d <= 0).
-func (w *waitTimer) start(d time.Duration) {
+// start begins a wait of d (none when d <= 0) at now.
+func (w *waitTimer) start(d time.Duration, now time.Time) {
 	if d <= 0 {
 		return
 	}
-	now := time.Now()
 	w.mu.Lock()
 	w.d, w.deadline, w.expired = d, now.Add(d), false
 	if !w.armed {

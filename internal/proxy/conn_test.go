@@ -75,18 +75,18 @@ func TestWaitTimer(t *testing.T) {
 		aborts := func() int32 { return n.Load() }
 		w := &waitTimer{abort: func() { n.Add(1) }}
 
-		w.start(d) // arms the timer for t+1m
+		w.start(d, time.Now()) // arms the timer for t+1m
 		time.Sleep(d / 2)
 		if w.stop() {
 			t.Fatal("a wait of half the timeout expired")
 		}
-		w.start(d) // deadline t+1m30s; the timer still fires at t+1m
+		w.start(d, time.Now()) // deadline t+1m30s; the timer still fires at t+1m
 		time.Sleep(d * 3 / 4)
 		if w.stop() || aborts() != 0 {
 			t.Fatalf("a wait of 3/4 of the timeout expired (aborts %d)", aborts())
 		}
 
-		w.start(d)
+		w.start(d, time.Now())
 		for range 4 {
 			time.Sleep(d / 2)
 			w.extend()
@@ -95,7 +95,7 @@ func TestWaitTimer(t *testing.T) {
 			t.Fatalf("a wait extended every half timeout expired (aborts %d)", aborts())
 		}
 
-		w.start(d)
+		w.start(d, time.Now())
 		time.Sleep(d + time.Second)
 		w.extend() // too late: expiry is final
 		if expired := w.stop(); !expired || aborts() != 1 {
@@ -105,7 +105,7 @@ func TestWaitTimer(t *testing.T) {
 		if aborts() != 1 {
 			t.Fatalf("aborts %d while idle", aborts())
 		}
-		w.start(d)
+		w.start(d, time.Now())
 		if w.stop() {
 			t.Fatal("a new wait started expired")
 		}

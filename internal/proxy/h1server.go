@@ -303,12 +303,14 @@ type h1conn struct {
 	remote string
 	state  atomic.Int32
 
-	watch     atomic.Int32
-	watchMu   sync.Mutex // orders the watch's deadline against disarm's
-	stopWatch bool       // disarm has begun; guarded by watchMu
-	watchT    *time.Timer
-	watchDone chan struct{}
-	gone      bool // the watcher saw the client hang up
+	watch        atomic.Int32
+	watchPending atomic.Bool  // the watch timer is pending (see arm)
+	watchFrom    atomic.Int64 // the watched request's start, since clockBase
+	watchMu      sync.Mutex   // orders the watch's deadline against disarm's
+	stopWatch    bool         // disarm has begun; guarded by watchMu
+	watchT       *time.Timer
+	watchDone    chan struct{}
+	gone         bool // the watcher saw the client hang up
 	// dirty means the read deadline may be one set for something else
 	// than reading the next request (a watch's end, a drain), so that
 	// without configured timeouts it must be cleared before reading.
@@ -319,6 +321,10 @@ type h1conn struct {
 	// the end of ctx aborts (see abortLink); unlinkCtx stops that watch.
 	upstream  atomic.Pointer[upstreamConn]
 	unlinkCtx func() bool
+	// now is the request's latest clock read: when its head was read, then
+	// when the backend's response came (see Handler.forward). idleAt is
+	// when the idle deadline in force was set; zero when another is.
+	now, idleAt time.Time
 }
 
 var connPoolH1 sync.Pool
@@ -347,6 +353,7 @@ func newH1conn(s *H1Server, rwc net.Conn, hl *handoffListener, base context.Cont
 	c.remote = rwc.RemoteAddr().String()
 	c.state.Store(connIdle)
 	c.gone, c.dirty = false, false
+	c.idleAt = time.Time{}
 	return c
 }
 
@@ -428,7 +435,15 @@ func (c *h1conn) serveOne(first bool) (next, handedOff bool) {
 		}
 	} else if c.br.Buffered() == 0 {
 		if s.idle > 0 {
-			c.rwc.SetReadDeadline(time.Now().Add(s.idle))
+			// Setting a deadline costs three clock reads and a timer
+			// update; the idle deadline in force is kept while it is
+			// younger than an eighth of the timeout (c.now is the last
+			// request's latest clock read), so a connection idles for
+			// 7/8 to all of IdleTimeout.
+			if c.dirty || c.idleAt.IsZero() || c.now.Sub(c.idleAt) > s.idle/8 {
+				c.idleAt = time.Now()
+				c.rwc.SetReadDeadline(c.idleAt.Add(s.idle))
+			}
 		} else if c.dirty {
 			c.rwc.SetReadDeadline(time.Time{})
 		}
@@ -448,6 +463,7 @@ func (c *h1conn) serveOne(first bool) (next, handedOff bool) {
 		if bytes.Index(buf, crlfcrlf) < 0 {
 			if s.readHeader > 0 {
 				c.rwc.SetReadDeadline(time.Now().Add(s.readHeader))
+				c.idleAt = time.Time{}
 			} else if c.dirty {
 				c.rwc.SetReadDeadline(time.Time{})
 			}
@@ -466,6 +482,7 @@ func (c *h1conn) serveOne(first bool) (next, handedOff bool) {
 		}
 		return false, false // the client went away or was too slow
 	}
+	c.now = time.Now()
 	head := &c.p.head
 	if c.forSite(head) {
 		c.handOff()
@@ -487,6 +504,7 @@ func (c *h1conn) serveOne(first bool) (next, handedOff bool) {
 		}
 		c.rwc.SetReadDeadline(time.Time{})
 		c.dirty = body.timeout > 0
+		c.idleAt = time.Time{}
 	}
 	*r = *c.tmpl
 	r.Method = head.method
@@ -698,18 +716,31 @@ func (c *h1conn) armAfterBody() {
 	}
 }
 
-// arm starts the hang-up watch timer for a request without a body, or whose
-// body has been read.
+// arm starts the hang-up watch for a request without a body, or whose body
+// has been read, counting from the request's clock read (c.now).
+//
+// The timer is lazy, as waitTimer is, so that a request costs no timer
+// operation: it stays pending across requests, and when it fires it starts
+// the watch if the request under way is old enough, waits out the rest of
+// it for a younger one, or (no request) stops until the next arm.
+// watchPending says the timer is pending; arm and the timer hand the job
+// of re-arming it over with compare-and-swaps, so that neither misses the
+// other.
 func (c *h1conn) arm() {
+	c.watchFrom.Store(int64(c.now.Sub(clockBase)))
 	c.watch.Store(watchArmed)
-	c.watchT.Reset(watchAfter)
+	if c.watchPending.CompareAndSwap(false, true) {
+		c.watchT.Reset(watchAfter)
+	}
 }
 
-// disarm ends the watch: the timer is stopped, or the read it started is
-// interrupted and waited for.
+// clockBase anchors the watch's times (monotonic durations since it).
+var clockBase = time.Now()
+
+// disarm ends the watch: the timer is left to find no request, or the read
+// it started is interrupted and waited for.
 func (c *h1conn) disarm() {
 	if c.watch.CompareAndSwap(watchArmed, watchOff) {
-		c.watchT.Stop()
 		return
 	}
 	if c.watch.Load() == watchOff {
@@ -730,9 +761,27 @@ func (c *h1conn) disarm() {
 // kept for the next request) or hangs up (the request's context is then
 // canceled, which stops the backend's work), or disarm interrupts it.
 func (c *h1conn) watchClient() {
-	if !c.watch.CompareAndSwap(watchArmed, watchReading) {
-		return
+	for {
+		if c.watch.Load() != watchArmed {
+			// No request to watch: the timer stops, unless an arm
+			// came just now and left re-arming it to this run.
+			c.watchPending.Store(false)
+			if c.watch.Load() != watchArmed || !c.watchPending.CompareAndSwap(false, true) {
+				return
+			}
+			continue
+		}
+		if left := watchAfter - (time.Since(clockBase) - time.Duration(c.watchFrom.Load())); left > 0 {
+			c.watchT.Reset(left) // a younger request: wait out the rest
+			return
+		}
+		if c.watch.CompareAndSwap(watchArmed, watchReading) {
+			break
+		}
 	}
+	// The timer is done; the next arm, after disarm has seen this read
+	// end, starts it again.
+	c.watchPending.Store(false)
 	// The deadline is cleared unless disarm came first: its deadline in
 	// the past must win, or this read could wait for ever.
 	c.watchMu.Lock()

@@ -444,27 +444,20 @@ func TestH1PanicRecovered(t *testing.T) {
 	}
 }
 
-// BenchmarkH1 measures the front end end to end over loopback TCP with a raw
-// keep-alive client and the minimal upstream of BenchmarkForward, so the
-// allocations reported are the front end's and the forwarder's.
+// BenchmarkH1 measures the front end end to end over loopback TCP with a
+// keep-alive client and upstream that allocate nothing (proxytest), so the
+// allocations and most of the CPU reported are the front end's and the
+// forwarder's.
 func BenchmarkH1(b *testing.B) {
 	addr := proxytest.RawUpstream(b, 100)
 	h := proxy.New(proxy.Options{})
 	h.Swap(table(entry{static("bench", proxy.NewBackend("bench-1", addr, false)), catchAll}))
 	paddr, _ := startH1(b, h, proxy.H1Options{})
-	rc := dialRaw(b, paddr)
-	rc.c.SetDeadline(time.Time{})
-	req := "GET /bench?q=1 HTTP/1.1\r\nHost: bench.test\r\nUser-Agent: bench\r\nAccept: */*\r\n\r\n"
+	q := proxytest.NewQuietClient(b, paddr, "GET /bench?q=1 HTTP/1.1\r\nHost: bench.test\r\nUser-Agent: bench\r\nAccept: */*\r\n\r\n")
 	b.ReportAllocs()
 	for b.Loop() {
-		rc.send(req)
-		resp, err := http.ReadResponse(rc.br, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		n, err := io.Copy(io.Discard, resp.Body)
-		if err != nil || resp.StatusCode != 200 || n != 100 {
-			b.Fatalf("status %d, %d bytes, %v", resp.StatusCode, n, err)
+		if st, n := q.Do(); st != 200 || n != 100 {
+			b.Fatalf("status %d, %d bytes", st, n)
 		}
 	}
 }
@@ -509,5 +502,48 @@ func TestH1ClientGoneAfterBody(t *testing.T) {
 	}
 	if n := be.InFlight(); n != 0 {
 		t.Errorf("in flight = %d", n)
+	}
+}
+
+// TestH1ClientGoneOnKeptConnection: the hang-up watch, whose timer is left
+// pending from one request to the next, still watches a slow request that
+// follows quick ones on the same connection, and one that follows a slow
+// request's watch.
+func TestH1ClientGoneOnKeptConnection(t *testing.T) {
+	arrived := make(chan string, 1)
+	canceled := make(chan struct{}, 1)
+	_, addr := startBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/quick":
+			io.WriteString(w, "quick")
+		case "/slow-answered":
+			time.Sleep(2 * *proxy.WatchAfter) // long enough to be watched, then answered
+			io.WriteString(w, "slow")
+		default:
+			arrived <- r.URL.Path
+			<-r.Context().Done()
+			canceled <- struct{}{}
+		}
+	}))
+	h := proxy.New(proxy.Options{})
+	h.Swap(table(entry{static("app", proxy.NewBackend("A", addr, false)), catchAll}))
+	paddr, _ := startH1(t, h, proxy.H1Options{})
+
+	for _, before := range [][]string{{"/quick", "/quick", "/quick"}, {"/slow-answered", "/quick"}} {
+		rc := dialRaw(t, paddr)
+		for _, p := range before {
+			rc.send("GET " + p + " HTTP/1.1\r\nHost: app.test\r\n\r\n")
+			if resp, body := rc.response("GET"); resp.StatusCode != 200 || body == "" {
+				t.Fatalf("%s: %d %q", p, resp.StatusCode, body)
+			}
+		}
+		rc.send("GET /hang HTTP/1.1\r\nHost: app.test\r\n\r\n")
+		waitArrival(t, arrived)
+		rc.c.Close()
+		select {
+		case <-canceled:
+		case <-time.After(hangGuard):
+			t.Fatalf("after %v: the backend's request was not canceled when the client left", before)
+		}
 	}
 }

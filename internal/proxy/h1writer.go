@@ -245,7 +245,7 @@ func (w *h1Writer) commit(done bool) {
 		bw.WriteString("Connection: keep-alive\r\n")
 	}
 	if _, ok := hdr["Date"]; !ok {
-		bw.Write(dateLine())
+		bw.Write(dateLine(w.c.now))
 	}
 	var declared []string
 	if w.chunked {
@@ -344,8 +344,7 @@ type cachedDate struct {
 var dateCache atomic.Pointer[cachedDate]
 
 // dateLine returns "Date: <now>\r\n".
-func dateLine() []byte {
-	now := time.Now()
+func dateLine(now time.Time) []byte {
 	sec := now.Unix()
 	if d := dateCache.Load(); d != nil && d.sec == sec {
 		return d.line

@@ -341,9 +341,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.route(w, r)
 }
 
+// requestTime is the time the request was read: the front end's clock read,
+// or now.
+func requestTime(w http.ResponseWriter) time.Time {
+	if fw, ok := w.(*h1Writer); ok {
+		return fw.c.now
+	}
+	return time.Now()
+}
+
 // route routes and serves a request admitted by ServeHTTP.
 func (h *Handler) route(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
+	start := requestTime(w)
 	host := route.NormalizeHost(r.Host)
 	if h.resolve != nil {
 		// Before the table, so that no deployment rule (a catch-all
@@ -353,8 +362,10 @@ func (h *Handler) route(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if d != nil {
+			// Resolving may have woken a Computer: the request starts
+			// over from now.
 			defer release()
-			h.serve(w, r, d, start)
+			h.serve(w, r, d, time.Now())
 			return
 		}
 	}

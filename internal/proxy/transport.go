@@ -38,7 +38,7 @@ func (t *pickTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	var lastErr error = errNoBackend
 	var heldSince time.Time
 	for attempt := 0; attempt < maxAttempts; attempt++ {
-		b := st.dep.Pool.acquire(tried[:attempt])
+		b := st.dep.Pool.acquire(tried[:attempt], time.Now())
 		for b == nil && attempt == 0 && st.dep.Hold != nil {
 			// Cold start: wait, counted as demand, for a replica.
 			first := heldSince.IsZero()
@@ -54,7 +54,7 @@ func (t *pickTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 				}
 				return nil, errColdStart
 			}
-			b = st.dep.Pool.acquire(nil)
+			b = st.dep.Pool.acquire(nil, time.Now())
 		}
 		if b == nil {
 			break
