@@ -128,7 +128,7 @@ func (p *parser) parse() error {
 	h := &p.head
 	hdr := h.header
 	if hdr == nil {
-		hdr = make(http.Header, 16)
+		hdr = make(http.Header, 8)
 	} else {
 		clear(hdr)
 	}

@@ -92,7 +92,7 @@ func (c *upstreamConn) fastResponse(r *http.Request, rs *respScratch) (_ *http.R
 
 	st := &c.rs
 	if st.hdr == nil {
-		st.hdr = make(http.Header, 16)
+		st.hdr = make(http.Header, 8)
 	} else {
 		clear(st.hdr)
 	}

@@ -317,6 +317,7 @@ type h1conn struct {
 	dirty    bool
 	watchBuf [1]byte
 	rs       respScratch // backend response heads (h1resp.go)
+	look     lookup      // the current request's (see forSite)
 	// upstream is the backend connection of the exchange under way, which
 	// the end of ctx aborts (see abortLink); unlinkCtx stops that watch.
 	upstream  atomic.Pointer[upstreamConn]
@@ -340,7 +341,7 @@ func newH1conn(s *H1Server, rwc net.Conn, hl *handoffListener, base context.Cont
 		c.watchT = time.AfterFunc(time.Hour, c.watchClient)
 		c.watchT.Stop()
 		c.w.c = c
-		c.w.hdr = make(http.Header, 16)
+		c.w.hdr = make(http.Header, 8)
 	}
 	c.s, c.rwc, c.hl = s, rwc, hl
 	c.cr = connReader{c: rwc}
@@ -372,6 +373,7 @@ func (c *h1conn) release() {
 	c.ctx, c.cancel, c.tmpl, c.unlinkCtx = nil, nil, nil, nil
 	c.upstream.Store(nil)
 	c.req = http.Request{}
+	c.look = lookup{}
 	if cap(c.p.raw) > 64<<10 {
 		// A huge head's buffers are not kept for every later connection.
 		c.p.raw, c.p.ends, c.p.vals = nil, nil, nil
@@ -604,9 +606,20 @@ func (c *h1conn) serveHTTP(w *h1Writer, r *http.Request) {
 
 // forSite reports a request whose route leads to a site, which net/http
 // serves (see above).
+// The lookup is kept for the Handler (see lookup), which need not repeat it.
 func (c *h1conn) forSite(head *reqHead) bool {
-	m, ok := c.s.h.table.Load().Lookup(route.NormalizeHost(head.host), head.url.Path)
-	return ok && m.Rule.Redirect == nil && !m.Target.Maintenance && m.Target.Site != nil
+	l := &c.look
+	l.table, l.host, l.path = c.s.h.table.Load(), route.NormalizeHost(head.host), head.url.Path
+	l.m, l.ok = l.table.Lookup(l.host, l.path)
+	return l.ok && l.m.Rule.Redirect == nil && !l.m.Target.Maintenance && l.m.Target.Site != nil
+}
+
+// lookup is a routing table lookup the front end made for a request.
+type lookup struct {
+	table      *Table
+	host, path string
+	m          route.Match[*Deployment]
+	ok         bool
 }
 
 // handOff gives the connection to the fallback server, replaying the bytes

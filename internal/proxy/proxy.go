@@ -350,6 +350,18 @@ func requestTime(w http.ResponseWriter) time.Time {
 	return time.Now()
 }
 
+// lookup finds the route of a request, reusing the front end's lookup for
+// it when nothing changed since (table, host, path).
+func (h *Handler) lookup(w http.ResponseWriter, host, path string) (route.Match[*Deployment], bool) {
+	t := h.table.Load()
+	if fw, ok := w.(*h1Writer); ok {
+		if l := &fw.c.look; l.table == t && l.host == host && l.path == path {
+			return l.m, l.ok
+		}
+	}
+	return t.Lookup(host, path)
+}
+
 // route routes and serves a request admitted by ServeHTTP.
 func (h *Handler) route(w http.ResponseWriter, r *http.Request) {
 	start := requestTime(w)
@@ -369,7 +381,7 @@ func (h *Handler) route(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	m, ok := h.table.Load().Lookup(host, r.URL.Path)
+	m, ok := h.lookup(w, host, r.URL.Path)
 	if !ok {
 		plain(w, http.StatusNotFound, textNoRoute)
 		return
