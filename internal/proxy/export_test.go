@@ -3,3 +3,6 @@ package proxy
 // WatchAfter exposes watchAfter to the tests, which set it (before starting
 // any server) to watch every request for a client hanging up.
 var WatchAfter = &watchAfter
+
+// Parked reports how many of the front end's connections are parked.
+func (s *H1Server) Parked() int { return s.park.parkedCount() }

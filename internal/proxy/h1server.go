@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -68,7 +69,18 @@ type H1Options struct {
 	MaxHeaderBytes int
 	// Log receives panics recovered while serving, at error level.
 	Log *slog.Logger
+	// ParkAfter is how long a kept-alive connection waits for its next
+	// request before it is parked: its goroutine and buffers are given
+	// up, and the connection waits in an epoll set (Linux) until the
+	// client sends again, costing a few hundred bytes instead of tens of
+	// kilobytes. Zero means defaultParkAfter; negative, never.
+	ParkAfter time.Duration
 }
+
+// defaultParkAfter is H1Options.ParkAfter's default: longer than the gaps
+// between a busy client's requests, so that parking (a few microseconds
+// and two epoll_ctl calls) is paid only by connections that sit idle.
+const defaultParkAfter = time.Second
 
 // watchAfter is how long a request without a body runs before its connection
 // is watched for the client hanging up (see above). A variable for tests.
@@ -88,6 +100,9 @@ type H1Server struct {
 	idle       time.Duration
 	maxHeader  int
 	log        *slog.Logger
+
+	parkAfter  time.Duration
+	park       *parker // nil: connections are not parked
 
 	inShutdown atomic.Bool
 	mu         sync.Mutex
@@ -125,6 +140,10 @@ func (h *Handler) NewH1Server(fallback *http.Server, o H1Options) *H1Server {
 	}
 	if s.log == nil {
 		s.log = h.log
+	}
+	s.parkAfter = cmp.Or(o.ParkAfter, defaultParkAfter)
+	if s.parkAfter > 0 && (s.idle <= 0 || s.parkAfter < s.idle) {
+		s.park = newParker(s)
 	}
 	return s
 }
@@ -179,10 +198,10 @@ func (s *H1Server) Serve(ln net.Listener) error {
 		c := newH1conn(s, rwc, hl, base)
 		if !s.track(c) {
 			rwc.Close()
-			c.release()
+			c.release(true)
 			continue
 		}
-		go c.serve()
+		go c.serve(true)
 	}
 }
 
@@ -194,6 +213,28 @@ func (s *H1Server) track(c *h1conn) bool {
 	}
 	s.conns[c] = struct{}{}
 	return true
+}
+
+// parkedConn is a connection the parker holds (h1park_linux.go).
+type parkedConn struct {
+	rwc     net.Conn
+	hl      *handoffListener
+	base    context.Context
+	fd      int32
+	expires time.Time // zero: never
+}
+
+// resume serves a connection the parker gave back: the client sent (or hung
+// up) after it sat idle.
+func (s *H1Server) resume(pc *parkedConn) {
+	c := newH1conn(s, pc.rwc, pc.hl, pc.base)
+	if !s.track(c) {
+		pc.rwc.Close()
+		c.release(true)
+		return
+	}
+	c.now = time.Now()
+	go c.serve(false)
 }
 
 func (s *H1Server) untrack(c *h1conn) {
@@ -239,6 +280,9 @@ func (s *H1Server) Close() error {
 		c.rwc.Close()
 	}
 	s.mu.Unlock()
+	if s.park != nil {
+		s.park.closeAll(true)
+	}
 	if ferr := s.fallback.Close(); err == nil {
 		err = ferr
 	}
@@ -261,6 +305,9 @@ func (s *H1Server) closeListeners() error {
 // closeIdle closes the connections waiting for a request and reports whether
 // none are left.
 func (s *H1Server) closeIdle() bool {
+	if s.park != nil {
+		s.park.closeAll(false)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for c := range s.conns {
@@ -298,6 +345,7 @@ type h1conn struct {
 	req    http.Request
 	url    url.URL
 	tmpl   *http.Request // an empty request carrying ctx
+	base   context.Context // the listener's, which ctx derives from
 	ctx    context.Context
 	cancel context.CancelFunc
 	remote string
@@ -348,6 +396,7 @@ func newH1conn(s *H1Server, rwc net.Conn, hl *handoffListener, base context.Cont
 	c.br.Reset(&c.cr)
 	c.bw.Reset(rwc)
 	c.p.maxBytes = s.maxHeader
+	c.base = base
 	c.ctx, c.cancel = context.WithCancel(base)
 	c.unlinkCtx = context.AfterFunc(c.ctx, c.abortUpstream)
 	c.tmpl = new(http.Request).WithContext(c.ctx)
@@ -359,7 +408,9 @@ func newH1conn(s *H1Server, rwc net.Conn, hl *handoffListener, base context.Cont
 }
 
 // release returns c's buffers to the pool. Nothing may use c afterwards.
-func (c *h1conn) release() {
+//
+// pool false leaves c to the garbage collector instead of the pool.
+func (c *h1conn) release(pool bool) {
 	// A watch that fired already may still be running abortUpstream: c
 	// is then left to the garbage collector rather than reused.
 	fired := c.unlinkCtx != nil && !c.unlinkCtx()
@@ -370,7 +421,7 @@ func (c *h1conn) release() {
 		return
 	}
 	c.s, c.rwc, c.hl, c.cr.c = nil, nil, nil, nil
-	c.ctx, c.cancel, c.tmpl, c.unlinkCtx = nil, nil, nil, nil
+	c.base, c.ctx, c.cancel, c.tmpl, c.unlinkCtx = nil, nil, nil, nil, nil
 	c.upstream.Store(nil)
 	c.req = http.Request{}
 	c.look = lookup{}
@@ -384,7 +435,9 @@ func (c *h1conn) release() {
 	c.br.Reset(nil)
 	c.bw.Reset(nil)
 	clear(c.w.hdr)
-	connPoolH1.Put(c)
+	if pool {
+		connPoolH1.Put(c)
+	}
 }
 
 // abortUpstream aborts the backend connection of the exchange under way,
@@ -396,8 +449,11 @@ func (c *h1conn) abortUpstream() {
 }
 
 // serve runs the connection's request loop.
-func (c *h1conn) serve() {
-	reuse, handedOff := false, false
+//
+// first is false for a connection the parker resumed: it has served
+// requests before.
+func (c *h1conn) serve(first bool) {
+	reuse, handedOff, parked := false, false, false
 	defer func() {
 		if v := recover(); v != nil {
 			// The connection's state is unknown: it is closed, and its
@@ -412,31 +468,52 @@ func (c *h1conn) serve() {
 			c.rwc.Close()
 		}
 		if reuse {
-			c.release()
+			c.release(!parked) // a parked connection's memory is meant to go
 		} else {
 			c.cancel()
 		}
 	}()
-	for first := true; ; first = false {
-		var next bool
-		next, handedOff = c.serveOne(first)
-		if !next {
-			reuse = true
-			return
+	for ; ; first = false {
+		switch c.serveOne(first) {
+		case endNext:
+			continue
+		case endHandedOff:
+			handedOff = true
+		case endParked:
+			handedOff, parked = true, true // the parker holds the connection now
 		}
+		reuse = true
+		return
 	}
 }
 
-// serveOne reads and serves one request and reports whether the connection
-// may carry another, or was handed to net/http.
-func (c *h1conn) serveOne(first bool) (next, handedOff bool) {
+// connEnd is how serveOne left a connection.
+type connEnd int
+
+const (
+	endClose     connEnd = iota // to be closed
+	endNext                     // it may carry another request
+	endHandedOff                // net/http has it
+	endParked                   // idle, held by the parker (h1park_linux.go)
+)
+
+// serveOne reads and serves one request and reports how the connection
+// goes on.
+func (c *h1conn) serveOne(first bool) connEnd {
 	s := c.s
 	if first {
 		if s.readHeader > 0 {
 			c.rwc.SetReadDeadline(time.Now().Add(s.readHeader))
 		}
 	} else if c.br.Buffered() == 0 {
-		if s.idle > 0 {
+		if s.park != nil {
+			// The wait for the next request ends after parkAfter, when
+			// the connection goes to the parker (see waitNext).
+			if c.dirty || c.idleAt.IsZero() {
+				c.idleAt = time.Now()
+				c.rwc.SetReadDeadline(c.idleAt.Add(s.parkAfter))
+			}
+		} else if s.idle > 0 {
 			// Setting a deadline costs three clock reads and a timer
 			// update; the idle deadline in force is kept while it is
 			// younger than an eighth of the timeout (c.now is the last
@@ -452,11 +529,32 @@ func (c *h1conn) serveOne(first bool) (next, handedOff bool) {
 		c.dirty = false
 	}
 	buf, err := c.br.Peek(1)
+	for err != nil && !first && s.park != nil && errors.Is(err, os.ErrDeadlineExceeded) && !c.idleAt.IsZero() {
+		// The park deadline: the connection goes to the parker if it has
+		// been idle for parkAfter, else the deadline moves on.
+		if c.state.Load() != connIdle {
+			return endClose
+		}
+		now := time.Now()
+		if now.Sub(c.now) >= s.parkAfter {
+			var expires time.Time
+			if s.idle > 0 {
+				expires = c.now.Add(s.idle)
+			}
+			if s.park.park(c, expires) {
+				return endParked
+			}
+			return endClose
+		}
+		c.idleAt = now
+		c.rwc.SetReadDeadline(c.now.Add(s.parkAfter))
+		buf, err = c.br.Peek(1)
+	}
 	if err != nil {
-		return false, false // closed, idle timeout, or Shutdown
+		return endClose // closed, idle timeout, or Shutdown
 	}
 	if !c.state.CompareAndSwap(connIdle, connActive) {
-		return false, false // Shutdown closed it just now
+		return endClose // Shutdown closed it just now
 	}
 	if !first {
 		// The header deadline runs from the request's first byte. A head
@@ -476,19 +574,19 @@ func (c *h1conn) serveOne(first bool) (next, handedOff bool) {
 	if err := c.p.readHead(c.br); err != nil {
 		if he, ok := err.(*headError); ok {
 			c.answerError(he)
-			return false, false
+			return endClose
 		}
 		if err == errHandOff {
 			c.handOff()
-			return false, true
+			return endHandedOff
 		}
-		return false, false // the client went away or was too slow
+		return endClose // the client went away or was too slow
 	}
 	c.now = time.Now()
 	head := &c.p.head
 	if c.forSite(head) {
 		c.handOff()
-		return false, true
+		return endHandedOff
 	}
 
 	r := &c.req
@@ -539,13 +637,13 @@ func (c *h1conn) serveOne(first bool) (next, handedOff bool) {
 	if body != nil {
 		if status := int(body.fault.Load()); status != 0 {
 			c.answerBodyFault(w, body, status)
-			return false, false
+			return endClose
 		}
 	}
 	if body == nil {
 		c.disarm()
 		if c.gone {
-			return false, false // nobody to answer
+			return endClose // nobody to answer
 		}
 	}
 	w.finish()
@@ -558,22 +656,22 @@ func (c *h1conn) serveOne(first bool) (next, handedOff bool) {
 		complete := c.finishBody(body, flushed)
 		c.disarm() // a watch the body's end may have started
 		if !flushed || c.gone {
-			return false, false
+			return endClose
 		}
 		if !complete {
 			c.lingerClose()
-			return false, false
+			return endClose
 		}
 	} else if !flushed {
-		return false, false
+		return endClose
 	}
 	if w.closeAfter || s.inShutdown.Load() {
-		return false, false
+		return endClose
 	}
 	if !c.state.CompareAndSwap(connActive, connIdle) {
-		return false, false
+		return endClose
 	}
-	return true, false
+	return endNext
 }
 
 var crlfcrlf = []byte("\r\n\r\n")
