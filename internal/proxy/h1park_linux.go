@@ -29,7 +29,7 @@ type parker struct {
 	mu     sync.Mutex
 	closed bool // Close ran: nothing more is parked
 	conns  map[int32]*parkedConn
-	sweep *time.Timer
+	sweep  *time.Timer
 	// Without allocation there is no garbage collection to hand the
 	// parked connections' stacks and buffers back: freeDelay after a
 	// parking (so a burst is freed at once), at most every freeGap,

@@ -101,8 +101,8 @@ type H1Server struct {
 	maxHeader  int
 	log        *slog.Logger
 
-	parkAfter  time.Duration
-	park       *parker // nil: connections are not parked
+	parkAfter time.Duration
+	park      *parker // nil: connections are not parked
 
 	inShutdown atomic.Bool
 	mu         sync.Mutex
@@ -344,7 +344,7 @@ type h1conn struct {
 	w      h1Writer
 	req    http.Request
 	url    url.URL
-	tmpl   *http.Request // an empty request carrying ctx
+	tmpl   *http.Request   // an empty request carrying ctx
 	base   context.Context // the listener's, which ctx derives from
 	ctx    context.Context
 	cancel context.CancelFunc
