@@ -1,7 +1,9 @@
 package server
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -201,4 +203,83 @@ func BenchmarkStepLoad(b *testing.B) {
 		b.StartTimer()
 	}
 	report(b, "reach10", ds)
+}
+
+// BenchmarkExec measures, in one run and interleaved so that load hits
+// them alike, the exec of `true` three ways: a bare fork/exec on the host
+// (exec.Command("true").Run(), the floor), POST /deployments/:id/exec on
+// a process-driver replica, and the Computer API's POST
+// /computers/:id/exec on a process-backed Computer with an exec grant,
+// both over one keep-alive HTTP client. It reports p50/p90 of each and
+// berth's share: the p50 less the bare p50 (issue 12's target: total
+// ≤ 3 ms, share ≤ 1 ms).
+func BenchmarkExec(b *testing.B) {
+	h, app := benchServer(b)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	b.Cleanup(client.CloseIdleConnections)
+	send := func(url, token, body string) []byte {
+		req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		out, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode >= 300 {
+			b.Fatalf("POST %s: %d %s %v", url, resp.StatusCode, out, err)
+		}
+		return out
+	}
+	send(h.admin+"/deployments", "", `{"id":"ex","routes":[],"vm":{"driver":"process","port":8080,"start_command":"exec `+app+`"},"scaling":{"min_replicas":1}}`)
+	send(h.admin+"/computers", "", `{"id":"cx","backings":[{"kind":"process"}]}`)
+	var g struct{ Token string }
+	if err := json.Unmarshal(send(h.admin+"/computers/cx/grants", "", `{"actions":["exec"],"expiresInSecs":3600}`), &g); err != nil || g.Token == "" {
+		b.Fatalf("grant: %+v %v", g, err)
+	}
+	depExec := func() {
+		if out := send(h.admin+"/deployments/ex/exec", "", `{"command":"true"}`); !bytes.Contains(out, []byte(`"exit_code":0`)) {
+			b.Fatalf("deployment exec: %s", out)
+		}
+	}
+	compExec := func() {
+		if out := send(h.admin+"/computers/cx/exec", g.Token, `{"argv":["true"]}`); !bytes.Contains(out, []byte(`"exitCode":0`)) {
+			b.Fatalf("computer exec: %s", out)
+		}
+	}
+	bare := func() {
+		if err := exec.Command("true").Run(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	// Wakes both and warms the connections.
+	for range 3 {
+		depExec()
+		compExec()
+	}
+	timed := func(f func()) time.Duration {
+		t0 := time.Now()
+		f()
+		return time.Since(t0)
+	}
+	var tb, td, tc []time.Duration
+	for b.Loop() {
+		tb = append(tb, timed(bare))
+		td = append(td, timed(depExec))
+		tc = append(tc, timed(compExec))
+	}
+	p50 := func(ds []time.Duration) time.Duration {
+		s := slices.Clone(ds)
+		slices.Sort(s)
+		return s[(len(s)-1)/2]
+	}
+	bareP50 := p50(tb)
+	report(b, "bare", tb)
+	report(b, "deployment", td)
+	report(b, "computer", tc)
+	b.ReportMetric(float64((p50(td)-bareP50).Microseconds())/1000, "deployment-berth-ms")
+	b.ReportMetric(float64((p50(tc)-bareP50).Microseconds())/1000, "computer-berth-ms")
 }
