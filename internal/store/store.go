@@ -50,6 +50,8 @@ type Store struct {
 
 	// now is the clock for bookkeeping timestamps; tests replace it.
 	now func() time.Time
+
+	gc committer // batches concurrent writes into shared commits (commit.go)
 }
 
 // Open opens the store in dir, creating dir (mode 0700) and dir/berth.db
@@ -207,23 +209,6 @@ func userVersion(ctx context.Context, q queryer) (int, error) {
 // calls made after Close fail.
 func (s *Store) Close() error {
 	return errors.Join(s.r.Close(), s.w.Close())
-}
-
-// write runs fn in one write transaction and commits it, so each mutating
-// method is atomic and, once it returns nil, durable.
-func (s *Store) write(ctx context.Context, fn func(*sql.Tx) error) error {
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("store: begin: %w", err)
-	}
-	if err := fn(tx); err != nil {
-		tx.Rollback()
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("store: commit: %w", err)
-	}
-	return nil
 }
 
 // Migrations live in migrations/NNNN_name.sql; see the package doc.
