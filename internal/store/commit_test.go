@@ -257,7 +257,9 @@ func TestGroupCommitCancelledWriter(t *testing.T) {
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	var cancelledErr, okErr error
-	wg.Go(func() { _, _, cancelledErr = s.AppendComputerFact(cctx, "c1", "", 0, []byte(`{"cancelled":true}`), false) })
+	wg.Go(func() {
+		_, _, cancelledErr = s.AppendComputerFact(cctx, "c1", "", 0, []byte(`{"cancelled":true}`), false)
+	})
 	for s.gc.queued() < 1 {
 		runtime.Gosched()
 	}
