@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // reapOrphans runs until ctx ends, reaping zombie children that the agent
@@ -37,13 +39,20 @@ func reapOrphans(ctx context.Context) {
 // on the host, on every SIGCHLD), and a zombie's pid in its own namespace,
 // which wait4 takes, from the NSpid line of its status.
 func reapOnce() int {
-	children.startMu.Lock()
-	defer children.startMu.Unlock()
+	// Most SIGCHLDs are an exec's command ending, which its exec.Cmd has
+	// reaped by now: then no child is waitable and there is nothing to scan
+	// (one syscall instead of reading /proc for every thread).
+	if !zombiePending() {
+		return 0
+	}
 	self, err := os.Readlink("/proc/self")
 	if err != nil {
 		return 0
 	}
-	n := 0
+	// The scan runs unlocked, so that it does not hold back the start of
+	// the next command; a zombie that looks unowned is checked again under
+	// the lock, once every start in flight has registered its child.
+	var orphans []int
 	for _, p := range childCandidates(self) {
 		stat, err := os.ReadFile("/proc/" + p + "/stat")
 		if err != nil {
@@ -63,12 +72,35 @@ func reapOnce() int {
 		if !ok || children.isOwned(pid) {
 			continue
 		}
+		orphans = append(orphans, pid)
+	}
+	if len(orphans) == 0 {
+		return 0
+	}
+	children.startMu.Lock()
+	defer children.startMu.Unlock()
+	n := 0
+	for _, pid := range orphans {
+		if children.isOwned(pid) {
+			continue
+		}
 		var ws syscall.WaitStatus
 		if got, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil); err == nil && got == pid {
 			n++
 		}
 	}
 	return n
+}
+
+// zombiePending reports whether a child of the agent has exited and not
+// been waited for, without waiting for it (WNOWAIT leaves its status to
+// whoever owns it).
+func zombiePending() bool {
+	var info unix.Siginfo
+	if err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil); err != nil {
+		return false // ECHILD: no children at all
+	}
+	return info.Signo != 0
 }
 
 // childCandidates returns the /proc pids that may be children of the
