@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -24,6 +25,7 @@ func reapOrphans(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-ch:
+		case <-children.recheck:
 		}
 	}
 }
@@ -39,10 +41,16 @@ func reapOrphans(ctx context.Context) {
 // on the host, on every SIGCHLD), and a zombie's pid in its own namespace,
 // which wait4 takes, from the NSpid line of its status.
 func reapOnce() int {
-	// Most SIGCHLDs are an exec's command ending, which its exec.Cmd has
-	// reaped by now: then no child is waitable and there is nothing to scan
-	// (one syscall instead of reading /proc for every thread).
-	if !zombiePending() {
+	// Most SIGCHLDs are an exec's command ending. When its exec.Cmd has
+	// reaped it already, no child is waitable and there is nothing to scan
+	// (one syscall instead of reading /proc for every thread). When the
+	// waitable child is owned, its exec.Cmd is about to reap it: the scan
+	// waits for that (wait pokes children.recheck) and looks again then.
+	pid, ok := zombiePending()
+	if !ok {
+		return 0
+	}
+	if children.deferToOwner(pid) {
 		return 0
 	}
 	self, err := os.Readlink("/proc/self")
@@ -92,15 +100,22 @@ func reapOnce() int {
 	return n
 }
 
-// zombiePending reports whether a child of the agent has exited and not
-// been waited for, without waiting for it (WNOWAIT leaves its status to
-// whoever owns it).
-func zombiePending() bool {
+// zombiePending returns a child of the agent that has exited and not been
+// waited for, if there is one, without waiting for it (WNOWAIT leaves its
+// status to whoever owns it).
+func zombiePending() (pid int, ok bool) {
 	var info unix.Siginfo
 	if err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil); err != nil {
-		return false // ECHILD: no children at all
+		return 0, false // ECHILD: no children at all
 	}
-	return info.Signo != 0
+	if info.Signo == 0 {
+		return 0, false
+	}
+	// si_pid is the first field of the union that follows si_signo,
+	// si_errno and si_code, aligned to a pointer.
+	const ptr = unsafe.Sizeof(uintptr(0))
+	off := (unsafe.Sizeof(int32(0))*3 + ptr - 1) &^ (ptr - 1)
+	return int(*(*int32)(unsafe.Add(unsafe.Pointer(&info), off))), true
 }
 
 // childCandidates returns the /proc pids that may be children of the
