@@ -156,13 +156,13 @@ func (s *Store) writeBatch(batch []*pendingWrite) bool {
 			p.err = fmt.Errorf("store: begin: %w", err)
 			continue
 		}
-		if _, err := tx.ExecContext(ctx, "SAVEPOINT w"); err != nil {
+		if _, err := s.txStmt(ctx, tx, qSavepoint).ExecContext(ctx); err != nil {
 			tx.Rollback()
 			return false
 		}
 		p.err, p.panic = catch(p.fn, tx)
 		if p.err == nil && p.panic == nil {
-			if _, err := tx.ExecContext(ctx, "RELEASE w"); err != nil {
+			if _, err := s.txStmt(ctx, tx, qRelease).ExecContext(ctx); err != nil {
 				tx.Rollback()
 				return false
 			}
@@ -171,11 +171,11 @@ func (s *Store) writeBatch(batch []*pendingWrite) bool {
 		// Undo this write only; SQLite may have rolled the whole
 		// transaction back already (an I/O error, say), and then the
 		// savepoint is gone and the batch is lost.
-		if _, err := tx.ExecContext(ctx, "ROLLBACK TO w"); err != nil {
+		if _, err := s.txStmt(ctx, tx, qRollbackTo).ExecContext(ctx); err != nil {
 			tx.Rollback()
 			return false
 		}
-		if _, err := tx.ExecContext(ctx, "RELEASE w"); err != nil {
+		if _, err := s.txStmt(ctx, tx, qRelease).ExecContext(ctx); err != nil {
 			tx.Rollback()
 			return false
 		}

@@ -141,7 +141,7 @@ func TestGroupCommitIsolatesFailures(t *testing.T) {
 	})
 	wg.Go(func() {
 		fnErr = s.write(ctx, func(tx *sql.Tx) error {
-			if _, _, err := appendFact(ctx, tx, "c1", NewComputerFact{Body: []byte(`{"undone":true}`)}); err != nil {
+			if _, _, err := s.appendFact(ctx, tx, "c1", NewComputerFact{Body: []byte(`{"undone":true}`)}); err != nil {
 				return err
 			}
 			return errBoom
@@ -150,7 +150,7 @@ func TestGroupCommitIsolatesFailures(t *testing.T) {
 	wg.Go(func() {
 		defer func() { panicked = recover() }()
 		s.write(ctx, func(tx *sql.Tx) error {
-			appendFact(ctx, tx, "c1", NewComputerFact{Body: []byte(`{"panicked":true}`)})
+			s.appendFact(ctx, tx, "c1", NewComputerFact{Body: []byte(`{"panicked":true}`)})
 			panic("write panicked")
 		})
 	})

@@ -48,6 +48,9 @@ type Store struct {
 	w    *sql.DB // exactly one connection; every transaction BEGIN IMMEDIATE
 	r    *sql.DB // query-only connections for reads
 
+	// ws and rs are the hot statements prepared on w and r (stmts.go).
+	ws, rs map[string]*sql.Stmt
+
 	// now is the clock for bookkeeping timestamps; tests replace it.
 	now func() time.Time
 
@@ -121,6 +124,16 @@ func open(dir string, migs []migration) (*Store, error) {
 	}
 	s.r.SetMaxOpenConns(maxReaders)
 	s.r.SetMaxIdleConns(maxReaders)
+	ctx := context.Background()
+	if s.ws, err = prepare(ctx, s.w, writeQueries); err == nil {
+		s.rs, err = prepare(ctx, s.r, readQueries)
+	}
+	if err != nil {
+		closeStmts(s.ws)
+		s.r.Close()
+		s.w.Close()
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
 	return s, nil
 }
 
@@ -208,7 +221,7 @@ func userVersion(ctx context.Context, q queryer) (int, error) {
 // Close closes the database. Writes that returned before Close are durable;
 // calls made after Close fail.
 func (s *Store) Close() error {
-	return errors.Join(s.r.Close(), s.w.Close())
+	return errors.Join(closeStmts(s.rs), closeStmts(s.ws), s.r.Close(), s.w.Close())
 }
 
 // Migrations live in migrations/NNNN_name.sql; see the package doc.
