@@ -45,7 +45,7 @@ type committer struct {
 	busy    bool // a leader is committing
 	queue   []*pendingWrite
 	commits atomic.Int64 // transactions committed (tests and benchmarks count them)
-	off     bool         // batching disabled: every write commits alone (benchmarks)
+	off     atomic.Bool  // batching disabled: every write commits alone (benchmarks)
 
 	// beforeBatch, when set (tests), is called by a leader before it runs
 	// a batch of n writes.
@@ -59,6 +59,14 @@ func (c *committer) queued() int {
 	return len(c.queue)
 }
 
+// Commits returns how many write transactions the store has committed:
+// with group commit, fewer than the writes that returned.
+func (s *Store) Commits() int64 { return s.gc.commits.Load() }
+
+// SetGroupCommit turns group commit on (the default) or off, when every
+// write commits alone; for benchmarks that compare the two.
+func (s *Store) SetGroupCommit(on bool) { s.gc.off.Store(!on) }
+
 // busyNow reports whether a leader is committing.
 func (c *committer) busyNow() bool {
 	c.mu.Lock()
@@ -70,7 +78,7 @@ func (c *committer) busyNow() bool {
 // meanwhile, and returns once that commit is durable (or failed).
 func (s *Store) write(ctx context.Context, fn func(*sql.Tx) error) error {
 	c := &s.gc
-	if c.off {
+	if c.off.Load() {
 		return s.writeAlone(ctx, fn)
 	}
 	p := &pendingWrite{ctx: ctx, fn: fn, done: make(chan struct{})}

@@ -291,7 +291,7 @@ func BenchmarkAppendFactParallel(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer s.Close()
-			s.gc.off = mode.off
+			s.SetGroupCommit(!mode.off)
 			ctx := context.Background()
 			var (
 				mu  sync.Mutex
