@@ -29,6 +29,14 @@ import (
 // A write returns only after the commit that holds it: acknowledged means
 // durable, exactly as without batching. There is no timer: a batch is
 // whatever queued during the previous commit.
+//
+// A write's function may run on another writer's goroutine, and before
+// the writes ahead of it in its batch have returned to their callers. So
+// the callbacks the store's methods take (UpdateComputer's and the like)
+// must not wait for anything that a caller of the store holds across a
+// write (a lock taken around a store call): that caller's write may be
+// the one waiting for this batch. The computer manager's callbacks take
+// only its m.mu, which it never holds across a store call.
 
 // pendingWrite is one queued write and, once done, its outcome.
 type pendingWrite struct {
