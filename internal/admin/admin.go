@@ -53,8 +53,9 @@ type Options struct {
 
 // API is the admin http.Handler.
 type API struct {
-	o   Options
-	mux *http.ServeMux
+	o      Options
+	mux    *http.ServeMux
+	agents agentClients // kept-alive clients of the replicas' agents
 }
 
 // New returns the admin API handler.

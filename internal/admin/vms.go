@@ -2,7 +2,6 @@ package admin
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -40,7 +39,7 @@ func (a *API) agentClient(e *registry.Entry, sandbox string) (*agent.Client, err
 	if !ok {
 		return nil, web.Errorf(http.StatusNotImplemented, "the %s driver has no in-sandbox agent", e.Spec.VM.Driver)
 	}
-	return agent.NewClient(func(ctx context.Context) (net.Conn, error) { return d.DialAgent(ctx, sandbox) }), nil
+	return a.agents.get(d, sandbox), nil
 }
 
 func pickError(err error, id, sandbox string) error {

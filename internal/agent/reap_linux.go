@@ -8,6 +8,9 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // reapOrphans runs until ctx ends, reaping zombie children that the agent
@@ -22,6 +25,7 @@ func reapOrphans(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-ch:
+		case <-children.recheck:
 		}
 	}
 }
@@ -37,13 +41,26 @@ func reapOrphans(ctx context.Context) {
 // on the host, on every SIGCHLD), and a zombie's pid in its own namespace,
 // which wait4 takes, from the NSpid line of its status.
 func reapOnce() int {
-	children.startMu.Lock()
-	defer children.startMu.Unlock()
+	// Most SIGCHLDs are an exec's command ending. When its exec.Cmd has
+	// reaped it already, no child is waitable and there is nothing to scan
+	// (one syscall instead of reading /proc for every thread). When the
+	// waitable child is owned, its exec.Cmd is about to reap it: the scan
+	// waits for that (wait pokes children.recheck) and looks again then.
+	pid, ok := zombiePending()
+	if !ok {
+		return 0
+	}
+	if children.deferToOwner(pid) {
+		return 0
+	}
 	self, err := os.Readlink("/proc/self")
 	if err != nil {
 		return 0
 	}
-	n := 0
+	// The scan runs unlocked, so that it does not hold back the start of
+	// the next command; a zombie that looks unowned is checked again under
+	// the lock, once every start in flight has registered its child.
+	var orphans []int
 	for _, p := range childCandidates(self) {
 		stat, err := os.ReadFile("/proc/" + p + "/stat")
 		if err != nil {
@@ -63,12 +80,42 @@ func reapOnce() int {
 		if !ok || children.isOwned(pid) {
 			continue
 		}
+		orphans = append(orphans, pid)
+	}
+	if len(orphans) == 0 {
+		return 0
+	}
+	children.startMu.Lock()
+	defer children.startMu.Unlock()
+	n := 0
+	for _, pid := range orphans {
+		if children.isOwned(pid) {
+			continue
+		}
 		var ws syscall.WaitStatus
 		if got, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil); err == nil && got == pid {
 			n++
 		}
 	}
 	return n
+}
+
+// zombiePending returns a child of the agent that has exited and not been
+// waited for, if there is one, without waiting for it (WNOWAIT leaves its
+// status to whoever owns it).
+func zombiePending() (pid int, ok bool) {
+	var info unix.Siginfo
+	if err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil); err != nil {
+		return 0, false // ECHILD: no children at all
+	}
+	if info.Signo == 0 {
+		return 0, false
+	}
+	// si_pid is the first field of the union that follows si_signo,
+	// si_errno and si_code, aligned to a pointer.
+	const ptr = unsafe.Sizeof(uintptr(0))
+	off := (unsafe.Sizeof(int32(0))*3 + ptr - 1) &^ (ptr - 1)
+	return int(*(*int32)(unsafe.Add(unsafe.Pointer(&info), off))), true
 }
 
 // childCandidates returns the /proc pids that may be children of the

@@ -827,9 +827,13 @@ func (m *Manager) SetBackings(ctx context.Context, id string, bs []Backing) (Com
 func (m *Manager) Use(ctx context.Context, id string) (*agent.Client, func(), error) {
 	l := m.live(id)
 	l.mu.Lock()
-	if _, err := m.startLocked(ctx, l, id, false, "use"); err != nil {
-		l.mu.Unlock()
-		return nil, nil, err
+	// A client means a running sandbox (it is set on start and cleared on
+	// every stop, under l.mu): a running Computer's use needs no store read.
+	if l.client == nil {
+		if _, err := m.startLocked(ctx, l, id, false, "use"); err != nil {
+			l.mu.Unlock()
+			return nil, nil, err
+		}
 	}
 	c := l.client
 	l.am.Lock()

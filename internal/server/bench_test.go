@@ -1,7 +1,9 @@
 package server
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -201,4 +204,183 @@ func BenchmarkStepLoad(b *testing.B) {
 		b.StartTimer()
 	}
 	report(b, "reach10", ds)
+}
+
+// BenchmarkExec measures, in one run and interleaved so that load hits
+// them alike, the exec of `true` three ways: a bare fork/exec on the host
+// (exec.Command("true").Run(), the floor), POST /deployments/:id/exec on
+// a process-driver replica, and the Computer API's POST
+// /computers/:id/exec on a process-backed Computer with an exec grant,
+// both over one keep-alive HTTP client. It reports p50/p90 of each and
+// berth's share: the p50 less the bare p50 (issue 12's target: total
+// ≤ 3 ms, share ≤ 1 ms). deployment-cpu-us and computer-cpu-us are the
+// CPU time this process (berth and the client) spends per exec.
+func BenchmarkExec(b *testing.B) {
+	h, app := benchServer(b)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	b.Cleanup(client.CloseIdleConnections)
+	send := func(url, token, body string) []byte {
+		req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		out, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode >= 300 {
+			b.Fatalf("POST %s: %d %s %v", url, resp.StatusCode, out, err)
+		}
+		return out
+	}
+	send(h.admin+"/deployments", "", `{"id":"ex","routes":[],"vm":{"driver":"process","port":8080,"start_command":"exec `+app+`"},"scaling":{"min_replicas":1}}`)
+	send(h.admin+"/computers", "", `{"id":"cx","backings":[{"kind":"process"}]}`)
+	var g struct{ Token string }
+	if err := json.Unmarshal(send(h.admin+"/computers/cx/grants", "", `{"actions":["exec"],"expiresInSecs":3600}`), &g); err != nil || g.Token == "" {
+		b.Fatalf("grant: %+v %v", g, err)
+	}
+	depExec := func() {
+		if out := send(h.admin+"/deployments/ex/exec", "", `{"command":"true"}`); !bytes.Contains(out, []byte(`"exit_code":0`)) {
+			b.Fatalf("deployment exec: %s", out)
+		}
+	}
+	compExec := func() {
+		if out := send(h.admin+"/computers/cx/exec", g.Token, `{"argv":["true"]}`); !bytes.Contains(out, []byte(`"exitCode":0`)) {
+			b.Fatalf("computer exec: %s", out)
+		}
+	}
+	bare := func() {
+		if err := exec.Command("true").Run(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	// Wakes both and warms the connections.
+	for range 3 {
+		depExec()
+		compExec()
+	}
+	// cpu is this process's CPU time (berth's server and the benchmark's
+	// client, not the agents): a figure that load on the machine barely
+	// moves, unlike the wall clock.
+	cpu := func() time.Duration {
+		var ru syscall.Rusage
+		syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	var cpuDep, cpuComp time.Duration
+	timed := func(f func(), acc *time.Duration) time.Duration {
+		c0, t0 := cpu(), time.Now()
+		f()
+		d := time.Since(t0)
+		if acc != nil {
+			*acc += cpu() - c0
+		}
+		return d
+	}
+	var tb, td, tc []time.Duration
+	for b.Loop() {
+		tb = append(tb, timed(bare, nil))
+		td = append(td, timed(depExec, &cpuDep))
+		tc = append(tc, timed(compExec, &cpuComp))
+	}
+	b.ReportMetric(float64(cpuDep.Microseconds())/float64(len(td)), "deployment-cpu-us")
+	b.ReportMetric(float64(cpuComp.Microseconds())/float64(len(tc)), "computer-cpu-us")
+	p50 := func(ds []time.Duration) time.Duration {
+		s := slices.Clone(ds)
+		slices.Sort(s)
+		return s[(len(s)-1)/2]
+	}
+	bareP50 := p50(tb)
+	report(b, "bare", tb)
+	report(b, "deployment", td)
+	report(b, "computer", tc)
+	b.ReportMetric(float64((p50(td)-bareP50).Microseconds())/1000, "deployment-berth-ms")
+	b.ReportMetric(float64((p50(tc)-bareP50).Microseconds())/1000, "computer-berth-ms")
+}
+
+// BenchmarkExecParallel runs the Computer API's exec of `true` from 8
+// concurrent keep-alive clients on one process-backed Computer, with the
+// store's group commit and with every write committing alone: execs/s,
+// p50/p90 latency and commits per exec (each exec's process.exited fact
+// is a durable write).
+func BenchmarkExecParallel(b *testing.B) {
+	h, _ := benchServer(b)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
+	b.Cleanup(client.CloseIdleConnections)
+	send := func(url, token, body string) ([]byte, error) {
+		req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		out, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err == nil && resp.StatusCode >= 300 {
+			err = fmt.Errorf("POST %s: %d %s", url, resp.StatusCode, out)
+		}
+		return out, err
+	}
+	if _, err := send(h.admin+"/computers", "", `{"id":"cp","backings":[{"kind":"process"}]}`); err != nil {
+		b.Fatal(err)
+	}
+	out, err := send(h.admin+"/computers/cp/grants", "", `{"actions":["exec"],"expiresInSecs":3600}`)
+	var g struct{ Token string }
+	if err != nil || json.Unmarshal(out, &g) != nil || g.Token == "" {
+		b.Fatalf("grant: %s %v", out, err)
+	}
+	exec := func() error {
+		out, err := send(h.admin+"/computers/cp/exec", g.Token, `{"argv":["true"]}`)
+		if err == nil && !bytes.Contains(out, []byte(`"exitCode":0`)) {
+			err = fmt.Errorf("computer exec: %s", out)
+		}
+		return err
+	}
+	for range 3 {
+		if err := exec(); err != nil { // wakes the Computer
+			b.Fatal(err)
+		}
+	}
+	for _, mode := range []struct {
+		name  string
+		group bool
+	}{{"grouped", true}, {"alone", false}} {
+		b.Run(mode.name, func(b *testing.B) {
+			h.s.store.SetGroupCommit(mode.group)
+			defer h.s.store.SetGroupCommit(true)
+			var (
+				mu  sync.Mutex
+				lat []time.Duration
+			)
+			commits := h.s.store.Commits()
+			start := time.Now()
+			b.SetParallelism(4) // 8 clients on 2 CPUs
+			b.RunParallel(func(pb *testing.PB) {
+				var mine []time.Duration
+				for pb.Next() {
+					t0 := time.Now()
+					if err := exec(); err != nil {
+						b.Error(err)
+						return
+					}
+					mine = append(mine, time.Since(t0))
+				}
+				mu.Lock()
+				lat = append(lat, mine...)
+				mu.Unlock()
+			})
+			elapsed := time.Since(start)
+			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "execs/s")
+			b.ReportMetric(float64(h.s.store.Commits()-commits)/float64(b.N), "commits/exec")
+			if len(lat) > 0 {
+				report(b, "exec", lat)
+			}
+		})
+	}
 }

@@ -57,8 +57,13 @@ type txQueryer interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
-func getComputer(ctx context.Context, q txQueryer, id string) (Computer, error) {
-	c, err := scanComputer(q.QueryRowContext(ctx, `SELECT `+computerColumns+` FROM computers WHERE id = ?`, id))
+// getComputer reads Computer id inside tx.
+func (s *Store) getComputer(ctx context.Context, tx *sql.Tx, id string) (Computer, error) {
+	return computerRow(s.txStmt(ctx, tx, qComputer).QueryRowContext(ctx, id), id)
+}
+
+func computerRow(row *sql.Row, id string) (Computer, error) {
+	c, err := scanComputer(row)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Computer{}, fmt.Errorf("%w: computer %q", ErrNotFound, id)
 	}
@@ -92,9 +97,9 @@ type NewComputerFact struct {
 }
 
 // appendFacts appends facts to the log of Computer id inside tx.
-func appendFacts(ctx context.Context, tx *sql.Tx, id string, facts []NewComputerFact) error {
+func (s *Store) appendFacts(ctx context.Context, tx *sql.Tx, id string, facts []NewComputerFact) error {
 	for _, f := range facts {
-		if _, _, err := appendFact(ctx, tx, id, f); err != nil {
+		if _, _, err := s.appendFact(ctx, tx, id, f); err != nil {
 			return err
 		}
 	}
@@ -122,14 +127,14 @@ func (s *Store) CreateComputer(ctx context.Context, c Computer, facts ...NewComp
 		if n == 0 {
 			return fmt.Errorf("%w: computer %q exists", ErrConflict, c.ID)
 		}
-		return appendFacts(ctx, tx, c.ID, facts)
+		return s.appendFacts(ctx, tx, c.ID, facts)
 	})
 	return c, err
 }
 
 // Computer returns one Computer, or an error wrapping ErrNotFound.
 func (s *Store) Computer(ctx context.Context, id string) (Computer, error) {
-	return getComputer(ctx, s.r, id)
+	return computerRow(s.rs[qComputer].QueryRowContext(ctx, id), id)
 }
 
 // Computers returns the Computers of a namespace ("" for all), by id.
@@ -165,7 +170,7 @@ func (s *Store) Computers(ctx context.Context, namespace string) ([]Computer, er
 func (s *Store) UpdateComputer(ctx context.Context, id string, fn func(*Computer) error) (Computer, error) {
 	var out Computer
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		c, err := getComputer(ctx, tx, id)
+		c, err := s.getComputer(ctx, tx, id)
 		if err != nil {
 			return err
 		}
@@ -246,7 +251,7 @@ func (s *Store) ReserveComputerSlot(ctx context.Context, id string, limit SlotLi
 		out Computer
 	)
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		c, err := getComputer(ctx, tx, id)
+		c, err := s.getComputer(ctx, tx, id)
 		if err != nil {
 			return err
 		}
@@ -294,7 +299,7 @@ func (s *Store) ReserveComputerSlot(ctx context.Context, id string, limit SlotLi
 		if err := putComputer(ctx, tx, c); err != nil {
 			return err
 		}
-		return appendFacts(ctx, tx, id, facts)
+		return s.appendFacts(ctx, tx, id, facts)
 	})
 	return res, out, err
 }
@@ -312,7 +317,7 @@ func (s *Store) ReleaseComputerSlot(ctx context.Context, id string, fn func(*Com
 		if _, err := tx.ExecContext(ctx, `DELETE FROM computer_queue WHERE computer_id = ?`, id); err != nil {
 			return fmt.Errorf("store: dequeue: %w", err)
 		}
-		c, err := getComputer(ctx, tx, id)
+		c, err := s.getComputer(ctx, tx, id)
 		if errors.Is(err, ErrNotFound) {
 			return nil
 		}
@@ -341,7 +346,7 @@ func (s *Store) EnqueueComputer(ctx context.Context, id string, fn func(*Compute
 		out Computer
 	)
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		c, err := getComputer(ctx, tx, id)
+		c, err := s.getComputer(ctx, tx, id)
 		if err != nil {
 			return err
 		}
@@ -467,7 +472,7 @@ func openUsage(ctx context.Context, tx *sql.Tx, u UsageInterval) error {
 func (s *Store) OpenComputerRuntime(ctx context.Context, u UsageInterval, fn func(*Computer) error, facts ...NewComputerFact) (Computer, error) {
 	var out Computer
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		c, err := getComputer(ctx, tx, u.ComputerID)
+		c, err := s.getComputer(ctx, tx, u.ComputerID)
 		if err != nil {
 			return err
 		}
@@ -483,7 +488,7 @@ func (s *Store) OpenComputerRuntime(ctx context.Context, u UsageInterval, fn fun
 		if err := putComputer(ctx, tx, c); err != nil {
 			return err
 		}
-		return appendFacts(ctx, tx, u.ComputerID, facts)
+		return s.appendFacts(ctx, tx, u.ComputerID, facts)
 	})
 	return out, err
 }
@@ -637,7 +642,7 @@ func (s *Store) AppendComputerFact(ctx context.Context, computerID, dedupe strin
 	err = s.write(ctx, func(tx *sql.Tx) error {
 		if mustExist {
 			var one int
-			err := tx.QueryRowContext(ctx, `SELECT 1 FROM computers WHERE id = ?`, computerID).Scan(&one)
+			err := s.txStmt(ctx, tx, qComputerExists).QueryRowContext(ctx, computerID).Scan(&one)
 			if errors.Is(err, sql.ErrNoRows) {
 				return fmt.Errorf("%w: computer %q", ErrNotFound, computerID)
 			}
@@ -645,7 +650,7 @@ func (s *Store) AppendComputerFact(ctx context.Context, computerID, dedupe strin
 				return fmt.Errorf("store: read computer %q: %w", computerID, err)
 			}
 		}
-		seq, appended, err = appendFact(ctx, tx, computerID, NewComputerFact{Dedupe: dedupe, At: at, Body: body})
+		seq, appended, err = s.appendFact(ctx, tx, computerID, NewComputerFact{Dedupe: dedupe, At: at, Body: body})
 		return err
 	})
 	if !appended {
@@ -656,12 +661,12 @@ func (s *Store) AppendComputerFact(ctx context.Context, computerID, dedupe strin
 
 // appendFact appends f to the log of Computer computerID inside tx (see
 // AppendComputerFact).
-func appendFact(ctx context.Context, tx *sql.Tx, computerID string, f NewComputerFact) (seq int64, appended bool, err error) {
+func (s *Store) appendFact(ctx context.Context, tx *sql.Tx, computerID string, f NewComputerFact) (seq int64, appended bool, err error) {
 	var key any
 	if f.Dedupe != "" {
 		key = f.Dedupe
 		var one int
-		err := tx.QueryRowContext(ctx, `SELECT 1 FROM computer_facts WHERE computer_id = ? AND dedupe = ?`, computerID, f.Dedupe).Scan(&one)
+		err := s.txStmt(ctx, tx, qFactDedupe).QueryRowContext(ctx, computerID, f.Dedupe).Scan(&one)
 		if err == nil {
 			return 0, false, nil
 		}
@@ -669,12 +674,10 @@ func appendFact(ctx context.Context, tx *sql.Tx, computerID string, f NewCompute
 			return 0, false, fmt.Errorf("store: read facts: %w", err)
 		}
 	}
-	if err := tx.QueryRowContext(ctx, `INSERT INTO computer_fact_seq (computer_id, last_seq) VALUES (?, 1)
-		ON CONFLICT (computer_id) DO UPDATE SET last_seq = last_seq + 1 RETURNING last_seq`, computerID).Scan(&seq); err != nil {
+	if err := s.txStmt(ctx, tx, qFactNextSeq).QueryRowContext(ctx, computerID).Scan(&seq); err != nil {
 		return 0, false, fmt.Errorf("store: next fact seq: %w", err)
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO computer_facts (computer_id, seq, at, dedupe, body) VALUES (?, ?, ?, ?, ?)`,
-		computerID, seq, f.At, key, string(f.Body)); err != nil {
+	if _, err := s.txStmt(ctx, tx, qFactInsert).ExecContext(ctx, computerID, seq, f.At, key, string(f.Body)); err != nil {
 		return 0, false, fmt.Errorf("store: append fact: %w", err)
 	}
 	return seq, true, nil
@@ -711,7 +714,7 @@ func (s *Store) ComputerFacts(ctx context.Context, computerID string, after int6
 // the Computer (0 when none ever was).
 func (s *Store) LastComputerFactSeq(ctx context.Context, computerID string) (int64, error) {
 	var seq int64
-	err := s.r.QueryRowContext(ctx, `SELECT last_seq FROM computer_fact_seq WHERE computer_id = ?`, computerID).Scan(&seq)
+	err := s.rs[qLastFactSeq].QueryRowContext(ctx, computerID).Scan(&seq)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, nil
 	}

@@ -59,14 +59,17 @@
 // The database runs in WAL mode with synchronous=FULL: every committed
 // transaction is fsynced to the WAL before the commit returns, so a write
 // that a method has acknowledged (returned nil) survives kill -9 and power
-// loss. Every mutating method is exactly one transaction. foreign_keys is
+// loss. Every mutating method is atomic: one transaction, or one savepoint
+// of a transaction shared with writes that arrived while the previous
+// commit was syncing (group commit, commit.go), which returns only once
+// that shared commit is durable. foreign_keys is
 // on and busy_timeout is set, so another process briefly holding the lock
 // (for example a sqlite3 shell or a checkpoint) delays a write instead of
 // failing it.
 //
 // Writes go through a pool of exactly one connection whose transactions
-// begin IMMEDIATE, so concurrent writers in this process queue in
-// database/sql instead of racing for SQLite's write lock and getting
+// begin IMMEDIATE, so concurrent writers in this process queue (in the
+// group committer) instead of racing for SQLite's write lock and getting
 // SQLITE_BUSY. Reads use a separate pool of query-only connections; under
 // WAL they see the last committed state and never wait for a writer.
 //

@@ -19,8 +19,9 @@ const (
 	childDirEnv = "BERTH_STORE_CHILD_DIR"
 )
 
-// TestKill9Durability starts a child process that writes deployments as
-// fast as it can and prints each id only after PutDeployment returned. The
+// TestKill9Durability starts a child process that writes deployments and
+// appends Computer facts (which group commit batches) as fast as it can
+// and prints each only after its write returned. The
 // parent SIGKILLs it once enough ids are acknowledged, then checks that
 // every acknowledged write survived and the database is intact. The kill
 // lands at an arbitrary point, usually mid-transaction, which is the point.
@@ -56,6 +57,7 @@ func TestKill9Durability(t *testing.T) {
 	var (
 		acked   []string // ids of acknowledged creates
 		lastRev int64    // highest acknowledged revision of "counter"
+		facts   []string // "<computer> <seq> <body>" of acknowledged fact appends
 	)
 	sc := bufio.NewScanner(stdout)
 	for len(acked) < wantAcks && sc.Scan() {
@@ -68,6 +70,8 @@ func TestKill9Durability(t *testing.T) {
 				t.Fatalf("child printed %q: %v", line, err)
 			}
 			lastRev = max(lastRev, n)
+		} else if f, ok := strings.CutPrefix(line, "fact "); ok {
+			facts = append(facts, f)
 		}
 	}
 	if len(acked) < wantAcks {
@@ -109,7 +113,23 @@ func TestKill9Durability(t *testing.T) {
 			t.Errorf("counter = revision %d, %v; want at least acknowledged revision %d", d.Revision, err, lastRev)
 		}
 	}
-	t.Logf("%d acknowledged creates and %d replaces survived kill -9", len(acked), lastRev)
+	// Fact appends share commits (group commit); each acknowledged one
+	// must be there, with the sequence number it was acknowledged with.
+	for _, line := range facts {
+		var comp, body string
+		var seq int64
+		if _, err := fmt.Sscan(line, &comp, &seq, &body); err != nil {
+			t.Fatalf("child printed fact %q: %v", line, err)
+		}
+		got, err := s.ComputerFacts(t.Context(), comp, seq-1, 1)
+		if err != nil || len(got) != 1 || got[0].Seq != seq || string(got[0].Body) != body {
+			t.Errorf("acknowledged fact %s #%d %s lost: %+v, %v", comp, seq, body, got, err)
+		}
+	}
+	if len(facts) == 0 {
+		t.Error("the child acknowledged no fact append")
+	}
+	t.Logf("%d acknowledged creates, %d replaces and %d fact appends survived kill -9", len(acked), lastRev, len(facts))
 }
 
 // runDurabilityChild is the child side of TestKill9Durability. Several
@@ -144,6 +164,20 @@ func runDurabilityChild() {
 					fail(err)
 				}
 				ack("ack %s", id)
+			}
+		})
+	}
+	// Fact appends from several writers at once: they share commits.
+	for w := range 4 {
+		wg.Go(func() {
+			comp := fmt.Sprintf("c%d", w%2)
+			for i := range 100_000 {
+				body := fmt.Sprintf(`{"w":%d,"i":%d}`, w, i)
+				seq, _, err := s.AppendComputerFact(ctx, comp, "", int64(i), []byte(body), false)
+				if err != nil {
+					fail(err)
+				}
+				ack("fact %s %d %s", comp, seq, body)
 			}
 		})
 	}

@@ -48,8 +48,13 @@ type Store struct {
 	w    *sql.DB // exactly one connection; every transaction BEGIN IMMEDIATE
 	r    *sql.DB // query-only connections for reads
 
+	// ws and rs are the hot statements prepared on w and r (stmts.go).
+	ws, rs map[string]*sql.Stmt
+
 	// now is the clock for bookkeeping timestamps; tests replace it.
 	now func() time.Time
+
+	gc committer // batches concurrent writes into shared commits (commit.go)
 }
 
 // Open opens the store in dir, creating dir (mode 0700) and dir/berth.db
@@ -119,6 +124,16 @@ func open(dir string, migs []migration) (*Store, error) {
 	}
 	s.r.SetMaxOpenConns(maxReaders)
 	s.r.SetMaxIdleConns(maxReaders)
+	ctx := context.Background()
+	if s.ws, err = prepare(ctx, s.w, writeQueries); err == nil {
+		s.rs, err = prepare(ctx, s.r, readQueries)
+	}
+	if err != nil {
+		closeStmts(s.ws)
+		s.r.Close()
+		s.w.Close()
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
 	return s, nil
 }
 
@@ -206,24 +221,7 @@ func userVersion(ctx context.Context, q queryer) (int, error) {
 // Close closes the database. Writes that returned before Close are durable;
 // calls made after Close fail.
 func (s *Store) Close() error {
-	return errors.Join(s.r.Close(), s.w.Close())
-}
-
-// write runs fn in one write transaction and commits it, so each mutating
-// method is atomic and, once it returns nil, durable.
-func (s *Store) write(ctx context.Context, fn func(*sql.Tx) error) error {
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("store: begin: %w", err)
-	}
-	if err := fn(tx); err != nil {
-		tx.Rollback()
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("store: commit: %w", err)
-	}
-	return nil
+	return errors.Join(closeStmts(s.rs), closeStmts(s.ws), s.r.Close(), s.w.Close())
 }
 
 // Migrations live in migrations/NNNN_name.sql; see the package doc.
