@@ -43,6 +43,9 @@ func (p *portRoutes) resolve(w http.ResponseWriter, r *http.Request, host string
 	if !ok {
 		return nil, nil, false
 	}
+	// The request's strings live in the front end's buffers (see
+	// proxy.H1Server); the Computer manager keeps the id it is given.
+	id = strings.Clone(id)
 	t, release, err := p.computers.Port(r.Context(), id, port)
 	var capErr *computer.CapacityError
 	switch {
