@@ -69,10 +69,11 @@ raise_nofile() {
 
 # ---- ports -----------------------------------------------------------------------
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# wait_port PORT [SECONDS, default 10]
 wait_port() {
-	local i
-	for i in $(seq 100); do port_open "$1" && return 0; sleep 0.1; done
-	die "nothing listens on 127.0.0.1:$1 after 10 s (see $WORK/*.log)"
+	local i n=$((${2:-10} * 10))
+	for ((i = 0; i < n; i++)); do port_open "$1" && return 0; sleep 0.1; done
+	die "nothing listens on 127.0.0.1:$1 after ${2:-10} s (see $WORK/*.log)"
 }
 # pick_ports N: prints the first base, from PORT_BASE up in steps of 10, such
 # that no TCP socket of this host (any state, IPv4 or IPv6) uses any of
@@ -147,13 +148,14 @@ start_upstream() {
 	PIDS+=("$PID_UP")
 }
 
-# start_berth PROXY_PORT ADMIN_PORT [WRAPPER...]: berth serve with a fresh
-# data dir, no host setup; the optional wrapper (valgrind, strace...) runs
-# it. Sets PID_BERTH (the wrapper's pid when there is one: valgrind and
-# strace -o run the program in their own process).
+# start_berth PROXY_PORT ADMIN_PORT [WRAPPER...]: berth serve ($BERTH_EXE,
+# default $WORK/berth) with a fresh data dir, no host setup; the optional
+# wrapper (valgrind ...) execs it, so PID_BERTH is the process that runs
+# berth's code either way. Sets PID_BERTH.
 start_berth() {
 	local pp=$1 ap=$2
 	shift 2
+	rm -rf "$WORK/berth-data"
 	mkdir -p "$WORK/berth-data"
 	(
 		[[ -n ${BERTH_GOMAXPROCS:-} ]] && export GOMAXPROCS=$BERTH_GOMAXPROCS
@@ -161,7 +163,7 @@ start_berth() {
 		# they are (an env var, so that older binaries under BERTH_BIN run too),
 		# and no egress proxy for Computers.
 		export BERTH_NO_HOST_SETUP=1 BERTH_EGRESS_ADDR=off
-		exec "$@" "$WORK/berth" serve --proxy-addr "127.0.0.1:$pp" --admin-addr "127.0.0.1:$ap" \
+		exec "$@" "${BERTH_EXE:-$WORK/berth}" serve --proxy-addr "127.0.0.1:$pp" --admin-addr "127.0.0.1:$ap" \
 			--data-dir "$WORK/berth-data" --log-level warn
 	) 2>"$WORK/berth.log" &
 	PID_BERTH=$!
