@@ -179,6 +179,7 @@ MET=$(awk -v a="$BPER" -v b="$NPER" 'BEGIN { print (a <= 2 * b) ? "met" : "NOT m
 	printf '%-52s %12s\n' "berth with $DEPLOYMENTS static deployments" "$(mib "$RSS_DEPS") MiB"
 	printf '%-52s %12s\n' "  per deployment" "$(awk -v a="$RSS_IDLE" -v b="$RSS_DEPS" -v n="$DEPLOYMENTS" 'BEGIN { printf "%.2f KiB", (b - a) / n }')"
 	printf '%-52s %12s\n' "  Go live heap at the last GC (berth: GOGC=${GOGC:-400})" "$HEAP_DEPS MB"
+	printf '%-52s %12s\n' "    live heap per deployment" "$(awk -v h="$HEAP_DEPS" -v n="$DEPLOYMENTS" 'BEGIN { if (h == "-") print "-"; else printf "%.1f KiB", h * 1024 / n }')"
 	printf '%-52s %12s\n' "  registration ($REG_CONNS concurrent POST /deployments)" "${REG_SECS}s, ${REG_RATE}/s"
 	printf '%-52s %12s\n' "    the first and the last 1,000" "${REG_FIRST}/s, ${REG_LAST}/s"
 	printf '%-52s %12s\n' "  berth CPU at rest with them (probes every 2 s)" "$REST_CPU% of a core"
