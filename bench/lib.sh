@@ -207,6 +207,9 @@ http {
 		server 127.0.0.1:$2;
 		keepalive 128;
 	}
+	# No cap on requests per client connection (the default closes one
+	# after 1,000), as berth and haproxy have none.
+	keepalive_requests 1000000;
 	server {
 		listen 127.0.0.1:$1;
 		location / {

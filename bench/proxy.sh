@@ -175,7 +175,7 @@ scenario() {
 }
 
 # Results, keyed "scenario:target".
-declare -A RPS P50 P99 CPU UPCPU ERRS HP50 HP99
+declare -A RPS P50 P99 CPU UPCPU ERRS HP50 HP99 HERR
 peak() {
 	local sc=$1 name=$2 key="$1:$2" url pids up0 up1 t0 t1 out reqs
 	scenario "$sc"
@@ -228,10 +228,12 @@ half() {
 	local name=$1 rate=$2 line
 	log "half load: $name — ${rate} req/s for ${HALF_DURATION}s (after 2s warm-up), $CONNS connections"
 	line=$(timeout $((HALF_DURATION + 40)) "$WORK/load" -url "http://127.0.0.1:$(port_of "$name")/" \
-		-rate "$rate" -duration "${HALF_DURATION}s" -warmup 2s -conns "$CONNS")
+		-rate "$rate" -duration "${HALF_DURATION}s" -warmup 2s -conns "$CONNS" 2>"$WORK/load.err") || true
+	[[ -s $WORK/load.err ]] && log "warning: half load: $name: $(tail -1 "$WORK/load.err")"
 	echo "$name $line" >>"$OUTDIR/half-load.txt"
 	HP50[$name]=$(sed -n 's/.*p50_us=\([0-9]*\).*/\1/p' <<<"$line")
 	HP99[$name]=$(sed -n 's/.*p99_us=\([0-9]*\).*/\1/p' <<<"$line")
+	HERR[$name]=$(sed -n 's/.*errors=\([0-9]*\).*/\1/p' <<<"$line")
 }
 
 LOAD_START=$(loadavg)
@@ -296,11 +298,11 @@ has() { [[ -n ${RPS[$1]:-} ]]; }
 	if ((HALF_RATE > 0)); then
 		echo
 		echo "half load: ${HALF_RATE} req/s constant (half of berth's keepalive peak), bench/load, $CONNS connections, ${HALF_DURATION}s; latency from when each request was released (scheduled)"
-		printf '%-8s %9s %9s %15s\n' run "p50 ms" "p99 ms" "added p99 ms"
+		printf '%-8s %9s %9s %15s %8s\n' run "p50 ms" "p99 ms" "added p99 ms" errors
 		for n in $TARGETS; do
 			added="-"
 			[[ $n != direct ]] && added=$(ms $((HP99[$n] - HP99[direct])))
-			printf '%-8s %9s %9s %15s\n' "$n" "$(ms "${HP50[$n]}")" "$(ms "${HP99[$n]}")" "$added"
+			printf '%-8s %9s %9s %15s %8s\n' "$n" "$(ms "${HP50[$n]}")" "$(ms "${HP99[$n]}")" "$added" "${HERR[$n]:--}"
 		done
 	fi
 	if has keepalive:berth && has keepalive:nginx; then
