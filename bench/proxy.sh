@@ -44,6 +44,8 @@
 #   WS_CONNS [50]  websocket connections of the ws scenario
 #   HALF     [1]   0: skip the half-load runs
 #   HALF_DURATION [8]  seconds of each half-load run (after 2 s of warm-up)
+#   REPEAT   [1]   runs of each scenario and target (round the targets); the
+#                  tables give the median of each figure, the req/s range beside it
 #   BERTH_GOMAXPROCS [unset: Go's default, one per core]  GOMAXPROCS for berth
 #   PORT_BASE [18080]  where to start looking for five consecutive free ports
 #   BERTH_BIN [unset: go build ./cmd/berth]  a prebuilt berth binary to use
@@ -63,6 +65,8 @@ C1000=${C1000:-1000}
 WS_CONNS=${WS_CONNS:-50}
 HALF=${HALF:-1}
 HALF_DURATION=${HALF_DURATION:-8}
+REPEAT=${REPEAT:-1}
+[[ $REPEAT =~ ^[1-9][0-9]*$ ]] || die "REPEAT must be a positive number, not $REPEAT"
 for s in $SCENARIOS; do
 	case $s in keepalive | close | 1k | 64k | post4k | c1000 | ws) ;; *) die "unknown scenario $s (have: keepalive close 1k 64k post4k c1000 ws)" ;; esac
 done
@@ -174,14 +178,45 @@ scenario() {
 	esac
 }
 
-# Results, keyed "scenario:target".
-declare -A RPS P50 P99 CPU UPCPU ERRS HP50 HP99 HERR
+# Results, keyed "scenario:target#run"; the medians over the runs, keyed
+# "scenario:target".
+declare -A RPS P50 P99 CPU UPCPU ERRS HP50 HP99 HERR RANGE
+# median_of ARRAY KEY: ARRAY[KEY] = the median of ARRAY[KEY#1..REPEAT]
+# (runs without a figure are left out).
+median_of() {
+	local -n med=$1
+	local r v vals=()
+	for r in $(seq "$REPEAT"); do
+		v=${med[$2#$r]:-}
+		[[ $v =~ ^[0-9.]+$ ]] && vals+=("$v")
+	done
+	if ((${#vals[@]})); then
+		med[$2]=$(printf '%s\n' "${vals[@]}" | sort -g | awk '{v[NR] = $1} END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.6g\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
+	else
+		med[$2]=${med[$2#1]:-}
+	fi
+}
+# range_of ARRAY KEY: "min-max" of the runs.
+range_of() {
+	local -n rng=$1
+	local r
+	for r in $(seq "$REPEAT"); do echo "${rng[$2#$r]:-}"; done | grep -E '^[0-9.]+$' | sort -g | sed -n '1p;$p' | paste -sd- || true
+}
+# sum_errors KEY: ERRS[KEY] = the errors of all runs ("failed" if one failed).
+sum_errors() {
+	local r v t=0
+	for r in $(seq "$REPEAT"); do
+		v=${ERRS[$1#$r]:-}
+		if [[ $v =~ ^[0-9]+$ ]]; then t=$((t + v)); elif [[ -n $v ]]; then t=failed; break; fi
+	done
+	ERRS[$1]=$t
+}
 peak() {
-	local sc=$1 name=$2 key="$1:$2" url pids up0 up1 t0 t1 out reqs
+	local sc=$1 name=$2 key="$1:$2#$3" url pids up0 up1 t0 t1 out reqs
 	scenario "$sc"
 	url="http://127.0.0.1:$(port_of "$name")$S_PATH"
-	out="$OUTDIR/wrk-$sc-$name.txt"
-	log "$sc: $name — warm-up ${S_WARM}s, then ${S_DUR}s with wrk -t1 -c$S_CONNS"
+	out="$OUTDIR/wrk-$sc-$name-$3.txt"
+	log "$sc: $name (run $3 of $REPEAT) — warm-up ${S_WARM}s, then ${S_DUR}s with wrk -t1 -c$S_CONNS"
 	timeout $((S_WARM + 30)) wrk -t1 -c"$S_CONNS" -d"${S_WARM}s" "${S_ARGS[@]}" "$url" >/dev/null
 	pids=$(pids_of "$name")
 	# shellcheck disable=SC2086
@@ -200,11 +235,11 @@ peak() {
 	UPCPU[$key]=$(per_req $((up1 - up0)) "${reqs:-0}")
 }
 peak_ws() {
-	local name=$1 key="ws:$1" url pids up0 up1 t0 t1 out line n
+	local name=$1 key="ws:$1#$2" url pids up0 up1 t0 t1 out line n
 	scenario ws
 	url="ws://127.0.0.1:$(port_of "$name")$S_PATH"
-	out="$OUTDIR/wsload-$name.txt"
-	log "ws: $name — warm-up ${S_WARM}s, then ${S_DUR}s with wsload -conns $S_CONNS"
+	out="$OUTDIR/wsload-$name-$2.txt"
+	log "ws: $name (run $2 of $REPEAT) — warm-up ${S_WARM}s, then ${S_DUR}s with wsload -conns $S_CONNS"
 	timeout $((S_WARM + 40)) "$WORK/wsload" -url "$url" -conns "$S_CONNS" -duration "${S_WARM}s" >/dev/null 2>"$WORK/wsload-warm.err" ||
 		log "warning: ws: $name: warm-up failed: $(tail -1 "$WORK/wsload-warm.err")"
 	pids=$(pids_of "$name")
@@ -246,8 +281,17 @@ mkdir -p "$OUTDIR"
 declare -A LOAD_AT
 for sc in $SCENARIOS; do
 	LOAD_AT[$sc]=$(loadavg)
+	# Repeats go round the targets, so that a change in the machine's load
+	# spreads over all of them rather than landing on one.
+	for r in $(seq "$REPEAT"); do
+		for n in $TARGETS; do
+			if [[ $sc == ws ]]; then peak_ws "$n" "$r"; else peak "$sc" "$n" "$r"; fi
+		done
+	done
 	for n in $TARGETS; do
-		if [[ $sc == ws ]]; then peak_ws "$n"; else peak "$sc" "$n"; fi
+		for m in RPS P50 P99 CPU UPCPU; do median_of "$m" "$sc:$n"; done
+		sum_errors "$sc:$n"
+		RANGE[$sc:$n]=$(range_of RPS "$sc:$n")
 	done
 done
 
@@ -276,13 +320,17 @@ has() { [[ -n ${RPS[$1]:-} ]]; }
 	for sc in $SCENARIOS; do
 		scenario "$sc"
 		echo
-		echo "== $sc: $S_DESC; ${S_DUR}s after ${S_WARM}s warm-up, $S_CONNS connections; load ${LOAD_AT[$sc]}"
-		printf '%-8s %9s %9s %9s %13s %13s %8s\n' run "$([[ $sc == ws ]] && echo msg/s || echo req/s)" "p50 ms" "p99 ms" "proxy µs/req" "upstr µs/req" errors
+		echo "== $sc: $S_DESC; ${S_DUR}s after ${S_WARM}s warm-up, $S_CONNS connections; load ${LOAD_AT[$sc]}$( ((REPEAT > 1)) && echo "; median of $REPEAT runs")"
+		printf '%-8s %9s %9s %9s %13s %13s %8s' run "$([[ $sc == ws ]] && echo msg/s || echo req/s)" "p50 ms" "p99 ms" "proxy µs/req" "upstr µs/req" errors
+		((REPEAT > 1)) && printf ' %13s' "req/s range"
+		echo
 		for n in $TARGETS; do
 			k="$sc:$n"
 			cpu=${CPU[$k]:--}
 			[[ $n == direct ]] && cpu="-"
-			printf '%-8s %9s %9s %9s %13s %13s %8s\n' "$n" "${RPS[$k]:--}" "$(ms "${P50[$k]:-}")" "$(ms "${P99[$k]:-}")" "$cpu" "${UPCPU[$k]:--}" "${ERRS[$k]:--}"
+			printf '%-8s %9s %9s %9s %13s %13s %8s' "$n" "${RPS[$k]:--}" "$(ms "${P50[$k]:-}")" "$(ms "${P99[$k]:-}")" "$cpu" "${UPCPU[$k]:--}" "${ERRS[$k]:--}"
+			((REPEAT > 1)) && printf ' %13s' "${RANGE[$k]:--}"
+			echo
 		done
 	done
 	if [[ " $TARGETS " == *" berth "* && " $TARGETS " == *" nginx "* ]]; then
