@@ -178,15 +178,18 @@ register_bench() {
 		die "registering the bench deployment with berth failed (see $WORK/berth.log)"
 }
 
-# start_nginx PORT UPSTREAM_PORT: nginx, one worker, upstream keep-alive,
-# websocket upgrades passed through; sets PID_NGINX (the master).
+# start_nginx PORT UPSTREAM_PORT [WRAPPER...]: nginx, one worker, upstream
+# keep-alive, websocket upgrades passed through; sets PID_NGINX (the master).
+# NGINX_MASTER=off: no master, the one process serves (for valgrind).
 start_nginx() {
+	local np=$1 nu=$2
+	shift 2
 	mkdir -p "$WORK/nginx/logs" "$WORK/nginx/tmp"
 	cat >"$WORK/nginx/nginx.conf" <<EOF
 worker_processes 1;
 worker_rlimit_nofile 16384;
 daemon off;
-master_process on;
+master_process ${NGINX_MASTER:-on};
 pid $WORK/nginx/nginx.pid;
 error_log $WORK/nginx/logs/error.log warn;
 events { worker_connections 8192; }
@@ -204,14 +207,14 @@ http {
 		'' '';
 	}
 	upstream up {
-		server 127.0.0.1:$2;
+		server 127.0.0.1:$nu;
 		keepalive 128;
 	}
 	# No cap on requests per client connection (the default closes one
 	# after 1,000), as berth and haproxy have none.
 	keepalive_requests 1000000;
 	server {
-		listen 127.0.0.1:$1;
+		listen 127.0.0.1:$np;
 		location / {
 			proxy_pass http://up;
 			proxy_http_version 1.1;
@@ -225,7 +228,7 @@ http {
 	}
 }
 EOF
-	nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" 2>"$WORK/nginx.log" &
+	"$@" "$(command -v nginx)" -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" 2>"$WORK/nginx.log" &
 	PID_NGINX=$!
 	PIDS+=("$PID_NGINX")
 }

@@ -10,14 +10,17 @@
 #      (go test -bench $PPROF_BENCH -cpuprofile in internal/proxy; berth serve
 #      has no pprof endpoint), top functions;
 #   3. syscalls per request: strace -c -f attached to berth while
-#      bench/seqget sends $N sequential keep-alive GETs (after a warm-up);
+#      bench/seqget sends $N sequential keep-alive GETs (after a warm-up), the
+#      same against nginx's worker (the config of bench/proxy.sh) beside it,
+#      and one request's syscalls through berth in order;
 #   4. instructions per request: berth (CGO_ENABLED=0, GODEBUG=asyncpreemptoff=1,
 #      PATH without ip: callgrind cannot follow Go's preemption signals, cgo's
 #      thread start or the SIGCHLD of the "ip link show" berth runs at start)
 #      under valgrind --tool=callgrind; after a warm-up of $WARM_REQS
 #      requests, counters are zeroed, $N requests sent, dumped; zeroed again,
 #      2x$N sent, dumped; instructions/request = (Ir(2N) - Ir(N)) / N, which
-#      cancels the connection's setup and anything else fixed.
+#      cancels the connection's setup and anything else fixed; the same for
+#      nginx (master_process off, so the one process serves), and the ratio.
 # Everything lands in bench/out/profile-<time>/ (perf.data, cpu.pprof,
 # callgrind dumps for callgrind_annotate). Every process it starts is stopped
 # on exit (trap); every step is bounded by a timeout.
@@ -31,7 +34,7 @@
 #   WARM_REQS [200] requests before the measured batches
 #   CG_REPEAT [3]  callgrind (N, 2N) pairs; the report gives each and the median
 #   PPROF_BENCH ['BenchmarkH1$']  the internal/proxy benchmark to profile
-#   PORT_BASE [18280]  where to start looking for three consecutive free ports
+#   PORT_BASE [18280]  where to start looking for four consecutive free ports
 #   BERTH_BIN [unset: go build ./cmd/berth]  a prebuilt berth (used for every step
 #                  but pprof, which profiles this tree's internal/proxy)
 set -euo pipefail
@@ -65,9 +68,9 @@ if step callgrind; then
 	fi
 fi
 
-PORT_BASE=$(pick_ports 3)
-P_UP=$PORT_BASE P_BERTH=$((PORT_BASE + 1)) P_ADMIN=$((PORT_BASE + 2))
-log "ports $P_UP (upstream), $P_BERTH (berth; admin $P_ADMIN)"
+PORT_BASE=$(pick_ports 4)
+P_UP=$PORT_BASE P_BERTH=$((PORT_BASE + 1)) P_ADMIN=$((PORT_BASE + 2)) P_NGINX=$((PORT_BASE + 3))
+log "ports $P_UP (upstream), $P_BERTH (berth; admin $P_ADMIN), $P_NGINX (nginx, the reference)"
 LOAD_START=$(loadavg)
 warn_load
 OUTDIR="$ROOT/bench/out/profile-$(date +%Y%m%d-%H%M%S)"
@@ -85,7 +88,8 @@ berth_up() {
 	register_bench "$P_ADMIN" "$P_UP"
 	curl -sf --max-time 30 "http://127.0.0.1:$P_BERTH/" >/dev/null || die "GET through berth failed"
 }
-seqget() { timeout "${2:-120}" "$WORK/seqget" -addr "127.0.0.1:$P_BERTH" -n "$1" >/dev/null || die "seqget -n $1 failed"; }
+# seqget PORT REQS [TIMEOUT]: REQS sequential keep-alive GETs on one connection.
+seqget() { timeout "${3:-120}" "$WORK/seqget" -addr "127.0.0.1:$1" -n "$2" >/dev/null || die "seqget -n $2 against port $1 failed"; }
 if step perf || step strace; then
 	start_berth "$P_BERTH" "$P_ADMIN"
 	berth_up
@@ -153,29 +157,40 @@ if step pprof; then
 fi
 
 # ---- 3. syscalls per request -------------------------------------------------
-if step strace; then
-	say
-	say "== strace -c -f: berth's syscalls over $N sequential keep-alive GETs on one connection (after $WARM_REQS)"
-	seqget "$WARM_REQS"
-	strace -c -f -p "$PID_BERTH" -o "$OUTDIR/strace.txt" 2>"$WORK/strace.err" &
+# strace_count PORT PID NAME: strace -c -f on PID while N requests go to PORT;
+# the table lands in $OUTDIR/strace-NAME.txt.
+strace_count() {
+	local pstr
+	seqget "$1" "$WARM_REQS"
+	strace -c -f -p "$2" -o "$OUTDIR/strace-$3.txt" 2>"$WORK/strace.err" &
 	pstr=$!
 	# strace reports each thread it attached to; wait for them all.
 	for _ in $(seq 50); do grep -q attached "$WORK/strace.err" 2>/dev/null && break; sleep 0.1; done
 	sleep 0.5
-	seqget "$N" 300
+	seqget "$1" "$N" 300
 	kill -INT "$pstr" 2>/dev/null || true
 	wait "$pstr" 2>/dev/null || true
+}
+if step strace; then
+	say
+	say "== strace -c -f: syscalls over $N sequential keep-alive GETs on one connection (after $WARM_REQS), berth and nginx (its worker)"
+	strace_count "$P_BERTH" "$PID_BERTH" berth
+	start_nginx "$P_NGINX" "$P_UP"
+	wait_port "$P_NGINX"
+	strace_count "$P_NGINX" "$(pgrep -P "$PID_NGINX" | head -1)" nginx
+	stop "$PID_NGINX"
 	# Table rows: % time, seconds, usecs/call, calls, [errors], syscall.
 	awk -v n="$N" '
-		$1 ~ /^[0-9.]+$/ && $NF != "total" { calls[$NF] = $4; tot += $4 }
+		FNR == 1 { who = (FILENAME ~ /berth/) ? "b" : "g" }
+		$1 ~ /^[0-9.]+$/ && $NF != "total" { c[who, $NF] = $4; t[who] += $4; names[$NF] = 1 }
 		END {
-			printf "  %-20s %10s %10s\n", "syscall", "calls", "per req"
+			printf "  %-20s %10s %10s\n", "syscall", "berth/req", "nginx/req"
 			fflush()
-			for (s in calls) printf "  %-20s %10d %10.3f\n", s, calls[s], calls[s] / n | "sort -k2 -nr"
-			close("sort -k2 -nr")
-			printf "  %-20s %10d %10.2f\n", "total", tot, tot / n
-		}' "$OUTDIR/strace.txt" | tee -a "$SUMMARY"
-	say "one request's syscalls (the 5th of 6 on a fresh connection; futex, nanosleep and sched_yield left out; all of them in $OUTDIR/strace-seq.txt):"
+			for (s in names) printf "  %-20s %10.3f %10.3f\n", s, c["b", s] / n, c["g", s] / n | "sort -k2 -gr"
+			close("sort -k2 -gr")
+			printf "  %-20s %10.2f %10.2f\n", "total", t["b"] / n, t["g"] / n
+		}' "$OUTDIR/strace-berth.txt" "$OUTDIR/strace-nginx.txt" | tee -a "$SUMMARY"
+	say "one request through berth, its syscalls (the 5th of 6 on a fresh connection; futex, nanosleep and sched_yield left out; all in $OUTDIR/strace-seq.txt):"
 	strace -f -tt -p "$PID_BERTH" -e 'trace=!futex,nanosleep,sched_yield' -o "$OUTDIR/strace-seq.txt" 2>"$WORK/strace2.err" &
 	pstr=$!
 	for _ in $(seq 50); do grep -q attached "$WORK/strace2.err" 2>/dev/null && break; sleep 0.1; done
@@ -191,43 +206,53 @@ fi
 if [[ -n ${PID_BERTH:-} ]] && kill -0 "$PID_BERTH" 2>/dev/null; then stop "$PID_BERTH"; fi
 
 # ---- 4. instructions per request ---------------------------------------------
+# ir_batch PORT PID NAME REQS: zero PID's callgrind counters, send REQS
+# requests to PORT, dump; prints the dump's Ir.
+ir_batch() {
+	local before after f
+	callgrind_control -z "$2" >/dev/null 2>&1 || die "callgrind_control -z $2 failed"
+	seqget "$1" "$4" 600
+	before=$(find "$OUTDIR" -name "callgrind-$3.out.*.*" | wc -l)
+	callgrind_control -d "$2" >/dev/null 2>&1 || die "callgrind_control -d $2 failed"
+	for _ in $(seq 100); do
+		after=$(find "$OUTDIR" -name "callgrind-$3.out.*.*" | wc -l)
+		((after > before)) && break
+		sleep 0.1
+	done
+	f=$(find "$OUTDIR" -name "callgrind-$3.out.*.*" -printf '%T@ %p\n' | sort -n | tail -1 | cut -d' ' -f2)
+	awk '$1 == "summary:" || $1 == "totals:" {print $2; exit}' "$f"
+}
+# ir_per_request PORT PID NAME: CG_REPEAT pairs (N, 2N); prints the median.
+ir_per_request() {
+	local i ir1 ir2 p per=()
+	seqget "$1" "$WARM_REQS" 300
+	for i in $(seq "$CG_REPEAT"); do
+		ir1=$(ir_batch "$1" "$2" "$3" "$N")
+		ir2=$(ir_batch "$1" "$2" "$3" $((2 * N)))
+		p=$(((ir2 - ir1) / N))
+		per+=("$p")
+		say "  $3 pair $i: Ir($N) = $ir1, Ir($((2 * N))) = $ir2: $p instructions/request ($((ir1 / N)) counting the connection's setup)" >&2
+	done
+	printf '%s\n' "${per[@]}" | sort -n | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'
+}
 if step callgrind; then
 	say
-	say "== callgrind: berth (CGO_ENABLED=0, GODEBUG=asyncpreemptoff=1) under valgrind --tool=callgrind"
+	say "== callgrind: instructions per keep-alive GET; berth (CGO_ENABLED=0, GODEBUG=asyncpreemptoff=1) and nginx (master_process off) under valgrind --tool=callgrind"
+	VALGRIND=$(command -v valgrind)
 	# berth runs "ip link show" at start; the SIGCHLD of that child trips a
 	# callgrind assertion (threads.c: sigNum == current_state.sig), so berth
 	# gets a PATH where ip is not found.
 	BERTH_EXE="$WORK/berth-static" GODEBUG=asyncpreemptoff=1 start_berth "$P_BERTH" "$P_ADMIN" \
-		env PATH=/var/empty "$(command -v valgrind)" --tool=callgrind --callgrind-out-file="$OUTDIR/callgrind.out.%p"
-	VG=$PID_BERTH
+		env PATH=/var/empty "$VALGRIND" --tool=callgrind --callgrind-out-file="$OUTDIR/callgrind-berth.out.%p"
 	berth_up 120
-	seqget "$WARM_REQS" 300
-	# ir_batch REQS: zero berth's counters, send REQS requests, dump; prints the dump's Ir.
-	ir_batch() {
-		local before after f
-		callgrind_control -z "$VG" >/dev/null 2>&1 || die "callgrind_control -z failed"
-		seqget "$1" 600
-		before=$(find "$OUTDIR" -name 'callgrind.out.*.*' | wc -l)
-		callgrind_control -d "$VG" >/dev/null 2>&1 || die "callgrind_control -d failed"
-		for _ in $(seq 100); do
-			after=$(find "$OUTDIR" -name 'callgrind.out.*.*' | wc -l)
-			((after > before)) && break
-			sleep 0.1
-		done
-		f=$(find "$OUTDIR" -name 'callgrind.out.*.*' -printf '%T@ %p\n' | sort -n | tail -1 | cut -d' ' -f2)
-		awk '$1 == "summary:" || $1 == "totals:" {print $2; exit}' "$f"
-	}
-	per=()
-	for i in $(seq "$CG_REPEAT"); do
-		ir1=$(ir_batch "$N")
-		ir2=$(ir_batch $((2 * N)))
-		p=$(((ir2 - ir1) / N))
-		per+=("$p")
-		say "  pair $i: Ir($N) = $ir1, Ir($((2 * N))) = $ir2: $p instructions/request ($((ir1 / N)) counting the connection's setup)"
-	done
-	med=$(printf '%s\n' "${per[@]}" | sort -n | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}')
-	say "instructions/request: $med (median of ${#per[@]}; callgrind_annotate $OUTDIR/callgrind.out.<pid>.<n> for the counts; Go code defeats its per-function attribution, see perf and pprof above for where)"
+	IR_BERTH=$(ir_per_request "$P_BERTH" "$PID_BERTH" berth)
 	stop "$PID_BERTH"
+	NGINX_MASTER=off start_nginx "$P_NGINX" "$P_UP" "$VALGRIND" --tool=callgrind \
+		--callgrind-out-file="$OUTDIR/callgrind-nginx.out.%p"
+	wait_port "$P_NGINX" 60
+	IR_NGINX=$(ir_per_request "$P_NGINX" "$PID_NGINX" nginx)
+	stop "$PID_NGINX"
+	say "instructions/request: berth $IR_BERTH, nginx $IR_NGINX, berth/nginx $(awk -v a="$IR_BERTH" -v b="$IR_NGINX" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }')x (medians of $CG_REPEAT; callgrind_annotate $OUTDIR/callgrind-<name>.out.<pid>.<n> for the counts, though Go code defeats its per-function attribution: see perf and pprof above for where)"
 fi
 say
 say "load average at end: $(loadavg)"
