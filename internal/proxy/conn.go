@@ -229,7 +229,7 @@ func (d *dialer) dial(ctx context.Context, b *Backend) (*upstreamConn, error) {
 	c := &upstreamConn{
 		Conn: nc,
 		br:   bufio.NewReaderSize(nc, 4<<10),
-		bw:   bufio.NewWriterSize(nc, 4<<10),
+		bw:   bufio.NewWriterSize(nc, 8<<10), // a head and a small body leave in one write
 	}
 	if rc := rawConn(nc); rc != nil {
 		c.peek = newPeeker(rc)

@@ -277,7 +277,14 @@ func (h *Handler) send(w http.ResponseWriter, r *http.Request, b *Backend, c *up
 // head; send bounds the wait.
 func (h *Handler) await(w http.ResponseWriter, r *http.Request, c *upstreamConn, hasBody, chunked bool) (*http.Response, chan error, error) {
 	var wdone chan error
-	if hasBody {
+	if hasBody && bodyBuffered(r) {
+		// The whole body is already read from the client: it leaves with
+		// the head, in one write, and the backend cannot make the write
+		// wait (it fits in the socket's buffer) whatever it answers.
+		if err := writeBody(c, r, chunked); err != nil {
+			return nil, nil, err
+		}
+	} else if hasBody {
 		// The body is written while the response is read, as http.Transport
 		// does: a backend may answer (say, 413) before reading all of it, or
 		// stream its answer while it reads, and writing first would then
@@ -518,6 +525,17 @@ func writeBody(c *upstreamConn, r *http.Request, chunked bool) (err error) {
 	}
 	return c.bw.Flush()
 }
+
+// bodyBuffered reports a front end request body of a known length that is
+// whole in the connection's buffer, and small (maxInlineBody).
+func bodyBuffered(r *http.Request) bool {
+	b, ok := r.Body.(*h1Body)
+	return ok && b.cr == nil && b.remaining <= maxInlineBody && b.remaining <= int64(b.br.Buffered())
+}
+
+// maxInlineBody bounds a body written in the handler's goroutine, well
+// below any socket buffer.
+const maxInlineBody = 64 << 10
 
 // bodyWritten reports whether the request body (if any) was written
 // completely. It does not wait: a writer still busy when the response has

@@ -382,7 +382,7 @@ func newH1conn(s *H1Server, rwc net.Conn, hl *handoffListener, base context.Cont
 	c, _ := connPoolH1.Get().(*h1conn)
 	if c == nil {
 		c = &h1conn{
-			br:        bufio.NewReaderSize(nil, 4<<10),
+			br:        bufio.NewReaderSize(nil, 8<<10), // a head and a small body arrive in one read
 			bw:        bufio.NewWriterSize(nil, 4<<10),
 			watchDone: make(chan struct{}, 1),
 		}
@@ -973,7 +973,8 @@ func (b *h1Body) readLocked(p []byte) (n int, err error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	timed := b.timeout > 0 && !b.stop.Load()
+	// Only a read that reaches the connection can wait for the client.
+	timed := b.timeout > 0 && !b.stop.Load() && b.br.Buffered() == 0
 	if timed {
 		b.conn.SetReadDeadline(time.Now().Add(b.timeout))
 		if b.stop.Load() {
