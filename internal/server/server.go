@@ -339,7 +339,10 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	if err := s.registry.Load(ctx); err != nil {
 		return nil, err
 	}
-	if s.proxyLn, err = net.Listen("tcp", o.ProxyAddr); err != nil {
+	// No TCP keep-alive probes on the data plane's connections (as nginx):
+	// idle timeouts end idle ones, and the probes' four setsockopt calls
+	// were a tenth of a short connection's cost.
+	if s.proxyLn, err = (&net.ListenConfig{KeepAlive: -1}).Listen(context.Background(), "tcp", o.ProxyAddr); err != nil {
 		return nil, fmt.Errorf("proxy listener: %w", err)
 	}
 	undo = append(undo, func() { s.proxyLn.Close() })
