@@ -30,6 +30,7 @@
 #   REG_CONNS [8]        concurrent registration requests
 #   CONNS [1000]         idle keep-alive connections
 #   SETTLE [2]           seconds to wait before each RSS reading
+#   CONN_SETTLE [5]      seconds to wait before reading RSS with the idle connections held
 #   REST [5]             seconds over which berth's CPU at rest is measured
 #   PORT_BASE [18180]    where to start looking for four consecutive free ports
 #   BERTH_BIN [unset: go build ./cmd/berth]  a prebuilt berth binary to use
@@ -45,6 +46,7 @@ DEPLOYMENTS=${DEPLOYMENTS:-10000}
 REG_CONNS=${REG_CONNS:-8}
 CONNS=${CONNS:-1000}
 SETTLE=${SETTLE:-2}
+CONN_SETTLE=${CONN_SETTLE:-5}
 REST=${REST:-5}
 
 need_tools nginx:nginx curl:curl
@@ -140,7 +142,9 @@ sleep "$SETTLE"
 B0=$(rss_kib "$PID_BERTH")
 echo "berth before $CONNS connections: $(rss_line "$PID_BERTH")" >>"$OUTDIR/rss.txt"
 hold_conns "$P_BERTH" berth
-sleep "$SETTLE"
+# berth parks a connection idle for 1 s (its goroutine and buffers go) and
+# hands the memory back to the OS 2 s after the first parking.
+sleep "$CONN_SETTLE"
 B1=$(rss_kib "$PID_BERTH")
 HEAP_CONNS=$(heap_mb)
 echo "berth with $CONNS connections: $(rss_line "$PID_BERTH")heap_mb=$HEAP_CONNS" >>"$OUTDIR/rss.txt"

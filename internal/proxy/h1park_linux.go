@@ -39,7 +39,7 @@ type parker struct {
 }
 
 const (
-	freeDelay = time.Second
+	freeDelay = 4 * workerIdle // the workers the parked connections leave have ended
 	freeGap   = 10 * time.Second
 )
 

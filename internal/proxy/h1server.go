@@ -234,7 +234,7 @@ type connJob struct {
 
 // workerIdle is how long a worker waits for another connection before it
 // ends (and its stack goes).
-const workerIdle = 2 * time.Second
+const workerIdle = 500 * time.Millisecond
 
 // dispatch serves c on a worker goroutine: an idle one if any, else a new
 // one. A goroutine started per connection grows its stack from 2 KiB to
