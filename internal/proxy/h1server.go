@@ -547,7 +547,7 @@ func (c *h1conn) serveOne(first bool) connEnd {
 	} else if c.br.Buffered() == 0 {
 		if s.park != nil {
 			// The wait for the next request ends after parkAfter, when
-			// the connection goes to the parker (see waitNext).
+			// the connection goes to the parker (below).
 			if c.dirty || c.idleAt.IsZero() {
 				c.idleAt = time.Now()
 				c.rwc.SetReadDeadline(c.idleAt.Add(s.parkAfter))
@@ -603,7 +603,9 @@ func (c *h1conn) serveOne(first bool) connEnd {
 			if s.readHeader > 0 {
 				c.rwc.SetReadDeadline(time.Now().Add(s.readHeader))
 				c.idleAt = time.Time{}
-			} else if c.dirty {
+			} else if c.dirty || s.park != nil {
+				// (The park deadline is not one for reading a head.)
+				c.idleAt = time.Time{}
 				c.rwc.SetReadDeadline(time.Time{})
 			}
 			c.dirty = false
