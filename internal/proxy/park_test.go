@@ -49,6 +49,14 @@ func TestH1ParkAndResume(t *testing.T) {
 	if resp, _ := rc.response("GET"); resp.StatusCode != http.StatusOK {
 		t.Fatalf("after a split head: %d", resp.StatusCode)
 	}
+	// Nor does the park deadline cut off a head whose rest comes later
+	// than ParkAfter (no ReadHeaderTimeout is set here).
+	rc.send("GET /x HTTP/1.1\r\n")
+	time.Sleep(3 * 20 * time.Millisecond)
+	rc.send("Host: app.test\r\n\r\n")
+	if resp, _ := rc.response("GET"); resp.StatusCode != http.StatusOK {
+		t.Fatalf("after a slow head: %d", resp.StatusCode)
+	}
 }
 
 // TestH1ParkedIdleTimeout: a parked connection still closes once its idle
