@@ -1,7 +1,6 @@
 package proxy_test
 
 import (
-	"strconv"
 	"testing"
 
 	"github.com/berth-dev/berth/internal/proxy"
@@ -23,20 +22,7 @@ func TestKeepAliveGETAllocs(t *testing.T) {
 	h.Swap(table(entry{static("bench", proxy.NewBackend("bench-1", addr, false)), catchAll}))
 	paddr, _ := startH1(t, h, proxy.H1Options{})
 	q := proxytest.NewQuietClient(t, paddr, "GET /bench?q=1 HTTP/1.1\r\nHost: bench.test\r\nUser-Agent: bench\r\nAccept: */*\r\n\r\n")
-	for range 100 { // warm the pools
-		if st, n := q.Do(); st != 200 || n != 100 {
-			t.Fatalf("status %d, %d bytes", st, n)
-		}
-	}
-	var bad string
-	allocs := testing.AllocsPerRun(2000, func() {
-		if st, n := q.Do(); st != 200 || n != 100 {
-			bad = "status " + strconv.Itoa(st) + ", " + strconv.Itoa(n) + " bytes"
-		}
-	})
-	if bad != "" {
-		t.Fatal(bad)
-	}
+	allocs := proxytest.AllocsPerRequest(t, q, 2000, 200, 100)
 	if allocs != 0 {
 		t.Errorf("%v allocations per keep-alive GET, want 0", allocs)
 	}

@@ -2,7 +2,6 @@ package server
 
 import (
 	"fmt"
-	"strconv"
 	"testing"
 
 	"github.com/berth-dev/berth/internal/proxy/proxytest"
@@ -20,20 +19,7 @@ func TestProxyKeepAliveAllocs(t *testing.T) {
 		t.Fatalf("creating the deployment: %d %s", r.code, r.body)
 	}
 	q := proxytest.NewQuietClient(t, h.s.ProxyAddr(), "GET /x HTTP/1.1\r\nHost: fast.test\r\nUser-Agent: bench\r\nAccept: */*\r\n\r\n")
-	for range 200 {
-		if st, n := q.Do(); st != 200 || n != 100 {
-			t.Fatalf("status %d, %d bytes", st, n)
-		}
-	}
-	var bad string
-	allocs := testing.AllocsPerRun(2000, func() {
-		if st, n := q.Do(); st != 200 || n != 100 {
-			bad = "status " + strconv.Itoa(st) + ", " + strconv.Itoa(n) + " bytes"
-		}
-	})
-	if bad != "" {
-		t.Fatal(bad)
-	}
+	allocs := proxytest.AllocsPerRequest(t, q, 2000, 200, 100)
 	if allocs != 0 {
 		t.Errorf("%v allocations per keep-alive GET through the server, want 0", allocs)
 	}

@@ -117,3 +117,25 @@ func (q *QuietClient) Do() (status, n int) {
 	}
 	return status, cl
 }
+
+// AllocsPerRequest warms q up, then returns the allocations per request
+// (testing.AllocsPerRun over runs requests), failing tb if any answer is
+// not status with a body of n bytes.
+func AllocsPerRequest(tb testing.TB, q *QuietClient, runs, status, n int) float64 {
+	tb.Helper()
+	for range 200 { // warm the pools
+		if st, got := q.Do(); st != status || got != n {
+			tb.Fatalf("status %d, %d bytes; want %d, %d bytes", st, got, status, n)
+		}
+	}
+	var bad string
+	allocs := testing.AllocsPerRun(runs, func() {
+		if st, got := q.Do(); (st != status || got != n) && bad == "" {
+			bad = "status " + strconv.Itoa(st) + ", " + strconv.Itoa(got) + " bytes"
+		}
+	})
+	if bad != "" {
+		tb.Fatal(bad)
+	}
+	return allocs
+}
