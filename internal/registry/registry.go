@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"maps"
 	"slices"
@@ -414,7 +415,9 @@ type PutOptions struct {
 	// deployment it replaces (prev, nil on create) and the others, under the registry's lock so
 	// that two writes cannot both pass a check on their sum (a namespace's
 	// replica quota). An error it returns is returned by Put as is.
-	Admit func(s *apitype.DeploymentSpec, prev *Entry, others []*Entry) error
+	// others yields every other deployment; Admit ranges over it only
+	// when it needs to (a write need not cost the size of the fleet).
+	Admit func(s *apitype.DeploymentSpec, prev *Entry, others iter.Seq[*Entry]) error
 
 	// Restricted marks a writer that does not cover the whole fleet (a
 	// namespace token, or a token scoped to deployments): its site root
@@ -458,10 +461,11 @@ func (r *Registry) Put(ctx context.Context, s apitype.DeploymentSpec, o PutOptio
 		return nil, false, err
 	}
 	if o.Admit != nil {
-		others := make([]*Entry, 0, len(r.deps))
-		for id, e := range r.deps {
-			if id != s.ID {
-				others = append(others, e)
+		others := func(yield func(*Entry) bool) {
+			for id, e := range r.deps {
+				if id != s.ID && !yield(e) {
+					return
+				}
 			}
 		}
 		if err := o.Admit(&s, prev, others); err != nil {
