@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -24,14 +25,40 @@ import (
 // the connect is what it checks. Safe for concurrent use (probes are
 // serialised).
 type Prober struct {
-	c    Check
-	mu   sync.Mutex
-	conn net.Conn
-	br   *bufio.Reader
+	c      Check
+	budget *Budget
+	mu     sync.Mutex
+	conn   net.Conn
+	br     *bufio.Reader
+	held   bool // conn counts against budget
 }
 
-// NewProber returns a prober for c.
-func NewProber(c Check) *Prober { return &Prober{c: c} }
+// Budget bounds the connections a set of probers keeps open between
+// probes (each is a file descriptor the proxy cannot use); a prober over
+// budget closes its connection after each probe, as Probe does. Safe for
+// concurrent use.
+type Budget struct {
+	max  int64
+	used atomic.Int64
+}
+
+// NewBudget returns a budget of max kept connections.
+func NewBudget(max int) *Budget { return &Budget{max: int64(max)} }
+
+// Kept is the number of connections kept now.
+func (b *Budget) Kept() int { return int(b.used.Load()) }
+
+func (b *Budget) take() bool {
+	if b.used.Add(1) > b.max {
+		b.used.Add(-1)
+		return false
+	}
+	return true
+}
+
+// NewProber returns a prober for c whose kept connection counts against
+// budget (nil: no bound).
+func NewProber(c Check, budget *Budget) *Prober { return &Prober{c: c, budget: budget} }
 
 // maxDrain bounds the body read to keep a connection: a larger answer
 // closes it instead.
@@ -169,6 +196,12 @@ func (p *Prober) exchange(ctx context.Context, path string) (err error) {
 			return verdict
 		}
 	}
+	if !p.held && p.budget != nil {
+		if !p.budget.take() {
+			return verdict
+		}
+		p.held = true
+	}
 	keep = true
 	return verdict
 }
@@ -189,6 +222,10 @@ func (p *Prober) closeLocked() {
 	if p.conn != nil {
 		p.conn.Close()
 		p.conn, p.br = nil, nil
+	}
+	if p.held {
+		p.budget.used.Add(-1)
+		p.held = false
 	}
 }
 

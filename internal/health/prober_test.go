@@ -2,6 +2,7 @@ package health
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -41,7 +42,7 @@ func TestProberKeepsConnection(t *testing.T) {
 	}
 	srv.Start()
 	defer srv.Close()
-	p := NewProber(Check{Addr: strings.TrimPrefix(srv.URL, "http://"), Path: "healthz", Timeout: 5 * time.Second})
+	p := NewProber(Check{Addr: strings.TrimPrefix(srv.URL, "http://"), Path: "healthz", Timeout: 5 * time.Second}, nil)
 	defer p.Close()
 	ctx := context.Background()
 	probe := func(want bool) {
@@ -92,17 +93,56 @@ func TestProberFailures(t *testing.T) {
 			c.Close()
 		}
 	}()
-	if err := NewProber(Check{Addr: addr, Path: "/", Timeout: 5 * time.Second}).Probe(context.Background()); err == nil {
+	if err := NewProber(Check{Addr: addr, Path: "/", Timeout: 5 * time.Second}, nil).Probe(context.Background()); err == nil {
 		t.Error("garbage status line counted as healthy")
 	}
-	if err := NewProber(Check{Addr: addr, Timeout: 5 * time.Second}).Probe(context.Background()); err != nil {
+	if err := NewProber(Check{Addr: addr, Timeout: 5 * time.Second}, nil).Probe(context.Background()); err != nil {
 		t.Errorf("tcp check: %v", err)
 	}
 	ln.Close()
-	if err := NewProber(Check{Addr: addr, Timeout: 5 * time.Second}).Probe(context.Background()); err == nil {
+	if err := NewProber(Check{Addr: addr, Timeout: 5 * time.Second}, nil).Probe(context.Background()); err == nil {
 		t.Error("closed port counted as healthy")
 	}
-	if err := NewProber(Check{Addr: addr, Path: "/a b"}).Probe(context.Background()); err == nil {
+	if err := NewProber(Check{Addr: addr, Path: "/a b"}, nil).Probe(context.Background()); err == nil {
 		t.Error("bad path accepted")
+	}
+}
+
+// TestProberBudget: probers keep no more connections than their budget;
+// the others connect afresh for each probe, and a closed prober gives its
+// share back.
+func TestProberBudget(t *testing.T) {
+	var conns atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	b := NewBudget(2)
+	var ps []*Prober
+	for i := range 3 {
+		ps = append(ps, NewProber(Check{Addr: strings.TrimPrefix(srv.URL, "http://"), Path: fmt.Sprintf("/%d", i), Timeout: 5 * time.Second}, b))
+	}
+	for range 2 {
+		for _, p := range ps {
+			if err := p.Probe(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if n, k := conns.Load(), b.Kept(); n != 4 || k != 2 {
+		t.Fatalf("%d connections for 2 rounds of 3 probers with a budget of 2, %d kept; want 4 and 2", n, k)
+	}
+	ps[0].Close()
+	if k := b.Kept(); k != 1 {
+		t.Fatalf("%d kept after closing a prober, want 1", k)
+	}
+	ps[2].Probe(context.Background())
+	ps[2].Probe(context.Background())
+	if n, k := conns.Load(), b.Kept(); n != 5 || k != 2 {
+		t.Fatalf("after the budget freed up: %d connections, %d kept; want 5 and 2", n, k)
 	}
 }

@@ -106,6 +106,10 @@ const ProbeInterval = 2 * time.Second
 // probeParallel bounds the probes in flight at once.
 const probeParallel = 32
 
+// probeKeepMax bounds the probe connections Run keeps open between rounds
+// (one per distinct HTTP check); checks beyond it connect for each probe.
+const probeKeepMax = 1000
+
 // Run probes static upstreams every ProbeInterval until ctx ends: failing
 // backends leave the rotation, recovering ones rejoin it. Each distinct
 // check (address, TLS, path, timeout) is probed once per interval however
@@ -114,6 +118,7 @@ const probeParallel = 32
 // connection between rounds (health.Prober).
 func (r *Registry) Run(ctx context.Context) error {
 	ps := map[health.Check]*health.Prober{}
+	budget := health.NewBudget(probeKeepMax)
 	defer func() {
 		for _, p := range ps {
 			p.Close()
@@ -122,7 +127,7 @@ func (r *Registry) Run(ctx context.Context) error {
 	t := time.NewTicker(ProbeInterval)
 	defer t.Stop()
 	for {
-		r.probeRound(ctx, ps, ProbeInterval)
+		r.probeRound(ctx, ps, budget, ProbeInterval)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -135,7 +140,7 @@ func (r *Registry) Run(ctx context.Context) error {
 // concurrently (at most probeParallel at a time), and waits for the results.
 func (r *Registry) ProbeOnce(ctx context.Context) {
 	ps := map[health.Check]*health.Prober{}
-	r.probeRound(ctx, ps, 0)
+	r.probeRound(ctx, ps, nil, 0)
 	for _, p := range ps {
 		p.Close()
 	}
@@ -181,14 +186,15 @@ func (r *Registry) probeJobs() []*probeJob {
 
 // probeRound runs one probe of each distinct check, starting them evenly
 // over spread (at once when 0), with the probers in ps (updated: checks
-// no longer in use are closed and dropped), and waits for them.
-func (r *Registry) probeRound(ctx context.Context, ps map[health.Check]*health.Prober, spread time.Duration) {
+// no longer in use are closed and dropped; new ones keep connections
+// within budget), and waits for them.
+func (r *Registry) probeRound(ctx context.Context, ps map[health.Check]*health.Prober, budget *health.Budget, spread time.Duration) {
 	jobs := r.probeJobs()
 	live := make(map[health.Check]bool, len(jobs))
 	for _, j := range jobs {
 		live[j.c] = true
 		if ps[j.c] == nil {
-			ps[j.c] = health.NewProber(j.c)
+			ps[j.c] = health.NewProber(j.c, budget)
 		}
 	}
 	for c, p := range ps {
