@@ -1,9 +1,11 @@
 // Package route matches requests to deployments: the data plane's routing
 // table.
 //
-// A Table is immutable once built. The gateway builds a new one on every
-// deployment change and swaps it in atomically, so lookups take no lock and a
-// request always sees one consistent set of routes.
+// A Table is immutable once built. The gateway derives a new one on every
+// deployment change (Table.Edit, which shares what the change leaves alone,
+// so a write costs the size of the change, not of the table) and swaps it in
+// atomically, so lookups take no lock and a request always sees one
+// consistent set of routes.
 //
 // Precedence follows app-lb (app-lb.md §3.2): across all deployments the single
 // most specific rule wins, scored as
