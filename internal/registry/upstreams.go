@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/berth-dev/berth/apitype"
@@ -106,9 +107,17 @@ const ProbeInterval = 2 * time.Second
 // probeParallel bounds the probes in flight at once.
 const probeParallel = 32
 
-// probeKeepMax bounds the probe connections Run keeps open between rounds
-// (one per distinct HTTP check); checks beyond it connect for each probe.
-const probeKeepMax = 1000
+// probeKeep bounds the probe connections Run keeps open between rounds (one
+// per distinct HTTP check): a quarter of the file descriptors the process
+// may open, at most 10,000, so that the proxy keeps the rest; checks beyond
+// it connect for each probe.
+func probeKeep() int {
+	var l syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil || l.Cur == 0 {
+		return 256
+	}
+	return int(min(l.Cur/4, 10_000))
+}
 
 // Run probes static upstreams every ProbeInterval until ctx ends: failing
 // backends leave the rotation, recovering ones rejoin it. Each distinct
@@ -118,7 +127,7 @@ const probeKeepMax = 1000
 // connection between rounds (health.Prober).
 func (r *Registry) Run(ctx context.Context) error {
 	ps := map[health.Check]*health.Prober{}
-	budget := health.NewBudget(probeKeepMax)
+	budget := health.NewBudget(probeKeep())
 	defer func() {
 		for _, p := range ps {
 			p.Close()
