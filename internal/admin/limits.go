@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"fmt"
+	"iter"
 	"net"
 	"net/http"
 	"net/netip"
@@ -23,8 +24,8 @@ import (
 // admit returns the registry's admission check for a deployment write by p:
 // what a namespace-confined caller may not do even in its own namespace.
 // It runs on the normalized spec under the registry's lock (quota sums).
-func (a *API) admit(p *auth.Principal) func(s *apitype.DeploymentSpec, prev *registry.Entry, others []*registry.Entry) error {
-	return func(s *apitype.DeploymentSpec, prev *registry.Entry, others []*registry.Entry) error {
+func (a *API) admit(p *auth.Principal) func(s *apitype.DeploymentSpec, prev *registry.Entry, others iter.Seq[*registry.Entry]) error {
+	return func(s *apitype.DeploymentSpec, prev *registry.Entry, others iter.Seq[*registry.Entry]) error {
 		if !p.Confined() || s.VM == nil {
 			return nil
 		}
@@ -38,7 +39,7 @@ func (a *API) admit(p *auth.Principal) func(s *apitype.DeploymentSpec, prev *reg
 		if q := c.ReplicaQuota; q > 0 {
 			mine := spec.Scaling(s.Scaling).MaxReplicas
 			total := mine
-			for _, e := range others {
+			for e := range others {
 				if e.Kind == apitype.KindVM && namespace(e) == ns {
 					total += spec.Scaling(e.Spec.Scaling).MaxReplicas
 				}

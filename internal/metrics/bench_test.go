@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -52,5 +53,19 @@ func TestObserveRequestDoesNotAllocate(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Errorf("hot path allocates %v times per request, want 0", allocs)
+	}
+}
+
+// BenchmarkRegistryAddTo10k creates one deployment's set in a registry of
+// 10,000 (and deletes it): a write copies one shard, not the whole map.
+func BenchmarkRegistryAddTo10k(b *testing.B) {
+	r := NewRegistry()
+	for i := range 10_000 {
+		r.Get(fmt.Sprintf("mem-%05d", i))
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		r.Get("new")
+		r.Delete("new")
 	}
 }

@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"hash/maphash"
 	"maps"
 	"slices"
 	"sync"
@@ -195,20 +196,45 @@ func (s AutoscaleSnapshot) Add(o AutoscaleSnapshot) AutoscaleSnapshot {
 // looked up its *Deployment before Delete and records after it is lost
 // from Global (it was already counted for nothing else either).
 type Registry struct {
-	m atomic.Pointer[map[string]*Deployment] // never mutated once published
+	// m holds the sets by id, split into shards by a hash of the id so
+	// that adding or deleting one copies a shard, not the whole map (a
+	// write costs 1/regShards of the fleet). A shard's map is never
+	// mutated once published.
+	m [regShards]atomic.Pointer[map[string]*Deployment]
 
 	mu      sync.Mutex         // serialises writers of m, and retired
 	retired DeploymentSnapshot // merged final figures of deleted deployments
 }
 
+const regShards = 64
+
+var regSeed = maphash.MakeSeed()
+
+func regShard(id string) int { return int(maphash.String(regSeed, id) % regShards) }
+
 // NewRegistry returns an empty registry.
 func NewRegistry() *Registry { return &Registry{} }
 
-func (r *Registry) load() map[string]*Deployment {
-	if p := r.m.Load(); p != nil {
+func (r *Registry) shard(i int) map[string]*Deployment {
+	if p := r.m[i].Load(); p != nil {
 		return *p
 	}
 	return nil
+}
+
+// snapshot returns every shard's current map, as one consistent set.
+func (r *Registry) snapshot() [regShards]map[string]*Deployment {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.snapshotLocked()
+}
+
+func (r *Registry) snapshotLocked() [regShards]map[string]*Deployment {
+	var out [regShards]map[string]*Deployment
+	for i := range out {
+		out[i] = r.shard(i)
+	}
+	return out
 }
 
 // Get returns id's metric set, creating it on first use. Callers on the
@@ -216,12 +242,13 @@ func (r *Registry) load() map[string]*Deployment {
 // Get per request, though Get itself is a lock-free map read once the
 // deployment exists.
 func (r *Registry) Get(id string) *Deployment {
-	if d, ok := r.load()[id]; ok {
+	i := regShard(id)
+	if d, ok := r.shard(i)[id]; ok {
 		return d
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	old := r.load()
+	old := r.shard(i)
 	if d, ok := old[id]; ok { // created while we waited for the lock
 		return d
 	}
@@ -229,14 +256,14 @@ func (r *Registry) Get(id string) *Deployment {
 	maps.Copy(next, old)
 	d := NewDeployment()
 	next[id] = d
-	r.m.Store(&next)
+	r.m[i].Store(&next)
 	return d
 }
 
 // Lookup returns id's metric set if it exists, without creating one, so
 // read-only callers (the admin API filtering by id) cannot grow the map.
 func (r *Registry) Lookup(id string) (*Deployment, bool) {
-	d, ok := r.load()[id]
+	d, ok := r.shard(regShard(id))[id]
 	return d, ok
 }
 
@@ -246,7 +273,8 @@ func (r *Registry) Lookup(id string) (*Deployment, bool) {
 func (r *Registry) Delete(id string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	old := r.load()
+	i := regShard(id)
+	old := r.shard(i)
 	d, ok := old[id]
 	if !ok {
 		return
@@ -254,7 +282,7 @@ func (r *Registry) Delete(id string) {
 	next := make(map[string]*Deployment, len(old))
 	maps.Copy(next, old)
 	delete(next, id)
-	r.m.Store(&next)
+	r.m[i].Store(&next)
 	if merged, err := r.retired.Merge(d.Snapshot()); err == nil {
 		r.retired = merged
 	} else {
@@ -266,14 +294,23 @@ func (r *Registry) Delete(id string) {
 }
 
 // Len returns the number of live deployments.
-func (r *Registry) Len() int { return len(r.load()) }
+func (r *Registry) Len() int {
+	n := 0
+	for _, m := range r.snapshot() {
+		n += len(m)
+	}
+	return n
+}
 
 // Each calls fn for every live deployment in ascending id order, over the
 // set as it was when Each started. fn may call Get or Delete.
 func (r *Registry) Each(fn func(id string, d *Deployment)) {
-	m := r.load()
-	for _, id := range slices.Sorted(maps.Keys(m)) {
-		fn(id, m[id])
+	all := map[string]*Deployment{}
+	for _, m := range r.snapshot() {
+		maps.Copy(all, m)
+	}
+	for _, id := range slices.Sorted(maps.Keys(all)) {
+		fn(id, all[id])
 	}
 }
 
@@ -294,16 +331,22 @@ func (r *Registry) Global() DeploymentSnapshot {
 	if len(g.ColdStartS.Buckets) == 0 {
 		g.ColdStartS = mustHistogram(ColdStartSecBounds).Snapshot()
 	}
-	for _, d := range r.load() {
-		s := d.Snapshot()
-		g.Requests = g.Requests.Add(s.Requests)
-		g.Autoscale = g.Autoscale.Add(s.Autoscale)
-		if h, err := g.LatencyMs.Merge(s.LatencyMs); err == nil {
-			g.LatencyMs = h
+	for _, m := range r.snapshotLocked() {
+		for _, d := range m {
+			g = addSnapshot(g, d.Snapshot())
 		}
-		if h, err := g.ColdStartS.Merge(s.ColdStartS); err == nil {
-			g.ColdStartS = h
-		}
+	}
+	return g
+}
+
+func addSnapshot(g, s DeploymentSnapshot) DeploymentSnapshot {
+	g.Requests = g.Requests.Add(s.Requests)
+	g.Autoscale = g.Autoscale.Add(s.Autoscale)
+	if h, err := g.LatencyMs.Merge(s.LatencyMs); err == nil {
+		g.LatencyMs = h
+	}
+	if h, err := g.ColdStartS.Merge(s.ColdStartS); err == nil {
+		g.ColdStartS = h
 	}
 	return g
 }

@@ -60,12 +60,6 @@ func (r *Registry) checkRoutes(ctx context.Context, s *apitype.DeploymentSpec, o
 		auto = strings.ToLower(s.ID) + "." + base
 	}
 	visible := func(e *Entry) bool { return o.Visible == nil || o.Visible(e.Spec.ID, spec.Namespace(&e.Spec)) }
-	others := make([]*Entry, 0, len(r.deps))
-	for _, id := range slices.Sorted(mapsKeys(r.deps)) {
-		if id != s.ID {
-			others = append(others, r.deps[id])
-		}
-	}
 	var otherNS []string
 	for n := range domains {
 		if n != ns {
@@ -89,9 +83,15 @@ func (r *Registry) checkRoutes(ctx context.Context, s *apitype.DeploymentSpec, o
 			return &RouteError{http.StatusForbidden, field, "a rule without host or host_suffix matches every host; this credential may route only hosts under its namespace's domains"}
 		}
 		mine := underAny(rule, own)
-		for _, e := range others {
+		// Only the deployments the index finds can conflict with the
+		// rule; in id order, as a scan of all of them would meet them.
+		for _, id := range r.routes.Near(rule) {
+			e := r.deps[id]
+			if id == s.ID || e == nil {
+				continue
+			}
 			ens := spec.Namespace(&e.Spec)
-			qs := rules(e.Spec.Routes)
+			qs := e.rules
 			for j := range qs {
 				q := &qs[j]
 				tie := rule.Ties(q)

@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"maps"
 	"slices"
@@ -102,6 +103,11 @@ type Registry struct {
 	// fleet pool publishes into; like the fleet pool, it lives until the
 	// deployment is deleted.
 	replicas map[string]*proxy.Pool
+	// table is the routing table last published; each write derives the
+	// next one from it (route.Table.Edit), at the cost of the change.
+	table *proxy.Table
+	// routes indexes every deployment's rules for the ownership checks.
+	routes route.Index
 }
 
 // Entry is one deployment as the registry holds it. Entries are immutable
@@ -118,6 +124,7 @@ type Entry struct {
 	Site      *site.Config
 	VMPool    *fleet.Pool // the replica pool of a vm deployment
 	dp        *proxy.Deployment
+	rules     []route.Rule // Spec.Routes as routing rules
 }
 
 // New returns an empty registry. Call Load to restore persisted state.
@@ -164,6 +171,7 @@ func (r *Registry) Load(ctx context.Context) error {
 		e.Revision, e.CreatedAt, e.UpdatedAt = row.Revision, row.CreatedAt, row.UpdatedAt
 		r.activate(e)
 		r.deps[row.ID] = e
+		r.routes.Set(row.ID, e.rules)
 	}
 	// Stored routes predate the ownership rules, or a domain assignment
 	// since: they stay served (refusing one would hand its hosts to
@@ -192,7 +200,7 @@ func (r *Registry) build(s apitype.DeploymentSpec, prev *Entry, dry bool) (*Entr
 	if err != nil {
 		return nil, err
 	}
-	e := &Entry{Spec: s, Kind: spec.Kind(&s), ETag: etag}
+	e := &Entry{Spec: s, Kind: spec.Kind(&s), ETag: etag, rules: rules(s.Routes)}
 	switch e.Kind {
 	case apitype.KindStatic:
 		e.Upstreams = slices.Clone(s.Upstreams)
@@ -337,15 +345,31 @@ func siteConfig(s *apitype.SiteSpec) site.Config {
 	return c
 }
 
-// publishLocked builds and swaps in the routing table for the current set.
-func (r *Registry) publishLocked() {
-	var b route.Builder[*proxy.Deployment]
-	for _, id := range slices.Sorted(mapsKeys(r.deps)) {
-		e := r.deps[id]
-		b.Add(id, e.dp, rules(e.Spec.Routes))
+// publishLocked swaps in the routing table for the current set. With the
+// ids of the deployments that changed (written or deleted) since the last
+// publish, it derives the table from the last one (the cost of the change);
+// with none, it builds it from scratch.
+func (r *Registry) publishLocked(changed ...string) {
+	if r.table == nil || len(changed) == 0 {
+		var b route.Builder[*proxy.Deployment]
+		for _, id := range slices.Sorted(mapsKeys(r.deps)) {
+			e := r.deps[id]
+			b.Add(id, e.dp, e.rules)
+		}
+		r.table = b.Build()
+	} else {
+		ed := r.table.Edit()
+		for _, id := range changed {
+			if e := r.deps[id]; e != nil {
+				ed.Put(id, e.dp, e.rules)
+			} else {
+				ed.Remove(id)
+			}
+		}
+		r.table = ed.Table()
 	}
 	if r.o.Publisher != nil {
-		r.o.Publisher.Swap(b.Build())
+		r.o.Publisher.Swap(r.table)
 	}
 }
 
@@ -391,7 +415,9 @@ type PutOptions struct {
 	// deployment it replaces (prev, nil on create) and the others, under the registry's lock so
 	// that two writes cannot both pass a check on their sum (a namespace's
 	// replica quota). An error it returns is returned by Put as is.
-	Admit func(s *apitype.DeploymentSpec, prev *Entry, others []*Entry) error
+	// others yields every other deployment; Admit ranges over it only
+	// when it needs to (a write need not cost the size of the fleet).
+	Admit func(s *apitype.DeploymentSpec, prev *Entry, others iter.Seq[*Entry]) error
 
 	// Restricted marks a writer that does not cover the whole fleet (a
 	// namespace token, or a token scoped to deployments): its site root
@@ -435,10 +461,11 @@ func (r *Registry) Put(ctx context.Context, s apitype.DeploymentSpec, o PutOptio
 		return nil, false, err
 	}
 	if o.Admit != nil {
-		others := make([]*Entry, 0, len(r.deps))
-		for id, e := range r.deps {
-			if id != s.ID {
-				others = append(others, e)
+		others := func(yield func(*Entry) bool) {
+			for id, e := range r.deps {
+				if id != s.ID && !yield(e) {
+					return
+				}
 			}
 		}
 		if err := o.Admit(&s, prev, others); err != nil {
@@ -476,7 +503,8 @@ func (r *Registry) Put(ctx context.Context, s apitype.DeploymentSpec, o PutOptio
 		}
 	}
 	r.deps[s.ID] = e
-	r.publishLocked()
+	r.routes.Set(s.ID, e.rules)
+	r.publishLocked(s.ID)
 	if prev != nil && prev.Kind == apitype.KindVM && e.Kind != apitype.KindVM {
 		// No longer a vm deployment: its replicas go, as on Delete, once
 		// the data plane no longer routes to them.
@@ -506,7 +534,8 @@ func (r *Registry) Delete(ctx context.Context, id string) error {
 	}
 	e := r.deps[id]
 	delete(r.deps, id)
-	r.publishLocked()
+	r.routes.Delete(id)
+	r.publishLocked(id)
 	if e.Kind == apitype.KindVM {
 		r.removePoolLocked(ctx, id)
 	}

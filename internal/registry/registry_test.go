@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"net/http"
 	"strings"
 	"sync"
@@ -259,13 +260,13 @@ func TestAdmit(t *testing.T) {
 	quota := errors.New("namespace quota: 1 deployment")
 	var sawPrev *Entry
 	var sawOthers []string
-	admit := func(s *apitype.DeploymentSpec, prev *Entry, others []*Entry) error {
+	admit := func(s *apitype.DeploymentSpec, prev *Entry, others iter.Seq[*Entry]) error {
 		sawPrev = prev
 		sawOthers = nil
-		for _, e := range others {
+		for e := range others {
 			sawOthers = append(sawOthers, e.Spec.ID)
 		}
-		if prev == nil && len(others) >= 1 {
+		if prev == nil && len(sawOthers) >= 1 {
 			return quota
 		}
 		return nil
@@ -489,8 +490,12 @@ func TestLoadSkipsInvalid(t *testing.T) {
 func TestAdmitSerialised(t *testing.T) {
 	r := newRig(t)
 	ctx := t.Context()
-	quota := func(s *apitype.DeploymentSpec, prev *Entry, others []*Entry) error {
-		if prev == nil && len(others) >= 3 {
+	quota := func(s *apitype.DeploymentSpec, prev *Entry, others iter.Seq[*Entry]) error {
+		n := 0
+		for range others {
+			n++
+		}
+		if prev == nil && n >= 3 {
 			return errors.New("quota")
 		}
 		return nil

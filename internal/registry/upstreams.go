@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/berth-dev/berth/apitype"
@@ -103,13 +104,39 @@ func (r *Registry) Undrain(ctx context.Context, id, upstream string) (apitype.Up
 // every autoscaler tick, 2 s).
 const ProbeInterval = 2 * time.Second
 
+// probeParallel bounds the probes in flight at once.
+const probeParallel = 32
+
+// probeKeep bounds the probe connections Run keeps open between rounds (one
+// per distinct HTTP check): a quarter of the file descriptors the process
+// may open, at most 10,000, so that the proxy keeps the rest; checks beyond
+// it connect for each probe.
+func probeKeep() int {
+	var l syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil || l.Cur == 0 {
+		return 256
+	}
+	return int(min(l.Cur/4, 10_000))
+}
+
 // Run probes static upstreams every ProbeInterval until ctx ends: failing
-// backends leave the rotation, recovering ones rejoin it.
+// backends leave the rotation, recovering ones rejoin it. Each distinct
+// check (address, TLS, path, timeout) is probed once per interval however
+// many deployments share it, the probes of a round are spread over the
+// interval rather than fired at once, and an HTTP check keeps its
+// connection between rounds (health.Prober).
 func (r *Registry) Run(ctx context.Context) error {
+	ps := map[health.Check]*health.Prober{}
+	budget := health.NewBudget(probeKeep())
+	defer func() {
+		for _, p := range ps {
+			p.Close()
+		}
+	}()
 	t := time.NewTicker(ProbeInterval)
 	defer t.Stop()
 	for {
-		r.ProbeOnce(ctx)
+		r.probeRound(ctx, ps, budget, ProbeInterval)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -118,15 +145,32 @@ func (r *Registry) Run(ctx context.Context) error {
 	}
 }
 
-// ProbeOnce probes every static upstream once, concurrently (at most 32 at a
-// time), and waits for the results.
+// ProbeOnce probes every distinct static upstream check once, now,
+// concurrently (at most probeParallel at a time), and waits for the results.
 func (r *Registry) ProbeOnce(ctx context.Context) {
-	type job struct {
-		id string
-		b  *proxy.Backend
-		c  health.Check
+	ps := map[health.Check]*health.Prober{}
+	r.probeRound(ctx, ps, nil, 0)
+	for _, p := range ps {
+		p.Close()
 	}
-	var jobs []job
+}
+
+// probeJob is one distinct check and the static upstreams it decides.
+type probeJob struct {
+	c       health.Check
+	targets []probeTarget
+}
+
+type probeTarget struct {
+	id string
+	b  *proxy.Backend
+}
+
+// probeJobs groups the static upstreams by their check, in the order of
+// their first deployment's id.
+func (r *Registry) probeJobs() []*probeJob {
+	var jobs []*probeJob
+	byCheck := map[health.Check]*probeJob{}
 	for _, e := range r.List() {
 		if e.Kind != apitype.KindStatic || e.Pool == nil {
 			continue
@@ -137,31 +181,84 @@ func (r *Registry) ProbeOnce(ctx context.Context) {
 			if hc.Port != 0 {
 				c.Addr = withPort(b.Addr, hc.Port)
 			}
-			jobs = append(jobs, job{e.Spec.ID, b, c})
+			j := byCheck[c]
+			if j == nil {
+				j = &probeJob{c: c}
+				byCheck[c] = j
+				jobs = append(jobs, j)
+			}
+			j.targets = append(j.targets, probeTarget{e.Spec.ID, b})
 		}
 	}
-	sem := make(chan struct{}, 32)
-	var wg sync.WaitGroup
+	return jobs
+}
+
+// probeRound runs one probe of each distinct check, starting them evenly
+// over spread (at once when 0), with the probers in ps (updated: checks
+// no longer in use are closed and dropped; new ones keep connections
+// within budget), and waits for them.
+func (r *Registry) probeRound(ctx context.Context, ps map[health.Check]*health.Prober, budget *health.Budget, spread time.Duration) {
+	jobs := r.probeJobs()
+	live := make(map[health.Check]bool, len(jobs))
 	for _, j := range jobs {
+		live[j.c] = true
+		if ps[j.c] == nil {
+			ps[j.c] = health.NewProber(j.c, budget)
+		}
+	}
+	for c, p := range ps {
+		if !live[c] {
+			p.Close()
+			delete(ps, c)
+		}
+	}
+	sem := make(chan struct{}, probeParallel)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	start := time.Now()
+	for i, j := range jobs {
+		// Probe i is due at i/len(jobs) of the way through the spread;
+		// waits shorter than minProbeWait are not worth a timer, so
+		// probes go out in small batches.
+		if due := start.Add(spread * time.Duration(i) / time.Duration(len(jobs))); spread > 0 {
+			if wait := time.Until(due); wait >= minProbeWait {
+				tm := time.NewTimer(wait)
+				select {
+				case <-ctx.Done():
+					tm.Stop()
+					return
+				case <-tm.C:
+				}
+			}
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
 		wg.Add(1)
-		sem <- struct{}{}
+		p := ps[j.c]
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			err := health.Probe(ctx, j.c)
+			err := p.Probe(ctx)
 			if ctx.Err() != nil {
 				return
 			}
-			if j.b.SetHealthy(err == nil) {
-				if err != nil {
-					r.o.Log.Warn("upstream unhealthy", "deployment", j.id, "upstream", j.b.ID, "err", err)
-				} else {
-					r.o.Log.Info("upstream recovered", "deployment", j.id, "upstream", j.b.ID)
+			for _, t := range j.targets {
+				if t.b.SetHealthy(err == nil) {
+					if err != nil {
+						r.o.Log.Warn("upstream unhealthy", "deployment", t.id, "upstream", t.b.ID, "err", err)
+					} else {
+						r.o.Log.Info("upstream recovered", "deployment", t.id, "upstream", t.b.ID)
+					}
 				}
 			}
 		}()
 	}
-	wg.Wait()
 }
+
+// minProbeWait is the shortest wait between spread probes.
+const minProbeWait = 10 * time.Millisecond
 
 func withPort(addr string, port int) string {
 	for i := len(addr) - 1; i >= 0; i-- {

@@ -1,6 +1,9 @@
 package route
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // Conflicts between rules: what the registry checks before a rule is
 // added, so that a host belongs to one namespace and no two deployments
@@ -91,4 +94,143 @@ func (r *Rule) Ties(q *Rule) bool {
 		return false
 	}
 	return strings.HasPrefix(r.PathPrefix, q.PathPrefix) || strings.HasPrefix(q.PathPrefix, r.PathPrefix)
+}
+
+// Index holds many deployments' rules and finds those a rule may tie
+// with or share hosts with (Ties, SharesHosts) without scanning them all:
+// what a conflict check needs when the set is large. Not safe for
+// concurrent use; the zero Index is empty.
+type Index struct {
+	rules   map[string][]Rule
+	exact   map[string]map[string]struct{} // a single host → ids with a rule for it
+	suffix  map[string]map[string]struct{} // a host_suffix → ids with a rule for it
+	under   map[string]map[string]struct{} // a name → ids with a rule whose hosts lie under it
+	unbound map[string]struct{}            // ids with a rule without host condition
+}
+
+// Set records deployment id's rules, replacing those it had.
+func (x *Index) Set(id string, rules []Rule) {
+	x.Delete(id)
+	if x.rules == nil {
+		x.rules = map[string][]Rule{}
+		x.exact, x.suffix, x.under = map[string]map[string]struct{}{}, map[string]map[string]struct{}{}, map[string]map[string]struct{}{}
+		x.unbound = map[string]struct{}{}
+	}
+	rules = slices.Clone(rules)
+	x.rules[id] = rules
+	for i := range rules {
+		h := rules[i].hosts()
+		switch {
+		case h.none:
+		case h.all:
+			x.unbound[id] = struct{}{}
+		default:
+			if h.suffix {
+				addID(x.suffix, h.name, id)
+			} else {
+				addID(x.exact, h.name, id)
+			}
+			for n := range labelSuffixes(h.name) {
+				addID(x.under, n, id)
+			}
+		}
+	}
+}
+
+// Delete forgets deployment id; absent, it does nothing.
+func (x *Index) Delete(id string) {
+	rules, ok := x.rules[id]
+	if !ok {
+		return
+	}
+	delete(x.rules, id)
+	delete(x.unbound, id)
+	for i := range rules {
+		h := rules[i].hosts()
+		if h.none || h.all {
+			continue
+		}
+		delID(x.suffix, h.name, id)
+		delID(x.exact, h.name, id)
+		for n := range labelSuffixes(h.name) {
+			delID(x.under, n, id)
+		}
+	}
+}
+
+// Rules returns the rules recorded for id.
+func (x *Index) Rules(id string) []Rule { return x.rules[id] }
+
+// Near returns, sorted, the ids of the deployments that have a rule that
+// may tie with r or share hosts with it: every deployment for which
+// r.Ties(q) or r.SharesHosts(q) holds for one of its rules q is among them.
+// Rules of length at most MaxFieldLen are assumed (a rule without host
+// condition then never ties with one that has one).
+func (x *Index) Near(r *Rule) []string {
+	h := r.hosts()
+	set := map[string]struct{}{}
+	switch {
+	case h.none:
+		return nil
+	case h.all:
+		for id := range x.unbound {
+			set[id] = struct{}{}
+		}
+	default:
+		if h.suffix {
+			for id := range x.under[h.name] {
+				set[id] = struct{}{}
+			}
+		} else {
+			for id := range x.exact[h.name] {
+				set[id] = struct{}{}
+			}
+		}
+		for n := range labelSuffixes(h.name) {
+			for id := range x.suffix[n] {
+				set[id] = struct{}{}
+			}
+		}
+	}
+	out := make([]string, 0, len(set))
+	for id := range set {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// labelSuffixes yields name and each of its suffixes that starts after a
+// dot: every domain that covers name (suffixMatch).
+func labelSuffixes(name string) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		if !yield(name) {
+			return
+		}
+		for i := 0; i < len(name); i++ {
+			if name[i] == '.' && i+1 < len(name) {
+				if !yield(name[i+1:]) {
+					return
+				}
+			}
+		}
+	}
+}
+
+func addID(m map[string]map[string]struct{}, k, id string) {
+	s := m[k]
+	if s == nil {
+		s = map[string]struct{}{}
+		m[k] = s
+	}
+	s[id] = struct{}{}
+}
+
+func delID(m map[string]map[string]struct{}, k, id string) {
+	if s := m[k]; s != nil {
+		delete(s, id)
+		if len(s) == 0 {
+			delete(m, k)
+		}
+	}
 }

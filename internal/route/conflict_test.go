@@ -1,6 +1,11 @@
 package route
 
-import "testing"
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
 
 func TestConflicts(t *testing.T) {
 	h := func(host, suffix, path string) *Rule { return &Rule{Host: host, HostSuffix: suffix, PathPrefix: path} }
@@ -52,5 +57,41 @@ func TestConflicts(t *testing.T) {
 	}
 	if !Covers("a.test", "x.a.test") || Covers("a.test", "xa.test") || !Covers("a.test", "a.test") {
 		t.Error("Covers")
+	}
+}
+
+// TestIndexNear checks Index.Near against a scan of every rule: each
+// deployment with a rule that ties with or shares hosts with the probe is
+// among those Near returns, across random sets, replacements and removals.
+func TestIndexNear(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	set := map[string][]Rule{}
+	var x Index
+	for step := range 2000 {
+		id := fmt.Sprintf("d%02d", rng.IntN(30))
+		if rng.IntN(4) == 0 {
+			delete(set, id)
+			x.Delete(id)
+		} else {
+			rs := randomRules(rng)
+			set[id] = rs
+			x.Set(id, rs)
+		}
+		for _, probe := range randomRules(rng) {
+			near := x.Near(&probe)
+			if !slices.IsSorted(near) {
+				t.Fatalf("step %d: Near(%+v) = %v, not sorted", step, probe, near)
+			}
+			for did, rs := range set {
+				for i := range rs {
+					if (probe.Ties(&rs[i]) || probe.SharesHosts(&rs[i])) && !slices.Contains(near, did) {
+						t.Fatalf("step %d: Near(%+v) = %v misses %s (rule %+v)", step, probe, near, did, rs[i])
+					}
+				}
+			}
+		}
+		if len(x.Rules(id)) != len(set[id]) {
+			t.Fatalf("step %d: Rules(%s) = %v, want %v", step, id, x.Rules(id), set[id])
+		}
 	}
 }

@@ -1,9 +1,11 @@
 // Package route matches requests to deployments: the data plane's routing
 // table.
 //
-// A Table is immutable once built. The gateway builds a new one on every
-// deployment change and swaps it in atomically, so lookups take no lock and a
-// request always sees one consistent set of routes.
+// A Table is immutable once built. The gateway derives a new one on every
+// deployment change (Table.Edit, which shares what the change leaves alone,
+// so a write costs the size of the change, not of the table) and swaps it in
+// atomically, so lookups take no lock and a request always sees one
+// consistent set of routes.
 //
 // Precedence follows app-lb (app-lb.md §3.2): across all deployments the single
 // most specific rule wins, scored as
@@ -19,6 +21,8 @@ package route
 
 import (
 	"cmp"
+	"hash/maphash"
+	"maps"
 	"slices"
 	"strings"
 )
@@ -149,12 +153,32 @@ func (b *bucket[T]) first(host, path string) *cand[T] {
 }
 
 // Table is an immutable routing table. The zero value matches nothing.
+//
+// Its maps are split into shards by a hash of the key, so that Edit can
+// derive a new table from an old one by copying only the shards a change
+// touches: a write costs the size of the change plus a shard (about
+// 1/nShards of the table), not the whole table.
 type Table[T any] struct {
-	exact  map[string]*bucket[T]
-	suffix map[string]*bucket[T]
+	exact  shardMap[*bucket[T]]
+	suffix shardMap[*bucket[T]]
 	any    *bucket[T]
-	deps   map[string]*dep[T]
+	deps   shardMap[*dep[T]]
+	built  bool // set by Build and Edit; the zero Table matches nothing
 	n      int
+}
+
+// nShards is the number of shards of each of a table's maps.
+const nShards = 64
+
+type shardMap[V any] [nShards]map[string]V
+
+var seed = maphash.MakeSeed()
+
+func shardOf(k string) int { return int(maphash.String(seed, k) % nShards) }
+
+func (m *shardMap[V]) get(k string) (V, bool) {
+	v, ok := m[shardOf(k)][k]
+	return v, ok
 }
 
 // Builder accumulates deployments for a Table. Not safe for concurrent use.
@@ -171,55 +195,220 @@ func (b *Builder[T]) Add(id string, target T, rules []Rule) {
 
 // Build returns the table. The builder may be reused afterwards.
 func (b *Builder[T]) Build() *Table[T] {
-	t := &Table[T]{
-		exact:  make(map[string]*bucket[T]),
-		suffix: make(map[string]*bucket[T]),
-		any:    &bucket[T]{},
-		deps:   make(map[string]*dep[T], len(b.deps)),
+	t := &Table[T]{any: &bucket[T]{}, built: true}
+	for i := range nShards {
+		t.exact[i] = map[string]*bucket[T]{}
+		t.suffix[i] = map[string]*bucket[T]{}
+		t.deps[i] = map[string]*dep[T]{}
 	}
-	get := func(m map[string]*bucket[T], k string) *bucket[T] {
-		bk := m[k]
+	get := func(m *shardMap[*bucket[T]], k string) *bucket[T] {
+		sh := m[shardOf(k)]
+		bk := sh[k]
 		if bk == nil {
 			bk = &bucket[T]{}
-			m[k] = bk
+			sh[k] = bk
 		}
 		return bk
 	}
 	for _, d := range b.deps {
-		t.deps[d.id] = d
+		t.deps[shardOf(d.id)][d.id] = d
 		for i := range d.rules {
 			r := &d.rules[i]
-			if r.Empty() {
-				continue
-			}
-			c := cand[T]{score: r.Score(), id: d.id, prefix: r.PathPrefix, rule: r, dep: d}
-			switch {
-			case r.Host != "":
-				if r.HostSuffix != "" {
-					c.suffix = r.HostSuffix
-				}
-				bk := get(t.exact, r.Host)
-				bk.cands = append(bk.cands, c)
-			case r.HostSuffix != "":
-				if r.HostSuffix == "." {
-					continue // matches nothing
-				}
-				bk := get(t.suffix, r.HostSuffix)
-				bk.cands = append(bk.cands, c)
+			switch k, key := placement(r); k {
+			case inExact:
+				bk := get(&t.exact, key)
+				bk.cands = append(bk.cands, newCand(d, r))
+			case inSuffix:
+				bk := get(&t.suffix, key)
+				bk.cands = append(bk.cands, newCand(d, r))
+			case inAny:
+				t.any.cands = append(t.any.cands, newCand(d, r))
 			default:
-				t.any.cands = append(t.any.cands, c)
+				continue
 			}
 			t.n++
 		}
 	}
-	for _, bk := range t.exact {
-		bk.finish()
-	}
-	for _, bk := range t.suffix {
-		bk.finish()
+	for i := range nShards {
+		for _, bk := range t.exact[i] {
+			bk.finish()
+		}
+		for _, bk := range t.suffix[i] {
+			bk.finish()
+		}
 	}
 	t.any.finish()
 	return t
+}
+
+type where int
+
+const (
+	nowhere where = iota
+	inExact
+	inSuffix
+	inAny
+)
+
+// placement is the bucket a rule goes into, and its key.
+func placement(r *Rule) (where, string) {
+	switch {
+	case r.Empty():
+		return nowhere, ""
+	case r.Host != "":
+		return inExact, r.Host
+	case r.HostSuffix == ".":
+		return nowhere, "" // matches nothing
+	case r.HostSuffix != "":
+		return inSuffix, r.HostSuffix
+	}
+	return inAny, ""
+}
+
+func newCand[T any](d *dep[T], r *Rule) cand[T] {
+	c := cand[T]{score: r.Score(), id: d.id, prefix: r.PathPrefix, rule: r, dep: d}
+	if r.Host != "" && r.HostSuffix != "" {
+		c.suffix = r.HostSuffix
+	}
+	return c
+}
+
+// Edit derives a new table from t. The returned Editor changes its own
+// copy: t stays as it is (readers keep using it), and Table returns the
+// result. Edit on a nil or zero Table starts from an empty one.
+func (t *Table[T]) Edit() *Editor[T] {
+	e := &Editor[T]{dirty: map[bkey]*bucket[T]{}}
+	if t != nil && t.built {
+		e.t = *t
+	} else {
+		e.t.any = &bucket[T]{}
+		e.t.built = true
+	}
+	return e
+}
+
+// Editor applies changes to a copy of a Table. Not safe for concurrent use;
+// it must not be used after Table.
+type Editor[T any] struct {
+	t     Table[T]
+	owned [3][nShards]bool // shards of exact, suffix, deps already copied
+	dirty map[bkey]*bucket[T]
+}
+
+type bkey struct {
+	w   where
+	key string
+}
+
+// Put adds deployment id, or replaces its target and rules, as Builder.Add
+// would have.
+func (e *Editor[T]) Put(id string, target T, rules []Rule) {
+	e.Remove(id)
+	d := &dep[T]{id: id, target: target, rules: slices.Clone(rules)}
+	e.depsShard(id)[id] = d
+	for i := range d.rules {
+		r := &d.rules[i]
+		w, key := placement(r)
+		if w == nowhere {
+			continue
+		}
+		bk := e.bucket(w, key)
+		bk.cands = append(bk.cands, newCand(d, r))
+		e.t.n++
+	}
+}
+
+// Remove drops deployment id and its rules; absent, it does nothing.
+func (e *Editor[T]) Remove(id string) {
+	d, ok := e.t.deps.get(id)
+	if !ok {
+		return
+	}
+	delete(e.depsShard(id), id)
+	for i := range d.rules {
+		w, key := placement(&d.rules[i])
+		if w == nowhere {
+			continue
+		}
+		bk := e.bucket(w, key)
+		// Every candidate of d in this bucket goes at once; a later rule
+		// of d with the same key finds none left.
+		bk.cands = slices.DeleteFunc(bk.cands, func(c cand[T]) bool {
+			if c.dep == d {
+				e.t.n--
+				return true
+			}
+			return false
+		})
+	}
+}
+
+func (e *Editor[T]) depsShard(id string) map[string]*dep[T] {
+	i := shardOf(id)
+	if !e.owned[2][i] {
+		e.t.deps[i] = maps.Clone(e.t.deps[i])
+		if e.t.deps[i] == nil {
+			e.t.deps[i] = map[string]*dep[T]{}
+		}
+		e.owned[2][i] = true
+	}
+	return e.t.deps[i]
+}
+
+// bucket returns a private, unsorted copy of the bucket w/key, made once
+// per edit.
+func (e *Editor[T]) bucket(w where, key string) *bucket[T] {
+	k := bkey{w, key}
+	if bk := e.dirty[k]; bk != nil {
+		return bk
+	}
+	var old *bucket[T]
+	switch w {
+	case inExact:
+		old, _ = e.t.exact.get(key)
+	case inSuffix:
+		old, _ = e.t.suffix.get(key)
+	case inAny:
+		old = e.t.any
+	}
+	bk := &bucket[T]{}
+	if old != nil {
+		bk.cands = slices.Clone(old.cands)
+	}
+	e.dirty[k] = bk
+	return bk
+}
+
+// Table returns the edited table.
+func (e *Editor[T]) Table() *Table[T] {
+	for k, bk := range e.dirty {
+		if k.w == inAny {
+			bk.finish()
+			e.t.any = bk
+			continue
+		}
+		which, m := 0, &e.t.exact
+		if k.w == inSuffix {
+			which, m = 1, &e.t.suffix
+		}
+		i := shardOf(k.key)
+		if !e.owned[which][i] {
+			m[i] = maps.Clone(m[i])
+			if m[i] == nil {
+				m[i] = map[string]*bucket[T]{}
+			}
+			e.owned[which][i] = true
+		}
+		if len(bk.cands) == 0 {
+			delete(m[i], k.key)
+			continue
+		}
+		bk.finish()
+		m[i][k.key] = bk
+	}
+	t := e.t
+	e.dirty = nil
+	return &t
 }
 
 // Len is the number of non-empty rules in the table.
@@ -239,14 +428,16 @@ func better[T any](a, b *cand[T]) bool {
 // NormalizeHost; an empty host matches only rules without host conditions.
 func (t *Table[T]) Lookup(host, path string) (Match[T], bool) {
 	var best *cand[T]
-	if t == nil || t.deps == nil {
+	if t == nil || !t.built {
 		return Match[T]{}, false
 	}
 	if host != "" {
-		best = t.exact[host].first(host, path)
+		bk, _ := t.exact.get(host)
+		best = bk.first(host, path)
 		if best == nil {
 			for h := host; ; {
-				if c := t.suffix[h].first(host, path); c != nil && better(c, best) {
+				bk, _ := t.suffix.get(h)
+				if c := bk.first(host, path); c != nil && better(c, best) {
 					best = c
 				}
 				i := strings.IndexByte(h, '.')
@@ -306,7 +497,7 @@ func (t *Table[T]) Routed(id string) bool {
 	if t == nil {
 		return false
 	}
-	d := t.deps[id]
+	d, _ := t.deps.get(id)
 	if d == nil {
 		return false
 	}
