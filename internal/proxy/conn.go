@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"sync"
@@ -34,6 +35,7 @@ type upstreamConn struct {
 	peek *peeker
 	wait waitTimer // bounds the wait for each response head
 	rs   respState // the response being read (h1resp.go)
+	rio  rawIO     // the socket's reads and writes (rawio_linux.go)
 }
 
 // connPool holds a backend's idle connections, most recently used last: the
@@ -226,11 +228,13 @@ func (d *dialer) dial(ctx context.Context, b *Backend) (*upstreamConn, error) {
 		}
 		nc = tc
 	}
-	c := &upstreamConn{
-		Conn: nc,
-		br:   bufio.NewReaderSize(nc, 4<<10),
-		bw:   bufio.NewWriterSize(nc, 8<<10), // a head and a small body leave in one write
+	c := &upstreamConn{Conn: nc}
+	var rw io.ReadWriter = nc
+	if c.rio.init(nc) {
+		rw = &c.rio
 	}
+	c.br = bufio.NewReaderSize(rw, 4<<10)
+	c.bw = bufio.NewWriterSize(rw, 8<<10) // a head and a small body leave in one write
 	if rc := rawConn(nc); rc != nil {
 		c.peek = newPeeker(rc)
 	}

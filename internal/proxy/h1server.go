@@ -377,6 +377,7 @@ type h1conn struct {
 	rwc    net.Conn
 	hl     *handoffListener
 	cr     connReader
+	rio    rawIO // rwc's reads and writes on the fast path (rawio_linux.go)
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	p      parser
@@ -431,9 +432,13 @@ func newH1conn(s *H1Server, rwc net.Conn, hl *handoffListener, base context.Cont
 		c.w.hdr = make(http.Header, 8)
 	}
 	c.s, c.rwc, c.hl = s, rwc, hl
-	c.cr = connReader{c: rwc}
+	var rw io.ReadWriter = rwc
+	if c.rio.init(rwc) {
+		rw = &c.rio
+	}
+	c.cr = connReader{c: rw}
 	c.br.Reset(&c.cr)
-	c.bw.Reset(rwc)
+	c.bw.Reset(rw)
 	c.p.maxBytes = s.maxHeader
 	c.base = base
 	c.ctx, c.cancel = context.WithCancel(base)
@@ -460,6 +465,7 @@ func (c *h1conn) release(pool bool) {
 		return
 	}
 	c.s, c.rwc, c.hl, c.cr.c = nil, nil, nil, nil
+	c.rio = rawIO{}
 	c.base, c.ctx, c.cancel, c.tmpl, c.unlinkCtx = nil, nil, nil, nil, nil
 	c.upstream.Store(nil)
 	c.req = http.Request{}
@@ -956,7 +962,7 @@ func (c *h1conn) watchClient() {
 
 // connReader reads the connection, after a byte the watcher read ahead.
 type connReader struct {
-	c          net.Conn
+	c          io.Reader
 	pending    byte
 	hasPending bool
 }
