@@ -126,8 +126,18 @@ if step perf; then
 			>/dev/null 2>"$WORK/perf-record.err" &
 		prec=$!
 		sleep 0.3
-		timeout $((DURATION + 30)) wrk -t1 -c"$CONNS" -d"${DURATION}s" "$url" >/dev/null
+		t0=$(ticks "$PID_BERTH")
+		timeout $((DURATION + 30)) wrk -t1 -c"$CONNS" -d"${DURATION}s" "$url" >"$WORK/wrk-perf-record.txt"
+		t1=$(ticks "$PID_BERTH")
+		rec_reqs=$(awk '/requests in/ {print $1}' "$WORK/wrk-perf-record.txt")
+		rec_us=$(awk -v t=$((t1 - t0)) -v hz="$HZ" -v n="${rec_reqs:-0}" 'BEGIN { if (n > 0) printf "%.1f", t / hz * 1e6 / n; else print 0 }')
 		if wait "$prec" && [[ -s $OUTDIR/perf.data ]]; then
+			say "where a request's CPU goes ($rec_us µs per request while recorded, perf under it included), by kind of work (bench/perfbuckets.awk):"
+			timeout 120 perf report -i "$OUTDIR/perf.data" --stdio --no-children --sort dso,symbol -g none 2>/dev/null |
+				awk -v us="$rec_us" -f "$ROOT/bench/perfbuckets.awk" | tee -a "$SUMMARY" || true
+			say "the kernel's share by system call (inclusive, µs per request):"
+			timeout 120 perf report -i "$OUTDIR/perf.data" --stdio --children --sort symbol -g none 2>/dev/null |
+				sed 's/[ -]*$//' | awk -v us="$rec_us" '$NF ~ /^(ksys_write|ksys_read|__x64_sys_recvfrom|__x64_sys_epoll_pwait|__x64_sys_futex|__x64_sys_nanosleep|__x64_sys_accept4|__x64_sys_close)$/ { pct = $1; sub(/%/, "", pct); printf "  %-24s %6.2f\n", $NF, pct / 100 * us }' | tee -a "$SUMMARY" || true
 			say "perf record: samples by binary, then the top symbols (self time, all threads; perf report -i $OUTDIR/perf.data for more)"
 			# perf appends empty branch columns ("-  -"); they go.
 			timeout 120 perf report -i "$OUTDIR/perf.data" --stdio --no-children --sort dso -g none 2>/dev/null |
