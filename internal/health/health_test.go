@@ -37,12 +37,13 @@ func TestProbe(t *testing.T) {
 	}
 }
 
-func TestProbeFailures(t *testing.T) {
+// garbageServer answers every connection with a line that is no status
+// line, and closes it.
+func garbageServer(t *testing.T) (net.Listener, string) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -53,6 +54,11 @@ func TestProbeFailures(t *testing.T) {
 			c.Close()
 		}
 	}()
+	return ln, ln.Addr().String()
+}
+
+func TestProbeFailures(t *testing.T) {
+	ln, addr := garbageServer(t)
 	if err := Probe(context.Background(), Check{Addr: addr, Path: "/", Timeout: 5 * time.Second}); err == nil {
 		t.Error("garbage status line counted as healthy")
 	}

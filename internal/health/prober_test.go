@@ -78,21 +78,7 @@ func TestProberKeepsConnection(t *testing.T) {
 }
 
 func TestProberFailures(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Write([]byte("garbage\r\n"))
-			c.Close()
-		}
-	}()
+	ln, addr := garbageServer(t)
 	if err := NewProber(Check{Addr: addr, Path: "/", Timeout: 5 * time.Second}, nil).Probe(context.Background()); err == nil {
 		t.Error("garbage status line counted as healthy")
 	}
