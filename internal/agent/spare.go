@@ -154,6 +154,11 @@ func awaitAssignment(ctx context.Context, fl *flag.FlagSet, listen string, sf *s
 				warn("assignment: %v", err)
 				return fail(spareUsage)
 			}
+			// The staging server takes no more connections before the
+			// answer: the caller's next one (Client.Assign's Info) waits in
+			// the handoff for Main's server instead of being refused by
+			// this one and retried.
+			stage.Close()
 			req.reply <- nil
 			closeLink()
 			// In the background: Shutdown closes the stage at once, so
@@ -285,6 +290,11 @@ type stageListener struct {
 
 func (s *stageListener) Accept() (net.Conn, error) {
 	select {
+	case <-s.closed: // first: a closed stage takes nothing more
+		return nil, net.ErrClosed
+	default:
+	}
+	select {
 	case c := <-s.h.conns:
 		return c, nil
 	case <-s.closed:
@@ -317,10 +327,10 @@ func (c *Client) Assign(ctx context.Context, g GuestConfig) error {
 	if err := c.do(ctx, "POST", "/v1/assign", nil, bytes.NewReader(b), nil); err != nil {
 		return err
 	}
-	// The spare's staging server closes its connections once assigned
-	// and stops accepting soon after; until then new connections may still
-	// reach it. Wait (bounded) until the replica's own agent answers.
-	for range 2000 {
+	// The spare's staging server closes its connections once assigned;
+	// a connection it had taken before it stopped accepting is answered
+	// 503. Wait (bounded) until the replica's own agent answers.
+	for range 10000 {
 		c.Close()
 		if _, err := c.Info(ctx); err == nil {
 			c.Close()
@@ -328,9 +338,11 @@ func (c *Client) Assign(ctx context.Context, g GuestConfig) error {
 		} else if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		// Short: a sandbox's set-up after the assignment takes about
-		// half a millisecond, which is on the path of a scale from zero.
-		time.Sleep(time.Millisecond)
+		// Rarely reached: the spare's staging server stops taking
+		// connections before it answers, so the first Info waits for
+		// the replica's own server. Short: on the path of a scale from
+		// zero.
+		time.Sleep(100 * time.Microsecond)
 	}
 	c.Close()
 	return nil

@@ -120,6 +120,14 @@ func listening(port int) bool {
 // starting.
 func (d *Driver) refill() { d.pool.Fill(struct{}{}, nil, d.startSpare) }
 
+// Prewarm starts spare agents in the background, up to Options.Spares in
+// all (spares are shared by every replica, so calling it again, for
+// another deployment, starts no more), and returns at once. berth calls
+// it for a deployment that scales from zero when its pool starts, so that
+// the first scale from zero after berth starts takes a spare like the
+// rest. The spec is not needed: any spare takes any replica.
+func (d *Driver) Prewarm(vm.Spec) { d.refill() }
+
 // startSpare starts a spare agent and waits until it listens.
 func (d *Driver) startSpare() (*spare, error) {
 	var rnd [6]byte
@@ -275,6 +283,14 @@ func (d *Driver) assign(ctx context.Context, sp *spare, spec vm.Spec, st state, 
 	dir := d.path(spec.Name)
 	sdir := filepath.Join(d.dir, sp.name)
 	st.PID, st.StartTicks = sp.pid, sp.ticks
+	t := time.Now()
+	step := func(name string) {
+		if d.trace != nil {
+			now := time.Now()
+			d.trace(name, now.Sub(t))
+			t = now
+		}
+	}
 	renamed := false
 	fail := func(err error) (state, error) {
 		sp.link.Close()
@@ -305,6 +321,7 @@ func (d *Driver) assign(ctx context.Context, sp *spare, spec vm.Spec, st state, 
 			return fail(fmt.Errorf("restoring the spare's CPU priority: %w", err))
 		}
 	}
+	step("nice")
 	if d.cg.parent != "" {
 		cg, f, err := d.cg.create(spec.Name, size, d.log)
 		if err == nil {
@@ -334,6 +351,7 @@ func (d *Driver) assign(ctx context.Context, sp *spare, spec vm.Spec, st state, 
 			return fail(fmt.Errorf("making the spare's cgroups the replica's: %w", err))
 		}
 	}
+	step("cgroup")
 	st.StartedAt = time.Now().UTC()
 	if err := replicadir.WriteState(sdir, st); err != nil {
 		return fail(err)
@@ -349,9 +367,11 @@ func (d *Driver) assign(ctx context.Context, sp *spare, spec vm.Spec, st state, 
 		return fail(&os.LinkError{Op: "rename", Old: sdir, New: dir, Err: err})
 	}
 	renamed = true
+	step("state")
 	if err := d.prepareDirs(dir, spec, st, workDir); err != nil {
 		return fail(err)
 	}
+	step("prepare")
 	g := agent.GuestConfig{Args: d.agentFlags(spec, st, workDir), Env: d.environ(spec, st)}
 	ctx, cancel := context.WithTimeout(ctx, assignTimeout)
 	defer cancel()
@@ -360,6 +380,7 @@ func (d *Driver) assign(ctx context.Context, sp *spare, spec vm.Spec, st state, 
 	if err := c.Assign(ctx, g); err != nil {
 		return fail(err)
 	}
+	step("assign")
 	// The agent stopped watching its end once assigned.
 	sp.link.Close()
 	return st, nil
