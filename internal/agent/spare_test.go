@@ -5,13 +5,16 @@ package agent_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -188,4 +191,36 @@ func TestSpareEnds(t *testing.T) {
 			t.Errorf("--spare with COMMAND: exit %d, stderr %q; want 2", code, stderr)
 		}
 	})
+}
+
+// TestAssignNoRetry: once the spare has answered the assignment, its
+// staging server takes no more connections, so Assign's check that the
+// replica's agent answers is one connection, waiting for that agent's
+// server, not a 503 and a retry after a sleep. (Over many rounds, as the
+// race it closes was a matter of scheduling.)
+func TestAssignNoRetry(t *testing.T) {
+	for i := range 10 {
+		dir := shortDir(t)
+		cmd, _, _ := startSpare(t, dir)
+		// Before startSpare's kill: the agent ends its COMMAND on TERM.
+		t.Cleanup(func() { cmd.Process.Signal(syscall.SIGTERM); waitExit(t, cmd) })
+		sock := filepath.Join(dir, "a", "a.sock")
+		var dials atomic.Int32
+		dial := agent.UnixDialer(sock)
+		c := agent.NewClient(func(ctx context.Context) (net.Conn, error) {
+			dials.Add(1)
+			return dial(ctx)
+		})
+		g := agent.GuestConfig{
+			Args: []string{"--listen", "unix:" + sock, "--workdir", dir, "--", "/bin/sh", "-c", "exec sleep 60"},
+			Env:  []string{"PATH=" + os.Getenv("PATH"), "BERTH_AGENT_TEST_MODE=main"},
+		}
+		if err := c.Assign(t.Context(), g); err != nil {
+			t.Fatalf("Assign: %v", err)
+		}
+		c.Close()
+		if n := dials.Load(); n != 2 {
+			t.Fatalf("round %d: Assign made %d connections, want 2 (the assignment, one Info)", i, n)
+		}
+	}
 }
