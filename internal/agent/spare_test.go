@@ -193,11 +193,11 @@ func TestSpareEnds(t *testing.T) {
 	})
 }
 
-// TestAssignNoRetry: once the spare has answered the assignment, its
-// staging server takes no more connections, so Assign's check that the
-// replica's agent answers is one connection, waiting for that agent's
-// server, not a 503 and a retry after a sleep. (Over many rounds, as the
-// race it closes was a matter of scheduling.)
+// TestAssignNoRetry: a spare's staging server takes no more connections
+// once it has answered the assignment (and says so), so Assign is one
+// round trip, and the next connection reaches the replica's own agent,
+// never the staging server's 503. (Over many rounds, as the race it
+// closes was a matter of scheduling.)
 func TestAssignNoRetry(t *testing.T) {
 	for i := range 10 {
 		dir := shortDir(t)
@@ -218,9 +218,16 @@ func TestAssignNoRetry(t *testing.T) {
 		if err := c.Assign(t.Context(), g); err != nil {
 			t.Fatalf("Assign: %v", err)
 		}
+		if n := dials.Load(); n != 1 {
+			t.Fatalf("round %d: Assign made %d connections, want 1 (the assignment)", i, n)
+		}
+		// The next connection reaches the replica's agent, at once.
+		if _, err := c.Info(t.Context()); err != nil {
+			t.Fatalf("round %d: Info right after Assign: %v", i, err)
+		}
 		c.Close()
 		if n := dials.Load(); n != 2 {
-			t.Fatalf("round %d: Assign made %d connections, want 2 (the assignment, one Info)", i, n)
+			t.Fatalf("round %d: %d connections for Assign and one Info, want 2", i, n)
 		}
 	}
 }

@@ -92,6 +92,11 @@ type Manager struct {
 
 	recheck  chan struct{} // a Start failed: re-check the drivers now
 	problems sync.Map      // driver name → error: its last Check failed
+
+	// sleepFine is the boot probes' wait under a millisecond (the
+	// package's sleepFine; tests in a synctest bubble use time.Sleep, on
+	// the fake clock).
+	sleepFine func(time.Duration)
 }
 
 // New returns a Manager. Call Run to start it.
@@ -124,6 +129,7 @@ func New(o Options) *Manager {
 	}
 	m := &Manager{o: o, log: o.Log, creates: make(chan struct{}, o.MaxCreates), pools: map[string]*Pool{}, starts: make(chan startReq), stopping: make(chan struct{}), recheck: make(chan struct{}, 1)}
 	m.nonce.Store(uint64(time.Now().UnixNano()) ^ rand.Uint64()>>16)
+	m.sleepFine = sleepFine
 	return m
 }
 

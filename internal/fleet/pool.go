@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/berth-dev/berth/internal/autoscale"
@@ -612,6 +613,13 @@ func (p *Pool) bootLocked(ctx context.Context, r *replica) {
 				return
 			}
 			wait = nextBootProbe(wait, p.m.o.BootProbe)
+			if wait < time.Millisecond {
+				p.m.sleepFine(wait)
+				if ctx.Err() != nil {
+					return
+				}
+				continue
+			}
 			if t == nil {
 				t = time.NewTimer(wait)
 			} else {
@@ -632,6 +640,18 @@ func (p *Pool) bootLocked(ctx context.Context, r *replica) {
 // the probes are still well under a millisecond apart, so noticing it
 // adds a fraction of one; a slow one is probed every BootProbe.
 const firstBootProbe = 200 * time.Microsecond
+
+// sleepFine sleeps d, under a millisecond, to the microsecond: a Go
+// timer that short fires about a millisecond late in a process with
+// nothing else to do (the runtime's network poller waits in whole
+// milliseconds), which would space the first boot probes a millisecond
+// apart whatever nextBootProbe says. The thread sleeps in the kernel;
+// ctx is checked after.
+func sleepFine(d time.Duration) {
+	ts := syscall.NsecToTimespec(int64(d))
+	for syscall.Nanosleep(&ts, &ts) == syscall.EINTR {
+	}
+}
 
 // nextBootProbe is the wait after the one of last (0 at the first probe),
 // at most longest.

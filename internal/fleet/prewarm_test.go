@@ -85,7 +85,8 @@ func TestPrewarm(t *testing.T) {
 }
 
 // TestBootProbeBackoff: the waits between boot probes start at
-// firstBootProbe and grow to Options.BootProbe, never past it.
+// firstBootProbe and grow to Options.BootProbe, never past it; sleepFine
+// sleeps at least what it is asked (the waits under a millisecond).
 func TestBootProbeBackoff(t *testing.T) {
 	var waits []time.Duration
 	for w := time.Duration(0); len(waits) < 40; {
@@ -105,6 +106,11 @@ func TestBootProbeBackoff(t *testing.T) {
 	}
 	if w := nextBootProbe(0, 50*time.Microsecond); w != 50*time.Microsecond {
 		t.Errorf("first wait with BootProbe 50µs: %s", w)
+	}
+	t0 := time.Now()
+	sleepFine(300 * time.Microsecond)
+	if slept := time.Since(t0); slept < 300*time.Microsecond {
+		t.Errorf("sleepFine(300µs) returned after %s", slept)
 	}
 }
 
@@ -134,6 +140,7 @@ func TestReadyWakesHeldRequest(t *testing.T) {
 			return nil
 		}})
 		m := New(Options{Driver: d, Tick: time.Hour, BootProbe: time.Second, Log: slog.New(slog.DiscardHandler)})
+		m.sleepFine = time.Sleep // on the bubble's clock, like the timers
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
 		go func() { done <- m.Run(ctx) }()

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -126,6 +127,7 @@ func BenchmarkScaleFromZero(b *testing.B) {
 		// the refill of the spare the last one took.
 		b.StopTimer()
 		vmtest.WaitProcessSpares(b, filepath.Join(h.dir, "replicas"), process.DefaultSpares)
+		quiet()
 		b.StartTimer()
 		ph.get(b, h, id)
 		b.StopTimer()
@@ -155,6 +157,7 @@ func BenchmarkScaleFromZeroFirst(b *testing.B) {
 		stop()
 		h, stop = runServer(b, dir)
 		vmtest.WaitProcessSpares(b, filepath.Join(dir, "replicas"), process.DefaultSpares)
+		quiet()
 		b.StartTimer()
 		ph.get(b, h, id)
 		b.StopTimer()
@@ -165,6 +168,13 @@ func BenchmarkScaleFromZeroFirst(b *testing.B) {
 	}
 	ph.report(b)
 }
+
+// quiet writes the file systems' dirty data out before a measured scale
+// from zero, as the quiet spell before one would: otherwise the
+// deployment just registered (its store write is synced) and the last
+// one deleted leave the journal busy, and the Start's own directory and
+// state file updates wait for it.
+func quiet() { syscall.Sync() }
 
 func coldDeployment(id, app string) string {
 	return `{"id":"` + id + `","routes":[{"host":"` + id + `.test"}],"vm":{"driver":"process","port":8080,"start_command":"exec ` + app + `"},"scaling":{"min_replicas":0}}`
