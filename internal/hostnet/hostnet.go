@@ -194,6 +194,9 @@ func Prepare(ctx context.Context, c Config, report func(Step)) error {
 		}
 		report(Step{What: addr, Detail: "added", Changed: true})
 	}
+	if err := keepCarrier(ctx, c, report); err != nil {
+		return err
+	}
 	up := func() error {
 		if linkUp(ctx, c.Bridge) {
 			report(Step{What: br, Detail: "up"})
@@ -219,6 +222,45 @@ func Prepare(ctx context.Context, c Config, report func(Step)) error {
 		return fmt.Errorf("%w; bridge %s is kept down, so no guest gets a network while its egress cannot be blocked", err, c.Bridge)
 	}
 	return up()
+}
+
+// keeperName is the bridge port that keeps bridge's carrier on, and
+// keeperPeerName its veth peer.
+func keeperName(bridge string) string     { return ifName("bk", bridge) }
+func keeperPeerName(bridge string) string { return ifName("bq", bridge) }
+
+// keepCarrier gives the bridge a port of its own that is always up: a veth
+// pair on the host, one end on the bridge (isolated, like the guests'),
+// the other up and unused. A bridge without a forwarding port has no
+// carrier, and the kernel drops what it sends until the carrier change
+// has been processed (link watch), which for a bridge it does at most
+// once a second: so with every deployment at zero, the first packet to
+// the first replica's new veth (the ARP request before its SYN) was
+// dropped, and its connection waited a second for the retry.
+func keepCarrier(ctx context.Context, c Config, report func(Step)) error {
+	name, peer := keeperName(c.Bridge), keeperPeerName(c.Bridge)
+	what := "bridge " + c.Bridge + " carrier port " + name
+	if linkExists(ctx, name) && linkUp(ctx, name) && linkUp(ctx, peer) {
+		report(Step{What: what, Detail: "present"})
+		return nil
+	}
+	steps := [][]string{
+		{"ip", "link", "add", name, "type", "veth", "peer", "name", peer},
+		{"ip", "link", "set", name, "master", c.Bridge},
+		{"ip", "link", "set", "dev", name, "type", "bridge_slave", "isolated", "on"},
+		{"ip", "link", "set", peer, "up"},
+		{"ip", "link", "set", name, "up"},
+	}
+	if linkExists(ctx, name) {
+		steps = steps[1:]
+	}
+	for _, st := range steps {
+		if err := run(ctx, "", st[0], st[1:]...); err != nil {
+			return fmt.Errorf("hostnet: the bridge's carrier port: %w", err)
+		}
+	}
+	report(Step{What: what, Detail: "added", Changed: true})
+	return nil
 }
 
 // ErrNoEgress marks a Prepare that made the guest network but could not
@@ -343,6 +385,12 @@ func Teardown(ctx context.Context, c Config) error {
 		for _, r := range append(allow, block) {
 			for iptables(ctx, "-D", r) == nil {
 			}
+		}
+	}
+	if linkExists(ctx, keeperName(c.Bridge)) {
+		// Its peer goes with it.
+		if err := run(ctx, "", "ip", "link", "del", keeperName(c.Bridge)); err != nil {
+			return fmt.Errorf("hostnet: %w", err)
 		}
 	}
 	if linkExists(ctx, c.Bridge) {

@@ -470,3 +470,34 @@ func TestPrepareFreshNetns(t *testing.T) {
 	}
 	ln.Close()
 }
+
+// TestBridgeCarrier: after Setup, the bridge has carrier with no guest
+// attached (its own always-up port; without one the kernel drops what the
+// bridge sends for up to a second after the first guest's veth comes up),
+// the port is on the bridge, isolated, and Teardown removes it with its
+// peer.
+func TestBridgeCarrier(t *testing.T) {
+	netnstest.Require(t)
+	ctx := t.Context()
+	c := Config{Bridge: "bcar0", Subnet: netip.MustParsePrefix("10.9.7.0/24"), StateDir: t.TempDir()}
+	if err := Setup(ctx, c); err != nil {
+		t.Fatalf("Setup: %v", err)
+	}
+	t.Cleanup(func() { Teardown(context.Background(), c) })
+	out, err := exec.Command("ip", "-o", "link", "show", "dev", "bcar0").CombinedOutput()
+	if err != nil || strings.Contains(string(out), "NO-CARRIER") || !strings.Contains(string(out), "state UP") {
+		t.Errorf("the bridge with no guest: %s %v; want carrier, state UP", out, err)
+	}
+	out, err = exec.Command("ip", "-d", "-o", "link", "show", "dev", keeperName("bcar0")).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "master bcar0") || !strings.Contains(string(out), "isolated on") {
+		t.Errorf("the carrier port: %s %v; want on bcar0, isolated", out, err)
+	}
+	if err := Teardown(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"bcar0", keeperName("bcar0"), keeperPeerName("bcar0")} {
+		if exec.Command("ip", "link", "show", "dev", name).Run() == nil {
+			t.Errorf("%s is left after Teardown", name)
+		}
+	}
+}
