@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/internal/hostnet/netnstest"
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -181,6 +182,13 @@ func TestVeth(t *testing.T) {
 	}
 	if !n.Config().Subnet.Contains(addr) || addr == n.Config().Gateway() {
 		t.Errorf("address %s is not a guest address of %s", addr, n.Config().Subnet)
+	}
+	// The bridge forwards to the guest when AttachVeth returns: an ARP
+	// request sent at once reaches it (else it is retried a second later).
+	if l, err := netlink.LinkByName(VethName(id)); err != nil {
+		t.Error(err)
+	} else if ok, err := portForwarding(l.Attrs().Index); !ok || err != nil {
+		t.Errorf("the guest's bridge port after AttachVeth: forwarding %v, %v", ok, err)
 	}
 	// Serve inside the guest namespace, answer from the test.
 	srv := exec.Command("nsenter", "--net=/proc/"+strconv.Itoa(guest.Process.Pid)+"/ns/net", "busybox", "nc", "-l", "-p", "7000", "-e", "echo", "hello from the guest")
