@@ -128,6 +128,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -219,6 +220,7 @@ type Driver struct {
 	pool       *sparepool.Pool[struct{}, *spare] // spare agents; N is Options.Spares
 	niceSpares bool                              // start spares at spareNice (needs root to undo)
 	nice       int                               // berth's nice value, which assigned spares get
+	prewarmed  atomic.Bool                       // Prewarm has started the spares
 
 	// trace, when set (benchmarks), is told how long each step of a start
 	// from a spare took.

@@ -120,13 +120,21 @@ func listening(port int) bool {
 // starting.
 func (d *Driver) refill() { d.pool.Fill(struct{}{}, nil, d.startSpare) }
 
-// Prewarm starts spare agents in the background, up to Options.Spares in
-// all (spares are shared by every replica, so calling it again, for
-// another deployment, starts no more), and returns at once. berth calls
-// it for a deployment that scales from zero when its pool starts, so that
-// the first scale from zero after berth starts takes a spare like the
-// rest. The spec is not needed: any spare takes any replica.
-func (d *Driver) Prewarm(vm.Spec) { d.refill() }
+// Prewarm starts spare agents in the background, up to Options.Spares,
+// and returns at once. berth calls it for a deployment that scales from
+// zero when its pool starts, so that the first scale from zero after
+// berth starts takes a spare like the rest. Only the first call does
+// anything: spares are shared by every replica, and from then on each
+// Start tops them up once its app listens (a top-up started by a later
+// Prewarm, at a deployment's registration, could be booting next to the
+// app of the Start that follows it, and slow it down). The spec is not
+// needed: any spare takes any replica.
+func (d *Driver) Prewarm(vm.Spec) {
+	if d.prewarmed.Swap(true) {
+		return
+	}
+	d.refill()
+}
 
 // startSpare starts a spare agent and waits until it listens.
 func (d *Driver) startSpare() (*spare, error) {
