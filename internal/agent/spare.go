@@ -78,8 +78,9 @@ func awaitAssignment(ctx context.Context, fl *flag.FlagSet, listen string, sf *s
 	}
 
 	type request struct {
-		c     GuestConfig
-		reply chan error
+		c       GuestConfig
+		reply   chan error
+		written chan struct{} // closed once the answer is written
 	}
 	reqs := make(chan request)
 	done := make(chan struct{}) // closed when the spare phase ends
@@ -96,7 +97,8 @@ func awaitAssignment(ctx context.Context, fl *flag.FlagSet, listen string, sf *s
 			return
 		}
 		var c GuestConfig
-		req := request{reply: make(chan error, 1)}
+		req := request{reply: make(chan error, 1), written: make(chan struct{})}
+		defer close(req.written)
 		if err := decodeJSON(w, r, &c); err != nil {
 			req.reply <- err // single-use: a malformed assignment ends the spare too
 		} else {
@@ -112,7 +114,14 @@ func awaitAssignment(ctx context.Context, fl *flag.FlagSet, listen string, sf *s
 			writeErr(w, err)
 			return
 		}
+		// Tells Assign that this spare stopped taking connections before
+		// answering, so the next one reaches the replica's agent (agents
+		// of older berths do not say so, and Assign checks).
+		w.Header().Set(stagedHeader, "closed")
 		w.WriteHeader(http.StatusNoContent)
+		// On the wire before the spare phase goes on with Main's set-up
+		// (which holds this process's CPU until COMMAND starts).
+		http.NewResponseController(w).Flush()
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if taken.Load() {
@@ -154,7 +163,21 @@ func awaitAssignment(ctx context.Context, fl *flag.FlagSet, listen string, sf *s
 				warn("assignment: %v", err)
 				return fail(spareUsage)
 			}
+			// The staging server takes no more connections before the
+			// answer: the caller's next one (Client.Assign's Info) waits in
+			// the handoff for Main's server instead of being refused by
+			// this one and retried.
+			stage.Close()
 			req.reply <- nil
+			// Until the answer is written: the driver's Start returns on
+			// it (once the replica's agent answers), and Main's set-up
+			// would otherwise delay this goroutine's write by milliseconds
+			// (it runs until COMMAND has started, and a busy process's
+			// other goroutines wait for it).
+			select {
+			case <-req.written:
+			case <-time.After(time.Second):
+			}
 			closeLink()
 			// In the background: Shutdown closes the stage at once, so
 			// new connections already go to Main's server, but waiting
@@ -285,6 +308,11 @@ type stageListener struct {
 
 func (s *stageListener) Accept() (net.Conn, error) {
 	select {
+	case <-s.closed: // first: a closed stage takes nothing more
+		return nil, net.ErrClosed
+	default:
+	}
+	select {
 	case c := <-s.h.conns:
 		return c, nil
 	case <-s.closed:
@@ -306,6 +334,10 @@ func (s *stageListener) Close() error {
 
 func (s *stageListener) Addr() net.Addr { return s.h.ln.Addr() }
 
+// stagedHeader is set by a spare's answer to its assignment when it took
+// no more connections before answering.
+const stagedHeader = "Berth-Spare-Staging"
+
 // Assign hands a spare agent (`berth agent --spare`) its replica: c's Args,
 // Env, Hostname and Files, as described in the package documentation. It
 // returns once the agent has taken them, before the hooks and COMMAND run.
@@ -314,13 +346,24 @@ func (c *Client) Assign(ctx context.Context, g GuestConfig) error {
 	if err != nil {
 		return err
 	}
-	if err := c.do(ctx, "POST", "/v1/assign", nil, bytes.NewReader(b), nil); err != nil {
+	resp, err := c.send(ctx, "POST", "/v1/assign", nil, bytes.NewReader(b))
+	if err != nil {
 		return err
 	}
-	// The spare's staging server closes its connections once assigned
-	// and stops accepting soon after; until then new connections may still
-	// reach it. Wait (bounded) until the replica's own agent answers.
-	for range 2000 {
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	c.Close() // the staging server's connection: the next goes to the replica's agent
+	if resp.Header.Get(stagedHeader) == "closed" {
+		// The spare stopped taking connections before it answered: every
+		// later one waits for the replica's own agent, which is what a
+		// round trip to it here would check (it would cost the Start of a
+		// scale from zero a wake-up of each side).
+		return nil
+	}
+	// An agent of an older berth: its staging server may still take a
+	// connection and answer it 503. Wait (bounded) until the replica's
+	// own agent answers.
+	for range 10000 {
 		c.Close()
 		if _, err := c.Info(ctx); err == nil {
 			c.Close()
@@ -328,9 +371,11 @@ func (c *Client) Assign(ctx context.Context, g GuestConfig) error {
 		} else if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		// Short: a sandbox's set-up after the assignment takes about
-		// half a millisecond, which is on the path of a scale from zero.
-		time.Sleep(time.Millisecond)
+		// Rarely reached: the spare's staging server stops taking
+		// connections before it answers, so the first Info waits for
+		// the replica's own server. Short: on the path of a scale from
+		// zero.
+		time.Sleep(100 * time.Microsecond)
 	}
 	c.Close()
 	return nil

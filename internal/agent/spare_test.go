@@ -5,13 +5,16 @@ package agent_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -188,4 +191,43 @@ func TestSpareEnds(t *testing.T) {
 			t.Errorf("--spare with COMMAND: exit %d, stderr %q; want 2", code, stderr)
 		}
 	})
+}
+
+// TestAssignNoRetry: a spare's staging server takes no more connections
+// once it has answered the assignment (and says so), so Assign is one
+// round trip, and the next connection reaches the replica's own agent,
+// never the staging server's 503. (Over many rounds, as the race it
+// closes was a matter of scheduling.)
+func TestAssignNoRetry(t *testing.T) {
+	for i := range 10 {
+		dir := shortDir(t)
+		cmd, _, _ := startSpare(t, dir)
+		// Before startSpare's kill: the agent ends its COMMAND on TERM.
+		t.Cleanup(func() { cmd.Process.Signal(syscall.SIGTERM); waitExit(t, cmd) })
+		sock := filepath.Join(dir, "a", "a.sock")
+		var dials atomic.Int32
+		dial := agent.UnixDialer(sock)
+		c := agent.NewClient(func(ctx context.Context) (net.Conn, error) {
+			dials.Add(1)
+			return dial(ctx)
+		})
+		g := agent.GuestConfig{
+			Args: []string{"--listen", "unix:" + sock, "--workdir", dir, "--", "/bin/sh", "-c", "exec sleep 60"},
+			Env:  []string{"PATH=" + os.Getenv("PATH"), "BERTH_AGENT_TEST_MODE=main"},
+		}
+		if err := c.Assign(t.Context(), g); err != nil {
+			t.Fatalf("Assign: %v", err)
+		}
+		if n := dials.Load(); n != 1 {
+			t.Fatalf("round %d: Assign made %d connections, want 1 (the assignment)", i, n)
+		}
+		// The next connection reaches the replica's agent, at once.
+		if _, err := c.Info(t.Context()); err != nil {
+			t.Fatalf("round %d: Info right after Assign: %v", i, err)
+		}
+		c.Close()
+		if n := dials.Load(); n != 2 {
+			t.Fatalf("round %d: %d connections for Assign and one Info, want 2", i, n)
+		}
+	}
 }

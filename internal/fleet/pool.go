@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/berth-dev/berth/internal/autoscale"
@@ -151,6 +152,31 @@ func (p *Pool) start(ctx context.Context) {
 		defer close(p.done)
 		autoscale.Loop(ctx, p.m.o.Tick, p.poke, func(now time.Time) { p.step(ctx, now) })
 	}()
+	p.prewarmLocked()
+}
+
+// prewarmer is a driver that can make ready ahead of a Start what Starts
+// of spec would take from it (spare sandboxes), in the background: the
+// process and container drivers.
+type prewarmer interface {
+	// Prewarm returns at once; what it makes is bounded by the driver.
+	Prewarm(spec vm.Spec)
+}
+
+// prewarmLocked asks the driver of a started pool that scales from zero
+// to make its spares ready, so that even the first scale from zero after
+// berth starts (or after the spec changed) finds one. A pool that keeps
+// replicas starts them at once, and its driver makes spares after that.
+func (p *Pool) prewarmLocked() {
+	cfg := p.cfg.Load()
+	w, ok := p.driver().(prewarmer)
+	if !ok || p.done == nil || p.closed || cfg.Policy.Min > 0 || cfg.Policy.Max == 0 {
+		return
+	}
+	spec := cfg.Template
+	spec.Owner = vm.Owner{Kind: vm.OwnerDeployment, ID: p.id}
+	spec.Deployment = p.id
+	w.Prewarm(spec)
 }
 
 // wait stops the loop and waits for it (berth shutting down; replicas keep
@@ -190,6 +216,7 @@ func (p *Pool) update(cfg Config) {
 		p.suspended = nil
 		p.tasks.Go(func() { p.stopAll(ctx, suspended) })
 	}
+	p.prewarmLocked()
 	p.mu.Unlock()
 	p.Poke()
 }
@@ -571,15 +598,32 @@ func (p *Pool) bootLocked(ctx context.Context, r *replica) {
 	cfg := p.cfg.Load()
 	p.tasks.Go(func() {
 		defer cancel()
-		t := time.NewTicker(p.m.o.BootProbe)
-		defer t.Stop()
-		for {
+		var t *time.Timer
+		defer func() {
+			if t != nil {
+				t.Stop()
+			}
+		}()
+		for wait := time.Duration(0); ; {
 			pctx, pcancel := context.WithTimeout(ctx, max(cfg.Timeout, time.Second))
 			err := probe(pctx, cfg, r.addr)
 			pcancel()
 			if err == nil {
 				p.promote(r)
 				return
+			}
+			wait = nextBootProbe(wait, p.m.o.BootProbe)
+			if wait < time.Millisecond {
+				p.m.sleepFine(wait)
+				if ctx.Err() != nil {
+					return
+				}
+				continue
+			}
+			if t == nil {
+				t = time.NewTimer(wait)
+			} else {
+				t.Reset(wait)
 			}
 			select {
 			case <-ctx.Done():
@@ -588,6 +632,34 @@ func (p *Pool) bootLocked(ctx context.Context, r *replica) {
 			}
 		}
 	})
+}
+
+// firstBootProbe is the wait after a booting replica's first probe; each
+// wait is a quarter longer than the last, up to Options.BootProbe. A
+// trivial app listens a few milliseconds after its Start returns, when
+// the probes are still well under a millisecond apart, so noticing it
+// adds a fraction of one; a slow one is probed every BootProbe.
+const firstBootProbe = 200 * time.Microsecond
+
+// sleepFine sleeps d, under a millisecond, to the microsecond: a Go
+// timer that short fires about a millisecond late in a process with
+// nothing else to do (the runtime's network poller waits in whole
+// milliseconds), which would space the first boot probes a millisecond
+// apart whatever nextBootProbe says. The thread sleeps in the kernel;
+// ctx is checked after.
+func sleepFine(d time.Duration) {
+	ts := syscall.NsecToTimespec(int64(d))
+	for syscall.Nanosleep(&ts, &ts) == syscall.EINTR {
+	}
+}
+
+// nextBootProbe is the wait after the one of last (0 at the first probe),
+// at most longest.
+func nextBootProbe(last, longest time.Duration) time.Duration {
+	if last == 0 {
+		return min(firstBootProbe, longest)
+	}
+	return min(last+last/4, longest)
 }
 
 // watchLocked learns that replica r ended from its driver, where the

@@ -44,8 +44,10 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
@@ -194,6 +196,9 @@ func Prepare(ctx context.Context, c Config, report func(Step)) error {
 		}
 		report(Step{What: addr, Detail: "added", Changed: true})
 	}
+	if err := keepCarrier(ctx, c, report); err != nil {
+		return err
+	}
 	up := func() error {
 		if linkUp(ctx, c.Bridge) {
 			report(Step{What: br, Detail: "up"})
@@ -219,6 +224,45 @@ func Prepare(ctx context.Context, c Config, report func(Step)) error {
 		return fmt.Errorf("%w; bridge %s is kept down, so no guest gets a network while its egress cannot be blocked", err, c.Bridge)
 	}
 	return up()
+}
+
+// keeperName is the bridge port that keeps bridge's carrier on, and
+// keeperPeerName its veth peer.
+func keeperName(bridge string) string     { return ifName("bk", bridge) }
+func keeperPeerName(bridge string) string { return ifName("bq", bridge) }
+
+// keepCarrier gives the bridge a port of its own that is always up: a veth
+// pair on the host, one end on the bridge (isolated, like the guests'),
+// the other up and unused. A bridge without a forwarding port has no
+// carrier, and the kernel drops what it sends until the carrier change
+// has been processed (link watch), which for a bridge it does at most
+// once a second: so with every deployment at zero, the first packet to
+// the first replica's new veth (the ARP request before its SYN) was
+// dropped, and its connection waited a second for the retry.
+func keepCarrier(ctx context.Context, c Config, report func(Step)) error {
+	name, peer := keeperName(c.Bridge), keeperPeerName(c.Bridge)
+	what := "bridge " + c.Bridge + " carrier port " + name
+	if linkExists(ctx, name) && linkUp(ctx, name) && linkUp(ctx, peer) {
+		report(Step{What: what, Detail: "present"})
+		return nil
+	}
+	steps := [][]string{
+		{"ip", "link", "add", name, "type", "veth", "peer", "name", peer},
+		{"ip", "link", "set", name, "master", c.Bridge},
+		{"ip", "link", "set", "dev", name, "type", "bridge_slave", "isolated", "on"},
+		{"ip", "link", "set", peer, "up"},
+		{"ip", "link", "set", name, "up"},
+	}
+	if linkExists(ctx, name) {
+		steps = steps[1:]
+	}
+	for _, st := range steps {
+		if err := run(ctx, "", st[0], st[1:]...); err != nil {
+			return fmt.Errorf("hostnet: the bridge's carrier port: %w", err)
+		}
+	}
+	report(Step{What: what, Detail: "added", Changed: true})
+	return nil
 }
 
 // ErrNoEgress marks a Prepare that made the guest network but could not
@@ -343,6 +387,12 @@ func Teardown(ctx context.Context, c Config) error {
 		for _, r := range append(allow, block) {
 			for iptables(ctx, "-D", r) == nil {
 			}
+		}
+	}
+	if linkExists(ctx, keeperName(c.Bridge)) {
+		// Its peer goes with it.
+		if err := run(ctx, "", "ip", "link", "del", keeperName(c.Bridge)); err != nil {
+			return fmt.Errorf("hostnet: %w", err)
 		}
 	}
 	if linkExists(ctx, c.Bridge) {
@@ -629,7 +679,75 @@ func (n *Network) attach(id string, ns netns.NsHandle) (netip.Addr, error) {
 		netlink.LinkDel(host)
 		return fail("the guest end", err)
 	}
+	waitForwarding(host.Attrs().Index)
 	return addr, nil
+}
+
+// forwardingWait bounds how long attach waits for the bridge to forward
+// to a new veth.
+const forwardingWait = time.Second
+
+// waitForwarding waits (up to forwardingWait) until the bridge port with
+// index idx forwards frames. The bridge enables a port once the kernel
+// has processed its carrier coming up, which it does from a work queue
+// (link watch) after the guest end is up: until then the bridge floods
+// nothing to it, so an ARP request for the guest sent at once (by the
+// first request to a replica just started) is lost, and the kernel asks
+// again only a second later. A port that does not get there in time is
+// left to its users.
+func waitForwarding(idx int) {
+	deadline := time.Now().Add(forwardingWait)
+	for wait := 20 * time.Microsecond; ; wait = min(2*wait, time.Millisecond) {
+		if ok, err := portForwarding(idx); ok || err != nil || time.Now().After(deadline) {
+			return
+		}
+		// In the kernel: a Go timer under a millisecond fires about a
+		// millisecond late in an otherwise idle process.
+		ts := unix.NsecToTimespec(int64(wait))
+		unix.Nanosleep(&ts, nil)
+	}
+}
+
+// brForwarding is the state of a bridge port that forwards frames
+// (BR_STATE_FORWARDING).
+const brForwarding = 3
+
+// portForwarding reports whether the bridge port with index idx is in the
+// forwarding state, from the kernel's bridge port information
+// (IFLA_PROTINFO's IFLA_BRPORT_STATE, which package netlink does not
+// decode).
+func portForwarding(idx int) (bool, error) {
+	req := nl.NewNetlinkRequest(unix.RTM_GETLINK, unix.NLM_F_DUMP)
+	req.AddData(nl.NewIfInfomsg(unix.AF_BRIDGE))
+	msgs, err := req.Execute(unix.NETLINK_ROUTE, 0)
+	if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
+		return false, err
+	}
+	for _, m := range msgs {
+		ans := nl.DeserializeIfInfomsg(m)
+		if int(ans.Index) != idx {
+			continue
+		}
+		attrs, err := nl.ParseRouteAttr(m[ans.Len():])
+		if err != nil {
+			return false, err
+		}
+		for _, a := range attrs {
+			if a.Attr.Type != unix.IFLA_PROTINFO|unix.NLA_F_NESTED {
+				continue
+			}
+			infos, err := nl.ParseRouteAttr(a.Value)
+			if err != nil {
+				return false, err
+			}
+			for _, info := range infos {
+				if info.Attr.Type == nl.IFLA_BRPORT_STATE && len(info.Value) > 0 {
+					return info.Value[0] == brForwarding, nil
+				}
+			}
+		}
+	}
+	return false, nil
 }
 
 // NewNetns creates a network namespace and binds it at path (a file that

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/internal/hostnet/netnstest"
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -181,6 +182,13 @@ func TestVeth(t *testing.T) {
 	}
 	if !n.Config().Subnet.Contains(addr) || addr == n.Config().Gateway() {
 		t.Errorf("address %s is not a guest address of %s", addr, n.Config().Subnet)
+	}
+	// The bridge forwards to the guest when AttachVeth returns: an ARP
+	// request sent at once reaches it (else it is retried a second later).
+	if l, err := netlink.LinkByName(VethName(id)); err != nil {
+		t.Error(err)
+	} else if ok, err := portForwarding(l.Attrs().Index); !ok || err != nil {
+		t.Errorf("the guest's bridge port after AttachVeth: forwarding %v, %v", ok, err)
 	}
 	// Serve inside the guest namespace, answer from the test.
 	srv := exec.Command("nsenter", "--net=/proc/"+strconv.Itoa(guest.Process.Pid)+"/ns/net", "busybox", "nc", "-l", "-p", "7000", "-e", "echo", "hello from the guest")
@@ -469,4 +477,35 @@ func TestPrepareFreshNetns(t *testing.T) {
 		t.Fatalf("listening on loopback after Prepare: %v", err)
 	}
 	ln.Close()
+}
+
+// TestBridgeCarrier: after Setup, the bridge has carrier with no guest
+// attached (its own always-up port; without one the kernel drops what the
+// bridge sends for up to a second after the first guest's veth comes up),
+// the port is on the bridge, isolated, and Teardown removes it with its
+// peer.
+func TestBridgeCarrier(t *testing.T) {
+	netnstest.Require(t)
+	ctx := t.Context()
+	c := Config{Bridge: "bcar0", Subnet: netip.MustParsePrefix("10.9.7.0/24"), StateDir: t.TempDir()}
+	if err := Setup(ctx, c); err != nil {
+		t.Fatalf("Setup: %v", err)
+	}
+	t.Cleanup(func() { Teardown(context.Background(), c) })
+	out, err := exec.Command("ip", "-o", "link", "show", "dev", "bcar0").CombinedOutput()
+	if err != nil || strings.Contains(string(out), "NO-CARRIER") || !strings.Contains(string(out), "state UP") {
+		t.Errorf("the bridge with no guest: %s %v; want carrier, state UP", out, err)
+	}
+	out, err = exec.Command("ip", "-d", "-o", "link", "show", "dev", keeperName("bcar0")).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "master bcar0") || !strings.Contains(string(out), "isolated on") {
+		t.Errorf("the carrier port: %s %v; want on bcar0, isolated", out, err)
+	}
+	if err := Teardown(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"bcar0", keeperName("bcar0"), keeperPeerName("bcar0")} {
+		if exec.Command("ip", "link", "show", "dev", name).Run() == nil {
+			t.Errorf("%s is left after Teardown", name)
+		}
+	}
 }

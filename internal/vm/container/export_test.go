@@ -1,7 +1,10 @@
 package container
 
 import (
+	"net"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/berth-dev/berth/internal/image"
 )
@@ -28,4 +31,27 @@ func ReapSpares(t testing.TB, dir string) {
 	e := setup(t)
 	d := newDriverAt(t, e, dir)
 	d.reapSpares(true)
+}
+
+// WaitSpares waits (up to 30 s, then fails t) until n spare containers
+// under dir (a Driver's Dir) answer on their agent's socket: a scale from
+// zero follows a quiet spell in which the driver made them.
+func WaitSpares(t testing.TB, dir string, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		ready := 0
+		socks, _ := filepath.Glob(filepath.Join(dir, sparePrefix+"*", runDir, sockFile))
+		for _, s := range socks {
+			if c, err := net.Dial("unix", s); err == nil {
+				c.Close()
+				ready++
+			}
+		}
+		if ready >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d spare containers ready after 30s", ready, n)
+		}
+	}
 }

@@ -112,6 +112,41 @@ func (d *Driver) afterStart(ctx context.Context, spec vm.Spec, st state, lower s
 		return
 	}
 	kind := kindOf(spec)
+	d.recent(kind)
+	go func() {
+		proc.WaitFor(context.WithoutCancel(ctx), time.Second, func() bool { return listening(st.PID, st.Port) })
+		d.refill(kind, lower, size)
+	}()
+}
+
+// Prewarm makes a spare container for replicas of spec (its image and
+// size class) in the background, as a Start of it would after it, and
+// returns at once; spec needs no Name. berth calls it for a deployment
+// that scales from zero when its pool starts, so that the first scale
+// from zero after berth starts takes a spare like the rest. Spares are
+// kept for the maxSpareKinds kinds prewarmed or started most recently.
+func (d *Driver) Prewarm(spec vm.Spec) {
+	if spec.Name == "" {
+		spec.Name = vm.Name(spec.Deployment, 0) // what check needs; never started
+	}
+	st, size, err := d.check(spec)
+	if err != nil || !d.spareEligible(spec, st) {
+		return
+	}
+	go func() {
+		lower, err := d.images.Rootfs(spec.Image)
+		if err != nil {
+			return // its Start will say why
+		}
+		kind := kindOf(spec)
+		d.recent(kind)
+		d.refill(kind, lower, size)
+	}()
+}
+
+// recent records kind as the one most recently used, evicting the spares
+// of the kinds past maxSpareKinds.
+func (d *Driver) recent(kind spareKind) {
 	d.kindMu.Lock()
 	kinds := []spareKind{kind}
 	for _, k := range d.kinds {
@@ -129,10 +164,6 @@ func (d *Driver) afterStart(ctx context.Context, spec vm.Spec, st state, lower s
 	for _, k := range evicted {
 		d.pool.Evict(k)
 	}
-	go func() {
-		proc.WaitFor(context.WithoutCancel(ctx), time.Second, func() bool { return listening(st.PID, st.Port) })
-		d.refill(kind, lower, size)
-	}()
 }
 
 // listening reports whether a socket in pid's network namespace listens

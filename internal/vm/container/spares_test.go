@@ -157,3 +157,27 @@ func TestStaleSpares(t *testing.T) {
 		t.Errorf("the runtime still knows the dead spare: %v", err)
 	}
 }
+
+// TestPrewarm: Prewarm makes a spare for the spec's image without any
+// Start, so that the first Start of the image takes it; a spec that cannot
+// use spares (an unknown image) makes none.
+func TestPrewarm(t *testing.T) {
+	d := newDriver(t)
+	d.Prewarm(vm.Spec{Deployment: "nope", Image: "no-such-image", Command: app})
+	s := spec("prewarm", app)
+	kind := kindOf(s)
+	d.Prewarm(vm.Spec{Deployment: s.Deployment, Image: s.Image, Command: s.Command})
+	eventually(t, "a prewarmed spare", func() bool { return readySpares(d, kind) == 1 })
+	spareName := d.pool.Ready(kind)[0].st.ID
+	start(t, d, s)
+	st, err := d.rd.Load(s.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.RuntimeID != strings.TrimPrefix(spareName, ".") {
+		t.Errorf("the first Start's runtime id is %q, want the prewarmed spare's (%s)", st.RuntimeID, spareName)
+	}
+	if n := len(d.pool.Ready(spareKind{"no-such-image", "small"})); n != 0 {
+		t.Errorf("%d spares of an unknown image", n)
+	}
+}

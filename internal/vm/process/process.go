@@ -102,8 +102,10 @@
 //
 // If any step fails, the spare is killed and the replica starts cold in a
 // clean directory: a spare can only make a Start faster, never fail it.
-// The first Start after New runs cold (spares are started lazily, so a
-// Driver that is only opened to list or stop replicas starts none).
+// Spares are started lazily, so that a Driver that is only opened to list
+// or stop replicas starts none: after the first Start, or at Prewarm,
+// which berth calls when the pool of a deployment that scales from zero
+// starts, so that the first Start after berth starts takes a spare too.
 //
 // Spares die with the driver: each holds one end of a socket pair whose
 // other end only the driver has (--spare-fd), and exits when it closes —
@@ -126,6 +128,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -188,7 +191,7 @@ type Options struct {
 	// Spares is how many idle agents the driver keeps started, so that a
 	// Start hands the replica to one instead of spawning an agent (see
 	// spares.go). Nil means DefaultSpares; 0 disables them. The Driver
-	// starts them after its first Start; Close stops them.
+	// starts them at Prewarm or after its first Start; Close stops them.
 	Spares *int
 }
 
@@ -217,6 +220,11 @@ type Driver struct {
 	pool       *sparepool.Pool[struct{}, *spare] // spare agents; N is Options.Spares
 	niceSpares bool                              // start spares at spareNice (needs root to undo)
 	nice       int                               // berth's nice value, which assigned spares get
+	prewarmed  atomic.Bool                       // Prewarm has started the spares
+
+	// trace, when set (benchmarks), is told how long each step of a start
+	// from a spare took.
+	trace func(step string, d time.Duration)
 }
 
 // File names inside a replica directory.

@@ -120,6 +120,22 @@ func listening(port int) bool {
 // starting.
 func (d *Driver) refill() { d.pool.Fill(struct{}{}, nil, d.startSpare) }
 
+// Prewarm starts spare agents in the background, up to Options.Spares,
+// and returns at once. berth calls it for a deployment that scales from
+// zero when its pool starts, so that the first scale from zero after
+// berth starts takes a spare like the rest. Only the first call does
+// anything: spares are shared by every replica, and from then on each
+// Start tops them up once its app listens (a top-up started by a later
+// Prewarm, at a deployment's registration, could be booting next to the
+// app of the Start that follows it, and slow it down). The spec is not
+// needed: any spare takes any replica.
+func (d *Driver) Prewarm(vm.Spec) {
+	if d.prewarmed.Swap(true) {
+		return
+	}
+	d.refill()
+}
+
 // startSpare starts a spare agent and waits until it listens.
 func (d *Driver) startSpare() (*spare, error) {
 	var rnd [6]byte
@@ -275,6 +291,14 @@ func (d *Driver) assign(ctx context.Context, sp *spare, spec vm.Spec, st state, 
 	dir := d.path(spec.Name)
 	sdir := filepath.Join(d.dir, sp.name)
 	st.PID, st.StartTicks = sp.pid, sp.ticks
+	t := time.Now()
+	step := func(name string) {
+		if d.trace != nil {
+			now := time.Now()
+			d.trace(name, now.Sub(t))
+			t = now
+		}
+	}
 	renamed := false
 	fail := func(err error) (state, error) {
 		sp.link.Close()
@@ -305,6 +329,7 @@ func (d *Driver) assign(ctx context.Context, sp *spare, spec vm.Spec, st state, 
 			return fail(fmt.Errorf("restoring the spare's CPU priority: %w", err))
 		}
 	}
+	step("nice")
 	if d.cg.parent != "" {
 		cg, f, err := d.cg.create(spec.Name, size, d.log)
 		if err == nil {
@@ -334,6 +359,7 @@ func (d *Driver) assign(ctx context.Context, sp *spare, spec vm.Spec, st state, 
 			return fail(fmt.Errorf("making the spare's cgroups the replica's: %w", err))
 		}
 	}
+	step("cgroup")
 	st.StartedAt = time.Now().UTC()
 	if err := replicadir.WriteState(sdir, st); err != nil {
 		return fail(err)
@@ -349,9 +375,11 @@ func (d *Driver) assign(ctx context.Context, sp *spare, spec vm.Spec, st state, 
 		return fail(&os.LinkError{Op: "rename", Old: sdir, New: dir, Err: err})
 	}
 	renamed = true
+	step("state")
 	if err := d.prepareDirs(dir, spec, st, workDir); err != nil {
 		return fail(err)
 	}
+	step("prepare")
 	g := agent.GuestConfig{Args: d.agentFlags(spec, st, workDir), Env: d.environ(spec, st)}
 	ctx, cancel := context.WithTimeout(ctx, assignTimeout)
 	defer cancel()
@@ -360,6 +388,7 @@ func (d *Driver) assign(ctx context.Context, sp *spare, spec vm.Spec, st state, 
 	if err := c.Assign(ctx, g); err != nil {
 		return fail(err)
 	}
+	step("assign")
 	// The agent stopped watching its end once assigned.
 	sp.link.Close()
 	return st, nil

@@ -3,6 +3,7 @@ package process
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -305,4 +306,41 @@ func TestNoSpares(t *testing.T) {
 	if _, err := New(Options{Dir: dir, Spares: new(-1)}); err == nil {
 		t.Error("New accepted a negative Spares")
 	}
+}
+
+// TestPrewarm: Prewarm starts the spares without any Start, so that the
+// first Start after New takes one (its agent is a spare's pid); calling it
+// again, as berth does for each deployment that scales from zero, starts
+// no more than Spares.
+func TestPrewarm(t *testing.T) {
+	dir := shortTempDir(t)
+	t.Cleanup(func() { checkNoProcesses(t, dir) })
+	d := newDriver(t, dir, mustIsolate)
+	if got := spareDirs(t, dir); len(got) != 0 {
+		t.Fatalf("spares before Prewarm: %v", got)
+	}
+	d.Prewarm(vm.Spec{Command: "app"})
+	d.Prewarm(vm.Spec{Command: "another app"})
+	spares := readySpares(t, d, DefaultSpares)
+	if got := spareDirs(t, dir); len(got) != DefaultSpares {
+		t.Errorf("spare directories after two Prewarms: %v, want %d", got, DefaultSpares)
+	}
+	id := vm.Name("prewarm", 1)
+	inst, err := d.Start(t.Context(), vm.Spec{Name: id, Command: appCommand(t, "app")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Stop(context.Background(), id, time.Second) })
+	var st state
+	b, err := os.ReadFile(filepath.Join(dir, id, stateFile))
+	if err == nil {
+		err = json.Unmarshal(b, &st)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(spares, st.PID) {
+		t.Errorf("the first Start's agent is pid %d, not one of the prewarmed spares %v", st.PID, spares)
+	}
+	waitServing(t, d, inst.ID)
 }
