@@ -197,8 +197,11 @@ func TestSandboxFromSpare(t *testing.T) {
 		id := vm.Name(fmt.Sprintf("spr%d", i), uint64(i))
 		if i == 1 {
 			vmtest.WaitProcessSpares(t, o.Dir, DefaultSpares)
-			if ready := d.pool.Ready(struct{}{}); len(ready) > 0 {
-				sparePID = ready[0].pid
+			// A spare's agent answers a moment before the pool lists it.
+			for deadline := time.Now().Add(10 * time.Second); sparePID == 0 && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+				if ready := d.pool.Ready(struct{}{}); len(ready) > 0 {
+					sparePID = ready[0].pid
+				}
 			}
 		}
 		if _, err := d.Start(t.Context(), vm.Spec{Name: id, Command: appCommand(t, "app")}); err != nil {
