@@ -182,13 +182,6 @@ func coldDeployment(id, app string) string {
 	return `{"id":"` + id + `","routes":[{"host":"` + id + `.test"}],"vm":{"driver":"process","port":8080,"start_command":"exec ` + app + `"},"scaling":{"min_replicas":0}}`
 }
 
-func report(b *testing.B, name string, ds []time.Duration) {
-	slices.Sort(ds)
-	q := func(p float64) float64 { return float64(ds[int(p*float64(len(ds)-1))].Microseconds()) / 1000 }
-	b.ReportMetric(q(0.5), name+"-p50-ms")
-	b.ReportMetric(q(0.9), name+"-p90-ms")
-}
-
 // phases are where the time of cold starts went: ttfb (the request sent
 // to its first byte), berth (ttfb less the app's own main-to-listening
 // time), held (the X-Berth-Cold-Start header, in whole milliseconds), and,
@@ -243,15 +236,15 @@ func (p *phases) get(b *testing.B, h *harness, id string) {
 }
 
 func (p *phases) report(b *testing.B) {
-	report(b, "ttfb", p.ttfb)
-	report(b, "berth", p.berth)
-	report(b, "held", p.held)
-	report(b, "queue", p.queue)
-	report(b, "create", p.create)
-	report(b, "exec", p.exec)
-	report(b, "app", p.app)
-	report(b, "notice", p.notice)
-	report(b, "reply", p.reply)
+	vmtest.ReportP50P90(b, "ttfb", p.ttfb)
+	vmtest.ReportP50P90(b, "berth", p.berth)
+	vmtest.ReportP50P90(b, "held", p.held)
+	vmtest.ReportP50P90(b, "queue", p.queue)
+	vmtest.ReportP50P90(b, "create", p.create)
+	vmtest.ReportP50P90(b, "exec", p.exec)
+	vmtest.ReportP50P90(b, "app", p.app)
+	vmtest.ReportP50P90(b, "notice", p.notice)
+	vmtest.ReportP50P90(b, "reply", p.reply)
 }
 
 // BenchmarkExecAPI measures POST /deployments/:id/exec of `true` against a
@@ -267,7 +260,7 @@ func BenchmarkExecAPI(b *testing.B) {
 		post(b, h.admin+"/deployments/ex/exec", body)
 		ds = append(ds, time.Since(t0))
 	}
-	report(b, "exec", ds)
+	vmtest.ReportP50P90(b, "exec", ds)
 }
 
 // BenchmarkStepLoad sends 10× target_concurrency concurrent requests to a
@@ -309,7 +302,7 @@ func BenchmarkStepLoad(b *testing.B) {
 		del(h.admin + "/deployments/" + id)
 		b.StartTimer()
 	}
-	report(b, "reach10", ds)
+	vmtest.ReportP50P90(b, "reach10", ds)
 }
 
 // BenchmarkExec measures, in one run and interleaved so that load hits
@@ -400,9 +393,9 @@ func BenchmarkExec(b *testing.B) {
 		return s[(len(s)-1)/2]
 	}
 	bareP50 := p50(tb)
-	report(b, "bare", tb)
-	report(b, "deployment", td)
-	report(b, "computer", tc)
+	vmtest.ReportP50P90(b, "bare", tb)
+	vmtest.ReportP50P90(b, "deployment", td)
+	vmtest.ReportP50P90(b, "computer", tc)
 	b.ReportMetric(float64((p50(td)-bareP50).Microseconds())/1000, "deployment-berth-ms")
 	b.ReportMetric(float64((p50(tc)-bareP50).Microseconds())/1000, "computer-berth-ms")
 }
@@ -485,7 +478,7 @@ func BenchmarkExecParallel(b *testing.B) {
 			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "execs/s")
 			b.ReportMetric(float64(h.s.store.Commits()-commits)/float64(b.N), "commits/exec")
 			if len(lat) > 0 {
-				report(b, "exec", lat)
+				vmtest.ReportP50P90(b, "exec", lat)
 			}
 		})
 	}

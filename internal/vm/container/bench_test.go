@@ -5,25 +5,14 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"slices"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/berth-dev/berth/internal/agent"
+	"github.com/berth-dev/berth/internal/vm/vmtest"
 )
-
-// report adds the p50 and p90 of ds, in milliseconds, to b's metrics.
-func report(b *testing.B, name string, ds []time.Duration) {
-	if len(ds) == 0 {
-		return
-	}
-	slices.Sort(ds)
-	q := func(p float64) float64 { return float64(ds[int(p*float64(len(ds)-1))].Microseconds()) / 1000 }
-	b.ReportMetric(q(0.5), name+"-p50-ms")
-	b.ReportMetric(q(0.9), name+"-p90-ms")
-}
 
 // BenchmarkScaleFromZero measures a replica of a trivial app (busybox
 // httpd) from nothing to the first byte of its first answer, on the
@@ -117,12 +106,12 @@ func benchScaleFromZero(b *testing.B, spares int) {
 		waitSpare()
 		b.StartTimer()
 	}
-	report(b, "ttfb", total)
-	report(b, "start", start)
-	report(b, "berth", share)
-	report(b, "app", ready)
+	vmtest.ReportP50P90(b, "ttfb", total)
+	vmtest.ReportP50P90(b, "start", start)
+	vmtest.ReportP50P90(b, "berth", share)
+	vmtest.ReportP50P90(b, "app", ready)
 	for _, step := range []string{"mount", "prepare", "network", "run"} {
-		report(b, step, steps[step])
+		vmtest.ReportP50P90(b, step, steps[step])
 	}
 }
 
@@ -156,5 +145,5 @@ func BenchmarkExec(b *testing.B) {
 		}
 		ds = append(ds, time.Since(t0))
 	}
-	report(b, "exec", ds)
+	vmtest.ReportP50P90(b, "exec", ds)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/berth-dev/berth/internal/vm"
 	"github.com/berth-dev/berth/internal/vm/replicadir"
+	"github.com/berth-dev/berth/internal/vm/vmtest"
 )
 
 // TestDiskLimit checks that a replica with a disk size cannot write past
@@ -125,8 +126,8 @@ func BenchmarkStartDisk(b *testing.B) {
 				}
 				b.StartTimer()
 			}
-			report(b, "start", starts)
-			report(b, "mount", mounts)
+			vmtest.ReportP50P90(b, "start", starts)
+			vmtest.ReportP50P90(b, "mount", mounts)
 		})
 	}
 }

@@ -1,12 +1,12 @@
 package container
 
 import (
-	"net"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/berth-dev/berth/internal/image"
+	"github.com/berth-dev/berth/internal/vm/vmtest"
 )
 
 // SharedEnv gives the package's external tests (the gateway tests, which
@@ -39,14 +39,7 @@ func ReapSpares(t testing.TB, dir string) {
 func WaitSpares(t testing.TB, dir string, n int) {
 	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		ready := 0
-		socks, _ := filepath.Glob(filepath.Join(dir, sparePrefix+"*", runDir, sockFile))
-		for _, s := range socks {
-			if c, err := net.Dial("unix", s); err == nil {
-				c.Close()
-				ready++
-			}
-		}
+		ready := vmtest.AnsweringSockets(filepath.Join(dir, sparePrefix+"*", runDir, sockFile))
 		if ready >= n {
 			return
 		}

@@ -7,24 +7,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/berth-dev/berth/internal/vm"
+	"github.com/berth-dev/berth/internal/vm/vmtest"
 )
-
-// report adds the p50 and p90 of ds, in milliseconds, to b's metrics.
-func report(b *testing.B, name string, ds []time.Duration) {
-	if len(ds) == 0 {
-		return
-	}
-	slices.Sort(ds)
-	q := func(p float64) float64 { return float64(ds[int(p*float64(len(ds)-1))].Microseconds()) / 1000 }
-	b.ReportMetric(q(0.5), name+"-p50-ms")
-	b.ReportMetric(q(0.9), name+"-p90-ms")
-}
 
 // BenchmarkStartSpare measures a Start that takes a spare agent, step by
 // step (see assign): "nice" (berth's CPU priority back), "cgroup" (the
@@ -107,11 +96,11 @@ func BenchmarkStartSpare(b *testing.B) {
 		}
 		b.StartTimer()
 	}
-	report(b, "start", start)
-	report(b, "listen", listen)
-	report(b, "total", total)
+	vmtest.ReportP50P90(b, "start", start)
+	vmtest.ReportP50P90(b, "listen", listen)
+	vmtest.ReportP50P90(b, "total", total)
 	for _, s := range []string{"nice", "cgroup", "state", "prepare", "assign"} {
-		report(b, s, steps[s])
+		vmtest.ReportP50P90(b, s, steps[s])
 	}
 }
 

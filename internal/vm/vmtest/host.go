@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -108,14 +109,7 @@ func WaitProcessSpares(tb testing.TB, dir string, n int) {
 	tb.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		ready := 0
-		socks, _ := filepath.Glob(filepath.Join(dir, ".spare-*", "agent.sock"))
-		for _, s := range socks {
-			if c, err := net.Dial("unix", s); err == nil {
-				c.Close()
-				ready++
-			}
-		}
+		ready := AnsweringSockets(filepath.Join(dir, ".spare-*", "agent.sock"))
 		if ready >= n {
 			return
 		}
@@ -125,4 +119,30 @@ func WaitProcessSpares(tb testing.TB, dir string, n int) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// AnsweringSockets counts the unix sockets matching glob that accept a
+// connection: the spares of a driver that are ready.
+func AnsweringSockets(glob string) int {
+	ready := 0
+	socks, _ := filepath.Glob(glob)
+	for _, s := range socks {
+		if c, err := net.Dial("unix", s); err == nil {
+			c.Close()
+			ready++
+		}
+	}
+	return ready
+}
+
+// ReportP50P90 adds the p50 and p90 of ds, in milliseconds, to b's metrics
+// as <name>-p50-ms and <name>-p90-ms. It sorts ds.
+func ReportP50P90(b *testing.B, name string, ds []time.Duration) {
+	if len(ds) == 0 {
+		return
+	}
+	slices.Sort(ds)
+	q := func(p float64) float64 { return float64(ds[int(p*float64(len(ds)-1))].Microseconds()) / 1000 }
+	b.ReportMetric(q(0.5), name+"-p50-ms")
+	b.ReportMetric(q(0.9), name+"-p90-ms")
 }
