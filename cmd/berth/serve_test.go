@@ -3,12 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/berth-dev/berth/internal/hostcheck"
 	"github.com/berth-dev/berth/internal/hostnet"
@@ -79,12 +82,43 @@ func runServe(t *testing.T, dataDir string, args ...string) string {
 	case <-w.seen:
 	case c := <-code:
 		t.Fatalf("berth serve exited %d before listening:\n%s", c, w)
+	case <-time.After(stallAfter):
+		t.Fatalf("berth serve did not listen within %v:\n%s\n%s", stallAfter, w, berthStacks())
 	}
 	cancel()
-	if c := <-code; c != 0 {
-		t.Fatalf("berth serve exited %d:\n%s", c, w)
+	select {
+	case c := <-code:
+		if c != 0 {
+			t.Fatalf("berth serve exited %d:\n%s", c, w)
+		}
+	case <-time.After(stallAfter):
+		t.Fatalf("berth serve did not stop within %v of its context ending:\n%s\n%s", stallAfter, w, berthStacks())
 	}
 	return w.String()
+}
+
+// stallAfter bounds each wait on berth serve, so that a hang fails with
+// what serve was doing rather than at the test binary's timeout, whose
+// dump of every goroutine is too long to read in CI's output.
+const stallAfter = 3 * time.Minute
+
+// berthStacks is the innermost frame of berth's own code in each
+// goroutine, with the goroutine's state: short enough to read in a
+// failure message.
+func berthStacks() string {
+	buf := make([]byte, 1<<22)
+	buf = buf[:runtime.Stack(buf, true)]
+	var out strings.Builder
+	for g := range strings.SplitSeq(string(buf), "\n\n") {
+		head, rest, _ := strings.Cut(g, "\n")
+		for l := range strings.Lines(rest) {
+			if strings.Contains(l, "github.com/berth-dev/berth/") && !strings.Contains(l, "cmd/berth.berthStacks") {
+				fmt.Fprintf(&out, "%s %s", head, strings.TrimSpace(l)+"\n")
+				break
+			}
+		}
+	}
+	return out.String()
 }
 
 // fakeCgroups gives berth serve's host setup a hybrid cgroup layout in a
