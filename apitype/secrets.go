@@ -19,3 +19,19 @@ type CertStatus struct {
 	Issuer       string `json:"issuer"`
 	NeedsRenewal bool   `json:"needs_renewal"`
 }
+
+// CertPending is berth's own `GET /certs/pending`: a host some deployment
+// routes that has no certificate yet, and why, which CertStatus (one
+// certificate held) cannot say.
+type CertPending struct {
+	Host string `json:"host"`
+	// `pending` (an order is due or under way), `backoff` (the last
+	// order failed; the next waits until retry_at) or `wildcard-pending`
+	// (covered by a wildcard base whose certificate is not issued yet).
+	State string `json:"state"`
+	// When the next order may start, unix seconds; 0 when not waiting.
+	RetryAt int64 `json:"retry_at"`
+	// Consecutive failed orders, and the last one's error.
+	Failures  int    `json:"failures"`
+	LastError string `json:"last_error,omitempty"`
+}

@@ -14,6 +14,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -50,6 +51,7 @@ type Client struct {
 	hc        *http.Client
 	auth      string // Authorization header value; empty sends none
 	userAgent string
+	tlsConf   *tls.Config // WithTLSConfig's, applied to hc at the end of New
 }
 
 // Option configures a [Client] in [New].
@@ -64,6 +66,22 @@ func WithHTTPClient(hc *http.Client) Option {
 			return errors.New("client: WithHTTPClient: nil *http.Client")
 		}
 		c.hc = hc
+		return nil
+	}
+}
+
+// WithTLSConfig makes the client verify the server (and present client
+// certificates) with conf, for an admin API served over HTTPS with a
+// private CA (RootCAs) or, for testing, without verification
+// (InsecureSkipVerify). It applies to the HTTP client in use when [New]
+// returns: the default one, or one from [WithHTTPClient] whose Transport
+// is an *http.Transport (or nil), which is copied rather than modified.
+func WithTLSConfig(conf *tls.Config) Option {
+	return func(c *Client) error {
+		if conf == nil {
+			return errors.New("client: WithTLSConfig: nil *tls.Config")
+		}
+		c.tlsConf = conf
 		return nil
 	}
 }
@@ -141,6 +159,21 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 		if err := opt(c); err != nil {
 			return nil, err
 		}
+	}
+	if c.tlsConf != nil {
+		var t *http.Transport
+		switch rt := c.hc.Transport.(type) {
+		case nil:
+			t = http.DefaultTransport.(*http.Transport).Clone()
+		case *http.Transport:
+			t = rt.Clone()
+		default:
+			return nil, fmt.Errorf("client: WithTLSConfig: the HTTP client's Transport is a %T, not an *http.Transport", rt)
+		}
+		t.TLSClientConfig = c.tlsConf.Clone()
+		hc := *c.hc
+		hc.Transport = t
+		c.hc = &hc
 	}
 	return c, nil
 }

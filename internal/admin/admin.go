@@ -41,6 +41,7 @@ type Options struct {
 	Secrets    *secrets.Store    // nil answers 503 on /secrets
 	Namespaces *namespaces.Store // declared namespaces and auth providers
 	Images     *image.Store      // root filesystems; nil answers 503 on /images
+	Certs      CertSource        // the HTTPS edge's certificates; nil: none
 
 	// Confinement is what namespace-confined callers may run (drivers,
 	// replica quota); the zero value allows auth.DefaultConfinedDrivers
@@ -107,6 +108,8 @@ func New(o Options) *API {
 	a.handle("POST /auth-providers", tierCRUD, wallNarrow, a.putProvider)
 	a.handle("GET /auth-providers/{namespace}/{name}", tierCRUD, wallNarrow, a.getProvider)
 	a.handle("DELETE /auth-providers/{namespace}/{name}", tierCRUD, wallNarrow, a.deleteProvider)
+	a.handle("GET /certs", tierCRUD, wallFleet, a.certs)
+	a.handle("GET /certs/pending", tierCRUD, wallFleet, a.pendingCerts) // berth's own
 	a.handle("GET /images", tierView, wallFleet, a.listImages)
 	a.handle("POST /images", tierCRUD, wallFleet, a.importImage)
 	a.handle("GET /images/{name...}", tierView, wallFleet, a.getImage)

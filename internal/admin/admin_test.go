@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/auth"
 	"github.com/berth-dev/berth/internal/fleet"
 	"github.com/berth-dev/berth/internal/namespaces"
@@ -711,4 +712,42 @@ func TestWhoamiAndHealthz(t *testing.T) {
 		t.Errorf("after a refused patch the token's namespace is %v", me["namespace"])
 	}
 	want(t, r.do("PATCH", "/tokens/"+id, operator, `{"admin": "root"}`), http.StatusBadRequest, "admin")
+}
+
+// fakeCerts is a CertSource with fixed answers.
+type fakeCerts struct{}
+
+func (fakeCerts) Certs() []apitype.CertStatus {
+	return []apitype.CertStatus{{Host: "a.example", NotAfter: "2027-01-01T00:00:00Z", Issuer: "pebble", NeedsRenewal: false}}
+}
+
+func (fakeCerts) Pending() []apitype.CertPending {
+	return []apitype.CertPending{{Host: "b.example", State: "backoff", RetryAt: 1700000000, Failures: 2, LastError: "no"}}
+}
+
+// TestCerts: GET /certs is the contract's CertStatus[] (an empty list, not
+// null, when berth serves no HTTPS), and with /certs/pending fleet-wide
+// only: a namespace token is refused.
+func TestCerts(t *testing.T) {
+	r := newRig(t, auth.Confinement{})
+	w := r.do("GET", "/certs", operator, "")
+	want(t, w, http.StatusOK)
+	if strings.TrimSpace(w.Body.String()) != "[]" {
+		t.Errorf("GET /certs without HTTPS = %s, want []", w.Body)
+	}
+	r.api.o.Certs = fakeCerts{}
+	w = r.do("GET", "/certs", operator, "")
+	want(t, w, http.StatusOK)
+	if got := decode[[]map[string]any](t, w); len(got) != 1 || got[0]["host"] != "a.example" || got[0]["needs_renewal"] != false || len(got[0]) != 4 {
+		t.Errorf("GET /certs = %s", w.Body)
+	}
+	w = r.do("GET", "/certs/pending", operator, "")
+	want(t, w, http.StatusOK)
+	if got := decode[[]apitype.CertPending](t, w); len(got) != 1 || got[0].State != "backoff" || got[0].Failures != 2 {
+		t.Errorf("GET /certs/pending = %s", w.Body)
+	}
+	team := r.mint(`{"name": "team-a", "admin": "admin", "namespace": "team-a", "deployments": []}`)
+	for _, p := range []string{"/certs", "/certs/pending"} {
+		want(t, r.do("GET", p, team, ""), http.StatusForbidden)
+	}
 }

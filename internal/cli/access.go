@@ -2,7 +2,10 @@ package cli
 
 import (
 	"bufio"
+	"cmp"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -39,6 +42,10 @@ type ctxEntry struct {
 	Name   string `json:"name"`
 	Server string `json:"server"`
 	Token  string `json:"token,omitempty"`
+	// How to verify an https server: login's --ca-file and
+	// --insecure-skip-tls-verify, used again by the context's commands.
+	CAFile   string `json:"ca_file,omitempty"`
+	Insecure bool   `json:"insecure_skip_tls_verify,omitempty"`
 }
 
 // configPath is $BERTH_CONFIG, else <user config dir>/berth/config.json
@@ -138,6 +145,7 @@ func (e *env) credentials() (string, client.Option, error) {
 			return "", nil, usagef("no login context %q in %s (see 'berth login')", name, cfg.path)
 		}
 	}
+	e.current = cur
 	server := e.server
 	if server == "" && cur != nil {
 		server = cur.Server
@@ -230,6 +238,13 @@ func runLogin(ctx context.Context, e *env, args []string) error {
 	if e.httpClient != nil {
 		opts = append(opts, client.WithHTTPClient(e.httpClient))
 	}
+	tlsOpt, err := e.tlsOption()
+	if err != nil {
+		return err
+	}
+	if tlsOpt != nil {
+		opts = append(opts, tlsOpt)
+	}
 	c, err := client.New(server, opts...)
 	if err != nil {
 		return &usageError{msg: "--server: " + strings.TrimPrefix(err.Error(), "client: ")}
@@ -253,9 +268,9 @@ func runLogin(ctx context.Context, e *env, args []string) error {
 		*name = u.Host
 	}
 	if ent := cfg.find(*name); ent != nil {
-		ent.Server, ent.Token = server, token
+		ent.Server, ent.Token, ent.CAFile, ent.Insecure = server, token, e.caFile, e.insecure
 	} else {
-		cfg.Contexts = append(cfg.Contexts, ctxEntry{Name: *name, Server: server, Token: token})
+		cfg.Contexts = append(cfg.Contexts, ctxEntry{Name: *name, Server: server, Token: token, CAFile: e.caFile, Insecure: e.insecure})
 	}
 	cfg.Current = *name
 	if err := cfg.save(); err != nil {
@@ -263,6 +278,36 @@ func runLogin(ctx context.Context, e *env, args []string) error {
 	}
 	fmt.Fprintf(e.stdout, "Logged in to %s as %s.\nSaved as context %q in %s.\n", server, describeCaller(who), *name, cfg.path)
 	return nil
+}
+
+// tlsOption is how the client verifies an https server: --ca-file (else
+// the context's) adds a root, --insecure-skip-tls-verify (or the
+// context's) verifies nothing. nil: the system's roots.
+func (e *env) tlsOption() (client.Option, error) {
+	caFile, insecure := e.caFile, e.insecure
+	if e.current != nil {
+		caFile = cmp.Or(caFile, e.current.CAFile)
+		insecure = insecure || e.current.Insecure
+	}
+	if caFile == "" && !insecure {
+		return nil, nil
+	}
+	conf := &tls.Config{InsecureSkipVerify: insecure}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, usagef("--ca-file: %v", err)
+		}
+		pool, err := x509.SystemCertPool()
+		if err != nil {
+			pool = x509.NewCertPool()
+		}
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, usagef("--ca-file: %s holds no PEM certificate", caFile)
+		}
+		conf.RootCAs = pool
+	}
+	return client.WithTLSConfig(conf), nil
 }
 
 func isLoopbackHost(h string) bool {

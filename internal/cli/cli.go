@@ -22,6 +22,7 @@ import (
 	"net/http"
 	"os"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"time"
 
@@ -64,7 +65,13 @@ type env struct {
 	// context (--context, BERTH_CONTEXT, else the current one).
 	token, user, password string
 	contextName           string
-	resolved              string // the server credentials() settled on
+	resolved              string    // the server credentials() settled on
+	current               *ctxEntry // the login context credentials() used, if any
+
+	// Verifying an https server: --ca-file (BERTH_CA_FILE) and
+	// --insecure-skip-tls-verify (BERTH_INSECURE_SKIP_TLS_VERIFY=1).
+	caFile   string
+	insecure bool
 
 	httpClient   *http.Client  // nil: the client package's default
 	pollInterval time.Duration // how often drain re-reads the deployment
@@ -115,6 +122,8 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	e.token, e.user, e.password = os.Getenv("BERTH_TOKEN"), os.Getenv("BERTH_USER"), os.Getenv("BERTH_PASSWORD")
 	e.contextName = os.Getenv("BERTH_CONTEXT")
+	e.caFile = os.Getenv("BERTH_CA_FILE")
+	e.insecure, _ = strconv.ParseBool(os.Getenv("BERTH_INSECURE_SKIP_TLS_VERIFY"))
 	return e.run(ctx, args)
 }
 
@@ -149,6 +158,11 @@ const globalHelp = `Global flags (before or after the command):
   --user U, --password P
                  the operator's credential (env BERTH_USER, BERTH_PASSWORD);
                  prefer the environment: flags show in the process list
+  --ca-file PATH trust the CA certificate(s) in PATH (PEM) for an https
+                 server, besides the system's (env BERTH_CA_FILE)
+  --insecure-skip-tls-verify
+                 do not verify an https server's certificate: for testing
+                 only (env BERTH_INSECURE_SKIP_TLS_VERIFY=1)
 `
 
 // usageError is a mistake in how a command was invoked: exit 2 with help.
@@ -247,6 +261,8 @@ func (e *env) flagSet(name string) *flag.FlagSet {
 	fs.StringVar(&e.token, "token", e.token, "app-token")
 	fs.StringVar(&e.user, "user", e.user, "operator user")
 	fs.StringVar(&e.password, "password", e.password, "operator password")
+	fs.StringVar(&e.caFile, "ca-file", e.caFile, "CA certificate file")
+	fs.BoolVar(&e.insecure, "insecure-skip-tls-verify", e.insecure, "skip TLS verification")
 	fs.StringVar(&e.output, "o", e.output, "output format")
 	fs.StringVar(&e.output, "output", e.output, "output format")
 	return fs
@@ -351,6 +367,13 @@ func (e *env) client() (*client.Client, error) {
 	}
 	if auth != nil {
 		opts = append(opts, auth)
+	}
+	tlsOpt, err := e.tlsOption()
+	if err != nil {
+		return nil, err
+	}
+	if tlsOpt != nil {
+		opts = append(opts, tlsOpt)
 	}
 	c, err := client.New(server, opts...)
 	if err != nil {

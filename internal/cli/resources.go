@@ -51,6 +51,8 @@ func init() {
 			get:      namedVerb("get", func(ctx context.Context, e *env, ids []string) error { return e.listImages(ctx, one(ids)) }),
 			describe: describeFrom("/images", "images", "image", "name"),
 			del:      namedVerb("delete", func(ctx context.Context, e *env, ids []string) error { return e.deleteImages(ctx, ids) })},
+		{kind: "cert", aliases: []string{"certs", "certificates", "certificate"},
+			get: namedVerb("get", func(ctx context.Context, e *env, ids []string) error { return e.listCerts(ctx, one(ids)) })},
 		{kind: "computer", aliases: []string{"computers", "comp"}, flags: "-n NAMESPACE",
 			get: func(ctx context.Context, e *env, args []string) error {
 				_, id, rest := splitResource(args)

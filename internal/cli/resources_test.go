@@ -64,10 +64,15 @@ func TestGrammarLive(t *testing.T) {
 		t.Errorf("describe ns default: %q", d)
 	}
 
+	// Certificates: none on a server without HTTPS.
+	if code, out, errs := berth(t, "", append(op, "get", "certs")...); code != 0 || out != "" || !strings.Contains(errs, "No certificates found.") {
+		t.Errorf("get certs: exit %d, %q, %q", code, out, errs)
+	}
+
 	// Usage errors name the kinds.
 	for _, args := range [][]string{{"get", "frobs"}, {"describe"}, {"delete", "widget", "x"}} {
 		code, _, errs := berth(t, "", append(op, args...)...)
-		if code != 2 || !strings.Contains(errs, "deployments, vms, secrets, namespaces, tokens, images, computers") {
+		if code != 2 || !strings.Contains(errs, "deployments, vms, secrets, namespaces, tokens, images, certs, computers") {
 			t.Errorf("%v: exit %d, %q", args, code, errs)
 		}
 	}
