@@ -69,6 +69,7 @@ type Options struct {
 	// none). They apply only with TLSConfig.
 	RedirectHTTPS bool
 	HSTS          string
+
 	AdminAddr string // admin API listener; default 127.0.0.1:9090
 	// DataDir is where the store lives; created 0700. A relative path is
 	// taken from the working directory at New and made absolute there.
@@ -219,11 +220,12 @@ type Server struct {
 	tlsSrv   *http.Server // HTTP/2, and everything under StdHTTP
 	tlsFront frontEnd     // the H1Server over TLS, or tlsSrv
 	h3       *proxy.H3Server
-	adminSrv         *http.Server
-	egress           *egress.Proxy // nil when EgressAddr is "off"
-	egressLn         net.Listener
-	ports            *portRoutes   // Computers' exposed ports on the data plane
-	lock             *instanceLock // the data dir's, held until Run returns
+
+	adminSrv *http.Server
+	egress   *egress.Proxy // nil when EgressAddr is "off"
+	egressLn net.Listener
+	ports    *portRoutes   // Computers' exposed ports on the data plane
+	lock     *instanceLock // the data dir's, held until Run returns
 	// self is berth's own listeners, which the proxy refuses to dial; filled
 	// as they are bound.
 	self *netguard.Self

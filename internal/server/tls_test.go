@@ -151,4 +151,3 @@ func checkTLSGet(t *testing.T, c *http.Client, url string, proto int, hdr map[st
 		}
 	}
 }
-
