@@ -11,6 +11,7 @@ import (
 	"crypto/x509/pkix"
 	"errors"
 	"io"
+	"log"
 	"math/big"
 	"net"
 	"net/http"
@@ -92,7 +93,7 @@ func startTLSFront(t testing.TB, h *proxy.Handler, o proxy.H1Options) *tlsFront 
 	p := new(http.Protocols)
 	p.SetHTTP1(true)
 	p.SetHTTP2(true)
-	fe := h.NewH1Server(&http.Server{Handler: h, Protocols: p, TLSConfig: conf}, o)
+	fe := h.NewH1Server(&http.Server{Handler: h, Protocols: p, TLSConfig: conf, ErrorLog: log.New(io.Discard, "", 0)}, o)
 	served := make(chan error, 1)
 	go func() { served <- fe.Serve(ln) }()
 	t.Cleanup(func() {
