@@ -44,6 +44,9 @@ func TestTLSKeepAliveGETAllocs(t *testing.T) {
 	if frontEnd == "h1-watch" {
 		t.Skip("every request is watched for a hang-up: the slow path")
 	}
+	if raceEnabled {
+		t.Skip("crypto/tls's record buffers come from a sync.Pool, which the race detector makes drop items")
+	}
 	addr := proxytest.RawUpstream(t, 100)
 	h := proxy.New(proxy.Options{})
 	h.Swap(table(entry{static("bench", proxy.NewBackend("bench-1", addr, false)), catchAll}))

@@ -152,10 +152,20 @@ func (h *Handler) redirectToHTTPS(w http.ResponseWriter, r *http.Request) {
 }
 
 // serverTLSConfig is the front end's copy of conf: with no NextProtos of
-// its own it offers HTTP/2 (when the fallback serves it) and HTTP/1.1.
+// its own it offers HTTP/2 and HTTP/1.1, and never HTTP/2 when the fallback
+// would not serve it (net/http's rules: HTTP2 among its Protocols, and its
+// TLSNextProto set, or left for Serve to set, which it does when its
+// TLSConfig is nil or offers "h2") — a client would be cut off after
+// choosing it.
 func serverTLSConfig(conf *tls.Config, fallback *http.Server) *tls.Config {
 	conf = conf.Clone()
 	h2 := fallback.Protocols == nil || fallback.Protocols.HTTP2()
+	switch {
+	case fallback.TLSNextProto != nil:
+		h2 = h2 && fallback.TLSNextProto["h2"] != nil
+	case fallback.TLSConfig != nil:
+		h2 = h2 && slices.Contains(fallback.TLSConfig.NextProtos, "h2")
+	}
 	if len(conf.NextProtos) == 0 {
 		conf.NextProtos = []string{"h2", "http/1.1"}
 	}

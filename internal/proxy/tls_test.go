@@ -566,3 +566,45 @@ func TestHTTP3(t *testing.T) {
 		t.Logf("CONNECT over HTTP/3 refused by the client: %v", err)
 	}
 }
+
+// TestTLSShutdown closes an idle kept-alive TLS connection and one still in
+// its handshake when the server shuts down, and Shutdown returns once they
+// are gone.
+func TestTLSShutdown(t *testing.T) {
+	_, addr := startBackend(t, echoHandler())
+	h := proxy.New(proxy.Options{})
+	h.Swap(table(entry{static("app", proxy.NewBackend("app-1", addr, false)), catchAll}))
+	f := startTLSFront(t, h, proxy.H1Options{})
+	idle, err := tls.Dial("tcp", f.addr, &tls.Config{RootCAs: f.roots, NextProtos: []string{"http/1.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close()
+	idle.SetDeadline(time.Now().Add(hangGuard))
+	io.WriteString(idle, "GET / HTTP/1.1\r\nHost: app.test\r\n\r\n")
+	br := bufio.NewReader(idle)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("%v, %v", resp, err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	silent, err := net.Dial("tcp", f.addr) // never says hello
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	if err := f.fe.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if n, err := br.ReadByte(); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("the idle TLS connection read %v, %v after Shutdown; want it closed", n, err)
+	}
+	silent.SetReadDeadline(time.Now().Add(hangGuard))
+	if _, err := silent.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("the connection in its handshake read %v after Shutdown; want it closed", err)
+	}
+}
