@@ -56,6 +56,9 @@ import (
 // connection while the backend works, once the request (and its body) has
 // been read — but only for requests still running after watchAfter, so a
 // quick exchange pays nothing for it.
+//
+// Over TLS (H1Options.TLSConfig) the same loop runs on the tls.Conn, without
+// the raw system calls and parking; tls.go says what changes.
 
 // H1Options configure an H1Server. Zero fields take the fallback server's
 // values, and net/http's defaults when those are zero too.
@@ -387,29 +390,31 @@ const (
 
 // h1conn is one client connection. Its buffers are pooled.
 type h1conn struct {
-	s   *H1Server
-	rwc net.Conn // raw, or tc over it
-	raw net.Conn // the accepted connection
-	// tc is the TLS connection over raw (tls.go), nil on a plaintext one;
-	// tlsp points at tlsState, its state, once the handshake is done.
+	s      *H1Server
+	rwc    net.Conn // raw, or tc over it
+	hl     *handoffListener
+	cr     connReader
+	rio    rawIO // rwc's reads and writes on the fast path (rawio_linux.go)
+	br     *bufio.Reader
+	bw     *bufio.Writer
+	p      parser
+	w      h1Writer
+	req    http.Request
+	url    url.URL
+	tmpl   *http.Request   // an empty request carrying ctx
+	base   context.Context // the listener's, which ctx derives from
+	ctx    context.Context
+	cancel context.CancelFunc
+	remote string
+	state  atomic.Int32
+
+	// raw is the accepted connection; tc is the TLS connection over it
+	// (tls.go), nil on a plaintext one, and tlsp points at tlsState, its
+	// state, once the handshake is done.
+	raw      net.Conn
 	tc       *tls.Conn
 	tlsp     *tls.ConnectionState
 	tlsState tls.ConnectionState
-	hl       *handoffListener
-	cr       connReader
-	rio      rawIO // rwc's reads and writes on the fast path (rawio_linux.go)
-	br       *bufio.Reader
-	bw       *bufio.Writer
-	p        parser
-	w        h1Writer
-	req      http.Request
-	url      url.URL
-	tmpl     *http.Request   // an empty request carrying ctx
-	base     context.Context // the listener's, which ctx derives from
-	ctx      context.Context
-	cancel   context.CancelFunc
-	remote   string
-	state    atomic.Int32
 
 	watch        atomic.Int32
 	watchPending atomic.Bool  // the watch timer is pending (see arm)

@@ -20,7 +20,8 @@
 //
 // The Handler can be served by any http.Server, or by its own HTTP/1.1 front
 // end, H1Server (h1server.go), which reads plain HTTP/1.x requests itself and
-// hands every other connection to an http.Server.
+// hands every other connection to an http.Server, in plaintext or over TLS
+// (tls.go: HTTP/2 goes to net/http), and over HTTP/3 by H3Server (h3.go).
 package proxy
 
 import (
