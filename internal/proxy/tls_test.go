@@ -608,3 +608,35 @@ func TestTLSShutdown(t *testing.T) {
 		t.Errorf("the connection in its handshake read %v after Shutdown; want it closed", err)
 	}
 }
+
+// TestTLSConnectionsNotParked keeps a TLS connection idle past ParkAfter:
+// it is not parked (the parker watches the socket, and would resume the
+// connection without its TLS state), so its next request is served.
+func TestTLSConnectionsNotParked(t *testing.T) {
+	_, addr := startBackend(t, echoHandler())
+	h := proxy.New(proxy.Options{})
+	h.Swap(table(entry{static("app", proxy.NewBackend("app-1", addr, false)), catchAll}))
+	f := startTLSFront(t, h, proxy.H1Options{ParkAfter: time.Millisecond, IdleTimeout: time.Minute})
+	c, err := tls.Dial("tcp", f.addr, &tls.Config{RootCAs: f.roots, NextProtos: []string{"http/1.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(hangGuard))
+	br := bufio.NewReader(c)
+	for i := range 2 {
+		if i == 1 {
+			time.Sleep(50 * time.Millisecond) // well past ParkAfter (not a timing assertion)
+		}
+		io.WriteString(c, "GET /n HTTP/1.1\r\nHost: app.test\r\n\r\n")
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if e := decodeEcho(t, string(b)); resp.StatusCode != 200 || e.Header.Get("X-Forwarded-Proto") != "https" {
+			t.Errorf("request %d: %d, X-Forwarded-Proto %q", i, resp.StatusCode, e.Header.Get("X-Forwarded-Proto"))
+		}
+	}
+}
