@@ -305,8 +305,8 @@ func TestTLSWebsocketAcrossCertSwap(t *testing.T) {
 }
 
 // TestTLSEventStream relays a server-sent event stream over TLS as it
-// comes: the first event reaches the client before the backend sends the
-// second.
+// comes, over HTTP/1.1, HTTP/2 and HTTP/3: the first event reaches the
+// client before the backend sends the second.
 func TestTLSEventStream(t *testing.T) {
 	next := make(chan struct{})
 	_, addr := startBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -320,21 +320,17 @@ func TestTLSEventStream(t *testing.T) {
 		}
 		io.WriteString(w, "data: two\n\n")
 	}))
-	t.Cleanup(func() {
-		select {
-		case <-next:
-		default:
-			close(next)
-		}
-	})
 	h := proxy.New(proxy.Options{})
 	h.Swap(table(entry{static("sse", proxy.NewBackend("sse-1", addr, false)), catchAll}))
 	f := startTLSFront(t, h, proxy.H1Options{})
-	for _, h2 := range []bool{false, true} {
-		next = make(chan struct{})
-		c := f.client(t, h2)
+	h3base := "https://" + startH3(t, h, f)
+	for _, tc := range []struct {
+		c    *http.Client
+		base string
+	}{{f.client(t, false), f.base}, {f.client(t, true), f.base}, {h3Client(t, f), h3base}} {
+		c := tc.c
 		ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
-		req, _ := http.NewRequestWithContext(ctx, "GET", f.base+"/events", nil)
+		req, _ := http.NewRequestWithContext(ctx, "GET", tc.base+"/events", nil)
 		req.Host = "sse.test"
 		resp, err := c.Do(req)
 		if err != nil {
@@ -345,7 +341,11 @@ func TestTLSEventStream(t *testing.T) {
 		if err != nil || line != "data: one\n" {
 			t.Fatalf("%s: first event %q, %v", resp.Proto, line, err)
 		}
-		close(next)
+		select {
+		case next <- struct{}{}: // the backend's second event
+		case <-ctx.Done():
+			t.Fatal("the backend did not wait for the second event")
+		}
 		rest, _ := io.ReadAll(br)
 		if string(rest) != "\ndata: two\n\n" {
 			t.Errorf("%s: rest of the stream %q", resp.Proto, rest)
