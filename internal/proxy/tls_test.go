@@ -640,3 +640,15 @@ func TestTLSConnectionsNotParked(t *testing.T) {
 		}
 	}
 }
+
+// TestTLSHeaderValuesChecked ignores an HSTS or Alt-Svc value that could
+// split a response head, rather than write it.
+func TestTLSHeaderValuesChecked(t *testing.T) {
+	h := proxy.New(proxy.Options{HSTS: "max-age=1\r\nX-Injected: yes", AltSvc: "h3=\":1\"\n"})
+	f := startTLSFront(t, h, proxy.H1Options{})
+	resp, _ := get(t, f.client(t, false), f.base+"/", "app.test")
+	if resp.StatusCode != http.StatusNotFound || resp.Header.Get("X-Injected") != "" ||
+		resp.Header.Get("Strict-Transport-Security") != "" || resp.Header.Get("Alt-Svc") != "" {
+		t.Errorf("%d with header %v", resp.StatusCode, resp.Header)
+	}
+}

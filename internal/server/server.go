@@ -252,6 +252,9 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	if o.AdminPassword == "" && !loopback(o.AdminAddr) {
 		return nil, fmt.Errorf("server: refusing to serve the admin API on %s without a credential: anyone who can reach it could change every deployment; set BERTH_ADMIN_PASSWORD (and mint tokens for other users), or bind --admin-addr to 127.0.0.1", o.AdminAddr)
 	}
+	if c := o.TLSConfig; c != nil && len(c.Certificates) == 0 && c.GetCertificate == nil && c.GetConfigForClient == nil {
+		return nil, errors.New("server: the TLS configuration has no certificate (Certificates, GetCertificate or GetConfigForClient)")
+	}
 	if o.DrainTimeout <= 0 {
 		o.DrainTimeout = 30 * time.Second
 	}

@@ -151,3 +151,23 @@ func checkTLSGet(t *testing.T, c *http.Client, url string, proto int, hdr map[st
 		}
 	}
 }
+
+// TestProxyTLSBadOptions refuses, with an error and no listener left
+// bound, a TLS configuration without a certificate and a TLS address that
+// is not host:port.
+func TestProxyTLSBadOptions(t *testing.T) {
+	cert, _ := selfSigned(t)
+	for name, o := range map[string]Options{
+		"no certificate": {TLSConfig: &tls.Config{}, ProxyTLSAddr: "127.0.0.1:0"},
+		"bad address":    {TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}}, ProxyTLSAddr: "127.0.0.1"},
+	} {
+		o.ProxyAddr, o.AdminAddr, o.DataDir, o.EgressAddr = "127.0.0.1:0", "127.0.0.1:0", t.TempDir(), "off"
+		o.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+		agentOptions(&o)
+		if s, err := New(context.Background(), o); err == nil {
+			t.Errorf("%s: New succeeded (TLS on %s)", name, s.ProxyTLSAddr())
+		} else {
+			t.Logf("%s: %v", name, err)
+		}
+	}
+}
