@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"log/slog"
@@ -55,6 +56,9 @@ import (
 // connection while the backend works, once the request (and its body) has
 // been read — but only for requests still running after watchAfter, so a
 // quick exchange pays nothing for it.
+//
+// Over TLS (H1Options.TLSConfig) the same loop runs on the tls.Conn, without
+// the raw system calls and parking; tls.go says what changes.
 
 // H1Options configure an H1Server. Zero fields take the fallback server's
 // values, and net/http's defaults when those are zero too.
@@ -74,7 +78,15 @@ type H1Options struct {
 	// up, and the connection waits in an epoll set (Linux) until the
 	// client sends again, costing a few hundred bytes instead of tens of
 	// kilobytes. Zero means defaultParkAfter; negative, never.
+	// Connections over TLS are never parked (tls.go).
 	ParkAfter time.Duration
+	// TLSConfig, when set, makes every connection a TLS one (tls.go): the
+	// handshake is bounded by ReadHeaderTimeout, HTTP/2 (ALPN "h2") goes
+	// to the fallback server, HTTP/1.1 is served here. It must carry a
+	// certificate (Certificates, GetCertificate or GetConfigForClient);
+	// with no NextProtos, "h2" and "http/1.1" are offered. The server
+	// keeps a copy.
+	TLSConfig *tls.Config
 }
 
 // defaultParkAfter is H1Options.ParkAfter's default: longer than the gaps
@@ -103,6 +115,7 @@ type H1Server struct {
 
 	parkAfter time.Duration
 	park      *parker      // nil: connections are not parked
+	tlsConf   *tls.Config  // nil: plaintext (see tls.go)
 	work      chan connJob // to an idle worker (see dispatch)
 
 	inShutdown atomic.Bool
@@ -144,6 +157,10 @@ func (h *Handler) NewH1Server(fallback *http.Server, o H1Options) *H1Server {
 		s.log = h.log
 	}
 	s.parkAfter = cmp.Or(o.ParkAfter, defaultParkAfter)
+	if o.TLSConfig != nil {
+		s.tlsConf = serverTLSConfig(o.TLSConfig, fallback)
+		s.parkAfter = -1 // see tls.go
+	}
 	if s.parkAfter > 0 && (s.idle <= 0 || s.parkAfter < s.idle) {
 		s.park = newParker(s)
 	}
@@ -316,7 +333,7 @@ func (s *H1Server) Close() error {
 	s.mu.Lock()
 	for c := range s.conns {
 		c.state.Store(connClosing)
-		c.rwc.Close()
+		c.raw.Close() // (not a TLS close: it may wait for the client)
 	}
 	s.mu.Unlock()
 	if s.park != nil {
@@ -351,7 +368,7 @@ func (s *H1Server) closeIdle() bool {
 	defer s.mu.Unlock()
 	for c := range s.conns {
 		if c.state.CompareAndSwap(connIdle, connClosing) {
-			c.rwc.Close()
+			c.raw.Close()
 		}
 	}
 	return len(s.conns) == 0
@@ -374,7 +391,7 @@ const (
 // h1conn is one client connection. Its buffers are pooled.
 type h1conn struct {
 	s      *H1Server
-	rwc    net.Conn
+	rwc    net.Conn // raw, or tc over it
 	hl     *handoffListener
 	cr     connReader
 	rio    rawIO // rwc's reads and writes on the fast path (rawio_linux.go)
@@ -390,6 +407,14 @@ type h1conn struct {
 	cancel context.CancelFunc
 	remote string
 	state  atomic.Int32
+
+	// raw is the accepted connection; tc is the TLS connection over it
+	// (tls.go), nil on a plaintext one, and tlsp points at tlsState, its
+	// state, once the handshake is done.
+	raw      net.Conn
+	tc       *tls.Conn
+	tlsp     *tls.ConnectionState
+	tlsState tls.ConnectionState
 
 	watch        atomic.Int32
 	watchPending atomic.Bool  // the watch timer is pending (see arm)
@@ -431,9 +456,9 @@ func newH1conn(s *H1Server, rwc net.Conn, hl *handoffListener, base context.Cont
 		c.w.c = c
 		c.w.hdr = make(http.Header, 8)
 	}
-	c.s, c.rwc, c.hl = s, rwc, hl
+	c.s, c.rwc, c.raw, c.hl = s, rwc, rwc, hl
 	var rw io.ReadWriter = rwc
-	if c.rio.init(rwc) {
+	if s.tlsConf == nil && c.rio.init(rwc) {
 		rw = &c.rio
 	}
 	c.cr = connReader{c: rw}
@@ -464,8 +489,9 @@ func (c *h1conn) release(pool bool) {
 	if fired {
 		return
 	}
-	c.s, c.rwc, c.hl, c.cr.c = nil, nil, nil, nil
+	c.s, c.rwc, c.raw, c.hl, c.cr.c = nil, nil, nil, nil, nil
 	c.rio = rawIO{}
+	c.tc, c.tlsp, c.tlsState = nil, nil, tls.ConnectionState{}
 	c.base, c.ctx, c.cancel, c.tmpl, c.unlinkCtx = nil, nil, nil, nil, nil
 	c.upstream.Store(nil)
 	c.req = http.Request{}
@@ -518,6 +544,16 @@ func (c *h1conn) serve(first bool) {
 			c.cancel()
 		}
 	}()
+	if c.s.tlsConf != nil && c.tc == nil {
+		switch c.startTLS() {
+		case tlsClose:
+			reuse = true
+			return
+		case tlsHandedOff:
+			reuse, handedOff = true, true
+			return
+		}
+	}
 	for ; ; first = false {
 		switch c.serveOne(first) {
 		case endNext:
@@ -672,6 +708,7 @@ func (c *h1conn) serveOne(first bool) connEnd {
 	r.Header = head.header
 	r.Host = head.host
 	r.RemoteAddr = c.remote
+	r.TLS = c.tlsp
 	r.RequestURI = head.target
 	r.Close = head.close
 
@@ -779,6 +816,12 @@ func (c *h1conn) handOff() {
 		replay = append(replay, c.cr.pending)
 	}
 	c.rwc.SetDeadline(time.Time{})
+	if c.tlsp != nil {
+		// (A copy: c's state goes back to the pool.)
+		st := *c.tlsp
+		c.hl.push(&tlsReplayConn{replayConn{Conn: c.rwc, replay: replay}, &st})
+		return
+	}
 	c.hl.push(&replayConn{Conn: c.rwc, replay: replay})
 }
 

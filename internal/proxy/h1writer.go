@@ -247,6 +247,9 @@ func (w *h1Writer) commit(done bool) {
 	if _, ok := hdr["Date"]; !ok {
 		bw.Write(dateLine(w.c.now))
 	}
+	if w.c.tlsp != nil && w.c.s.h.tlsHeaders {
+		w.writeTLSLines()
+	}
 	var declared []string
 	if w.chunked {
 		declared = hdr["Trailer"]

@@ -20,7 +20,8 @@
 //
 // The Handler can be served by any http.Server, or by its own HTTP/1.1 front
 // end, H1Server (h1server.go), which reads plain HTTP/1.x requests itself and
-// hands every other connection to an http.Server.
+// hands every other connection to an http.Server, in plaintext or over TLS
+// (tls.go: HTTP/2 goes to net/http), and over HTTP/3 by H3Server (h3.go).
 package proxy
 
 import (
@@ -176,7 +177,34 @@ type Options struct {
 	// 504. Zero means 60 s; negative means no limit. Response bodies are not
 	// bounded: a stream may stay quiet as long as it likes.
 	UpstreamResponseTimeout time.Duration
+
+	// Challenge, when set, is offered every plaintext request whose path
+	// starts with ACMEChallengePrefix, before anything else (the entry
+	// checks, RedirectHTTPS, Resolve, routing): an ACME HTTP-01
+	// responder. It returns true when it answered the request; false lets
+	// the request go on as any other.
+	Challenge func(w http.ResponseWriter, r *http.Request) bool
+	// RedirectHTTPS answers every plaintext request (but ACME challenges
+	// Challenge answered) with a 308 to the same URL over https, on
+	// HTTPSPort.
+	RedirectHTTPS bool
+	// HTTPSPort is the port of the https URLs RedirectHTTPS sends to;
+	// zero or 443 leaves it out of the URL.
+	HTTPSPort int
+	// HSTS, when set, is the Strict-Transport-Security value of responses
+	// sent over TLS (HTTPS and HTTP/3) that carry none of their own; a
+	// backend's own field wins. Plaintext responses never get it (RFC
+	// 6797 §7.2).
+	HSTS string
+	// AltSvc, when set, is the Alt-Svc value of responses sent over TLS
+	// on TCP (HTTPS, HTTP/2) that carry none of their own: it advertises
+	// HTTP/3, for example `h3=":443"; ma=86400`.
+	AltSvc string
 }
+
+// ACMEChallengePrefix is the path prefix of ACME HTTP-01 challenges (RFC
+// 8555 §8.3), which Options.Challenge is offered.
+const ACMEChallengePrefix = "/.well-known/acme-challenge/"
 
 // DefaultUpstreamResponseTimeout is Options.UpstreamResponseTimeout's
 // default, nginx's proxy_read_timeout.
@@ -196,6 +224,16 @@ type Handler struct {
 	respTimeout time.Duration
 	// bodyTimeout is Options.BodyReadTimeout (0: none).
 	bodyTimeout time.Duration
+
+	// What plaintext and TLS requests get besides routing (see
+	// Options.Challenge and after, and tls.go). plainHook says a plaintext
+	// request has something to check: the fast path pays one test.
+	challenge     func(w http.ResponseWriter, r *http.Request) bool
+	redirectHTTPS bool
+	plainHook     bool
+	httpsPort     string   // ":port", or empty for 443
+	hsts, altSvc  []string // one value each, shared by every response (cap 1: an append copies)
+	tlsHeaders    bool     // hsts or altSvc is set
 
 	// Wait is built on a channel rather than a sync.WaitGroup: requests keep
 	// arriving while someone waits (or after a Wait gave up on its context),
@@ -242,6 +280,7 @@ func New(o Options) *Handler {
 		ErrorHandler: h.errorHandler,
 		ErrorLog:     slog.NewLogLogger(o.Log.Handler(), slog.LevelDebug),
 	}
+	h.setTLSOptions(o)
 	var empty route.Builder[*Deployment]
 	h.table.Store(empty.Build())
 	return h
@@ -329,6 +368,15 @@ type reqState struct {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.nactive.Add(1)
 	defer h.leave()
+	if r.TLS == nil {
+		if h.plainHook && h.plaintext(w, r) {
+			return
+		}
+	} else if h.tlsHeaders {
+		if _, front := w.(*h1Writer); !front {
+			h.setTLSHeaders(w, r) // (the front end writes its own: h1Writer.commit)
+		}
+	}
 	if !h.admit(w, r) {
 		return
 	}

@@ -8,6 +8,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +18,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -48,6 +50,26 @@ import (
 // default except DataDir.
 type Options struct {
 	ProxyAddr string // data plane listener; default 0.0.0.0:6188
+	// TLSConfig, when set, serves the data plane over TLS too: HTTPS
+	// (HTTP/1.1 and HTTP/2) on a TCP listener and HTTP/3 on a UDP socket,
+	// both at ProxyTLSAddr. It must carry a certificate (Certificates,
+	// GetCertificate or GetConfigForClient); the listeners take copies,
+	// adding the ALPN protocols they serve to NextProtos when it has
+	// none. Nil serves plaintext only.
+	TLSConfig *tls.Config
+	// ProxyTLSAddr is the TLS listeners' address, the TCP and the UDP one;
+	// default 0.0.0.0:6189. With port 0 both get the same free port.
+	ProxyTLSAddr string
+	// ACMEChallenge answers ACME HTTP-01 challenges on the plaintext
+	// listener (proxy.Options.Challenge).
+	ACMEChallenge func(w http.ResponseWriter, r *http.Request) bool
+	// RedirectHTTPS answers plaintext requests (but ACME challenges) with
+	// a 308 to the HTTPS listener's port; HSTS is the
+	// Strict-Transport-Security value of responses over TLS (empty:
+	// none). They apply only with TLSConfig.
+	RedirectHTTPS bool
+	HSTS          string
+
 	AdminAddr string // admin API listener; default 127.0.0.1:9090
 	// DataDir is where the store lives; created 0700. A relative path is
 	// taken from the working directory at New and made absolute there.
@@ -192,11 +214,18 @@ type Server struct {
 	proxyLn, adminLn net.Listener
 	proxySrv         *http.Server
 	proxyFront       frontEnd // proxySrv, or the H1Server in front of it
-	adminSrv         *http.Server
-	egress           *egress.Proxy // nil when EgressAddr is "off"
-	egressLn         net.Listener
-	ports            *portRoutes   // Computers' exposed ports on the data plane
-	lock             *instanceLock // the data dir's, held until Run returns
+	// The TLS listeners (see Options.TLSConfig); nil without.
+	tlsLn    net.Listener
+	udpConn  net.PacketConn
+	tlsSrv   *http.Server // HTTP/2, and everything under StdHTTP
+	tlsFront frontEnd     // the H1Server over TLS, or tlsSrv
+	h3       *proxy.H3Server
+
+	adminSrv *http.Server
+	egress   *egress.Proxy // nil when EgressAddr is "off"
+	egressLn net.Listener
+	ports    *portRoutes   // Computers' exposed ports on the data plane
+	lock     *instanceLock // the data dir's, held until Run returns
 	// self is berth's own listeners, which the proxy refuses to dial; filled
 	// as they are bound.
 	self *netguard.Self
@@ -222,6 +251,9 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	}
 	if o.AdminPassword == "" && !loopback(o.AdminAddr) {
 		return nil, fmt.Errorf("server: refusing to serve the admin API on %s without a credential: anyone who can reach it could change every deployment; set BERTH_ADMIN_PASSWORD (and mint tokens for other users), or bind --admin-addr to 127.0.0.1", o.AdminAddr)
+	}
+	if c := o.TLSConfig; c != nil && len(c.Certificates) == 0 && c.GetCertificate == nil && c.GetConfigForClient == nil {
+		return nil, errors.New("server: the TLS configuration has no certificate (Certificates, GetCertificate or GetConfigForClient)")
 	}
 	if o.DrainTimeout <= 0 {
 		o.DrainTimeout = 30 * time.Second
@@ -267,11 +299,23 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	s := &Server{o: o, log: o.Log, store: st, lock: lock, metrics: metrics.NewRegistry(), host: metrics.NewHostSampler("/proc"), secrets: sec}
 	s.ports = &portRoutes{}
 	s.self = new(netguard.Self)
-	s.proxy = proxy.New(proxy.Options{
+	popts := proxy.Options{
 		Log: o.Log, TrustedProxies: o.TrustedProxies, Resolve: s.ports.resolve,
 		Self: s.self, AllowLinkLocal: o.AllowLinkLocalUpstreams, UpstreamResponseTimeout: o.UpstreamResponseTimeout,
-		BodyReadTimeout: o.BodyReadTimeout,
-	})
+		BodyReadTimeout: o.BodyReadTimeout, Challenge: o.ACMEChallenge,
+	}
+	if o.TLSConfig != nil {
+		// Bound before the proxy is made: its redirect and Alt-Svc
+		// name the port.
+		if err := s.listenTLS(); err != nil {
+			return nil, err
+		}
+		undo = append(undo, func() { s.tlsLn.Close(); s.udpConn.Close() })
+		port := strconv.Itoa(s.tlsLn.Addr().(*net.TCPAddr).Port)
+		popts.RedirectHTTPS, popts.HTTPSPort, popts.HSTS = o.RedirectHTTPS, s.tlsLn.Addr().(*net.TCPAddr).Port, o.HSTS
+		popts.AltSvc = `h3=":` + port + `"; ma=86400`
+	}
+	s.proxy = proxy.New(popts)
 	if s.images, err = s.openImages(ctx, st); err != nil {
 		return nil, err
 	}
@@ -350,6 +394,9 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		return nil, fmt.Errorf("admin listener: %w", err)
 	}
 	s.self.Add(s.proxyLn.Addr(), s.adminLn.Addr())
+	if s.tlsLn != nil {
+		s.self.Add(s.tlsLn.Addr(), s.udpConn.LocalAddr())
+	}
 	if s.egressLn != nil {
 		s.self.Add(s.egressLn.Addr())
 	}
@@ -375,6 +422,9 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	s.proxyFront = s.proxySrv
 	if !o.StdHTTP {
 		s.proxyFront = s.proxy.NewH1Server(s.proxySrv, proxy.H1Options{Log: o.Log})
+	}
+	if s.tlsLn != nil {
+		s.serveTLS()
 	}
 	brake := auth.NewBrake(o.Brake)
 	gate := auth.New(auth.Config{
@@ -463,6 +513,15 @@ func portDomain(o Options) string {
 // ProxyAddr is the bound data-plane address.
 func (s *Server) ProxyAddr() string { return s.proxyLn.Addr().String() }
 
+// ProxyTLSAddr is the bound address of the data plane's TLS listeners (TCP
+// for HTTPS, UDP for HTTP/3, the same port), or "" without TLS.
+func (s *Server) ProxyTLSAddr() string {
+	if s.tlsLn == nil {
+		return ""
+	}
+	return s.tlsLn.Addr().String()
+}
+
 // AdminAddr is the bound admin address.
 func (s *Server) AdminAddr() string { return s.adminLn.Addr().String() }
 
@@ -517,12 +576,19 @@ func (s *Server) Run(ctx context.Context) error {
 	defer cancelReqs()
 	base := func(net.Listener) context.Context { return reqCtx }
 	s.proxySrv.BaseContext, s.adminSrv.BaseContext = base, base
+	if s.tlsSrv != nil {
+		s.tlsSrv.BaseContext = base
+	}
 
 	// The listeners' Serve calls end when they are closed below; Run
 	// waits for them too.
-	errc := make(chan error, 3)
+	errc := make(chan error, 5)
 	var serving sync.WaitGroup
 	serving.Go(func() { errc <- s.proxyFront.Serve(s.proxyLn) })
+	if s.tlsLn != nil {
+		serving.Go(func() { errc <- s.tlsFront.Serve(s.tlsLn) })
+		serving.Go(func() { errc <- s.h3.Serve(s.udpConn) })
+	}
 	serving.Go(func() { errc <- s.adminSrv.Serve(s.adminLn) })
 	if s.egress != nil {
 		serving.Go(func() { errc <- s.egress.Serve(s.egressLn) })
@@ -540,6 +606,10 @@ func (s *Server) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { s.proxyFront.Shutdown(dctx) })
 	wg.Go(func() { s.adminSrv.Shutdown(dctx) })
+	if s.tlsLn != nil {
+		wg.Go(func() { s.tlsFront.Shutdown(dctx) })
+		wg.Go(func() { s.h3.Shutdown(dctx) })
+	}
 	wg.Wait()
 	// Shutdown does not wait for hijacked connections (websockets); the
 	// proxy counts them.
@@ -549,6 +619,11 @@ func (s *Server) Run(ctx context.Context) error {
 	cancelReqs()
 	s.proxyFront.Close()
 	s.adminSrv.Close()
+	if s.tlsLn != nil {
+		s.tlsFront.Close()
+		s.h3.Close()
+		s.udpConn.Close() // (the HTTP/3 server leaves it open)
+	}
 	s.closeEgress()
 	serving.Wait()
 	stopLoops()

@@ -6,6 +6,7 @@ package proxytest
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
 	"net"
 	"strconv"
 	"strings"
@@ -69,6 +70,18 @@ type QuietClient struct {
 func NewQuietClient(tb testing.TB, addr, req string) *QuietClient {
 	tb.Helper()
 	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { c.Close() })
+	return &QuietClient{c: c, br: bufio.NewReaderSize(c, 64<<10), req: []byte(req)}
+}
+
+// NewQuietTLSClient is NewQuietClient over TLS with conf; the handshake is
+// done when it returns.
+func NewQuietTLSClient(tb testing.TB, addr, req string, conf *tls.Config) *QuietClient {
+	tb.Helper()
+	c, err := tls.Dial("tcp", addr, conf)
 	if err != nil {
 		tb.Fatal(err)
 	}
