@@ -17,6 +17,7 @@ import (
 // is sealed and private; a restart loads the same certificates, and
 // another ACME directory reuses none of them.
 func TestIssueHTTP01(t *testing.T) {
+	t.Parallel()
 	e := startEnv(t)
 	dir := t.TempDir()
 	m := e.newManager(t, dir, func(o *Options) { o.noTLSALPN01 = true })
@@ -109,5 +110,202 @@ func checkPrivate(t *testing.T, dir string) {
 	})
 	if keys < 2 { // the account's and at least one certificate's
 		t.Errorf("found %d .key files under %s", keys, dir)
+	}
+}
+
+// TestIssueTLSALPN01: with HTTP-01 not offered, the order is validated over
+// TLS-ALPN-01, answered by TLSConfig's GetCertificate on the TLS listener.
+func TestIssueTLSALPN01(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t)
+	m := e.newManager(t, "", func(o *Options) { o.noHTTP01 = true })
+	ctx := testCtx(t)
+	m.SetHosts([]string{"alpn.example.test"})
+	m.reconcile(ctx)
+	if p := m.Pending(); len(p) != 0 {
+		t.Fatalf("Pending() = %+v", p)
+	}
+	if leaf := e.dial(t, "alpn.example.test"); !slices.Equal(leaf.DNSNames, []string{"alpn.example.test"}) {
+		t.Fatalf("served %v", leaf.DNSNames)
+	}
+}
+
+// TestWildcardDNS01: a wildcard base is one order for base + *.base over
+// DNS-01, its TXT records put in (and afterwards taken out of) a real named
+// by the RFC 2136 provider; the hosts it covers (the base, one label under
+// it) are served the wildcard certificate and are not ordered separately,
+// while a host it does not cover gets its own certificate over HTTP-01.
+func TestWildcardDNS01(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t)
+	dnsp, err := ParseDNS(e.dns.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := e.newManager(t, "", func(o *Options) {
+		o.Wildcards = []string{"w.example.test"}
+		o.DNS = dnsp
+	})
+	ctx := testCtx(t)
+	m.SetHosts([]string{"x.w.example.test", "w.example.test", "deep.x.w.example.test"})
+	p := m.Pending()
+	if len(p) != 3 || p[0].Host != "deep.x.w.example.test" || p[0].State != "pending" ||
+		p[1].State != "wildcard-pending" || p[2].State != "wildcard-pending" {
+		t.Fatalf("Pending() before issuance = %+v", p)
+	}
+	if got := m.orders(); len(got) != 2 || !got[0].wildcard || got[1].label != "deep.x.w.example.test" {
+		t.Fatalf("orders = %+v, want the wildcard and the host two labels under it", got)
+	}
+	m.reconcile(ctx)
+	if p := m.Pending(); len(p) != 0 {
+		t.Fatalf("Pending() = %+v", p)
+	}
+	for _, h := range []string{"x.w.example.test", "w.example.test"} {
+		if leaf := e.dial(t, h); !sameNames(leaf.DNSNames, []string{"*.w.example.test", "w.example.test"}) {
+			t.Errorf("%s was served %v, want the wildcard certificate", h, leaf.DNSNames)
+		}
+	}
+	if leaf := e.dial(t, "deep.x.w.example.test"); !slices.Equal(leaf.DNSNames, []string{"deep.x.w.example.test"}) {
+		t.Errorf("deep.x.w.example.test was served %v", leaf.DNSNames)
+	}
+	var hosts []string
+	for _, c := range m.Certs() {
+		hosts = append(hosts, c.Host)
+	}
+	if want := []string{"*.w.example.test", "deep.x.w.example.test", "w.example.test"}; !slices.Equal(hosts, want) {
+		t.Errorf("Certs() hosts = %v, want %v", hosts, want)
+	}
+	if v := e.dns.TXT(t, "_acme-challenge.w.example.test"); len(v) != 0 {
+		t.Errorf("challenge TXT records left behind: %q", v)
+	}
+}
+
+// TestRenewal: when berth's clock enters the last third of the
+// certificate's lifetime, Certs says it needs renewal and the next
+// reconcile renews it; new handshakes get the new certificate, and a
+// connection established before keeps working.
+func TestRenewal(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t)
+	clock := newClock()
+	m := e.newManager(t, "", func(o *Options) { o.now = clock.Now; o.noTLSALPN01 = true })
+	ctx := testCtx(t)
+	m.SetHosts([]string{"renew.example.test"})
+	m.reconcile(ctx)
+	old := e.dial(t, "renew.example.test")
+	held, err := tlsDial(e, "renew.example.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+
+	clock.Advance(renewAt(old).Sub(clock.Now()) - time.Hour)
+	if c := m.Certs(); c[0].NeedsRenewal {
+		t.Fatalf("needs renewal an hour before its window: %+v", c)
+	}
+	m.reconcile(ctx)
+	if got := e.dial(t, "renew.example.test"); !got.Equal(old) {
+		t.Fatal("renewed before its window")
+	}
+	clock.Advance(2 * time.Hour)
+	if c := m.Certs(); !c[0].NeedsRenewal {
+		t.Fatalf("does not need renewal in its window: %+v", c)
+	}
+	m.reconcile(ctx)
+	renewed := e.dial(t, "renew.example.test")
+	if renewed.Equal(old) {
+		t.Fatal("the old certificate is still served after renewal")
+	}
+	// the new certificate's lifetime starts at the CA's (real) now, which
+	// the clock has run ahead of: back to it, it is not due
+	clock.Set(time.Now())
+	if c := m.Certs(); len(c) != 1 || c[0].NeedsRenewal || c[0].NotAfter != renewed.NotAfter.UTC().Format(time.RFC3339) {
+		t.Errorf("after renewal Certs() = %+v", c)
+	}
+	if err := httpGet(held, "renew.example.test"); err != nil {
+		t.Errorf("the connection established before the renewal: %v", err)
+	}
+}
+
+// TestRevokeAndReplace: a revoked certificate (certmagic's RevokeCert) is
+// revoked at the CA, leaves storage and the cache, and the next reconcile
+// orders its replacement.
+func TestRevokeAndReplace(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t)
+	m := e.newManager(t, "", func(o *Options) { o.noTLSALPN01 = true })
+	ctx := testCtx(t)
+	m.SetHosts([]string{"revoke.example.test"})
+	m.reconcile(ctx)
+	old := e.dial(t, "revoke.example.test")
+	if err := m.revoke(ctx, hostOrder("revoke.example.test"), 4); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.certStatus(t, old.SerialNumber); st != "Revoked" {
+		t.Fatalf("pebble says the revoked certificate is %q", st)
+	}
+	if p := m.Pending(); len(p) != 1 || p[0].State != "pending" {
+		t.Fatalf("after revocation Pending() = %+v", p)
+	}
+	m.reconcile(ctx)
+	if got := e.dial(t, "revoke.example.test"); got.SerialNumber.Cmp(old.SerialNumber) == 0 {
+		t.Fatal("the revoked certificate is still served")
+	}
+}
+
+// TestBackoff: a failed order backs the host off for 1 min, then 2 min (no
+// attempt in between), reported by Pending and the metrics, refused by
+// the on-demand decision; the backoff survives a new Manager over the same
+// directory, and clears on success.
+func TestBackoff(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t)
+	clock := newClock()
+	dir := t.TempDir()
+	opts := func(o *Options) { o.now = clock.Now; o.noTLSALPN01 = true }
+	m := e.newManager(t, dir, opts)
+	ctx := testCtx(t)
+	const host = "down.elsewhere.test" // not in named's zone: validation fails
+	m.SetHosts([]string{host})
+	t0 := clock.Now()
+	m.reconcile(ctx)
+	p := m.Pending()
+	if len(p) != 1 || p[0].State != "backoff" || p[0].Failures != 1 || !p[0].RetryAt.Equal(t0.Add(time.Minute).UTC()) || p[0].LastError == "" {
+		t.Fatalf("after one failure Pending() = %+v", p)
+	}
+	if err := m.decide(ctx, host); err == nil {
+		t.Error("the on-demand decision admits a host that is backing off")
+	}
+	clock.Advance(59 * time.Second)
+	m.reconcile(ctx) // still backing off: no attempt
+	if p := m.Pending(); p[0].Failures != 1 {
+		t.Fatalf("ordered during the backoff: %+v", p)
+	}
+	clock.Advance(2 * time.Second)
+	t1 := clock.Now()
+	m.reconcile(ctx)
+	p = m.Pending()
+	if p[0].Failures != 2 || !p[0].RetryAt.Equal(t1.Add(2*time.Minute).UTC()) {
+		t.Fatalf("after two failures Pending() = %+v", p)
+	}
+	if v := metricValue(t, m, "berth_cert_consecutive_failures", host); v != 2 {
+		t.Errorf("berth_cert_consecutive_failures = %v", v)
+	}
+
+	m2 := e.newManager(t, dir, opts) // a restart
+	m2.SetHosts([]string{host})
+	if p2 := m2.Pending(); len(p2) != 1 || p2[0] != p[0] {
+		t.Fatalf("after a restart Pending() = %+v, want %+v", p2, p)
+	}
+
+	// routed elsewhere now, to a name that validates: success clears it
+	m2.recordSuccess(host)
+	if m2.failure(host) != nil {
+		t.Fatal("success left the backoff")
+	}
+	m3 := e.newManager(t, dir, opts)
+	m3.SetHosts([]string{host})
+	if p := m3.Pending(); len(p) != 1 || p[0].State != "pending" || p[0].Failures != 0 {
+		t.Fatalf("the cleared backoff came back after a restart: %+v", p)
 	}
 }

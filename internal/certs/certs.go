@@ -580,7 +580,9 @@ func (m *Manager) Pending() []HostState {
 			continue
 		}
 		s := HostState{Host: h, State: state}
-		if f := m.failure(o.label); f != nil {
+		if state == "pending" && !orderable(h) {
+			s.LastError = errNotOrderable
+		} else if f := m.failure(o.label); f != nil {
 			s.LastError, s.Failures = f.LastError, f.Failures
 			if now.Before(f.RetryAt) {
 				s.RetryAt = f.RetryAt

@@ -1,7 +1,14 @@
 package certs
 
 import (
+	"bufio"
 	"context"
+	"crypto/tls"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -62,3 +69,26 @@ func value(m *dto.Metric) float64 {
 	}
 	return -1
 }
+
+func tlsDial(e *env, name string) (*tls.Conn, error) {
+	return tls.Dial("tcp", e.tlsLn.Addr().String(), &tls.Config{ServerName: name, RootCAs: e.issuing, NextProtos: []string{"http/1.1"}})
+}
+
+// httpGet sends one HTTP/1.1 request on c and checks the answer.
+func httpGet(c *tls.Conn, host string) error {
+	if _, err := fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: %s\r\n\r\n", host); err != nil {
+		return err
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || !strings.Contains(string(b), "hello") {
+		return fmt.Errorf("%s %q", resp.Status, b)
+	}
+	return nil
+}
+
+func pemEncode(w io.Writer, der []byte) { pem.Encode(w, &pem.Block{Type: "CERTIFICATE", Bytes: der}) }

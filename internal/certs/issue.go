@@ -49,6 +49,16 @@ func (m *Manager) covering(host string) (string, bool) {
 	return "", false
 }
 
+// orderable: a name a CA can issue for, at least two LDH labels (not an IP
+// address, not a single label such as localhost).
+func orderable(host string) bool {
+	return validName(host) && strings.Contains(host, ".") && !certmagic.SubjectIsIP(host)
+}
+
+// errNotOrderable is the LastError Pending reports for a routed host that
+// is never ordered.
+const errNotOrderable = "berth does not order certificates for IP addresses, single-label or malformed names"
+
 // orders are the wildcards and every routed host none of them covers.
 func (m *Manager) orders() []order {
 	var out []order
@@ -58,7 +68,7 @@ func (m *Manager) orders() []order {
 	m.mu.Lock()
 	var hosts []string
 	for h := range m.hosts {
-		if _, ok := m.covering(h); !ok {
+		if _, ok := m.covering(h); !ok && orderable(h) {
 			hosts = append(hosts, h)
 		}
 	}
@@ -327,7 +337,7 @@ func (m *Manager) decide(_ context.Context, name string) error {
 	if !m.routed(name) {
 		return errNoCertificate
 	}
-	if _, ok := m.covering(name); ok {
+	if _, ok := m.covering(name); ok || !orderable(name) {
 		return errNoCertificate
 	}
 	if f := m.failure(name); f != nil && m.now().Before(f.RetryAt) {

@@ -66,7 +66,10 @@ func needBinary(t testing.TB, path, pkg string) {
 func startEnv(t testing.TB) *env {
 	t.Helper()
 	needBinary(t, pebbleBin, "pebble")
-	e := &env{dns: bindtest.Start(t, testZone)}
+	// *.example.test resolves every name but those under a name that exists
+	// (RFC 4592): w.example.test exists while a DNS-01 challenge for the
+	// wildcard base w.example.test is in progress, so it gets its own
+	e := &env{dns: bindtest.Start(t, testZone, "w IN A 127.0.0.1", "*.w IN A 127.0.0.1")}
 	var err error
 	if e.httpLn, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
 		t.Fatal(err)
@@ -80,6 +83,24 @@ func startEnv(t testing.TB) *env {
 	e.caRoots.AppendCertsFromPEM(caPEM)
 	writeFile(t, filepath.Join(dir, "cert.pem"), certPEM)
 	writeFile(t, filepath.Join(dir, "key.pem"), keyPEM)
+	// the ports are free when chosen, but another test may take one before
+	// pebble binds it: then pebble exits, and it is started again
+	for attempt := 1; ; attempt++ {
+		err := e.startPebble(t, dir)
+		if err == nil {
+			break
+		}
+		if attempt == 3 {
+			t.Fatal(err)
+		}
+		t.Logf("pebble did not start (attempt %d): %v", attempt, err)
+	}
+	e.serve(t)
+	return e
+}
+
+// startPebble runs pebble until the test ends, once it answers.
+func (e *env) startPebble(t testing.TB, dir string) error {
 	acmePort, mgmtPort := bindtest.FreePort(t), bindtest.FreePort(t)
 	conf, _ := json.Marshal(map[string]any{"pebble": map[string]any{
 		"listenAddress":                  "127.0.0.1:" + strconv.Itoa(acmePort),
@@ -94,20 +115,18 @@ func startEnv(t testing.TB) *env {
 	writeFile(t, filepath.Join(dir, "pebble.json"), conf)
 	cmd := exec.Command(pebbleBin, "-config", filepath.Join(dir, "pebble.json"), "-dnsserver", e.dns.Addr)
 	cmd.Env = append(os.Environ(), "PEBBLE_VA_NOSLEEP=1", "PEBBLE_WFE_NONCEREJECT=0", "PEBBLE_AUTHZREUSE=0")
-	var logs syncBuffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
+	logs := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
+	stop := func() {
 		cmd.Process.Kill()
 		<-exited
-		if t.Failed() {
-			t.Logf("pebble's log:\n%s", logs.String())
-		}
-	})
+	}
 	e.directory = fmt.Sprintf("https://127.0.0.1:%d/dir", acmePort)
 	e.mgmt = fmt.Sprintf("https://127.0.0.1:%d", mgmtPort)
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: e.caRoots}}, Timeout: 5 * time.Second}
@@ -120,6 +139,7 @@ func startEnv(t testing.TB) *env {
 			if resp.StatusCode == 200 {
 				e.issuing = x509.NewCertPool()
 				if !e.issuing.AppendCertsFromPEM(b) {
+					stop()
 					t.Fatalf("pebble's /roots/0 is not PEM: %q", b)
 				}
 				if resp, err := client.Get(e.directory); err == nil && resp.StatusCode == 200 {
@@ -129,16 +149,22 @@ func startEnv(t testing.TB) *env {
 			}
 		}
 		select {
-		case err := <-exited:
-			t.Fatalf("pebble exited (%v):\n%s", err, logs.String())
+		case <-exited:
+			return fmt.Errorf("pebble exited (%v):\n%s", waitErr, logs.String())
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("pebble did not answer within 20 s:\n%s", logs.String())
+			stop()
+			return fmt.Errorf("pebble did not answer within 20 s:\n%s", logs.String())
 		}
 	}
-	e.serve(t)
-	return e
+	t.Cleanup(func() {
+		stop()
+		if t.Failed() {
+			t.Logf("pebble's log:\n%s", logs.String())
+		}
+	})
+	return nil
 }
 
 // serve runs the plaintext listener (HTTP-01 via ServeHTTPChallenge, else
@@ -303,6 +329,12 @@ func (c *fakeClock) Now() time.Time {
 func (c *fakeClock) Advance(d time.Duration) {
 	c.mu.Lock()
 	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func (c *fakeClock) Set(t time.Time) {
+	c.mu.Lock()
+	c.t = t
 	c.mu.Unlock()
 }
 

@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -52,8 +53,9 @@ func Binary(t testing.TB) string {
 	return Named
 }
 
-// Start runs named serving zone until the test ends.
-func Start(t testing.TB, zone string) *Server {
+// Start runs named serving zone until the test ends. extra are more lines
+// of the zone file (names relative to the zone).
+func Start(t testing.TB, zone string, extra ...string) *Server {
 	t.Helper()
 	bin := Binary(t)
 	zone = dns.CanonicalName(zone)
@@ -61,9 +63,24 @@ func Start(t testing.TB, zone string) *Server {
 	secret := make([]byte, 32)
 	rand.Read(secret)
 	s := &Server{Zone: zone, KeyName: "berth-test.", Secret: base64.StdEncoding.EncodeToString(secret)}
+	// the port is free when chosen, but another test may take it before
+	// named binds it: then named exits, and it is started again
+	for attempt := 1; ; attempt++ {
+		err := s.start(t, bin, dir, extra)
+		if err == nil {
+			return s
+		}
+		if attempt == 3 {
+			t.Fatal(err)
+		}
+		t.Logf("named did not start (attempt %d): %v", attempt, err)
+	}
+}
+
+func (s *Server) start(t testing.TB, bin, dir string, extra []string) error {
 	port := FreePort(t)
 	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-
+	zone := s.Zone
 	zoneFile := filepath.Join(dir, "zone.db")
 	writeFile(t, zoneFile, fmt.Sprintf(`$TTL 60
 @	IN SOA ns.%[1]s hostmaster.%[1]s 1 3600 600 86400 60
@@ -71,7 +88,8 @@ func Start(t testing.TB, zone string) *Server {
 @	IN A 127.0.0.1
 *	IN A 127.0.0.1
 ns	IN A 127.0.0.1
-`, zone))
+`, zone)+strings.Join(extra, "\n")+"\n")
+	os.Remove(zoneFile + ".jnl")
 	conf := filepath.Join(dir, "named.conf")
 	writeFile(t, conf, fmt.Sprintf(`options {
 	directory "%[1]s";
@@ -94,34 +112,54 @@ zone "%[5]s" {
 `, dir, port, s.KeyName, s.Secret, zone, zoneFile))
 
 	cmd := exec.Command(bin, "-g", "-4", "-n", "1", "-c", conf)
-	var logs strings.Builder
-	cmd.Stdout, cmd.Stderr = &logs, &logs
+	logs := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start named: %v", err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
+	stop := func() {
 		cmd.Process.Kill()
 		<-exited
-	})
+	}
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		m := new(dns.Msg)
 		m.SetQuestion(zone, dns.TypeSOA)
 		c := &dns.Client{Net: "tcp", Timeout: time.Second}
 		if r, _, err := c.Exchange(m, s.Addr); err == nil && r.Rcode == dns.RcodeSuccess && len(r.Answer) > 0 {
-			return s
+			t.Cleanup(stop)
+			return nil
 		}
 		select {
-		case err := <-exited:
-			t.Fatalf("named exited (%v):\n%s", err, logs.String())
+		case <-exited:
+			return fmt.Errorf("named exited (%v):\n%s", waitErr, logs.String())
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("named did not answer on %s within 15 s:\n%s", s.Addr, logs.String())
+			stop()
+			return fmt.Errorf("named did not answer on %s within 15 s:\n%s", s.Addr, logs.String())
 		}
 	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
 
 // TXT returns the TXT values of name as s answers them.
