@@ -309,3 +309,30 @@ func TestBackoff(t *testing.T) {
 		t.Fatalf("the cleared backoff came back after a restart: %+v", p)
 	}
 }
+
+// TestOnDemand: the first handshake for a routed host that has no
+// certificate yet gets one issued on the spot (certmagic OnDemand, admitted
+// by the DecisionFunc); a failed on-demand order is recorded as berth's
+// backoff, which then keeps further handshakes from ordering.
+func TestOnDemand(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t)
+	m := e.newManager(t, "", func(o *Options) { o.noTLSALPN01 = true })
+	m.SetHosts([]string{"od.example.test", "od.elsewhere.test"}) // no Run: only handshakes order
+	if leaf := e.dial(t, "od.example.test"); !slices.Equal(leaf.DNSNames, []string{"od.example.test"}) {
+		t.Fatalf("served %v", leaf.DNSNames)
+	}
+	if c := m.Certs(); len(c) != 1 || c[0].Host != "od.example.test" {
+		t.Errorf("Certs() = %+v", c)
+	}
+	if _, err := tlsDial(e, "od.elsewhere.test"); err == nil { // not in named's zone: validation fails
+		t.Fatal("a handshake for a host whose order fails succeeded")
+	}
+	p := m.Pending()
+	if len(p) != 1 || p[0].Host != "od.elsewhere.test" || p[0].State != "backoff" || p[0].Failures != 1 {
+		t.Fatalf("after a failed on-demand order Pending() = %+v", p)
+	}
+	if m.decide(t.Context(), "od.elsewhere.test") == nil {
+		t.Error("on demand admits the host that is backing off")
+	}
+}
