@@ -282,10 +282,9 @@ func (m *Manager) check(o *Options) error {
 		m.static = &staticPair{} // loaded after the cache exists
 	}
 	if !m.acme {
-		switch {
-		case o.Directory != "":
-			return fmt.Errorf("%s: set, but ACME is off (set %s to enable it)", FlagDirectory, FlagEmail)
-		case len(o.Wildcards) > 0:
+		// the directory (a flag with a default) is unused; wildcards
+		// without ACME would silently never be issued
+		if len(o.Wildcards) > 0 {
 			return fmt.Errorf("%s: wildcards need ACME (set %s to enable it)", FlagWildcard, FlagEmail)
 		}
 	} else {

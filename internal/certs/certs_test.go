@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -57,7 +58,6 @@ func TestOptionErrors(t *testing.T) {
 		{Options{Dir: dir, StaticCert: filepath.Join(dir, "nope.pem"), StaticKey: keyFile}, "--tls-cert: open"},
 		{Options{Dir: dir, StaticCert: certFile, StaticKey: otherKey}, "--tls-cert, --tls-key: tls: private key does not match"},
 		{Options{StaticCert: certFile, StaticKey: keyFile}, "--acme-dir: required"},
-		{Options{Dir: dir, Directory: "https://ca.example.test/dir"}, "--acme-directory: set, but ACME is off"},
 		{Options{Dir: dir, Wildcards: []string{"example.test"}}, "--acme-wildcard: wildcards need ACME"},
 		{acme(Options{Email: "ops"}), "--acme-email"},
 		{Options{Dir: dir, Email: "not an email", Key: testKey}, "--acme-email: \"not an email\""},
@@ -154,6 +154,36 @@ func TestNotOrderable(t *testing.T) {
 	}
 	if m.decide(context.Background(), "localhost") == nil {
 		t.Error("on demand admits localhost")
+	}
+}
+
+// TestFailureMetrics: renewal failures are counted (a counter that a
+// success does not reset) beside the consecutive failures of any order
+// (a gauge that a success removes).
+func TestFailureMetrics(t *testing.T) {
+	m, err := New(Options{Dir: t.TempDir(), Key: testKey, Email: "ops@example.test", Directory: "https://127.0.0.1:1/dir"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.stopCache()
+	m.recordFailure("r.example.test", true, errors.New("the CA said no"))
+	m.recordFailure("r.example.test", true, errors.New("the CA said no"))
+	m.recordFailure("i.example.test", false, errors.New("the CA said no"))
+	if v := metricValue(t, m, "berth_cert_renewal_failures_total", "r.example.test"); v != 2 {
+		t.Errorf("renewal failures of r = %v", v)
+	}
+	if v := metricValue(t, m, "berth_cert_renewal_failures_total", "i.example.test"); v != -1 {
+		t.Errorf("an issuance failure was counted as a renewal failure: %v", v)
+	}
+	if v := metricValue(t, m, "berth_cert_consecutive_failures", "i.example.test"); v != 1 {
+		t.Errorf("consecutive failures of i = %v", v)
+	}
+	m.recordSuccess("r.example.test")
+	if v := metricValue(t, m, "berth_cert_consecutive_failures", "r.example.test"); v != -1 {
+		t.Errorf("consecutive failures of r after a success = %v", v)
+	}
+	if v := metricValue(t, m, "berth_cert_renewal_failures_total", "r.example.test"); v != 2 {
+		t.Errorf("renewal failures of r after a success = %v", v)
 	}
 }
 
