@@ -61,6 +61,11 @@ func TestIssueHTTP01(t *testing.T) {
 	stop()
 
 	checkPrivate(t, filepath.Join(dir, "acme"))
+	// the account is the configured email's
+	if accts, _ := filepath.Glob(filepath.Join(dir, "acme", "acme", "*", "users", "ops@example.test", "ops.key")); len(accts) != 1 {
+		all, _ := filepath.Glob(filepath.Join(dir, "acme", "acme", "*", "users", "*"))
+		t.Errorf("the ACME account is not stored under its email: %v", all)
+	}
 
 	// a restart finds them in storage and orders nothing
 	m2 := e.newManager(t, dir, nil)

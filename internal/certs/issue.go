@@ -262,6 +262,11 @@ func (m *Manager) obtain(ctx context.Context, o order) error {
 	if o.wildcard {
 		iss = m.dnsIss
 	}
+	// sets the account's email (the account is created and stored under
+	// it) and refuses names a public CA would
+	if err := iss.PreCheck(ctx, o.sans, false); err != nil {
+		return err
+	}
 	key, err := m.cfg.KeySource.GenerateKey()
 	if err != nil {
 		return err
