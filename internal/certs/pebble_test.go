@@ -23,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -115,6 +116,7 @@ func (e *env) startPebble(t testing.TB, dir string) error {
 	writeFile(t, filepath.Join(dir, "pebble.json"), conf)
 	cmd := exec.Command(pebbleBin, "-config", filepath.Join(dir, "pebble.json"), "-dnsserver", e.dns.Addr)
 	cmd.Env = append(os.Environ(), "PEBBLE_VA_NOSLEEP=1", "PEBBLE_WFE_NONCEREJECT=0", "PEBBLE_AUTHZREUSE=0")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // gone with a killed test binary
 	logs := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {

@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -112,6 +113,7 @@ zone "%[5]s" {
 `, dir, port, s.KeyName, s.Secret, zone, zoneFile))
 
 	cmd := exec.Command(bin, "-g", "-4", "-n", "1", "-c", conf)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // gone with a killed test binary
 	logs := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
