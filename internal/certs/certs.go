@@ -386,7 +386,8 @@ func (m *Manager) Enabled() bool { return m.acme || m.static != nil }
 // and up with AEAD suites only, certificates chosen by SNI, and ALPN h2,
 // http/1.1 and acme-tls/1 (a connection that negotiates acme-tls/1 is a
 // TLS-ALPN-01 validation: its handshake is the whole answer, close it).
-// Session tickets use Go's automatic key rotation.
+// Session tickets use Go's automatic key rotation, whose keys belong to the
+// returned Config: use one Config per listener, so tickets resume.
 func (m *Manager) TLSConfig() *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS12,

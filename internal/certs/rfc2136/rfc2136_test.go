@@ -113,3 +113,21 @@ func sameSet(got []string, want ...string) bool {
 	slices.Sort(want)
 	return slices.Equal(got, want)
 }
+
+// FuzzParse: no flag value panics Parse, and an error never repeats the
+// secret of a well-formed key.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{
+		"rfc2136://k:c2VjcmV0@127.0.0.1:53?alg=hmac-sha256&zone=example.test.",
+		"rfc2136://k:c2VjcmV0@[::1]:53", "rfc2136://@", "rfc2136://a:b@c?zone=&alg=", "rfc2136://%zz:%zz@x",
+		"rfc2136://k:c2VjcmV0@127.0.0.1?timeout=-1s", "rfc2136://k:c2VjcmV0@h:p:q",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, spec string) {
+		p, err := rfc2136.Parse(spec)
+		if err == nil && (p.Server == "" || p.KeyName == "" || p.Secret == "" || p.Alg == "") {
+			t.Fatalf("Parse(%q) = %+v without an error", spec, *p)
+		}
+	})
+}
