@@ -32,8 +32,10 @@
 //     handshake.
 //
 // certmagic's own maintenance never renews here (its configuration is an
-// on-demand one, which its maintenance skips); it only refreshes OCSP
-// staples, of managed certificates and of the static pair alike.
+// on-demand one, which its maintenance skips); it refreshes OCSP staples,
+// of managed certificates and of the static pair alike. (One exception is
+// certmagic's: a staple that says Revoked makes it renew the certificate
+// itself, for the first of its names only.)
 //
 // # Serving
 //
@@ -47,7 +49,9 @@
 // # Storage
 //
 // Everything goes through a certmagic.Storage: by default a file storage in
-// Options.Dir (directories 0700, files 0600), wrapped so that every value
+// Options.Dir (directories 0700, files 0600; certmagic's lock files, which
+// exist only while an order runs and hold a timestamp, are created 0644
+// inside those 0700 directories), wrapped so that every value
 // whose key ends in ".key" (certificate private keys and the ACME account
 // key) is sealed with the secret key (secrets.Key.Seal, AAD = the storage
 // key). certmagic keys certificates and accounts by issuer (the directory
