@@ -414,7 +414,7 @@ func (m *Manager) TLSConfig() *tls.Config {
 var errNoCertificate = errors.New("certs: no certificate for this server name")
 
 func (m *Manager) getCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
-	if m.acme && len(hello.SupportedProtos) == 1 && hello.SupportedProtos[0] == acmez.ACMETLS1Protocol {
+	if m.acme && hello.Conn != nil && len(hello.SupportedProtos) == 1 && hello.SupportedProtos[0] == acmez.ACMETLS1Protocol {
 		// a TLS-ALPN-01 validation: certmagic answers from its challenge memory
 		return m.cfg.GetCertificate(hello)
 	}
@@ -424,8 +424,9 @@ func (m *Manager) getCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, 
 			if m.static == nil || m.now().Before(c.Leaf.NotAfter) {
 				return &c.Certificate, nil
 			}
-		} else if m.decide(hello.Context(), name) == nil {
+		} else if hello.Conn != nil && m.decide(hello.Context(), name) == nil {
 			// on demand: certmagic loads it from storage or orders it
+			// (its logging needs the connection; a QUIC hello may have none)
 			c, err := m.cfg.GetCertificate(hello)
 			if err == nil && c != nil && len(c.Certificate) > 0 {
 				return c, nil

@@ -278,6 +278,12 @@ func TestNoSNIOracle(t *testing.T) {
 		} else if onceErr == nil || neverErr == nil || onceErr.Error() != neverErr.Error() {
 			t.Errorf("client errors differ: once %v, never %v", onceErr, neverErr)
 		}
+		// a hello without a connection (QUIC's may have none) for a routed
+		// host with no certificate and one offering only acme-tls/1
+		m.SetHosts([]string{"routed.example.test"})
+		m.getCertificate(&tls.ClientHelloInfo{ServerName: "routed.example.test"})
+		m.getCertificate(&tls.ClientHelloInfo{ServerName: "routed.example.test", SupportedProtos: []string{"acme-tls/1"}})
+		m.SetHosts(nil)
 		_, s1 := m.getCertificate(&tls.ClientHelloInfo{ServerName: "once.example.test"})
 		_, s2 := m.getCertificate(&tls.ClientHelloInfo{ServerName: "never.example.test"})
 		if s1 != s2 {
