@@ -187,6 +187,29 @@ func TestFailureMetrics(t *testing.T) {
 	}
 }
 
+// TestWildcardPending: a host a wildcard covers reports the wildcard's
+// state, backoff included.
+func TestWildcardPending(t *testing.T) {
+	dnsp, _ := ParseDNS("rfc2136://k:c2VjcmV0@127.0.0.1:1")
+	clock := newClock()
+	m, err := New(Options{Dir: t.TempDir(), Key: testKey, Email: "ops@example.test", Directory: "https://127.0.0.1:1/dir",
+		Wildcards: []string{"w.example.test"}, DNS: dnsp, now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.stopCache()
+	m.SetHosts([]string{"x.w.example.test"})
+	m.recordFailure("w.example.test", false, errors.New("SERVFAIL"))
+	p := m.Pending()
+	want := HostState{Host: "x.w.example.test", State: "wildcard-pending", RetryAt: clock.Now().Add(time.Minute).UTC(), LastError: "SERVFAIL", Failures: 1}
+	if len(p) != 1 || p[0] != want {
+		t.Fatalf("Pending() = %+v, want %+v", p, want)
+	}
+	if m.decide(context.Background(), "x.w.example.test") == nil {
+		t.Error("on demand admits a host a wildcard covers")
+	}
+}
+
 func TestCovering(t *testing.T) {
 	m := &Manager{wildcards: []string{"example.test", "b.other.test"}}
 	for host, want := range map[string]string{
