@@ -72,6 +72,8 @@ var rules = []struct {
 	{mod + "/internal/registry", []string{mod + "/internal/admin", mod + "/internal/server"}, "the registry is below the API"},
 	{mod + "/internal/autoscale", []string{mod + "/"}, "scaling decisions are pure"},
 	{mod + "/internal/auth", []string{mod + "/internal/admin", mod + "/internal/server", mod + "/internal/registry", mod + "/internal/proxy"}, "credentials and walls know nothing of the handlers they guard"},
+	{mod + "/internal/certs/rfc2136", []string{mod + "/"}, "the DNS UPDATE provider is a leaf (its bindtest only runs named)"},
+	{mod + "/internal/certs", []string{mod + "/internal/server", mod + "/internal/proxy", mod + "/internal/admin", mod + "/internal/registry", mod + "/internal/store", mod + "/internal/fleet"}, "the certificate manager knows the routed hosts only through SetHosts, below the listeners and the API that use it"},
 	{mod + "/internal/secrets", []string{mod + "/internal/admin", mod + "/internal/server", mod + "/internal/registry", mod + "/internal/fleet"}, "sealing is below its users"},
 	{mod + "/internal/agent", []string{mod + "/"}, "the in-sandbox agent runs inside every sandbox: it imports nothing of berth's, so nothing of the server side reaches a sandbox"},
 	{mod + "/internal/vm", []string{mod + "/internal/fleet", mod + "/internal/registry", mod + "/internal/admin", mod + "/internal/server", mod + "/internal/proxy", mod + "/internal/store"}, "drivers know only the runtime contract"},
@@ -112,7 +114,7 @@ var rules = []struct {
 }
 
 // testHelpers are packages only tests import.
-var testHelpers = []string{mod + "/internal/vm/vmtest", mod + "/internal/vm/vmfake", mod + "/internal/server/servertest", mod + "/internal/proxy/proxytest", mod + "/internal/contracttest", mod + "/internal/archtest"}
+var testHelpers = []string{mod + "/internal/vm/vmtest", mod + "/internal/vm/vmfake", mod + "/internal/server/servertest", mod + "/internal/proxy/proxytest", mod + "/internal/contracttest", mod + "/internal/archtest", mod + "/internal/certs/rfc2136/bindtest"}
 
 // TestEveryPackageHasARule: a package no rule names could import anything;
 // each one says where it sits.

@@ -15,6 +15,9 @@
 // renamed in the database file without the swap being detected. Unlike
 // app-lb, there is no plaintext mode.
 //
+// [Key.Seal] and [Key.Open] are that sealing, and the only one in berth:
+// package certs seals the ACME private keys it stores with them too.
+//
 // # The key
 //
 // [LoadKey] takes the key from BERTH_SECRET_KEY when it is set: 64 hex

@@ -2,9 +2,6 @@ package secrets
 
 import (
 	"context"
-	"crypto/aes"
-	"crypto/cipher"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -60,16 +57,13 @@ const (
 	MaxKeyLen = 128
 )
 
-const (
-	sealVersion = 1
-	keyCheck    = "berth secret key check v1"
-)
+const keyCheck = "berth secret key check v1"
 
 // Store is the secret store. Safe for concurrent use.
 type Store struct {
-	db   DB
-	aead cipher.AEAD
-	now  func() time.Time
+	db  DB
+	key Key
+	now func() time.Time
 
 	mu sync.Mutex // serialises read-modify-write cycles (Patch) with writes
 }
@@ -85,15 +79,7 @@ func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = no
 // records it, on first use); a different key is ErrWrongKey, and nothing
 // is written.
 func Open(ctx context.Context, db DB, key Key, opts ...Option) (*Store, error) {
-	block, err := aes.NewCipher(key[:])
-	if err != nil {
-		return nil, fmt.Errorf("secrets: %w", err)
-	}
-	aead, err := cipher.NewGCM(block)
-	if err != nil {
-		return nil, fmt.Errorf("secrets: %w", err)
-	}
-	s := &Store{db: db, aead: aead, now: time.Now}
+	s := &Store{db: db, key: key, now: time.Now}
 	for _, o := range opts {
 		o(s)
 	}
@@ -146,20 +132,9 @@ func checkAAD() []byte { return []byte("berth-secret-key-check-v1") }
 
 func aad(ns, id string) []byte { return []byte("berth-secret-v1\x00" + ns + "\x00" + id) }
 
-func (s *Store) seal(plain, ad []byte) []byte {
-	out := make([]byte, 1+s.aead.NonceSize(), 1+s.aead.NonceSize()+len(plain)+s.aead.Overhead())
-	out[0] = sealVersion
-	rand.Read(out[1:]) // a fresh random nonce for every write
-	return s.aead.Seal(out, out[1:], plain, ad)
-}
+func (s *Store) seal(plain, ad []byte) []byte { return s.key.Seal(plain, ad) }
 
-func (s *Store) open(sealed, ad []byte) ([]byte, error) {
-	n := s.aead.NonceSize()
-	if len(sealed) < 1+n+s.aead.Overhead() || sealed[0] != sealVersion {
-		return nil, errors.New("malformed sealed value")
-	}
-	return s.aead.Open(nil, sealed[1:1+n], sealed[1+n:], ad)
-}
+func (s *Store) open(sealed, ad []byte) ([]byte, error) { return s.key.Open(sealed, ad) }
 
 // payload is what is sealed for one secret.
 type payload struct {
