@@ -129,12 +129,17 @@ type Options struct {
 	// StaticCert and StaticKey are PEM files of the fallback certificate
 	// (both or neither).
 	StaticCert, StaticKey string
-	Log                   *slog.Logger
+	// HTTPPort and TLSPort are the ports of berth's plaintext and TLS
+	// listeners, which answer HTTP-01 (ServeHTTPChallenge) and TLS-ALPN-01
+	// (TLSConfig). certmagic's own challenge answerers try these ports,
+	// find them taken and leave the answering to berth; 0 lets certmagic
+	// bind :80 or :443 itself while a challenge is pending, when nothing
+	// else holds them.
+	HTTPPort, TLSPort int
+	Log               *slog.Logger
 
 	// For tests.
 	now            func() time.Time // berth's clock for renewal and backoff
-	httpPort       int              // where the HTTP-01 answerer listens (certmagic then binds no :80 of its own)
-	tlsPort        int              // where the TLS listener is (likewise :443)
 	noHTTP01       bool             // offer pebble only TLS-ALPN-01
 	noTLSALPN01    bool             // offer pebble only HTTP-01
 	dnsResolvers   []string         // resolvers for DNS-01 zone lookup and propagation checks
@@ -249,7 +254,7 @@ func New(o Options) (*Manager, error) {
 		tmpl := certmagic.ACMEIssuer{
 			CA: o.Directory, Email: o.Email, Agreed: true, TrustedRoots: o.CARoots,
 			DisableHTTPChallenge: o.noHTTP01, DisableTLSALPNChallenge: o.noTLSALPN01,
-			AltHTTPPort: o.httpPort, AltTLSALPNPort: o.tlsPort, Logger: zl,
+			AltHTTPPort: o.HTTPPort, AltTLSALPNPort: o.TLSPort, Logger: zl,
 		}
 		m.httpIss = certmagic.NewACMEIssuer(m.cfg, tmpl)
 		m.issuerKey = m.httpIss.IssuerKey()

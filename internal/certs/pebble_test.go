@@ -209,7 +209,7 @@ func (e *env) newManager(t testing.TB, dir string, edit func(*Options)) *Manager
 	o := Options{
 		Dir: filepath.Join(dir, "acme"), Key: testKey, Email: "ops@example.test",
 		Directory: e.directory, CARoots: e.caRoots,
-		httpPort: port(e.httpLn), tlsPort: port(e.tlsLn),
+		HTTPPort: port(e.httpLn), TLSPort: port(e.tlsLn),
 		dnsResolvers: []string{e.dns.Addr}, Log: testLog(t),
 	}
 	if edit != nil {
