@@ -128,6 +128,16 @@ berth_rev() {
 	echo "$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$ROOT" diff --quiet -- internal/proxy 2>/dev/null || echo '+dirty')"
 }
 
+BERTH_SERVE_ARGS=()
+
+# tls_cert: an ECDSA P-256 certificate for 127.0.0.1 and bench.test,
+# self-signed, in $WORK/tls.{crt,key}: the one berth and nginx both serve.
+tls_cert() {
+	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+		-subj /CN=bench.test -addext "subjectAltName=DNS:bench.test,IP:127.0.0.1" \
+		-keyout "$WORK/tls.key" -out "$WORK/tls.crt" 2>"$WORK/openssl.log" || die "openssl could not make the bench certificate"
+}
+
 # ---- build and start -------------------------------------------------------------
 # build_tools DIR...: berth (or BERTH_BIN) and the named bench/ programs into $WORK.
 build_tools() {
@@ -149,7 +159,8 @@ start_upstream() {
 }
 
 # start_berth PROXY_PORT ADMIN_PORT [WRAPPER...]: berth serve ($BERTH_EXE,
-# default $WORK/berth) with a fresh data dir, no host setup; the optional
+# default $WORK/berth) with a fresh data dir, no host setup, and the serve
+# flags in the array BERTH_SERVE_ARGS (none by default); the optional
 # wrapper (valgrind ...) execs it, so PID_BERTH is the process that runs
 # berth's code either way. Sets PID_BERTH.
 start_berth() {
@@ -164,7 +175,7 @@ start_berth() {
 		# and no egress proxy for Computers.
 		export BERTH_NO_HOST_SETUP=1 BERTH_EGRESS_ADDR=off
 		exec "$@" "${BERTH_EXE:-$WORK/berth}" serve --proxy-addr "127.0.0.1:$pp" --admin-addr "127.0.0.1:$ap" \
-			--data-dir "$WORK/berth-data" --log-level warn
+			--data-dir "$WORK/berth-data" --log-level warn "${BERTH_SERVE_ARGS[@]}"
 	) 2>"$WORK/berth.log" &
 	PID_BERTH=$!
 	PIDS+=("$PID_BERTH")
@@ -213,8 +224,18 @@ http {
 	# No cap on requests per client connection (the default closes one
 	# after 1,000), as berth and haproxy have none.
 	keepalive_requests 1000000;
+	# With NGINX_TLS_PORT: the same proxying over TLS too, with
+	# $WORK/tls.{crt,key} (tls_cert), TLS 1.2 and 1.3 (TLS 1.3 held to
+	# TLS_AES_128_GCM_SHA256, the suite Go picks first, so both servers
+	# do the same cipher work), session tickets and cache as nginx's
+	# defaults leave them.
 	server {
 		listen 127.0.0.1:$np;
+		${NGINX_TLS_PORT:+listen 127.0.0.1:$NGINX_TLS_PORT ssl;}
+		${NGINX_TLS_PORT:+ssl_certificate $WORK/tls.crt;}
+		${NGINX_TLS_PORT:+ssl_certificate_key $WORK/tls.key;}
+		${NGINX_TLS_PORT:+ssl_protocols TLSv1.2 TLSv1.3;}
+		${NGINX_TLS_PORT:+ssl_conf_command Ciphersuites TLS_AES_128_GCM_SHA256;}
 		location / {
 			proxy_pass http://up;
 			proxy_http_version 1.1;

@@ -25,6 +25,12 @@
 #        c1000      GET / over $C1000 concurrent connections
 #        ws         websocket messages (32 B) echoed, $WS_CONNS connections,
 #                   each sending one message and waiting for its echo
+#        tls        GET / (12 B) over HTTPS, keep-alive (berth and nginx
+#                   only, the same ECDSA P-256 certificate and TLS 1.3
+#                   suite, TLS_AES_128_GCM_SHA256 with X25519)
+#        tlsnew     the same with "Connection: close": a full TLS
+#                   handshake per request (wrk resumes no sessions), so
+#                   req/s is new handshakes per second
 #   5. keepalive only: half-load runs with bench/load at half of berth's peak
 #      rate: the same constant rate straight to the upstream and through each
 #      proxy; the added p99 is the proxy's p99 minus the direct p99;
@@ -33,7 +39,7 @@
 # Every process it starts is stopped on exit (trap), every run is bounded.
 #
 # Environment knobs (defaults in brackets):
-#   SCENARIOS ["keepalive close 1k 64k post4k c1000 ws"]  which scenarios, in order
+#   SCENARIOS ["keepalive close 1k 64k post4k c1000 ws tls tlsnew"]  which scenarios, in order
 #   TARGETS  ["direct berth nginx haproxy"]  which servers each scenario runs against
 #   DURATION [10]  seconds of each measured keepalive run
 #   WARMUP   [3]   seconds of warm-up before each keepalive run
@@ -54,7 +60,7 @@ cd "$(dirname "$0")/.."
 # shellcheck source=bench/lib.sh
 . bench/lib.sh
 
-SCENARIOS=${SCENARIOS:-keepalive close 1k 64k post4k c1000 ws}
+SCENARIOS=${SCENARIOS:-keepalive close 1k 64k post4k c1000 ws tls tlsnew}
 TARGETS=${TARGETS:-direct berth nginx haproxy}
 DURATION=${DURATION:-10}
 WARMUP=${WARMUP:-3}
@@ -68,14 +74,14 @@ HALF_DURATION=${HALF_DURATION:-8}
 REPEAT=${REPEAT:-1}
 [[ $REPEAT =~ ^[1-9][0-9]*$ ]] || die "REPEAT must be a positive number, not $REPEAT"
 for s in $SCENARIOS; do
-	case $s in keepalive | close | 1k | 64k | post4k | c1000 | ws) ;; *) die "unknown scenario $s (have: keepalive close 1k 64k post4k c1000 ws)" ;; esac
+	case $s in keepalive | close | 1k | 64k | post4k | c1000 | ws | tls | tlsnew) ;; *) die "unknown scenario $s (have: keepalive close 1k 64k post4k c1000 ws tls tlsnew)" ;; esac
 done
 for t in $TARGETS; do
 	case $t in direct | berth | nginx | haproxy) ;; *) die "unknown target $t (have: direct berth nginx haproxy)" ;; esac
 done
 
 # ---- 1. tools ----------------------------------------------------------------
-need_tools nginx:nginx haproxy:haproxy wrk:wrk curl:curl
+need_tools nginx:nginx haproxy:haproxy wrk:wrk curl:curl openssl:openssl
 raise_nofile
 if [[ " $SCENARIOS " == *" c1000 "* ]] && (($(ulimit -n) < 3 * C1000 + 100)); then
 	die "c1000 needs at least $((3 * C1000 + 100)) file descriptors, ulimit -n is $(ulimit -n)"
@@ -84,16 +90,27 @@ fi
 # ---- 2. build ----------------------------------------------------------------
 build_tools upstream load wsload
 
-PORT_BASE=$(pick_ports 5)
+PORT_BASE=$(pick_ports 7)
 P_UP=$PORT_BASE
 P_BERTH=$((PORT_BASE + 1))
 P_ADMIN=$((PORT_BASE + 2))
 P_NGINX=$((PORT_BASE + 3))
 P_HAPROXY=$((PORT_BASE + 4))
-log "ports $P_UP (upstream), $P_BERTH (berth; admin $P_ADMIN), $P_NGINX (nginx), $P_HAPROXY (haproxy)"
+P_BERTH_TLS=$((PORT_BASE + 5))
+P_NGINX_TLS=$((PORT_BASE + 6))
+log "ports $P_UP (upstream), $P_BERTH (berth; admin $P_ADMIN; TLS $P_BERTH_TLS), $P_NGINX (nginx; TLS $P_NGINX_TLS), $P_HAPROXY (haproxy)"
+# is_tls SCENARIO
+is_tls() { [[ $1 == tls || $1 == tlsnew ]]; }
+WITH_TLS=0
+for s in $SCENARIOS; do is_tls "$s" && WITH_TLS=1; done
 
 # ---- 3. servers --------------------------------------------------------------
 start_upstream "$P_UP"
+if ((WITH_TLS)); then
+	tls_cert
+	BERTH_SERVE_ARGS=(--proxy-tls-addr "127.0.0.1:$P_BERTH_TLS" --tls-cert "$WORK/tls.crt" --tls-key "$WORK/tls.key")
+	export NGINX_TLS_PORT=$P_NGINX_TLS
+fi
 start_berth "$P_BERTH" "$P_ADMIN"
 start_nginx "$P_NGINX" "$P_UP"
 
@@ -130,6 +147,13 @@ for p in $P_UP $P_BERTH $P_NGINX $P_HAPROXY; do
 	body=$(head -c 4096 /dev/zero | curl -sf --max-time 5 --data-binary @- "http://127.0.0.1:$p/" | wc -c) || die "POST through port $p failed"
 	[[ $body == 12 ]] || die "POST through port $p answered $body bytes"
 done
+if ((WITH_TLS)); then
+	for p in $P_BERTH_TLS $P_NGINX_TLS; do
+		wait_port "$p"
+		proto=$(curl -sf --http1.1 --max-time 5 --cacert "$WORK/tls.crt" -o /dev/null -w '%{http_version} %{size_download}' "https://127.0.0.1:$p/") || die "GET https://127.0.0.1:$p/ failed"
+		[[ $proto == "1.1 12" ]] || die "GET https://127.0.0.1:$p/ answered HTTP/${proto% *} with ${proto#* } bytes, want HTTP/1.1 with 12"
+	done
+fi
 cat >"$WORK/post4k.lua" <<'EOF'
 wrk.method = "POST"
 wrk.body = string.rep("x", 4096)
@@ -150,6 +174,9 @@ port_of() {
 	case $1 in
 	direct) echo "$P_UP" ;; berth) echo "$P_BERTH" ;; nginx) echo "$P_NGINX" ;; haproxy) echo "$P_HAPROXY" ;;
 	esac
+}
+tls_port_of() {
+	case $1 in berth) echo "$P_BERTH_TLS" ;; nginx) echo "$P_NGINX_TLS" ;; esac
 }
 # to_us VALUE: wrk's "1.23ms" / "456.00us" / "1.02s" as microseconds.
 to_us() {
@@ -175,6 +202,8 @@ scenario() {
 	post4k) S_ARGS=(-s "$WORK/post4k.lua") S_DESC="POST / with a 4,096 B body, 12 B answer, keep-alive" ;;
 	c1000) S_CONNS=$C1000 S_DESC="GET / (12 B), $C1000 connections, keep-alive" ;;
 	ws) S_PATH=/ws S_CONNS=$WS_CONNS S_DESC="websocket: 32 B binary messages echoed, one in flight per connection" ;;
+	tls) S_DUR=$DURATION S_WARM=$WARMUP S_DESC="GET / (12 B) over HTTPS (ECDSA P-256, TLS 1.3 AES-128-GCM, X25519), keep-alive" ;;
+	tlsnew) S_ARGS=(-H 'Connection: close') S_DESC="GET / (12 B) over HTTPS, Connection: close: a full TLS handshake per request" ;;
 	esac
 }
 
@@ -215,6 +244,10 @@ peak() {
 	local sc=$1 name=$2 key="$1:$2#$3" url pids up0 up1 t0 t1 out reqs
 	scenario "$sc"
 	url="http://127.0.0.1:$(port_of "$name")$S_PATH"
+	if is_tls "$sc"; then
+		[[ $name == berth || $name == nginx ]] || return 0
+		url="https://127.0.0.1:$(tls_port_of "$name")$S_PATH"
+	fi
 	out="$OUTDIR/wrk-$sc-$name-$3.txt"
 	log "$sc: $name (run $3 of $REPEAT) — warm-up ${S_WARM}s, then ${S_DUR}s with wrk -t1 -c$S_CONNS"
 	timeout $((S_WARM + 30)) wrk -t1 -c"$S_CONNS" -d"${S_WARM}s" "${S_ARGS[@]}" "$url" >/dev/null
@@ -372,6 +405,15 @@ has() { [[ -n ${RPS[$1]:-} ]]; }
 			[[ $(cmp_le "${CPU[$sc:berth]}" "${CPU[$sc:nginx]}")$(cmp_le "${RPS[$sc:nginx]}" "${RPS[$sc:berth]}") == 11 ]] && met=$((met + 1))
 		done
 		echo "all scenarios: berth CPU/req <= nginx and req/s >= nginx in $met of $all"
+	fi
+	if has tls:berth && has tls:nginx; then
+		b=tls:berth g=tls:nginx
+		line="targets (HTTPS): keep-alive req/s >= 1.0x nginx: $(verdict "$(cmp_le "${RPS[$g]}" "${RPS[$b]}")") ($(ratio "${RPS[$b]}" "${RPS[$g]}")x);"
+		line+=" CPU/req <= 1.2x nginx: $(verdict "$(awk -v a="${CPU[$b]}" -v b="${CPU[$g]}" 'BEGIN { print (a <= 1.2 * b) }')") ($(ratio "${CPU[$b]}" "${CPU[$g]}")x)"
+		if has tlsnew:berth && has tlsnew:nginx; then
+			line+="; new handshakes/s >= 0.9x nginx: $(verdict "$(awk -v a="${RPS[tlsnew:berth]}" -v b="${RPS[tlsnew:nginx]}" 'BEGIN { print (a >= 0.9 * b) }')") ($(ratio "${RPS[tlsnew:berth]}" "${RPS[tlsnew:nginx]}")x)"
+		fi
+		echo "$line"
 	fi
 } | tee "$OUTDIR/summary.txt"
 cp "$OUTDIR/summary.txt" "$ROOT/bench/out/latest.txt"

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,7 +16,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/caddyserver/certmagic"
+
 	"github.com/berth-dev/berth/internal/auth"
+	"github.com/berth-dev/berth/internal/certs"
 	"github.com/berth-dev/berth/internal/computer"
 	"github.com/berth-dev/berth/internal/demo"
 	"github.com/berth-dev/berth/internal/hostcheck"
@@ -39,6 +43,11 @@ Credentials (environment only, so they never show in the process list):
   BERTH_SECRET_KEY      seals the secret store (64 hex characters, or any
                         passphrase); unset: <data-dir>/secret.key, generated
                         0600 on first use — back it up with the data dir
+  BERTH_ACME_DNS        the DNS provider that answers DNS-01 for
+                        --acme-wildcard bases, with its credential:
+                        rfc2136://<tsig-key-name>:<base64-secret>@<server>:53
+                        ?alg=hmac-sha256[&zone=<zone>] (dynamic updates to
+                        your own DNS server: BIND, Knot, PowerDNS)
 
 VM drivers (environment only; they describe the host):
   BERTH_GUEST_KERNEL    the kvm driver's guest kernel; unset: the newest
@@ -84,7 +93,7 @@ func env(name, def string) string {
 }
 
 // secretEnv are the environment variables holding berth's own secrets.
-var secretEnv = []string{"BERTH_ADMIN_PASSWORD", "BERTH_SECRET_KEY"}
+var secretEnv = []string{"BERTH_ADMIN_PASSWORD", "BERTH_SECRET_KEY", "BERTH_ACME_DNS"}
 
 // takeSecrets reads berth's secrets from the environment and removes them
 // from it, so no process berth starts inherits them whatever its driver
@@ -138,6 +147,19 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 	headroom := fs.Int("computer-reserved-headroom", intEnv("BERTH_COMPUTER_RESERVED_HEADROOM", 0), "of --computer-max-active, how many slots to hold back (below it) (BERTH_COMPUTER_RESERVED_HEADROOM)")
 	recycleAfter := fs.Duration("computer-recycle-after", durEnv("BERTH_COMPUTER_RECYCLE_AFTER", 0), "replace a Computer's sandbox older than this at a quiet moment, keeping its workspace; 0: never (BERTH_COMPUTER_RECYCLE_AFTER)")
 	noHostSetup := fs.Bool("no-host-setup", envBool("BERTH_NO_HOST_SETUP"), "as root, do not prepare the host before opening the drivers; by default berth serve does what berth host setup does (berth's directories, the guest bridge and its egress rules, and on hybrid cgroup hosts v1 hierarchies for the unified hierarchy's controllers), idempotently, each step logged (BERTH_NO_HOST_SETUP)")
+	tlsAddr := fs.String("proxy-tls-addr", env("BERTH_PROXY_TLS_ADDR", "0.0.0.0:6189"), "data-plane HTTPS (and HTTP/3, UDP) listen address, bound when ACME is on or --tls-cert/--tls-key are given (BERTH_PROXY_TLS_ADDR)")
+	tlsCert := fs.String("tls-cert", env("BERTH_TLS_CERT", ""), "PEM certificate (chain) served for names without an issued certificate; with --tls-key (BERTH_TLS_CERT)")
+	tlsKey := fs.String("tls-key", env("BERTH_TLS_KEY", ""), "PEM private key of --tls-cert (BERTH_TLS_KEY)")
+	acmeEmail := fs.String("acme-email", env("BERTH_ACME_EMAIL", ""), "turn on automatic certificates (ACME) for every host a deployment routes, with this contact address (BERTH_ACME_EMAIL)")
+	acmeDirectory := fs.String("acme-directory", env("BERTH_ACME_DIRECTORY", certmagic.LetsEncryptProductionCA), "the ACME server's directory URL (BERTH_ACME_DIRECTORY)")
+	acmeCARoot := fs.String("acme-ca-root", env("BERTH_ACME_CA_ROOT", ""), "PEM file of the root that signs the ACME server's own HTTPS certificate, for a private CA; default the system's roots (BERTH_ACME_CA_ROOT)")
+	acmeDir := fs.String("acme-dir", env("BERTH_ACME_DIR", ""), "where ACME accounts, certificates (keys sealed with the secret key) and backoff are kept; default <data-dir>/acme (BERTH_ACME_DIR)")
+	acmeWildcard := fs.String("acme-wildcard", env("BERTH_ACME_WILDCARD", ""), "comma-separated bases ordered as base + *.base over DNS-01 (BERTH_ACME_DNS says how); the hosts they cover are not ordered one by one (BERTH_ACME_WILDCARD)")
+	httpsRedirect := fs.Bool("https-redirect", envBool("BERTH_HTTPS_REDIRECT"), "answer plaintext requests with a 308 to https (ACME challenges excepted) (BERTH_HTTPS_REDIRECT)")
+	hsts := fs.String("hsts", env("BERTH_HSTS", ""), "Strict-Transport-Security value added to responses over TLS, e.g. max-age=31536000; empty: none (BERTH_HSTS)")
+	adminTLSCert := fs.String("admin-tls-cert", env("BERTH_ADMIN_TLS_CERT", ""), "serve the admin API over TLS with this PEM certificate; with --admin-tls-key (BERTH_ADMIN_TLS_CERT)")
+	adminTLSKey := fs.String("admin-tls-key", env("BERTH_ADMIN_TLS_KEY", ""), "PEM private key of --admin-tls-cert (BERTH_ADMIN_TLS_KEY)")
+	adminACMEHost := fs.String("admin-acme-host", env("BERTH_ADMIN_ACME_HOST", ""), "serve the admin API over TLS with an ACME certificate for this name (needs --acme-email) (BERTH_ADMIN_ACME_HOST)")
 	withDemo := fs.Bool("demo", false, "register demo deployments (a vm app that scales from zero, and a site) and print how to reach them")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -184,6 +206,11 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 	if abs, err := filepath.Abs(*dataDir); err == nil {
 		*dataDir = abs
 	}
+	certOpts, err := certOptions(*acmeEmail, *acmeDirectory, *acmeCARoot, *acmeDir, *acmeWildcard, secrets["BERTH_ACME_DNS"], *tlsCert, *tlsKey, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "berth serve: %v\n", err)
+		return 2
+	}
 	guestNet, err := hostnet.ConfigFromEnv(*dataDir)
 	if err != nil {
 		fmt.Fprintf(stderr, "berth serve: %v\n", err)
@@ -210,6 +237,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 		ComputerRecycleAfter:  *recycleAfter,
 		Drivers:               driverOptions(),
 		GuestNetwork:          guestNet,
+		ProxyTLSAddr:          *tlsAddr, Certs: certOpts, RedirectHTTPS: *httpsRedirect, HSTS: *hsts,
+		AdminTLSCert: *adminTLSCert, AdminTLSKey: *adminTLSKey, AdminACMEHost: *adminACMEHost,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "berth serve: %v\n", err)
@@ -268,6 +297,37 @@ func reachable(addr string) string {
 		return netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), ap.Port()).String()
 	}
 	return addr
+}
+
+// certOptions turns the HTTPS flags into the certificate manager's
+// options; errors name the flag. The manager checks the rest (both halves
+// of a pair, e-mail and directory syntax) when the server makes it.
+func certOptions(email, directory, caRoot, dir, wildcards, dns, cert, key string, log *slog.Logger) (certs.Options, error) {
+	o := certs.Options{Email: email, Directory: directory, Dir: dir, Wildcards: splitList(wildcards), StaticCert: cert, StaticKey: key}
+	if caRoot != "" {
+		pem, err := os.ReadFile(caRoot)
+		if err != nil {
+			return o, fmt.Errorf("--acme-ca-root: %w", err)
+		}
+		o.CARoots = x509.NewCertPool()
+		if !o.CARoots.AppendCertsFromPEM(pem) {
+			return o, fmt.Errorf("--acme-ca-root: %s holds no PEM certificate", caRoot)
+		}
+	}
+	if dns != "" {
+		p, err := certs.ParseDNS(dns)
+		if err != nil {
+			return o, fmt.Errorf("BERTH_ACME_DNS: %w", err)
+		}
+		o.DNS = p
+	}
+	if len(o.Wildcards) > 0 && o.DNS == nil {
+		return o, errors.New("--acme-wildcard: wildcard certificates are ordered over DNS-01: set BERTH_ACME_DNS to the DNS provider that answers it")
+	}
+	if email == "" && dir != "" {
+		log.Warn("ACME settings without --acme-email: ACME stays off")
+	}
+	return o, nil
 }
 
 func splitList(s string) []string {

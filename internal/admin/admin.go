@@ -12,6 +12,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/berth-dev/berth/internal/auth"
 	"github.com/berth-dev/berth/internal/fleet"
 	"github.com/berth-dev/berth/internal/image"
@@ -42,6 +44,9 @@ type Options struct {
 	Namespaces *namespaces.Store // declared namespaces and auth providers
 	Images     *image.Store      // root filesystems; nil answers 503 on /images
 	Certs      CertSource        // the HTTPS edge's certificates; nil: none
+	// Collectors are exposed on /metrics/prometheus besides Metrics and
+	// Host (the certificate manager's gauges).
+	Collectors []prometheus.Collector
 
 	// Confinement is what namespace-confined callers may run (drivers,
 	// replica quota); the zero value allows auth.DefaultConfinedDrivers
@@ -72,7 +77,7 @@ func New(o Options) *API {
 	a.handle("GET /healthz", tierOpen, wallNone, a.healthz)
 	a.handle("GET /ingress", tierView, wallNarrow, a.ingress)
 	a.handle("GET /metrics", tierView, wallNarrow, a.metrics)
-	a.handleHTTP("GET /metrics/prometheus", tierView, wallFleet, metrics.Handler(o.Metrics, o.Host))
+	a.handleHTTP("GET /metrics/prometheus", tierView, wallFleet, metrics.Handler(o.Metrics, o.Host, o.Collectors...))
 	a.handle("GET /metrics/cold-start", tierView, wallFleet, a.coldStarts)
 
 	a.handle("POST /deployments", tierCRUD, wallNarrow, a.register)

@@ -131,12 +131,13 @@ func orInvalid(m prometheus.Metric, err error) prometheus.Metric {
 	return m
 }
 
-// Handler serves reg's and host's figures in the Prometheus exposition
-// format (text, or protobuf if the scraper asks). It uses its own
+// Handler serves reg's and host's figures, and those of the more
+// collectors, in the Prometheus exposition format (text, or protobuf if the scraper asks). It uses its own
 // prometheus.Registry, so nothing registered globally leaks in, and keeps
 // serving the good metrics if one fails to build.
-func Handler(reg *Registry, host *HostSampler) http.Handler {
+func Handler(reg *Registry, host *HostSampler, more ...prometheus.Collector) http.Handler {
 	pr := prometheus.NewPedanticRegistry()
 	pr.MustRegister(NewCollector(reg, host)) // cannot fail: fresh registry, fixed descriptors
+	pr.MustRegister(more...)
 	return promhttp.HandlerFor(pr, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 }

@@ -553,6 +553,25 @@ func (r *Registry) Get(id string) (*Entry, bool) {
 	return e, ok
 }
 
+// Hosts are the exact hosts (route rules' host, normalized) that some
+// deployment routes, each once, in no particular order: what the HTTPS
+// edge orders certificates for.
+func (r *Registry) Hosts() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	seen := make(map[string]struct{}, len(r.deps))
+	out := make([]string, 0, len(r.deps))
+	for _, e := range r.deps {
+		for _, rule := range e.rules {
+			if _, dup := seen[rule.Host]; rule.Host != "" && !dup {
+				seen[rule.Host] = struct{}{}
+				out = append(out, rule.Host)
+			}
+		}
+	}
+	return out
+}
+
 // List returns all deployments sorted by id.
 func (r *Registry) List() []*Entry {
 	r.mu.Lock()

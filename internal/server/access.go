@@ -14,21 +14,21 @@ import (
 // openAccess loads the app-tokens and opens the secret store. A secret key
 // that does not open the stored secrets fails here, before anything is
 // served or written.
-func openAccess(ctx context.Context, st *store.Store, o Options) (*auth.Tokens, *secrets.Store, error) {
+func openAccess(ctx context.Context, st *store.Store, o Options) (*auth.Tokens, *secrets.Store, secrets.Key, error) {
 	tokens, err := auth.NewTokens(ctx, auth.TokensConfig{Store: st, TenantMaxTTL: o.TenantTokenMaxTTL, Open: o.AdminPassword == "", Log: o.Log})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, secrets.Key{}, err
 	}
 	key, source, err := secrets.LoadKey(o.SecretKey, o.DataDir)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, secrets.Key{}, err
 	}
 	sec, err := secrets.Open(ctx, st, key)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, secrets.Key{}, err
 	}
 	o.Log.Info("secret store open", "key", source, "operator_password", o.AdminPassword != "")
-	return tokens, sec, nil
+	return tokens, sec, key, nil
 }
 
 // loopback reports whether a listen address is on the loopback interface

@@ -25,6 +25,7 @@ import (
 	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/admin"
 	"github.com/berth-dev/berth/internal/auth"
+	"github.com/berth-dev/berth/internal/certs"
 	"github.com/berth-dev/berth/internal/computer"
 	"github.com/berth-dev/berth/internal/computerapi"
 	"github.com/berth-dev/berth/internal/egress"
@@ -69,6 +70,17 @@ type Options struct {
 	// none). They apply only with TLSConfig.
 	RedirectHTTPS bool
 	HSTS          string
+	// Certs configures the certificate manager (package certs) that
+	// serves the TLS listeners when TLSConfig is nil: ACME when
+	// Certs.Email is set, a static pair (StaticCert and StaticKey), or
+	// both. The server fills Dir (default <DataDir>/acme), Key (the
+	// secret key), HTTPPort, TLSPort and Log.
+	Certs certs.Options
+	// AdminTLSCert and AdminTLSKey (PEM files) serve the admin API over
+	// TLS; or AdminACMEHost: over TLS with the data plane's ACME
+	// certificate for that name, ordered as if a deployment routed it.
+	AdminTLSCert, AdminTLSKey string
+	AdminACMEHost             string
 
 	AdminAddr string // admin API listener; default 127.0.0.1:9090
 	// DataDir is where the store lives; created 0700. A relative path is
@@ -220,6 +232,11 @@ type Server struct {
 	tlsSrv   *http.Server // HTTP/2, and everything under StdHTTP
 	tlsFront frontEnd     // the H1Server over TLS, or tlsSrv
 	h3       *proxy.H3Server
+	// certs is the certificate manager (Options.Certs); nil when the
+	// caller's TLSConfig or none serves the TLS listeners.
+	certs         *certs.Manager
+	routesChanged chan struct{} // to feedHosts
+	adminTLS      bool          // the admin listener speaks TLS
 
 	adminSrv *http.Server
 	egress   *egress.Proxy // nil when EgressAddr is "off"
@@ -292,7 +309,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		return nil, err
 	}
 	undo = append(undo, func() { st.Close() })
-	tokens, sec, err := openAccess(ctx, st, o)
+	tokens, sec, key, err := openAccess(ctx, st, o)
 	if err != nil {
 		return nil, err
 	}
@@ -304,7 +321,12 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		Self: s.self, AllowLinkLocal: o.AllowLinkLocalUpstreams, UpstreamResponseTimeout: o.UpstreamResponseTimeout,
 		BodyReadTimeout: o.BodyReadTimeout, Challenge: o.ACMEChallenge,
 	}
-	if o.TLSConfig != nil {
+	if certsWanted(o) {
+		// s.certs is made once the listeners are bound, before serving.
+		popts.Challenge = func(w http.ResponseWriter, r *http.Request) bool { return s.certs.ServeHTTPChallenge(w, r) }
+		s.routesChanged = make(chan struct{}, 1)
+	}
+	if o.TLSConfig != nil || certsWanted(o) {
 		// Bound before the proxy is made: its redirect and Alt-Svc
 		// name the port.
 		if err := s.listenTLS(); err != nil {
@@ -369,7 +391,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	}
 	s.registry = registry.New(registry.Options{
 		Store:      st,
-		Publisher:  s.proxy,
+		Publisher:  s.publisher(),
 		Spec:       specOpts,
 		Recorder:   func(id string) proxy.Recorder { return recorder{s.metrics.Get(id)} },
 		Forget:     s.metrics.Delete,
@@ -399,6 +421,18 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	}
 	if s.egressLn != nil {
 		s.self.Add(s.egressLn.Addr())
+	}
+	if certsWanted(o) {
+		if err := s.openCerts(key); err != nil {
+			return nil, err
+		}
+	}
+	adminConf, err := s.adminTLSConfig(key)
+	if err != nil {
+		return nil, err
+	}
+	if adminConf != nil {
+		s.adminLn, s.adminTLS = tls.NewListener(s.adminLn, adminConf), true
 	}
 	protos := new(http.Protocols)
 	protos.SetHTTP1(true)
@@ -436,6 +470,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		PublicIPs: o.PublicIPs, Revision: o.Revision, Log: o.Log,
 		Gate:   gate,
 		Tokens: tokens, Secrets: sec, Namespaces: nsStore, Images: s.images,
+		Certs: s.certSource(), Collectors: s.collectors(),
 		Confinement: confinement(o),
 		Upstreams:   admin.UpstreamGuard{Self: s.self, AllowLinkLocal: o.AllowLinkLocalUpstreams},
 	})
@@ -460,7 +495,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		MaxHeaderBytes:    1 << 20,
 		ErrorLog:          slog.NewLogLogger(o.Log.Handler(), slog.LevelDebug),
 	}
-	o.Log.Info("berth listening", "proxy", s.ProxyAddr(), "admin", s.AdminAddr(), "data_dir", o.DataDir, "deployments", s.registry.Len())
+	o.Log.Info("berth listening", "proxy", s.ProxyAddr(), "proxy_tls", s.ProxyTLSAddr(), "admin", s.AdminAddr(), "admin_tls", s.adminTLS, "data_dir", o.DataDir, "deployments", s.registry.Len())
 	return s, nil
 }
 
@@ -563,6 +598,8 @@ func (s *Server) Run(ctx context.Context) error {
 		{"fleet", s.fleet.Run},
 		{"inventory", s.inventory.Run},
 		{"host sampler", func(ctx context.Context) error { return s.host.Run(ctx, 2*time.Second) }},
+		{"certificates", s.runCerts},
+		{"certificate hosts", s.runFeedHosts},
 	} {
 		loops.Go(func() {
 			if err := l.run(loopCtx); err != nil && loopCtx.Err() == nil {
