@@ -43,14 +43,26 @@ type httpsWorld struct {
 }
 
 // startHTTPS starts named, then pebble validating on two ports chosen
-// free, then berth listening on those ports with ACME on pebble.
-func startHTTPS(t *testing.T) *httpsWorld {
+// free, then berth listening on those ports with ACME on pebble. With only
+// "http-01" or "tls-alpn-01", pebble validates the other challenge on a
+// port nothing listens on, so only that one can succeed.
+func startHTTPS(t *testing.T, only string) *httpsWorld {
 	t.Helper()
 	pebbletest.Binary(t)
 	dns := bindtest.Start(t, "example.test") // * IN A 127.0.0.1
 	// pebble must know the ports before berth binds them
 	plainPort, tlsPort := bindtest.FreePort(t), bindtest.FreePort(t)
-	peb := pebbletest.Start(t, pebbletest.Options{HTTPPort: plainPort, TLSPort: tlsPort, DNS: dns.Addr})
+	po := pebbletest.Options{HTTPPort: plainPort, TLSPort: tlsPort, DNS: dns.Addr}
+	switch only {
+	case "http-01":
+		po.TLSPort = bindtest.FreePort(t)
+	case "tls-alpn-01":
+		po.HTTPPort = bindtest.FreePort(t)
+	case "":
+	default:
+		t.Fatalf("startHTTPS: no challenge %q", only)
+	}
+	peb := pebbletest.Start(t, po)
 	dir := t.TempDir()
 	t.Cleanup(func() { stopReplicas(t, dir) }) // registered first: runs after the server stopped
 	o := Options{
@@ -216,7 +228,7 @@ func echoUpstream(t *testing.T) string {
 // deployment routes fails, and one for a deleted deployment's host fails
 // the same way.
 func TestHTTPSWithPebble(t *testing.T) {
-	w := startHTTPS(t)
+	w := startHTTPS(t, "")
 	up := echoUpstream(t)
 	root := filepath.Join(w.dir, "sites", "default", "site") // the managed root of site "site"
 	if err := os.MkdirAll(root, 0o755); err != nil {
@@ -314,6 +326,34 @@ func TestHTTPSWithPebble(t *testing.T) {
 		t.Errorf("a deleted deployment's host fails with %q, a never-routed name with %q: an existence oracle", errGone, errNever)
 	}
 	waitFor(t, "GET /certs to drop the deleted deployment's host", func() bool { return !w.listed("vm.example.test") })
+}
+
+// TestACMEChallengesThroughBerth: HTTP-01 answered on berth's plaintext
+// listener, and TLS-ALPN-01 on its TLS listener, each gets a certificate
+// issued alone: pebble validates the other challenge on a port nothing
+// listens on, which fails, and certmagic retries with the one that works
+// (TestHTTPSWithPebble takes whichever certmagic prefers).
+func TestACMEChallengesThroughBerth(t *testing.T) {
+	for _, only := range []string{"http-01", "tls-alpn-01"} {
+		t.Run(only, func(t *testing.T) {
+			w := startHTTPS(t, only)
+			const host = "app.example.test"
+			if r := w.json("POST", "/deployments", `{"id":"app","routes":[{"host":"`+host+`"}],"upstreams":["`+echoUpstream(t)+`"]}`); r.code != http.StatusCreated {
+				t.Fatalf("POST /deployments: %d %s", r.code, r.body)
+			}
+			waitFor(t, "GET /certs to list "+host, func() bool { return w.listed(host) })
+			resp, err := w.client(t, true, nil).Get(w.url(host, "/"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || string(b) != "static https" {
+				t.Errorf("GET %s: %d %q", host, resp.StatusCode, b)
+			}
+			w.checkLeaf(t, host, host, resp.TLS)
+		})
+	}
 }
 
 // curl asks curl for https://host:port/ over HTTP/2, trusting pebble's
