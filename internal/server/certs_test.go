@@ -151,4 +151,3 @@ func TestCertOptionsRefused(t *testing.T) {
 		})
 	}
 }
-
