@@ -55,20 +55,8 @@ func TestStaticPairAndAdminTLS(t *testing.T) {
 	o.Certs.StaticCert, o.Certs.StaticKey = certFile, keyFile
 	o.AdminTLSCert, o.AdminTLSKey = certFile, keyFile
 	agentOptions(&o)
-	s, err := New(context.Background(), o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-
+	s := runWith(t, o)
+	ctx := t.Context()
 	c, err := client.New("https://"+s.AdminAddr(), client.WithTLSConfig(&tls.Config{RootCAs: pool}))
 	if err != nil {
 		t.Fatal(err)
