@@ -206,6 +206,14 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 	if abs, err := filepath.Abs(*dataDir); err == nil {
 		*dataDir = abs
 	}
+	if err := bothOrNeither("--tls-cert", *tlsCert, "--tls-key", *tlsKey); err != nil {
+		fmt.Fprintf(stderr, "berth serve: %v\n", err)
+		return 2
+	}
+	if err := bothOrNeither("--admin-tls-cert", *adminTLSCert, "--admin-tls-key", *adminTLSKey); err != nil {
+		fmt.Fprintf(stderr, "berth serve: %v\n", err)
+		return 2
+	}
 	certOpts, err := certOptions(*acmeEmail, *acmeDirectory, *acmeCARoot, *acmeDir, *acmeWildcard, secrets["BERTH_ACME_DNS"], *tlsCert, *tlsKey, log)
 	if err == nil {
 		err = halfPair("--admin-tls-cert", "--admin-tls-key", *adminTLSCert, *adminTLSKey)
@@ -300,6 +308,17 @@ func reachable(addr string) string {
 		return netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), ap.Port()).String()
 	}
 	return addr
+}
+
+// bothOrNeither refuses one half of a certificate pair.
+func bothOrNeither(certFlag, cert, keyFlag, key string) error {
+	switch {
+	case cert != "" && key == "":
+		return fmt.Errorf("%s needs %s (the certificate's private key)", certFlag, keyFlag)
+	case cert == "" && key != "":
+		return fmt.Errorf("%s needs %s (the certificate it is the key of)", keyFlag, certFlag)
+	}
+	return nil
 }
 
 // certOptions turns the HTTPS flags into the certificate manager's

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -29,14 +28,7 @@ func TestH2CStalledConnectionsClosed(t *testing.T) {
 				Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 			}
 			agentOptions(&o)
-			s, err := New(context.Background(), o)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- s.Run(ctx) }()
-			t.Cleanup(func() { cancel(); <-done })
+			s := runWith(t, o)
 
 			const preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 			settings := []byte{0, 0, 0, 4, 0, 0, 0, 0, 0} // empty SETTINGS

@@ -64,6 +64,26 @@ func start(t *testing.T, dir string) *harness {
 	return h
 }
 
+// runWith makes a server with o and runs it until the test ends, when
+// Run must return nil.
+func runWith(t *testing.T, o Options) *Server {
+	t.Helper()
+	s, err := New(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return s
+}
+
 // stopReplicas stops every replica left in a data directory.
 func stopReplicas(t testing.TB, dir string) {
 	d, err := process.New(process.Options{Dir: filepath.Join(dir, "replicas")})

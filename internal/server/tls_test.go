@@ -74,19 +74,7 @@ func TestProxyTLS(t *testing.T) {
 				Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 			}
 			agentOptions(&o)
-			s, err := New(context.Background(), o)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- s.Run(ctx) }()
-			t.Cleanup(func() {
-				cancel()
-				if err := <-done; err != nil {
-					t.Errorf("Run: %v", err)
-				}
-			})
+			s := runWith(t, o)
 			h := &harness{t: t, s: s, admin: "http://" + s.AdminAddr()}
 			upAddr := strings.TrimPrefix(up.URL, "http://")
 			if r := h.json("POST", "/deployments", `{"id":"app","routes":[{"host":"app.test"}],"upstreams":["`+upAddr+`"]}`); r.code != 201 {
