@@ -215,9 +215,6 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 		return 2
 	}
 	certOpts, err := certOptions(*acmeEmail, *acmeDirectory, *acmeCARoot, *acmeDir, *acmeWildcard, secrets["BERTH_ACME_DNS"], *tlsCert, *tlsKey, log)
-	if err == nil {
-		err = halfPair("--admin-tls-cert", "--admin-tls-key", *adminTLSCert, *adminTLSKey)
-	}
 	if err != nil {
 		fmt.Fprintf(stderr, "berth serve: %v\n", err)
 		return 2
@@ -326,9 +323,6 @@ func bothOrNeither(certFlag, cert, keyFlag, key string) error {
 // of a pair, e-mail and directory syntax) when the server makes it.
 func certOptions(email, directory, caRoot, dir, wildcards, dns, cert, key string, log *slog.Logger) (certs.Options, error) {
 	o := certs.Options{Email: email, Directory: directory, Dir: dir, Wildcards: splitList(wildcards), StaticCert: cert, StaticKey: key}
-	if err := halfPair(certs.FlagTLSCert, certs.FlagTLSKey, cert, key); err != nil {
-		return o, err
-	}
 	if caRoot != "" {
 		pem, err := os.ReadFile(caRoot)
 		if err != nil {
@@ -353,20 +347,6 @@ func certOptions(email, directory, caRoot, dir, wildcards, dns, cert, key string
 		log.Warn("ACME settings without --acme-email: ACME stays off")
 	}
 	return o, nil
-}
-
-// halfPair is the usage error of a certificate flag given without its
-// key's, or the other way round, naming the one missing; nil for both or
-// neither. (The certificate manager checks the same when the server makes
-// it, but by then berth has opened its store and bound its listeners.)
-func halfPair(certFlag, keyFlag, cert, key string) error {
-	switch {
-	case cert != "" && key == "":
-		return fmt.Errorf("%s: required with %s (the certificate's private key)", keyFlag, certFlag)
-	case key != "" && cert == "":
-		return fmt.Errorf("%s: required with %s (the certificate the key belongs to)", certFlag, keyFlag)
-	}
-	return nil
 }
 
 func splitList(s string) []string {

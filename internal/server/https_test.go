@@ -73,14 +73,8 @@ func startHTTPS(t *testing.T, only string) *httpsWorld {
 		Log:   slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	agentOptions(&o)
-	s, err := New(context.Background(), o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	h := &harness{t: t, s: s, dir: dir, admin: "http://" + s.AdminAddr(), proxy: "http://" + s.ProxyAddr(), cancel: cancel, done: make(chan error, 1)}
-	go func() { h.done <- s.Run(ctx) }()
-	t.Cleanup(h.stop)
+	s := runWith(t, o)
+	h := &harness{t: t, s: s, dir: dir, admin: "http://" + s.AdminAddr(), proxy: "http://" + s.ProxyAddr()}
 
 	block, _ := pem.Decode(peb.IssuingPEM)
 	root, err := x509.ParseCertificate(block.Bytes)
