@@ -35,32 +35,8 @@ func TestServeStaticTLS(t *testing.T) {
 	}))
 	t.Cleanup(up.Close)
 
-	w := &lineWriter{want: "berth listening", seen: make(chan struct{})}
-	ctx, cancel := context.WithCancel(t.Context())
-	code := make(chan int, 1)
-	go func() {
-		code <- serve(ctx, []string{"--proxy-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--egress-addr", "off",
-			"--data-dir", filepath.Join(dir, "data"), "--no-host-setup",
-			"--proxy-tls-addr", "127.0.0.1:0", "--tls-cert", certFile, "--tls-key", keyFile}, w)
-	}()
-	defer func() {
-		cancel()
-		select {
-		case c := <-code:
-			if c != 0 {
-				t.Errorf("berth serve exited %d:\n%s", c, w)
-			}
-		case <-time.After(stallAfter):
-			t.Errorf("berth serve did not stop within %v of its context ending:\n%s\n%s", stallAfter, w, berthStacks())
-		}
-	}()
-	select {
-	case <-w.seen:
-	case c := <-code:
-		t.Fatalf("berth serve exited %d before listening:\n%s", c, w)
-	case <-time.After(stallAfter):
-		t.Fatalf("berth serve did not listen within %v:\n%s\n%s", stallAfter, w, berthStacks())
-	}
+	w, _ := startServe(t, filepath.Join(dir, "data"), "--no-host-setup",
+		"--proxy-tls-addr", "127.0.0.1:0", "--tls-cert", certFile, "--tls-key", keyFile)
 	logged := func(key string) string {
 		m := regexp.MustCompile(`\b` + key + `=(\S+)`).FindStringSubmatch(w.String())
 		if m == nil {
