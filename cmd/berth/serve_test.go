@@ -71,9 +71,19 @@ func (w *lineWriter) String() string {
 // it and returns what it logged.
 func runServe(t *testing.T, dataDir string, args ...string) string {
 	t.Helper()
+	w, stop := startServe(t, dataDir, args...)
+	stop()
+	return w.String()
+}
+
+// startServe runs berth serve with args on loopback until it listens, and
+// returns what it logs and stop, which ends it and fails the test unless
+// it exits 0 (at cleanup if not before).
+func startServe(t *testing.T, dataDir string, args ...string) (*lineWriter, func()) {
+	t.Helper()
 	w := &lineWriter{want: "berth listening", seen: make(chan struct{})}
 	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
+	t.Cleanup(cancel)
 	code := make(chan int, 1)
 	go func() {
 		code <- serve(ctx, append([]string{"--proxy-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--egress-addr", "off", "--data-dir", dataDir}, args...), w)
@@ -85,16 +95,25 @@ func runServe(t *testing.T, dataDir string, args ...string) string {
 	case <-time.After(stallAfter):
 		t.Fatalf("berth serve did not listen within %v:\n%s\n%s", stallAfter, w, berthStacks())
 	}
-	cancel()
-	select {
-	case c := <-code:
-		if c != 0 {
-			t.Fatalf("berth serve exited %d:\n%s", c, w)
+	stopped := false
+	stop := func() {
+		t.Helper()
+		if stopped {
+			return
 		}
-	case <-time.After(stallAfter):
-		t.Fatalf("berth serve did not stop within %v of its context ending:\n%s\n%s", stallAfter, w, berthStacks())
+		stopped = true
+		cancel()
+		select {
+		case c := <-code:
+			if c != 0 {
+				t.Fatalf("berth serve exited %d:\n%s", c, w)
+			}
+		case <-time.After(stallAfter):
+			t.Fatalf("berth serve did not stop within %v of its context ending:\n%s\n%s", stallAfter, w, berthStacks())
+		}
 	}
-	return w.String()
+	t.Cleanup(stop)
+	return w, stop
 }
 
 // stallAfter bounds each wait on berth serve, so that a hang fails with

@@ -78,7 +78,7 @@ func TestIssueHTTP01(t *testing.T) {
 	}
 
 	// another directory: its storage keys differ, nothing is reused
-	m3 := e.newManager(t, dir, func(o *Options) { o.Directory = strings.TrimSuffix(e.directory, "/dir") + "/other/dir" })
+	m3 := e.newManager(t, dir, func(o *Options) { o.Directory = strings.TrimSuffix(e.pebble.Directory, "/dir") + "/other/dir" })
 	m3.SetHosts(hosts)
 	m3.reconcile(ctx) // its orders fail (no such directory)
 	if c := m3.Certs(); len(c) != 0 {
@@ -246,7 +246,7 @@ func TestRevokeAndReplace(t *testing.T) {
 	if err := m.revoke(ctx, hostOrder("revoke.example.test"), 4); err != nil {
 		t.Fatal(err)
 	}
-	if st := e.certStatus(t, old.SerialNumber); st != "Revoked" {
+	if st := e.pebble.CertStatus(t, old.SerialNumber); st != "Revoked" {
 		t.Fatalf("pebble says the revoked certificate is %q", st)
 	}
 	if p := m.Pending(); len(p) != 1 || p[0].State != "pending" {

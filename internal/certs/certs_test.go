@@ -18,12 +18,13 @@ import (
 
 	"github.com/caddyserver/certmagic"
 
+	"github.com/berth-dev/berth/internal/certs/pebbletest"
 	"github.com/berth-dev/berth/internal/secrets"
 )
 
 // staticFiles writes a self-signed pair for name and returns its paths.
 func staticFiles(t *testing.T, name string) (certFile, keyFile string, cert []byte) {
-	_, certPEM, keyPEM := serverCert(t, name, 24*time.Hour, false)
+	_, certPEM, keyPEM := pebbletest.Cert(t, name, 24*time.Hour, false)
 	dir := t.TempDir()
 	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
 	writeFile(t, certFile, certPEM)
@@ -321,7 +322,7 @@ func TestNoSNIOracle(t *testing.T) {
 // injectCert puts a self-signed certificate for host into m's storage in
 // certmagic's layout and into the cache, as an issued one would be.
 func injectCert(t *testing.T, m *Manager, host string) {
-	_, certPEM, keyPEM := serverCert(t, host, 24*time.Hour, false)
+	_, certPEM, keyPEM := pebbletest.Cert(t, host, 24*time.Hour, false)
 	ctx := context.Background()
 	for k, v := range map[string][]byte{
 		certmagic.StorageKeys.SitePrivateKey(m.issuerKey, host): keyPEM,

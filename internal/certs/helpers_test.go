@@ -71,7 +71,7 @@ func value(m *dto.Metric) float64 {
 }
 
 func tlsDial(e *env, name string) (*tls.Conn, error) {
-	return tls.Dial("tcp", e.tlsLn.Addr().String(), &tls.Config{ServerName: name, RootCAs: e.issuing, NextProtos: []string{"http/1.1"}})
+	return tls.Dial("tcp", e.tlsLn.Addr().String(), &tls.Config{ServerName: name, RootCAs: e.pebble.Issuing, NextProtos: []string{"http/1.1"}})
 }
 
 // httpGet sends one HTTP/1.1 request on c and checks the answer.
