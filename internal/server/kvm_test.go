@@ -15,7 +15,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -23,6 +22,7 @@ import (
 	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/hostnet"
 	"github.com/berth-dev/berth/internal/hostnet/netnstest"
+	"github.com/berth-dev/berth/internal/syncbuf"
 	"github.com/berth-dev/berth/internal/vm/guest"
 	"github.com/berth-dev/berth/internal/vm/kvm"
 	"github.com/berth-dev/berth/internal/vm/vmtest"
@@ -96,7 +96,7 @@ func TestKVMGateway(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	o := Options{
 		ProxyAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", DataDir: data,
 		Log: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
@@ -319,22 +319,4 @@ func killQEMUs(t *testing.T, dir string) {
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the server's concurrent logging.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -24,13 +24,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/berth-dev/berth/internal/certs/rfc2136/bindtest"
+	"github.com/berth-dev/berth/internal/syncbuf"
 )
 
 // Bin is where Debian's pebble package puts pebble.
@@ -116,7 +115,7 @@ func (p *Pebble) start(t testing.TB, bin, dir string, o Options) error {
 	cmd := exec.Command(bin, "-config", filepath.Join(dir, "pebble.json"), "-dnsserver", o.DNS)
 	cmd.Env = append(os.Environ(), "PEBBLE_VA_NOSLEEP=1", "PEBBLE_WFE_NONCEREJECT=0", "PEBBLE_AUTHZREUSE=0")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // gone with a killed test binary
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start pebble: %v", err)
@@ -238,21 +237,4 @@ func writeFile(t testing.TB, path string, b []byte) {
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }

@@ -8,10 +8,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/internal/syncbuf"
 	"github.com/berth-dev/berth/internal/vm"
 	"github.com/berth-dev/berth/internal/vm/console"
 	"github.com/berth-dev/berth/internal/vm/proc"
@@ -140,24 +140,6 @@ func TestReadLogs(t *testing.T) {
 	}
 }
 
-// syncBuffer collects what FollowLogs writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // fakeReplica makes a replica directory whose "agent" is this test process,
 // so the driver sees it running while the test writes its log.
 func fakeReplica(t *testing.T, d *Driver, id string) string {
@@ -200,7 +182,7 @@ func TestFollowLogsRotation(t *testing.T) {
 	path := filepath.Join(dir, logFile)
 	appendFile(t, path, logLine("stdout", "before following"))
 
-	var out syncBuffer
+	var out syncbuf.Buffer
 	done := make(chan error, 1)
 	go func() { done <- d.FollowLogs(t.Context(), id, &out) }()
 	waitOutput := func(want string) {

@@ -16,12 +16,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/berth-dev/berth/internal/syncbuf"
 )
 
 // Named is where Debian's bind9 package puts named.
@@ -114,7 +115,7 @@ zone "%[5]s" {
 
 	cmd := exec.Command(bin, "-g", "-4", "-n", "1", "-c", conf)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // gone with a killed test binary
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start named: %v", err)
@@ -145,23 +146,6 @@ zone "%[5]s" {
 			return fmt.Errorf("named did not answer on %s within 15 s:\n%s", s.Addr, logs.String())
 		}
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // TXT returns the TXT values of name as s answers them.
