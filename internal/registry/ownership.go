@@ -76,8 +76,10 @@ func (r *Registry) checkRoutes(ctx context.Context, s *apitype.DeploymentSpec, o
 		conflict := func(format string, args ...any) error {
 			return &RouteError{http.StatusConflict, field, fmt.Sprintf(format, args...)}
 		}
-		if rule.Host != "" && r.o.Reserved != nil && r.o.Reserved(rule.Host) {
-			return conflict("host %q is reserved for a Computer's exposed port", rule.Host)
+		if rule.Host != "" && r.o.Reserved != nil {
+			if why := r.o.Reserved(rule.Host); why != "" {
+				return conflict("host %q is reserved for %s", rule.Host, why)
+			}
 		}
 		if o.Restricted && !rule.HostBound() {
 			return &RouteError{http.StatusForbidden, field, "a rule without host or host_suffix matches every host; this credential may route only hosts under its namespace's domains"}

@@ -88,9 +88,10 @@ type Options struct {
 	// Domains returns the domains assigned to namespaces, by namespace,
 	// for the route ownership checks (ownership.go); nil: none assigned.
 	Domains func(ctx context.Context) (map[string][]string, error)
-	// Reserved reports hosts no deployment may route (Computers'
-	// exposed ports); nil: none.
-	Reserved func(host string) bool
+	// Reserved says why no deployment may route host (a Computer's
+	// exposed port, the admin API's own name), or "" when one may; nil:
+	// none is reserved.
+	Reserved func(host string) string
 }
 
 // Registry is the deployment set. Safe for concurrent use.

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -137,5 +138,36 @@ func TestCertOptionsRefused(t *testing.T) {
 				t.Errorf("New: %v; want it to name %s", err, c.want)
 			}
 		})
+	}
+}
+
+// TestAdminACMEHostReserved: with --admin-acme-host, no deployment may route
+// that name (the data plane would serve the admin API's certificate for
+// it): 409 naming why, whoever writes it.
+func TestAdminACMEHostReserved(t *testing.T) {
+	o := Options{
+		ProxyAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", DataDir: t.TempDir(), EgressAddr: "off",
+		ProxyTLSAddr: "127.0.0.1:0", AdminACMEHost: "Admin.Test.",
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	// Nothing answers this directory: orders fail and back off, which is
+	// not what this test looks at; the static pair serves the admin
+	// listener meanwhile.
+	o.Certs.Email, o.Certs.Directory = "ops@example.test", "https://127.0.0.1:1/dir"
+	certFile, keyFile, pool := pairFiles(t)
+	o.Certs.StaticCert, o.Certs.StaticKey = certFile, keyFile
+	agentOptions(&o)
+	s := runWith(t, o)
+	c, err := client.New("https://"+s.AdminAddr(), client.WithTLSConfig(&tls.Config{RootCAs: pool, ServerName: "admin.test"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Do(t.Context(), "POST", "/deployments", json.RawMessage(`{"id":"app","routes":[{"host":"admin.test"}],"upstreams":["127.0.0.1:9"]}`), nil)
+	var ce *client.Error
+	if !errors.As(err, &ce) || ce.Status != http.StatusConflict || !strings.Contains(ce.Message, "admin API") || !strings.Contains(ce.Message, "routes[0]") {
+		t.Errorf("routing the admin host: %v; want 409 naming routes[0] and the admin API", err)
+	}
+	if _, err := c.Do(t.Context(), "POST", "/deployments", json.RawMessage(`{"id":"app","routes":[{"host":"app.test"}],"upstreams":["127.0.0.1:9"]}`), nil); err != nil {
+		t.Errorf("routing another host: %v", err)
 	}
 }

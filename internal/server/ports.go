@@ -35,6 +35,19 @@ func (s *Server) portHost(host string) bool {
 	return ok
 }
 
+// reservedHost says why no deployment may route host (registry.Options'
+// Reserved): a Computer's exposed-port host, or the admin API's own ACME
+// name, whose certificate berth holds for the admin listener.
+func (s *Server) reservedHost(host string) string {
+	switch {
+	case s.portHost(host):
+		return "a Computer's exposed port"
+	case s.o.AdminACMEHost != "" && strings.EqualFold(host, strings.TrimSuffix(s.o.AdminACMEHost, ".")):
+		return "the admin API (--admin-acme-host)"
+	}
+	return ""
+}
+
 func (p *portRoutes) resolve(w http.ResponseWriter, r *http.Request, host string) (*proxy.Deployment, func(), bool) {
 	if p.computers == nil {
 		return nil, nil, false

@@ -399,7 +399,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		ResolveEnv: sec.ResolveEnv,
 		Metrics:    s.metrics.Get,
 		Domains:    nsStore.Domains,
-		Reserved:   s.portHost,
+		Reserved:   s.reservedHost,
 		Log:        o.Log,
 	})
 	if err := s.registry.Load(ctx); err != nil {
