@@ -321,6 +321,11 @@ func (h *Handler) await(w http.ResponseWriter, r *http.Request, c *upstreamConn,
 			copyHeader(hdr, resp.Header)
 			w.WriteHeader(code)
 			clear(hdr) // WriteHeader does not reset the header for a 1xx
+			if r.TLS != nil && h.tlsHeaders {
+				if _, front := w.(*h1Writer); !front {
+					h.setTLSHeaders(w, r) // cleared with the 1xx's fields (see ServeHTTP)
+				}
+			}
 		}
 	}
 }

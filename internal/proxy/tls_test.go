@@ -467,6 +467,11 @@ func TestHSTSOnlyOverTLS(t *testing.T) {
 		if r.URL.Path == "/own" {
 			w.Header().Set("Strict-Transport-Security", "max-age=0")
 		}
+		if r.URL.Path == "/hints" {
+			w.Header().Set("Link", "</a.css>; rel=preload")
+			w.WriteHeader(http.StatusEarlyHints)
+			w.Header().Del("Link")
+		}
 		io.WriteString(w, "ok")
 	}))
 	h := proxy.New(proxy.Options{HSTS: hsts, AltSvc: alt})
@@ -477,6 +482,11 @@ func TestHSTSOnlyOverTLS(t *testing.T) {
 		resp, _ := get(t, c, f.base+"/", "app.test")
 		if resp.Header.Get("Strict-Transport-Security") != hsts || resp.Header.Get("Alt-Svc") != alt {
 			t.Errorf("%s: HSTS %q, Alt-Svc %q", resp.Proto, resp.Header.Get("Strict-Transport-Security"), resp.Header.Get("Alt-Svc"))
+		}
+		// The final response after a forwarded 103 keeps them too.
+		resp, _ = get(t, c, f.base+"/hints", "app.test")
+		if resp.StatusCode != 200 || resp.Header.Get("Strict-Transport-Security") != hsts || resp.Header.Get("Alt-Svc") != alt {
+			t.Errorf("%s after a 103: %d, HSTS %q, Alt-Svc %q", resp.Proto, resp.StatusCode, resp.Header.Get("Strict-Transport-Security"), resp.Header.Get("Alt-Svc"))
 		}
 		resp, _ = get(t, c, f.base+"/own", "app.test")
 		if v := resp.Header.Values("Strict-Transport-Security"); len(v) != 1 || v[0] != "max-age=0" {
