@@ -24,12 +24,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/berth-dev/berth/internal/certs/rfc2136/bindtest"
-	"github.com/berth-dev/berth/internal/syncbuf"
 )
 
 // Bin is where Debian's pebble package puts pebble.
@@ -114,19 +112,8 @@ func (p *Pebble) start(t testing.TB, bin, dir string, o Options) error {
 	writeFile(t, filepath.Join(dir, "pebble.json"), conf)
 	cmd := exec.Command(bin, "-config", filepath.Join(dir, "pebble.json"), "-dnsserver", o.DNS)
 	cmd.Env = append(os.Environ(), "PEBBLE_VA_NOSLEEP=1", "PEBBLE_WFE_NONCEREJECT=0", "PEBBLE_AUTHZREUSE=0")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // gone with a killed test binary
-	logs := &syncbuf.Buffer{}
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start pebble: %v", err)
-	}
-	exited := make(chan struct{})
-	var waitErr error
-	go func() { waitErr = cmd.Wait(); close(exited) }()
-	stop := func() {
-		cmd.Process.Kill()
-		<-exited
-	}
+	d := bindtest.StartDaemon(t, cmd)
+	exited, logs, stop := d.Exited, d.Logs, d.Stop
 	p.Directory = fmt.Sprintf("https://127.0.0.1:%d/dir", acmePort)
 	p.Mgmt = fmt.Sprintf("https://127.0.0.1:%d", mgmtPort)
 	client := p.client()
@@ -152,7 +139,7 @@ func (p *Pebble) start(t testing.TB, bin, dir string, o Options) error {
 		}
 		select {
 		case <-exited:
-			return fmt.Errorf("pebble exited (%v):\n%s", waitErr, logs.String())
+			return fmt.Errorf("pebble exited (%v):\n%s", d.Err, logs.String())
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {

@@ -114,19 +114,8 @@ zone "%[5]s" {
 `, dir, port, s.KeyName, s.Secret, zone, zoneFile))
 
 	cmd := exec.Command(bin, "-g", "-4", "-n", "1", "-c", conf)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // gone with a killed test binary
-	logs := &syncbuf.Buffer{}
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start named: %v", err)
-	}
-	exited := make(chan struct{})
-	var waitErr error
-	go func() { waitErr = cmd.Wait(); close(exited) }()
-	stop := func() {
-		cmd.Process.Kill()
-		<-exited
-	}
+	d := StartDaemon(t, cmd)
+	exited, logs, stop := d.Exited, d.Logs, d.Stop
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		m := new(dns.Msg)
@@ -138,7 +127,7 @@ zone "%[5]s" {
 		}
 		select {
 		case <-exited:
-			return fmt.Errorf("named exited (%v):\n%s", waitErr, logs.String())
+			return fmt.Errorf("named exited (%v):\n%s", d.Err, logs.String())
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
@@ -165,6 +154,35 @@ func (s *Server) TXT(t testing.TB, name string) []string {
 		}
 	}
 	return out
+}
+
+// Daemon is a test's server process (named, pebble): its output in Logs,
+// Exited closed (and Err set) once it has ended, Stop to kill it and wait.
+type Daemon struct {
+	Logs   *syncbuf.Buffer
+	Exited chan struct{}
+	Err    error // cmd.Wait's, once Exited is closed
+	cmd    *exec.Cmd
+}
+
+// StartDaemon starts cmd with its output collected and SIGKILL as its
+// parent-death signal, so it is gone with a killed test binary.
+func StartDaemon(t testing.TB, cmd *exec.Cmd) *Daemon {
+	t.Helper()
+	d := &Daemon{Logs: &syncbuf.Buffer{}, Exited: make(chan struct{}), cmd: cmd}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.Stdout, cmd.Stderr = d.Logs, d.Logs
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", filepath.Base(cmd.Path), err)
+	}
+	go func() { d.Err = cmd.Wait(); close(d.Exited) }()
+	return d
+}
+
+// Stop kills the process and waits for it.
+func (d *Daemon) Stop() {
+	d.cmd.Process.Kill()
+	<-d.Exited
 }
 
 // FreePort returns a loopback port free for both TCP and UDP just now.
