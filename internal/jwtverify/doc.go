@@ -38,7 +38,8 @@
 // by value (1 = 1.0), booleans are booleans.
 //
 // The claim named by `subject_claim` (default `sub`) must be a non-empty
-// string without control characters: it becomes the user. `email_claim`
+// string of valid UTF-8 without control characters (it travels in a
+// header): it becomes the user. `email_claim`
 // (`email`) and `name_claim` (`name`) are taken when they are such strings
 // and left empty otherwise. Header parameters that name keys (`jku`, `x5u`,
 // `jwk`, `x5c`) are ignored; a token with `crit` is refused.

@@ -210,7 +210,6 @@ func (s *source) run(f *fetch) {
 		s.cur.Store(set)
 		s.lastErr = nil
 	} else {
-		err = fmt.Errorf("%s: %w", s.what, err)
 		if s.cur.Load() == nil {
 			s.lastErr, s.lastFail = err, s.now()
 		}
@@ -218,10 +217,11 @@ func (s *source) run(f *fetch) {
 	f.err = err
 	s.inflight = nil
 	s.mu.Unlock()
-	close(f.done)
+	// Before the waiters wake: whoever sees the failure, the hook has heard it.
 	if err != nil && s.onErr != nil {
-		s.onErr(err)
+		s.onErr(fmt.Errorf("jwtverify: %s: %w", s.what, err))
 	}
+	close(f.done)
 }
 
 func (s *source) wait(ctx context.Context, f *fetch) error {
@@ -347,7 +347,11 @@ func fetchJWKS(ctx context.Context, c *http.Client, url string, mask func(key an
 	if len(body) > maxJWKSBytes {
 		return nil, fmt.Errorf("%s sent more than %d bytes; a JWKS is at most that", url, maxJWKSBytes)
 	}
-	return parseJWKS(body, mask)
+	set, err := parseJWKS(body, mask)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", url, err)
+	}
+	return set, nil
 }
 
 // parseJWKS reads a JWK set key by key, so that one key of a kind this

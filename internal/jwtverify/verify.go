@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -275,7 +276,7 @@ func (v *Verifier) keyFor(ctx context.Context, t *jwt.Token) (any, error) {
 		return k, nil
 	}
 	if !v.jwks {
-		return nil, refuse(ReasonNoKey, "the secret suits no algorithm of %s", alg)
+		return nil, refuse(ReasonNoKey, "the secret cannot verify %s", alg)
 	}
 	// The issuer may have rotated: look again, once per window.
 	set, err = v.src.refetch(ctx, set)
@@ -326,7 +327,8 @@ func (v *Verifier) accepted() string {
 	if len(v.c.algs) == 1 {
 		return "only " + v.c.algs[0] + " is"
 	}
-	return fmt.Sprintf("%v are", v.c.algs)
+	n := len(v.c.algs)
+	return strings.Join(v.c.algs[:n-1], ", ") + " and " + v.c.algs[n-1] + " are"
 }
 
 // claimsProblem names the first of the validator's (joined) complaints, in
