@@ -88,6 +88,7 @@ var rules = []struct {
 	{mod + "/internal/hostnet", []string{mod + "/"}, "host networking is a leaf"},
 	{mod + "/internal/ptybridge", []string{mod + "/apitype", mod + "/client", mod + "/cmd/", mod + "/internal/agent", mod + "/internal/admin", mod + "/internal/computer", mod + "/internal/server", mod + "/internal/fleet", mod + "/internal/registry"}, "the websocket↔terminal bridge knows terminals only through its Terminal interface, below the handlers that use it"},
 	{mod + "/internal/netguard", []string{mod + "/"}, "address walls are a leaf, shared by the proxy and spec validation"},
+	{mod + "/internal/jwtverify", []string{mod + "/internal/", mod + "/client", mod + "/cmd/"}, "JWT verification knows the wire type and nothing of the gate that calls it"},
 	{mod + "/internal/image", []string{mod + "/internal/vm", mod + "/internal/server", mod + "/internal/admin", mod + "/internal/registry"}, "the image store knows nothing of the drivers that boot its images"},
 	{mod + "/internal/grant", []string{mod + "/internal/computer", mod + "/internal/computerapi", mod + "/internal/server"}, "grant tokens know nothing of what they guard"},
 	{mod + "/internal/inventory", []string{mod + "/internal/fleet", mod + "/internal/computer", mod + "/internal/server", mod + "/internal/registry", mod + "/internal/admin", mod + "/internal/store", mod + "/internal/proxy", mod + "/internal/vm/"}, "the sandbox inventory knows drivers only through the vm contract and its claimants only through the Claims they register, below both"},
