@@ -87,6 +87,7 @@ var rules = []struct {
 	{mod + "/internal/agentbin", []string{mod + "/"}, "bundling the agent binary is a leaf"},
 	{mod + "/internal/hostnet", []string{mod + "/"}, "host networking is a leaf"},
 	{mod + "/internal/ptybridge", []string{mod + "/apitype", mod + "/client", mod + "/cmd/", mod + "/internal/agent", mod + "/internal/admin", mod + "/internal/computer", mod + "/internal/server", mod + "/internal/fleet", mod + "/internal/registry"}, "the websocket↔terminal bridge knows terminals only through its Terminal interface, below the handlers that use it"},
+	{mod + "/internal/oidc", []string{mod + "/internal/", mod + "/client", mod + "/cmd/"}, "the OpenID Connect relying party (and its test provider) knows only the wire types and its libraries: cookies, sessions and pages are the gate's"},
 	{mod + "/internal/netguard", []string{mod + "/"}, "address walls are a leaf, shared by the proxy and spec validation"},
 	{mod + "/internal/jwtverify", []string{mod + "/internal/", mod + "/client", mod + "/cmd/"}, "JWT verification knows the wire type and nothing of the gate that calls it"},
 	{mod + "/internal/image", []string{mod + "/internal/vm", mod + "/internal/server", mod + "/internal/admin", mod + "/internal/registry"}, "the image store knows nothing of the drivers that boot its images"},
@@ -116,7 +117,7 @@ var rules = []struct {
 }
 
 // testHelpers are packages only tests import.
-var testHelpers = []string{mod + "/internal/vm/vmtest", mod + "/internal/vm/vmfake", mod + "/internal/server/servertest", mod + "/internal/proxy/proxytest", mod + "/internal/contracttest", mod + "/internal/archtest", mod + "/internal/certs/rfc2136/bindtest", mod + "/internal/certs/pebbletest"}
+var testHelpers = []string{mod + "/internal/vm/vmtest", mod + "/internal/vm/vmfake", mod + "/internal/server/servertest", mod + "/internal/proxy/proxytest", mod + "/internal/contracttest", mod + "/internal/archtest", mod + "/internal/certs/rfc2136/bindtest", mod + "/internal/certs/pebbletest", mod + "/internal/oidc/oidctest"}
 
 // allowed: by a rule's importer, the leaves it may import although the rule
 // forbids them (all of berth).
