@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -58,10 +59,22 @@ func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
 type Store struct {
 	db DB
 	mu sync.Mutex // serialises Declare, so two overlapping domains cannot both pass the check
+	// changed runs after every write to the providers (the gates resolve
+	// provider_ref from a snapshot the server reloads then).
+	changed func()
 }
 
 // New returns the set over db.
 func New(db DB) *Store { return &Store{db: db} }
+
+// OnProvidersChanged sets f to run after every auth provider write.
+func (s *Store) OnProvidersChanged(f func()) { s.changed = f }
+
+func (s *Store) notify() {
+	if s.changed != nil {
+		s.changed()
+	}
+}
 
 // Namespace is one declared namespace.
 type Namespace struct {
@@ -200,6 +213,9 @@ func (s *Store) Remove(ctx context.Context, name string) error {
 	if errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("%w: no declared namespace %q", ErrNotFound, name)
 	}
+	if err == nil {
+		s.notify() // its providers may have gone with it
+	}
 	return err
 }
 
@@ -264,6 +280,7 @@ func (s *Store) PutProvider(ctx context.Context, v apitype.AuthProviderView) (ap
 	if err != nil {
 		return apitype.AuthProviderView{}, false, fmt.Errorf("the auth provider was not saved: %w", err)
 	}
+	s.notify()
 	out, err := view(r)
 	return out, created, err
 }
@@ -273,6 +290,9 @@ func (s *Store) DeleteProvider(ctx context.Context, ns, name string) error {
 	err := s.db.DeleteAuthProvider(ctx, ns, name)
 	if errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("%w: no auth provider %q in namespace %q", ErrNotFound, name, ns)
+	}
+	if err == nil {
+		s.notify()
 	}
 	return err
 }
@@ -288,8 +308,14 @@ func CheckProvider(v *apitype.AuthProviderView) error {
 	if msg := nameProblem(v.Name); msg != "" {
 		return &FieldError{"name", msg}
 	}
+	if err := foldHelpers(v); err != nil {
+		return err
+	}
 	if len(v.Provider.Providers) == 0 {
 		return &FieldError{"provider", "required: one or more of google, app-token, jwt"}
+	}
+	if err := checkIssuer(v); err != nil {
+		return err
 	}
 	gate := &apitype.AuthGate{
 		Provider: v.Provider, ClientID: v.ClientID, ClientSecret: v.ClientSecret,
@@ -343,4 +369,136 @@ func ProviderUsers(specs []apitype.DeploymentSpec, ns, name string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// The request-only helpers of POST /auth-providers (app-lb.md §2.3): keys
+// beside the provider that fill in its jwt, folded in and not stored.
+var helperKeys = []string{"preset", "secret", "jwks_url", "require", "cookie", "login_url",
+	"login_redirect_param", "authorize_url", "token_url"}
+
+// foldHelpers folds the request-only helpers into v.JWT and refuses any
+// other key the contract does not name, except berth's `issuer` (the
+// OpenID Connect issuer of a google-provider sign-in).
+func foldHelpers(v *apitype.AuthProviderView) error {
+	extra := v.Extra
+	for k := range extra {
+		if k != "issuer" && !slices.Contains(helperKeys, k) {
+			return &FieldError{k, "not a field of an auth provider"}
+		}
+	}
+	str := func(k string) (string, error) {
+		raw, ok := extra[k]
+		if !ok {
+			return "", nil
+		}
+		var s string
+		if json.Unmarshal(raw, &s) != nil || s == "" {
+			return "", &FieldError{k, "must be a non-empty string"}
+		}
+		return s, nil
+	}
+	has := func(k string) bool { _, ok := extra[k]; return ok }
+	preset, err := str("preset")
+	if err != nil {
+		return err
+	}
+	jwtHelper := false
+	for _, k := range helperKeys {
+		if k != "preset" && has(k) {
+			jwtHelper = true
+		}
+	}
+	if preset == "" && !jwtHelper {
+		return nil
+	}
+	j := v.JWT
+	switch preset {
+	case "":
+		if j == nil && !has("secret") && !has("jwks_url") {
+			return &FieldError{"jwt", "required: the helpers (require, cookie, login_url, …) tweak a jwt, and this provider has none"}
+		}
+	case "heyo-jwks", "heyo":
+		if j == nil {
+			j = &apitype.JwtSpec{}
+		}
+		if len(j.Algorithms) == 0 {
+			j.Algorithms = []string{"RS256"}
+			if preset == "heyo" {
+				j.Algorithms = []string{"HS256"}
+			}
+		}
+		if preset == "heyo-jwks" && j.JWKSURL == "" && !has("jwks_url") {
+			return &FieldError{"jwks_url", "required with preset heyo-jwks (berth has no Heyo auth URL to derive it from)"}
+		}
+		if preset == "heyo" && j.Secret == nil && !has("secret") {
+			return &FieldError{"secret", "required with preset heyo (the HS256 key, as a secret reference)"}
+		}
+	default:
+		return &FieldError{"preset", fmt.Sprintf("unknown preset %q (berth knows heyo-jwks and heyo)", preset)}
+	}
+	if j == nil {
+		j = &apitype.JwtSpec{}
+	}
+	if raw, ok := extra["secret"]; ok {
+		var ref apitype.SecretRef
+		if json.Unmarshal(raw, &ref) != nil {
+			var name string
+			if json.Unmarshal(raw, &name) != nil || name == "" {
+				return &FieldError{"secret", "must be a secret reference {secret, key?} or a secret's name"}
+			}
+			ref = apitype.SecretRef{Secret: name}
+		}
+		j.Secret = &ref
+	}
+	for k, dst := range map[string]*string{"jwks_url": &j.JWKSURL, "cookie": &j.Cookie, "login_url": &j.LoginURL,
+		"login_redirect_param": &j.LoginRedirectParam, "authorize_url": &j.AuthorizeURL, "token_url": &j.TokenURL} {
+		s, err := str(k)
+		if err != nil {
+			return err
+		}
+		if s != "" {
+			*dst = s
+		}
+	}
+	if raw, ok := extra["require"]; ok {
+		var req map[string]json.RawMessage
+		if json.Unmarshal(raw, &req) != nil {
+			return &FieldError{"require", "must be an object of claim to value or list of values"}
+		}
+		if j.Require == nil {
+			j.Require = map[string]json.RawMessage{}
+		}
+		maps.Copy(j.Require, req) // merged, the helper's values winning
+	}
+	v.JWT = j
+	if !v.Provider.Has(apitype.ProviderJWT) {
+		v.Provider.Providers = append(v.Provider.Providers, apitype.ProviderJWT)
+	}
+	for _, k := range helperKeys {
+		delete(v.Extra, k)
+	}
+	if len(v.Extra) == 0 {
+		v.Extra = nil
+	}
+	return nil
+}
+
+// checkIssuer checks berth's `issuer`: an OpenID Connect issuer for the
+// google provider's sign-in, https (http only on loopback).
+func checkIssuer(v *apitype.AuthProviderView) error {
+	raw, ok := v.Extra["issuer"]
+	if !ok {
+		return nil
+	}
+	var iss string
+	if json.Unmarshal(raw, &iss) != nil || iss == "" {
+		return &FieldError{"issuer", "must be the OpenID Connect issuer's URL"}
+	}
+	if !v.Provider.Has(apitype.ProviderGoogle) {
+		return &FieldError{"issuer", "only meaningful with the google provider (OpenID Connect sign-in)"}
+	}
+	if msg := spec.IssuerURLProblem(iss); msg != "" {
+		return &FieldError{"issuer", msg}
+	}
+	return nil
 }

@@ -153,7 +153,7 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request, d *Deployment, b
 		// nobody: a past deadline unblocks whatever waits on c.
 		link = linkAbort(ctx, w, c)
 		var err error
-		resp, wdone, err = h.send(w, r, b, c, hasBody, now)
+		resp, wdone, err = h.send(w, r, b, c, hasBody, d.Gate != nil, now)
 		if err == nil {
 			// A backend that answers before the whole body has reached it
 			// may read what remains as its next request: the connection
@@ -259,9 +259,9 @@ func (l abortLink) unlink() bool {
 
 // send writes r's head (and, from another goroutine, its body) to c and reads
 // the backend's final response head. 1xx responses are relayed on the way.
-func (h *Handler) send(w http.ResponseWriter, r *http.Request, b *Backend, c *upstreamConn, hasBody bool, now time.Time) (*http.Response, chan error, error) {
+func (h *Handler) send(w http.ResponseWriter, r *http.Request, b *Backend, c *upstreamConn, hasBody, gated bool, now time.Time) (*http.Response, chan error, error) {
 	chunked := hasBody && (r.ContentLength < 0 || len(r.Trailer) > 0)
-	if err := h.writeHead(c.bw, r, b, hasBody, chunked); err != nil {
+	if err := h.writeHead(c.bw, r, b, hasBody, chunked, gated); err != nil {
 		return nil, nil, err
 	}
 	c.wait.start(h.respTimeout, now)
@@ -334,8 +334,9 @@ func (h *Handler) await(w http.ResponseWriter, r *http.Request, c *upstreamConn,
 // The request URI is r.URL's (after strip_prefix), Host is the client's, and
 // X-Forwarded-* follow rewrite's rules. Everything is validated here, because
 // the handler may be called with requests no http.Server would have parsed,
-// and a CR or LF written through would split the request.
-func (h *Handler) writeHead(bw *bufio.Writer, r *http.Request, b *Backend, hasBody, chunked bool) error {
+// and a CR or LF written through would split the request. Unless gated (the
+// gate vouches for the ones left), no X-Auth-Request-* header passes.
+func (h *Handler) writeHead(bw *bufio.Writer, r *http.Request, b *Backend, hasBody, chunked, gated bool) error {
 	method := r.Method
 	if method == "" {
 		method = http.MethodGet
@@ -373,7 +374,7 @@ func (h *Handler) writeHead(bw *bufio.Writer, r *http.Request, b *Backend, hasBo
 	conn := r.Header["Connection"]
 	for k, vv := range r.Header {
 		if hopByHop(k) || forwardedHeader(k) || k == "Content-Length" || k == "Host" || k == "Expect" ||
-			(conn != nil && listedIn(conn, k)) {
+			(conn != nil && listedIn(conn, k)) || (!gated && authRequestHeader(k)) {
 			continue
 		}
 		if !validToken(k) {

@@ -71,7 +71,34 @@ type Deployment struct {
 	// Hold, when set, lets a request that finds no available backend wait
 	// for one (a vm pool scaling from zero) instead of failing at once.
 	Hold Holder
+	// Gate, when set, decides on every routed request before the
+	// deployment sees it (its auth gate: package gate).
+	Gate Gate
 }
+
+// Gate is a deployment's sign-in gate. Admit runs on every request routed
+// to the deployment, before any prefix is stripped (it sees the path the
+// client sent). It answers 0 to let the request through, having removed
+// every X-Auth-Request-* header the client sent and set the ones it vouches
+// for (and any credential it presents upstream); else it has answered the
+// request itself (a refusal, a redirect to sign in, a sign-in callback)
+// and returns the status it wrote. secure reports a request that reached
+// berth over TLS.
+//
+// A deployment without a gate has every X-Auth-Request-* header removed by
+// the forwarder instead, so an upstream can trust them either way.
+type Gate interface {
+	Admit(w http.ResponseWriter, r *http.Request, secure bool) (status int)
+}
+
+// authRequestHeader reports an identity header only a gate may set:
+// X-Auth-Request-User, -Email, -Name and any other of the family
+// (canonical names: both front ends canonicalize).
+func authRequestHeader(k string) bool {
+	return len(k) > len(authRequestPrefix) && k[:len(authRequestPrefix)] == authRequestPrefix
+}
+
+const authRequestPrefix = "X-Auth-Request-"
 
 // Holder is a pool that can grow: the cold-start hold.
 type Holder interface {
@@ -445,6 +472,12 @@ func (h *Handler) route(w http.ResponseWriter, r *http.Request) {
 		d.observe(http.StatusServiceUnavailable, start, false)
 		return
 	}
+	if d.Gate != nil {
+		if status := d.Gate.Admit(w, r, r.TLS != nil); status != 0 {
+			d.observe(status, start, false)
+			return
+		}
+	}
 	if m.Strip != "" {
 		if d.Site != nil && r.URL.Path == m.Strip && !strings.HasSuffix(m.Strip, "/") {
 			// /docs on a site routed at /docs: the site's root directory,
@@ -549,6 +582,13 @@ func (h *Handler) rewrite(pr *httputil.ProxyRequest) {
 	out.URL.Host = "backend.invalid" // replaced per attempt
 	out.Host = in.Host
 	out.Header[hopHeader] = []string{string(appendHop(nil, in))}
+	if st, _ := in.Context().Value(ctxKey{}).(*reqState); st == nil || st.dep.Gate == nil {
+		for k := range out.Header {
+			if authRequestHeader(k) {
+				delete(out.Header, k)
+			}
+		}
+	}
 	peer := peerIP(in.RemoteAddr)
 	if h.isTrusted(peer) {
 		if v := in.Header.Values("X-Forwarded-For"); len(v) > 0 {

@@ -92,6 +92,9 @@ type Options struct {
 	// exposed port, the admin API's own name), or "" when one may; nil:
 	// none is reserved.
 	Reserved func(host string) string
+	// Gate compiles a spec's auth gate (package gate); nil refuses specs
+	// with one, since nothing would enforce it.
+	Gate func(s *apitype.DeploymentSpec) (proxy.Gate, error)
 }
 
 // Registry is the deployment set. Safe for concurrent use.
@@ -240,6 +243,16 @@ func (r *Registry) build(s apitype.DeploymentSpec, prev *Entry, dry bool) (*Entr
 		e.Site = &cfg
 	}
 	dp := &proxy.Deployment{ID: s.ID, Pool: e.Pool}
+	if s.Auth != nil {
+		if r.o.Gate == nil {
+			return nil, &spec.FieldError{Field: "auth", Msg: "this server enforces no auth gates"}
+		}
+		g, err := r.o.Gate(&s)
+		if err != nil {
+			return nil, &spec.FieldError{Field: "auth", Msg: err.Error()}
+		}
+		dp.Gate = g
+	}
 	if s.Maintenance != nil {
 		dp.Maintenance = *s.Maintenance
 	}

@@ -32,13 +32,6 @@ func notSupported(field, why string) *FieldError {
 	return fieldErr(field, "not supported yet: %s; remove %s", why, field)
 }
 
-// authUnsupported is the answer to any spec with an auth gate: berth does
-// not enforce gates yet, and accepting one would serve the deployment
-// ungated while its owner believes it is protected.
-func authUnsupported() *FieldError {
-	return fieldErr("auth", "not supported yet: berth does not enforce auth gates, so a gated deployment would serve every request without credentials; remove auth, or put the gate in front of berth")
-}
-
 // unsupported refuses the sections berth checks field by field (so a later
 // issue can implement one by deleting its line here) but does not act on:
 // nothing builds, fetches, mounts, discovers, updates or feeds, and the

@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -10,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/berth-dev/berth/apitype"
+	"github.com/berth-dev/berth/internal/jwtverify"
 	"github.com/berth-dev/berth/internal/route"
 	"github.com/berth-dev/berth/internal/vm"
 )
@@ -40,8 +42,9 @@ func Validate(s *apitype.DeploymentSpec, o Options) error {
 }
 
 // ValidateGate is Validate for a probe spec that carries an auth gate to
-// be checked (package namespaces checks auth providers this way): the gate
-// is validated field by field rather than refused as unsupported.
+// be checked (package namespaces checks auth providers this way): the
+// checks that need the deployment's own routes (cookie_domain covering its
+// hosts) are left to the gates that inherit the provider.
 func ValidateGate(s *apitype.DeploymentSpec, o Options) error {
 	return validate(s, o, true)
 }
@@ -66,7 +69,7 @@ func validate(s *apitype.DeploymentSpec, o Options, gateProbe bool) error {
 type validator struct {
 	s         *apitype.DeploymentSpec
 	o         Options
-	gateProbe bool // ValidateGate: check an auth gate instead of refusing it
+	gateProbe bool // ValidateGate: a provider's identity half, with no routes of its own
 }
 
 func fieldErr(field, format string, args ...any) *FieldError {
@@ -713,9 +716,6 @@ func (v validator) auth() *FieldError {
 	if a == nil {
 		return nil
 	}
-	if !v.gateProbe {
-		return authUnsupported()
-	}
 	if a.ProviderRef != "" {
 		var set []string
 		if len(a.Provider.Providers) > 0 {
@@ -761,6 +761,14 @@ func (v validator) auth() *FieldError {
 		if a.Provider.Has(apitype.ProviderJWT) && a.JWT == nil {
 			return fieldErr("auth.jwt", "required with the jwt provider")
 		}
+		if a.JWT != nil && !a.Provider.Has(apitype.ProviderJWT) {
+			return fieldErr("auth.jwt", "only meaningful with the jwt provider")
+		}
+		if google {
+			if err := v.signIn(a); err != nil {
+				return err
+			}
+		}
 	}
 	if err := secretRef("auth.client_secret", a.ClientSecret); err != nil {
 		return err
@@ -779,8 +787,27 @@ func (v validator) auth() *FieldError {
 			return fieldErr("auth.base_path", "%s", msg)
 		}
 	}
-	if a.SessionTTLSecs != nil && *a.SessionTTLSecs < 0 {
-		return fieldErr("auth.session_ttl_secs", "must not be negative")
+	if a.SessionTTLSecs != nil && (*a.SessionTTLSecs < 0 || *a.SessionTTLSecs > maxSessionTTL) {
+		return fieldErr("auth.session_ttl_secs", "must be in 0..%d (30 days; 0 means the default, 43200)", maxSessionTTL)
+	}
+	if a.SessionScope != "" && !slices.Contains([]apitype.AdminScope{apitype.ScopeNone, apitype.ScopeView, apitype.ScopeAdmin}, a.SessionScope) {
+		return fieldErr("auth.session_scope", "%q is not one of none, view, admin", a.SessionScope)
+	}
+	if a.CookieName != "" && !cookieToken(a.CookieName) {
+		return fieldErr("auth.cookie_name", "%q is not a cookie name (letters, digits and !#$%%&'*+-.^_`|~)", a.CookieName)
+	}
+	if err := v.cookieDomain(a); err != nil {
+		return err
+	}
+	if a.RedirectURL != "" {
+		base := strings.TrimSuffix(cmpOr(a.BasePath, "/__applb/auth"), "/")
+		u, err := url.Parse(a.RedirectURL)
+		switch {
+		case err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "":
+			return fieldErr("auth.redirect_url", "must be an absolute http(s) URL")
+		case u.Path != base+"/callback":
+			return fieldErr("auth.redirect_url", "must end in %s/callback, where the gate answers the issuer", base)
+		}
 	}
 	if j := a.JWT; j != nil {
 		n := 0
@@ -805,6 +832,149 @@ func (v validator) auth() *FieldError {
 		}
 		if err := secretRef("auth.jwt.secret", j.Secret); err != nil {
 			return err
+		}
+		if err := jwtverify.Check(*j); err != nil {
+			var fe *jwtverify.FieldError
+			if errors.As(err, &fe) {
+				return fieldErr("auth."+fe.Field, "%s", fe.Msg)
+			}
+			return fieldErr("auth.jwt", "%v", err)
+		}
+		if err := v.jwtSignIn(a, j); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// maxSessionTTL bounds session_ttl_secs: 30 days.
+const maxSessionTTL = 30 * 24 * 3600
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// signIn checks the OpenID Connect sign-in of a gate with the google
+// provider: a client to sign in with, and an allow-list (app-lb.md §3.6:
+// an empty one is refused; ["*"] admits any account).
+func (v validator) signIn(a *apitype.AuthGate) *FieldError {
+	if a.ClientID == "" {
+		return fieldErr("auth.client_id", "required with the google provider (the OAuth client berth signs people in with)")
+	}
+	if a.ClientSecret == nil && !v.gateProbe {
+		return fieldErr("auth.client_secret", "required with the google provider")
+	}
+	if len(a.AllowedDomains) == 0 && len(a.AllowedEmails) == 0 {
+		return fieldErr("auth.allowed_domains", "an allow-list is required with the google provider: allowed_domains, allowed_emails, or allowed_domains [\"*\"] for any account")
+	}
+	for i, d := range a.AllowedDomains {
+		if d = strings.TrimPrefix(strings.TrimSpace(d), "@"); d == "" || strings.ContainsAny(d, " @/") && d != "*" {
+			return fieldErr(fmt.Sprintf("auth.allowed_domains[%d]", i), "%q is not a domain", a.AllowedDomains[i])
+		}
+	}
+	for i, e := range a.AllowedEmails {
+		if _, dom, ok := strings.Cut(strings.TrimSpace(e), "@"); !ok || dom == "" || strings.ContainsAny(e, " /") {
+			return fieldErr(fmt.Sprintf("auth.allowed_emails[%d]", i), "%q is not an email address", e)
+		}
+	}
+	return nil
+}
+
+// jwtSignIn checks the browser sign-ins of a jwt gate.
+func (v validator) jwtSignIn(a *apitype.AuthGate, j *apitype.JwtSpec) *FieldError {
+	if j.LoginEndpoint != "" {
+		return fieldErr("auth.jwt.login_endpoint", "not supported: berth takes no passwords; use login_url (hosted sign-in) or authorize_url and token_url (scoped sign-in)")
+	}
+	if j.LoginURL != "" {
+		if j.Cookie == "" {
+			return fieldErr("auth.jwt.cookie", "required with login_url: the issuer hands the token back in this cookie")
+		}
+		if msg := IssuerURLProblem(j.LoginURL); msg != "" {
+			return fieldErr("auth.jwt.login_url", "%s", msg)
+		}
+	}
+	if j.LoginRedirectParam != "" && j.LoginURL == "" {
+		return fieldErr("auth.jwt.login_redirect_param", "only meaningful with login_url")
+	}
+	if (j.AuthorizeURL == "") != (j.TokenURL == "") {
+		return fieldErr("auth.jwt.authorize_url", "authorize_url and token_url go together")
+	}
+	if j.AuthorizeURL != "" {
+		if msg := IssuerURLProblem(j.AuthorizeURL); msg != "" {
+			return fieldErr("auth.jwt.authorize_url", "%s", msg)
+		}
+		if msg := IssuerURLProblem(j.TokenURL); msg != "" {
+			return fieldErr("auth.jwt.token_url", "%s", msg)
+		}
+		if a.CookieDomain != "" {
+			return fieldErr("auth.jwt.authorize_url", "the scoped sign-in keeps a host-only session: it cannot be combined with cookie_domain")
+		}
+	}
+	return nil
+}
+
+// IssuerURLProblem says what is wrong with an issuer's URL: it must be
+// https, or http on loopback.
+func IssuerURLProblem(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return "must be an absolute URL"
+	}
+	switch u.Scheme {
+	case "https":
+		return ""
+	case "http":
+		h := u.Hostname()
+		if ip := net.ParseIP(h); h == "localhost" || (ip != nil && ip.IsLoopback()) {
+			return ""
+		}
+		return "must be https (http only on loopback)"
+	}
+	return "must be an https URL"
+}
+
+// cookieToken reports a valid cookie name (an RFC 9110 token).
+func cookieToken(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// cookieDomain checks a gate's cookie_domain: a parent domain of two
+// labels or more, which every host the deployment serves lies within (a
+// session cookie for a domain the deployment does not serve would be sent
+// to hosts it does not control).
+func (v validator) cookieDomain(a *apitype.AuthGate) *FieldError {
+	d := strings.ToLower(strings.TrimPrefix(a.CookieDomain, "."))
+	if d == "" {
+		return nil
+	}
+	if strings.Count(d, ".") < 1 || strings.ContainsAny(d, " /:*") {
+		return fieldErr("auth.cookie_domain", "%q must be a parent domain of two labels or more", a.CookieDomain)
+	}
+	if v.gateProbe {
+		return nil
+	}
+	within := func(h string) bool { h = strings.ToLower(h); return h == d || strings.HasSuffix(h, "."+d) }
+	for i, r := range v.s.Routes {
+		switch {
+		case r.Host != "":
+			if !within(r.Host) {
+				return fieldErr("auth.cookie_domain", "routes[%d].host %q is not within %q", i, r.Host, d)
+			}
+		case r.HostSuffix != "":
+			if !within(strings.TrimPrefix(r.HostSuffix, ".")) {
+				return fieldErr("auth.cookie_domain", "routes[%d].host_suffix %q is not within %q", i, r.HostSuffix, d)
+			}
+		default:
+			return fieldErr("auth.cookie_domain", "routes[%d] matches any host; with cookie_domain every route must name a host within %q", i, d)
 		}
 	}
 	return nil

@@ -569,6 +569,66 @@ func TestValidate(t *testing.T) {
 				PublicPaths: []apitype.PublicPath{{Path: "/pub", Scope: "everyone"}}}
 			return s
 		}, nil, "auth.public_paths[0].scope: "},
+		{"auth google needs client", func() *apitype.DeploymentSpec {
+			s := vmSpec()
+			s.Auth = &apitype.AuthGate{AllowedDomains: []string{"example.com"}}
+			return s
+		}, nil, "auth.client_id: required with the google provider"},
+		{"auth google needs secret", func() *apitype.DeploymentSpec {
+			s := vmSpec()
+			s.Auth = &apitype.AuthGate{ClientID: "cid", AllowedDomains: []string{"example.com"}}
+			return s
+		}, nil, "auth.client_secret: required"},
+		{"auth google needs allow-list", func() *apitype.DeploymentSpec {
+			s := vmSpec()
+			s.Auth = &apitype.AuthGate{ClientID: "cid", ClientSecret: &apitype.SecretRef{Secret: "g"}}
+			return s
+		}, nil, "auth.allowed_domains: an allow-list is required"},
+		{"auth cookie_domain outside", func() *apitype.DeploymentSpec {
+			s := vmSpec()
+			s.Routes = []apitype.RouteRule{{Host: "app.example.com"}, {Host: "app.other.org"}}
+			s.Auth = &apitype.AuthGate{Provider: apitype.Providers(apitype.ProviderAppToken), CookieDomain: "example.com"}
+			return s
+		}, nil, "auth.cookie_domain: routes[1].host \"app.other.org\" is not within"},
+		{"auth cookie_domain one label", func() *apitype.DeploymentSpec {
+			s := vmSpec()
+			s.Auth = &apitype.AuthGate{Provider: apitype.Providers(apitype.ProviderAppToken), CookieDomain: "com"}
+			return s
+		}, nil, "auth.cookie_domain: \"com\" must be a parent domain"},
+		{"auth session_scope", func() *apitype.DeploymentSpec {
+			s := vmSpec()
+			s.Auth = &apitype.AuthGate{Provider: apitype.Providers(apitype.ProviderAppToken), SessionScope: "root"}
+			return s
+		}, nil, "auth.session_scope: "},
+		{"auth redirect_url path", func() *apitype.DeploymentSpec {
+			s := vmSpec()
+			s.Auth = &apitype.AuthGate{Provider: apitype.Providers(apitype.ProviderAppToken), RedirectURL: "https://a.test/cb"}
+			return s
+		}, nil, "auth.redirect_url: must end in /__applb/auth/callback"},
+		{"auth jwt login_url needs cookie", func() *apitype.DeploymentSpec {
+			s := vmSpec()
+			s.Auth = &apitype.AuthGate{Provider: apitype.Providers(apitype.ProviderJWT),
+				JWT: &apitype.JwtSpec{JWKSURL: "https://x.test/jwks", Algorithms: []string{"RS256"}, Issuer: "x", LoginURL: "https://x.test/login"}}
+			return s
+		}, nil, "auth.jwt.cookie: required with login_url"},
+		{"auth jwt login_endpoint", func() *apitype.DeploymentSpec {
+			s := vmSpec()
+			s.Auth = &apitype.AuthGate{Provider: apitype.Providers(apitype.ProviderJWT),
+				JWT: &apitype.JwtSpec{JWKSURL: "https://x.test/jwks", Algorithms: []string{"RS256"}, Issuer: "x", Cookie: "t", LoginEndpoint: "https://x.test/api/auth/login"}}
+			return s
+		}, nil, "auth.jwt.login_endpoint: not supported"},
+		{"auth jwt jwks http", func() *apitype.DeploymentSpec {
+			s := vmSpec()
+			s.Auth = &apitype.AuthGate{Provider: apitype.Providers(apitype.ProviderJWT),
+				JWT: &apitype.JwtSpec{JWKSURL: "http://x.test/jwks", Algorithms: []string{"RS256"}, Issuer: "x"}}
+			return s
+		}, nil, "auth.jwt.jwks_url: "},
+		{"auth jwt scoped half", func() *apitype.DeploymentSpec {
+			s := vmSpec()
+			s.Auth = &apitype.AuthGate{Provider: apitype.Providers(apitype.ProviderJWT),
+				JWT: &apitype.JwtSpec{JWKSURL: "https://x.test/jwks", Algorithms: []string{"RS256"}, Issuer: "x", AuthorizeURL: "https://x.test/authorize"}}
+			return s
+		}, nil, "auth.jwt.authorize_url: authorize_url and token_url go together"},
 
 		// feed
 		{"feed expose", func() *apitype.DeploymentSpec {
@@ -585,13 +645,7 @@ func TestValidate(t *testing.T) {
 			}
 			s := tt.spec()
 			Normalize(s, o)
-			validate := Validate
-			if strings.HasPrefix(tt.name, "auth ") && tt.name != "auth without routes" {
-				// Gates are refused (TestAuthUnsupported); their fields
-				// are still checked for auth providers.
-				validate = ValidateGate
-			}
-			err := validate(s, o)
+			err := Validate(s, o)
 			if tt.want == "" {
 				if err != nil {
 					t.Fatalf("Validate = %v, want nil", err)
@@ -612,10 +666,9 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-// TestAuthUnsupported: berth does not enforce auth gates yet, so a spec
-// with one, valid or not, inline or inherited, is refused naming auth,
-// instead of being served ungated.
-func TestAuthUnsupported(t *testing.T) {
+// TestAuthAccepted: gates are enforced (package gate), so a valid one,
+// inline or inherited, passes Validate.
+func TestAuthAccepted(t *testing.T) {
 	for _, g := range []*apitype.AuthGate{
 		{Provider: apitype.Providers(apitype.ProviderAppToken)},
 		{ProviderRef: "corp"},
@@ -625,13 +678,8 @@ func TestAuthUnsupported(t *testing.T) {
 		s.Routes = []apitype.RouteRule{{Host: "a.test"}}
 		s.Auth = g
 		Normalize(s, testOpts)
-		err := Validate(s, testOpts)
-		var fe *FieldError
-		if !errors.As(err, &fe) || fe.Field != "auth" || !strings.HasPrefix(fe.Msg, "not supported yet") {
-			t.Errorf("gate %+v: Validate = %v, want auth: not supported yet", g, err)
-		}
-		if err := ValidateGate(s, testOpts); err != nil {
-			t.Errorf("gate %+v: ValidateGate = %v", g, err)
+		if err := Validate(s, testOpts); err != nil {
+			t.Errorf("gate %+v: Validate = %v", g, err)
 		}
 	}
 }
