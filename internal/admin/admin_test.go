@@ -658,9 +658,10 @@ func TestAuthProviders(t *testing.T) {
 	}
 	want(t, r.do("DELETE", "/auth-providers/team-b/corp", team, ""), http.StatusForbidden)
 
-	// berth refuses gated deployments for now (auth: not supported yet),
-	// so no deployment can inherit a provider; a namespace holding a
-	// deployment is not deleted.
+	// This rig's registry compiles no gates (the server's does: its
+	// tests sign in through inherited providers), so a gated deployment
+	// is refused here naming auth; a namespace holding a deployment is
+	// not deleted.
 	gated := `{"id": "gated", "namespace": "team-b", "routes": [{"host": "gated.example"}], "upstreams": ["127.0.0.1:9"], "auth": {"provider_ref": "corp"}}`
 	want(t, r.do("POST", "/deployments", operator, gated), http.StatusBadRequest, "auth")
 	want(t, r.do("POST", "/deployments", operator, `{"id": "app", "namespace": "team-b", "routes": [{"host": "app.example"}], "upstreams": ["127.0.0.1:9"]}`), http.StatusCreated)

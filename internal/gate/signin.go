@@ -99,9 +99,9 @@ func (g *Gate) methods(q *req, id *identity, ret string) []method {
 	}
 	if j := id.jwtSpec; id.jwt != nil && j != nil {
 		if j.AuthorizeURL != "" && j.TokenURL != "" {
-			ms = append(ms, method{"Sign in with " + issuerLabel(j.Issuer), func() int { return g.startScoped(q, id, ret) }})
+			ms = append(ms, method{"Sign in with " + issuerLabel(j.AuthorizeURL), func() int { return g.startScoped(q, id, ret) }})
 		} else if j.LoginURL != "" {
-			ms = append(ms, method{"Sign in with " + issuerLabel(j.Issuer), func() int { return g.hosted(q, id, ret) }})
+			ms = append(ms, method{"Sign in with " + issuerLabel(j.LoginURL), func() int { return g.hosted(q, id, ret) }})
 		}
 	}
 	return ms

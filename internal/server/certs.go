@@ -175,10 +175,11 @@ func (s *Server) certSource() admin.CertSource {
 
 // collectors are the Prometheus collectors besides the metrics registry's.
 func (s *Server) collectors() []prometheus.Collector {
-	if s.certs == nil {
-		return nil
+	cs := []prometheus.Collector{s.gates.Collector()}
+	if s.certs != nil {
+		cs = append(cs, s.certs.Collector())
 	}
-	return []prometheus.Collector{s.certs.Collector()}
+	return cs
 }
 
 // runCerts and runFeedHosts are the manager's loops (none without it).

@@ -30,6 +30,7 @@ import (
 	"github.com/berth-dev/berth/internal/computerapi"
 	"github.com/berth-dev/berth/internal/egress"
 	"github.com/berth-dev/berth/internal/fleet"
+	"github.com/berth-dev/berth/internal/gate"
 	"github.com/berth-dev/berth/internal/grant"
 	"github.com/berth-dev/berth/internal/hostnet"
 	"github.com/berth-dev/berth/internal/image"
@@ -40,6 +41,7 @@ import (
 	"github.com/berth-dev/berth/internal/proxy"
 	"github.com/berth-dev/berth/internal/registry"
 	"github.com/berth-dev/berth/internal/secrets"
+	"github.com/berth-dev/berth/internal/sessions"
 	"github.com/berth-dev/berth/internal/spec"
 	"github.com/berth-dev/berth/internal/store"
 	"github.com/berth-dev/berth/internal/vm"
@@ -81,6 +83,10 @@ type Options struct {
 	// certificate for that name, ordered as if a deployment routed it.
 	AdminTLSCert, AdminTLSKey string
 	AdminACMEHost             string
+
+	// GoogleIssuer is the OpenID Connect issuer the gates' google
+	// provider signs in with: "" is Google's. Tests name one on loopback.
+	GoogleIssuer string
 
 	AdminAddr string // admin API listener; default 127.0.0.1:9090
 	// DataDir is where the store lives; created 0700. A relative path is
@@ -200,6 +206,8 @@ type Options struct {
 // Server is a running berth gateway.
 type Server struct {
 	o        Options
+	gates    *gate.Manager     // deployments' sign-in gates
+	sessions *sessions.Manager // their sign-in sessions
 	log      *slog.Logger
 	store    *store.Store
 	registry *registry.Registry
@@ -385,6 +393,10 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	}
 	s.ports.computers, s.ports.grants = s.computers, grants
 	nsStore := namespaces.New(st)
+	if err := s.openGates(ctx, st, tokens, sec, key, nsStore); err != nil {
+		return nil, err
+	}
+	undo = append(undo, func() { s.gates.Close(); s.sessions.Close() })
 	specOpts := spec.Options{
 		BaseDomain: o.BaseDomain, Drivers: s.fleet.DriverNames(), ImageExists: s.images.Exists,
 		SitesDir: o.SitesDir, SiteRootsAllow: o.SiteRootsAllow, MaxReplicasCeiling: replicaCeiling(o),
@@ -400,6 +412,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		Metrics:    s.metrics.Get,
 		Domains:    nsStore.Domains,
 		Reserved:   s.reservedHost,
+		Gate:       s.compileGate,
 		Log:        o.Log,
 	})
 	if err := s.registry.Load(ctx); err != nil {
@@ -461,14 +474,14 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		s.serveTLS()
 	}
 	brake := auth.NewBrake(o.Brake)
-	gate := auth.New(auth.Config{
+	adminGate := auth.New(auth.Config{
 		User: o.AdminUser, Password: o.AdminPassword, Tokens: tokens,
 		Brake: brake, Log: o.Log,
 	})
 	api := admin.New(admin.Options{
 		Registry: s.registry, Fleet: s.fleet, Metrics: s.metrics, Host: s.host,
 		PublicIPs: o.PublicIPs, Revision: o.Revision, Log: o.Log,
-		Gate:   gate,
+		Gate:   adminGate,
 		Tokens: tokens, Secrets: sec, Namespaces: nsStore, Images: s.images,
 		Certs: s.certSource(), Collectors: s.collectors(),
 		Confinement: confinement(o),
@@ -476,7 +489,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	})
 	// The Computer API shares the listener and the gate, and its brake
 	// counts bad grants with bad admin credentials.
-	capi := computerapi.Options{Manager: s.computers, Grants: grants, Gate: gate, Brake: brake, Log: o.Log, Confinement: confinement(o)}
+	capi := computerapi.Options{Manager: s.computers, Grants: grants, Gate: adminGate, Brake: brake, Log: o.Log, Confinement: confinement(o)}
 	if s.egress != nil {
 		capi.Egress = s.egress
 	}
@@ -666,6 +679,8 @@ func (s *Server) Run(ctx context.Context) error {
 	stopLoops()
 	loops.Wait()
 	drivers.CloseAll(s.driverClosers, s.log)
+	s.gates.Close()
+	s.sessions.Close()
 	if cerr := s.store.Close(); cerr != nil && err == nil {
 		err = cerr
 	}
