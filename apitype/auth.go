@@ -164,3 +164,24 @@ const (
 	PathView   PathScope = "view"
 	PathAdmin  PathScope = "admin"
 )
+
+// SessionView is a sign-in session of a deployment's gate, as
+// `GET /sessions` lists it (a berth extension: app-lb's sessions are
+// stateless). Times are unix seconds.
+type SessionView struct {
+	ID         string `json:"id"`
+	Deployment string `json:"deployment"`
+	Namespace  string `json:"namespace"`
+	Subject    string `json:"subject"`
+	Email      string `json:"email,omitempty"`
+	Name       string `json:"name,omitempty"`
+	Issuer     string `json:"issuer,omitempty"`
+	CreatedAt  int64  `json:"created_at"`
+	ExpiresAt  int64  `json:"expires_at"`
+	LastSeenAt int64  `json:"last_seen_at"`
+}
+
+// SessionsRevoked is the answer to `DELETE /sessions?deployment=&subject=`.
+type SessionsRevoked struct {
+	Revoked int `json:"revoked"`
+}

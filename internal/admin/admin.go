@@ -42,6 +42,7 @@ type Options struct {
 	Tokens     *auth.Tokens      // app-tokens; nil answers 503 on /tokens
 	Secrets    *secrets.Store    // nil answers 503 on /secrets
 	Namespaces *namespaces.Store // declared namespaces and auth providers
+	Sessions   Sessions          // deployments' sign-in sessions; nil: none
 	Images     *image.Store      // root filesystems; nil answers 503 on /images
 	Certs      CertSource        // the HTTPS edge's certificates; nil: none
 	// Collectors are exposed on /metrics/prometheus besides Metrics and
@@ -110,6 +111,9 @@ func New(o Options) *API {
 	a.handle("POST /namespaces", tierCRUD, wallFleet, a.declareNamespace)
 	a.handle("DELETE /namespaces/{name}", tierCRUD, wallFleet, a.deleteNamespace)
 	a.handle("GET /auth-providers", tierView, wallNarrow, a.listProviders)
+	a.handle("GET /sessions", tierView, wallNarrow, a.listSessions)
+	a.handle("DELETE /sessions", tierCRUD, wallNarrow, a.revokeSubject)
+	a.handle("DELETE /sessions/{id}", tierCRUD, wallNarrow, a.deleteSession)
 	a.handle("POST /auth-providers", tierCRUD, wallNarrow, a.putProvider)
 	a.handle("GET /auth-providers/{namespace}/{name}", tierCRUD, wallNarrow, a.getProvider)
 	a.handle("DELETE /auth-providers/{namespace}/{name}", tierCRUD, wallNarrow, a.deleteProvider)

@@ -86,8 +86,10 @@ func (g *Gate) Admit(w http.ResponseWriter, r *http.Request, secure bool) int {
 		tok, tokErr = g.m.o.Tokens.Verify(r.Context(), bearer)
 	}
 
-	// 2. Public paths.
-	if pp, ok := g.public(path); ok {
+	// 2. Public paths, for a path in its normal form only: an upstream
+	// might resolve /healthz/../admin or /healthz%2F..%2Fadmin to a path
+	// the public prefix does not cover.
+	if pp, ok := g.public(path); ok && canonicalPath(r) {
 		if pp.Scope == apitype.PathPublic {
 			return g.allow(q, id, "public", nil)
 		}
@@ -174,6 +176,18 @@ func (g *Gate) public(path string) (apitype.PublicPath, bool) {
 		}
 	}
 	return apitype.PublicPath{}, false
+}
+
+// canonicalPath reports a request path with no dot segments, no empty
+// segments and no encoded slash, backslash or dot.
+func canonicalPath(r *http.Request) bool {
+	p := r.URL.Path
+	if strings.Contains(p, "//") || strings.Contains(p, "\\") || strings.HasSuffix(p, "/.") || strings.HasSuffix(p, "/..") ||
+		strings.Contains(p, "/./") || strings.Contains(p, "/../") {
+		return false
+	}
+	raw := strings.ToLower(r.URL.RawPath)
+	return !strings.Contains(raw, "%2f") && !strings.Contains(raw, "%5c") && !strings.Contains(raw, "%2e")
 }
 
 // pathHasPrefix is a prefix match on path segments' text, as app-lb's

@@ -298,6 +298,8 @@ func TestDecisionOrder(t *testing.T) {
 		want want
 	}{
 		{"public path, nothing", get("/healthz"), want{0, "", ""}},
+		{"public path with dot segments", get("/healthz/../admin"), want{401, "", `"accepts"`}},
+		{"public path with an encoded slash", get("/healthz%2F..%2Fadmin"), want{401, "", `"accepts"`}},
 		{"public path strips a client's identity", get("/healthz", "X-Auth-Request-User", "mallory"), want{0, "", ""}},
 		{"view path, view token", get("/api/x", "Authorization", "Bearer "+viewTok), want{0, "", ""}},
 		{"view path, none token", get("/api/x", "Authorization", "Bearer "+noneTok), want{403, "", `this token's admin scope is 'none', and this path needs 'view' or higher`}},

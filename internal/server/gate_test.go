@@ -147,6 +147,33 @@ func TestGateThroughBerth(t *testing.T) {
 		!strings.Contains(string(r.body), `berth_gate_decisions_total{decision="allow",reason="public"}`) {
 		t.Errorf("gate decisions missing from /metrics/prometheus:\n%s", r.body)
 	}
+	// The operator lists the session; a token of another namespace sees
+	// none, and its DELETE answers as for a session that does not exist.
+	r := h.json("GET", "/sessions?deployment=app", "")
+	var list []map[string]any
+	json.Unmarshal(r.body, &list)
+	if r.code != 200 || len(list) != 1 || list[0]["subject"] != "alice-id" || list[0]["namespace"] != "default" {
+		t.Fatalf("GET /sessions: %d %s", r.code, r.body)
+	}
+	id := list[0]["id"].(string)
+	mint := h.json("POST", "/tokens", `{"name": "other", "admin": "admin", "namespace": "other", "deployments": []}`)
+	var minted map[string]any
+	json.Unmarshal(mint.body, &minted)
+	other := "Bearer " + minted["token"].(string)
+	if r := h.json("GET", "/sessions", "", "Authorization", other); r.code != 200 || strings.TrimSpace(string(r.body)) != "[]" {
+		t.Errorf("another namespace lists %d %s", r.code, r.body)
+	}
+	foreign := h.json("DELETE", "/sessions/"+id, "", "Authorization", other)
+	missing := h.json("DELETE", "/sessions/000000000000", "", "Authorization", other)
+	if foreign.code != 404 || strings.ReplaceAll(string(foreign.body), id, "X") != strings.ReplaceAll(string(missing.body), "000000000000", "X") {
+		t.Errorf("foreign %d %s vs missing %d %s", foreign.code, foreign.body, missing.code, missing.body)
+	}
+	if r := h.json("DELETE", "/sessions/"+id, ""); r.code != 204 {
+		t.Fatalf("operator DELETE: %d %s", r.code, r.body)
+	}
+	if resp, _ := browse(t, c, app+"/page"); resp.StatusCode != 302 {
+		t.Errorf("after the session was revoked: %d, want sent to sign in", resp.StatusCode)
+	}
 	// Deleting the provider a deployment inherits is refused.
 	if r := h.do("DELETE", "/auth-providers/default/corp", "", ""); r.code != 409 {
 		t.Errorf("deleting an inherited provider: %d %s", r.code, r.body)

@@ -482,7 +482,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		Registry: s.registry, Fleet: s.fleet, Metrics: s.metrics, Host: s.host,
 		PublicIPs: o.PublicIPs, Revision: o.Revision, Log: o.Log,
 		Gate:   adminGate,
-		Tokens: tokens, Secrets: sec, Namespaces: nsStore, Images: s.images,
+		Tokens: tokens, Secrets: sec, Namespaces: nsStore, Sessions: s.sessions, Images: s.images,
 		Certs: s.certSource(), Collectors: s.collectors(),
 		Confinement: confinement(o),
 		Upstreams:   admin.UpstreamGuard{Self: s.self, AllowLinkLocal: o.AllowLinkLocalUpstreams},
