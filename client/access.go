@@ -275,3 +275,37 @@ func (c *Client) DeleteAuthProvider(ctx context.Context, ns, name string) error 
 // IsTooManyRequests reports whether err is a 429: the server's brake has
 // refused this address for a while after repeated failed credentials.
 func IsTooManyRequests(err error) bool { return StatusCode(err) == http.StatusTooManyRequests }
+
+// Sessions lists the sign-in sessions of deployment ("" for every
+// deployment the credential reaches).
+func (c *Client) Sessions(ctx context.Context, deployment string) ([]apitype.SessionView, error) {
+	p := "/sessions"
+	if deployment != "" {
+		p += "?" + url.Values{"deployment": {deployment}}.Encode()
+	}
+	var out []apitype.SessionView
+	if _, err := c.send(ctx, http.MethodGet, p, nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// RevokeSession ends one sign-in session.
+func (c *Client) RevokeSession(ctx context.Context, id string) error {
+	if id == "" {
+		return errNoName
+	}
+	_, err := c.send(ctx, http.MethodDelete, "/sessions/"+url.PathEscape(id), nil, nil, nil)
+	return err
+}
+
+// RevokeSubjectSessions signs subject out everywhere at deployment and
+// returns how many sessions ended.
+func (c *Client) RevokeSubjectSessions(ctx context.Context, deployment, subject string) (int, error) {
+	var out apitype.SessionsRevoked
+	q := url.Values{"deployment": {deployment}, "subject": {subject}}.Encode()
+	if _, err := c.send(ctx, http.MethodDelete, "/sessions?"+q, nil, nil, &out); err != nil {
+		return 0, err
+	}
+	return out.Revoked, nil
+}

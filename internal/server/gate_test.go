@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/client"
 	"github.com/berth-dev/berth/internal/oidc/oidctest"
 )
 
@@ -168,8 +169,18 @@ func TestGateThroughBerth(t *testing.T) {
 	if foreign.code != 404 || strings.ReplaceAll(string(foreign.body), id, "X") != strings.ReplaceAll(string(missing.body), "000000000000", "X") {
 		t.Errorf("foreign %d %s vs missing %d %s", foreign.code, foreign.body, missing.code, missing.body)
 	}
-	if r := h.json("DELETE", "/sessions/"+id, ""); r.code != 204 {
-		t.Fatalf("operator DELETE: %d %s", r.code, r.body)
+	cl, err := client.New(h.admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := cl.RevokeSubjectSessions(context.Background(), "app", "nobody"); err != nil || n != 0 {
+		t.Errorf("signing out a person with no session: %d, %v", n, err)
+	}
+	if ss, err := cl.Sessions(context.Background(), "app"); err != nil || len(ss) != 1 || ss[0].ID != id {
+		t.Fatalf("client.Sessions: %v, %v", ss, err)
+	}
+	if err := cl.RevokeSession(context.Background(), id); err != nil {
+		t.Fatalf("client.RevokeSession: %v", err)
 	}
 	if resp, _ := browse(t, c, app+"/page"); resp.StatusCode != 302 {
 		t.Errorf("after the session was revoked: %d, want sent to sign in", resp.StatusCode)
@@ -177,6 +188,25 @@ func TestGateThroughBerth(t *testing.T) {
 	// Deleting the provider a deployment inherits is refused.
 	if r := h.do("DELETE", "/auth-providers/default/corp", "", ""); r.code != 409 {
 		t.Errorf("deleting an inherited provider: %d %s", r.code, r.body)
+	}
+	// Deleting the deployment ends its sessions.
+	op.QueueUser(oidctest.User{Subject: "alice-id", Email: "alice@corp.test", EmailVerified: true})
+	resp, _ = browse(t, c, app+"/again")
+	for range 5 {
+		if resp.StatusCode != 302 {
+			break
+		}
+		loc, _ := resp.Location()
+		resp, _ = browse(t, c, loc.String())
+	}
+	if ss, _ := cl.Sessions(context.Background(), "app"); len(ss) != 1 {
+		t.Fatalf("signed in again: %d sessions", len(ss))
+	}
+	if r := h.do("DELETE", "/deployments/app", "", ""); r.code != 204 {
+		t.Fatalf("delete: %d", r.code)
+	}
+	if ss, _ := cl.Sessions(context.Background(), ""); len(ss) != 0 {
+		t.Errorf("a deleted deployment's sessions live on: %v", ss)
 	}
 }
 

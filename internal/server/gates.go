@@ -88,3 +88,13 @@ func (a sessionSet) RevokeSubject(ctx context.Context, dep, sub string) (int, er
 func (a sessionSet) SetTokenID(ctx context.Context, id, tok string) error {
 	return a.m.SetTokenID(ctx, id, tok)
 }
+
+// forgetDeployment is the registry's Forget: a deleted deployment's
+// metrics go, and its sessions end (with their tokens), so a deployment
+// created later under the same id signs nobody in from before.
+func (s *Server) forgetDeployment(id string) {
+	s.metrics.Delete(id)
+	if _, err := s.sessions.Invalidate(context.Background(), id, ""); err != nil {
+		s.o.Log.Warn("could not end a deleted deployment's sessions", "deployment", id, "err", err)
+	}
+}

@@ -406,7 +406,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		Publisher:  s.publisher(),
 		Spec:       specOpts,
 		Recorder:   func(id string) proxy.Recorder { return recorder{s.metrics.Get(id)} },
-		Forget:     s.metrics.Delete,
+		Forget:     s.forgetDeployment,
 		Pools:      s.fleet,
 		ResolveEnv: sec.ResolveEnv,
 		Metrics:    s.metrics.Get,

@@ -133,7 +133,10 @@ func (q *QuietClient) Do() (status, n int) {
 
 // AllocsPerRequest warms q up, then returns the allocations per request
 // (testing.AllocsPerRun over runs requests), failing tb if any answer is
-// not status with a body of n bytes.
+// not status with a body of n bytes. AllocsPerRun counts the whole
+// process's allocations, so goroutines a previous test left winding down
+// can add to one measurement: it measures up to three times and returns
+// the least, which an allocation on the request path raises every time.
 func AllocsPerRequest(tb testing.TB, q *QuietClient, runs, status, n int) float64 {
 	tb.Helper()
 	for range 200 { // warm the pools
@@ -142,13 +145,22 @@ func AllocsPerRequest(tb testing.TB, q *QuietClient, runs, status, n int) float6
 		}
 	}
 	var bad string
-	allocs := testing.AllocsPerRun(runs, func() {
-		if st, got := q.Do(); (st != status || got != n) && bad == "" {
-			bad = "status " + strconv.Itoa(st) + ", " + strconv.Itoa(got) + " bytes"
+	least := -1.0
+	for range 3 {
+		allocs := testing.AllocsPerRun(runs, func() {
+			if st, got := q.Do(); (st != status || got != n) && bad == "" {
+				bad = "status " + strconv.Itoa(st) + ", " + strconv.Itoa(got) + " bytes"
+			}
+		})
+		if bad != "" {
+			tb.Fatal(bad)
 		}
-	})
-	if bad != "" {
-		tb.Fatal(bad)
+		if least < 0 || allocs < least {
+			least = allocs
+		}
+		if least == 0 {
+			break
+		}
 	}
-	return allocs
+	return least
 }
