@@ -401,8 +401,6 @@ func TestRevocationIsImmediate(t *testing.T) {
 func TestSecretsInUse(t *testing.T) {
 	w := newWorld(t)
 	w.must(201, "POST", "/secrets", w.op, `{"id":"gate-key","namespace":"team-a","data":{"k":"v"}}`, nil)
-	// (An auth gate would name a secret too, but gates are refused until
-	// berth enforces them: TestAuthNotSupported.)
 	w.must(201, "POST", "/deployments", w.op, `{"id":"uses","namespace":"team-a","routes":[{"host":"g.test"}],
 		"vm":{"driver":"process","port":8080,"start_command":"true","env_from":[{"secret":"gate-key","namespace":"team-b"}]}}`, nil)
 	r := w.call(nil, "DELETE", "/secrets/gate-key?namespace=team-a", w.op, "")
@@ -413,8 +411,8 @@ func TestSecretsInUse(t *testing.T) {
 	w.must(204, "DELETE", "/secrets/gate-key?namespace=team-a&force=true", w.op, "", nil)
 	w.must(404, "GET", "/secrets/gate-key?namespace=team-a", w.op, "", nil)
 
-	// Auth providers: validated and stamped; no deployment can inherit
-	// one while gates are refused.
+	// Auth providers: validated and stamped; one a deployment inherits is
+	// not deleted.
 	var pv apitype.AuthProviderView
 	w.must(201, "POST", "/auth-providers", w.callers["ns admin"], `{"name":"corp","provider":"jwt","jwt":{"jwks_url":"https://id.example/jwks","algorithms":["RS256"],"issuer":"https://id.example"}}`, &pv)
 	if pv.Namespace != "team-a" || pv.CreatedAt == 0 {
@@ -422,7 +420,9 @@ func TestSecretsInUse(t *testing.T) {
 	}
 	w.must(400, "POST", "/auth-providers", w.op, `{"name":"bad","provider":"jwt"}`, nil)
 	w.must(200, "POST", "/auth-providers", w.callers["ns admin"], `{"name":"corp","provider":"app-token"}`, nil)
-	w.must(400, "POST", "/deployments", w.op, `{"id":"inherits","namespace":"team-a","routes":[{"host":"i.test"}],"upstreams":["127.0.0.1:1"],"auth":{"provider_ref":"corp"}}`, nil)
+	w.must(201, "POST", "/deployments", w.op, `{"id":"inherits","namespace":"team-a","routes":[{"host":"i.test"}],"upstreams":["127.0.0.1:1"],"auth":{"provider_ref":"corp"}}`, nil)
+	w.must(409, "DELETE", "/auth-providers/team-a/corp", w.callers["ns admin"], "", nil)
+	w.must(204, "DELETE", "/deployments/inherits", w.op, "", nil)
 	w.must(204, "DELETE", "/auth-providers/team-a/corp", w.callers["ns admin"], "", nil)
 
 	// Namespaces: declared, listed, refused while in use.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -142,18 +143,13 @@ func TestLoaderEnvConfined(t *testing.T) {
 	n.must(201, "POST", "/deployments", op, limitsVM("op-env", `,"env_vars":{"LD_PRELOAD":"/tmp/x.so"}`), nil)
 }
 
-// TestAuthNotSupported: berth does not enforce auth gates, so a spec with
-// one is refused instead of served without credentials; a gated
-// deployment already stored is not routed after a restart.
-func TestAuthNotSupported(t *testing.T) {
+// TestGateStored: a gate is validated field by field (a bad one is
+// refused naming its field, and not stored), and a gated deployment
+// stored before a restart is loaded and served with its gate.
+func TestGateStored(t *testing.T) {
 	dir := t.TempDir()
 	n, op, _ := limitsWorld(t, Options{DataDir: dir})
-	for _, gate := range []string{
-		`{"provider":"jwt","jwt":{"public_key":"k","algorithms":["RS256"],"issuer":"i"}}`,
-		`{"provider_ref":"corp"}`,
-	} {
-		refused(t, n.call(nil, "POST", "/deployments", op, `{"id":"gated","routes":[{"host":"g.test"}],"upstreams":["127.0.0.1:1"],"auth":`+gate+`}`), 400, "auth")
-	}
+	refused(t, n.call(nil, "POST", "/deployments", op, `{"id":"gated","routes":[{"host":"g.test"}],"upstreams":["127.0.0.1:1"],"auth":{"provider":"jwt","jwt":{"public_key":"k","algorithms":["RS256"],"issuer":"i"}}}`), 400, "auth.jwt.public_key")
 	n.must(404, "GET", "/deployments/gated", op, "", nil)
 	n.stop()
 
@@ -167,7 +163,17 @@ func TestAuthNotSupported(t *testing.T) {
 	}
 	st.Close()
 	n2, op2, _ := limitsWorld(t, Options{DataDir: dir})
-	n2.must(404, "GET", "/deployments/gated", op2, "", nil)
+	n2.must(200, "GET", "/deployments/gated", op2, "", nil)
+	req, _ := http.NewRequest("GET", "http://"+strings.TrimPrefix(n2.s.ProxyAddr(), "http://")+"/", nil)
+	req.Host = "g.test"
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 401 {
+		t.Errorf("the stored gated deployment answered %d without a credential, want 401", resp.StatusCode)
+	}
 }
 
 // TestUpstreamRefusedAtWrite: static upstreams at berth's own listeners
