@@ -17,6 +17,7 @@ import (
 	"github.com/berth-dev/berth/internal/jwtverify"
 	"github.com/berth-dev/berth/internal/oidc"
 	"github.com/berth-dev/berth/internal/secrets"
+	"github.com/berth-dev/berth/internal/sessions"
 )
 
 // app-lb's defaults, kept so that links apps already carry (a sign-out
@@ -37,28 +38,13 @@ type Tokens interface {
 	Revoke(ctx context.Context, by *auth.Principal, id string) error
 }
 
-// Session is a signed-in person's session at one deployment, as the gate
-// sees it (package sessions keeps them: the server adapts).
-type Session struct {
-	ID          string // public id, not the cookie's secret
-	Deployment  string
-	Namespace   string
-	Fingerprint string // the identity policy it was signed in under
-	Issuer      string
-	Subject     string
-	Email       string
-	Name        string
-	TokenID     string // the session_scope token, if one was minted
-	ExpiresAt   time.Time
-}
-
 // Sessions is what the gate needs of the sign-in sessions.
 type Sessions interface {
 	// Create stores a session lasting ttl and returns its cookie secret.
-	Create(ctx context.Context, s Session, ttl time.Duration) (secret string, _ Session, _ error)
+	Create(ctx context.Context, s sessions.Session, ttl time.Duration) (secret string, _ sessions.Session, _ error)
 	// Lookup finds the live session of secret at deployment, signed in
 	// under the policy fingerprint, and marks it used.
-	Lookup(secret, deployment, fingerprint string) (Session, bool)
+	Lookup(secret, deployment, fingerprint string) (sessions.Session, bool)
 	// Revoke ends a session; one already gone is not an error.
 	Revoke(ctx context.Context, id string) error
 	// RevokeSubject ends every session of subject at deployment.

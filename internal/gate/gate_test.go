@@ -3,9 +3,6 @@ package gate_test
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
@@ -25,6 +22,7 @@ import (
 	"github.com/berth-dev/berth/internal/gate"
 	"github.com/berth-dev/berth/internal/oidc/oidctest"
 	"github.com/berth-dev/berth/internal/secrets"
+	"github.com/berth-dev/berth/internal/sessions"
 	"github.com/berth-dev/berth/internal/store"
 )
 
@@ -36,7 +34,7 @@ type env struct {
 	t        *testing.T
 	m        *gate.Manager
 	tokens   *auth.Tokens
-	sessions *memSessions
+	sessions *sessions.Manager
 	provs    *provs
 	mu       sync.Mutex
 	events   []gate.Event
@@ -55,7 +53,14 @@ func newEnv(t *testing.T, googleIssuer string) *env {
 	}
 	var key secrets.Key
 	rand.Read(key[:])
-	e := &env{t: t, tokens: tokens, sessions: newMemSessions(), provs: &provs{}}
+	e := &env{t: t, tokens: tokens, provs: &provs{}}
+	e.sessions, err = sessions.New(context.Background(), st, sessions.Options{
+		OnEnd: func(s sessions.Session) { e.m.EndSession(s) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.sessions.Close)
 	e.m = gate.NewManager(gate.Options{
 		Tokens: tokens, Sessions: e.sessions, Secrets: fakeSecrets{}, Providers: e.provs, Key: key,
 		GoogleIssuer: googleIssuer,
@@ -65,7 +70,6 @@ func newEnv(t *testing.T, googleIssuer string) *env {
 			e.mu.Unlock()
 		},
 	})
-	e.sessions.onEnd = e.m.EndSession
 	t.Cleanup(e.m.Close)
 	return e
 }
@@ -125,87 +129,6 @@ func (p *provs) Providers(context.Context) ([]apitype.AuthProviderView, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return append([]apitype.AuthProviderView(nil), p.ps...), nil
-}
-
-// memSessions is an in-memory Sessions (package sessions is the real one;
-// the server's tests use it).
-type memSessions struct {
-	mu    sync.Mutex
-	by    map[string]gate.Session // by hash of the secret
-	onEnd func(gate.Session)
-	n     int
-}
-
-func newMemSessions() *memSessions { return &memSessions{by: map[string]gate.Session{}} }
-
-func hash(s string) string { h := sha256.Sum256([]byte(s)); return hex.EncodeToString(h[:]) }
-
-func (m *memSessions) Create(_ context.Context, s gate.Session, ttl time.Duration) (string, gate.Session, error) {
-	b := make([]byte, 32)
-	rand.Read(b)
-	secret := base64.RawURLEncoding.EncodeToString(b)
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.n++
-	s.ID = hex.EncodeToString(b[:6])
-	s.ExpiresAt = time.Now().Add(ttl)
-	m.by[hash(secret)] = s
-	return secret, s, nil
-}
-
-func (m *memSessions) Lookup(secret, dep, fp string) (gate.Session, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	s, ok := m.by[hash(secret)]
-	if !ok || s.Deployment != dep || s.Fingerprint != fp || time.Now().After(s.ExpiresAt) {
-		return gate.Session{}, false
-	}
-	return s, true
-}
-
-func (m *memSessions) end(pred func(gate.Session) bool) int {
-	m.mu.Lock()
-	var ended []gate.Session
-	for k, s := range m.by {
-		if pred(s) {
-			ended = append(ended, s)
-			delete(m.by, k)
-		}
-	}
-	m.mu.Unlock()
-	for _, s := range ended {
-		if m.onEnd != nil {
-			m.onEnd(s)
-		}
-	}
-	return len(ended)
-}
-
-func (m *memSessions) Revoke(_ context.Context, id string) error {
-	m.end(func(s gate.Session) bool { return s.ID == id })
-	return nil
-}
-
-func (m *memSessions) RevokeSubject(_ context.Context, dep, sub string) (int, error) {
-	return m.end(func(s gate.Session) bool { return s.Deployment == dep && s.Subject == sub }), nil
-}
-
-func (m *memSessions) SetTokenID(_ context.Context, id, tok string) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for k, s := range m.by {
-		if s.ID == id {
-			s.TokenID = tok
-			m.by[k] = s
-		}
-	}
-	return nil
-}
-
-func (m *memSessions) count() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.by)
 }
 
 // spec is a deployment spec with gate a in namespace ns.

@@ -17,6 +17,7 @@ import (
 	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/auth"
 	"github.com/berth-dev/berth/internal/oidc"
+	"github.com/berth-dev/berth/internal/sessions"
 )
 
 // flow is a sign-in under way, sealed in the flow cookie (host-only, for
@@ -364,7 +365,7 @@ func (g *Gate) callback(q *req, id *identity) int {
 	default:
 		return g.deny(q, "signin-bad-callback", http.StatusBadRequest, "the sign-in state did not match\n")
 	}
-	secret, s, err := g.m.o.Sessions.Create(ctx, Session{
+	secret, s, err := g.m.o.Sessions.Create(ctx, sessions.Session{
 		Deployment: g.dep, Namespace: g.ns, Fingerprint: id.fingerprint, Issuer: issuer,
 		Subject: w.subject, Email: w.email, Name: w.name,
 	}, g.ttl)
@@ -388,7 +389,7 @@ func (g *Gate) callback(q *req, id *identity) int {
 
 // mintScoped mints the app-token of a session (session_scope), keeps it in
 // memory for the session's life and records its id on the session.
-func (g *Gate) mintScoped(ctx context.Context, s Session) (string, error) {
+func (g *Gate) mintScoped(ctx context.Context, s sessions.Session) (string, error) {
 	secs := int64(g.ttl / time.Second)
 	if !s.ExpiresAt.IsZero() {
 		secs = int64(s.ExpiresAt.Sub(g.m.o.Now()) / time.Second)
@@ -415,7 +416,7 @@ func (g *Gate) mintScoped(ctx context.Context, s Session) (string, error) {
 }
 
 // EndSession is the sessions' OnEnd: the session's token goes with it.
-func (m *Manager) EndSession(s Session) {
+func (m *Manager) EndSession(s sessions.Session) {
 	m.scopedTokens.Delete(s.ID)
 	if s.TokenID != "" && m.o.Tokens != nil {
 		by := &auth.Principal{Kind: auth.Operator, User: "gate:" + s.Deployment}
@@ -467,20 +468,20 @@ func (g *Gate) clearSessionCookie(q *req, id *identity) {
 }
 
 // session finds the request's live session.
-func (g *Gate) session(q *req, id *identity) (Session, bool) {
+func (g *Gate) session(q *req, id *identity) (sessions.Session, bool) {
 	if g.m.o.Sessions == nil {
-		return Session{}, false
+		return sessions.Session{}, false
 	}
 	c, err := q.r.Cookie(g.cookieName(q, id))
 	if err != nil || c.Value == "" {
-		return Session{}, false
+		return sessions.Session{}, false
 	}
 	return g.m.o.Sessions.Lookup(c.Value, g.dep, id.fingerprint)
 }
 
 // allowSession lets a request with a session through: identity headers,
 // the session's token, and the session cookie kept from the upstream.
-func (g *Gate) allowSession(q *req, id *identity, s Session) int {
+func (g *Gate) allowSession(q *req, id *identity, s sessions.Session) int {
 	g.m.metrics.add("allow", "session")
 	removeCookie(q.r, g.cookieName(q, id))
 	g.setIdentity(q.r, who{s.Subject, s.Email, s.Name})

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"time"
 
 	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/auth"
@@ -23,7 +22,7 @@ func (s *Server) openGates(ctx context.Context, st *store.Store, tokens *auth.To
 		Log: s.o.Log,
 		OnEnd: func(x sessions.Session) {
 			if gates != nil {
-				gates.EndSession(toGate(x))
+				gates.EndSession(x)
 			}
 		},
 	})
@@ -31,7 +30,7 @@ func (s *Server) openGates(ctx context.Context, st *store.Store, tokens *auth.To
 		return err
 	}
 	gates = gate.NewManager(gate.Options{
-		Tokens: tokens, Sessions: sessionSet{sess}, Secrets: sec, Providers: ns, Key: key,
+		Tokens: tokens, Sessions: sess, Secrets: sec, Providers: ns, Key: key,
 		GoogleIssuer: s.o.GoogleIssuer, Log: s.o.Log,
 		Event: func(e gate.Event) {
 			s.o.Log.Warn("sign-in gate", "event", e.Kind, "deployment", e.Deployment, "namespace", e.Namespace,
@@ -58,35 +57,6 @@ func (s *Server) compileGate(spec *apitype.DeploymentSpec) (proxy.Gate, error) {
 		return nil, err
 	}
 	return g, nil
-}
-
-// sessionSet adapts the sessions to the gate's view of them.
-type sessionSet struct{ m *sessions.Manager }
-
-func toGate(x sessions.Session) gate.Session {
-	return gate.Session{ID: x.ID, Deployment: x.Deployment, Namespace: x.Namespace, Fingerprint: x.Fingerprint,
-		Issuer: x.Issuer, Subject: x.Subject, Email: x.Email, Name: x.Name, TokenID: x.TokenID, ExpiresAt: x.ExpiresAt}
-}
-
-func (a sessionSet) Create(ctx context.Context, x gate.Session, ttl time.Duration) (string, gate.Session, error) {
-	secret, got, err := a.m.Create(ctx, sessions.Session{Deployment: x.Deployment, Namespace: x.Namespace,
-		Fingerprint: x.Fingerprint, Issuer: x.Issuer, Subject: x.Subject, Email: x.Email, Name: x.Name}, ttl)
-	return secret, toGate(got), err
-}
-
-func (a sessionSet) Lookup(secret, dep, fp string) (gate.Session, bool) {
-	x, ok := a.m.Lookup(secret, dep, fp)
-	return toGate(x), ok
-}
-
-func (a sessionSet) Revoke(ctx context.Context, id string) error { return a.m.Revoke(ctx, id) }
-
-func (a sessionSet) RevokeSubject(ctx context.Context, dep, sub string) (int, error) {
-	return a.m.RevokeSubject(ctx, dep, sub)
-}
-
-func (a sessionSet) SetTokenID(ctx context.Context, id, tok string) error {
-	return a.m.SetTokenID(ctx, id, tok)
 }
 
 // forgetDeployment is the registry's Forget: a deleted deployment's
