@@ -306,3 +306,23 @@ func TestBrowserSignIn(t *testing.T) {
 		t.Errorf("screenshot is %v", b)
 	}
 }
+
+// TestIssuerClientGuard: the gates' client for identity providers refuses
+// berth's own listeners (a tenant's provider must not make berth call its
+// own admin API) and reaches an issuer elsewhere on loopback.
+func TestIssuerClientGuard(t *testing.T) {
+	h := start(t, "")
+	op := oidctest.Start(t)
+	c := h.s.issuerClient()
+	if _, err := c.Get(h.admin + "/healthz"); err == nil || !strings.Contains(err.Error(), "berth's own listeners") {
+		t.Errorf("GET the admin API: %v, want refused", err)
+	}
+	resp, err := c.Get(op.Issuer() + "/.well-known/openid-configuration")
+	if err != nil {
+		t.Fatalf("GET the issuer: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("issuer discovery: %d", resp.StatusCode)
+	}
+}

@@ -2,11 +2,19 @@ package server
 
 import (
 	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"syscall"
+	"time"
 
 	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/auth"
 	"github.com/berth-dev/berth/internal/gate"
 	"github.com/berth-dev/berth/internal/namespaces"
+	"github.com/berth-dev/berth/internal/netguard"
+	"github.com/berth-dev/berth/internal/oidc"
 	"github.com/berth-dev/berth/internal/proxy"
 	"github.com/berth-dev/berth/internal/secrets"
 	"github.com/berth-dev/berth/internal/sessions"
@@ -31,6 +39,7 @@ func (s *Server) openGates(ctx context.Context, st *store.Store, tokens *auth.To
 	}
 	gates = gate.NewManager(gate.Options{
 		Tokens: tokens, Sessions: sess, Secrets: sec, Providers: ns, Key: key,
+		OIDC: oidc.NewRegistry(s.issuerClient()), JWTClient: s.issuerClient(),
 		GoogleIssuer: s.o.GoogleIssuer, Log: s.o.Log,
 		Event: func(e gate.Event) {
 			s.o.Log.Warn("sign-in gate", "event", e.Kind, "deployment", e.Deployment, "namespace", e.Namespace,
@@ -67,4 +76,32 @@ func (s *Server) forgetDeployment(id string) {
 	if _, err := s.sessions.Invalidate(context.Background(), id, ""); err != nil {
 		s.o.Log.Warn("could not end a deleted deployment's sessions", "deployment", id, "err", err)
 	}
+}
+
+// issuerClient is the client the gates reach identity providers with
+// (OpenID discovery, token exchanges, JWKS): a tenant names those URLs, so
+// like an upstream they may not be berth's own listeners (the admin API
+// would answer berth itself) nor, unless the operator allows it,
+// link-local and metadata addresses. Timeouts on every step; no
+// redirects followed (the callers follow the few they allow themselves).
+func (s *Server) issuerClient() *http.Client {
+	d := &net.Dialer{Timeout: 5 * time.Second, Control: func(_, address string, _ syscall.RawConn) error {
+		ap, err := netip.ParseAddrPort(address)
+		if err != nil {
+			return fmt.Errorf("identity provider address %q: not an IP address and port", address)
+		}
+		if s.self.Contains(ap) {
+			return fmt.Errorf("identity provider address %s refused: it is one of berth's own listeners", ap)
+		}
+		if !s.o.AllowLinkLocalUpstreams && netguard.IsLinkLocalOrMetadata(ap.Addr()) {
+			return fmt.Errorf("identity provider address %s refused: link-local and cloud metadata addresses are refused", ap)
+		}
+		return nil
+	}}
+	tr := &http.Transport{
+		DialContext: d.DialContext, TLSHandshakeTimeout: 5 * time.Second, ResponseHeaderTimeout: 10 * time.Second,
+		MaxIdleConnsPerHost: 2, IdleConnTimeout: 90 * time.Second, ForceAttemptHTTP2: true,
+	}
+	return &http.Client{Transport: tr, Timeout: 10 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 }
