@@ -3,9 +3,12 @@ package gate_test
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
@@ -664,4 +667,74 @@ func BenchmarkAdmit(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestScopedSignIn: the jwt gate's scoped sign-in (authorize_url and
+// token_url): a browser goes through an authorization code flow with
+// PKCE, and the token that comes back must name this host and namespace;
+// the gate keeps a host-only session.
+func TestScopedSignIn(t *testing.T) {
+	e := newEnv(t, "")
+	var mu sync.Mutex
+	challenge, gateHost := "", "app.test"
+	issuer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch r.URL.Path {
+		case "/authorize":
+			q := r.URL.Query()
+			if q.Get("code_challenge_method") != "S256" || q.Get("scope") != "namespace:team" {
+				http.Error(w, "bad authorize "+r.URL.RawQuery, 400)
+				return
+			}
+			challenge = q.Get("code_challenge")
+			http.Redirect(w, r, q.Get("redirect_uri")+"?code=c1&state="+url.QueryEscape(q.Get("state")), http.StatusFound)
+		case "/token":
+			r.ParseForm()
+			sum := sha256.Sum256([]byte(r.Form.Get("code_verifier")))
+			if r.Form.Get("code") != "c1" || base64.RawURLEncoding.EncodeToString(sum[:]) != challenge {
+				http.Error(w, `{"error":"invalid_grant"}`, 400)
+				return
+			}
+			tok := hsJWT(t, jwt.MapClaims{"iss": "https://issuer.test", "sub": "dana", "exp": time.Now().Add(time.Hour).Unix(),
+				"gateHost": gateHost, "namespace": "team"})
+			w.Header().Set("Content-Type", "application/json")
+			json.NewEncoder(w).Encode(map[string]any{"access_token": tok, "token_type": "Bearer"})
+		}
+	}))
+	t.Cleanup(issuer.Close)
+	a := jwtGate()
+	a.JWT.Cookie = ""
+	a.JWT.AuthorizeURL, a.JWT.TokenURL = issuer.URL+"/authorize", issuer.URL+"/token"
+	g := e.compile(spec("app", "team", a))
+	srv := app(t, func() *gate.Gate { return g })
+	// The app is served as app.test (the token names it): dial it there.
+	c := browserClient(t)
+	c.Transport = &http.Transport{DialContext: func(ctx context.Context, n, addr string) (net.Conn, error) {
+		if strings.HasPrefix(addr, "app.test:") {
+			addr = strings.TrimPrefix(srv.URL, "http://")
+		}
+		return (&net.Dialer{}).DialContext(ctx, n, addr)
+	}}
+	port := srv.URL[strings.LastIndexByte(srv.URL, ':'):]
+	resp, b := signIn(t, c, "http://app.test"+port+"/x")
+	var up upstream
+	json.Unmarshal([]byte(b), &up)
+	if resp.StatusCode != 200 || up.User != "dana" {
+		t.Fatalf("scoped sign-in: %d %s", resp.StatusCode, b)
+	}
+	// A token for another host is refused.
+	mu.Lock()
+	gateHost = "other.test"
+	mu.Unlock()
+	resp, b = signIn(t, browserClient2(t, c.Transport), "http://app.test"+port+"/x")
+	if resp.StatusCode != 403 || !strings.Contains(b, "another host or namespace") {
+		t.Errorf("a token for another host: %d %s", resp.StatusCode, b)
+	}
+}
+
+func browserClient2(t *testing.T, tr http.RoundTripper) *http.Client {
+	c := browserClient(t)
+	c.Transport = tr
+	return c
 }
