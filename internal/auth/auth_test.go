@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"testing"
@@ -434,5 +435,50 @@ func TestPrincipalWalls(t *testing.T) {
 	}
 	if p := FromContext(context.Background()); p.Kind != Nobody || p.Satisfies(apitype.ScopeNone) && p.Touches("x", "default") {
 		t.Errorf("FromContext without a principal = %+v, want Nobody with no reach", p)
+	}
+}
+
+// TestGateEvents: every refused admin request is handed to Config.Event for
+// the SIEM — a wrong or missing credential as admin-rejected, a valid one
+// beyond its scope as admin-scope — with the socket peer as its source and
+// the credential's scheme; an accepted request raises none.
+func TestGateEvents(t *testing.T) {
+	f := newFixture(t)
+	var got []Event
+	g := New(Config{Password: "pw", Tokens: f.ts, Now: func() time.Time { return f.now }, Event: func(e Event) { got = append(got, e) }})
+	h := g.Wrap(CRUD, NoWall, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	view := f.mint(operator, apitype.NewToken{Name: "ci", Admin: apitype.ScopeView, Deployments: []string{"*"}}).Token
+	for _, c := range []struct {
+		auth   string
+		status int
+		action string
+		scheme string
+	}{
+		{"", 401, "admin-rejected", "none"},
+		{"Basic " + base64.StdEncoding.EncodeToString([]byte("admin:wrong")), 401, "admin-rejected", "basic"},
+		{"Bearer " + view, 403, "admin-scope", "bearer"},
+		{"Basic " + base64.StdEncoding.EncodeToString([]byte("admin:pw")), 200, "", ""},
+	} {
+		got = nil
+		r := httptest.NewRequest("POST", "/deployments", nil)
+		r.RemoteAddr = "[::ffff:198.51.100.4]:5000"
+		if c.auth != "" {
+			r.Header.Set("Authorization", c.auth)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != c.status {
+			t.Fatalf("%q: status %d, want %d", c.auth, w.Code, c.status)
+		}
+		if c.action == "" {
+			if len(got) != 0 {
+				t.Errorf("accepted request raised %+v", got)
+			}
+			continue
+		}
+		if len(got) != 1 || got[0].Action != c.action || got[0].Scheme != c.scheme || got[0].Path != "/deployments" ||
+			got[0].Source != netip.MustParseAddr("198.51.100.4") || got[0].Reason == "" {
+			t.Errorf("%q: events %+v, want one %s (%s) from 198.51.100.4", c.auth, got, c.action, c.scheme)
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -81,6 +82,48 @@ type Config struct {
 	Brake *Brake
 	Now   func() time.Time
 	Log   *slog.Logger
+	// Event receives every refused admin request (the SIEM's admin-plane
+	// observations); nil drops them. It runs on the request path and must
+	// not block.
+	Event func(Event)
+}
+
+// Event is a refused admin request: Action is "admin-rejected" (no valid
+// credential) or "admin-scope" (a valid one beyond its scope or wall).
+// Source is the socket peer.
+type Event struct {
+	Action string
+	Source netip.Addr
+	Method string
+	Path   string
+	Scheme string // "basic", "bearer" or "none"
+	Reason string
+}
+
+// event hands e to Config.Event.
+func (g *Gate) event(r *http.Request, action, reason string) {
+	if g.cfg.Event == nil {
+		return
+	}
+	var src netip.Addr
+	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+		src = ap.Addr().Unmap()
+	}
+	g.cfg.Event(Event{Action: action, Source: src, Method: r.Method, Path: r.URL.Path, Scheme: scheme(r), Reason: reason})
+}
+
+// scheme names the scheme of r's Authorization header.
+func scheme(r *http.Request) string {
+	h := r.Header.Get("Authorization")
+	switch {
+	case h == "" && r.URL.Query().Has("app_token"):
+		return "bearer"
+	case len(h) >= 6 && strings.EqualFold(h[:6], "basic "):
+		return "basic"
+	case len(h) >= 7 && strings.EqualFold(h[:7], "bearer "):
+		return "bearer"
+	}
+	return "none"
 }
 
 // Gate authenticates admin requests and enforces tiers and walls.
@@ -286,7 +329,7 @@ func (g *Gate) admit(w http.ResponseWriter, r *http.Request, allowQuery bool) (*
 		// A genuine token, refused for when it was minted: no guess, so
 		// no failure; its holder is told why.
 		g.cfg.Log.Info("admin credential refused", "peer", src, "path", r.URL.Path, "reason", err)
-		g.unauthorized(w, err.Error())
+		g.unauthorized(w, r, err.Error())
 		return nil, false
 	case errors.Is(err, ErrBadCredential):
 		delay, locked := b.Failed(src, keyed, target, g.cfg.Now())
@@ -302,11 +345,11 @@ func (g *Gate) admit(w http.ResponseWriter, r *http.Request, allowQuery bool) (*
 		if locked {
 			g.tooMany(w, r, b.cfg.Pace)
 		} else {
-			g.unauthorized(w, "")
+			g.unauthorized(w, r, "")
 		}
 		return nil, false
 	default:
-		g.unauthorized(w, "")
+		g.unauthorized(w, r, "")
 		return nil, false
 	}
 }
@@ -359,7 +402,12 @@ func checkTier(p *Principal, tier Tier) error {
 // unauthorized writes app-lb's 401: plain text, with a Basic challenge (when
 // there is an operator password to answer it with) and a Bearer one. why,
 // when not empty, follows on a second line.
-func (g *Gate) unauthorized(w http.ResponseWriter, why string) {
+func (g *Gate) unauthorized(w http.ResponseWriter, r *http.Request, why string) {
+	reason := why
+	if reason == "" {
+		reason = "no valid credential"
+	}
+	g.event(r, "admin-rejected", reason)
 	h := w.Header()
 	if g.gated {
 		h.Add("WWW-Authenticate", `Basic realm="berth admin", charset="UTF-8"`)
@@ -376,11 +424,13 @@ func (g *Gate) unauthorized(w http.ResponseWriter, why string) {
 }
 
 func (g *Gate) refuse(w http.ResponseWriter, r *http.Request, p *Principal, err error) {
+	g.event(r, "admin-scope", err.Error())
 	g.cfg.Log.Info("admin request refused", "caller", p.Name(), "method", r.Method, "path", r.URL.Path, "reason", err)
 	web.WriteError(g.cfg.Log, w, r, err)
 }
 
 func (g *Gate) tooMany(w http.ResponseWriter, r *http.Request, left time.Duration) {
+	g.event(r, "admin-rejected", "too many failed credentials")
 	secs := int64((left + time.Second - 1) / time.Second)
 	web.WriteError(g.cfg.Log, w, r, &web.Error{
 		Status:  http.StatusTooManyRequests,

@@ -41,10 +41,23 @@ type req struct {
 	secure  bool
 	host    string
 	browser bool
+	// credentialed: admitted on a credential (an app-token, a JWT, a
+	// session), not as a public path.
+	credentialed bool
 }
 
-// Admit decides on r (the proxy's Gate): 0 lets it through.
-func (g *Gate) Admit(w http.ResponseWriter, r *http.Request, secure bool) int {
+// Admit decides on r (the proxy's Gate): status 0 lets it through, and
+// credentialed then says it was admitted on a valid credential rather than
+// as a public path — the SIEM does not count such a caller's misses as
+// probing.
+func (g *Gate) Admit(w http.ResponseWriter, r *http.Request, secure bool) (status int, credentialed bool) {
+	q := &req{w: w, r: r, secure: secure}
+	status = g.admit(q)
+	return status, status == 0 && q.credentialed
+}
+
+func (g *Gate) admit(q *req) int {
+	r := q.r
 	// Whatever happens next, no identity header of the client's survives.
 	for k := range r.Header {
 		if strings.HasPrefix(k, "X-Auth-Request-") {
@@ -52,7 +65,7 @@ func (g *Gate) Admit(w http.ResponseWriter, r *http.Request, secure bool) int {
 		}
 	}
 	host := hostOnly(r.Host)
-	q := &req{w: w, r: r, secure: secure, host: host, browser: wantsHTML(r)}
+	q.host, q.browser = host, wantsHTML(r)
 	if host == "" {
 		return g.deny(q, "no-host", http.StatusBadRequest, "this deployment requires sign-in, which needs a Host header\n")
 	}
@@ -249,6 +262,7 @@ func (g *Gate) jwt(q *req, id *identity, bearer string) (*jwtverify.Claims, bool
 // none).
 func (g *Gate) allow(q *req, id *identity, reason string, c *jwtverify.Claims) int {
 	g.m.metrics.add("allow", reason)
+	q.credentialed = reason != "public"
 	if c != nil {
 		g.setIdentity(q.r, who{c.Subject, c.Email, c.Name})
 	}

@@ -167,12 +167,14 @@ func jwtGate() *apitype.AuthGate {
 // upstream is what a request the gate let through shows the app.
 type upstream struct {
 	User, Email, Name, Authorization, Cookie string
+	Credentialed                             bool // Admit's second answer
 }
 
 // do runs one request through g, answering like an app when admitted.
 func do(g *gate.Gate, r *http.Request) (*httptest.ResponseRecorder, *upstream) {
 	w := httptest.NewRecorder()
-	if st := g.Admit(w, r, false); st != 0 {
+	st, cred := g.Admit(w, r, false)
+	if st != 0 {
 		if w.Code != st {
 			panic("Admit's status differs from the one written")
 		}
@@ -181,6 +183,7 @@ func do(g *gate.Gate, r *http.Request) (*httptest.ResponseRecorder, *upstream) {
 	return w, &upstream{
 		User: r.Header.Get("X-Auth-Request-User"), Email: r.Header.Get("X-Auth-Request-Email"),
 		Name: r.Header.Get("X-Auth-Request-Name"), Authorization: r.Header.Get("Authorization"), Cookie: r.Header.Get("Cookie"),
+		Credentialed: cred,
 	}
 }
 
@@ -250,6 +253,11 @@ func TestDecisionOrder(t *testing.T) {
 				}
 				if up.User != c.want.user {
 					t.Errorf("X-Auth-Request-User = %q, want %q", up.User, c.want.user)
+				}
+				// Only a public path lets a caller in without a credential
+				// (the SIEM counts the misses of those alone).
+				if public := strings.HasPrefix(c.r.URL.Path, "/healthz"); up.Credentialed == public {
+					t.Errorf("credentialed = %v on %s", up.Credentialed, c.r.URL.Path)
 				}
 				return
 			}
@@ -383,7 +391,7 @@ func fetch(t *testing.T, c *http.Client, u string) *http.Response {
 // app serves g in front of an app that echoes the identity it received.
 func app(t *testing.T, g func() *gate.Gate) *httptest.Server {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if g().Admit(w, r, false) != 0 {
+		if st, _ := g().Admit(w, r, false); st != 0 {
 			return
 		}
 		json.NewEncoder(w).Encode(upstream{
@@ -650,7 +658,7 @@ func BenchmarkAdmit(b *testing.B) {
 		w := httptest.NewRecorder()
 		b.ReportAllocs()
 		for b.Loop() {
-			if g.Admit(w, r, false) != 0 {
+			if st, _ := g.Admit(w, r, false); st != 0 {
 				b.Fatal("refused")
 			}
 		}
@@ -662,7 +670,7 @@ func BenchmarkAdmit(b *testing.B) {
 		w := httptest.NewRecorder()
 		b.ReportAllocs()
 		for b.Loop() {
-			if g.Admit(w, r, false) != 0 {
+			if st, _ := g.Admit(w, r, false); st != 0 {
 				b.Fatal("refused")
 			}
 		}

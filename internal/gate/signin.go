@@ -499,6 +499,7 @@ func (g *Gate) allowSession(q *req, id *identity, s sessions.Session) int {
 		}
 		q.r.Header["Authorization"] = []string{"Bearer " + tok.(string)}
 	}
+	q.credentialed = true
 	return 0
 }
 

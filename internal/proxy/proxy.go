@@ -64,6 +64,7 @@ type Recorder interface {
 // Deployment is the data plane's immutable view of one deployment.
 type Deployment struct {
 	ID          string
+	Namespace   string // "" for the default namespace
 	Maintenance bool
 	Site        http.Handler // serves a site deployment; nil otherwise
 	Pool        *Pool        // backends of a static (or vm) deployment
@@ -85,10 +86,13 @@ type Deployment struct {
 // and returns the status it wrote. secure reports a request that reached
 // berth over TLS.
 //
+// credentialed reports a request admitted on a valid credential (a
+// session, a JWT, an app-token) rather than as a public path.
+//
 // A deployment without a gate has every X-Auth-Request-* header removed by
 // the forwarder instead, so an upstream can trust them either way.
 type Gate interface {
-	Admit(w http.ResponseWriter, r *http.Request, secure bool) (status int)
+	Admit(w http.ResponseWriter, r *http.Request, secure bool) (status int, credentialed bool)
 }
 
 // authRequestHeader reports an identity header only a gate may set:
@@ -227,6 +231,18 @@ type Options struct {
 	// on TCP (HTTPS, HTTP/2) that carry none of their own: it advertises
 	// HTTP/3, for example `h3=":443"; ma=86400`.
 	AltSvc string
+
+	// Guard, when set, is asked about every request once its route is
+	// known (deployment is empty when none routes it), before the
+	// request costs anything more (a Computer woken, a gate, a backend):
+	// the operator's guard rules. A GuardBlock is answered 403 `blocked`.
+	// It runs on every request: it must be cheap and must not keep the
+	// strings it is given.
+	Guard func(client netip.Addr, host, deployment, method, path, userAgent string) GuardVerdict
+	// Observe, when set, is handed every finished request (the SIEM). It
+	// runs on the request path: it must not block, and must copy what it
+	// keeps of the Completion.
+	Observe func(*Completion)
 }
 
 // ACMEChallengePrefix is the path prefix of ACME HTTP-01 challenges (RFC
@@ -246,6 +262,8 @@ type Handler struct {
 	fast    bool    // use the forwarder for non-upgrade requests
 	dial    *dialer // the forwarder's connections
 	resolve func(w http.ResponseWriter, r *http.Request, host string) (*Deployment, func(), bool)
+	guard   func(client netip.Addr, host, deployment, method, path, userAgent string) GuardVerdict
+	observe func(*Completion)
 	nactive atomic.Int64
 	// respTimeout is Options.UpstreamResponseTimeout (0: none).
 	respTimeout time.Duration
@@ -284,7 +302,7 @@ func New(o Options) *Handler {
 	}
 	g := &dialGuard{self: o.Self, allowLinkLocal: o.AllowLinkLocal}
 	h := &Handler{log: o.Log, trusted: o.TrustedProxies, fast: o.Transport == nil, dial: newDialer(o.TLSClientConfig, g), resolve: o.Resolve,
-		respTimeout: o.UpstreamResponseTimeout}
+		guard: o.Guard, observe: o.Observe, respTimeout: o.UpstreamResponseTimeout}
 	switch {
 	case o.BodyReadTimeout == 0:
 		h.bodyTimeout = DefaultBodyReadTimeout
@@ -395,6 +413,10 @@ type reqState struct {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.nactive.Add(1)
 	defer h.leave()
+	if h.observe != nil {
+		w = h.observed(w)
+		defer h.complete(w, r, r.URL.Path, r.URL.RawQuery, requestTime(w))
+	}
 	if r.TLS == nil {
 		if h.plainHook && h.plaintext(w, r) {
 			return
@@ -441,6 +463,19 @@ func (h *Handler) lookup(w http.ResponseWriter, host, path string) (route.Match[
 func (h *Handler) route(w http.ResponseWriter, r *http.Request) {
 	start := requestTime(w)
 	host := route.NormalizeHost(r.Host)
+	m, ok := h.lookup(w, host, r.URL.Path)
+	if h.guard != nil {
+		dep := ""
+		if ok {
+			dep = m.Target.ID
+		}
+		if h.guarded(w, r, host, dep) {
+			if ok {
+				m.Target.observe(http.StatusForbidden, start, false)
+			}
+			return
+		}
+	}
 	if h.resolve != nil {
 		// Before the table, so that no deployment rule (a catch-all
 		// path rule, a host_suffix) can take a host the resolver serves.
@@ -452,16 +487,30 @@ func (h *Handler) route(w http.ResponseWriter, r *http.Request) {
 			// Resolving may have woken a Computer: the request starts
 			// over from now.
 			defer release()
+			if h.observe != nil {
+				if o := obsOf(w); o != nil {
+					o.dep = d
+				}
+			}
 			h.serve(w, r, d, time.Now())
 			return
 		}
 	}
-	m, ok := h.lookup(w, host, r.URL.Path)
 	if !ok {
+		if h.observe != nil {
+			if o := obsOf(w); o != nil {
+				o.unrouted = true
+			}
+		}
 		plain(w, http.StatusNotFound, textNoRoute)
 		return
 	}
 	d := m.Target
+	if h.observe != nil {
+		if o := obsOf(w); o != nil {
+			o.dep = d
+		}
+	}
 	if rd := m.Rule.Redirect; rd != nil {
 		status := h.redirect(w, r, rd, m.Strip)
 		d.observe(status, start, false)
@@ -473,9 +522,13 @@ func (h *Handler) route(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if d.Gate != nil {
-		if status := d.Gate.Admit(w, r, r.TLS != nil); status != 0 {
+		status, cred := d.Gate.Admit(w, r, r.TLS != nil)
+		if status != 0 {
 			d.observe(status, start, false)
 			return
+		}
+		if cred && h.observe != nil {
+			Credentialed(w)
 		}
 	}
 	if m.Strip != "" {

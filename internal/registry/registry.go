@@ -242,7 +242,7 @@ func (r *Registry) build(s apitype.DeploymentSpec, prev *Entry, dry bool) (*Entr
 		cfg.Within = base
 		e.Site = &cfg
 	}
-	dp := &proxy.Deployment{ID: s.ID, Pool: e.Pool}
+	dp := &proxy.Deployment{ID: s.ID, Namespace: s.Namespace, Pool: e.Pool}
 	if s.Auth != nil {
 		if r.o.Gate == nil {
 			return nil, &spec.FieldError{Field: "auth", Msg: "this server enforces no auth gates"}

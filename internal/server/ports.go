@@ -78,6 +78,9 @@ func (p *portRoutes) resolve(w http.ResponseWriter, r *http.Request, host string
 		http.Error(w, "this port is private: present a grant for the Computer as Authorization: Bearer", http.StatusUnauthorized)
 		return nil, nil, true
 	}
+	if !t.Public {
+		proxy.Credentialed(w) // the grant checked out: not a stranger's probing
+	}
 	return p.deployment(id, t.Addr), release, false
 }
 
