@@ -94,6 +94,7 @@ func init() {
 		applyCmd, getCmd, describeCmd, deleteCmd, scaleCmd,
 		cordonCmd, drainCmd, uncordonCmd, execCmd, shellCmd, logsCmd,
 		statusCmd, createCmd, loginCmd, logoutCmd, whoamiCmd, configCmd, tokenCmd,
+		blockCmd, allowCmd, respondCmd,
 		computerCmd, versionCmd, helpCmd,
 	}
 }

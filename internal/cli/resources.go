@@ -53,6 +53,11 @@ func init() {
 			del:      namedVerb("delete", func(ctx context.Context, e *env, ids []string) error { return e.deleteImages(ctx, ids) })},
 		{kind: "cert", aliases: []string{"certs", "certificates", "certificate"},
 			get: namedVerb("get", func(ctx context.Context, e *env, ids []string) error { return e.listCerts(ctx, one(ids)) })},
+		{kind: "alert", aliases: []string{"alerts"}, flags: "--severity S --rule R -d DEPLOYMENT -n NAMESPACE --follow",
+			get: getAlerts},
+		{kind: "rule", aliases: []string{"rules"},
+			get: namedVerb("get", func(ctx context.Context, e *env, ids []string) error { return e.getRules(ctx, one(ids)) }),
+			del: namedVerb("delete", func(ctx context.Context, e *env, ids []string) error { return e.deleteRules(ctx, ids) })},
 		{kind: "computer", aliases: []string{"computers", "comp"}, flags: "-n NAMESPACE",
 			get: func(ctx context.Context, e *env, args []string) error {
 				_, id, rest := splitResource(args)

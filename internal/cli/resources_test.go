@@ -72,7 +72,7 @@ func TestGrammarLive(t *testing.T) {
 	// Usage errors name the kinds.
 	for _, args := range [][]string{{"get", "frobs"}, {"describe"}, {"delete", "widget", "x"}} {
 		code, _, errs := berth(t, "", append(op, args...)...)
-		if code != 2 || !strings.Contains(errs, "deployments, vms, secrets, namespaces, tokens, images, certs, computers") {
+		if code != 2 || !strings.Contains(errs, "deployments, vms, secrets, namespaces, tokens, images, certs, alerts, rules, computers") {
 			t.Errorf("%v: exit %d, %q", args, code, errs)
 		}
 	}
