@@ -224,12 +224,13 @@ func Summary(m apitype.RuleMatch) string {
 type matcher struct {
 	client                                                 netip.Prefix // valid iff a client condition
 	host, deployment, method, pathPrefix, pathContains, ua string       // ua lowercased, method uppercased
+	uaAnchor                                               int          // uaAnchor(ua)
 }
 
 // compile builds the matcher of a normalized match.
 func compile(m apitype.RuleMatch) (matcher, error) {
 	c := matcher{host: m.Host, deployment: m.Deployment, method: m.Method,
-		pathPrefix: m.PathPrefix, pathContains: m.PathContains, ua: m.UserAgentContains}
+		pathPrefix: m.PathPrefix, pathContains: m.PathContains, ua: m.UserAgentContains, uaAnchor: uaAnchor(m.UserAgentContains)}
 	if m.Client != "" {
 		p, err := parseClient(m.Client)
 		if err != nil {
@@ -250,7 +251,7 @@ func (m *matcher) match(client netip.Addr, host, deployment, method, path, ua st
 		(m.method == "" || equalFoldASCII(method, m.method)) &&
 		(m.pathPrefix == "" || strings.HasPrefix(path, m.pathPrefix)) &&
 		(m.pathContains == "" || strings.Contains(path, m.pathContains)) &&
-		(m.ua == "" || containsFoldASCII(ua, m.ua))
+		(m.ua == "" || containsFoldASCII(ua, m.ua, m.uaAnchor))
 }
 
 func toLowerASCII(c byte) byte {
@@ -278,26 +279,77 @@ func equalFoldASCII(s, upper string) bool {
 	return true
 }
 
-// containsFoldASCII reports whether s contains lower (ASCII-lowercased,
-// non-empty) ignoring ASCII case; other bytes compare exactly.
-func containsFoldASCII(s, lower string) bool {
-	first := lower[0]
-	firstUp := first
-	if first >= 'a' && first <= 'z' {
-		firstUp = first - ('a' - 'A')
+// uaAnchor is the byte of a lowercased pattern containsFoldASCII looks
+// for first: its first byte that is not a letter (so one exact IndexByte
+// finds the candidates), else its first byte.
+func uaAnchor(lower string) int {
+	for i := 0; i < len(lower); i++ {
+		if c := lower[i]; c < 'a' || c > 'z' {
+			return i
+		}
 	}
-	last := len(s) - len(lower)
-	for i := 0; i <= last; i++ {
-		if c := s[i]; c != first && c != firstUp {
-			continue
+	return 0
+}
+
+// containsFoldASCII reports whether s contains lower (ASCII-lowercased,
+// non-empty) ignoring ASCII case; other bytes compare exactly. k is
+// uaAnchor(lower): candidates are found with strings.IndexByte (vector
+// code) on that byte, in both cases if it is a letter, and checked whole.
+func containsFoldASCII(s, lower string, k int) bool {
+	n := len(lower)
+	if n > len(s) {
+		return false
+	}
+	a := lower[k]
+	last := len(s) - n + k // the last offset the anchor can be at
+	if a < 'a' || a > 'z' {
+		for i := k; i <= last; i++ {
+			j := strings.IndexByte(s[i:last+1], a)
+			if j < 0 {
+				return false
+			}
+			i += j
+			if equalLowerASCII(s[i-k:i-k+n], lower) {
+				return true
+			}
 		}
-		j := 1
-		for j < len(lower) && toLowerASCII(s[i+j]) == lower[j] {
-			j++
+		return false
+	}
+	up := a - ('a' - 'A')
+	nl, nu := -2, -2 // the next offsets ≥ i of a and up; -1: none left
+	for i := k; i <= last; i++ {
+		if nl < i && nl != -1 {
+			if nl = strings.IndexByte(s[i:last+1], a); nl >= 0 {
+				nl += i
+			}
 		}
-		if j == len(lower) {
+		if nu < i && nu != -1 {
+			if nu = strings.IndexByte(s[i:last+1], up); nu >= 0 {
+				nu += i
+			}
+		}
+		switch {
+		case nl == -1 && nu == -1:
+			return false
+		case nu == -1 || nl != -1 && nl < nu:
+			i = nl
+		default:
+			i = nu
+		}
+		if equalLowerASCII(s[i-k:i-k+n], lower) {
 			return true
 		}
 	}
 	return false
+}
+
+// equalLowerASCII compares s with lower (ASCII-lowercased, as long as s)
+// ignoring ASCII case.
+func equalLowerASCII(s, lower string) bool {
+	for i := 0; i < len(lower); i++ {
+		if toLowerASCII(s[i]) != lower[i] {
+			return false
+		}
+	}
+	return true
 }
