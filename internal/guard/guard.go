@@ -70,7 +70,7 @@ var (
 	ErrNotFound = errors.New("no such rule")
 	// ErrNotSaved wraps a store failure after a change was put in force:
 	// it holds until a restart, and the guard retries the write.
-	ErrNotSaved = errors.New("in force, but not saved: berth retries the write every 10 s, and until then a restart loses it")
+	ErrNotSaved = errors.New("in force, but not saved: berth retries the write every 10 s, and until then a restart undoes it")
 )
 
 // Series of recent counts: per-minute buckets over the last hour.
