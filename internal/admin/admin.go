@@ -16,6 +16,7 @@ import (
 
 	"github.com/berth-dev/berth/internal/auth"
 	"github.com/berth-dev/berth/internal/fleet"
+	"github.com/berth-dev/berth/internal/guard"
 	"github.com/berth-dev/berth/internal/image"
 	"github.com/berth-dev/berth/internal/metrics"
 	"github.com/berth-dev/berth/internal/namespaces"
@@ -44,6 +45,7 @@ type Options struct {
 	Namespaces *namespaces.Store // declared namespaces and auth providers
 	Sessions   Sessions          // deployments' sign-in sessions; nil: none
 	Images     *image.Store      // root filesystems; nil answers 503 on /images
+	Guard      *guard.Guard      // guard rules; nil answers 503 on /security/rules
 	Certs      CertSource        // the HTTPS edge's certificates; nil: none
 	// Collectors are exposed on /metrics/prometheus besides Metrics and
 	// Host (the certificate manager's gauges).
@@ -124,6 +126,9 @@ func New(o Options) *API {
 	a.handle("GET /images/{name...}", tierView, wallFleet, a.getImage)
 	a.handle("PATCH /images/{name...}", tierCRUD, wallFleet, a.patchImage)
 	a.handle("DELETE /images/{name...}", tierCRUD, wallFleet, a.deleteImage)
+	a.handle("POST /security/rules", tierCRUD, wallFleet, a.postRule)
+	a.handle("PATCH /security/rules/{id}", tierCRUD, wallFleet, a.patchRule)
+	a.handle("DELETE /security/rules/{id}", tierCRUD, wallFleet, a.deleteRule)
 
 	return a
 }

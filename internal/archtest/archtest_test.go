@@ -91,6 +91,7 @@ var rules = []struct {
 	{mod + "/internal/netguard", []string{mod + "/"}, "address walls are a leaf, shared by the proxy and spec validation"},
 	{mod + "/internal/gate", []string{mod + "/internal/proxy", mod + "/internal/registry", mod + "/internal/admin", mod + "/internal/server", mod + "/internal/store", mod + "/internal/namespaces"}, "the sign-in gate is handed its tokens, sessions and providers through interfaces it declares; it satisfies the proxy's Gate without importing it"},
 	{mod + "/internal/sessions", []string{mod + "/internal/gate", mod + "/internal/proxy", mod + "/internal/registry", mod + "/internal/admin", mod + "/internal/server", mod + "/internal/auth"}, "sessions are storage and lifetime, below the gate that uses them"},
+	{mod + "/internal/guard", []string{mod + "/internal/proxy", mod + "/internal/registry", mod + "/internal/admin", mod + "/internal/server", mod + "/internal/gate"}, "guard rules are storage and a matcher, below the data plane that checks them and the API that writes them"},
 	{mod + "/internal/jwtverify", []string{mod + "/internal/", mod + "/client", mod + "/cmd/"}, "JWT verification knows the wire type and nothing of the gate that calls it"},
 	{mod + "/internal/image", []string{mod + "/internal/vm", mod + "/internal/server", mod + "/internal/admin", mod + "/internal/registry"}, "the image store knows nothing of the drivers that boot its images"},
 	{mod + "/internal/grant", []string{mod + "/internal/computer", mod + "/internal/computerapi", mod + "/internal/server"}, "grant tokens know nothing of what they guard"},

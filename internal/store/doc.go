@@ -33,6 +33,9 @@
 //	computer_ports(PK (computer_id, port) → computers)
 //	computer_grants(id PK, computer_id, payload JSON, expires_at Unix ms,
 //	          issued_at, revoked_at)
+//	guard_rules(id PK = content hash, action, client, host, deployment,
+//	          path_prefix, path_contains, method, user_agent_contains, note,
+//	          created_at, expires_at NULL = permanent, hits, last_hit NULL)
 //
 // The Computer tables (package computer) keep its state machine, fleet
 // slots (ReserveComputerSlot counts and inserts in one transaction), the
