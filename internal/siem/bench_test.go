@@ -79,7 +79,7 @@ func BenchmarkAnalyse(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		r.Time = t0.Add(time.Duration(i) * time.Microsecond)
-		r.Client = netip.AddrFrom4([4]byte{10, 0, byte(i >> 8 % 256), byte(i)})
+		r.Client = netip.AddrFrom4([4]byte{10, 0, 0, byte(i)})
 		e.ObserveRequest(&r)
 		if i%1024 == 1023 {
 			e.Flush()
