@@ -36,11 +36,18 @@
 //	guard_rules(id PK = content hash, action, client, host, deployment,
 //	          path_prefix, path_contains, method, user_agent_contains, note,
 //	          created_at, expires_at NULL = permanent, hits, last_hit NULL)
+//	security_alerts(id INTEGER PK, rule, severity, deployment, namespace,
+//	          last_ts Unix ms, alert JSON), security_alert_seq(one PK = 1,
+//	          last_id)
 //
 // The Computer tables (package computer) keep its state machine, fleet
 // slots (ReserveComputerSlot counts and inserts in one transaction), the
 // FIFO start queue, the usage ledger and the facts log; the ledger and the
 // facts have no foreign key, so they outlive a deleted Computer.
+//
+// security_alerts (package siem) keeps the SIEM's findings across restarts,
+// trimmed to the newest N; security_alert_seq keeps alert ids increasing
+// even past trimmed ones.
 //
 // computer_grants (package grant) lists the grants issued, for listing and
 // revocation; a grant's token is never stored, only its signed payload, and
