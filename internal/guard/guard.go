@@ -86,9 +86,10 @@ type Verdict uint8
 
 // Verdicts.
 const (
-	// Pass: no block rule matched (or the only matches were expired).
+	// Pass: no rule matched (or the only matches were expired).
 	Pass Verdict = iota
-	// Exempt: a block rule matched, and so did an allow rule: pass.
+	// Exempt: an allow rule matched: pass, whatever block rules match,
+	// and exempt from detection (the SIEM) too.
 	Exempt
 	// Block: refuse the request (403 "blocked\n").
 	Block
@@ -300,11 +301,28 @@ func (g *Guard) publishLocked() {
 // takes no lock and allocates nothing.
 func (g *Guard) Check(client netip.Addr, host, deployment, method, path, userAgent string) Verdict {
 	s := g.snap.Load()
-	if len(s.block) == 0 {
+	if len(s.block) == 0 && len(s.allow) == 0 {
 		return Pass
 	}
 	client = client.Unmap()
 	var now int64
+	// Any matching allow wins, whatever the order (app-lb §6.3): the
+	// request is served and exempt from detection too, block or no block.
+	for _, a := range s.allow {
+		if !a.m.match(client, host, deployment, method, path, userAgent) {
+			continue
+		}
+		if now == 0 {
+			now = g.o.Now().UnixNano()
+		}
+		if a.live(now) {
+			minute := now / int64(time.Second) / BucketSecs
+			a.c.hit(now, minute)
+			g.exempted.Add(1)
+			g.exemptedRecent.add(minute)
+			return Exempt
+		}
+	}
 	for _, b := range s.block {
 		if !b.m.match(client, host, deployment, method, path, userAgent) {
 			continue
@@ -316,14 +334,6 @@ func (g *Guard) Check(client netip.Addr, host, deployment, method, path, userAge
 			continue
 		}
 		minute := now / int64(time.Second) / BucketSecs
-		for _, a := range s.allow {
-			if a.m.match(client, host, deployment, method, path, userAgent) && a.live(now) {
-				a.c.hit(now, minute)
-				g.exempted.Add(1)
-				g.exemptedRecent.add(minute)
-				return Exempt
-			}
-		}
 		b.c.hit(now, minute)
 		g.blocked.Add(1)
 		g.blockedRecent.add(minute)

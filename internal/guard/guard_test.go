@@ -287,7 +287,7 @@ func TestRepost(t *testing.T) {
 }
 
 // TestAllowBeatsBlock: a matching allow exempts from any matching block,
-// whether posted before or after it; an allow alone decides nothing.
+// whether posted before or after it.
 func TestAllowBeatsBlock(t *testing.T) {
 	for _, allowFirst := range []bool{true, false} {
 		t.Run(fmt.Sprint("allow first ", allowFirst), func(t *testing.T) {
@@ -740,5 +740,23 @@ func TestCheckAllocs(t *testing.T) {
 	g0.snap.Store(&snapshot{})
 	if n := testing.AllocsPerRun(1000, func() { g0.Check(scanner, "", "", "", "", "") }); n != 0 {
 		t.Errorf("Check with no rules allocates %v times", n)
+	}
+}
+
+// TestAllowAlone: an allow rule with no block to beat still answers Exempt
+// — the request is served and the SIEM leaves its source alone (a monitor,
+// a load test) — and counts as exempted.
+func TestAllowAlone(t *testing.T) {
+	r := newRig(t, true)
+	mon := netip.MustParseAddr("198.51.100.7")
+	r.add(allow(apitype.RuleMatch{Client: mon.String()}))
+	if got := r.check(req{client: mon, path: "/x"}); got != Exempt {
+		t.Errorf("Check(allowed client) = %v, want exempt", got)
+	}
+	if got := r.check(req{client: netip.MustParseAddr("198.51.100.8"), path: "/x"}); got != Pass {
+		t.Errorf("Check(other client) = %v, want pass", got)
+	}
+	if st := r.g.Stats(); st.Exempted != 1 || st.Blocked != 0 {
+		t.Errorf("Stats = %+v, want 1 exempted", st)
 	}
 }
