@@ -378,7 +378,12 @@ func (st *state) raise(f *finding, rule, param, literal string) {
 	}
 	st.minuteCount++
 	st.next++
-	e := &entry{a: f.alert(st.next, rule, param, literal), namespace: f.namespace, key: k}
+	// The finding's strings point into the queue's arena (Engine.keep);
+	// an alert outlives the batch, so it keeps copies.
+	k.dep = strings.Clone(k.dep)
+	a := f.alert(st.next, rule, param, literal)
+	a.Client, a.Deployment, a.Path, a.Title = strings.Clone(a.Client), strings.Clone(a.Deployment), strings.Clone(a.Path), strings.Clone(a.Title)
+	e := &entry{a: a, namespace: strings.Clone(f.namespace), key: k}
 	st.ring = append(st.ring, e)
 	if over := len(st.ring) - st.o.AlertCapacity; over > 0 {
 		for _, old := range st.ring[:over] {

@@ -71,6 +71,7 @@ import (
 	"net/netip"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/store"
@@ -225,6 +226,7 @@ type Engine struct {
 	qmu      sync.Mutex
 	reqs     []Request
 	auths    []Auth
+	arena    []byte // the queued strings' bytes (keep)
 	observed uint64
 	dropped  uint64
 	closed   bool
@@ -328,14 +330,41 @@ func (e *Engine) ObserveRequest(r *Request) {
 		return
 	}
 	e.reqs = append(e.reqs, *r)
+	q := &e.reqs[len(e.reqs)-1]
 	if !now.IsZero() {
-		e.reqs[len(e.reqs)-1].Time = now
+		q.Time = now
+	}
+	for _, p := range []*string{&q.Method, &q.Host, &q.Path, &q.RawQuery, &q.UserAgent, &q.Deployment, &q.Namespace, &q.Scheme} {
+		*p = e.keep(*p)
 	}
 	e.qmu.Unlock()
 	if n+1 == e.o.QueueCapacity/2 {
 		e.kick()
 	}
 }
+
+// keep copies s into the queue's arena (under qmu). The request path hands
+// over strings that live only as long as the request (the proxy's front
+// end reuses its buffers), and copying each into an allocation of its own
+// would cost the request path several allocations; an arena costs one per
+// arenaChunk bytes. A chunk is never written again once a string is in it
+// (a full one is left to the garbage collector, which frees it once the
+// batch holding its strings is analysed), so the strings stay valid; what
+// outlives a batch (an alert's fields) is cloned out of it (state.raise).
+func (e *Engine) keep(s string) string {
+	if s == "" {
+		return ""
+	}
+	if cap(e.arena)-len(e.arena) < len(s) {
+		e.arena = make([]byte, 0, max(arenaChunk, len(s)))
+	}
+	at := len(e.arena)
+	e.arena = append(e.arena, s...)
+	return unsafe.String(&e.arena[at], len(s))
+}
+
+// arenaChunk is the size of the queue's string arena's chunks.
+const arenaChunk = 64 << 10
 
 // ObserveAuth queues a for analysis; like ObserveRequest it never blocks.
 func (e *Engine) ObserveAuth(a Auth) {
@@ -352,6 +381,9 @@ func (e *Engine) ObserveAuth(a Auth) {
 		e.dropped++
 		e.qmu.Unlock()
 		return
+	}
+	for _, p := range []*string{&a.Action, &a.Deployment, &a.Namespace, &a.Host, &a.Path, &a.Subject, &a.Scheme, &a.Reason} {
+		*p = e.keep(*p)
 	}
 	e.auths = append(e.auths, a)
 	e.qmu.Unlock()
