@@ -49,7 +49,7 @@ func (a *API) postRule(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var spec apitype.RuleSpec
-	if err := web.ReadJSON(w, r, &spec); err != nil {
+	if err := web.ReadClosedJSON(w, r, &spec, apitype.UnknownKey); err != nil {
 		return err
 	}
 	v, err := g.Add(r.Context(), spec)
@@ -73,7 +73,7 @@ func (a *API) patchRule(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var p rulePatch
-	if err := web.ReadJSON(w, r, &p); err != nil {
+	if err := web.ReadClosedJSON(w, r, &p, apitype.UnknownKey); err != nil {
 		return err
 	}
 	var secs *int64

@@ -69,7 +69,6 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
-	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -485,17 +484,8 @@ func onAgent[T any](a *API, r *http.Request, c *call, do func(context.Context, *
 // Computer API's bodies are closed, so a key berth does not act on — a
 // typo, or a field of a newer contract — is refused rather than dropped.
 func readJSON(w http.ResponseWriter, r *http.Request, v any) error {
-	raw, err := web.ReadBody(w, r)
-	if err != nil {
-		return err
-	}
-	return decodeJSON(raw, v)
+	return web.ReadClosedJSON(w, r, v, apitype.UnknownKey)
 }
 
 // decodeJSON is readJSON's decoding: web.DecodeJSON, refusing undeclared keys.
-func decodeJSON(raw []byte, v any) error {
-	if p := apitype.UnknownKey(raw, reflect.TypeOf(v).Elem()); p != "" {
-		return web.Invalid(p, "unknown field")
-	}
-	return web.DecodeJSON(raw, v)
-}
+func decodeJSON(raw []byte, v any) error { return web.DecodeClosedJSON(raw, v, apitype.UnknownKey) }

@@ -74,6 +74,9 @@ type Event struct {
 	Host       string
 	Source     netip.Addr
 	Reason     string
+	// Subject is the identity a refused sign-in presented (its email, or
+	// its subject), when one did.
+	Subject string
 }
 
 // Options configure a [Manager].

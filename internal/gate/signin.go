@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"encoding/base64"
@@ -333,7 +334,9 @@ func (g *Gate) callback(q *req, id *identity) int {
 			return g.deny(q, "signin-exchange", http.StatusForbidden, "sign-in failed: the identity provider's answer could not be verified\n")
 		}
 		if err := oidc.Allowed(ident, id.google, id.domains, id.emails); err != nil {
-			g.m.event(g.ev(q, "signin-denied", err.Error()))
+			ev := g.ev(q, "signin-denied", err.Error())
+			ev.Subject = cmp.Or(ident.Email, ident.Subject)
+			g.m.event(ev)
 			return g.deny(q, "signin-denied", http.StatusForbidden, err.Error()+"\n")
 		}
 		w, issuer = who{ident.Subject, ident.Email, ident.Name}, ident.Issuer

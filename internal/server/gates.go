@@ -41,10 +41,7 @@ func (s *Server) openGates(ctx context.Context, st *store.Store, tokens *auth.To
 		Tokens: tokens, Sessions: sess, Secrets: sec, Providers: ns, Key: key,
 		OIDC: oidc.NewRegistry(s.issuerClient()), JWTClient: s.issuerClient(),
 		GoogleIssuer: s.o.GoogleIssuer, Log: s.o.Log,
-		Event: func(e gate.Event) {
-			s.o.Log.Warn("sign-in gate", "event", e.Kind, "deployment", e.Deployment, "namespace", e.Namespace,
-				"host", e.Host, "source", e.Source.String(), "reason", e.Reason)
-		},
+		Event: s.gateEvent,
 	})
 	ns.OnProvidersChanged(func() {
 		if err := gates.ReloadProviders(context.Background()); err != nil {

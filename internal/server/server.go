@@ -32,6 +32,7 @@ import (
 	"github.com/berth-dev/berth/internal/fleet"
 	"github.com/berth-dev/berth/internal/gate"
 	"github.com/berth-dev/berth/internal/grant"
+	"github.com/berth-dev/berth/internal/guard"
 	"github.com/berth-dev/berth/internal/hostnet"
 	"github.com/berth-dev/berth/internal/image"
 	"github.com/berth-dev/berth/internal/inventory"
@@ -42,6 +43,7 @@ import (
 	"github.com/berth-dev/berth/internal/registry"
 	"github.com/berth-dev/berth/internal/secrets"
 	"github.com/berth-dev/berth/internal/sessions"
+	"github.com/berth-dev/berth/internal/siem"
 	"github.com/berth-dev/berth/internal/spec"
 	"github.com/berth-dev/berth/internal/store"
 	"github.com/berth-dev/berth/internal/vm"
@@ -131,6 +133,13 @@ type Options struct {
 	// upstream is written and when the proxy dials.
 	AllowLinkLocalUpstreams bool
 
+	// GuardDryRun counts and logs the requests guard rules match without
+	// refusing any (app-lb's APP_LB_GUARD_ENFORCE=0).
+	GuardDryRun bool
+	// SIEM configures detection (package siem): zero fields take app-lb's
+	// thresholds; Disabled turns detection off (the guard still applies).
+	SIEM siem.Config
+
 	// AgentCommand and AgentEnv override how the process driver starts the
 	// in-sandbox agent (default: this executable's "agent" mode); tests use
 	// them to make the test binary the agent.
@@ -207,6 +216,9 @@ type Options struct {
 type Server struct {
 	o        Options
 	gates    *gate.Manager     // deployments' sign-in gates
+	guard    *guard.Guard      // the operator's guard rules
+	siem     *siem.Engine      // detection over the data plane's traffic
+	webhooks alertNotifier     // security alert webhooks; nil: none
 	sessions *sessions.Manager // their sign-in sessions
 	log      *slog.Logger
 	store    *store.Store
@@ -345,6 +357,10 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		popts.RedirectHTTPS, popts.HTTPSPort, popts.HSTS = o.RedirectHTTPS, s.tlsLn.Addr().(*net.TCPAddr).Port, o.HSTS
 		popts.AltSvc = `h3=":` + port + `"; ma=86400`
 	}
+	if err := s.openSecurity(ctx, st, &popts); err != nil {
+		return nil, err
+	}
+	undo = append(undo, func() { s.siem.Close(); s.guard.Close() })
 	s.proxy = proxy.New(popts)
 	if s.images, err = s.openImages(ctx, st); err != nil {
 		return nil, err
@@ -476,7 +492,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	brake := auth.NewBrake(o.Brake)
 	adminGate := auth.New(auth.Config{
 		User: o.AdminUser, Password: o.AdminPassword, Tokens: tokens,
-		Brake: brake, Log: o.Log,
+		Brake: brake, Log: o.Log, Event: s.adminEvent,
 	})
 	api := admin.New(admin.Options{
 		Registry: s.registry, Fleet: s.fleet, Metrics: s.metrics, Host: s.host,
@@ -484,6 +500,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		Gate:   adminGate,
 		Tokens: tokens, Secrets: sec, Namespaces: nsStore, Sessions: s.sessions, Images: s.images,
 		Certs: s.certSource(), Collectors: s.collectors(),
+		Guard: s.guard, SIEM: s.siem,
 		Confinement: confinement(o),
 		Upstreams:   admin.UpstreamGuard{Self: s.self, AllowLinkLocal: o.AllowLinkLocalUpstreams},
 	})
@@ -613,6 +630,7 @@ func (s *Server) Run(ctx context.Context) error {
 		{"host sampler", func(ctx context.Context) error { return s.host.Run(ctx, 2*time.Second) }},
 		{"certificates", s.runCerts},
 		{"certificate hosts", s.runFeedHosts},
+		{"siem", func(ctx context.Context) error { s.siem.Run(ctx); return nil }},
 	} {
 		loops.Go(func() {
 			if err := l.run(loopCtx); err != nil && loopCtx.Err() == nil {
@@ -681,6 +699,10 @@ func (s *Server) Run(ctx context.Context) error {
 	drivers.CloseAll(s.driverClosers, s.log)
 	s.gates.Close()
 	s.sessions.Close()
+	if serr := s.siem.Close(); serr != nil {
+		s.log.Error("some security alerts were not stored", "err", serr)
+	}
+	s.guard.Close()
 	if cerr := s.store.Close(); cerr != nil && err == nil {
 		err = cerr
 	}

@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"reflect"
 	"runtime/debug"
 	"strings"
 )
@@ -148,6 +149,26 @@ func ReadJSON(w http.ResponseWriter, r *http.Request, v any) error {
 	raw, err := ReadBody(w, r)
 	if err != nil {
 		return err
+	}
+	return DecodeJSON(raw, v)
+}
+
+// ReadClosedJSON is ReadJSON for a closed body: a key v's type does not
+// declare — a typo, or a field of a newer contract — is refused (400,
+// naming it) rather than dropped. unknown finds such a key in raw, "" for
+// none (apitype.UnknownKey, which knows the wire types' open maps).
+func ReadClosedJSON(w http.ResponseWriter, r *http.Request, v any, unknown func(raw []byte, t reflect.Type) string) error {
+	raw, err := ReadBody(w, r)
+	if err != nil {
+		return err
+	}
+	return DecodeClosedJSON(raw, v, unknown)
+}
+
+// DecodeClosedJSON is ReadClosedJSON's decoding of raw.
+func DecodeClosedJSON(raw []byte, v any, unknown func(raw []byte, t reflect.Type) string) error {
+	if p := unknown(raw, reflect.TypeOf(v).Elem()); p != "" {
+		return Invalid(p, "unknown field")
 	}
 	return DecodeJSON(raw, v)
 }
