@@ -46,6 +46,7 @@ type Options struct {
 	Sessions   Sessions          // deployments' sign-in sessions; nil: none
 	Images     *image.Store      // root filesystems; nil answers 503 on /images
 	Guard      *guard.Guard      // guard rules; nil answers 503 on /security/rules
+	SIEM       SIEM              // detection; nil: GET /security says it is off
 	Certs      CertSource        // the HTTPS edge's certificates; nil: none
 	// Collectors are exposed on /metrics/prometheus besides Metrics and
 	// Host (the certificate manager's gauges).
@@ -80,6 +81,7 @@ func New(o Options) *API {
 	a.handle("GET /healthz", tierOpen, wallNone, a.healthz)
 	a.handle("GET /ingress", tierView, wallNarrow, a.ingress)
 	a.handle("GET /metrics", tierView, wallNarrow, a.metrics)
+	a.handle("GET /security", tierView, wallNarrow, a.security)
 	a.handleHTTP("GET /metrics/prometheus", tierView, wallFleet, metrics.Handler(o.Metrics, o.Host, o.Collectors...))
 	a.handle("GET /metrics/cold-start", tierView, wallFleet, a.coldStarts)
 

@@ -125,6 +125,7 @@ func (a *API) metrics(w http.ResponseWriter, r *http.Request) error {
 	if !q.summary {
 		resp.HostSandboxes = []apitype.HostSandboxView{}
 	}
+	resp.Security = a.securitySummary(p)
 	if !p.Fleet() {
 		// A caller below the fleet sees its own deployments only: not the
 		// host, the daemon or the whole gateway's traffic.

@@ -491,6 +491,10 @@ type Filter struct {
 	// alerts of deployments in these namespaces (never an alert without a
 	// deployment: admin-plane, unrouted and spray findings).
 	Namespaces []string
+	// Visible, when set, must accept an alert's deployment and namespace
+	// (a caller that reaches only some deployments); an alert without a
+	// deployment is offered with "".
+	Visible func(deployment, namespace string) bool
 	// Limit bounds the alerts returned: default 200, at most 1000.
 	Limit int
 }
@@ -523,6 +527,9 @@ func (e *Engine) Alerts(f Filter) ([]apitype.SecurityAlert, apitype.SeverityTota
 			continue
 		}
 		if ns != nil && (a.a.Deployment == "" || !ns[a.namespace]) {
+			continue
+		}
+		if f.Visible != nil && !f.Visible(a.a.Deployment, a.namespace) {
 			continue
 		}
 		addTotal(&tot, a.a.Severity)
