@@ -33,11 +33,19 @@
 //	computer_ports(PK (computer_id, port) → computers)
 //	computer_grants(id PK, computer_id, payload JSON, expires_at Unix ms,
 //	          issued_at, revoked_at)
+//	rate_limits(deployment TEXT PK → deployments.id ON DELETE CASCADE,
+//	          requests_per_sec REAL, burst, concurrent_per_client,
+//	          max_clients, updated_at)
 //
 // The Computer tables (package computer) keep its state machine, fleet
 // slots (ReserveComputerSlot counts and inserts in one transaction), the
 // FIFO start queue, the usage ledger and the facts log; the ledger and the
 // facts have no foreign key, so they outlive a deleted Computer.
+//
+// rate_limits (package ratelimit) holds berth's own per-client limits of
+// deployments, which app-lb's DeploymentSpec has no room for; a
+// deployment's row goes with it (DeleteDeployment, in the same
+// transaction).
 //
 // computer_grants (package grant) lists the grants issued, for listing and
 // revocation; a grant's token is never stored, only its signed payload, and
