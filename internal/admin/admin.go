@@ -20,6 +20,7 @@ import (
 	"github.com/berth-dev/berth/internal/image"
 	"github.com/berth-dev/berth/internal/metrics"
 	"github.com/berth-dev/berth/internal/namespaces"
+	"github.com/berth-dev/berth/internal/ratelimit"
 	"github.com/berth-dev/berth/internal/registry"
 	"github.com/berth-dev/berth/internal/secrets"
 	"github.com/berth-dev/berth/internal/spec"
@@ -48,6 +49,9 @@ type Options struct {
 	Guard      *guard.Guard      // guard rules; nil answers 503 on /security/rules
 	SIEM       SIEM              // detection; nil: GET /security says it is off
 	Certs      CertSource        // the HTTPS edge's certificates; nil: none
+	// RateLimits are berth's own per-client limits of deployments
+	// (/deployments/{id}/rate-limit); nil answers 503 there.
+	RateLimits *ratelimit.Manager
 	// Collectors are exposed on /metrics/prometheus besides Metrics and
 	// Host (the certificate manager's gauges).
 	Collectors []prometheus.Collector
@@ -97,6 +101,9 @@ func New(o Options) *API {
 	a.handle("GET /deployments/{id}/shell", tierCRUD, wallDeployment|queryToken, a.shell)
 	a.handle("GET /deployments/{id}/logs", tierCRUD, wallDeployment, a.logs)
 	a.handle("DELETE /deployments/{id}/vms/{sandbox_id}", tierCRUD, wallDeployment, a.evict)
+	a.handle("GET /deployments/{id}/rate-limit", tierCRUD, wallDeployment, a.getRateLimit)       // berth's own
+	a.handle("PUT /deployments/{id}/rate-limit", tierCRUD, wallDeployment, a.putRateLimit)       // berth's own
+	a.handle("DELETE /deployments/{id}/rate-limit", tierCRUD, wallDeployment, a.deleteRateLimit) // berth's own
 
 	a.handle("GET /whoami", tierAny, wallNone, a.whoami)
 	a.handle("POST /tokens", tierCRUD, wallNarrow, a.mintToken)

@@ -16,6 +16,8 @@ import (
 	"github.com/berth-dev/berth/internal/auth"
 	"github.com/berth-dev/berth/internal/fleet"
 	"github.com/berth-dev/berth/internal/namespaces"
+	"github.com/berth-dev/berth/internal/proxy"
+	"github.com/berth-dev/berth/internal/ratelimit"
 	"github.com/berth-dev/berth/internal/registry"
 	"github.com/berth-dev/berth/internal/secrets"
 	"github.com/berth-dev/berth/internal/spec"
@@ -35,6 +37,7 @@ type rig struct {
 	drv   *vmfake.Driver
 	reg   *registry.Registry
 	fleet *fleet.Manager
+	rl    *ratelimit.Manager
 }
 
 var operator = "Basic " + base64.StdEncoding.EncodeToString([]byte("admin:pw"))
@@ -62,9 +65,21 @@ func newRig(t *testing.T, conf auth.Confinement) *rig {
 		r.drv.Close()
 	})
 	ns := namespaces.New(st)
+	// The rate limits wired as the server wires them (see
+	// ratelimits_test.go).
+	if r.rl, err = ratelimit.NewManager(ctx, st, ratelimit.Options{Changed: func(id string) { r.reg.Refresh(id) }}); err != nil {
+		t.Fatal(err)
+	}
 	r.reg = registry.New(registry.Options{
 		Store: st, Pools: r.fleet, Domains: ns.Domains,
 		Spec: spec.Options{BaseDomain: "apps.test", Drivers: r.fleet.DriverNames()},
+		Limit: func(id string) proxy.Limiter {
+			if l := r.rl.Limiter(id); l != nil {
+				return l
+			}
+			return nil
+		},
+		Forget: r.rl.Forget,
 	})
 	if err := r.reg.Load(ctx); err != nil {
 		t.Fatal(err)
@@ -74,7 +89,7 @@ func newRig(t *testing.T, conf auth.Confinement) *rig {
 		t.Fatal(err)
 	}
 	r.api = New(Options{
-		Registry: r.reg, Fleet: r.fleet, Tokens: tokens, Namespaces: ns, Confinement: conf, Secrets: sec,
+		Registry: r.reg, Fleet: r.fleet, Tokens: tokens, Namespaces: ns, Confinement: conf, Secrets: sec, RateLimits: r.rl,
 		Gate: auth.New(auth.Config{Password: "pw", Tokens: tokens}),
 	})
 	return r

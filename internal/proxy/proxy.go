@@ -9,10 +9,11 @@
 // websockets, and in-flight counts carry over.
 //
 // Decision order (app-lb.md §3.1): route lookup → no route 404 → redirect →
-// maintenance 503 → strip_prefix → site | backend. Backends are chosen by
-// least in-flight among healthy, non-draining ones, with up to three attempts
-// when a connection cannot be made (the failed backend is marked unhealthy
-// until a probe readmits it).
+// maintenance 503 → (berth's own: per-client limit 429 → auth gate) →
+// strip_prefix → site | backend. Backends are chosen by least in-flight
+// among healthy, non-draining ones, with up to three attempts when a
+// connection cannot be made (the failed backend is marked unhealthy until
+// a probe readmits it).
 //
 // Requests are relayed by berth's own HTTP/1.1 forwarder (forward.go), which
 // keeps a pool of connections per Backend; protocol upgrades (websockets), and
@@ -51,6 +52,7 @@ const (
 	textNoBackend   = "no healthy backend available for deployment\n"
 	textBadGateway  = "bad gateway: the backend could not be reached\n"
 	textColdStart   = "no replica became available within cold_start_timeout_secs\n"
+	textRateLimited = "rate limit exceeded\n"
 )
 
 // Recorder receives one observation per routed request. Implementations must
@@ -75,6 +77,24 @@ type Deployment struct {
 	// Gate, when set, decides on every routed request before the
 	// deployment sees it (its auth gate: package gate).
 	Gate Gate
+	// Limit, when set, admits or refuses every routed request by its
+	// client before the gate (berth's own per-client rate and concurrency
+	// limits: package ratelimit).
+	Limit Limiter
+}
+
+// Limiter is a deployment's per-client limit. Enter runs on every request
+// routed to the deployment, after the maintenance check and before its
+// gate, with the client's address: the TCP peer's (never an address from
+// X-Forwarded-For, even from a trusted proxy); the invalid Addr when the
+// peer is not IP. A refused request is answered 429 with Retry-After (the
+// duration in whole seconds rounded up, at least 1). For every Enter that
+// returned ok, Leave is called once with the same address when the
+// request is done: after its response, or, for a websocket, when the
+// connection ends.
+type Limiter interface {
+	Enter(client netip.Addr) (ok bool, retryAfter time.Duration)
+	Leave(client netip.Addr)
 }
 
 // Gate is a deployment's sign-in gate. Admit runs on every request routed
@@ -520,6 +540,17 @@ func (h *Handler) route(w http.ResponseWriter, r *http.Request) {
 		plain(w, http.StatusServiceUnavailable, textMaintenance)
 		d.observe(http.StatusServiceUnavailable, start, false)
 		return
+	}
+	if d.Limit != nil {
+		ip := peerIP(r.RemoteAddr)
+		ok, after := d.Limit.Enter(ip)
+		if !ok {
+			setRetryAfter(w, after)
+			plain(w, http.StatusTooManyRequests, textRateLimited)
+			d.observe(http.StatusTooManyRequests, start, false)
+			return
+		}
+		defer d.Limit.Leave(ip)
 	}
 	if d.Gate != nil {
 		status, cred := d.Gate.Admit(w, r, r.TLS != nil)

@@ -95,6 +95,12 @@ type Options struct {
 	// Gate compiles a spec's auth gate (package gate); nil refuses specs
 	// with one, since nothing would enforce it.
 	Gate func(s *apitype.DeploymentSpec) (proxy.Gate, error)
+	// Limit returns the per-client limit of deployment id, consulted
+	// whenever the deployment is compiled (Load, Put, Refresh); nil: no
+	// deployment has one. It must answer a nil interface for none (not a
+	// nil pointer in one). The limit is kept outside the spec (package
+	// ratelimit), so a change of it is published by Refresh.
+	Limit func(id string) proxy.Limiter
 }
 
 // Registry is the deployment set. Safe for concurrent use.
@@ -256,6 +262,7 @@ func (r *Registry) build(s apitype.DeploymentSpec, prev *Entry, dry bool) (*Entr
 	if s.Maintenance != nil {
 		dp.Maintenance = *s.Maintenance
 	}
+	dp.Limit = r.limit(s.ID)
 	if e.Site != nil {
 		dp.Site = site.New(*e.Site)
 	}
@@ -525,6 +532,35 @@ func (r *Registry) Put(ctx context.Context, s apitype.DeploymentSpec, o PutOptio
 		r.removePoolLocked(ctx, s.ID)
 	}
 	return e, prev == nil, nil
+}
+
+// limit is deployment id's per-client limit (Options.Limit), or nil.
+func (r *Registry) limit(id string) proxy.Limiter {
+	if r.o.Limit == nil {
+		return nil
+	}
+	return r.o.Limit(id)
+}
+
+// Refresh recompiles the data plane's view of deployment id from what is
+// kept outside its spec (its per-client limit: Options.Limit) and
+// publishes the routing table; call it after such a thing changed. It
+// reports whether the deployment exists. Requests in flight finish under
+// the view they started with.
+func (r *Registry) Refresh(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.deps[id]
+	if e == nil {
+		return false
+	}
+	dp := *e.dp
+	dp.Limit = r.limit(id)
+	ne := *e // entries are immutable once published: a change replaces one
+	ne.dp = &dp
+	r.deps[id] = &ne
+	r.publishLocked(id)
+	return true
 }
 
 // removePoolLocked stops a vm deployment's replica pool and forgets its data

@@ -159,14 +159,17 @@ func (s *Store) PutDeployment(ctx context.Context, d Deployment, createOnly bool
 }
 
 // DeleteDeployment deletes the deployment with the given id together with
-// its upstream drains, in one transaction. It returns an error wrapping
-// ErrNotFound if there is no such deployment.
+// its upstream drains and its rate limit, in one transaction. It returns an
+// error wrapping ErrNotFound if there is no such deployment.
 func (s *Store) DeleteDeployment(ctx context.Context, id string) error {
 	return s.write(ctx, func(tx *sql.Tx) error {
-		// The foreign key cascades too; deleting explicitly keeps the
+		// The foreign keys cascade too; deleting explicitly keeps the
 		// behaviour independent of the foreign_keys setting.
 		if _, err := tx.ExecContext(ctx, `DELETE FROM upstream_drains WHERE deployment = ?`, id); err != nil {
 			return fmt.Errorf("store: delete drains of %q: %w", id, err)
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM rate_limits WHERE deployment = ?`, id); err != nil {
+			return fmt.Errorf("store: delete rate limit of %q: %w", id, err)
 		}
 		res, err := tx.ExecContext(ctx, `DELETE FROM deployments WHERE id = ?`, id)
 		if err != nil {

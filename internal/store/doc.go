@@ -39,6 +39,9 @@
 //	security_alerts(id INTEGER PK, rule, severity, deployment, namespace,
 //	          last_ts Unix ms, alert JSON), security_alert_seq(one PK = 1,
 //	          last_id)
+//	rate_limits(deployment TEXT PK → deployments.id ON DELETE CASCADE,
+//	          requests_per_sec REAL, burst, concurrent_per_client,
+//	          max_clients, updated_at)
 //
 // The Computer tables (package computer) keep its state machine, fleet
 // slots (ReserveComputerSlot counts and inserts in one transaction), the
@@ -48,6 +51,10 @@
 // security_alerts (package siem) keeps the SIEM's findings across restarts,
 // trimmed to the newest N; security_alert_seq keeps alert ids increasing
 // even past trimmed ones.
+// rate_limits (package ratelimit) holds berth's own per-client limits of
+// deployments, which app-lb's DeploymentSpec has no room for; a
+// deployment's row goes with it (DeleteDeployment, in the same
+// transaction).
 //
 // computer_grants (package grant) lists the grants issued, for listing and
 // revocation; a grant's token is never stored, only its signed payload, and
