@@ -33,6 +33,8 @@
 //	computer_ports(PK (computer_id, port) → computers)
 //	computer_grants(id PK, computer_id, payload JSON, expires_at Unix ms,
 //	          issued_at, revoked_at)
+//	webhooks(id PK, sealed BLOB, min_severity, note, created_at,
+//	         delivered, failed, dead_lettered, last_error, last_delivery_at)
 //
 // The Computer tables (package computer) keep its state machine, fleet
 // slots (ReserveComputerSlot counts and inserts in one transaction), the
@@ -45,7 +47,9 @@
 //
 // Tokens hold only the SHA-256 of their secret, and a secret row's sealed
 // column is opaque here: package secrets seals and opens it (AES-256-GCM),
-// so no credential or secret value is stored in plaintext.
+// so no credential or secret value is stored in plaintext. A webhook's
+// sealed column (package notify: its URL and signing key) is opaque the
+// same way.
 //
 // The deployment spec is stored verbatim as the normalized JSON the API
 // layer produced; the store does not interpret it beyond checking that it
