@@ -22,10 +22,11 @@ type WebhookSpec struct {
 	Note        string   `json:"note,omitempty"`
 }
 
-// WebhookView is berth's own: one webhook of `GET /security/webhooks`, and
-// the reply to `POST /security/webhooks`. The counts are cumulative since the
-// webhook was created, and survive restarts (they are persisted in batches,
-// so a crash may lose the last few).
+// WebhookView is berth's own: one webhook of `GET /security/webhooks` (an
+// array of them, oldest first), and the reply to `POST /security/webhooks`.
+// The counts are cumulative since the webhook was created, and survive
+// restarts (they are persisted in batches, so a crash may lose the last
+// few).
 type WebhookView struct {
 	ID          string   `json:"id"`
 	URL         string   `json:"url"`
@@ -69,9 +70,4 @@ type WebhookDelivery struct {
 // webhook's counts.
 type WebhookTest struct {
 	Delivery string `json:"delivery"`
-}
-
-// WebhookList is berth's own reply to `GET /security/webhooks`.
-type WebhookList struct {
-	Webhooks []WebhookView `json:"webhooks"`
 }
