@@ -19,6 +19,7 @@ import (
 	"github.com/berth-dev/berth/internal/image"
 	"github.com/berth-dev/berth/internal/metrics"
 	"github.com/berth-dev/berth/internal/namespaces"
+	"github.com/berth-dev/berth/internal/notify"
 	"github.com/berth-dev/berth/internal/registry"
 	"github.com/berth-dev/berth/internal/secrets"
 	"github.com/berth-dev/berth/internal/spec"
@@ -45,6 +46,9 @@ type Options struct {
 	Sessions   Sessions          // deployments' sign-in sessions; nil: none
 	Images     *image.Store      // root filesystems; nil answers 503 on /images
 	Certs      CertSource        // the HTTPS edge's certificates; nil: none
+	// Webhooks sends security alerts to the operator's webhooks (berth's
+	// own /security/webhooks); nil answers 503 there.
+	Webhooks *notify.Notifier
 	// Collectors are exposed on /metrics/prometheus besides Metrics and
 	// Host (the certificate manager's gauges).
 	Collectors []prometheus.Collector
@@ -124,6 +128,10 @@ func New(o Options) *API {
 	a.handle("GET /images/{name...}", tierView, wallFleet, a.getImage)
 	a.handle("PATCH /images/{name...}", tierCRUD, wallFleet, a.patchImage)
 	a.handle("DELETE /images/{name...}", tierCRUD, wallFleet, a.deleteImage)
+	a.handle("GET /security/webhooks", tierCRUD, wallFleet, a.listWebhooks)           // berth's own
+	a.handle("POST /security/webhooks", tierCRUD, wallFleet, a.postWebhook)           // berth's own
+	a.handle("DELETE /security/webhooks/{id}", tierCRUD, wallFleet, a.deleteWebhook)  // berth's own
+	a.handle("POST /security/webhooks/{id}/test", tierCRUD, wallFleet, a.testWebhook) // berth's own
 
 	return a
 }
