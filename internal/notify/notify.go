@@ -197,7 +197,7 @@ func New(ctx context.Context, o Options) (*Notifier, error) {
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	for _, h := range hs {
-		n.start(h)
+		n.start(h) // not closed yet: cannot fail
 	}
 	n.wg.Go(n.writeCounts)
 	return n, nil
@@ -214,14 +214,20 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// start registers h and starts its sender. The caller holds no lock.
-func (n *Notifier) start(h *hook) {
+// start registers h and starts its sender, unless the notifier is closed.
+// The caller holds no lock.
+func (n *Notifier) start(h *hook) error {
 	h.q = make(chan job, n.o.QueueSize)
 	h.ctx, h.cancel = context.WithCancel(n.ctx)
 	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed { // Close may be waiting on the senders already
+		h.cancel()
+		return ErrClosed
+	}
 	n.hooks[h.id] = h
-	n.mu.Unlock()
 	n.wg.Go(func() { n.send(h) })
+	return nil
 }
 
 // Add creates a webhook. The view returned carries its secret, which is
@@ -230,7 +236,10 @@ func (n *Notifier) Add(ctx context.Context, spec apitype.WebhookSpec) (apitype.W
 	if err := checkSpec(&spec, n.o.Self, n.o.AllowLinkLocal); err != nil {
 		return apitype.WebhookView{}, err
 	}
-	if n.isClosed() {
+	n.mu.Lock()
+	closed := n.closed
+	n.mu.Unlock()
+	if closed {
 		return apitype.WebhookView{}, ErrClosed
 	}
 	secret := "whsec_" + base64.RawURLEncoding.EncodeToString(randomBytes(32))
@@ -245,7 +254,9 @@ func (n *Notifier) Add(ctx context.Context, spec apitype.WebhookSpec) (apitype.W
 	if err != nil {
 		return apitype.WebhookView{}, fmt.Errorf("the webhook was not saved: %w", err)
 	}
-	n.start(h)
+	if err := n.start(h); err != nil {
+		return apitype.WebhookView{}, err // saved: it runs from the next start
+	}
 	v := h.view()
 	v.Secret = secret
 	return v, nil
@@ -387,8 +398,9 @@ func (n *Notifier) Test(id string) (string, error) {
 
 func deliveryID() string { return "dlv_" + hex.EncodeToString(randomBytes(12)) }
 
-// enqueue hands j to h's sender without blocking, or dead-letters it. The
-// caller holds n.mu.
+// enqueue hands j to h's sender without blocking, or dead-letters it (a
+// test alert is refused instead: its caller hears of it). The caller holds
+// n.mu.
 func (n *Notifier) enqueue(h *hook, j job) bool {
 	select {
 	case h.q <- j:
@@ -399,6 +411,9 @@ func (n *Notifier) enqueue(h *hook, j job) bool {
 		h.full.Store(false)
 		return true
 	default:
+	}
+	if j.test {
+		return false
 	}
 	if !h.full.Swap(true) {
 		n.o.Log.Warn("webhook queue full: alert dead-lettered (further ones are counted, not logged, until it has room)",
@@ -452,12 +467,6 @@ func (n *Notifier) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return n.persist(ctx)
-}
-
-func (n *Notifier) isClosed() bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.closed
 }
 
 // rank orders severities; an unknown one ranks above critical.

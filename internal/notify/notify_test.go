@@ -401,12 +401,12 @@ func TestQueueFullNeverBlocks(t *testing.T) {
 	if _, err := n.Test(v.ID); !errors.Is(err, notify.ErrQueueFull) {
 		t.Errorf("Test with the queue full: %v, want ErrQueueFull", err)
 	}
-	if v := view(t, n, v.ID); v.DeadLettered != 8 || v.Delivered != 0 {
-		t.Errorf("with the queue full: %+v, want 8 dead-lettered (7 alerts and the test)", v)
+	if v := view(t, n, v.ID); v.DeadLettered != 7 || v.Delivered != 0 {
+		t.Errorf("with the queue full: %+v, want 7 dead-lettered (the refused test is not counted)", v)
 	}
 	free()
 	flush(t, n)
-	if v := view(t, n, v.ID); v.Delivered != 3 || v.DeadLettered != 8 {
+	if v := view(t, n, v.ID); v.Delivered != 3 || v.DeadLettered != 7 {
 		t.Errorf("after release: %+v, want 3 delivered", v)
 	}
 }
@@ -589,5 +589,49 @@ func TestDelete(t *testing.T) {
 	}
 	if len(gather(t, n)) != 0 {
 		t.Error("a deleted webhook is still exported")
+	}
+}
+
+// TestClose: Close gives up on what is in flight and queued — counted as
+// dead-lettered and written to the store — and the notifier takes nothing
+// after it.
+func TestClose(t *testing.T) {
+	dir := t.TempDir()
+	st := openStore(t, dir)
+	release := make(chan struct{})
+	started := make(chan struct{}, 1)
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+		<-release
+	}))
+	t.Cleanup(rcv.Close)
+	t.Cleanup(func() { close(release) })
+	n, _ := newNotifier(t, st, notify.Options{})
+	v, err := n.Add(t.Context(), apitype.WebhookSpec{URL: rcv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		n.Alert(alert(apitype.SeverityCritical, "x"))
+	}
+	<-started // one in flight, two queued
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if v := view(t, n, v.ID); v.DeadLettered != 3 || v.Failed != 0 {
+		t.Errorf("after Close: %+v, want the 3 alerts dead-lettered and no attempt counted failed", v)
+	}
+	if rows, err := st.Webhooks(t.Context()); err != nil || len(rows) != 1 || rows[0].DeadLettered != 3 {
+		t.Errorf("stored after Close: %+v, %v", rows, err)
+	}
+	n.Alert(alert(apitype.SeverityCritical, "late")) // dropped, and does not block
+	if _, err := n.Add(t.Context(), apitype.WebhookSpec{URL: rcv.URL}); !errors.Is(err, notify.ErrClosed) {
+		t.Errorf("Add after Close: %v, want ErrClosed", err)
+	}
+	if _, err := n.Test(v.ID); !errors.Is(err, notify.ErrClosed) {
+		t.Errorf("Test after Close: %v, want ErrClosed", err)
 	}
 }
