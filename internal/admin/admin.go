@@ -21,6 +21,7 @@ import (
 	"github.com/berth-dev/berth/internal/metrics"
 	"github.com/berth-dev/berth/internal/namespaces"
 	"github.com/berth-dev/berth/internal/ratelimit"
+	"github.com/berth-dev/berth/internal/notify"
 	"github.com/berth-dev/berth/internal/registry"
 	"github.com/berth-dev/berth/internal/secrets"
 	"github.com/berth-dev/berth/internal/spec"
@@ -52,6 +53,9 @@ type Options struct {
 	// RateLimits are berth's own per-client limits of deployments
 	// (/deployments/{id}/rate-limit); nil answers 503 there.
 	RateLimits *ratelimit.Manager
+	// Webhooks sends security alerts to the operator's webhooks (berth's
+	// own /security/webhooks); nil answers 503 there.
+	Webhooks *notify.Notifier
 	// Collectors are exposed on /metrics/prometheus besides Metrics and
 	// Host (the certificate manager's gauges).
 	Collectors []prometheus.Collector
@@ -138,6 +142,10 @@ func New(o Options) *API {
 	a.handle("POST /security/rules", tierCRUD, wallFleet, a.postRule)
 	a.handle("PATCH /security/rules/{id}", tierCRUD, wallFleet, a.patchRule)
 	a.handle("DELETE /security/rules/{id}", tierCRUD, wallFleet, a.deleteRule)
+	a.handle("GET /security/webhooks", tierCRUD, wallFleet, a.listWebhooks)           // berth's own
+	a.handle("POST /security/webhooks", tierCRUD, wallFleet, a.postWebhook)           // berth's own
+	a.handle("DELETE /security/webhooks/{id}", tierCRUD, wallFleet, a.deleteWebhook)  // berth's own
+	a.handle("POST /security/webhooks/{id}/test", tierCRUD, wallFleet, a.testWebhook) // berth's own
 
 	return a
 }

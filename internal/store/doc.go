@@ -42,6 +42,8 @@
 //	rate_limits(deployment TEXT PK → deployments.id ON DELETE CASCADE,
 //	          requests_per_sec REAL, burst, concurrent_per_client,
 //	          max_clients, updated_at)
+//	webhooks(id PK, sealed BLOB, min_severity, note, created_at,
+//	         delivered, failed, dead_lettered, last_error, last_delivery_at)
 //
 // The Computer tables (package computer) keep its state machine, fleet
 // slots (ReserveComputerSlot counts and inserts in one transaction), the
@@ -62,7 +64,9 @@
 //
 // Tokens hold only the SHA-256 of their secret, and a secret row's sealed
 // column is opaque here: package secrets seals and opens it (AES-256-GCM),
-// so no credential or secret value is stored in plaintext.
+// so no credential or secret value is stored in plaintext. A webhook's
+// sealed column (package notify: its URL and signing key) is opaque the
+// same way.
 //
 // The deployment spec is stored verbatim as the normalized JSON the API
 // layer produced; the store does not interpret it beyond checking that it

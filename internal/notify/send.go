@@ -1,0 +1,282 @@
+package notify
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/berth-dev/berth/apitype"
+	"github.com/berth-dev/berth/internal/netguard"
+)
+
+// The headers of a delivery.
+const (
+	HeaderEvent     = "X-Berth-Event"
+	HeaderDelivery  = "X-Berth-Delivery"
+	HeaderTimestamp = "X-Berth-Timestamp"
+	HeaderSignature = "X-Berth-Signature"
+	// EventSecurityAlert is the X-Berth-Event of every delivery.
+	EventSecurityAlert = "security.alert"
+)
+
+// send is h's sender: it delivers h's queue in order until h is deleted or
+// the notifier closed, then dead-letters what is left.
+func (n *Notifier) send(h *hook) {
+	for {
+		select {
+		case j := <-h.q:
+			n.deliver(h, j)
+			n.done()
+			continue
+		case <-h.ctx.Done():
+		}
+		for left := 0; ; left++ {
+			select {
+			case <-h.q:
+				n.deadLetter(h)
+				n.done()
+				continue
+			default:
+			}
+			if left > 0 {
+				n.o.Log.Warn("webhook stopped with alerts still queued: dead-lettered", "webhook", h.id, "alerts", left)
+			}
+			return
+		}
+	}
+}
+
+// deliver sends j to h, retrying, and counts the outcome.
+func (n *Notifier) deliver(h *hook, j job) {
+	for attempt := 1; ; attempt++ {
+		err := n.post(h, j)
+		if err == nil {
+			n.delivered(h, n.o.Now())
+			return
+		}
+		if h.ctx.Err() != nil { // stopped mid-request: not the receiver's failure
+			n.deadLetter(h)
+			return
+		}
+		msg := err.Error()
+		n.failedAttempt(h, msg)
+		if attempt >= n.o.Attempts {
+			n.deadLetter(h)
+			n.o.Log.Warn("webhook delivery dead-lettered: every attempt failed", "webhook", h.id,
+				"delivery", j.delivery, "attempts", attempt, "rule", j.alert.Rule, "severity", j.alert.Severity, "err", msg)
+			return
+		}
+		if n.o.Sleep(h.ctx, n.backoff(attempt)) != nil {
+			n.deadLetter(h)
+			return
+		}
+	}
+}
+
+// backoff is the wait after failed attempt n (1-based): Backoff doubling
+// per attempt up to MaxBackoff, drawn uniformly from its upper half, so
+// the senders of many berths a receiver's outage failed do not retry in
+// step.
+func (n *Notifier) backoff(attempt int) time.Duration {
+	d := n.o.Backoff
+	for i := 1; i < attempt && d < n.o.MaxBackoff; i++ {
+		d *= 2
+	}
+	d = min(d, n.o.MaxBackoff)
+	half := d / 2
+	return half + rand.N(d-half+1)
+}
+
+// post makes one attempt.
+func (n *Notifier) post(h *hook, j job) error {
+	now := n.o.Now()
+	body, err := json.Marshal(apitype.WebhookDelivery{SentAt: now.UnixMilli(), Test: j.test, Alert: j.alert})
+	if err != nil {
+		return fmt.Errorf("could not encode the alert: %v", err)
+	}
+	ts := strconv.FormatInt(now.Unix(), 10)
+	req, err := http.NewRequestWithContext(h.ctx, http.MethodPost, h.url, bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("bad webhook URL: %v", scrub(err))
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "berth-webhooks/1")
+	req.Header.Set(HeaderEvent, EventSecurityAlert)
+	req.Header.Set(HeaderDelivery, j.delivery)
+	req.Header.Set(HeaderTimestamp, ts)
+	req.Header.Set(HeaderSignature, Sign(h.secret, ts, body))
+	resp, err := n.client.Do(req)
+	if err != nil {
+		return scrub(err)
+	}
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // so the connection is reused
+	resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return fmt.Errorf("the receiver answered %s", resp.Status)
+	}
+	return nil
+}
+
+// scrub drops the URL from a client error: the URL may be a credential,
+// and the error is shown and stored as last_error.
+func scrub(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		if ue.Timeout() {
+			return errors.New("no answer within the request timeout")
+		}
+		return ue.Err
+	}
+	return err
+}
+
+// Sign returns the X-Berth-Signature of body sent at timestamp (unix seconds,
+// as in X-Berth-Timestamp) under secret: "sha256=" and the hex HMAC-SHA256
+// of "<timestamp>.<body>".
+func Sign(secret []byte, timestamp string, body []byte) string {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte(timestamp))
+	m.Write([]byte{'.'})
+	m.Write(body)
+	return "sha256=" + hex.EncodeToString(m.Sum(nil))
+}
+
+// ErrBadSignature: a delivery's signature does not match.
+var ErrBadSignature = errors.New("notify: the signature does not match")
+
+// VerifySignature checks a delivery as its receiver would: header is the
+// X-Berth-Signature, timestamp the X-Berth-Timestamp and body the raw body
+// received; secret is the webhook's secret as berth showed it (`whsec_…`).
+// It compares in constant time. It does not judge the timestamp's age: a
+// receiver should also refuse one more than a few minutes from its clock,
+// so that a captured delivery cannot be replayed.
+func VerifySignature(secret, timestamp string, body []byte, header string) error {
+	hexSig, ok := strings.CutPrefix(header, "sha256=")
+	if !ok {
+		return fmt.Errorf("%w: expected sha256=<hex>", ErrBadSignature)
+	}
+	got, err := hex.DecodeString(hexSig)
+	if err != nil {
+		return fmt.Errorf("%w: not hex", ErrBadSignature)
+	}
+	want, _ := hex.DecodeString(strings.TrimPrefix(Sign([]byte(secret), timestamp, body), "sha256="))
+	if !hmac.Equal(got, want) {
+		return ErrBadSignature
+	}
+	return nil
+}
+
+// guardedClient is the client webhooks are sent with. The URL is the
+// operator's, but what a name resolves to is not: like an upstream or an
+// identity provider, a webhook may not reach berth's own listeners (the
+// admin API would answer berth itself) nor, unless allowed, link-local and
+// metadata addresses — checked at dial time, after resolution, on every
+// connection. No proxy from the environment (it would dial for us); no
+// redirects followed; timeouts on every step.
+func guardedClient(self *netguard.Self, allowLinkLocal bool, timeout time.Duration) *http.Client {
+	d := &net.Dialer{Timeout: 5 * time.Second, Control: func(_, address string, _ syscall.RawConn) error {
+		ap, err := netip.ParseAddrPort(address)
+		if err != nil {
+			return fmt.Errorf("webhook address %q: not an IP address and port", address)
+		}
+		return refuse(ap, self, allowLinkLocal)
+	}}
+	tr := &http.Transport{
+		Proxy: nil, DialContext: d.DialContext, TLSHandshakeTimeout: 5 * time.Second,
+		ResponseHeaderTimeout: timeout, MaxIdleConnsPerHost: 2, IdleConnTimeout: 90 * time.Second,
+		ForceAttemptHTTP2: true,
+	}
+	return &http.Client{Transport: tr, Timeout: timeout,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}
+
+// refuse says why a webhook may not connect to ap, or nil.
+func refuse(ap netip.AddrPort, self *netguard.Self, allowLinkLocal bool) error {
+	if self.Contains(ap) {
+		return fmt.Errorf("webhook address %s refused: it is one of berth's own listeners", ap)
+	}
+	if !allowLinkLocal {
+		if why := netguard.Forbidden(ap.Addr()); why != "" {
+			return fmt.Errorf("webhook address %s refused: it is %s", ap, why)
+		}
+	}
+	return nil
+}
+
+// Limits of a WebhookSpec.
+const (
+	maxURLLen  = 2048
+	maxNoteLen = 1024
+)
+
+// checkSpec validates spec and fills in its defaults.
+func checkSpec(spec *apitype.WebhookSpec, self *netguard.Self, allowLinkLocal bool) error {
+	if spec.MinSeverity == "" {
+		spec.MinSeverity = DefaultMinSeverity
+	}
+	if rank(spec.MinSeverity) > rank(apitype.SeverityCritical) {
+		return &FieldError{"min_severity", fmt.Sprintf("%q is not a severity (info, low, medium, high, critical)", spec.MinSeverity)}
+	}
+	if len(spec.Note) > maxNoteLen {
+		return &FieldError{"note", fmt.Sprintf("longer than %d bytes", maxNoteLen)}
+	}
+	if spec.URL == "" {
+		return &FieldError{"url", "required"}
+	}
+	if len(spec.URL) > maxURLLen {
+		return &FieldError{"url", fmt.Sprintf("longer than %d bytes", maxURLLen)}
+	}
+	u, err := url.Parse(spec.URL)
+	if err != nil {
+		return &FieldError{"url", "not a URL"}
+	}
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https":
+		return &FieldError{"url", "must be an https:// URL (or http:// to a loopback host)"}
+	case u.Host == "" || u.Hostname() == "":
+		return &FieldError{"url", "names no host"}
+	case u.User != nil:
+		return &FieldError{"url", "must not carry user info; authenticate the request by its signature"}
+	case u.Fragment != "" || strings.Contains(spec.URL, "#"):
+		return &FieldError{"url", "must not carry a fragment"}
+	}
+	host := u.Hostname()
+	addr, literal := netip.ParseAddr(host)
+	loopback := strings.EqualFold(host, "localhost") || literal == nil && addr.IsLoopback()
+	if u.Scheme == "http" && !loopback {
+		return &FieldError{"url", "must be https (plain http only to a loopback host): the alerts and their signatures would cross the network in the clear"}
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return &FieldError{"url", fmt.Sprintf("port %q is not a port", p)}
+		}
+	}
+	if literal == nil {
+		port := uint16(443)
+		if u.Scheme == "http" {
+			port = 80
+		}
+		if p := u.Port(); p != "" {
+			n, _ := strconv.Atoi(p)
+			port = uint16(n)
+		}
+		if err := refuse(netip.AddrPortFrom(addr, port), self, allowLinkLocal); err != nil {
+			return &FieldError{"url", err.Error()}
+		}
+	}
+	return nil
+}
