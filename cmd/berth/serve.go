@@ -25,6 +25,7 @@ import (
 	"github.com/berth-dev/berth/internal/hostcheck"
 	"github.com/berth-dev/berth/internal/hostnet"
 	"github.com/berth-dev/berth/internal/server"
+	"github.com/berth-dev/berth/internal/siem"
 	"github.com/berth-dev/berth/internal/spec"
 )
 
@@ -77,6 +78,80 @@ Tuning (environment only):
                         growth (Go's default is 100): less GC CPU on the data
                         plane for a larger, still small, heap
 `
+
+// envBoolDefault reads a boolean environment variable: unset or
+// unparsable is def.
+func envBoolDefault(name string, def bool) bool {
+	if v, err := strconv.ParseBool(os.Getenv(name)); err == nil {
+		return v
+	}
+	return def
+}
+
+// siemTuneKeys are --siem-tune's keys.
+const siemTuneKeys = "window, auth, scan, scan-paths, rate, spread, suppress, alerts-per-minute, clients, queue, alerts, query"
+
+// parseSIEMTune reads --siem-tune into c: key=value pairs, each a count, a
+// duration (window, suppress) or a boolean (query: scan query values).
+func parseSIEMTune(v string, c *siem.Config) error {
+	for _, kv := range splitList(v) {
+		k, val, ok := strings.Cut(kv, "=")
+		if !ok {
+			return fmt.Errorf("--siem-tune %q: want key=value (keys: %s)", kv, siemTuneKeys)
+		}
+		k = strings.TrimSpace(k)
+		val = strings.TrimSpace(val)
+		var ip *int
+		var dp *time.Duration
+		switch k {
+		case "window":
+			dp = &c.Window
+		case "suppress":
+			dp = &c.Suppress
+		case "auth":
+			ip = &c.AuthThreshold
+		case "scan":
+			ip = &c.ScanThreshold
+		case "scan-paths":
+			ip = &c.ScanDistinctPaths
+		case "rate":
+			ip = &c.RateThreshold
+		case "spread":
+			ip = &c.SpreadDistinct
+		case "alerts-per-minute":
+			ip = &c.MaxAlertsPerMinute
+		case "clients":
+			ip = &c.MaxClients
+		case "queue":
+			ip = &c.QueueCapacity
+		case "alerts":
+			ip = &c.AlertCapacity
+		case "query":
+			b, err := strconv.ParseBool(val)
+			if err != nil {
+				return fmt.Errorf("--siem-tune query=%q: want true or false", val)
+			}
+			c.NoQueryScan = !b
+			continue
+		default:
+			return fmt.Errorf("--siem-tune: unknown key %q (keys: %s)", k, siemTuneKeys)
+		}
+		if dp != nil {
+			d, err := time.ParseDuration(val)
+			if err != nil || d <= 0 {
+				return fmt.Errorf("--siem-tune %s=%q: want a positive duration such as 60s", k, val)
+			}
+			*dp = d
+			continue
+		}
+		n, err := strconv.Atoi(val)
+		if err != nil || n <= 0 {
+			return fmt.Errorf("--siem-tune %s=%q: want a positive whole number", k, val)
+		}
+		*ip = n
+	}
+	return nil
+}
 
 // envBool reads a boolean environment variable: unset or unparsable is
 // false.
@@ -142,6 +217,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 	confinedDrivers := fs.String("confined-drivers", env("BERTH_CONFINED_DRIVERS", strings.Join(auth.DefaultConfinedDrivers, ",")), "comma-separated vm drivers a namespace token may use; add process only if its isolation is enough for your tenants (BERTH_CONFINED_DRIVERS)")
 	nsDrivers := fs.String("namespace-drivers", env("BERTH_NAMESPACE_DRIVERS", ""), "per-namespace overrides of --confined-drivers: ns=driver,driver;ns2=driver (BERTH_NAMESPACE_DRIVERS)")
 	replicaQuota := fs.Int("namespace-replica-quota", intEnv("BERTH_NAMESPACE_REPLICA_QUOTA", auth.DefaultNamespaceReplicaQuota), "the most max_replicas a namespace token's vm deployments may add up to in its namespace; negative: no quota (BERTH_NAMESPACE_REPLICA_QUOTA)")
+	guardEnforce := fs.Bool("guard-enforce", envBoolDefault("BERTH_GUARD_ENFORCE", true), "refuse the requests guard rules block (403); false only counts and logs them (BERTH_GUARD_ENFORCE)")
+	siemOn := fs.Bool("siem", envBoolDefault("BERTH_SIEM", true), "detect attacks in the data plane's and the admin API's traffic (GET /security); false turns detection off, guard rules still apply (BERTH_SIEM)")
+	siemTune := fs.String("siem-tune", env("BERTH_SIEM_TUNE", ""), "the SIEM's thresholds, comma-separated key=value: "+siemTuneKeys+" (BERTH_SIEM_TUNE)")
 	allowLinkLocal := fs.Bool("allow-link-local-upstreams", envBool("BERTH_ALLOW_LINK_LOCAL_UPSTREAMS"), "let upstreams reach link-local and cloud metadata addresses (169.254.0.0/16, fe80::/10, 100.100.100.200, fd00:ec2::254), refused by default (BERTH_ALLOW_LINK_LOCAL_UPSTREAMS)")
 	maxActive := fs.Int("computer-max-active", intEnv("BERTH_COMPUTER_MAX_ACTIVE", 0), "register this host in the Computer capacity registry with at most this many Computers starting or running at once; 0: keep the registry as stored (empty: 16 fleet slots) (BERTH_COMPUTER_MAX_ACTIVE)")
 	headroom := fs.Int("computer-reserved-headroom", intEnv("BERTH_COMPUTER_RESERVED_HEADROOM", 0), "of --computer-max-active, how many slots to hold back (below it) (BERTH_COMPUTER_RESERVED_HEADROOM)")
@@ -190,6 +268,11 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "berth serve: --trusted-proxies: %v\n", err)
 		return 2
 	}
+	siemConfig := siem.Config{Disabled: !*siemOn}
+	if err := parseSIEMTune(*siemTune, &siemConfig); err != nil {
+		fmt.Fprintf(stderr, "berth serve: %v\n", err)
+		return 2
+	}
 	nsDriverMap, err := parseNamespaceDrivers(*nsDrivers)
 	if err != nil {
 		fmt.Fprintf(stderr, "berth serve: --namespace-drivers: %v\n", err)
@@ -235,6 +318,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 		TrustedProxies: prefixes, BaseDomain: *baseDomain, PublicIPs: splitList(*publicIPs),
 		DrainTimeout: *drain, Log: log, StdHTTP: *stdHTTP, EgressAddr: *egressAddr, BodyReadTimeout: *bodyTimeout,
 		UpstreamResponseTimeout: *respTimeout, AllowLinkLocalUpstreams: *allowLinkLocal,
+		GuardDryRun: !*guardEnforce, SIEM: siemConfig,
 		// Credentials come from the environment only, never a flag: a
 		// flag's value is visible to every user in the process list.
 		AdminUser: *adminUser, AdminPassword: secrets["BERTH_ADMIN_PASSWORD"],

@@ -1,11 +1,8 @@
 package admin
 
 import (
-	"encoding/json"
 	"errors"
 	"net/http"
-	"slices"
-	"strings"
 
 	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/ratelimit"
@@ -24,8 +21,6 @@ import (
 // as a missing one (auth.WallDeployment), so the answers say nothing of
 // what lies behind another wall.
 
-// rateLimitKeys are the keys a RateLimit body may have.
-var rateLimitKeys = []string{"requests_per_sec", "burst", "concurrent_per_client", "max_clients"}
 
 // rateLimitTarget checks that rate limits are enabled and that {id} is a
 // deployment.
@@ -60,25 +55,12 @@ func (a *API) putRateLimit(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	// web.ReadJSON's checks and decoding, and strict: a RateLimit is
-	// berth's own type, with no newer peer's keys to carry through, so an
-	// unknown key is a mistake (a misspelt limit would go unenforced).
-	raw, err := web.ReadBody(w, r)
-	if err != nil {
-		return err
-	}
+	// Closed: a RateLimit is berth's own type, with no newer peer's keys
+	// to carry through, so an unknown key is a mistake (a misspelt limit
+	// would go unenforced).
 	var rl apitype.RateLimit
-	if err := web.DecodeJSON(raw, &rl); err != nil {
+	if err := web.ReadClosedJSON(w, r, &rl, apitype.UnknownKey); err != nil {
 		return err
-	}
-	var keys map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &keys); err != nil {
-		return web.Errorf(http.StatusUnprocessableEntity, "the body: expected a RateLimit object")
-	}
-	for k := range keys {
-		if !slices.Contains(rateLimitKeys, k) {
-			return web.Invalid(k, "not a rate limit field (they are %s)", strings.Join(rateLimitKeys, ", "))
-		}
 	}
 	out, err := a.o.RateLimits.Put(r.Context(), id, rl)
 	if err != nil {

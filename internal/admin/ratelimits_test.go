@@ -70,7 +70,7 @@ func TestRateLimitErrors(t *testing.T) {
 		{"burst alone", `{"burst": 5, "concurrent_per_client": 1}`, 400, []string{"burst:", "requests_per_sec"}},
 		{"concurrency too high", `{"concurrent_per_client": 100001}`, 400, []string{"concurrent_per_client:"}},
 		{"max_clients too high", `{"requests_per_sec": 1, "max_clients": 1000001}`, 400, []string{"max_clients:"}},
-		{"unknown key", `{"requests_per_second": 5}`, 400, []string{"requests_per_second:", "not a rate limit field"}},
+		{"unknown key", `{"requests_per_second": 5}`, 400, []string{"requests_per_second:", "requests_per_second: unknown field"}},
 		{"wrong type", `{"burst": "lots"}`, 422, []string{"burst"}},
 		{"fractional burst", `{"requests_per_sec": 1, "burst": 1.5}`, 422, []string{"burst"}},
 		{"not an object", `[1]`, 422, nil},

@@ -37,6 +37,9 @@ type Completion struct {
 	Credentialed bool
 	// Exempted: an allow guard rule matched it.
 	Exempted bool
+	// Blocked: a guard rule refused it (403 blocked), before anything
+	// served it.
+	Blocked bool
 	// Scheme is the Authorization header's scheme: "basic", "bearer", or
 	// "none" (no header, or another scheme).
 	Scheme string
@@ -58,9 +61,9 @@ const textBlocked = "blocked\n"
 // reqObs is what the data plane learns about a request while serving it,
 // for its Completion.
 type reqObs struct {
-	dep                              *Deployment
-	unrouted, credentialed, exempted bool
-	comp                             Completion // handed to Observe (no allocation per request)
+	dep                                       *Deployment
+	unrouted, credentialed, exempted, blocked bool
+	comp                                      Completion // handed to Observe (no allocation per request)
 }
 
 // obsWriter carries a request's reqObs, status and byte count when the
@@ -179,6 +182,9 @@ func (h *Handler) guarded(w http.ResponseWriter, r *http.Request, host, dep stri
 	v := h.guard(h.clientAddr(r), host, dep, r.Method, r.URL.Path, userAgent(r))
 	switch v {
 	case GuardBlock:
+		if o := obsOf(w); o != nil {
+			o.blocked = true
+		}
 		plain(w, http.StatusForbidden, textBlocked)
 		return true
 	case GuardExempt:
@@ -228,7 +234,7 @@ func (h *Handler) complete(w http.ResponseWriter, r *http.Request, path, rawQuer
 	*c = Completion{
 		Time: start, Client: h.clientAddr(r), Method: r.Method, Host: r.Host, Path: path, RawQuery: rawQuery,
 		UserAgent: userAgent(r), Status: status, Duration: time.Since(start), Bytes: bytes,
-		Unrouted: o.unrouted, Credentialed: o.credentialed, Exempted: o.exempted, Scheme: authScheme(r),
+		Unrouted: o.unrouted, Credentialed: o.credentialed, Exempted: o.exempted, Blocked: o.blocked, Scheme: authScheme(r),
 	}
 	if o.dep != nil {
 		c.Deployment, c.Namespace = o.dep.ID, o.dep.Namespace

@@ -130,7 +130,7 @@ func TestObserveAndGuard(t *testing.T) {
 	if resp.StatusCode != 403 || body != "blocked\n" {
 		t.Errorf("blocked: %d %q, want 403 \"blocked\\n\"", resp.StatusCode, body)
 	}
-	if got := obs.last(t); got.Status != 403 || got.Credentialed {
+	if got := obs.last(t); got.Status != 403 || got.Credentialed || !got.Blocked || got.Deployment != "app" {
 		t.Errorf("a blocked request reached the gate: %+v", got)
 	}
 	resp, _ = send(t, c, "GET", url+"/allowed", "app.test", nil, cred)

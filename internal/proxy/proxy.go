@@ -484,6 +484,11 @@ func (h *Handler) route(w http.ResponseWriter, r *http.Request) {
 	start := requestTime(w)
 	host := route.NormalizeHost(r.Host)
 	m, ok := h.lookup(w, host, r.URL.Path)
+	if ok && h.observe != nil {
+		if o := obsOf(w); o != nil {
+			o.dep = m.Target
+		}
+	}
 	if h.guard != nil {
 		dep := ""
 		if ok {
@@ -526,11 +531,6 @@ func (h *Handler) route(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := m.Target
-	if h.observe != nil {
-		if o := obsOf(w); o != nil {
-			o.dep = d
-		}
-	}
 	if rd := m.Rule.Redirect; rd != nil {
 		status := h.redirect(w, r, rd, m.Strip)
 		d.observe(status, start, false)

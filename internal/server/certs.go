@@ -175,7 +175,7 @@ func (s *Server) certSource() admin.CertSource {
 
 // collectors are the Prometheus collectors besides the metrics registry's.
 func (s *Server) collectors() []prometheus.Collector {
-	cs := []prometheus.Collector{s.gates.Collector()}
+	cs := []prometheus.Collector{s.gates.Collector(), s.siem.Collector(), s.notifier}
 	if s.certs != nil {
 		cs = append(cs, s.certs.Collector())
 	}

@@ -70,6 +70,7 @@ func (s *Server) compileGate(spec *apitype.DeploymentSpec) (proxy.Gate, error) {
 // created later under the same id signs nobody in from before.
 func (s *Server) forgetDeployment(id string) {
 	s.metrics.Delete(id)
+	s.limits.Forget(id)
 	if _, err := s.sessions.Invalidate(context.Background(), id, ""); err != nil {
 		s.o.Log.Warn("could not end a deleted deployment's sessions", "deployment", id, "err", err)
 	}

@@ -54,7 +54,13 @@ func (s *Server) guardCheck(client netip.Addr, host, dep, method, path, ua strin
 }
 
 // observe is the proxy's Observe: every finished request, to the SIEM.
+// A request a guard rule refused is not: the rule already answers its
+// source (the guard counts it), and berth's own 403s must not raise alerts
+// of their own — alerts about traffic that is already refused are noise.
 func (s *Server) observe(c *proxy.Completion) {
+	if c.Blocked {
+		return
+	}
 	s.siem.ObserveRequest(&siem.Request{
 		Time: c.Time, Client: c.Client, Method: c.Method, Host: c.Host, Path: c.Path, RawQuery: c.RawQuery,
 		UserAgent: c.UserAgent, Status: c.Status, Duration: c.Duration, Bytes: c.Bytes,
@@ -120,4 +126,14 @@ func (s *Server) onAlert(a apitype.SecurityAlert) {
 // alertNotifier delivers new alerts (package notify's webhooks).
 type alertNotifier interface {
 	Alert(apitype.SecurityAlert)
+}
+
+// limiter is the registry's Limit: a deployment's per-client limiter, or
+// nil (a literal nil: a nil *ratelimit.Limiter in the interface would not
+// test as nil).
+func (s *Server) limiter(id string) proxy.Limiter {
+	if l := s.limits.Limiter(id); l != nil {
+		return l
+	}
+	return nil
 }

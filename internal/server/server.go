@@ -39,7 +39,9 @@ import (
 	"github.com/berth-dev/berth/internal/metrics"
 	"github.com/berth-dev/berth/internal/namespaces"
 	"github.com/berth-dev/berth/internal/netguard"
+	"github.com/berth-dev/berth/internal/notify"
 	"github.com/berth-dev/berth/internal/proxy"
+	"github.com/berth-dev/berth/internal/ratelimit"
 	"github.com/berth-dev/berth/internal/registry"
 	"github.com/berth-dev/berth/internal/secrets"
 	"github.com/berth-dev/berth/internal/sessions"
@@ -215,11 +217,13 @@ type Options struct {
 // Server is a running berth gateway.
 type Server struct {
 	o        Options
-	gates    *gate.Manager     // deployments' sign-in gates
-	guard    *guard.Guard      // the operator's guard rules
-	siem     *siem.Engine      // detection over the data plane's traffic
-	webhooks alertNotifier     // security alert webhooks; nil: none
-	sessions *sessions.Manager // their sign-in sessions
+	gates    *gate.Manager      // deployments' sign-in gates
+	guard    *guard.Guard       // the operator's guard rules
+	siem     *siem.Engine       // detection over the data plane's traffic
+	webhooks alertNotifier      // security alert webhooks; nil: none
+	notifier *notify.Notifier   // the same, for the admin API
+	limits   *ratelimit.Manager // deployments' per-client limits
+	sessions *sessions.Manager  // their sign-in sessions
 	log      *slog.Logger
 	store    *store.Store
 	registry *registry.Registry
@@ -361,6 +365,15 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		return nil, err
 	}
 	undo = append(undo, func() { s.siem.Close(); s.guard.Close() })
+	wh, err := notify.New(ctx, notify.Options{Store: st, Key: key, Self: s.self, AllowLinkLocal: o.AllowLinkLocalUpstreams, Log: o.Log})
+	if err != nil {
+		return nil, err
+	}
+	s.notifier, s.webhooks = wh, wh
+	undo = append(undo, func() { wh.Close() })
+	if s.limits, err = ratelimit.NewManager(ctx, st, ratelimit.Options{Log: o.Log, Changed: func(id string) { s.registry.Refresh(id) }}); err != nil {
+		return nil, err
+	}
 	s.proxy = proxy.New(popts)
 	if s.images, err = s.openImages(ctx, st); err != nil {
 		return nil, err
@@ -429,6 +442,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		Domains:    nsStore.Domains,
 		Reserved:   s.reservedHost,
 		Gate:       s.compileGate,
+		Limit:      s.limiter,
 		Log:        o.Log,
 	})
 	if err := s.registry.Load(ctx); err != nil {
@@ -500,7 +514,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		Gate:   adminGate,
 		Tokens: tokens, Secrets: sec, Namespaces: nsStore, Sessions: s.sessions, Images: s.images,
 		Certs: s.certSource(), Collectors: s.collectors(),
-		Guard: s.guard, SIEM: s.siem,
+		Guard: s.guard, SIEM: s.siem, Webhooks: s.notifier, RateLimits: s.limits,
 		Confinement: confinement(o),
 		Upstreams:   admin.UpstreamGuard{Self: s.self, AllowLinkLocal: o.AllowLinkLocalUpstreams},
 	})
@@ -703,6 +717,10 @@ func (s *Server) Run(ctx context.Context) error {
 		s.log.Error("some security alerts were not stored", "err", serr)
 	}
 	s.guard.Close()
+	fctx, fcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	s.notifier.Flush(fctx) // let queued alerts go out, briefly
+	fcancel()
+	s.notifier.Close()
 	if cerr := s.store.Close(); cerr != nil && err == nil {
 		err = cerr
 	}
