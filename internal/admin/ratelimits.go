@@ -21,7 +21,6 @@ import (
 // as a missing one (auth.WallDeployment), so the answers say nothing of
 // what lies behind another wall.
 
-
 // rateLimitTarget checks that rate limits are enabled and that {id} is a
 // deployment.
 func (a *API) rateLimitTarget(r *http.Request) (string, error) {

@@ -115,11 +115,11 @@ type countGate struct {
 	count int
 }
 
-func (g *countGate) Admit(http.ResponseWriter, *http.Request, bool) int {
+func (g *countGate) Admit(http.ResponseWriter, *http.Request, bool) (int, bool) {
 	g.mu.Lock()
 	g.count++
 	g.mu.Unlock()
-	return 0
+	return 0, false
 }
 
 func (g *countGate) n() int {
