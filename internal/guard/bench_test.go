@@ -77,3 +77,40 @@ func BenchmarkCheck(b *testing.B) {
 		st.Close()
 	}
 }
+
+// BenchmarkCheckClients is the common rule set: 256 rules of one client
+// address each (what an alert's block-client action posts), found by a map
+// lookup rather than a scan.
+func BenchmarkCheckClients(b *testing.B) {
+	st, err := store.Open(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	g, err := New(context.Background(), Options{Store: st, Enforce: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer g.Close()
+	for i := range 256 {
+		if _, err := g.Add(context.Background(), block(apitype.RuleMatch{Client: fmt.Sprintf("203.0.%d.%d", i/200, i%200)})); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ua := "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/126.0 Safari/537.36"
+	for _, c := range []struct {
+		name   string
+		client netip.Addr
+		want   Verdict
+	}{{"miss", netip.MustParseAddr("198.51.100.7"), Pass}, {"blocked", netip.MustParseAddr("203.0.1.5"), Block}} {
+		b.Run(c.name, func(b *testing.B) {
+			if got := g.Check(c.client, "web.example", "web", "GET", "/", ua); got != c.want {
+				b.Fatalf("Check = %v, want %v", got, c.want)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				g.Check(c.client, "web.example", "web", "GET", "/", ua)
+			}
+		})
+	}
+}

@@ -760,3 +760,34 @@ func TestAllowAlone(t *testing.T) {
 		t.Errorf("Stats = %+v, want 1 exempted", st)
 	}
 }
+
+// TestFirstBlockAcrossIndexes: the first matching block rule (oldest
+// first) takes the hit whether it is a one-address rule (found by lookup)
+// or a CIDR (found by a scan).
+func TestFirstBlockAcrossIndexes(t *testing.T) {
+	for _, cidrFirst := range []bool{true, false} {
+		t.Run(fmt.Sprint("cidr first ", cidrFirst), func(t *testing.T) {
+			r := newRig(t, true)
+			specs := []apitype.RuleSpec{block(apitype.RuleMatch{Client: "203.0.113.0/24"}), block(apitype.RuleMatch{Client: "203.0.113.9"})}
+			if !cidrFirst {
+				specs[0], specs[1] = specs[1], specs[0]
+			}
+			for _, s := range specs {
+				r.add(s)
+				r.clock.Add(time.Second)
+			}
+			if got := r.check(req{client: netip.MustParseAddr("203.0.113.9"), path: "/"}); got != Block {
+				t.Fatalf("Check = %v, want block", got)
+			}
+			for _, v := range r.g.Views(false) {
+				want := 0
+				if v.Match.Client == specs[0].Match.Client {
+					want = 1
+				}
+				if v.Hits != want {
+					t.Errorf("rule %s: %d hits, want %d (the oldest takes it)", v.Summary, v.Hits, want)
+				}
+			}
+		})
+	}
+}
