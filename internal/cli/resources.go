@@ -97,7 +97,7 @@ func kindNames() string {
 // resource verbs, to find the KIND word among flags and their values.
 func resourceProbe() *flag.FlagSet {
 	fs := (&env{}).flagSet("probe")
-	for _, n := range []string{"n", "namespace", "d", "deployment", "timeout"} {
+	for _, n := range []string{"n", "namespace", "d", "deployment", "timeout", "severity", "rule", "limit"} {
 		fs.String(n, "", "")
 	}
 	return fs
