@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/apitype"
+	"github.com/berth-dev/berth/internal/contracttest"
 )
 
 // fromAddr is a client whose connections come from the loopback address
@@ -146,14 +147,29 @@ func TestSecurityThroughBerth(t *testing.T) {
 		t.Fatalf("the alert suggests no block-client: %+v", alert.Response)
 	}
 	rule, _ := json.Marshal(block.Rule)
+	c := contracttest.MustLoad(t)
 	if r := h.json("POST", "/security/rules", string(rule)); r.code != 201 {
 		t.Fatalf("posting the suggested rule %s: %d %s", rule, r.code, r.body)
+	} else if err := c.CheckJSON("RuleView", r.body); err != nil {
+		t.Errorf("RuleView: %v\n%s", err, r.body)
 	}
 	if code, body := fetch(t, scanner, "http://open.test:"+port+"/"); code != 403 || body != "blocked\n" {
 		t.Errorf("the blocked scanner: %d %q", code, body)
 	}
 	if code, _ := fetch(t, user, "http://open.test:"+port+"/"); code != 200 {
 		t.Errorf("another client: %d", code)
+	}
+	for _, path := range []string{"/security", "/security?severity=high&limit=5"} {
+		if r := h.do("GET", path, "", ""); r.code != 200 {
+			t.Errorf("GET %s: %d", path, r.code)
+		} else if err := c.CheckJSON("SecurityResponse", r.body); err != nil {
+			t.Errorf("SecurityResponse: %v\n%s", err, r.body)
+		}
+	}
+	if r := h.do("GET", "/metrics", "", ""); r.code != 200 {
+		t.Errorf("GET /metrics: %d", r.code)
+	} else if err := c.CheckJSON("MetricsResponse", r.body); err != nil {
+		t.Errorf("MetricsResponse: %v", err)
 	}
 	sec := h.security("")
 	if len(sec.Rules) != 1 || sec.Guard.Blocked != 1 || !sec.Guard.Enforcing || sec.Stats == nil || sec.Stats.Observed < 540 {
@@ -234,5 +250,71 @@ func TestRateLimitThroughBerth(t *testing.T) {
 	}
 	if code, _ := fetch(t, a, "http://api.test:"+port+"/"); code != 200 {
 		t.Errorf("after the limit went: %d", code)
+	}
+}
+
+// TestSecurityUnderLoad: with 256 guard rules and the SIEM on, concurrent
+// keep-alive clients at full speed lose no request, and the pipeline
+// accounts for every one: observed = analysed + dropped (a full queue
+// drops and counts, never blocks a request).
+func TestSecurityUnderLoad(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") }))
+	t.Cleanup(up.Close)
+	h := start(t, "")
+	if r := h.json("POST", "/deployments", fmt.Sprintf(`{"id": "app", "routes": [{"host": "app.test"}], "upstreams": [%q]}`, strings.TrimPrefix(up.URL, "http://"))); r.code != 201 {
+		t.Fatalf("deployment: %d %s", r.code, r.body)
+	}
+	for i := range 256 {
+		m := fmt.Sprintf(`{"client": "198.51.%d.%d"}`, i/200, i%200)
+		if i%4 == 3 {
+			m = fmt.Sprintf(`{"path_prefix": "/wp-admin/%d", "user_agent_contains": "sqlmap"}`, i)
+		}
+		if r := h.json("POST", "/security/rules", `{"action": "block", "match": `+m+`}`); r.code != 201 {
+			t.Fatalf("rule %d: %d %s", i, r.code, r.body)
+		}
+	}
+	if r := h.json("POST", "/security/rules", `{"match": {"client": "198.51.100.1"}}`); r.code != 409 {
+		t.Errorf("a 257th rule: %d %s, want 409", r.code, r.body)
+	}
+	port := h.proxy[strings.LastIndexByte(h.proxy, ':')+1:]
+	const workers, each = 8, 1500
+	errs := make(chan error, workers)
+	for range workers {
+		go func() {
+			c := fromAddr(h, "127.0.0.6")
+			for i := range each {
+				resp, err := c.Get(fmt.Sprintf("http://app.test:%s/page/%d", port, i))
+				if err != nil {
+					errs <- fmt.Errorf("request %d: %v", i, err)
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					errs <- fmt.Errorf("request %d: %d", i, resp.StatusCode)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range workers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st := h.security("").Stats
+		if st == nil {
+			t.Fatal("no stats")
+		}
+		if st.Observed >= workers*each && st.Analyzed+st.Dropped == st.Observed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the pipeline does not account for %d requests: %+v", workers*each, st)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
