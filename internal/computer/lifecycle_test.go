@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/apitype/computertype"
 	"github.com/berth-dev/berth/internal/agent"
 	"github.com/berth-dev/berth/internal/fleet"
 	"github.com/berth-dev/berth/internal/vm"
@@ -157,7 +158,7 @@ func TestValidation(t *testing.T) {
 	if c, _ := m.Get(ctx, "elsewhere"); c.State.State != StateSleeping {
 		t.Errorf("after a refused start: %+v", c.State)
 	}
-	if _, err := m.ExposePort(ctx, "elsewhere", 0, false); !errors.Is(err, ErrInvalid) {
+	if _, err := m.ExposePort(ctx, "elsewhere", computertype.PortRequest{Port: 0}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("ExposePort(0) = %v", err)
 	}
 }
@@ -563,12 +564,12 @@ func TestPorts(t *testing.T) {
 	if _, err := m.Create(ctx, CreateRequest{ID: "web"}); err != nil {
 		t.Fatal(err)
 	}
-	x, err := m.ExposePort(ctx, "web", 8080, true)
+	x, err := m.ExposePort(ctx, "web", computertype.PortRequest{Port: 8080, Public: true})
 	want := Exposure{Port: 8080, Host: "8080-web.example.test", URL: "http://8080-web.example.test/", Public: true}
 	if err != nil || x != want {
 		t.Errorf("ExposePort = %+v, %v", x, err)
 	}
-	if _, err := m.ExposePort(ctx, "nope", 80, false); !errors.Is(err, ErrNotFound) {
+	if _, err := m.ExposePort(ctx, "nope", computertype.PortRequest{Port: 80}); !errors.Is(err, ErrNotFound) {
 		t.Errorf("ExposePort(unknown) = %v", err)
 	}
 	ps, err := m.Ports(ctx, "web")
@@ -583,5 +584,24 @@ func TestPorts(t *testing.T) {
 	}
 	if ps, _ := m.Ports(ctx, "web"); len(ps) != 0 {
 		t.Errorf("Ports after unexpose = %+v", ps)
+	}
+
+	// A private port with a sign-in: kept, and told to the data plane
+	// (with the Computer's namespace) without waking the Computer.
+	if _, err := m.ExposePort(ctx, "web", computertype.PortRequest{Port: 3000, Public: true, SignIn: "corp"}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("ExposePort(public, sign_in) = %v, want invalid", err)
+	}
+	if x, err := m.ExposePort(ctx, "web", computertype.PortRequest{Port: 3000, SignIn: "corp"}); err != nil || x.SignIn != "corp" || x.Public {
+		t.Errorf("ExposePort(sign_in) = %+v, %v", x, err)
+	}
+	pol, err := m.PortPolicy(ctx, "web", 3000)
+	if err != nil || pol.SignIn != "corp" || pol.Public || pol.Addr != "" {
+		t.Errorf("PortPolicy = %+v, %v", pol, err)
+	}
+	if ps, _ := m.Ports(ctx, "web"); len(ps) != 1 || ps[0].SignIn != "corp" {
+		t.Errorf("Ports = %+v", ps)
+	}
+	if _, err := m.PortPolicy(ctx, "web", 8080); !errors.Is(err, ErrNotFound) {
+		t.Errorf("PortPolicy(unexposed) = %v", err)
 	}
 }

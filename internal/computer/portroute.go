@@ -12,6 +12,10 @@ import (
 type PortTarget struct {
 	Addr   string // host:port to dial
 	Public bool   // false: the request must carry a grant for the Computer
+	// SignIn, on a private port, names the auth provider of the
+	// Computer's namespace (Namespace) whose sign-in admits a browser too.
+	SignIn    string
+	Namespace string
 }
 
 // ParsePortHost splits an exposed port's host name, <port>-<id>.<BaseDomain>,
@@ -37,24 +41,43 @@ func (m *Manager) ParsePortHost(host string) (id string, port int, ok bool) {
 	return id, port, true
 }
 
-// Port resolves traffic to an exposed port: it checks the port is exposed,
-// wakes the Computer if it sleeps (admission applies), and holds it awake
-// until release is called — traffic is activity. An unexposed port or an
-// unknown Computer is ErrNotFound.
-func (m *Manager) Port(ctx context.Context, id string, port int) (PortTarget, func(), error) {
+// PortPolicy is what an exposed port asks of its traffic (Public, SignIn
+// and the Computer's Namespace), found without waking the Computer, so
+// that a caller without the credential costs no wake. An unexposed port
+// or an unknown Computer is ErrNotFound.
+func (m *Manager) PortPolicy(ctx context.Context, id string, port int) (PortTarget, error) {
 	ps, err := m.st.ComputerPorts(ctx, id)
 	if err != nil {
-		return PortTarget{}, nil, m.storeErr(err)
+		return PortTarget{}, m.storeErr(err)
 	}
 	var t PortTarget
 	found := false
 	for _, p := range ps {
 		if p.Port == port {
-			t.Public, found = p.Public, true
+			t.Public, t.SignIn, found = p.Public, p.SignIn, true
 		}
 	}
 	if !found {
-		return PortTarget{}, nil, fmt.Errorf("%w: port %d of Computer %q is not exposed", ErrNotFound, port, id)
+		return PortTarget{}, fmt.Errorf("%w: port %d of Computer %q is not exposed", ErrNotFound, port, id)
+	}
+	if t.SignIn != "" {
+		c, err := m.st.Computer(ctx, id)
+		if err != nil {
+			return PortTarget{}, m.storeErr(err)
+		}
+		t.Namespace = c.Namespace
+	}
+	return t, nil
+}
+
+// Port resolves traffic to an exposed port: it checks the port is exposed
+// (PortPolicy), wakes the Computer if it sleeps (admission applies), and
+// holds it awake until release is called — traffic is activity. An
+// unexposed port or an unknown Computer is ErrNotFound.
+func (m *Manager) Port(ctx context.Context, id string, port int) (PortTarget, func(), error) {
+	t, err := m.PortPolicy(ctx, id, port)
+	if err != nil {
+		return PortTarget{}, nil, err
 	}
 	_, release, err := m.Use(ctx, id)
 	if err != nil {

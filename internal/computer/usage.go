@@ -3,6 +3,7 @@ package computer
 import (
 	"context"
 	"fmt"
+	"github.com/berth-dev/berth/apitype/computertype"
 	"strconv"
 	"time"
 
@@ -91,14 +92,17 @@ func (m *Manager) HostCapacities(ctx context.Context) (map[string]HostCapacity, 
 
 // ExposePort records port of Computer id as exposed (public: reachable
 // without a grant) and says where it is reached.
-func (m *Manager) ExposePort(ctx context.Context, id string, port int, public bool) (Exposure, error) {
-	if port < 1 || port > 65535 {
-		return Exposure{}, fmt.Errorf("%w: port %d out of range 1-65535", ErrInvalid, port)
+func (m *Manager) ExposePort(ctx context.Context, id string, req computertype.PortRequest) (Exposure, error) {
+	if req.Port < 1 || req.Port > 65535 {
+		return Exposure{}, fmt.Errorf("%w: port %d out of range 1-65535", ErrInvalid, req.Port)
 	}
-	if _, err := m.st.PutComputerPort(ctx, id, store.ComputerPort{Port: port, Public: public}); err != nil {
+	if req.Public && req.SignIn != "" {
+		return Exposure{}, fmt.Errorf("%w: a public port needs no sign-in (sign_in is for a private one)", ErrInvalid)
+	}
+	if _, err := m.st.PutComputerPort(ctx, id, store.ComputerPort{Port: req.Port, Public: req.Public, SignIn: req.SignIn}); err != nil {
 		return Exposure{}, m.storeErr(err)
 	}
-	return m.exposure(id, port, public), nil
+	return m.exposure(id, store.ComputerPort{Port: req.Port, Public: req.Public, SignIn: req.SignIn}), nil
 }
 
 // UnexposePort withdraws an exposed port; a port that is not exposed is
@@ -124,17 +128,17 @@ func (m *Manager) Ports(ctx context.Context, id string) ([]Exposure, error) {
 	}
 	out := make([]Exposure, len(ps))
 	for i, p := range ps {
-		out[i] = m.exposure(id, p.Port, p.Public)
+		out[i] = m.exposure(id, p)
 	}
 	return out, nil
 }
 
 // exposure names an exposed port: <port>-<id>.<BaseDomain>. Without a
 // base domain there is no host name, and no URL.
-func (m *Manager) exposure(id string, port int, public bool) Exposure {
-	e := Exposure{Port: port, Public: public}
+func (m *Manager) exposure(id string, p store.ComputerPort) Exposure {
+	e := Exposure{Port: p.Port, Public: p.Public, SignIn: p.SignIn}
 	if m.o.BaseDomain != "" {
-		e.Host = strconv.Itoa(port) + "-" + id + "." + m.o.BaseDomain
+		e.Host = strconv.Itoa(p.Port) + "-" + id + "." + m.o.BaseDomain
 		e.URL = "http://" + e.Host + "/"
 	}
 	return e

@@ -74,6 +74,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/apitype"
+	"github.com/berth-dev/berth/apitype/computertype"
 	"github.com/berth-dev/berth/internal/agent"
 	"github.com/berth-dev/berth/internal/auth"
 	"github.com/berth-dev/berth/internal/computer"
@@ -98,7 +99,7 @@ type Manager interface {
 	PendingUsage(ctx context.Context) ([]computer.UsageInterval, error)
 	Capacity(ctx context.Context) (computer.Capacity, error)
 	AcknowledgeUsage(ctx context.Context, us []computer.UsageInterval) error
-	ExposePort(ctx context.Context, id string, port int, public bool) (computer.Exposure, error)
+	ExposePort(ctx context.Context, id string, req computertype.PortRequest) (computer.Exposure, error)
 	UnexposePort(ctx context.Context, id string, port int) error
 	Ports(ctx context.Context, id string) ([]computer.Exposure, error)
 }
@@ -141,6 +142,10 @@ type Options struct {
 	// DefaultBackings are the manager's backings for a Computer given
 	// none (computer.Options.DefaultBackings); default [{kind: process}].
 	DefaultBackings []computer.Backing
+	// SignIn checks that an exposed port's sign_in names an auth provider
+	// of namespace ns that can sign a browser in; nil refuses every
+	// sign_in (this server has no sign-in gates).
+	SignIn func(ctx context.Context, ns, provider string) error
 }
 
 // API is the Computer API's http.Handler. It serves /computers and the

@@ -10,7 +10,7 @@ import (
 )
 
 func port(e computer.Exposure) computertype.Port {
-	return computertype.Port{Port: e.Port, Host: e.Host, URL: e.URL, Public: e.Public}
+	return computertype.Port{Port: e.Port, Host: e.Host, URL: e.URL, Public: e.Public, SignIn: e.SignIn}
 }
 
 func (a *API) exposePort(w http.ResponseWriter, r *http.Request, c *call) error {
@@ -21,7 +21,18 @@ func (a *API) exposePort(w http.ResponseWriter, r *http.Request, c *call) error 
 	if req.Port < 1 || req.Port > 65535 {
 		return web.Invalid("port", "must be from 1 to 65535, got %d", req.Port)
 	}
-	e, err := a.o.Manager.ExposePort(r.Context(), c.id, req.Port, req.Public)
+	if req.Public && req.SignIn != "" {
+		return web.Invalid("sign_in", "a public port needs no sign-in: sign_in admits browsers to a private one")
+	}
+	if req.SignIn != "" {
+		if a.o.SignIn == nil {
+			return web.Invalid("sign_in", "this server has no sign-in gates")
+		}
+		if err := a.o.SignIn(r.Context(), c.comp.Namespace, req.SignIn); err != nil {
+			return web.Invalid("sign_in", "%v", err)
+		}
+	}
+	e, err := a.o.Manager.ExposePort(r.Context(), c.id, req)
 	if err != nil {
 		return managerError(err, c.id)
 	}

@@ -45,6 +45,9 @@ func testApp() int {
 	fmt.Println("test app listening")
 	http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "app %s %s %s", host, r.URL.Path, os.Getenv("GREETING"))
+		if u := r.Header.Get("X-Auth-Request-User"); u != "" {
+			fmt.Fprintf(w, " user=%s", u) // a sign-in gate vouched for it
+		}
 	}))
 	return 0
 }

@@ -1,12 +1,18 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/http/cookiejar"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/berth-dev/berth/internal/oidc/oidctest"
 )
 
 // freePort finds a loopback port nobody listens on (process sandboxes share
@@ -77,4 +83,98 @@ func TestComputerPortThroughGateway(t *testing.T) {
 		}
 	}
 	h.do("DELETE", "/computers/box", "", "")
+}
+
+// TestComputerPortSignIn: a private port exposed with a sign_in admits a
+// browser that signs in with that auth provider of the Computer's
+// namespace — the app sees who — while a program still needs a grant; a
+// sign_in naming no provider, or on a public port, is refused naming it.
+func TestComputerPortSignIn(t *testing.T) {
+	op := oidctest.Start(t)
+	h := start(t, "")
+	if r := h.json("POST", "/secrets", fmt.Sprintf(`{"id": "oidc", "data": {"client_secret": %q}}`, op.ClientSecret())); r.code != 201 {
+		t.Fatalf("secret: %d %s", r.code, r.body)
+	}
+	prov := fmt.Sprintf(`{"name": "corp", "provider": "google", "client_id": %q, "issuer": %q,
+		"client_secret": {"secret": "oidc", "key": "client_secret"}, "allowed_emails": ["alice@corp.test"]}`, op.ClientID(), op.Issuer())
+	if r := h.json("POST", "/auth-providers", prov); r.code != 201 {
+		t.Fatalf("provider: %d %s", r.code, r.body)
+	}
+	if r := h.json("POST", "/computers", `{"id":"ide","backings":[{"kind":"process"}]}`); r.code != 201 {
+		t.Fatalf("create: %d %s", r.code, r.body)
+	}
+	p := freePort(t)
+	if r := h.json("POST", "/computers/ide/processes", fmt.Sprintf(`{"argv":["/bin/sh","-c",%q],"env":{"PORT":"%d"}}`, appCommand(), p)); r.code >= 300 {
+		t.Fatalf("process start: %d %s", r.code, r.body)
+	}
+	for _, bad := range []string{fmt.Sprintf(`{"port":%d,"sign_in":"nope"}`, p), fmt.Sprintf(`{"port":%d,"public":true,"sign_in":"corp"}`, p)} {
+		if r := h.json("POST", "/computers/ide/ports", bad); r.code != 400 || !strings.Contains(string(r.body), "sign_in") {
+			t.Errorf("expose %s: %d %s, want 400 naming sign_in", bad, r.code, r.body)
+		}
+	}
+	if r := h.json("POST", "/computers/ide/ports", fmt.Sprintf(`{"port":%d,"sign_in":"corp"}`, p)); r.code != 201 || !strings.Contains(string(r.body), `"sign_in":"corp"`) {
+		t.Fatalf("expose: %d %s", r.code, r.body)
+	}
+	proxyAddr := strings.TrimPrefix(h.proxy, "http://")
+	jar, _ := cookiejar.New(nil)
+	c := &http.Client{Jar: jar, Timeout: 10 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if host, _, _ := net.SplitHostPort(addr); strings.HasSuffix(host, ".localhost") {
+				addr = proxyAddr
+			}
+			return (&net.Dialer{}).DialContext(ctx, network, addr)
+		}}}
+	port := proxyAddr[strings.LastIndexByte(proxyAddr, ':')+1:]
+	app := fmt.Sprintf("http://%d-ide.localhost:%s", p, port)
+
+	// A program without a credential is told how to sign in, not served.
+	req, _ := http.NewRequest("GET", app+"/x", nil)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 401 {
+		t.Errorf("a program without a credential: %d", resp.StatusCode)
+	}
+	// A browser signs in and reaches the app, which sees who.
+	op.QueueUser(oidctest.User{Subject: "alice-id", Email: "alice@corp.test", EmailVerified: true, Name: "Alice"})
+	var b string
+	waitFor(t, "the signed-in browser to reach the app", func() bool {
+		resp, b = browse(t, c, app+"/code")
+		for range 5 {
+			if resp.StatusCode != 302 {
+				break
+			}
+			loc, err := resp.Location()
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, b = browse(t, c, loc.String())
+		}
+		return resp.StatusCode == 200 // the app may still be starting (502)
+	})
+	if !strings.HasPrefix(b, "app ") || !strings.Contains(b, "/code") || !strings.Contains(b, "user=alice-id") {
+		t.Errorf("the app answered %q", b)
+	}
+	// A program with a grant still gets in, and presents no identity.
+	gr := h.json("POST", "/computers/ide/grants", `{"actions":["listPorts"],"expiresInSecs":600}`)
+	var g struct{ Token string }
+	if err := json.Unmarshal(gr.body, &g); err != nil || g.Token == "" {
+		t.Fatalf("grant: %d %s", gr.code, gr.body)
+	}
+	req, _ = http.NewRequest("GET", app+"/api", nil)
+	req.Header.Set("Authorization", "Bearer "+g.Token)
+	req.Header.Set("X-Auth-Request-User", "mallory")
+	resp, err = c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || strings.Contains(string(body), "mallory") {
+		t.Errorf("with a grant: %d %q", resp.StatusCode, body)
+	}
+	h.do("DELETE", "/computers/ide", "", "")
 }

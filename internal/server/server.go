@@ -7,6 +7,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -426,6 +427,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		return nil, err
 	}
 	undo = append(undo, func() { s.gates.Close(); s.sessions.Close() })
+	s.ports.gates = s.gates
 	specOpts := spec.Options{
 		BaseDomain: o.BaseDomain, Drivers: s.fleet.DriverNames(), ImageExists: s.images.Exists,
 		SitesDir: o.SitesDir, SiteRootsAllow: o.SiteRootsAllow, MaxReplicasCeiling: replicaCeiling(o),
@@ -520,7 +522,16 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	})
 	// The Computer API shares the listener and the gate, and its brake
 	// counts bad grants with bad admin credentials.
-	capi := computerapi.Options{Manager: s.computers, Grants: grants, Gate: adminGate, Brake: brake, Log: o.Log, Confinement: confinement(o)}
+	capi := computerapi.Options{Manager: s.computers, Grants: grants, Gate: adminGate, Brake: brake, Log: o.Log, Confinement: confinement(o),
+		SignIn: func(ctx context.Context, ns, provider string) error {
+			ns = cmp.Or(ns, "default")
+			if _, err := nsStore.Provider(ctx, ns, provider); errors.Is(err, namespaces.ErrNotFound) {
+				return fmt.Errorf("no auth provider %q in namespace %q (POST /auth-providers declares one)", provider, ns)
+			} else if err != nil {
+				return fmt.Errorf("the auth providers could not be read: %w", err)
+			}
+			return nil
+		}}
 	if s.egress != nil {
 		capi.Egress = s.egress
 	}

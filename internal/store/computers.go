@@ -741,8 +741,11 @@ func (s *Store) DeleteComputerFactsBefore(ctx context.Context, at int64) (int64,
 
 // ComputerPort is an exposed port of a Computer.
 type ComputerPort struct {
-	Port      int
-	Public    bool
+	Port   int
+	Public bool
+	// SignIn names an auth provider of the Computer's namespace whose
+	// sign-in admits browsers to a private port ("" for none).
+	SignIn    string
 	CreatedAt time.Time
 }
 
@@ -751,9 +754,9 @@ type ComputerPort struct {
 func (s *Store) PutComputerPort(ctx context.Context, computerID string, p ComputerPort) (ComputerPort, error) {
 	p.CreatedAt = s.now().UTC()
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO computer_ports (computer_id, port, public, created_at) VALUES (?, ?, ?, ?)
-			ON CONFLICT (computer_id, port) DO UPDATE SET public = excluded.public`,
-			computerID, p.Port, p.Public, formatTime(p.CreatedAt))
+		_, err := tx.ExecContext(ctx, `INSERT INTO computer_ports (computer_id, port, public, sign_in, created_at) VALUES (?, ?, ?, ?, ?)
+			ON CONFLICT (computer_id, port) DO UPDATE SET public = excluded.public, sign_in = excluded.sign_in`,
+			computerID, p.Port, p.Public, p.SignIn, formatTime(p.CreatedAt))
 		if err != nil {
 			if strings.Contains(err.Error(), "FOREIGN KEY") {
 				return fmt.Errorf("%w: computer %q", ErrNotFound, computerID)
@@ -778,7 +781,7 @@ func (s *Store) DeleteComputerPort(ctx context.Context, computerID string, port 
 
 // ComputerPorts returns the exposed ports of a Computer, by port.
 func (s *Store) ComputerPorts(ctx context.Context, computerID string) ([]ComputerPort, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT port, public, created_at FROM computer_ports WHERE computer_id = ? ORDER BY port`, computerID)
+	rows, err := s.r.QueryContext(ctx, `SELECT port, public, sign_in, created_at FROM computer_ports WHERE computer_id = ? ORDER BY port`, computerID)
 	if err != nil {
 		return nil, fmt.Errorf("store: list ports: %w", err)
 	}
@@ -789,7 +792,7 @@ func (s *Store) ComputerPorts(ctx context.Context, computerID string) ([]Compute
 			p       ComputerPort
 			created string
 		)
-		if err := rows.Scan(&p.Port, &p.Public, &created); err != nil {
+		if err := rows.Scan(&p.Port, &p.Public, &p.SignIn, &created); err != nil {
 			return nil, fmt.Errorf("store: list ports: %w", err)
 		}
 		if p.CreatedAt, err = parseTime("created_at", created); err != nil {
