@@ -297,12 +297,18 @@ func (c *Client) WriteComputerFile(ctx context.Context, id, path string, r io.Re
 // ExposeComputerPort makes port inside Computer id reachable through the
 // gateway's data plane; public makes it reachable without a credential.
 func (c *Client) ExposeComputerPort(ctx context.Context, id string, port int, public bool) (*ComputerPort, error) {
+	return c.ExposeComputerPortWith(ctx, id, computertype.PortRequest{Port: port, Public: public})
+}
+
+// ExposeComputerPortWith exposes a port as req says: public, or private
+// and (with SignIn) open to browsers that sign in with that auth provider
+// of the Computer's namespace.
+func (c *Client) ExposeComputerPortWith(ctx context.Context, id string, req computertype.PortRequest) (*ComputerPort, error) {
 	if id == "" {
 		return nil, errNoComputer
 	}
 	var out ComputerPort
-	body := computertype.PortRequest{Port: port, Public: public}
-	if _, err := c.send(ctx, http.MethodPost, computerPath(id, "/ports"), nil, body, &out); err != nil {
+	if _, err := c.send(ctx, http.MethodPost, computerPath(id, "/ports"), nil, req, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/berth-dev/berth/apitype/computertype"
 	"github.com/berth-dev/berth/client"
 )
 
@@ -64,8 +65,11 @@ Subcommands:
                                files.read, ...), "files.*" or "all"
   grants ID                    list the unexpired grants
   revoke ID GRANT_ID           revoke a grant
-  expose ID PORT [--public]    reach PORT inside the Computer through the
-                               gateway; prints the URL
+  expose ID PORT [--public | --sign-in PROVIDER]
+                               reach PORT inside the Computer through the
+                               gateway; prints the URL. --sign-in also admits
+                               browsers that sign in with that auth provider
+                               of the Computer's namespace
   ports ID                     list exposed ports
   unexpose ID PORT
   facts ID [-f] [--after SEQ]  print the facts log; -f follows it
@@ -694,6 +698,7 @@ func portArg(s string) (int, error) {
 func computerExpose(ctx context.Context, e *env, args []string) error {
 	fs := e.flagSet("computer expose")
 	public := fs.Bool("public", false, "")
+	signIn := fs.String("sign-in", "", "")
 	id, rest, err := oneID(e, "expose", fs, args, 1)
 	if err != nil {
 		return err
@@ -712,7 +717,7 @@ func computerExpose(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	p, err := c.ExposeComputerPort(ctx, id, port, *public)
+	p, err := c.ExposeComputerPortWith(ctx, id, computertype.PortRequest{Port: port, Public: *public, SignIn: *signIn})
 	if err != nil {
 		return err
 	}
