@@ -237,7 +237,9 @@ func New(ctx context.Context, o Options) (*Guard, error) {
 	}
 	g.publishLocked()
 	g.sweepLocked(ctx, o.Now())
+	g.mu.Lock() // tick reads the timer under mu
 	g.timer = time.AfterFunc(sweepEvery, g.tick)
+	g.mu.Unlock()
 	return g, nil
 }
 

@@ -238,8 +238,9 @@ type Engine struct {
 	spareAuths []Auth
 
 	// mu guards the analysis state below (a.go) and what readers see.
-	mu sync.Mutex
-	st state
+	mu      sync.Mutex
+	st      state
+	lastPut time.Time // when alerts were last written (guarded by mu)
 }
 
 // New makes an engine and loads the stored alerts; it starts nothing.
@@ -416,12 +417,23 @@ func (e *Engine) Run(ctx context.Context) {
 		case <-t.C:
 		case <-e.wake:
 		}
-		e.Flush()
+		e.flush(false)
 	}
 }
 
-// Flush analyses everything queued now and stores the resulting alerts.
-func (e *Engine) Flush() {
+// foldStoreEvery is how often, at most, alerts that only grew (a fold:
+// count and last_ts) are written while no new alert is raised: a source
+// hammering away folds into its alert every batch, and writing each batch
+// would make an attack a stream of disk syncs. New alerts are written in
+// the batch that raises them.
+const foldStoreEvery = 5 * time.Second
+
+// Flush analyses everything queued now and stores every alert changed.
+func (e *Engine) Flush() { e.flush(true) }
+
+// flush is a batch: analysis, then the store write of what changed — at
+// once for new alerts (or when all), folds at most every foldStoreEvery.
+func (e *Engine) flush(all bool) {
 	if e.disabled {
 		return
 	}
@@ -432,9 +444,17 @@ func (e *Engine) Flush() {
 	e.reqs, e.auths = e.spareReqs, e.spareAuths
 	e.qmu.Unlock()
 
+	now := e.o.Now()
 	e.mu.Lock()
-	e.st.analyse(reqs, auths, e.o.Now())
-	rows, fresh := e.st.takeDirty()
+	e.st.analyse(reqs, auths, now)
+	var rows []store.SecurityAlert
+	var fresh []apitype.SecurityAlert
+	if all || len(e.st.fresh) > 0 || now.Sub(e.lastPut) >= foldStoreEvery {
+		rows, fresh = e.st.takeDirty()
+		if len(rows) > 0 {
+			e.lastPut = now
+		}
+	}
 	e.mu.Unlock()
 
 	clear(reqs)

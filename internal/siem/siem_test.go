@@ -745,3 +745,68 @@ func TestRun(t *testing.T) {
 		}
 	})
 }
+
+// countingStore is the real store, counting the alert writes.
+type countingStore struct {
+	*store.Store
+	mu   sync.Mutex
+	puts int
+}
+
+func (c *countingStore) PutSecurityAlerts(ctx context.Context, rows []store.SecurityAlert, keep int) error {
+	c.mu.Lock()
+	c.puts++
+	c.mu.Unlock()
+	return c.Store.PutSecurityAlerts(ctx, rows, keep)
+}
+
+func (c *countingStore) n() int { c.mu.Lock(); defer c.mu.Unlock(); return c.puts }
+
+// TestFoldsWrittenInBatches: a new alert is written in the batch that
+// raises it; a source hammering on only folds into it, and those folds
+// reach the store at most every few seconds, not every batch (an attack
+// must not become a stream of disk syncs) — and all of them on Close.
+func TestFoldsWrittenInBatches(t *testing.T) {
+	w := newWorld(t, siem.Config{})
+	cs := &countingStore{Store: w.st}
+	e, err := siem.New(siem.Options{Store: cs, Now: w.clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 40 {
+		e.ObserveRequest(w.req(ip1, fmt.Sprintf("/missing/%d", i), 404))
+	}
+	siem.Batch(e)
+	if cs.n() != 1 {
+		t.Fatalf("%d writes after the batch that raised the alert, want 1", cs.n())
+	}
+	for b := range 20 { // 20 batches of folds, 20 ms apart
+		for i := range 10 {
+			e.ObserveRequest(w.req(ip1, fmt.Sprintf("/more/%d/%d", b, i), 404))
+		}
+		w.clk.add(20 * time.Millisecond)
+		siem.Batch(e)
+	}
+	if cs.n() != 1 {
+		t.Errorf("%d writes after 20 batches of folds within a second, want still 1", cs.n())
+	}
+	w.clk.add(5 * time.Second)
+	e.ObserveRequest(w.req(ip1, "/later", 404))
+	siem.Batch(e)
+	if cs.n() != 2 {
+		t.Errorf("%d writes once the folds were due, want 2", cs.n())
+	}
+	e.ObserveRequest(w.req(ip1, "/last", 404))
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rows, _, err := w.st.SecurityAlerts(context.Background())
+	if err != nil || len(rows) != 1 {
+		t.Fatalf("stored: %v, %v", rows, err)
+	}
+	var a apitype.SecurityAlert
+	json.Unmarshal(rows[0].JSON, &a)
+	if a.Count < 200 {
+		t.Errorf("stored count %d: the last folds were not written on Close", a.Count)
+	}
+}
