@@ -33,6 +33,7 @@ func (s *Server) openSecurity(ctx context.Context, st *store.Store, popts *proxy
 		return err
 	}
 	s.guard, s.siem = g, e
+	s.wouldBlockLog.Interval = 200 * time.Millisecond // at most 5 lines a second
 	popts.Guard = s.guardCheck
 	if e.Enabled() {
 		popts.Observe = s.observe
@@ -48,6 +49,13 @@ func (s *Server) guardCheck(client netip.Addr, host, dep, method, path, ua strin
 	case guard.Block:
 		return proxy.GuardBlock
 	case guard.WouldBlock:
+		// --guard-enforce=false: served, and logged — a few a second at
+		// most, so a flood does not become a flood of log lines (the
+		// rules' hit counts say how many).
+		s.wouldBlockLog.Do(func() {
+			s.o.Log.Info("guard would block (not enforcing)", "client", client.String(), "host", strings.Clone(host),
+				"deployment", strings.Clone(dep), "method", strings.Clone(method), "path", strings.Clone(path))
+		})
 		return proxy.GuardWouldBlock
 	}
 	return proxy.GuardPass

@@ -23,6 +23,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/admin"
 	"github.com/berth-dev/berth/internal/auth"
@@ -224,13 +226,16 @@ type Server struct {
 	webhooks alertNotifier      // security alert webhooks; nil: none
 	notifier *notify.Notifier   // the same, for the admin API
 	limits   *ratelimit.Manager // deployments' per-client limits
-	sessions *sessions.Manager  // their sign-in sessions
-	log      *slog.Logger
-	store    *store.Store
-	registry *registry.Registry
-	proxy    *proxy.Handler
-	metrics  *metrics.Registry
-	fleet    *fleet.Manager
+	// wouldBlockLog paces the log lines of requests a guard rule would
+	// block under --guard-enforce=false.
+	wouldBlockLog rate.Sometimes
+	sessions      *sessions.Manager // their sign-in sessions
+	log           *slog.Logger
+	store         *store.Store
+	registry      *registry.Registry
+	proxy         *proxy.Handler
+	metrics       *metrics.Registry
+	fleet         *fleet.Manager
 	// inventory hands the sandboxes found at start-up to the fleet and
 	// the Computers, and destroys the orphans (its Run).
 	inventory *inventory.Inventory
