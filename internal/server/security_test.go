@@ -318,3 +318,27 @@ func TestSecurityUnderLoad(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestGuardDryRun: with GuardDryRun (--guard-enforce=false) a request a
+// rule blocks is served, and counted on the rule; the views say the guard
+// is not enforcing.
+func TestGuardDryRun(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") }))
+	t.Cleanup(up.Close)
+	h := startWith(t, "", func(o *Options) { o.GuardDryRun = true })
+	if r := h.json("POST", "/deployments", fmt.Sprintf(`{"id": "app", "routes": [{"host": "app.test"}], "upstreams": [%q]}`, strings.TrimPrefix(up.URL, "http://"))); r.code != 201 {
+		t.Fatalf("deployment: %d %s", r.code, r.body)
+	}
+	var v apitype.RuleView
+	if r := h.json("POST", "/security/rules", `{"match": {"client": "127.0.0.7"}}`); r.code != 201 || json.Unmarshal(r.body, &v) != nil || v.Enforcing {
+		t.Fatalf("rule: %d %s", r.code, r.body)
+	}
+	port := h.proxy[strings.LastIndexByte(h.proxy, ':')+1:]
+	if code, _ := fetch(t, fromAddr(h, "127.0.0.7"), "http://app.test:"+port+"/"); code != 200 {
+		t.Errorf("a would-block request: %d, want served", code)
+	}
+	sec := h.security("")
+	if len(sec.Rules) != 1 || sec.Rules[0].Hits != 1 || sec.Guard.Enforcing || sec.Guard.Blocked != 1 {
+		t.Errorf("rules %+v guard %+v", sec.Rules, sec.Guard)
+	}
+}

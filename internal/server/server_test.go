@@ -40,6 +40,12 @@ type harness struct {
 
 func start(t *testing.T, dir string) *harness {
 	t.Helper()
+	return startWith(t, dir, nil)
+}
+
+// startWith is start with options changed by mod (nil: none).
+func startWith(t *testing.T, dir string, mod func(*Options)) *harness {
+	t.Helper()
 	if dir == "" {
 		dir = t.TempDir()
 	}
@@ -53,6 +59,9 @@ func start(t *testing.T, dir string) *harness {
 		Log:          slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	agentOptions(&o)
+	if mod != nil {
+		mod(&o)
+	}
 	s, err := New(ctx, o)
 	if err != nil {
 		t.Fatal(err)
