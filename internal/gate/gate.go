@@ -3,6 +3,7 @@ package gate
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/netip"
@@ -226,6 +227,14 @@ func (m *Manager) Compile(s *apitype.DeploymentSpec) (*Gate, error) {
 	g.publics = slices.Clone(a.PublicPaths)
 	// Longest prefix first: the most specific entry decides.
 	slices.SortStableFunc(g.publics, func(x, y apitype.PublicPath) int { return len(y.Path) - len(x.Path) })
+	if g.ref != "" && m.o.Providers != nil {
+		// Resolved live on every request; but a reference to nothing
+		// is refused when written (DELETE /auth-providers refuses to
+		// take one away from a deployment that inherits it).
+		if ps := m.providers.Load(); ps == nil || (*ps)[ns+"/"+g.ref] == nil {
+			return nil, fmt.Errorf("provider_ref: no auth provider %q in namespace %q (POST /auth-providers declares one)", g.ref, ns)
+		}
+	}
 	if g.ref == "" {
 		id, err := m.compileIdentity(ns, identitySpec{
 			providers: a.Provider.Providers, clientID: a.ClientID, clientSecret: a.ClientSecret,

@@ -346,26 +346,36 @@ func TestHostMissing(t *testing.T) {
 // request: missing → 500 naming it (fails closed); declared → used.
 func TestProviderRef(t *testing.T) {
 	e := newEnv(t, "")
-	g := e.compile(spec("app", "team", &apitype.AuthGate{ProviderRef: "corp", ForwardIdentity: yes()}))
-	w, up := do(g, get("/"))
-	if up != nil || w.Code != 500 || !strings.Contains(w.Body.String(), `inherits the auth provider "corp", which is not declared`) {
-		t.Fatalf("missing provider: %d %q", w.Code, w.Body)
+	ref := spec("app", "team", &apitype.AuthGate{ProviderRef: "corp", ForwardIdentity: yes()})
+	// A reference to nothing is refused when written, naming the field.
+	if _, err := e.m.Compile(ref); err == nil || !strings.Contains(err.Error(), "provider_ref") || !strings.Contains(err.Error(), `"corp"`) {
+		t.Fatalf("an undeclared provider: %v", err)
 	}
-	e.provs.mu.Lock()
-	e.provs.ps = []apitype.AuthProviderView{{Name: "corp", Namespace: "team", Provider: apitype.Providers(apitype.ProviderJWT),
-		JWT: &apitype.JwtSpec{Secret: &apitype.SecretRef{Secret: "hmac", Namespace: "team"}, Algorithms: []string{"HS256"}, Issuer: "https://issuer.test"}}}
-	e.provs.mu.Unlock()
-	if err := e.m.ReloadProviders(context.Background()); err != nil {
-		t.Fatal(err)
+	declare := func(ps ...apitype.AuthProviderView) {
+		e.provs.mu.Lock()
+		e.provs.ps = ps
+		e.provs.mu.Unlock()
+		if err := e.m.ReloadProviders(context.Background()); err != nil {
+			t.Fatal(err)
+		}
 	}
+	corp := apitype.AuthProviderView{Name: "corp", Namespace: "team", Provider: apitype.Providers(apitype.ProviderJWT),
+		JWT: &apitype.JwtSpec{Secret: &apitype.SecretRef{Secret: "hmac", Namespace: "team"}, Algorithms: []string{"HS256"}, Issuer: "https://issuer.test"}}
+	declare(corp)
+	g := e.compile(ref)
 	tok := hsJWT(t, jwt.MapClaims{"iss": "https://issuer.test", "sub": "bob", "exp": time.Now().Add(time.Hour).Unix()})
 	if w, up := do(g, get("/", "Authorization", "Bearer "+tok)); up == nil || up.User != "bob" {
 		t.Fatalf("declared provider: %d %q", w.Code, w.Body)
 	}
 	// A provider of the same name in another namespace is not this one.
-	g2 := e.compile(spec("app2", "other", &apitype.AuthGate{ProviderRef: "corp"}))
-	if w, up := do(g2, get("/", "Authorization", "Bearer "+tok)); up != nil || w.Code != 500 {
-		t.Fatalf("another namespace's provider was used: %d %q", w.Code, w.Body)
+	if _, err := e.m.Compile(spec("app2", "other", &apitype.AuthGate{ProviderRef: "corp"})); err == nil {
+		t.Fatal("another namespace's provider was accepted")
+	}
+	// Resolved live: a provider gone from under a gate fails closed.
+	declare()
+	w, up := do(g, get("/", "Authorization", "Bearer "+tok))
+	if up != nil || w.Code != 500 || !strings.Contains(w.Body.String(), `inherits the auth provider "corp", which is not declared`) {
+		t.Fatalf("missing provider: %d %q", w.Code, w.Body)
 	}
 }
 
