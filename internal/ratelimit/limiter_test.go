@@ -11,6 +11,7 @@ import (
 
 	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/clocktest"
+	"github.com/berth-dev/berth/internal/web"
 )
 
 // newClock is a clock the tests move by hand, at a fixed start.
@@ -69,7 +70,7 @@ func TestNormalize(t *testing.T) {
 				}
 				return
 			}
-			var fe *FieldError
+			var fe *web.FieldError
 			if !errors.As(err, &fe) || fe.Field != tc.field || !strings.HasPrefix(err.Error(), tc.field+": ") {
 				t.Fatalf("Normalize(%+v): err = %v, want a FieldError naming %s", tc.in, err, tc.field)
 			}
