@@ -82,7 +82,7 @@ func (a *API) deleteRateLimit(w http.ResponseWriter, r *http.Request) error {
 }
 
 func rateLimitError(err error, id string) error {
-	var fe *ratelimit.FieldError
+	var fe *web.FieldError
 	switch {
 	case errors.As(err, &fe):
 		return web.Invalid(fe.Field, "%s", fe.Msg)

@@ -23,7 +23,7 @@ func (a *API) webhooks() (*notify.Notifier, error) {
 
 // webhookError maps package notify's errors onto the envelope.
 func webhookError(err error, id string) error {
-	var fe *notify.FieldError
+	var fe *web.FieldError
 	switch {
 	case errors.As(err, &fe):
 		return web.Invalid(fe.Field, "%s", fe.Msg)

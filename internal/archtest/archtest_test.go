@@ -63,6 +63,7 @@ var rules = []struct {
 	{mod + "/internal/route", []string{mod + "/"}, "the routing table is a leaf"},
 	{mod + "/internal/web", []string{mod + "/"}, "HTTP plumbing is a leaf"},
 	{mod + "/internal/syncbuf", []string{mod + "/"}, "the concurrent-write buffer of tests is a leaf"},
+	{mod + "/internal/clocktest", []string{mod + "/"}, "the clock tests move by hand is a leaf every package's tests may import"},
 	{mod + "/internal/health", []string{mod + "/"}, "probing is a leaf"},
 	{mod + "/internal/metrics", []string{mod + "/"}, "metrics are a leaf"},
 	{mod + "/internal/site", []string{mod + "/"}, "file serving is a leaf"},

@@ -204,7 +204,7 @@ func TestRenewal(t *testing.T) {
 	}
 	defer held.Close()
 
-	clock.Advance(renewAt(old).Sub(clock.Now()) - time.Hour)
+	clock.Add(renewAt(old).Sub(clock.Now()) - time.Hour)
 	if c := m.Certs(); c[0].NeedsRenewal {
 		t.Fatalf("needs renewal an hour before its window: %+v", c)
 	}
@@ -212,7 +212,7 @@ func TestRenewal(t *testing.T) {
 	if got := e.dial(t, "renew.example.test"); !got.Equal(old) {
 		t.Fatal("renewed before its window")
 	}
-	clock.Advance(2 * time.Hour)
+	clock.Add(2 * time.Hour)
 	if c := m.Certs(); !c[0].NeedsRenewal {
 		t.Fatalf("does not need renewal in its window: %+v", c)
 	}
@@ -281,12 +281,12 @@ func TestBackoff(t *testing.T) {
 	if err := m.decide(ctx, host); err == nil {
 		t.Error("the on-demand decision admits a host that is backing off")
 	}
-	clock.Advance(59 * time.Second)
+	clock.Add(59 * time.Second)
 	m.reconcile(ctx) // still backing off: no attempt
 	if p := m.Pending(); p[0].Failures != 1 {
 		t.Fatalf("ordered during the backoff: %+v", p)
 	}
-	clock.Advance(2 * time.Second)
+	clock.Add(2 * time.Second)
 	t1 := clock.Now()
 	m.reconcile(ctx)
 	p = m.Pending()

@@ -17,6 +17,7 @@ import (
 
 	"github.com/berth-dev/berth/internal/certs/pebbletest"
 	"github.com/berth-dev/berth/internal/certs/rfc2136/bindtest"
+	"github.com/berth-dev/berth/internal/clocktest"
 	"github.com/berth-dev/berth/internal/secrets"
 )
 
@@ -143,32 +144,9 @@ func writeFile(t testing.TB, path string, b []byte) {
 	}
 }
 
-// fakeClock is berth's clock in tests: renewal and backoff are decided by
-// it, so no test waits for either.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *fakeClock { return &fakeClock{t: time.Now()} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
-func (c *fakeClock) Set(t time.Time) {
-	c.mu.Lock()
-	c.t = t
-	c.mu.Unlock()
-}
+// newClock is berth's clock in tests, from now: renewal and backoff are
+// decided by it, so no test waits for either.
+func newClock() *clocktest.Clock { return clocktest.New(time.Now()) }
 
 func testCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

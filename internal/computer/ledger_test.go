@@ -113,7 +113,7 @@ func ledgerReplay(t *testing.T, seed uint64) {
 				}
 			}
 		}
-		e.clock.Advance(time.Duration(rng.IntN(8000)) * time.Millisecond)
+		e.clock.Add(time.Duration(rng.IntN(8000)) * time.Millisecond)
 	}
 	// Everything ends; the host drains the ledger.
 	now := e.clock.Now().UnixMilli()
@@ -176,11 +176,11 @@ func TestLedgerCheckpoint(t *testing.T) {
 	if diff := cmp.Diff(want, read()); diff != "" {
 		t.Errorf("first read (-want +got):\n%s", diff)
 	}
-	e.clock.Advance(59 * time.Second)
+	e.clock.Add(59 * time.Second)
 	if diff := cmp.Diff(want, read()); diff != "" {
 		t.Errorf("within the checkpoint (-want +got):\n%s", diff)
 	}
-	e.clock.Advance(time.Second)
+	e.clock.Add(time.Second)
 	want[0].ObservedAt = t0 + 60_000
 	if diff := cmp.Diff(want, read()); diff != "" {
 		t.Errorf("after the checkpoint (-want +got):\n%s", diff)
@@ -222,7 +222,7 @@ func TestUsageOfARealRuntime(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec, _ := e.st.Computer(ctx, "u")
-	e.clock.Advance(90 * time.Second)
+	e.clock.Add(90 * time.Second)
 	if err := m.Stop(ctx, "u"); err != nil {
 		t.Fatal(err)
 	}
@@ -338,7 +338,7 @@ func TestFactsLog(t *testing.T) {
 		t.Errorf("Emit(no actor) = %v", err)
 	}
 	// Retention: old facts go, sequence numbers keep growing.
-	e.clock.Advance(25 * time.Hour)
+	e.clock.Add(25 * time.Hour)
 	m.tick(ctx)
 	if recs, _ := m.Facts(ctx, "f", 0, 0); len(recs) != 0 {
 		t.Errorf("facts past retention: %+v", recs)

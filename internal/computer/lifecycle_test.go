@@ -195,12 +195,12 @@ func TestSleepWakeKeepsFiles(t *testing.T) {
 	sandbox := e.sandboxes()[0].ID
 
 	// Not idle yet.
-	e.clock.Advance(59 * time.Second)
+	e.clock.Add(59 * time.Second)
 	m.tick(ctx)
 	if got, _ := m.Get(ctx, "dev"); got.State.State != StateRunning {
 		t.Fatalf("slept before its idle timeout: %+v", got.State)
 	}
-	e.clock.Advance(2 * time.Second)
+	e.clock.Add(2 * time.Second)
 	m.tick(ctx)
 	if got, _ := m.Get(ctx, "dev"); got.State.State != StateSleeping {
 		t.Fatalf("not asleep after its idle timeout: %+v", got.State)
@@ -284,7 +284,7 @@ func TestBackgroundProcess(t *testing.T) {
 	release()
 
 	for range 3 {
-		e.clock.Advance(2 * time.Minute)
+		e.clock.Add(2 * time.Minute)
 		m.tick(ctx)
 		if got, _ := m.Get(ctx, "job"); got.State.State != StateRunning {
 			t.Fatalf("slept while a background process ran: %+v", got.State)
@@ -303,7 +303,7 @@ func TestBackgroundProcess(t *testing.T) {
 	waitEnded(t, c2, p.ID)
 	release2()
 	m.tick(ctx) // sees the exit: activity until now
-	e.clock.Advance(61 * time.Second)
+	e.clock.Add(61 * time.Second)
 	m.tick(ctx)
 	if got, _ := m.Get(ctx, "job"); got.State.State != StateSleeping {
 		t.Fatalf("not asleep after the job ended and the idle timeout passed: %+v", got.State)
@@ -522,12 +522,12 @@ func TestRecycle(t *testing.T) {
 	}
 	exec(t, m, "old", "echo data > data.txt")
 	before, _ := e.st.Computer(ctx, "old")
-	e.clock.Advance(30 * time.Minute)
+	e.clock.Add(30 * time.Minute)
 	m.tick(ctx)
 	if rec, _ := e.st.Computer(ctx, "old"); rec.Sandbox != before.Sandbox {
 		t.Fatal("recycled too early")
 	}
-	e.clock.Advance(31 * time.Minute)
+	e.clock.Add(31 * time.Minute)
 	m.tick(ctx)
 	after, _ := e.st.Computer(ctx, "old")
 	if after.Sandbox == before.Sandbox || after.RuntimeID == before.RuntimeID || after.State != StateRunning {

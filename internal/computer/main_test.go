@@ -6,11 +6,11 @@ import (
 	"context"
 	"flag"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/berth-dev/berth/internal/agent"
+	"github.com/berth-dev/berth/internal/clocktest"
 	"github.com/berth-dev/berth/internal/hostnet/netnstest"
 	"github.com/berth-dev/berth/internal/store"
 	"github.com/berth-dev/berth/internal/vm"
@@ -44,26 +44,6 @@ func (r benchRunner) Run() int {
 	return code
 }
 
-// clock is a settable clock for the idle, recycle and ledger logic.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *clock { return &clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 // env is a test's berth: a real store, real process drivers whose agent is
 // this test binary, and the directories a Manager needs.
 type env struct {
@@ -71,7 +51,7 @@ type env struct {
 	dataDir string
 	st      *store.Store
 	drivers map[string]vm.Driver
-	clock   *clock
+	clock   *clocktest.Clock
 }
 
 // newDriver returns a process driver in a short directory (agent socket
@@ -104,7 +84,7 @@ func newDriver(t *testing.T, agentCmd ...string) *process.Driver {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	e := &env{t: t, dataDir: t.TempDir(), clock: newClock()}
+	e := &env{t: t, dataDir: t.TempDir(), clock: clocktest.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))}
 	e.drivers = map[string]vm.Driver{"process": newDriver(t)}
 	e.open()
 	return e

@@ -14,13 +14,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/berth-dev/berth/internal/clocktest"
 	"github.com/berth-dev/berth/internal/store"
 )
-
-// clock is a settable time source.
-type clock struct{ t time.Time }
-
-func (c *clock) now() time.Time { return c.t }
 
 func openStore(t *testing.T, dir string) *store.Store {
 	t.Helper()
@@ -32,7 +28,7 @@ func openStore(t *testing.T, dir string) *store.Store {
 	return st
 }
 
-func newIssuer(t *testing.T) (*Issuer, *clock, *store.Store, []byte) {
+func newIssuer(t *testing.T) (*Issuer, *clocktest.Clock, *store.Store, []byte) {
 	t.Helper()
 	dir := t.TempDir()
 	key, err := LoadKey(dir)
@@ -40,19 +36,19 @@ func newIssuer(t *testing.T) (*Issuer, *clock, *store.Store, []byte) {
 		t.Fatal(err)
 	}
 	st := openStore(t, dir)
-	c := &clock{t: time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)}
-	i, err := New(context.Background(), Config{Key: key, Store: st, Now: c.now})
+	c := clocktest.New(time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC))
+	i, err := New(context.Background(), Config{Key: key, Store: st, Now: c.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return i, c, st, key
 }
 
-func request(c *clock, computer string, actions ...Action) Request {
+func request(c *clocktest.Clock, computer string, actions ...Action) Request {
 	return Request{
 		ComputerID: computer,
 		Actions:    actions,
-		ExpiresAt:  c.t.Add(time.Hour),
+		ExpiresAt:  c.Now().Add(time.Hour),
 		Provenance: Provenance{Actor: "agent-7", Via: "chat"},
 	}
 }
@@ -78,7 +74,7 @@ func TestIssueVerify(t *testing.T) {
 	if diff := cmp.Diff(g, got); diff != "" {
 		t.Errorf("verified grant (-issued +verified):\n%s", diff)
 	}
-	want := computertype.ComputerGrant{ComputerID: "c1", Actions: []string{"exec", "files.read"}, ExpiresAt: c.t.Add(time.Hour).UnixMilli(), Provenance: Provenance{Actor: "agent-7", Via: "chat"}}
+	want := computertype.ComputerGrant{ComputerID: "c1", Actions: []string{"exec", "files.read"}, ExpiresAt: c.Now().Add(time.Hour).UnixMilli(), Provenance: Provenance{Actor: "agent-7", Via: "chat"}}
 	if diff := cmp.Diff(want, got.Contract()); diff != "" {
 		t.Errorf("contract shape (-want +got):\n%s", diff)
 	}
@@ -174,12 +170,12 @@ func TestUnknownGrant(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &clock{t: time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)}
-	a, err := New(context.Background(), Config{Key: key, Store: openStore(t, filepath.Join(dir, "a")), Now: c.now})
+	c := clocktest.New(time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC))
+	a, err := New(context.Background(), Config{Key: key, Store: openStore(t, filepath.Join(dir, "a")), Now: c.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := New(context.Background(), Config{Key: key, Store: openStore(t, filepath.Join(dir, "b")), Now: c.now})
+	b, err := New(context.Background(), Config{Key: key, Store: openStore(t, filepath.Join(dir, "b")), Now: c.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,11 +194,11 @@ func TestExpiry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.t = c.t.Add(time.Hour - time.Millisecond)
+	c.Add(time.Hour - time.Millisecond)
 	if _, err := i.Verify(tok); err != nil {
 		t.Fatalf("a millisecond before expiry: %v", err)
 	}
-	c.t = c.t.Add(time.Millisecond)
+	c.Add(time.Millisecond)
 	if _, err := i.Verify(tok); !errors.Is(err, ErrExpired) {
 		t.Errorf("at expiry: %v, want ErrExpired", err)
 	}
@@ -210,7 +206,7 @@ func TestExpiry(t *testing.T) {
 		t.Errorf("List after expiry = %v, want none", got)
 	}
 	// The next issue, an hour on, deletes the expired row from the store.
-	c.t = c.t.Add(pruneEvery)
+	c.Add(pruneEvery)
 	if _, _, err := i.Issue(context.Background(), request(c, "c1", Exec)); err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +220,7 @@ func TestRevoke(t *testing.T) {
 	i, c, st, key := newIssuer(t)
 	ctx := context.Background()
 	g1, tok1, _ := i.Issue(ctx, request(c, "c1", Exec))
-	c.t = c.t.Add(time.Millisecond) // List is oldest first
+	c.Add(time.Millisecond) // List is oldest first
 	_, tok2, _ := i.Issue(ctx, request(c, "c1", FilesRead))
 	_, tok3, _ := i.Issue(ctx, request(c, "c2", Exec))
 
@@ -248,7 +244,7 @@ func TestRevoke(t *testing.T) {
 	}
 
 	// Revocation survives a restart (a new Issuer over the same store).
-	j, err := New(ctx, Config{Key: key, Store: st, Now: c.now})
+	j, err := New(ctx, Config{Key: key, Store: st, Now: c.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,8 +284,8 @@ func TestIssueValidation(t *testing.T) {
 		{"no actions", func(r *Request) { r.Actions = nil }, "actions"},
 		{"bad action", func(r *Request) { r.Actions = []Action{Exec, "rm -rf"} }, "actions[1]"},
 		{"no expiry", func(r *Request) { r.ExpiresAt = time.Time{} }, "expiresAt"},
-		{"past expiry", func(r *Request) { r.ExpiresAt = c.t }, "expiresAt"},
-		{"too far", func(r *Request) { r.ExpiresAt = c.t.Add(DefaultMaxTTL + time.Second) }, "expiresAt"},
+		{"past expiry", func(r *Request) { r.ExpiresAt = c.Now() }, "expiresAt"},
+		{"too far", func(r *Request) { r.ExpiresAt = c.Now().Add(DefaultMaxTTL + time.Second) }, "expiresAt"},
 		{"no actor", func(r *Request) { r.Provenance.Actor = " " }, "provenance.actor"},
 		{"long via", func(r *Request) { r.Provenance.Via = strings.Repeat("v", 300) }, "provenance.via"},
 		{"egress not JSON", func(r *Request) { r.Egress = json.RawMessage("{") }, "egress"},
@@ -355,7 +351,7 @@ func TestLookup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.t = time.UnixMilli(g2.ExpiresAt)
+	c.Set(time.UnixMilli(g2.ExpiresAt))
 	if _, err := i.Lookup("c1", g2.ID); !errors.Is(err, ErrExpired) {
 		t.Errorf("Lookup of an expired grant: %v, want ErrExpired", err)
 	}

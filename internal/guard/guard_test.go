@@ -14,29 +14,13 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/berth-dev/berth/apitype"
+	"github.com/berth-dev/berth/internal/clocktest"
 	"github.com/berth-dev/berth/internal/store"
 	"github.com/berth-dev/berth/internal/web"
 )
 
 // The tests run the guard over a real store in t.TempDir(), with a clock
 // they move by hand.
-
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 // failing is the real store with writes that fail while fail is set, to
 // see a write that did not land.
@@ -65,13 +49,13 @@ type rig struct {
 	t     *testing.T
 	dir   string
 	st    *failing
-	clock *clock
+	clock *clocktest.Clock
 	g     *Guard
 }
 
 func newRig(t *testing.T, enforce bool) *rig {
 	t.Helper()
-	r := &rig{t: t, dir: t.TempDir(), clock: &clock{t: time.Date(2026, 1, 2, 3, 4, 0, 0, time.UTC)}}
+	r := &rig{t: t, dir: t.TempDir(), clock: clocktest.New(time.Date(2026, 1, 2, 3, 4, 0, 0, time.UTC))}
 	r.open(enforce)
 	return r
 }

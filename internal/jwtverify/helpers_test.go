@@ -21,6 +21,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/berth-dev/berth/apitype"
+	"github.com/berth-dev/berth/internal/clocktest"
 )
 
 // Keys are made once per test binary: RSA generation is slow.
@@ -65,24 +66,7 @@ func must[T any](v T, err error) T {
 // t0 is the fake clock's start.
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *fakeClock { return &fakeClock{t: t0} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
+func newClock() *clocktest.Clock { return clocktest.New(t0) }
 
 func pemPublic(t testing.TB, pub crypto.PublicKey) string {
 	t.Helper()

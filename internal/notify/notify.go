@@ -75,14 +75,6 @@ var (
 	ErrClosed = errors.New("notify: the notifier is closed")
 )
 
-// FieldError is a validation failure of one field of a WebhookSpec.
-type FieldError struct {
-	Field string
-	Msg   string
-}
-
-func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
-
 // Notifier delivers security alerts to the configured webhooks. Safe for
 // concurrent use. Create it with New and stop it with Close.
 type Notifier struct {
@@ -231,7 +223,7 @@ func (n *Notifier) start(h *hook) error {
 }
 
 // Add creates a webhook. The view returned carries its secret, which is
-// never shown again. A spec that does not validate is a *FieldError.
+// never shown again. A spec that does not validate is a *web.FieldError.
 func (n *Notifier) Add(ctx context.Context, spec apitype.WebhookSpec) (apitype.WebhookView, error) {
 	if err := checkSpec(&spec, n.o.Self, n.o.AllowLinkLocal); err != nil {
 		return apitype.WebhookView{}, err

@@ -25,6 +25,7 @@ import (
 	"github.com/berth-dev/berth/internal/notify"
 	"github.com/berth-dev/berth/internal/secrets"
 	"github.com/berth-dev/berth/internal/store"
+	"github.com/berth-dev/berth/internal/web"
 )
 
 // The tests run the notifier over a real SQLite store, delivering to real
@@ -438,7 +439,7 @@ func TestGuard(t *testing.T) {
 		t.Fatalf("List over the same store: %+v", got)
 	}
 	for _, u := range []string{rcv.URL, "https://169.254.169.254/", "https://[fe80::1]:8443/", "https://100.100.100.200/"} {
-		var fe *notify.FieldError
+		var fe *web.FieldError
 		if _, err := n.Add(t.Context(), apitype.WebhookSpec{URL: u}); !errors.As(err, &fe) || fe.Field != "url" {
 			t.Errorf("Add(%s): %v, want a url field error", u, err)
 		}
@@ -482,7 +483,7 @@ func TestValidation(t *testing.T) {
 		{apitype.WebhookSpec{URL: "https://example.com/", MinSeverity: "urgent"}, "min_severity", "not a severity"},
 		{apitype.WebhookSpec{URL: "https://example.com/", Note: strings.Repeat("n", 1025)}, "note", "longer"},
 	} {
-		var fe *notify.FieldError
+		var fe *web.FieldError
 		_, err := n.Add(t.Context(), tt.spec)
 		if !errors.As(err, &fe) || fe.Field != tt.field || !strings.Contains(fe.Msg, tt.msg) {
 			t.Errorf("Add(%+v): %v, want %s: …%s…", tt.spec, err, tt.field, tt.msg)

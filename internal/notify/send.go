@@ -21,6 +21,7 @@ import (
 
 	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/netguard"
+	"github.com/berth-dev/berth/internal/web"
 )
 
 // The headers of a delivery.
@@ -229,40 +230,40 @@ func checkSpec(spec *apitype.WebhookSpec, self *netguard.Self, allowLinkLocal bo
 		spec.MinSeverity = DefaultMinSeverity
 	}
 	if rank(spec.MinSeverity) > rank(apitype.SeverityCritical) {
-		return &FieldError{"min_severity", fmt.Sprintf("%q is not a severity (info, low, medium, high, critical)", spec.MinSeverity)}
+		return &web.FieldError{Field: "min_severity", Msg: fmt.Sprintf("%q is not a severity (info, low, medium, high, critical)", spec.MinSeverity)}
 	}
 	if len(spec.Note) > maxNoteLen {
-		return &FieldError{"note", fmt.Sprintf("longer than %d bytes", maxNoteLen)}
+		return &web.FieldError{Field: "note", Msg: fmt.Sprintf("longer than %d bytes", maxNoteLen)}
 	}
 	if spec.URL == "" {
-		return &FieldError{"url", "required"}
+		return &web.FieldError{Field: "url", Msg: "required"}
 	}
 	if len(spec.URL) > maxURLLen {
-		return &FieldError{"url", fmt.Sprintf("longer than %d bytes", maxURLLen)}
+		return &web.FieldError{Field: "url", Msg: fmt.Sprintf("longer than %d bytes", maxURLLen)}
 	}
 	u, err := url.Parse(spec.URL)
 	if err != nil {
-		return &FieldError{"url", "not a URL"}
+		return &web.FieldError{Field: "url", Msg: "not a URL"}
 	}
 	switch {
 	case u.Scheme != "http" && u.Scheme != "https":
-		return &FieldError{"url", "must be an https:// URL (or http:// to a loopback host)"}
+		return &web.FieldError{Field: "url", Msg: "must be an https:// URL (or http:// to a loopback host)"}
 	case u.Host == "" || u.Hostname() == "":
-		return &FieldError{"url", "names no host"}
+		return &web.FieldError{Field: "url", Msg: "names no host"}
 	case u.User != nil:
-		return &FieldError{"url", "must not carry user info; authenticate the request by its signature"}
+		return &web.FieldError{Field: "url", Msg: "must not carry user info; authenticate the request by its signature"}
 	case u.Fragment != "" || strings.Contains(spec.URL, "#"):
-		return &FieldError{"url", "must not carry a fragment"}
+		return &web.FieldError{Field: "url", Msg: "must not carry a fragment"}
 	}
 	host := u.Hostname()
 	addr, literal := netip.ParseAddr(host)
 	loopback := strings.EqualFold(host, "localhost") || literal == nil && addr.IsLoopback()
 	if u.Scheme == "http" && !loopback {
-		return &FieldError{"url", "must be https (plain http only to a loopback host): the alerts and their signatures would cross the network in the clear"}
+		return &web.FieldError{Field: "url", Msg: "must be https (plain http only to a loopback host): the alerts and their signatures would cross the network in the clear"}
 	}
 	if p := u.Port(); p != "" {
 		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-			return &FieldError{"url", fmt.Sprintf("port %q is not a port", p)}
+			return &web.FieldError{Field: "url", Msg: fmt.Sprintf("port %q is not a port", p)}
 		}
 	}
 	if literal == nil {
@@ -275,7 +276,7 @@ func checkSpec(spec *apitype.WebhookSpec, self *netguard.Self, allowLinkLocal bo
 			port = uint16(n)
 		}
 		if err := refuse(netip.AddrPortFrom(addr, port), self, allowLinkLocal); err != nil {
-			return &FieldError{"url", err.Error()}
+			return &web.FieldError{Field: "url", Msg: err.Error()}
 		}
 	}
 	return nil

@@ -13,35 +13,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/internal/clocktest"
 	"github.com/berth-dev/berth/internal/oidc"
 	"github.com/berth-dev/berth/internal/oidc/oidctest"
 )
 
 const redirectURL = "https://app.example.org/__berth/auth/callback"
 
-// clock is a settable clock for the Registry.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *clock { return &clock{t: time.Now()} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 type rig struct {
 	op    *oidctest.Provider
-	clock *clock
+	clock *clocktest.Clock
 	reg   *oidc.Registry
 	cfg   oidc.Config
 }
@@ -49,7 +30,7 @@ type rig struct {
 func newRig(t *testing.T) *rig {
 	t.Helper()
 	op := oidctest.Start(t)
-	c := newClock()
+	c := clocktest.New(time.Now())
 	return &rig{
 		op:    op,
 		clock: c,
@@ -325,7 +306,7 @@ func TestExpiredByClock(t *testing.T) {
 	p := r.provider(t)
 	f := oidc.NewFlow()
 	code, _ := browser(t, p.AuthCodeURL(f, redirectURL))
-	r.clock.Advance(11 * time.Minute) // the provider's tokens live 10 minutes
+	r.clock.Add(11 * time.Minute) // the provider's tokens live 10 minutes
 	_, err := p.Exchange(context.Background(), f, code, redirectURL)
 	wantReason(t, err, oidc.ReasonExpired)
 }
@@ -439,16 +420,16 @@ func TestDiscoveryBackoff(t *testing.T) {
 	}
 	try(1, false) // the first failure
 	try(1, false) // remembered: no fetch for 1 s
-	r.clock.Advance(time.Second)
+	r.clock.Add(time.Second)
 	try(2, false) // the second failure
-	r.clock.Advance(time.Second)
+	r.clock.Add(time.Second)
 	try(2, false) // backoff is now 2 s
-	r.clock.Advance(time.Second)
+	r.clock.Add(time.Second)
 	try(3, true) // recovered
 	if _, err := signIn(t, r.provider(t), oidc.NewFlow()); err != nil {
 		t.Fatal(err)
 	}
-	r.clock.Advance(time.Hour)
+	r.clock.Add(time.Hour)
 	try(3, true) // and kept, for good
 }
 

@@ -31,6 +31,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/berth-dev/berth/apitype"
+	"github.com/berth-dev/berth/internal/web"
 )
 
 // Bounds of an apitype.RateLimit, and its defaults.
@@ -42,21 +43,12 @@ const (
 	DefaultMaxClients      = 65536
 )
 
-// FieldError is a RateLimit that does not validate: Field names the JSON
-// key at fault.
-type FieldError struct {
-	Field string
-	Msg   string
-}
-
-func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
-
 // Normalize validates rl and returns it with its defaults filled in: burst
 // ceil(requests_per_sec) when the rate is set and burst is not, max_clients
-// DefaultMaxClients when unset. An invalid rl is a *FieldError.
+// DefaultMaxClients when unset. An invalid rl is a *web.FieldError.
 func Normalize(rl apitype.RateLimit) (apitype.RateLimit, error) {
 	bad := func(field, format string, args ...any) (apitype.RateLimit, error) {
-		return apitype.RateLimit{}, &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
+		return apitype.RateLimit{}, &web.FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
 	}
 	switch r := rl.RequestsPerSec; {
 	case math.IsNaN(r) || math.IsInf(r, 0) || r < 0:
@@ -135,7 +127,7 @@ type client struct {
 }
 
 // NewLimiter returns a Limiter enforcing rl (normalized and validated: an invalid
-// rl is a *FieldError). now is its clock; nil is time.Now.
+// rl is a *web.FieldError). now is its clock; nil is time.Now.
 func NewLimiter(rl apitype.RateLimit, now func() time.Time) (*Limiter, error) {
 	rl, err := Normalize(rl)
 	if err != nil {

@@ -10,33 +10,20 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/apitype"
+	"github.com/berth-dev/berth/internal/clocktest"
+	"github.com/berth-dev/berth/internal/web"
 )
 
-// clock is an injected clock the tests move by hand.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
+// newClock is a clock the tests move by hand, at a fixed start.
+func newClock() *clocktest.Clock {
+	return clocktest.New(time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC))
 }
 
-func newClock() *clock { return &clock{t: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)} }
-
-func (c *clock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
-func mustLimiter(t testing.TB, rl apitype.RateLimit, c *clock) *Limiter {
+func mustLimiter(t testing.TB, rl apitype.RateLimit, c *clocktest.Clock) *Limiter {
 	t.Helper()
 	var now func() time.Time
 	if c != nil {
-		now = c.now
+		now = c.Now
 	}
 	l, err := NewLimiter(rl, now)
 	if err != nil {
@@ -83,7 +70,7 @@ func TestNormalize(t *testing.T) {
 				}
 				return
 			}
-			var fe *FieldError
+			var fe *web.FieldError
 			if !errors.As(err, &fe) || fe.Field != tc.field || !strings.HasPrefix(err.Error(), tc.field+": ") {
 				t.Fatalf("Normalize(%+v): err = %v, want a FieldError naming %s", tc.in, err, tc.field)
 			}
@@ -127,7 +114,7 @@ func TestRate(t *testing.T) {
 		t.Fatal("another client is refused: buckets are per client")
 	}
 	// A refusal takes no token: after 500ms exactly one is due.
-	c.add(500 * time.Millisecond)
+	c.Add(500 * time.Millisecond)
 	if ok, _ := l.Enter(addrA); !ok {
 		t.Fatal("refused with a token due")
 	}
@@ -151,7 +138,7 @@ func TestRetryAfterRoundsUp(t *testing.T) {
 	if _, after := l.Enter(addrA); after != 4*time.Second {
 		t.Errorf("Retry-After %v, want 4s", after)
 	}
-	c.add(2500 * time.Millisecond)
+	c.Add(2500 * time.Millisecond)
 	if _, after := l.Enter(addrA); after != 2*time.Second { // 1.5s left
 		t.Errorf("Retry-After %v, want 2s", after)
 	}

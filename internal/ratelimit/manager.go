@@ -84,7 +84,7 @@ func fromStore(r store.RateLimit) apitype.RateLimit {
 
 // Put validates rl, stores it as deployment's limit and puts its Limiter in
 // place (replacing any before it), and returns it normalized. An invalid rl
-// is a *FieldError; a deployment the store does not have, ErrNoDeployment.
+// is a *web.FieldError; a deployment the store does not have, ErrNoDeployment.
 func (m *Manager) Put(ctx context.Context, deployment string, rl apitype.RateLimit) (apitype.RateLimit, error) {
 	l, err := NewLimiter(rl, m.o.Now)
 	if err != nil {

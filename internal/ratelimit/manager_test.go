@@ -8,6 +8,7 @@ import (
 
 	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/store"
+	"github.com/berth-dev/berth/internal/web"
 )
 
 func openStore(t *testing.T, dir string, deployments ...string) *store.Store {
@@ -45,7 +46,7 @@ func TestManager(t *testing.T) {
 	if _, ok := m.Get("a"); ok || m.Limiter("a") != nil {
 		t.Fatal("a limit before any was put")
 	}
-	var fe *FieldError
+	var fe *web.FieldError
 	if _, err := m.Put(ctx, "a", apitype.RateLimit{}); !errors.As(err, &fe) {
 		t.Fatalf("empty limit: %v, want a FieldError", err)
 	}

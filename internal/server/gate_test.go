@@ -87,6 +87,25 @@ func browse(t *testing.T, c *http.Client, u string, hdr ...string) (*http.Respon
 	return resp, string(b)
 }
 
+// followSignIn follows a browser's sign-in redirects from resp and body, the
+// answer browse gave: while the answer is a 302 (at most 5 times) it browses
+// the Location, sending hdr (as browse does) on each. It returns the last
+// answer and its body.
+func followSignIn(t *testing.T, c *http.Client, resp *http.Response, body string, hdr ...string) (*http.Response, string) {
+	t.Helper()
+	for range 5 {
+		if resp.StatusCode != 302 {
+			break
+		}
+		loc, err := resp.Location()
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, body = browse(t, c, loc.String(), hdr...)
+	}
+	return resp, body
+}
+
 // TestGateThroughBerth: a deployment behind an inherited OpenID Connect
 // provider, through berth's own proxy: a program is told where to sign
 // in, a public path passes, a browser signs in through the real provider
@@ -124,17 +143,8 @@ func TestGateThroughBerth(t *testing.T) {
 
 	// A browser signs in.
 	op.QueueUser(oidctest.User{Subject: "alice-id", Email: "alice@corp.test", EmailVerified: true, Name: "Alice"})
-	resp, _ = browse(t, c, app+"/page")
-	for range 5 {
-		if resp.StatusCode != 302 {
-			break
-		}
-		loc, err := resp.Location()
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, b = browse(t, c, loc.String(), "X-Auth-Request-User", "mallory")
-	}
+	resp, b = browse(t, c, app+"/page")
+	resp, b = followSignIn(t, c, resp, b, "X-Auth-Request-User", "mallory")
 	if resp.StatusCode != 200 {
 		t.Fatalf("after sign-in: %d %s", resp.StatusCode, b)
 	}
@@ -191,14 +201,8 @@ func TestGateThroughBerth(t *testing.T) {
 	}
 	// Deleting the deployment ends its sessions.
 	op.QueueUser(oidctest.User{Subject: "alice-id", Email: "alice@corp.test", EmailVerified: true})
-	resp, _ = browse(t, c, app+"/again")
-	for range 5 {
-		if resp.StatusCode != 302 {
-			break
-		}
-		loc, _ := resp.Location()
-		resp, _ = browse(t, c, loc.String())
-	}
+	resp, b = browse(t, c, app+"/again")
+	followSignIn(t, c, resp, b)
 	if ss, _ := cl.Sessions(context.Background(), "app"); len(ss) != 1 {
 		t.Fatalf("signed in again: %d sessions", len(ss))
 	}

@@ -143,16 +143,7 @@ func TestComputerPortSignIn(t *testing.T) {
 	var b string
 	waitFor(t, "the signed-in browser to reach the app", func() bool {
 		resp, b = browse(t, c, app+"/code")
-		for range 5 {
-			if resp.StatusCode != 302 {
-				break
-			}
-			loc, err := resp.Location()
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp, b = browse(t, c, loc.String())
-		}
+		resp, b = followSignIn(t, c, resp, b)
 		return resp.StatusCode == 200 // the app may still be starting (502)
 	})
 	if !strings.HasPrefix(b, "app ") || !strings.Contains(b, "/code") || !strings.Contains(b, "user=alice-id") {

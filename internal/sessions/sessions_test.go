@@ -9,26 +9,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/internal/clocktest"
 	"github.com/berth-dev/berth/internal/sessions"
 	"github.com/berth-dev/berth/internal/store"
 )
 
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 type world struct {
 	dir   string
 	st    *store.Store
-	clk   *clock
+	clk   *clocktest.Clock
 	mu    sync.Mutex
 	ended map[string]int
 }
@@ -40,12 +29,12 @@ func newWorld(t *testing.T) *world {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	return &world{dir: dir, st: st, clk: &clock{t: time.Unix(1_800_000_000, 0)}, ended: map[string]int{}}
+	return &world{dir: dir, st: st, clk: clocktest.New(time.Unix(1_800_000_000, 0)), ended: map[string]int{}}
 }
 
 func (w *world) open(t *testing.T) *sessions.Manager {
 	m, err := sessions.New(context.Background(), w.st, sessions.Options{
-		Idle: time.Hour, Now: w.clk.now,
+		Idle: time.Hour, Now: w.clk.Now,
 		OnEnd: func(s sessions.Session) { w.mu.Lock(); w.ended[s.ID]++; w.mu.Unlock() },
 	})
 	if err != nil {
@@ -80,20 +69,20 @@ func TestLifetime(t *testing.T) {
 	}
 	// Used every 50 minutes, it outlives the one-hour idle limit...
 	for range 3 {
-		w.clk.add(50 * time.Minute)
+		w.clk.Add(50 * time.Minute)
 		if _, ok := m.Lookup(secret, "app", "fp"); !ok {
 			t.Fatal("a session in use idled out")
 		}
 	}
 	// ...but not its absolute expiry (3 h).
-	w.clk.add(40 * time.Minute)
+	w.clk.Add(40 * time.Minute)
 	if _, ok := m.Lookup(secret, "app", "fp"); ok {
 		t.Fatal("found past its expiry")
 	}
 	m.Sweep(context.Background())
 	// Idle: unused for an hour.
 	idle, is := create(t, m, "app", "bob", 10*time.Hour)
-	w.clk.add(61 * time.Minute)
+	w.clk.Add(61 * time.Minute)
 	if _, ok := m.Lookup(idle, "app", "fp"); ok {
 		t.Fatal("found after idling an hour")
 	}

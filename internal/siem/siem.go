@@ -322,12 +322,8 @@ func (e *Engine) ObserveRequest(r *Request) {
 	if r.Time.IsZero() {
 		now = e.o.Now()
 	}
-	e.qmu.Lock()
-	e.observed++
-	n := len(e.reqs) + len(e.auths)
-	if n >= e.o.QueueCapacity || e.closed {
-		e.dropped++
-		e.qmu.Unlock()
+	n, ok := e.admit()
+	if !ok {
 		return
 	}
 	e.reqs = append(e.reqs, *r)
@@ -338,10 +334,7 @@ func (e *Engine) ObserveRequest(r *Request) {
 	for _, p := range []*string{&q.Method, &q.Host, &q.Path, &q.RawQuery, &q.UserAgent, &q.Deployment, &q.Namespace, &q.Scheme} {
 		*p = e.keep(*p)
 	}
-	e.qmu.Unlock()
-	if n+1 == e.o.QueueCapacity/2 {
-		e.kick()
-	}
+	e.queued(n)
 }
 
 // keep copies s into the queue's arena (under qmu). The request path hands
@@ -375,18 +368,37 @@ func (e *Engine) ObserveAuth(a Auth) {
 	if a.Time.IsZero() {
 		a.Time = e.o.Now()
 	}
-	e.qmu.Lock()
-	e.observed++
-	n := len(e.reqs) + len(e.auths)
-	if n >= e.o.QueueCapacity || e.closed {
-		e.dropped++
-		e.qmu.Unlock()
+	n, ok := e.admit()
+	if !ok {
 		return
 	}
 	for _, p := range []*string{&a.Action, &a.Deployment, &a.Namespace, &a.Host, &a.Path, &a.Subject, &a.Scheme, &a.Reason} {
 		*p = e.keep(*p)
 	}
 	e.auths = append(e.auths, a)
+	e.queued(n)
+}
+
+// admit counts an observation and finds it room in the queue: with room it
+// returns with qmu held and n, the queue's length before it, for the caller
+// to queue it and call queued(n); with the queue full (or the engine
+// closed) it counts the observation dropped and returns !ok, qmu released.
+// One lock acquisition an observation.
+func (e *Engine) admit() (n int, ok bool) {
+	e.qmu.Lock()
+	e.observed++
+	n = len(e.reqs) + len(e.auths)
+	if n >= e.o.QueueCapacity || e.closed {
+		e.dropped++
+		e.qmu.Unlock()
+		return n, false
+	}
+	return n, true
+}
+
+// queued ends an observation admit let in: it releases qmu and wakes Run
+// when the observation made the queue half full.
+func (e *Engine) queued(n int) {
 	e.qmu.Unlock()
 	if n+1 == e.o.QueueCapacity/2 {
 		e.kick()

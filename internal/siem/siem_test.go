@@ -12,29 +12,17 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/apitype"
+	"github.com/berth-dev/berth/internal/clocktest"
 	"github.com/berth-dev/berth/internal/siem"
 	"github.com/berth-dev/berth/internal/store"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) add(d time.Duration) time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-	return c.t
-}
-
 type world struct {
 	t   *testing.T
 	dir string
 	st  *store.Store
-	clk *clock
+	clk *clocktest.Clock
 	e   *siem.Engine
 
 	mu    sync.Mutex
@@ -49,14 +37,14 @@ func newWorld(t *testing.T, cfg siem.Config) *world {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	w := &world{t: t, dir: dir, st: st, clk: &clock{t: time.Unix(1_800_000_000, 0)}}
+	w := &world{t: t, dir: dir, st: st, clk: clocktest.New(time.Unix(1_800_000_000, 0))}
 	w.e = w.open(cfg)
 	return w
 }
 
 func (w *world) open(cfg siem.Config) *siem.Engine {
 	w.t.Helper()
-	e, err := siem.New(siem.Options{Config: cfg, Store: w.st, Now: w.clk.now,
+	e, err := siem.New(siem.Options{Config: cfg, Store: w.st, Now: w.clk.Now,
 		OnAlert: func(a apitype.SecurityAlert) { w.mu.Lock(); w.fresh = append(w.fresh, a); w.mu.Unlock() }})
 	if err != nil {
 		w.t.Fatal(err)
@@ -69,16 +57,22 @@ var (
 	ip2 = netip.MustParseAddr("198.51.100.7")
 )
 
+// tick moves the clock 10ms past the previous event and is the time of the next.
+func (w *world) tick() time.Time {
+	w.clk.Add(10 * time.Millisecond)
+	return w.clk.Now()
+}
+
 // req is a request from c, 10ms after the previous event.
 func (w *world) req(c netip.Addr, path string, status int) *siem.Request {
 	p, q, _ := strings.Cut(path, "?")
-	return &siem.Request{Time: w.clk.add(10 * time.Millisecond), Client: c, Method: "GET", Host: "app.example:443",
+	return &siem.Request{Time: w.tick(), Client: c, Method: "GET", Host: "app.example:443",
 		Path: p, RawQuery: q, UserAgent: "curl/8", Status: status, Duration: time.Millisecond, Bytes: 10,
 		Deployment: "web", Namespace: "team", Scheme: "none"}
 }
 
 func (w *world) auth(c netip.Addr, action, dep, subject string) siem.Auth {
-	return siem.Auth{Time: w.clk.add(10 * time.Millisecond), Client: c, Action: action, Deployment: dep,
+	return siem.Auth{Time: w.tick(), Client: c, Action: action, Deployment: dep,
 		Namespace: "team", Host: "app.example", Path: "/__applb/auth/callback", Subject: subject, Scheme: "bearer", Reason: "bad"}
 }
 
@@ -487,7 +481,7 @@ func TestFolding(t *testing.T) {
 	w := newWorld(t, siem.Config{})
 	for range 5 {
 		w.e.ObserveRequest(w.req(ip1, "/${jndi:x}", 200))
-		w.clk.add(time.Minute) // each within 300s of the previous
+		w.clk.Add(time.Minute) // each within 300s of the previous
 	}
 	as := w.alerts()
 	if len(as) != 1 || as[0].Count != 5 || as[0].LastTs-as[0].Ts != (4*time.Minute+40*time.Millisecond).Milliseconds() {
@@ -500,7 +494,7 @@ func TestFolding(t *testing.T) {
 	r := w.req(ip1, "/${jndi:x}", 200)
 	r.Deployment = "api"
 	w.e.ObserveRequest(r)
-	w.clk.add(301 * time.Second)
+	w.clk.Add(301 * time.Second)
 	w.e.ObserveRequest(w.req(ip1, "/${jndi:x}", 200))
 	as = w.alerts()
 	if len(as) != 3 || as[0].ID != 3 || as[1].Deployment != "api" || as[0].Count != 1 {
@@ -512,7 +506,7 @@ func TestFolding(t *testing.T) {
 
 	// The per-minute cap on new alerts.
 	w = newWorld(t, siem.Config{MaxAlertsPerMinute: 3})
-	w.clk.add(time.Minute - w.clk.now().Sub(w.clk.now().Truncate(time.Minute))) // to the start of a minute
+	w.clk.Add(time.Minute - w.clk.Now().Sub(w.clk.Now().Truncate(time.Minute))) // to the start of a minute
 	for i := range 5 {
 		w.e.ObserveRequest(w.req(netip.AddrFrom4([4]byte{192, 0, 2, byte(i)}), "/.env", 404))
 	}
@@ -522,7 +516,7 @@ func TestFolding(t *testing.T) {
 	if s := w.e.Stats(); s.Raised != 3 || s.Suppressed != 2 {
 		t.Errorf("stats %+v", s)
 	}
-	w.clk.add(time.Minute)
+	w.clk.Add(time.Minute)
 	w.e.ObserveRequest(w.req(netip.AddrFrom4([4]byte{192, 0, 2, 9}), "/.env", 404))
 	if as := w.alerts(); len(as) != 4 {
 		t.Errorf("next minute: %d alerts, want 4", len(as))
@@ -550,7 +544,7 @@ func TestClientTableAtCapacity(t *testing.T) {
 	}
 	// Once the others' window has passed they are pruned to make room; a
 	// source being watched is never evicted.
-	w.clk.add(61 * time.Second)
+	w.clk.Add(61 * time.Second)
 	for range 3 {
 		w.e.ObserveRequest(w.req(third, "/missing", 404))
 	}
