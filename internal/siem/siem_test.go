@@ -763,7 +763,7 @@ func (c *countingStore) n() int { c.mu.Lock(); defer c.mu.Unlock(); return c.put
 func TestFoldsWrittenInBatches(t *testing.T) {
 	w := newWorld(t, siem.Config{})
 	cs := &countingStore{Store: w.st}
-	e, err := siem.New(siem.Options{Store: cs, Now: w.clk.now})
+	e, err := siem.New(siem.Options{Store: cs, Now: w.clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -778,13 +778,13 @@ func TestFoldsWrittenInBatches(t *testing.T) {
 		for i := range 10 {
 			e.ObserveRequest(w.req(ip1, fmt.Sprintf("/more/%d/%d", b, i), 404))
 		}
-		w.clk.add(20 * time.Millisecond)
+		w.clk.Add(20 * time.Millisecond)
 		siem.Batch(e)
 	}
 	if cs.n() != 1 {
 		t.Errorf("%d writes after 20 batches of folds within a second, want still 1", cs.n())
 	}
-	w.clk.add(5 * time.Second)
+	w.clk.Add(5 * time.Second)
 	e.ObserveRequest(w.req(ip1, "/later", 404))
 	siem.Batch(e)
 	if cs.n() != 2 {
