@@ -35,9 +35,9 @@ func identityEcho(t *testing.T) string {
 	return strings.TrimPrefix(srv.URL, "http://")
 }
 
-// gatedApp declares an OpenID Connect provider (op) in namespace default
-// and a deployment app.test inheriting it, with /healthz public.
-func gatedApp(t *testing.T, h *harness, op *oidctest.Provider, up string) {
+// declareCorp declares the OpenID Connect provider "corp" (op, admitting
+// alice@corp.test) in namespace default, its client secret in the store.
+func declareCorp(t *testing.T, h *harness, op *oidctest.Provider) {
 	t.Helper()
 	if r := h.json("POST", "/secrets", fmt.Sprintf(`{"id": "oidc", "data": {"client_secret": %q}}`, op.ClientSecret())); r.code != 201 {
 		t.Fatalf("secret: %d %s", r.code, r.body)
@@ -47,6 +47,13 @@ func gatedApp(t *testing.T, h *harness, op *oidctest.Provider, up string) {
 	if r := h.json("POST", "/auth-providers", prov); r.code != 201 {
 		t.Fatalf("provider: %d %s", r.code, r.body)
 	}
+}
+
+// gatedApp declares an OpenID Connect provider (op) in namespace default
+// and a deployment app.test inheriting it, with /healthz public.
+func gatedApp(t *testing.T, h *harness, op *oidctest.Provider, up string) {
+	t.Helper()
+	declareCorp(t, h, op)
 	dep := fmt.Sprintf(`{"id": "app", "routes": [{"host": "app.test"}], "upstreams": [%q],
 		"auth": {"provider_ref": "corp", "forward_identity": true, "public_paths": [{"path": "/healthz", "scope": "public"}]}}`, up)
 	if r := h.json("POST", "/deployments", dep); r.code != 201 {

@@ -92,14 +92,7 @@ func TestComputerPortThroughGateway(t *testing.T) {
 func TestComputerPortSignIn(t *testing.T) {
 	op := oidctest.Start(t)
 	h := start(t, "")
-	if r := h.json("POST", "/secrets", fmt.Sprintf(`{"id": "oidc", "data": {"client_secret": %q}}`, op.ClientSecret())); r.code != 201 {
-		t.Fatalf("secret: %d %s", r.code, r.body)
-	}
-	prov := fmt.Sprintf(`{"name": "corp", "provider": "google", "client_id": %q, "issuer": %q,
-		"client_secret": {"secret": "oidc", "key": "client_secret"}, "allowed_emails": ["alice@corp.test"]}`, op.ClientID(), op.Issuer())
-	if r := h.json("POST", "/auth-providers", prov); r.code != 201 {
-		t.Fatalf("provider: %d %s", r.code, r.body)
-	}
+	declareCorp(t, h, op)
 	if r := h.json("POST", "/computers", `{"id":"ide","backings":[{"kind":"process"}]}`); r.code != 201 {
 		t.Fatalf("create: %d %s", r.code, r.body)
 	}
