@@ -6,10 +6,13 @@
 package netguard
 
 import (
+	"fmt"
 	"net"
+	"net/http"
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -166,4 +169,47 @@ func Forbidden(a netip.Addr) string {
 		return "a link-local address"
 	}
 	return ""
+}
+
+// Refuse says why a connection to ap must not be made, or "" when it may:
+// it is one of berth's own listeners (self; the admin API would answer
+// berth itself, the proxy would loop), or — unless allowLinkLocal — a
+// link-local or cloud metadata address.
+func Refuse(self *Self, allowLinkLocal bool, ap netip.AddrPort) string {
+	if self.Contains(ap) {
+		return "it is one of berth's own listeners"
+	}
+	if !allowLinkLocal {
+		if why := Forbidden(ap.Addr()); why != "" {
+			return "it is " + why
+		}
+	}
+	return ""
+}
+
+// Client is an HTTP client for URLs a tenant or the operator names (an
+// identity provider, a webhook): every connection is checked with Refuse
+// at dial time, after name resolution, so a name that resolves to berth's
+// own listeners or a metadata address is refused whatever the URL said.
+// what names the peer in errors ("identity provider", "webhook"). No
+// proxy from the environment (it would dial for us), no redirects
+// followed, and timeouts on every step (timeout for the whole request).
+func Client(self *Self, allowLinkLocal bool, what string, timeout time.Duration) *http.Client {
+	d := &net.Dialer{Timeout: 5 * time.Second, Control: func(_, address string, _ syscall.RawConn) error {
+		ap, err := netip.ParseAddrPort(address)
+		if err != nil {
+			return fmt.Errorf("%s address %q: not an IP address and port", what, address)
+		}
+		if why := Refuse(self, allowLinkLocal, ap); why != "" {
+			return fmt.Errorf("%s address %s refused: %s", what, ap, why)
+		}
+		return nil
+	}}
+	tr := &http.Transport{
+		Proxy: nil, DialContext: d.DialContext, TLSHandshakeTimeout: 5 * time.Second,
+		ResponseHeaderTimeout: timeout, MaxIdleConnsPerHost: 2, IdleConnTimeout: 90 * time.Second,
+		ForceAttemptHTTP2: true,
+	}
+	return &http.Client{Transport: tr, Timeout: timeout,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 }

@@ -10,13 +10,11 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/berth-dev/berth/apitype"
@@ -189,31 +187,13 @@ func VerifySignature(secret, timestamp string, body []byte, header string) error
 // connection. No proxy from the environment (it would dial for us); no
 // redirects followed; timeouts on every step.
 func guardedClient(self *netguard.Self, allowLinkLocal bool, timeout time.Duration) *http.Client {
-	d := &net.Dialer{Timeout: 5 * time.Second, Control: func(_, address string, _ syscall.RawConn) error {
-		ap, err := netip.ParseAddrPort(address)
-		if err != nil {
-			return fmt.Errorf("webhook address %q: not an IP address and port", address)
-		}
-		return refuse(ap, self, allowLinkLocal)
-	}}
-	tr := &http.Transport{
-		Proxy: nil, DialContext: d.DialContext, TLSHandshakeTimeout: 5 * time.Second,
-		ResponseHeaderTimeout: timeout, MaxIdleConnsPerHost: 2, IdleConnTimeout: 90 * time.Second,
-		ForceAttemptHTTP2: true,
-	}
-	return &http.Client{Transport: tr, Timeout: timeout,
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	return netguard.Client(self, allowLinkLocal, "webhook", timeout)
 }
 
 // refuse says why a webhook may not connect to ap, or nil.
 func refuse(ap netip.AddrPort, self *netguard.Self, allowLinkLocal bool) error {
-	if self.Contains(ap) {
-		return fmt.Errorf("webhook address %s refused: it is one of berth's own listeners", ap)
-	}
-	if !allowLinkLocal {
-		if why := netguard.Forbidden(ap.Addr()); why != "" {
-			return fmt.Errorf("webhook address %s refused: it is %s", ap, why)
-		}
+	if why := netguard.Refuse(self, allowLinkLocal, ap); why != "" {
+		return fmt.Errorf("webhook address %s refused: %s", ap, why)
 	}
 	return nil
 }

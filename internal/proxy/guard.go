@@ -47,11 +47,11 @@ func (g *dialGuard) check(ap netip.AddrPort) error {
 	if g == nil {
 		return nil
 	}
-	if g.self.Contains(ap) {
-		return &refusedDialError{ap, "it is one of berth's own listeners"}
-	}
-	if !g.allowLinkLocal && netguard.IsLinkLocalOrMetadata(ap.Addr()) {
-		return &refusedDialError{ap, "link-local and cloud metadata addresses are refused (--allow-link-local-upstreams allows them)"}
+	if why := netguard.Refuse(g.self, g.allowLinkLocal, ap); why != "" {
+		if !g.self.Contains(ap) {
+			why += " (--allow-link-local-upstreams allows those)"
+		}
+		return &refusedDialError{ap, why}
 	}
 	return nil
 }

@@ -2,11 +2,7 @@ package server
 
 import (
 	"context"
-	"fmt"
-	"net"
 	"net/http"
-	"net/netip"
-	"syscall"
 	"time"
 
 	"github.com/berth-dev/berth/apitype"
@@ -83,23 +79,5 @@ func (s *Server) forgetDeployment(id string) {
 // link-local and metadata addresses. Timeouts on every step; no
 // redirects followed (the callers follow the few they allow themselves).
 func (s *Server) issuerClient() *http.Client {
-	d := &net.Dialer{Timeout: 5 * time.Second, Control: func(_, address string, _ syscall.RawConn) error {
-		ap, err := netip.ParseAddrPort(address)
-		if err != nil {
-			return fmt.Errorf("identity provider address %q: not an IP address and port", address)
-		}
-		if s.self.Contains(ap) {
-			return fmt.Errorf("identity provider address %s refused: it is one of berth's own listeners", ap)
-		}
-		if !s.o.AllowLinkLocalUpstreams && netguard.IsLinkLocalOrMetadata(ap.Addr()) {
-			return fmt.Errorf("identity provider address %s refused: link-local and cloud metadata addresses are refused", ap)
-		}
-		return nil
-	}}
-	tr := &http.Transport{
-		DialContext: d.DialContext, TLSHandshakeTimeout: 5 * time.Second, ResponseHeaderTimeout: 10 * time.Second,
-		MaxIdleConnsPerHost: 2, IdleConnTimeout: 90 * time.Second, ForceAttemptHTTP2: true,
-	}
-	return &http.Client{Transport: tr, Timeout: 10 * time.Second,
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	return netguard.Client(s.self, s.o.AllowLinkLocalUpstreams, "identity provider", 10*time.Second)
 }
