@@ -275,8 +275,13 @@ func (st *state) request(r *Request) {
 
 	// Web signatures: the path, then each query value; the strongest wins,
 	// the path on a tie.
-	lp := lowerASCII(&st.scratch, path)
-	kind, lit := scanPath(lp, path)
+	var kind webKind
+	var lit string
+	if mayInject(path) {
+		kind, lit = scanPath(lowerASCII(&st.scratch, path), path)
+	} else {
+		kind, lit = secretProbe(path)
+	}
 	where := ""
 	if r.Unrouted && kind != webSecretProbe {
 		kind, lit = webNone, ""
@@ -298,6 +303,9 @@ func (st *state) request(r *Request) {
 			}
 			if len(val) > maxScan {
 				val = val[:maxScan]
+			}
+			if !mayInject(val) {
+				continue
 			}
 			k, _, _ := scanValue(lowerASCII(&st.scratch, val))
 			if k != webNone && (kind == webNone || severityRank(webRules[k].sev) > severityRank(webRules[kind].sev)) {

@@ -35,6 +35,15 @@ func FuzzSignatures(f *testing.F) {
 		if pk != webNone && lit != "" && !strings.Contains(s, lit) {
 			t.Fatalf("scanPath(%q) literal %q not in the path", s, lit)
 		}
+		// The prefilter never hides a signature.
+		if !mayInject(s) && k != webNone {
+			t.Fatalf("scanValue(%q) = %d, but mayInject says nothing can match", s, k)
+		}
+		if !mayInject(s) {
+			if sk, slit := secretProbe(s); sk != pk || slit != lit {
+				t.Fatalf("secretProbe(%q) = %d %q, scanPath %d %q", s, sk, slit, pk, lit)
+			}
+		}
 		u := upperASCII(s)
 		uk, _, _ := scanValue(lowerASCII(&buf, u))
 		upk, _ := scanPath(lowerASCII(&buf, u), u)

@@ -51,6 +51,40 @@ func lowerASCII(buf *[]byte, s string) string {
 	return string(b)
 }
 
+// mayInject reports whether s holds something every injection signature
+// needs (scanValue finds nothing in a string without): one of the bytes
+// $ % ; \ ' " < ( : = * +, whitespace, "..", or "/bin/" in any case. Most
+// paths and values hold none, and are then spared the lowering and the
+// scan — the SIEM's analysis runs for every request the proxy serves.
+func mayInject(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '$', '%', ';', '\\', '\'', '"', '<', '(', ':', '=', ' ', '\t', '\n', '\r', '+', '*':
+			return true
+		case '.':
+			if i+1 < len(s) && s[i+1] == '.' {
+				return true
+			}
+		case '/':
+			if i+5 <= len(s) && s[i+1]|0x20 == 'b' && s[i+2]|0x20 == 'i' && s[i+3]|0x20 == 'n' && s[i+4] == '/' {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// secretProbe reports a path under one of secretPrefixes (ASCII case
+// ignored) and the prefix as it appears in path.
+func secretProbe(path string) (webKind, string) {
+	for _, p := range secretPrefixes {
+		if len(path) >= len(p) && strings.EqualFold(path[:len(p)], p) {
+			return webSecretProbe, path[:len(p)]
+		}
+	}
+	return webNone, ""
+}
+
 // scanPath returns the strongest signature in a request path, and the
 // matched text as it appears in path (for a literal block rule; empty
 // where there is none to offer). l is the lowered path, no longer than
@@ -60,12 +94,7 @@ func scanPath(l string, path string) (webKind, string) {
 	if k != webNone {
 		return k, path[at : at+n]
 	}
-	for _, p := range secretPrefixes {
-		if hasPrefix(l, p) {
-			return webSecretProbe, path[:len(p)]
-		}
-	}
-	return webNone, ""
+	return secretProbe(path)
 }
 
 // scanValue returns the strongest injection signature in l (already
