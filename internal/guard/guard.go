@@ -184,7 +184,10 @@ func (r *rule) live(now int64) bool { return r.expires == 0 || now < r.expires }
 type snapshot struct {
 	all, block, allow []*rule
 	byAddr            map[netip.Addr][]ordered // block rules of one client address each
-	scan              []ordered                // the other block rules
+	// The other block rules, by the family of client they can match: a
+	// rule with an IPv6 CIDR is never tried on an IPv4 client, nor the
+	// reverse; a rule without a client condition is in both.
+	scan4, scan6 []ordered
 }
 
 // ordered is a block rule with its place among the snapshot's.
@@ -309,10 +312,15 @@ func (g *Guard) publishLocked() {
 		}
 		o := ordered{r, len(s.block)}
 		s.block = append(s.block, r)
-		if p := r.m.client; p.IsValid() && p.IsSingleIP() {
+		switch p := r.m.client; {
+		case p.IsValid() && p.IsSingleIP():
 			s.byAddr[p.Addr()] = append(s.byAddr[p.Addr()], o)
-		} else {
-			s.scan = append(s.scan, o)
+		case p.IsValid() && p.Addr().Is4():
+			s.scan4 = append(s.scan4, o)
+		case p.IsValid():
+			s.scan6 = append(s.scan6, o)
+		default:
+			s.scan4, s.scan6 = append(s.scan4, o), append(s.scan6, o)
 		}
 	}
 	g.snap.Store(s)
@@ -360,7 +368,11 @@ func (g *Guard) Check(client netip.Addr, host, deployment, method, path, userAge
 			}
 		}
 	}
-	for _, r := range s.scan {
+	scan := s.scan6
+	if client.Is4() {
+		scan = s.scan4
+	}
+	for _, r := range scan {
 		if r.order > order {
 			break // an older rule already matched
 		}
