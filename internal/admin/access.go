@@ -616,6 +616,15 @@ func (a *API) deleteProvider(w http.ResponseWriter, r *http.Request) error {
 	if users := namespaces.ProviderUsers(a.specs(), ns, name); len(users) > 0 {
 		return web.Errorf(http.StatusConflict, "auth provider %q is inherited by deployments %s; point their gates elsewhere first", name, strings.Join(users, ", "))
 	}
+	if a.o.PortSignIns != nil {
+		ports, err := a.o.PortSignIns(r.Context(), ns, name)
+		if err != nil {
+			return &web.Error{Status: http.StatusInternalServerError, Message: "the Computers' ports could not be read", Err: err}
+		}
+		if len(ports) > 0 {
+			return web.Errorf(http.StatusConflict, "auth provider %q signs browsers in to the Computer ports %s; expose them without sign_in first", name, strings.Join(ports, ", "))
+		}
+	}
 	if err := a.o.Namespaces.DeleteProvider(r.Context(), ns, name); err != nil {
 		return namespaceError(err)
 	}

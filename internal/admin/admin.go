@@ -7,6 +7,7 @@
 package admin
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -49,7 +50,10 @@ type Options struct {
 	Images     *image.Store      // root filesystems; nil answers 503 on /images
 	Guard      *guard.Guard      // guard rules; nil answers 503 on /security/rules
 	SIEM       SIEM              // detection; nil: GET /security says it is off
-	Certs      CertSource        // the HTTPS edge's certificates; nil: none
+	// PortSignIns lists the Computer ports ("<id>:<port>") whose sign_in
+	// names an auth provider, so that deleting it is refused while in use.
+	PortSignIns func(ctx context.Context, ns, provider string) ([]string, error)
+	Certs       CertSource // the HTTPS edge's certificates; nil: none
 	// RateLimits are berth's own per-client limits of deployments
 	// (/deployments/{id}/rate-limit); nil answers 503 there.
 	RateLimits *ratelimit.Manager

@@ -160,5 +160,15 @@ func TestComputerPortSignIn(t *testing.T) {
 	if resp.StatusCode != 200 || strings.Contains(string(body), "mallory") {
 		t.Errorf("with a grant: %d %q", resp.StatusCode, body)
 	}
+	// The provider cannot be deleted while a port signs in with it.
+	if r := h.do("DELETE", "/auth-providers/default/corp", "", ""); r.code != 409 || !strings.Contains(string(r.body), fmt.Sprintf("ide:%d", p)) {
+		t.Errorf("deleting the provider a port signs in with: %d %s", r.code, r.body)
+	}
+	if r := h.do("DELETE", fmt.Sprintf("/computers/ide/ports/%d", p), "", ""); r.code >= 300 {
+		t.Fatalf("unexpose: %d %s", r.code, r.body)
+	}
+	if r := h.do("DELETE", "/auth-providers/default/corp", "", ""); r.code != 204 {
+		t.Errorf("deleting the provider once no port uses it: %d %s", r.code, r.body)
+	}
 	h.do("DELETE", "/computers/ide", "", "")
 }

@@ -521,7 +521,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		Gate:   adminGate,
 		Tokens: tokens, Secrets: sec, Namespaces: nsStore, Sessions: s.sessions, Images: s.images,
 		Certs: s.certSource(), Collectors: s.collectors(),
-		Guard: s.guard, SIEM: s.siem, Webhooks: s.notifier, RateLimits: s.limits,
+		Guard: s.guard, SIEM: s.siem, Webhooks: s.notifier, RateLimits: s.limits, PortSignIns: st.ComputerPortsSigningInWith,
 		Confinement: confinement(o),
 		Upstreams:   admin.UpstreamGuard{Self: s.self, AllowLinkLocal: o.AllowLinkLocalUpstreams},
 	})

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -804,4 +805,26 @@ func (s *Store) ComputerPorts(ctx context.Context, computerID string) ([]Compute
 		return nil, fmt.Errorf("store: list ports: %w", err)
 	}
 	return out, nil
+}
+
+// ComputerPortsSigningInWith lists the exposed ports whose sign_in names
+// auth provider name of namespace ns ("default" covers Computers of no
+// namespace), as "<computer id>:<port>", sorted.
+func (s *Store) ComputerPortsSigningInWith(ctx context.Context, ns, name string) ([]string, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT p.computer_id, p.port FROM computer_ports p JOIN computers c ON c.id = p.computer_id
+		WHERE p.sign_in = ? AND (c.namespace = ? OR (? = 'default' AND c.namespace = '')) ORDER BY p.computer_id, p.port`, name, ns, ns)
+	if err != nil {
+		return nil, fmt.Errorf("store: ports signing in with %q: %w", name, err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var id string
+		var port int
+		if err := rows.Scan(&id, &port); err != nil {
+			return nil, fmt.Errorf("store: ports signing in with %q: %w", name, err)
+		}
+		out = append(out, id+":"+strconv.Itoa(port))
+	}
+	return out, rows.Err()
 }
