@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"runtime/debug"
@@ -406,6 +407,7 @@ type h1conn struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	remote string
+	peer   netip.Addr // remote's address, parsed once (Handler.clientAddr)
 	state  atomic.Int32
 
 	// raw is the accepted connection; tc is the TLS connection over it
@@ -471,6 +473,10 @@ func newH1conn(s *H1Server, rwc net.Conn, hl *handoffListener, base context.Cont
 	c.unlinkCtx = context.AfterFunc(c.ctx, c.abortUpstream)
 	c.tmpl = new(http.Request).WithContext(c.ctx)
 	c.remote = rwc.RemoteAddr().String()
+	c.peer = netip.Addr{}
+	if ta, ok := rwc.RemoteAddr().(*net.TCPAddr); ok {
+		c.peer = ta.AddrPort().Addr().Unmap()
+	}
 	c.state.Store(connIdle)
 	c.gone, c.dirty = false, false
 	c.idleAt = time.Time{}

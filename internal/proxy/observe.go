@@ -130,8 +130,13 @@ func Credentialed(w http.ResponseWriter) {
 // that is a trusted proxy, the right-most X-Forwarded-For address that is
 // not itself trusted (the left-most when every one is). A malformed entry
 // stops the walk at the last trusted hop before it.
-func (h *Handler) clientAddr(r *http.Request) netip.Addr {
-	peer := peerIP(r.RemoteAddr)
+func (h *Handler) clientAddr(w http.ResponseWriter, r *http.Request) netip.Addr {
+	var peer netip.Addr
+	if fw, ok := w.(*h1Writer); ok && fw.c.peer.IsValid() {
+		peer = fw.c.peer // parsed once for the connection
+	} else {
+		peer = peerIP(r.RemoteAddr)
+	}
 	if len(h.trusted) == 0 || !h.isTrusted(peer) {
 		return peer
 	}
@@ -179,7 +184,7 @@ func authScheme(r *http.Request) string {
 // (empty when nothing routes it), and answers a blocked request. It
 // reports whether r was answered.
 func (h *Handler) guarded(w http.ResponseWriter, r *http.Request, host, dep string) bool {
-	v := h.guard(h.clientAddr(r), host, dep, r.Method, r.URL.Path, userAgent(r))
+	v := h.guard(h.clientAddr(w, r), host, dep, r.Method, r.URL.Path, userAgent(r))
 	switch v {
 	case GuardBlock:
 		if o := obsOf(w); o != nil {
@@ -232,7 +237,7 @@ func (h *Handler) complete(w http.ResponseWriter, r *http.Request, path, rawQuer
 	}
 	c := &o.comp
 	*c = Completion{
-		Time: start, Client: h.clientAddr(r), Method: r.Method, Host: r.Host, Path: path, RawQuery: rawQuery,
+		Time: start, Client: h.clientAddr(w, r), Method: r.Method, Host: r.Host, Path: path, RawQuery: rawQuery,
 		UserAgent: userAgent(r), Status: status, Duration: time.Since(start), Bytes: bytes,
 		Unrouted: o.unrouted, Credentialed: o.credentialed, Exempted: o.exempted, Blocked: o.blocked, Scheme: authScheme(r),
 	}

@@ -545,7 +545,7 @@ func (h *Handler) route(w http.ResponseWriter, r *http.Request) {
 		// The client as the guard and the SIEM see it: the socket peer, or
 		// past trusted proxies the address they forwarded (else everyone
 		// behind a proxy would share one limit).
-		ip := h.clientAddr(r)
+		ip := h.clientAddr(w, r)
 		ok, after := d.Limit.Enter(ip)
 		if !ok {
 			setRetryAfter(w, after)

@@ -77,6 +77,12 @@ type state struct {
 	hashKey uint64
 	bucket  time.Duration
 	sources map[netip.Prefix]*source
+	// lastKey and lastSrc are the source looked up last (a source's
+	// requests come in runs: one map lookup saved a request).
+	lastKey netip.Prefix
+	lastSrc *source
+	// gatePaths caches Options.GatePath for the batch under analysis.
+	gatePaths map[string]string
 
 	clock     time.Time // the latest of the analyser's clock and event times
 	lastPrune time.Time
@@ -158,7 +164,11 @@ func (st *state) lookup(p netip.Prefix) *source {
 	if !p.IsValid() {
 		return nil
 	}
+	if p == st.lastKey && st.lastSrc != nil {
+		return st.lastSrc // a source's requests come in runs
+	}
 	if s := st.sources[p]; s != nil {
+		st.lastKey, st.lastSrc = p, s
 		return s
 	}
 	if st.atCapacity() && !st.pruned {
@@ -184,12 +194,14 @@ func (st *state) prune() {
 			delete(st.sources, k)
 		}
 	}
+	st.lastKey, st.lastSrc = netip.Prefix{}, nil
 	st.lastPrune = st.clock
 }
 
 // analyse runs the rules over a batch, in time order.
 func (st *state) analyse(reqs []Request, auths []Auth, now time.Time) {
 	st.pruned = false
+	clear(st.gatePaths) // a deployment's base path is asked once a batch
 	if now.After(st.clock) {
 		st.clock = now
 	}
@@ -220,8 +232,16 @@ func (st *state) tick(t time.Time) {
 func (st *state) ignoredPath(path, deployment string) bool {
 	base := DefaultGatePath
 	if st.o.GatePath != nil && deployment != "" {
-		if b := st.o.GatePath(deployment); b != "" {
-			base = strings.TrimSuffix(b, "/")
+		b, ok := st.gatePaths[deployment]
+		if !ok {
+			b = strings.TrimSuffix(st.o.GatePath(deployment), "/")
+			if st.gatePaths == nil {
+				st.gatePaths = map[string]string{}
+			}
+			st.gatePaths[strings.Clone(deployment)] = b
+		}
+		if b != "" {
+			base = b
 		}
 	}
 	under := strings.HasPrefix(path, "/.well-known/") ||
