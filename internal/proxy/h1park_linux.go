@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"net"
+	"os"
 	"runtime/debug"
 	"sync"
 	"syscall"
@@ -62,14 +63,24 @@ func (p *parker) park(c *h1conn, expires time.Time) bool {
 	if p.err != nil {
 		return false
 	}
-	fd := connFD(c.rwc)
-	if fd < 0 {
+	cfd := connFD(c.rwc)
+	if cfd < 0 {
 		return false
 	}
-	pc := &parkedConn{rwc: c.rwc, hl: c.hl, base: c.base, fd: fd, expires: expires}
+	// The parked connection keeps only a duplicate of its socket: the
+	// net.Conn (its netFD, poller registration and addresses, a few
+	// hundred bytes) is closed once the duplicate is in the epoll set, and
+	// resume wraps the socket in a new one.
+	nfd, err := unix.FcntlInt(uintptr(cfd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	fd := int32(nfd)
+	pc := &parkedConn{hl: c.hl, base: c.base, fd: fd, expires: expires}
 	p.mu.Lock()
 	if p.closed || p.s.inShutdown.Load() {
 		p.mu.Unlock()
+		unix.Close(nfd)
 		return false
 	}
 	p.conns[fd] = pc
@@ -80,18 +91,21 @@ func (p *parker) park(c *h1conn, expires time.Time) bool {
 		p.free = time.AfterFunc(max(freeDelay, freeGap-time.Since(p.lastFree)), p.freeMemory)
 	}
 	p.mu.Unlock()
-	// The deadline that ended the wait must not end the next one.
-	c.rwc.SetReadDeadline(time.Time{})
 	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT, Fd: fd}
-	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, int(fd), &ev); err != nil {
+	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, nfd, &ev); err != nil {
 		p.mu.Lock()
 		owned := p.conns[fd] == pc
 		if owned {
 			delete(p.conns, fd)
 		}
 		p.mu.Unlock()
-		return !owned // not ours any more: Close took it and closes it
+		if owned {
+			unix.Close(nfd)
+			return false // the caller closes the connection
+		}
+		// Not ours any more: Close took the duplicate and closes it.
 	}
+	c.rwc.Close() // the duplicate holds the socket
 	return true
 }
 
@@ -197,7 +211,7 @@ func (p *parker) closeAll(final bool) {
 func (p *parker) closeConns(cs []*parkedConn) {
 	for _, pc := range cs {
 		unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, int(pc.fd), nil)
-		pc.rwc.Close()
+		unix.Close(int(pc.fd))
 	}
 }
 
@@ -206,4 +220,12 @@ func (p *parker) parkedCount() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.conns)
+}
+
+// resumeConn wraps a parked connection's socket in a new net.Conn, and
+// closes the parked descriptor (the new one is a duplicate).
+func resumeConn(pc *parkedConn) (net.Conn, error) {
+	f := os.NewFile(uintptr(pc.fd), "parked")
+	defer f.Close()
+	return net.FileConn(f)
 }

@@ -2,7 +2,10 @@
 
 package proxy
 
-import "time"
+import (
+	"net"
+	"time"
+)
 
 // parker is Linux's (h1park_linux.go): elsewhere connections are not parked.
 type parker struct{}
@@ -11,3 +14,5 @@ func newParker(*H1Server) *parker            { return nil }
 func (*parker) park(*h1conn, time.Time) bool { return false }
 func (*parker) closeAll(bool)                {}
 func (*parker) parkedCount() int             { return 0 }
+
+func resumeConn(*parkedConn) (net.Conn, error) { return nil, net.ErrClosed }

@@ -237,7 +237,6 @@ func (s *H1Server) track(c *h1conn) bool {
 
 // parkedConn is a connection the parker holds (h1park_linux.go).
 type parkedConn struct {
-	rwc     net.Conn
 	hl      *handoffListener
 	base    context.Context
 	fd      int32
@@ -284,9 +283,13 @@ func (s *H1Server) worker(j connJob) {
 // resume serves a connection the parker gave back: the client sent (or hung
 // up) after it sat idle.
 func (s *H1Server) resume(pc *parkedConn) {
-	c := newH1conn(s, pc.rwc, pc.hl, pc.base)
+	rwc, err := resumeConn(pc)
+	if err != nil {
+		return // the socket is gone (and closed)
+	}
+	c := newH1conn(s, rwc, pc.hl, pc.base)
 	if !s.track(c) {
-		pc.rwc.Close()
+		rwc.Close()
 		c.release(true)
 		return
 	}
