@@ -400,7 +400,9 @@ func (e *Engine) admit() (n int, ok bool) {
 // when the observation made the queue half full.
 func (e *Engine) queued(n int) {
 	e.qmu.Unlock()
-	if n+1 == e.o.QueueCapacity/2 {
+	if n == 0 || n+1 == e.o.QueueCapacity/2 {
+		// The first observation of a batch starts Run's wait; half full
+		// ends it early. Nothing else wakes a goroutine.
 		e.kick()
 	}
 }
@@ -412,25 +414,53 @@ func (e *Engine) kick() {
 	}
 }
 
-// Run analyses the queue every drainEvery (or when it is half full) until
-// ctx ends, and then once more.
+// Run analyses what is queued until ctx ends, and then once more. An idle
+// engine sleeps: the first observation into an empty queue wakes it, and
+// it analyses drainEvery later (at once when the queue is half full) —
+// batches, not a goroutine wake per request. Folds not yet written are
+// written when due even without new traffic.
 func (e *Engine) Run(ctx context.Context) {
 	if e.disabled {
 		<-ctx.Done()
 		return
 	}
-	t := time.NewTicker(drainEvery)
-	defer t.Stop()
+	batch := time.NewTimer(drainEvery)
+	batch.Stop()
+	folds := time.NewTimer(foldStoreEvery)
+	folds.Stop()
+	defer batch.Stop()
+	defer folds.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			e.Flush()
 			return
-		case <-t.C:
+		case <-folds.C:
 		case <-e.wake:
+			// A batch has begun: let it gather, unless it fills first.
+			batch.Reset(drainEvery)
+			select {
+			case <-ctx.Done():
+				e.Flush()
+				return
+			case <-batch.C:
+			case <-e.wake:
+				batch.Stop()
+			}
 		}
 		e.flush(false)
+		if e.foldsPending() {
+			folds.Reset(foldStoreEvery)
+		}
 	}
+}
+
+// foldsPending reports alerts changed but not yet written (folds wait for
+// foldStoreEvery).
+func (e *Engine) foldsPending() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.st.dirty) > 0
 }
 
 // foldStoreEvery is how often, at most, alerts that only grew (a fold:
