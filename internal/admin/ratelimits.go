@@ -61,6 +61,11 @@ func (a *API) putRateLimit(w http.ResponseWriter, r *http.Request) error {
 	if err := web.ReadClosedJSON(w, r, &rl, apitype.UnknownKey); err != nil {
 		return err
 	}
+	if caller(r).Confined() && rl.MaxClients > ratelimit.DefaultMaxClients {
+		// Each remembered client is about 200 bytes of berth's memory,
+		// grown by whoever sends traffic: a namespace keeps to the default.
+		return web.Invalid("max_clients", "at most %d for a namespace credential", ratelimit.DefaultMaxClients)
+	}
 	out, err := a.o.RateLimits.Put(r.Context(), id, rl)
 	if err != nil {
 		return rateLimitError(err, id)

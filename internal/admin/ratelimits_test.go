@@ -100,6 +100,9 @@ func TestRateLimitWalls(t *testing.T) {
 
 	want(t, r.do("PUT", "/deployments/mine/rate-limit", team, `{"concurrent_per_client": 2}`), http.StatusOK)
 	want(t, r.do("GET", "/deployments/mine/rate-limit", team, ""), http.StatusOK)
+	// A namespace may not make berth remember more clients than the default.
+	want(t, r.do("PUT", "/deployments/mine/rate-limit", team, `{"concurrent_per_client": 2, "max_clients": 1000000}`), http.StatusBadRequest, "max_clients")
+	want(t, r.do("PUT", "/deployments/theirs/rate-limit", operator, `{"requests_per_sec": 9, "max_clients": 1000000}`), http.StatusOK)
 
 	for _, m := range []string{"GET", "PUT", "DELETE"} {
 		body := ""
