@@ -103,8 +103,20 @@ func TestSpareAssign(t *testing.T) {
 	if err != nil || res.Stdout != "hi there\n" {
 		t.Errorf("exec after the assignment: %+v, %v; want the assigned environment", res, err)
 	}
-	if res, err := c.Exec(t.Context(), agent.ExecRequest{Command: "cat hook.txt given.txt"}); err != nil || res.Stdout != "hooked\ngiven" {
-		t.Errorf("the hook's and the assignment's files in the workdir: %+v, %v", res, err)
+	// The agent serves while its --setup hooks run (the hook writes
+	// hook.txt): wait for it, within a bound that only turns a hook that
+	// never ran into a failure.
+	var res2 agent.ExecResult
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		r, err := c.Exec(t.Context(), agent.ExecRequest{Command: "cat hook.txt given.txt"})
+		if err == nil && r.Stdout == "hooked\ngiven" || time.Now().After(deadline) {
+			res2 = r
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if res2.Stdout != "hooked\ngiven" {
+		t.Errorf("the hook's and the assignment's files in the workdir: %+v", res2)
 	}
 	cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/cmdline")
 	args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
