@@ -115,15 +115,10 @@ func (g *Gate) event(r *http.Request, action, reason string) {
 // scheme names the scheme of r's Authorization header.
 func scheme(r *http.Request) string {
 	h := r.Header.Get("Authorization")
-	switch {
-	case h == "" && r.URL.Query().Has("app_token"):
-		return "bearer"
-	case len(h) >= 6 && strings.EqualFold(h[:6], "basic "):
-		return "basic"
-	case len(h) >= 7 && strings.EqualFold(h[:7], "bearer "):
+	if h == "" && r.URL.Query().Has("app_token") {
 		return "bearer"
 	}
-	return "none"
+	return web.AuthScheme(h)
 }
 
 // Gate authenticates admin requests and enforces tiers and walls.

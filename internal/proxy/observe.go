@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"strings"
 	"time"
+
+	"github.com/berth-dev/berth/internal/web"
 )
 
 // Completion is one finished data-plane request, as Options.Observe sees
@@ -166,16 +168,8 @@ func (h *Handler) clientAddr(w http.ResponseWriter, r *http.Request) netip.Addr 
 
 // authScheme names the scheme of r's Authorization header.
 func authScheme(r *http.Request) string {
-	v := r.Header["Authorization"]
-	if len(v) == 0 {
-		return "none"
-	}
-	s := v[0]
-	switch {
-	case len(s) >= 6 && strings.EqualFold(s[:6], "basic "):
-		return "basic"
-	case len(s) >= 7 && strings.EqualFold(s[:7], "bearer "):
-		return "bearer"
+	if v := r.Header["Authorization"]; len(v) > 0 {
+		return web.AuthScheme(v[0])
 	}
 	return "none"
 }

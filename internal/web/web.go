@@ -283,3 +283,16 @@ func BoolParam(r *http.Request, name string) (bool, error) {
 		return false, Invalid(name, "must be true or false, got %q", v)
 	}
 }
+
+// AuthScheme names the scheme of an Authorization header value for logs
+// and the SIEM's records: "basic", "bearer", or "none" (empty, or another
+// scheme). It never looks at the credential itself.
+func AuthScheme(authorization string) string {
+	switch s := authorization; {
+	case len(s) >= 6 && strings.EqualFold(s[:6], "basic "):
+		return "basic"
+	case len(s) >= 7 && strings.EqualFold(s[:7], "bearer "):
+		return "bearer"
+	}
+	return "none"
+}
