@@ -341,13 +341,7 @@ func (g *Guard) Check(client netip.Addr, host, deployment, method, path, userAge
 	// Any matching allow wins, whatever the order (app-lb §6.3): the
 	// request is served and exempt from detection too, block or no block.
 	for _, a := range s.allow {
-		if !a.m.match(client, host, deployment, method, path, userAgent) {
-			continue
-		}
-		if now == 0 {
-			now = g.o.Now().UnixNano()
-		}
-		if a.live(now) {
+		if a.m.match(client, host, deployment, method, path, userAgent) && g.liveAt(a, &now) {
 			minute := now / int64(time.Second) / BucketSecs
 			a.c.hit(now, minute)
 			g.exempted.Add(1)
@@ -358,14 +352,9 @@ func (g *Guard) Check(client netip.Addr, host, deployment, method, path, userAge
 	var b *rule
 	order := len(s.block)
 	for _, r := range s.byAddr[client] {
-		if r.m.match(client, host, deployment, method, path, userAgent) {
-			if now == 0 {
-				now = g.o.Now().UnixNano()
-			}
-			if r.live(now) {
-				b, order = r.rule, r.order
-				break
-			}
+		if r.m.match(client, host, deployment, method, path, userAgent) && g.liveAt(r.rule, &now) {
+			b, order = r.rule, r.order
+			break
 		}
 	}
 	scan := s.scan6
@@ -376,14 +365,9 @@ func (g *Guard) Check(client netip.Addr, host, deployment, method, path, userAge
 		if r.order > order {
 			break // an older rule already matched
 		}
-		if r.m.match(client, host, deployment, method, path, userAgent) {
-			if now == 0 {
-				now = g.o.Now().UnixNano()
-			}
-			if r.live(now) {
-				b = r.rule
-				break
-			}
+		if r.m.match(client, host, deployment, method, path, userAgent) && g.liveAt(r.rule, &now) {
+			b = r.rule
+			break
 		}
 	}
 	if b != nil {
@@ -397,6 +381,15 @@ func (g *Guard) Check(client netip.Addr, host, deployment, method, path, userAge
 		return WouldBlock
 	}
 	return Pass
+}
+
+// liveAt reports whether r is in force, reading the clock into *now the
+// first time a rule matched (a request that matches none never reads it).
+func (g *Guard) liveAt(r *rule, now *int64) bool {
+	if *now == 0 {
+		*now = g.o.Now().UnixNano()
+	}
+	return r.live(*now)
 }
 
 func (c *counters) hit(now, minute int64) {
