@@ -90,6 +90,9 @@ type Options struct {
 	// it is). Nil means nothing does.
 	InUse func(name string) []Reference
 	Log   *slog.Logger
+	// Registry configures pulls (Pull); the zero value pulls anonymously
+	// from public registries only.
+	Registry RegistryOptions
 }
 
 // Image is one named image.
@@ -115,6 +118,7 @@ type Store struct {
 	sizes   map[string]int64  // name → bytes of content
 	importM sync.Mutex        // serialises imports and deletes (tree GC)
 	disks   map[string]*sync.Mutex
+	pullState
 }
 
 // New opens the store in o.Dir and loads the name → digest map.
@@ -142,6 +146,11 @@ func New(ctx context.Context, o Options) (*Store, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Store{dir: dir, cat: o.Catalog, o: o, log: log, digests: map[string]string{}, sizes: map[string]int64{}, disks: map[string]*sync.Mutex{}}
+	s.pulled, s.layerSizes = map[string]*pulled{}, map[string]int64{}
+	s.transport = registryTransport(o.Registry.RootCAs, o.Registry.Insecure)
+	if err := s.loadPulled(ctx); err != nil {
+		return nil, err
+	}
 	list, err := o.Catalog.Images(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("image: %w", err)
@@ -161,17 +170,28 @@ func (s *Store) Dir() string { return s.dir }
 // maxName bounds an image name.
 const maxName = 128
 
+// maxRef bounds a registry reference (a repository path, a tag and a
+// digest).
+const maxRef = 512
+
 // ValidName reports whether name can name an image: 1 to 128 characters of
 // letters, digits and . _ - : /, starting with a letter or digit, without
 // "..". Names never become paths (trees are stored by digest); the rule
 // keeps them readable in URLs and shells.
+//
+// A registry reference (IsReference) may be up to 512 characters and hold
+// one "@" (a digest); its syntax is checked when it is pulled.
 func ValidName(name string) bool {
-	if name == "" || len(name) > maxName || strings.Contains(name, "..") {
+	limit, extra := maxName, ""
+	if IsReference(name) {
+		limit, extra = maxRef, "@"
+	}
+	if name == "" || len(name) > limit || strings.Contains(name, "..") || strings.Count(name, "@") > 1 {
 		return false
 	}
 	for i, c := range name {
 		alnum := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
-		if !alnum && (i == 0 || !strings.ContainsRune("._-:/", c)) {
+		if !alnum && (i == 0 || !strings.ContainsRune("._-:/"+extra, c)) {
 			return false
 		}
 	}
@@ -416,6 +436,8 @@ func (s *Store) Delete(ctx context.Context, name string) error {
 	if !shared {
 		s.collect(ctx, digest)
 	}
+	s.forgetPulled(ctx, name)
+	s.collectLayers()
 	s.log.Info("image deleted", "image", name, "digest", digest)
 	return nil
 }
