@@ -48,8 +48,13 @@ type Options struct {
 	Namespaces *namespaces.Store // declared namespaces and auth providers
 	Sessions   Sessions          // deployments' sign-in sessions; nil: none
 	Images     *image.Store      // root filesystems; nil answers 503 on /images
-	Guard      *guard.Guard      // guard rules; nil answers 503 on /security/rules
-	SIEM       SIEM              // detection; nil: GET /security says it is off
+	// ImageBudget is the bytes POST /images/sweep trims the images to.
+	ImageBudget int64
+	// RegistryCredentials maps namespaces' registry hosts to their
+	// secrets; nil answers 503 on /namespaces/{ns}/registry-credentials.
+	RegistryCredentials RegistryCredentials
+	Guard               *guard.Guard // guard rules; nil answers 503 on /security/rules
+	SIEM                SIEM         // detection; nil: GET /security says it is off
 	// PortSignIns lists the Computer ports ("<id>:<port>") whose sign_in
 	// names an auth provider, so that deleting it is refused while in use.
 	PortSignIns func(ctx context.Context, ns, provider string) ([]string, error)
@@ -140,6 +145,11 @@ func New(o Options) *API {
 	a.handle("GET /certs/pending", tierCRUD, wallFleet, a.pendingCerts) // berth's own
 	a.handle("GET /images", tierView, wallFleet, a.listImages)
 	a.handle("POST /images", tierCRUD, wallFleet, a.importImage)
+	a.handle("POST /images/pull", tierCRUD, wallNarrow, a.pullImage) // berth's own
+	a.handle("POST /images/sweep", tierCRUD, wallFleet, a.sweepImages)
+	a.handle("GET /namespaces/{ns}/registry-credentials", tierCRUD, wallNarrow, a.listRegistryCredentials)            // berth's own
+	a.handle("PUT /namespaces/{ns}/registry-credentials/{host}", tierCRUD, wallNarrow, a.putRegistryCredential)       // berth's own
+	a.handle("DELETE /namespaces/{ns}/registry-credentials/{host}", tierCRUD, wallNarrow, a.deleteRegistryCredential) // berth's own
 	a.handle("GET /images/{name...}", tierView, wallFleet, a.getImage)
 	a.handle("PATCH /images/{name...}", tierCRUD, wallFleet, a.patchImage)
 	a.handle("DELETE /images/{name...}", tierCRUD, wallFleet, a.deleteImage)

@@ -39,7 +39,7 @@ var ErrPull = errors.New("image: pull failed")
 type RegistryOptions struct {
 	// Auth returns the credentials a namespace uses for a registry host
 	// ("ghcr.io", "registry.local:5000"); nil or authn.Anonymous means
-	// none. Namespace "" is the operator.
+	// none.
 	Auth func(ctx context.Context, namespace, host string) (authn.Authenticator, error)
 	// RootCAs verify registries' TLS certificates; nil is the system's.
 	RootCAs *x509.CertPool
@@ -129,11 +129,11 @@ func (s *Store) Usable(name, namespace string) bool {
 		return false
 	}
 	p, ok := s.pulled[name]
-	return !ok || namespace == "" || p.namespaces[namespace]
+	return !ok || p.namespaces[namespace]
 }
 
 // Pull makes the registry reference ref (IsReference) usable by
-// namespace ("" is the operator) and returns its image.
+// namespace and returns its image.
 //
 // A reference the namespace resolved before is answered from memory with
 // no network traffic. One another namespace pulled is re-resolved with

@@ -15,7 +15,7 @@ type PulledImage struct {
 	ManifestDigest string   // what the reference resolved to
 	Layers         []string // diff ids, bottom first
 	Config         string   // JSON of the run defaults (package image)
-	Namespaces     []string // that resolved it ('' is the operator)
+	Namespaces     []string // that resolved it with their own credentials
 }
 
 // PulledImages returns every pulled image.

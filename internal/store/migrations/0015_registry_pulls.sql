@@ -16,7 +16,7 @@ CREATE TABLE pulled_images (
 -- so a private image pulled by A is not B's because it is cached.
 CREATE TABLE pulled_image_namespaces (
 	name      TEXT NOT NULL REFERENCES pulled_images (name) ON DELETE CASCADE,
-	namespace TEXT NOT NULL,       -- '' is the operator
+	namespace TEXT NOT NULL,
 	PRIMARY KEY (name, namespace)
 ) STRICT;
 
