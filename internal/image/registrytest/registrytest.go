@@ -221,20 +221,26 @@ func Layer(t testing.TB, files ...File) v1.Layer {
 	return l
 }
 
-// BusyboxLayer is a layer with /bin/busybox (Debian's busybox-static) and
-// /bin/sh linked to it; the test skips when busybox is missing.
+// BusyboxLayer is a layer with /bin/busybox (Debian's busybox-static),
+// /bin/sh linked to it, /etc/passwd and the usual mount points; the test
+// skips when busybox is missing.
 func BusyboxLayer(t testing.TB) v1.Layer {
 	t.Helper()
 	bb, err := os.ReadFile("/bin/busybox")
 	if err != nil {
 		t.Skip("needs /bin/busybox (Debian package busybox-static)")
 	}
-	return Layer(t,
-		File{Name: "bin/", Dir: true},
+	// The mount points a container runtime and berth's agent expect.
+	files := []File{}
+	for _, d := range []string{"bin", "etc", "proc", "sys", "dev", "run", "root"} {
+		files = append(files, File{Name: d + "/", Dir: true})
+	}
+	return Layer(t, append(files,
+		File{Name: "tmp/", Dir: true, Mode: 0o1777},
 		File{Name: "bin/busybox", Body: bb, Mode: 0o755},
 		File{Name: "bin/sh", Link: "busybox"},
-		File{Name: "tmp/", Dir: true, Mode: 0o1777},
-	)
+		File{Name: "etc/passwd", Body: []byte("root:x:0:0:root:/root:/bin/sh\n")},
+	)...)
 }
 
 // Image is an image of layers (bottom first) with cfg as its config.
