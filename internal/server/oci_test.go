@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,6 +16,8 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	"github.com/berth-dev/berth/apitype"
+	"github.com/berth-dev/berth/internal/auth"
 	"github.com/berth-dev/berth/internal/hostnet"
 	"github.com/berth-dev/berth/internal/hostnet/netnstest"
 	"github.com/berth-dev/berth/internal/image/registrytest"
@@ -109,5 +112,68 @@ func TestContainerFromRegistry(t *testing.T) {
 	}
 	if r := h.json("POST", "/images/pull", `{"ref":"alpine"}`); r.code != http.StatusBadRequest || !strings.Contains(string(r.body), `"ref`) {
 		t.Errorf("pull of a local name: %d %s", r.code, r.body)
+	}
+}
+
+// TestRegistryCredentials: a namespace maps a registry host to a secret of
+// its own (username/password, or a docker config.json) and pulls a private
+// image with it; another namespace can neither manage that mapping nor use
+// the cached image without credentials of its own.
+func TestRegistryCredentials(t *testing.T) {
+	reg := registrytest.Start(t, registrytest.Options{User: "alice", Password: "pw-1"})
+	ref := reg.Push(t, "private/app:v1", registrytest.Image(t, v1.Config{}, registrytest.Layer(t, registrytest.File{Name: "secret.txt", Body: []byte("private")})))
+	n, op, nsA := limitsWorld(t, Options{RegistryAllowInsecure: []string{"127.0.0.1"}})
+	if r := n.call(nil, "POST", "/namespaces", op, `{"name":"team-b"}`); r.code/100 != 2 {
+		t.Fatalf("POST /namespaces = %s", r)
+	}
+	var mb auth.MintedView
+	n.must(201, "POST", "/tokens", op, `{"name":"team-b admin","admin":"admin","namespace":"team-b","deployments":[]}`, &mb)
+	nsB := bearer(mb.Token)
+	credPath := func(ns string) string { return "/namespaces/" + ns + "/registry-credentials/" + reg.Host }
+
+	n.must(201, "POST", "/secrets", nsA, `{"id":"reg","namespace":"team-a","data":{"username":"alice","password":"pw-1"}}`, nil)
+	refused(t, n.call(nil, "PUT", credPath("team-a"), nsA, `{"secret":"nope"}`), 400, "secret")
+	refused(t, n.call(nil, "PUT", credPath("team-a"), nsA, `{}`), 400, "secret")
+	refused(t, n.call(nil, "PUT", "/namespaces/team-a/registry-credentials/bad%20host", nsA, `{"secret":"reg"}`), 400, "host")
+	n.must(200, "PUT", credPath("team-a"), nsA, `{"secret":"reg"}`, nil)
+	// The walls: team-b may not read or change team-a's mappings.
+	n.must(403, "PUT", credPath("team-a"), nsB, `{"secret":"reg"}`, nil)
+	n.must(403, "GET", "/namespaces/team-a/registry-credentials", nsB, "", nil)
+	n.must(403, "DELETE", credPath("team-a"), nsB, "", nil)
+	var list []apitype.RegistryCredential
+	n.must(200, "GET", "/namespaces/team-a/registry-credentials", nsA, "", &list)
+	if len(list) != 1 || list[0].Host != reg.Host || list[0].Secret != "reg" {
+		t.Errorf("mappings = %+v", list)
+	}
+
+	var im apitype.ImageView
+	n.must(200, "POST", "/images/pull", nsA, fmt.Sprintf(`{"ref":%q}`, ref), &im)
+	if im.Name != ref || !strings.HasPrefix(im.Digest, "sha256:") {
+		t.Errorf("pulled %+v", im)
+	}
+	// team-b may not pull for team-a, nor use the cached copy anonymously.
+	n.must(403, "POST", "/images/pull", nsB, fmt.Sprintf(`{"ref":%q,"namespace":"team-a"}`, ref), nil)
+	if r := n.call(nil, "POST", "/images/pull", nsB, fmt.Sprintf(`{"ref":%q}`, ref)); r.code != http.StatusBadGateway {
+		t.Errorf("team-b's anonymous pull of team-a's private image: %s", r)
+	}
+	if n.s.images.Usable(ref, "team-b") {
+		t.Error("team-b may use team-a's private image")
+	}
+	// With a docker config.json of its own, team-b proves access.
+	dcj := fmt.Sprintf(`{"auths":{%q:{"auth":%q}}}`, reg.Host, base64.StdEncoding.EncodeToString([]byte("alice:pw-1")))
+	n.must(201, "POST", "/secrets", nsB, fmt.Sprintf(`{"id":"dcj","namespace":"team-b","data":{".dockerconfigjson":%s}}`, jsonString(dcj)), nil)
+	n.must(200, "PUT", credPath("team-b"), nsB, `{"secret":"dcj"}`, nil)
+	n.must(200, "POST", "/images/pull", nsB, fmt.Sprintf(`{"ref":%q}`, ref), nil)
+	if !n.s.images.Usable(ref, "team-b") {
+		t.Error("team-b's proven pull is not recorded")
+	}
+
+	n.must(204, "DELETE", credPath("team-a"), nsA, "", nil)
+	n.must(404, "DELETE", credPath("team-a"), nsA, "", nil)
+	var sw apitype.ImageSweep
+	n.must(403, "POST", "/images/sweep", nsA, "", nil)
+	n.must(200, "POST", "/images/sweep", op, "", &sw)
+	if sw.Pressure || len(sw.Offloaded) != 0 || sw.Failed == nil {
+		t.Errorf("sweep under budget = %+v", sw)
 	}
 }
