@@ -511,7 +511,7 @@ func (p *Pool) create(ctx context.Context) {
 	err := prepErr
 	public := "its replica could not be created"
 	if err != nil {
-		public = "its image could not be pulled: " + err.Error()
+		public = "its image (vm.image) could not be pulled from its registry"
 	} else if cfg.Env != nil {
 		var secret map[string]string
 		if secret, err = cfg.Env(ctx); err == nil {

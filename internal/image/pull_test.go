@@ -317,3 +317,48 @@ func TestPullRefusesUnlistedAndMetadataHosts(t *testing.T) {
 		t.Errorf("pull of a local name: %v", err)
 	}
 }
+
+func TestSweep(t *testing.T) {
+	reg := registrytest.Start(t, registrytest.Options{})
+	bb := registrytest.BusyboxLayer(t)
+	var refs []string
+	for _, n := range []string{"old", "mid", "new"} {
+		refs = append(refs, reg.Push(t, n+":v1", registrytest.Image(t, v1.Config{}, bb, registrytest.Layer(t, registrytest.File{Name: n, Body: []byte(strings.Repeat(n, 1000))}))))
+	}
+	st, err := store.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	users := map[string][]Reference{refs[0]: {{Kind: "deployment", ID: "web"}}} // "old" is in use
+	s, err := New(t.Context(), Options{Dir: filepath.Join(t.TempDir(), "images"), Catalog: st,
+		Registry: RegistryOptions{Insecure: []string{"127.0.0.1"}},
+		InUse:    func(name string) []Reference { return users[name] }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range refs {
+		if _, err := s.Pull(t.Context(), r, "a"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Under budget: nothing goes.
+	res, err := s.Sweep(t.Context(), 1<<40)
+	if err != nil || res.Pressure || len(res.Removed) != 0 {
+		t.Fatalf("sweep under budget: %+v, %v", res, err)
+	}
+	// The busybox layer alone is over a 1 MiB budget: every unused image
+	// goes, oldest first, the used one stays, and so does its layer.
+	res, err = s.Sweep(t.Context(), 1<<20)
+	if err != nil || !res.Pressure || len(res.Removed) != 2 || res.Removed[0] != refs[1] || res.Removed[1] != refs[2] {
+		t.Fatalf("sweep over budget: %+v, %v; want %v removed", res, err, refs[1:])
+	}
+	layers, _ := os.ReadDir(filepath.Join(s.Dir(), "layers", "sha256"))
+	if len(layers) != 2 || !s.Exists(refs[0]) {
+		t.Errorf("%d layers left (want busybox and old's), old exists: %v", len(layers), s.Exists(refs[0]))
+	}
+	root, _ := s.Rootfs(refs[0])
+	if _, err := os.Stat(filepath.Join(root, "bin/busybox")); err != nil {
+		t.Error(err)
+	}
+}
