@@ -7,7 +7,15 @@
 //	<Dir>/sha256/<hex>/rootfs/          the tree, read-only by convention
 //	<Dir>/sha256/<hex>/disk-<N>g.ext4   a bootable ext4 disk of N GiB, made
 //	                                    once by Ext4 (mkfs.ext4 -d) and cached
-//	<Dir>/tmp/                          imports in progress
+//	<Dir>/layers/sha256/<diffid>/       a pulled image's layer, unpacked
+//	                                    (whiteouts kept); shared by every
+//	                                    image that has it
+//	<Dir>/tmp/                          imports and downloads in progress
+//
+// An image may also be pulled from an OCI registry under its reference
+// (Pull, IsReference): its layers are verified and kept in the layer
+// store, and its tree is made of hard links to them (flatten), so the
+// drivers see a pulled image exactly as an imported one.
 //
 // The digest is SHA-256 over a canonical walk of the tree (see Digest). The
 // names, digests, sizes and pins are kept in the store (package store); the
