@@ -213,6 +213,18 @@ func checkName(name string) error {
 	return nil
 }
 
+// checkImport is checkName for an import, which may not replace a pulled
+// image (pull it again, or delete it first).
+func (s *Store) checkImport(name string) error {
+	if err := checkName(name); err != nil {
+		return err
+	}
+	if s.pulledName(name) {
+		return fmt.Errorf("%w %q: it was pulled from its registry; delete it before importing under that name", ErrBadName, name)
+	}
+	return nil
+}
+
 // treeDir is the directory of a digest: <Dir>/sha256/<hex>.
 func (s *Store) treeDir(digest string) string {
 	return filepath.Join(s.dir, "sha256", strings.TrimPrefix(digest, DigestPrefix))
@@ -237,7 +249,7 @@ func validDigest(d string) bool {
 // that keeps the name's pin; other content replaces the name's tree unless
 // something uses the name (ErrInUse).
 func (s *Store) Import(ctx context.Context, name, src string) (Image, error) {
-	if err := checkName(name); err != nil {
+	if err := s.checkImport(name); err != nil {
 		return Image{}, err
 	}
 	fi, err := os.Stat(src)
@@ -262,7 +274,7 @@ func (s *Store) Import(ctx context.Context, name, src string) (Image, error) {
 // ImportTar imports a tar stream (optionally gzipped) under name; source is
 // recorded as where it came from (e.g. "upload").
 func (s *Store) ImportTar(ctx context.Context, name string, r io.Reader, source string) (Image, error) {
-	if err := checkName(name); err != nil {
+	if err := s.checkImport(name); err != nil {
 		return Image{}, err
 	}
 	return s.importWith(ctx, name, source, func(dst string) error { return unpackTar(r, dst) })

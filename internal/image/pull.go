@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -263,9 +264,24 @@ func (s *Store) pull(ctx context.Context, ref, namespace string) (Image, error) 
 		return Image{}, err
 	}
 	p := &pulled{digest: desc.Digest.String(), layers: diffIDs, config: imageConfig(cf.Config), namespaces: map[string]bool{namespace: true}}
+	// Two namespaces' pulls of one reference may end at once: the record
+	// keeps both when the digest is the same (a moved tag starts over).
+	s.recordM.Lock()
+	defer s.recordM.Unlock()
+	s.mu.Lock()
+	if old := s.pulled[ref]; old != nil && old.digest == p.digest {
+		for n := range old.namespaces {
+			p.namespaces[n] = true
+		}
+	}
+	s.mu.Unlock()
+	nss := make([]string, 0, len(p.namespaces))
+	for n := range p.namespaces {
+		nss = append(nss, n)
+	}
 	cfgJSON, _ := json.Marshal(p.config)
 	if err := pc.PutPulledImage(ctx, store.PulledImage{
-		Name: ref, ManifestDigest: p.digest, Layers: diffIDs, Config: string(cfgJSON), Namespaces: []string{namespace},
+		Name: ref, ManifestDigest: p.digest, Layers: diffIDs, Config: string(cfgJSON), Namespaces: nss,
 	}); err != nil {
 		return Image{}, fmt.Errorf("image: %w", err)
 	}
@@ -459,4 +475,14 @@ type pullState struct {
 	layerFlight singleflight.Group // diff id → a download
 	transport   http.RoundTripper
 	layerSizes  map[string]int64 // diff id → bytes, for Sweep (guarded by mu)
+	recordM     sync.Mutex       // serialises the pull records' read-merge-write
+}
+
+// pulledName reports whether name is a pulled image: Import refuses it,
+// so an import cannot change what a reference's digest record says.
+func (s *Store) pulledName(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.pulled[name]
+	return ok
 }

@@ -114,6 +114,10 @@ func TestPullWhiteoutsAndConfig(t *testing.T) {
 	if n := linkCount(t, filepath.Join(root, "bin/busybox")); n < 2 {
 		t.Errorf("bin/busybox has %d links, want the layer store's and the tree's", n)
 	}
+	// An import may not replace what a reference's record says.
+	if _, err := s.Import(t.Context(), ref, t.TempDir()); !errors.Is(err, ErrBadName) {
+		t.Errorf("import over a pulled image: %v, want ErrBadName", err)
+	}
 	// The same namespace again: memory only — the registry is gone.
 	reg.Stop()
 	if _, err := s.Pull(t.Context(), ref, "a"); err != nil {

@@ -196,7 +196,7 @@ func (p *imagePreparer) Prefetch(ns, ref string) {
 // be imported; a registry reference is accepted before it is pulled (its
 // pull starts at once, Prefetch).
 func (s *Server) imageExists(name string) bool {
-	return image.IsReference(name) || s.images.Exists(name)
+	return image.IsReference(name) && image.ValidName(name) || s.images.Exists(name)
 }
 
 // imageUsers lists the deployments whose vm.image is name.
