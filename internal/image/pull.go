@@ -380,7 +380,7 @@ func (s *Store) downloadLayer(ctx context.Context, blob name.Digest, d v1.Descri
 	if gz {
 		zr, err := gzip.NewReader(bufio.NewReader(tr))
 		if err != nil {
-			return fmt.Errorf("layer %s: %w", d.Digest, digestFirst(blobH, tr, d.Digest.String(), err))
+			return fmt.Errorf("layer %s: %w", d.Digest, digestFirst(blobH, rc, d.Digest.String(), err))
 		}
 		defer zr.Close()
 		tr = zr
@@ -416,6 +416,7 @@ func (s *Store) downloadLayer(ctx context.Context, blob name.Digest, d v1.Descri
 // digestFirst turns a failure to read a blob into a digest mismatch when
 // that is what it is: garbage fails gunzip or tar before the hash is done,
 // and the message must name the blob that was corrupt, not the symptom.
+// rest is the raw blob after what h has seen (not the tee that feeds h).
 func digestFirst(h hash.Hash, rest io.Reader, want string, cause error) error {
 	io.Copy(h, io.LimitReader(rest, 1<<30))
 	if got := DigestPrefix + hex.EncodeToString(h.Sum(nil)); got != want {

@@ -366,3 +366,37 @@ func TestSweep(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestPullRecordSurvivesRestart: a reopened store knows what was pulled,
+// by whom, and the image's config, without the registry.
+func TestPullRecordSurvivesRestart(t *testing.T) {
+	reg := registrytest.Start(t, registrytest.Options{})
+	ref := reg.Push(t, "keep:v1", registrytest.Image(t, v1.Config{Cmd: []string{"run", "it"}, WorkingDir: "/srv"},
+		registrytest.Layer(t, registrytest.File{Name: "f", Body: []byte("x")})))
+	st, err := store.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	dir := filepath.Join(t.TempDir(), "images")
+	o := Options{Dir: dir, Catalog: st, Registry: RegistryOptions{Insecure: []string{"127.0.0.1"}}}
+	s, err := New(t.Context(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Pull(t.Context(), ref, "a"); err != nil {
+		t.Fatal(err)
+	}
+	reg.Stop()
+	s2, err := New(t.Context(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, ok := s2.Config(ref)
+	if !ok || c.Command() != "run it" || c.WorkDir != "/srv" || !s2.Usable(ref, "a") || s2.Usable(ref, "b") {
+		t.Errorf("after a restart: config %+v %v, usable a %v b %v", c, ok, s2.Usable(ref, "a"), s2.Usable(ref, "b"))
+	}
+	if _, err := s2.Pull(t.Context(), ref, "a"); err != nil {
+		t.Errorf("the same namespace after a restart needed the registry: %v", err)
+	}
+}

@@ -64,7 +64,9 @@ func registryTransport(roots *x509.CertPool, insecure []string) http.RoundTrippe
 		return &idleConn{Conn: c}, nil
 	}
 	tr := &http.Transport{
-		Proxy: http.ProxyFromEnvironment, DialContext: dial,
+		// No proxy from the environment: it would dial for us, past the
+		// checks above.
+		Proxy: nil, DialContext: dial,
 		TLSClientConfig:     &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
 		TLSHandshakeTimeout: dialTimeout, ResponseHeaderTimeout: headerTimeout,
 		MaxIdleConnsPerHost: 8, IdleConnTimeout: 90 * time.Second, ForceAttemptHTTP2: true,
