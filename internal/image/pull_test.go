@@ -400,3 +400,34 @@ func TestPullRecordSurvivesRestart(t *testing.T) {
 		t.Errorf("the same namespace after a restart needed the registry: %v", err)
 	}
 }
+
+// TestPullRefusesUnsafeLayer: a layer is unpacked by the same code as an
+// imported tarball (unpackTar): names are resolved inside the image, so a
+// hard link to ../../etc/passwd links the image's own etc/passwd (missing
+// here: the pull fails) and never the host's, and a "../" file stays
+// inside.
+func TestPullRefusesUnsafeLayer(t *testing.T) {
+	reg := registrytest.Start(t, registrytest.Options{})
+	escape := reg.Push(t, "evil:link", registrytest.Image(t, v1.Config{}, registrytest.Layer(t,
+		registrytest.File{Name: "passwd", HardLink: "../../../../etc/passwd"})))
+	dotdot := reg.Push(t, "evil:dotdot", registrytest.Image(t, v1.Config{}, registrytest.Layer(t,
+		registrytest.File{Name: "../../outside.txt", Body: []byte("inside after all")})))
+	s := newPullStore(t, RegistryOptions{})
+	before := linkCount(t, "/etc/passwd")
+	if _, err := s.Pull(t.Context(), escape, ""); err == nil || !strings.Contains(err.Error(), `tar entry "passwd"`) {
+		t.Errorf("a hard link out of the image: %v", err)
+	}
+	if after := linkCount(t, "/etc/passwd"); after != before {
+		t.Errorf("the host's /etc/passwd gained a link (%d → %d)", before, after)
+	}
+	if _, err := s.Pull(t.Context(), dotdot, ""); err != nil {
+		t.Fatal(err)
+	}
+	root, _ := s.Rootfs(dotdot)
+	if b, err := os.ReadFile(filepath.Join(root, "outside.txt")); err != nil || string(b) != "inside after all" {
+		t.Errorf("../ entry: %q, %v", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(s.Dir(), "..", "outside.txt")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a ../ entry left the image: %v", err)
+	}
+}

@@ -173,13 +173,14 @@ func (r *Registry) BlobPath(digest string) string {
 }
 
 // File is one entry of a Layer: a regular file (Body), a directory (Dir),
-// or a symlink (Link).
+// a symlink (Link) or a hard link (HardLink, its target's name).
 type File struct {
-	Name string
-	Body []byte
-	Mode int64
-	Dir  bool
-	Link string
+	Name     string
+	Body     []byte
+	Mode     int64
+	Dir      bool
+	Link     string
+	HardLink string
 }
 
 // Layer builds a gzipped layer of files.
@@ -197,6 +198,8 @@ func Layer(t testing.TB, files ...File) v1.Layer {
 			}
 		case f.Link != "":
 			h.Typeflag, h.Linkname, h.Mode = tar.TypeSymlink, f.Link, 0o777
+		case f.HardLink != "":
+			h.Typeflag, h.Linkname = tar.TypeLink, f.HardLink
 		default:
 			h.Typeflag, h.Size = tar.TypeReg, int64(len(f.Body))
 			if h.Mode == 0 {
