@@ -63,6 +63,11 @@ func (s *Server) openImages(ctx context.Context, st *store.Store) (*image.Store,
 func (s *Server) registryAuth(st *store.Store) func(ctx context.Context, ns, host string) (authn.Authenticator, error) {
 	return func(ctx context.Context, ns, host string) (authn.Authenticator, error) {
 		c, err := st.RegistryCredential(ctx, ns, host)
+		if errors.Is(err, store.ErrNotFound) && host == dockerHubHost {
+			// Docker Hub's references say docker.io; its API host is
+			// index.docker.io. A mapping may name either.
+			c, err = st.RegistryCredential(ctx, ns, "docker.io")
+		}
 		if errors.Is(err, store.ErrNotFound) {
 			return authn.Anonymous, nil
 		}
@@ -88,6 +93,10 @@ func (s *Server) registryAuth(st *store.Store) func(ctx context.Context, ns, hos
 	}
 }
 
+// dockerHubHost is the registry host go-containerregistry names for
+// docker.io references.
+const dockerHubHost = "index.docker.io"
+
 // dockerConfigAuth picks host's entry of a docker config.json.
 func dockerConfigAuth(cfg, host string) (authn.Authenticator, error) {
 	var dc struct {
@@ -98,7 +107,11 @@ func dockerConfigAuth(cfg, host string) (authn.Authenticator, error) {
 	if err := json.Unmarshal([]byte(cfg), &dc); err != nil {
 		return nil, fmt.Errorf("docker config.json: %w", err)
 	}
-	for _, k := range []string{host, "https://" + host, "http://" + host, "https://" + host + "/v1/"} {
+	keys := []string{host, "https://" + host, "http://" + host, "https://" + host + "/v1/"}
+	if host == dockerHubHost {
+		keys = append(keys, "docker.io", "https://index.docker.io/v1/")
+	}
+	for _, k := range keys {
 		a, ok := dc.Auths[k]
 		if !ok {
 			continue
