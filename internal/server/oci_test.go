@@ -177,3 +177,27 @@ func TestRegistryCredentials(t *testing.T) {
 		t.Errorf("sweep under budget = %+v", sw)
 	}
 }
+
+func TestDockerConfigAuth(t *testing.T) {
+	b64 := base64.StdEncoding.EncodeToString([]byte("u:p:with:colons"))
+	for _, c := range []struct{ cfg, host, user, pass string }{
+		{fmt.Sprintf(`{"auths":{"ghcr.io":{"auth":%q}}}`, b64), "ghcr.io", "u", "p:with:colons"},
+		{`{"auths":{"https://index.docker.io/v1/":{"username":"hub","password":"pw"}}}`, "index.docker.io", "hub", "pw"},
+		{`{"auths":{"other.io":{"username":"x","password":"y"}}}`, "ghcr.io", "", ""},
+	} {
+		a, err := dockerConfigAuth(c.cfg, c.host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ac, err := a.Authorization()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ac.Username != c.user || ac.Password != c.pass {
+			t.Errorf("%s for %s: %q/%q, want %q/%q", c.cfg, c.host, ac.Username, ac.Password, c.user, c.pass)
+		}
+	}
+	if _, err := dockerConfigAuth("{", "ghcr.io"); err == nil {
+		t.Error("a broken config.json was accepted")
+	}
+}
