@@ -1,0 +1,420 @@
+package build
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth/internal/image"
+	"github.com/berth-dev/berth/internal/store"
+)
+
+// needTools skips when the programs a build runs are missing (scripts/test
+// installs them) or the test is not root (buildah here is rootful).
+func needTools(t testing.TB) {
+	t.Helper()
+	for _, p := range []string{"buildah", "git", "busybox"} {
+		if _, err := exec.LookPath(p); err != nil {
+			t.Skipf("%s is not installed (scripts/test installs it): %v", p, err)
+		}
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("berth's builds run buildah as root")
+	}
+}
+
+const dockerfile = `FROM scratch
+COPY busybox /bin/busybox
+COPY hello.txt /srv/hello.txt
+RUN ["/bin/busybox", "sh", "-c", "echo built > /built"]
+WORKDIR /srv
+ENV GREETING=hi
+EXPOSE 9090 8080
+CMD ["/bin/busybox","httpd","-f","-p","8080"]
+`
+
+// gitRun runs git in dir with an environment free of the host's config.
+func gitRun(t testing.TB, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null",
+		"GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("git %v: %v\n%s", args, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// testRepo is a repository with main (hello.txt "one"), branch "two" and
+// tag "v2" (hello.txt "two"), and branch "broken" whose Dockerfile fails.
+type testRepo struct {
+	dir            string
+	main, two, bad string // commits
+}
+
+func makeRepo(t testing.TB) testRepo {
+	t.Helper()
+	dir := t.TempDir()
+	write := func(name, content string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bb, err := exec.LookPath("busybox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(bb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gitRun(t, dir, "init", "-q", "-b", "main")
+	if err := os.WriteFile(filepath.Join(dir, "busybox"), b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write("Dockerfile", dockerfile)
+	write("hello.txt", "one\n")
+	gitRun(t, dir, "add", ".")
+	gitRun(t, dir, "commit", "-q", "-m", "one")
+	r := testRepo{dir: dir, main: gitRun(t, dir, "rev-parse", "HEAD")}
+	gitRun(t, dir, "checkout", "-q", "-b", "two")
+	write("hello.txt", "two\n")
+	gitRun(t, dir, "commit", "-q", "-am", "two")
+	gitRun(t, dir, "tag", "-a", "-m", "v2", "v2")
+	r.two = gitRun(t, dir, "rev-parse", "HEAD")
+	gitRun(t, dir, "checkout", "-q", "-b", "broken", "main")
+	write("Dockerfile", "FROM scratch\nCOPY busybox /bin/busybox\nRUN [\"/bin/busybox\", \"sh\", \"-c\", \"echo about to fail; exit 3\"]\n")
+	gitRun(t, dir, "commit", "-q", "-am", "broken")
+	r.bad = gitRun(t, dir, "rev-parse", "HEAD")
+	gitRun(t, dir, "checkout", "-q", "main")
+	return r
+}
+
+// lines collects log lines.
+type lines struct {
+	mu sync.Mutex
+	l  []string
+}
+
+func (l *lines) add(s string) { l.mu.Lock(); l.l = append(l.l, s); l.mu.Unlock() }
+func (l *lines) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.l, "\n")
+}
+
+func newImageStore(t *testing.T) *image.Store {
+	t.Helper()
+	st, err := store.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	s, err := image.New(t.Context(), image.Options{Dir: filepath.Join(t.TempDir(), "images"), Catalog: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// emptyDir fails unless dir holds nothing: every build's files are gone.
+func emptyDir(t *testing.T, dir string) {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ents) > 0 {
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		t.Errorf("the work dir still holds %v after the build", names)
+	}
+}
+
+func TestBuildFromGit(t *testing.T) {
+	needTools(t)
+	repo := makeRepo(t)
+	imgs := newImageStore(t)
+	wd := t.TempDir()
+	b := &Builder{WorkDir: wd, AllowLocal: true}
+	var log lines
+	res, err := b.Build(t.Context(), Request{
+		Repo:  repo.dir,
+		Image: "app",
+		Import: func(ctx context.Context, rootfs string) error {
+			_, err := imgs.Import(ctx, "app", rootfs)
+			return err
+		},
+	}, log.add)
+	if err != nil {
+		t.Fatalf("%v\nlog:\n%s", err, log.String())
+	}
+	if res.Commit != repo.main {
+		t.Errorf("Commit = %s, want main's %s", res.Commit, repo.main)
+	}
+	if res.Dockerfile != "Dockerfile" || res.Image != "app" {
+		t.Errorf("Dockerfile, Image = %q, %q", res.Dockerfile, res.Image)
+	}
+	c := res.Config
+	if !slices.Equal(c.Cmd, []string{"/bin/busybox", "httpd", "-f", "-p", "8080"}) || c.WorkingDir != "/srv" ||
+		!slices.Contains(c.Env, "GREETING=hi") || c.Port != 8080 || !slices.Equal(c.ExposedPorts, []string{"8080/tcp", "9090/tcp"}) {
+		t.Errorf("Config = %+v", c)
+	}
+	root, err := imgs.Rootfs("app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"srv/hello.txt": "one\n", "built": "built\n"} {
+		if b, err := os.ReadFile(filepath.Join(root, name)); err != nil || string(b) != want {
+			t.Errorf("%s in the image: %q, %v; want %q", name, b, err, want)
+		}
+	}
+	if fi, err := os.Stat(filepath.Join(root, "bin/busybox")); err != nil || fi.Mode()&0o111 == 0 {
+		t.Errorf("bin/busybox in the image: %v, %v", fi, err)
+	}
+	if res.Bytes < 100_000 {
+		t.Errorf("Bytes = %d, want at least busybox's size", res.Bytes)
+	}
+	if !strings.Contains(log.String(), "STEP 4/8: RUN") {
+		t.Errorf("buildah's output is not in the log:\n%s", log.String())
+	}
+	emptyDir(t, wd)
+	t.Logf("fetch %s, buildah %s, import %s", res.Fetch, res.Buildah, res.Import)
+}
+
+// TestBuildRefs builds a branch, an annotated tag, a full and an
+// abbreviated commit hash: each checks out the commit it names.
+func TestBuildRefs(t *testing.T) {
+	needTools(t)
+	repo := makeRepo(t)
+	for _, tc := range []struct{ ref, commit, hello string }{
+		{"two", repo.two, "two\n"},
+		{"v2", repo.two, "two\n"},
+		{repo.main, repo.main, "one\n"},
+		{repo.two[:10], repo.two, "two\n"},
+	} {
+		t.Run(tc.ref, func(t *testing.T) {
+			wd := t.TempDir()
+			b := &Builder{WorkDir: wd, AllowLocal: true}
+			var got []byte
+			var log lines
+			res, err := b.Build(t.Context(), Request{Repo: "file://" + repo.dir, Ref: tc.ref,
+				Import: func(_ context.Context, rootfs string) (err error) {
+					got, err = os.ReadFile(filepath.Join(rootfs, "srv/hello.txt"))
+					return err
+				}}, log.add)
+			if err != nil {
+				t.Fatalf("%v\nlog:\n%s", err, log.String())
+			}
+			if res.Commit != tc.commit || string(got) != tc.hello {
+				t.Errorf("Commit %s, hello.txt %q; want %s, %q", res.Commit, got, tc.commit, tc.hello)
+			}
+			emptyDir(t, wd)
+		})
+	}
+}
+
+func TestBuildFailureCarriesTheLog(t *testing.T) {
+	needTools(t)
+	repo := makeRepo(t)
+	wd := t.TempDir()
+	b := &Builder{WorkDir: wd, AllowLocal: true}
+	_, err := b.Build(t.Context(), Request{Repo: repo.dir, Ref: "broken",
+		Import: func(context.Context, string) error { t.Error("Import called for a failed build"); return nil }}, nil)
+	var be *BuildError
+	if !errors.As(err, &be) || be.Step != "buildah" {
+		t.Fatalf("err = %v, want a BuildError at step buildah", err)
+	}
+	if !strings.Contains(err.Error(), "about to fail") {
+		t.Errorf("the error does not carry the build's last lines:\n%v", err)
+	}
+	emptyDir(t, wd)
+
+	// A ref that is not there fails at the source.
+	_, err = b.Build(t.Context(), Request{Repo: repo.dir, Ref: "nope", Import: func(context.Context, string) error { return nil }}, nil)
+	if !errors.As(err, &be) || be.Step != "source" {
+		t.Errorf("missing ref: err = %v, want a BuildError at step source", err)
+	}
+	emptyDir(t, wd)
+}
+
+func TestBuildTimeout(t *testing.T) {
+	needTools(t)
+	repo := makeRepo(t)
+	// A Dockerfile that runs forever, on a branch of its own.
+	os.WriteFile(filepath.Join(repo.dir, "Dockerfile"), []byte("FROM scratch\nCOPY busybox /bin/busybox\nRUN [\"/bin/busybox\", \"sleep\", \"600\"]\n"), 0o644)
+	gitRun(t, repo.dir, "checkout", "-q", "-b", "slow")
+	gitRun(t, repo.dir, "commit", "-q", "-am", "slow")
+	wd := t.TempDir()
+	b := &Builder{WorkDir: wd, AllowLocal: true, Timeout: 3 * time.Second}
+	start := time.Now()
+	_, err := b.Build(t.Context(), Request{Repo: repo.dir, Ref: "slow", Import: func(context.Context, string) error { return nil }}, nil)
+	if err == nil || !strings.Contains(err.Error(), "time ran out") {
+		t.Fatalf("err = %v, want the build's time to run out", err)
+	}
+	if d := time.Since(start); d > 3*time.Second+stopGrace+5*time.Second {
+		t.Errorf("the build took %s to stop", d)
+	}
+	// Nothing of the build keeps running: the RUN step's sleep is gone.
+	out, _ := exec.Command("ps", "-eo", "args").Output()
+	if bytes.Contains(out, []byte("busybox sleep 600")) {
+		t.Errorf("the RUN step outlived its build:\n%s", out)
+	}
+	emptyDir(t, wd)
+}
+
+func TestBuildSizeCap(t *testing.T) {
+	needTools(t)
+	repo := makeRepo(t)
+	os.WriteFile(filepath.Join(repo.dir, "Dockerfile"), []byte("FROM scratch\nCOPY busybox /bin/busybox\nRUN [\"/bin/busybox\", \"sh\", \"-c\", \"/bin/busybox dd if=/dev/zero of=/big bs=1M count=64; /bin/busybox sleep 30\"]\n"), 0o644)
+	gitRun(t, repo.dir, "checkout", "-q", "-b", "big")
+	gitRun(t, repo.dir, "commit", "-q", "-am", "big")
+	wd := t.TempDir()
+	b := &Builder{WorkDir: wd, AllowLocal: true, MaxBytes: 32 << 20}
+	_, err := b.Build(t.Context(), Request{Repo: repo.dir, Ref: "big", Import: func(context.Context, string) error { return nil }}, nil)
+	if err == nil || !strings.Contains(err.Error(), "wrote more than") {
+		t.Fatalf("err = %v, want the size cap", err)
+	}
+	emptyDir(t, wd)
+}
+
+func TestFindDockerfile(t *testing.T) {
+	root := t.TempDir()
+	mk := func(name string) {
+		p := filepath.Join(root, name)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		os.WriteFile(p, []byte("FROM scratch\n"), 0o644)
+	}
+	mk("Containerfile")
+	mk("app/Dockerfile")
+	mk("web/index.html")
+	mk("deploy/prod.Dockerfile")
+	os.Symlink("/etc/passwd", filepath.Join(root, "evil"))
+	os.Symlink("/etc", filepath.Join(root, "evildir"))
+	for _, tc := range []struct{ ctx, df, want, err string }{
+		{"", "", "Containerfile", ""},
+		{"app", "", "app/Dockerfile", ""},
+		{"web", "", "Containerfile", ""}, // falls back to the root
+		{"", "deploy/prod.Dockerfile", "deploy/prod.Dockerfile", ""},
+		{"app", "/deploy/prod.Dockerfile", "deploy/prod.Dockerfile", ""},
+		{"", "evil", "", "leads out"},
+		{"evildir", "", "", "leads out"},
+		{"../x", "", "", "leaves"},
+		{"", "../../etc/passwd", "", "leaves"},
+		{"", "missing", "", "no such file"},
+		{"web/index.html", "", "", "not a directory"},
+	} {
+		_, _, rel, err := FindDockerfile(root, tc.ctx, tc.df)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("(%q, %q): err = %v, want %q", tc.ctx, tc.df, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || rel != tc.want {
+			t.Errorf("(%q, %q) = %q, %v; want %q", tc.ctx, tc.df, rel, err, tc.want)
+		}
+	}
+	_, _, _, err := FindDockerfile(filepath.Join(root, "web"), "", "")
+	if err == nil || !strings.Contains(err.Error(), "no Dockerfile") {
+		t.Errorf("no Dockerfile: err = %v", err)
+	}
+}
+
+func TestRemotePolicy(t *testing.T) {
+	ctx := t.Context()
+	strict := &Builder{}
+	local := &Builder{AllowLocal: true}
+	for _, tc := range []struct {
+		b    *Builder
+		repo string
+		auth *Credential
+		err  string // "" allowed
+	}{
+		{strict, "https://127.0.0.1/x.git", nil, ""},
+		{strict, "/srv/repo", nil, "local repositories"},
+		{strict, "file:///srv/repo", nil, "file transport"},
+		{strict, "ext::sh -c touch% /tmp/pwned", nil, "not a URL"},
+		{strict, "ext::sh", nil, "ext:: transport"},
+		{strict, "fd::3", nil, "fd:: transport"},
+		{strict, "git@github.com:a/b.git", nil, "scheme"},
+		{strict, "ssh://git@github.com/a/b.git", nil, "ssh transport"},
+		{strict, "git://127.0.0.1/a.git", nil, "git transport"},
+		{strict, "http://127.0.0.1/a.git", nil, "http transport"},
+		{&Builder{AllowHTTP: true}, "http://127.0.0.1/a.git", nil, ""},
+		{strict, "https://user:pw@127.0.0.1/a.git", nil, "credentials in the URL"},
+		{strict, "https://169.254.169.254/a.git", nil, "metadata"},
+		{strict, "https://[fe80::1]/a.git", nil, "link-local"},
+		{strict, "https://100.100.100.200/a.git", nil, "metadata"},
+		{strict, "https://[::ffff:169.254.169.254]/a.git", nil, "metadata"},
+		{&Builder{AllowLinkLocal: true}, "https://169.254.1.1/a.git", nil, ""},
+		{strict, "-uhttps://x/", nil, "not a URL"},
+		{local, "/srv/repo", nil, ""},
+		{local, "file:///srv/repo", nil, ""},
+		{local, "/srv/repo", &Credential{Token: "t"}, "only for https"},
+		{local, "file://otherhost/srv/repo", nil, "names no host"},
+	} {
+		_, err := tc.b.checkRemote(ctx, tc.repo, tc.auth)
+		if tc.err == "" && err != nil || tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("%q: err = %v, want %q", tc.repo, err, tc.err)
+		}
+		if err != nil && strings.Contains(err.Error(), "pw@") {
+			t.Errorf("%q: the error shows the URL's password: %v", tc.repo, err)
+		}
+	}
+	for _, ref := range []string{"-uhttps", "a..b", "a:b", "a b", "x^{tree}", strings.Repeat("a", 300)} {
+		if err := checkRef(ref); !errors.Is(err, ErrRefused) {
+			t.Errorf("ref %q: err = %v, want refused", ref, err)
+		}
+	}
+	for _, ref := range []string{"", "main", "feature/x", "v1.2.3", "0123abcd"} {
+		if err := checkRef(ref); err != nil {
+			t.Errorf("ref %q: %v", ref, err)
+		}
+	}
+}
+
+func TestLoggerRedactsAndCuts(t *testing.T) {
+	var got lines
+	lg := newLogger(got.add, &Credential{Token: "s3cr/t+"})
+	lg.copyLines(strings.NewReader("a s3cr/t+ b\rprogress 1\rprogress 2\nurl s3cr%2Ft%2B\nbasic eC1hY2Nlc3MtdG9rZW46czNjci90Kw==\n" + strings.Repeat("x", 3*maxLine) + "\nlast"))
+	want := []string{"a *** b", "progress 1", "progress 2", "url ***", "basic ***"}
+	if len(got.l) != 7 || !slices.Equal(got.l[:5], want) || !strings.HasSuffix(got.l[5], "[line cut]") || len(got.l[5]) > maxLine+20 || got.l[6] != "last" {
+		t.Errorf("lines = %q", got.l)
+	}
+	if tail := lg.tail(); len(tail) != 7 {
+		t.Errorf("tail = %d lines", len(tail))
+	}
+	err := lg.redactErr(errors.New("exit: s3cr/t+"))
+	if strings.Contains(err.Error(), "s3cr") {
+		t.Errorf("redactErr = %v", err)
+	}
+}
+
+// grepTree fails if any file under dir contains secret.
+func grepTree(t *testing.T, dir, secret string) {
+	t.Helper()
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return nil
+		}
+		if b, err := os.ReadFile(p); err == nil && bytes.Contains(b, []byte(secret)) {
+			t.Errorf("%s holds the credential", p)
+		}
+		return nil
+	})
+}
