@@ -4,6 +4,6 @@ package build
 
 import "os/exec"
 
-func inGroup(*exec.Cmd)   {}
-func killGroup(*exec.Cmd) {}
+func inGroup(*exec.Cmd)         {}
+func killGroup(*exec.Cmd)       {}
 func unmountUnder(string) error { return nil }
