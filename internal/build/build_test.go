@@ -5,12 +5,17 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"net"
+	"net/http"
+	"net/http/cgi"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -417,4 +422,97 @@ func grepTree(t *testing.T, dir, secret string) {
 		}
 		return nil
 	})
+}
+
+// gitHTTPServer serves repo's branches over git's smart HTTP protocol
+// (git http-backend through net/http/cgi) on loopback, behind HTTP basic
+// authentication as user with token. It counts the requests that
+// authenticated.
+func gitHTTPServer(t *testing.T, repo, user, token string) (url string, authed *atomic.Int64) {
+	t.Helper()
+	root := t.TempDir()
+	gitRun(t, root, "clone", "-q", "--bare", repo, "repo.git")
+	execPath := gitRun(t, root, "--exec-path")
+	backend := &cgi.Handler{
+		Path: filepath.Join(execPath, "git-http-backend"),
+		Root: "/git",
+		Env:  []string{"GIT_PROJECT_ROOT=" + root, "GIT_HTTP_EXPORT_ALL=1", "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null"},
+	}
+	authed = new(atomic.Int64)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u, p, ok := r.BasicAuth()
+		if !ok || u != user || p != token {
+			w.Header().Set("WWW-Authenticate", `Basic realm="git"`)
+			http.Error(w, "authentication required", http.StatusUnauthorized)
+			return
+		}
+		authed.Add(1)
+		backend.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	// By name, so the address check resolves it and pins git to it.
+	return "http://localhost:" + port + "/git/repo.git", authed
+}
+
+// TestBuildWithCredential fetches over smart HTTP with a token: the build
+// works, and the token is in no log line, no error and no file of the
+// build's directory (checked while the build's files all still exist,
+// from Import).
+func TestBuildWithCredential(t *testing.T) {
+	needTools(t)
+	repo := makeRepo(t)
+	const token = "ghp_Zq9xSecretTok3n/+="
+	url, authed := gitHTTPServer(t, repo.dir, "deploy-bot", token)
+	wd := t.TempDir()
+	b := &Builder{WorkDir: wd, AllowHTTP: true}
+	var log lines
+	imported := false
+	res, err := b.Build(t.Context(), Request{Repo: url, Ref: "two", Auth: &Credential{Username: "deploy-bot", Token: token},
+		Import: func(_ context.Context, rootfs string) error {
+			imported = true
+			grepTree(t, wd, token)
+			return nil
+		}}, log.add)
+	if err != nil {
+		t.Fatalf("%v\nlog:\n%s", err, log.String())
+	}
+	if res.Commit != repo.two || !imported || authed.Load() == 0 {
+		t.Errorf("Commit %s (want %s), imported %v, authenticated requests %d", res.Commit, repo.two, imported, authed.Load())
+	}
+	if strings.Contains(log.String(), token) {
+		t.Errorf("the log shows the token:\n%s", log.String())
+	}
+	emptyDir(t, wd)
+
+	// A wrong token fails at the source, quickly, without showing it; no
+	// credential at all fails the same way (git must not prompt).
+	for _, auth := range []*Credential{{Username: "deploy-bot", Token: "wrong-" + token}, nil} {
+		log = lines{}
+		start := time.Now()
+		_, err = b.Build(t.Context(), Request{Repo: url, Auth: auth, Import: func(context.Context, string) error { return nil }}, log.add)
+		var be *BuildError
+		if !errors.As(err, &be) || be.Step != "source" {
+			t.Fatalf("auth %v: err = %v, want a BuildError at step source", auth != nil, err)
+		}
+		if strings.Contains(err.Error()+log.String(), token) {
+			t.Errorf("the error or log shows the token: %v\n%s", err, log.String())
+		}
+		if d := time.Since(start); d > 30*time.Second {
+			t.Errorf("a refused credential took %s", d)
+		}
+		emptyDir(t, wd)
+	}
+}
+
+func TestRunErrNamesTheSubcommand(t *testing.T) {
+	for args, want := range map[string]string{
+		"-C /x/src fetch --depth 1":                             "git fetch: ",
+		"--storage-driver vfs --root /r --runroot /rr bud -f x": "git bud: ",
+	} {
+		err := runErr(t.Context(), "/usr/bin/git", strings.Fields(args), errors.New("exit status 1"))
+		if !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("%q: %v, want %q…", args, err, want)
+		}
+	}
 }

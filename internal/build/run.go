@@ -81,9 +81,13 @@ func runErr(ctx context.Context, name string, args []string, err error) error {
 		return nil
 	}
 	what := filepath.Base(name)
-	for _, a := range args {
-		if !strings.HasPrefix(a, "-") {
-			what += " " + a
+	for i := 0; i < len(args); i++ {
+		if globalWithValue[args[i]] {
+			i++ // and its value: a path, not the subcommand
+			continue
+		}
+		if !strings.HasPrefix(args[i], "-") {
+			what += " " + args[i]
 			break
 		}
 	}
@@ -95,6 +99,10 @@ func runErr(ctx context.Context, name string, args []string, err error) error {
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }
+
+// globalWithValue are the options before git's and buildah's subcommands
+// that take a value.
+var globalWithValue = map[string]bool{"-C": true, "--storage-driver": true, "--root": true, "--runroot": true}
 
 // capBuffer keeps the first maxOutput bytes written to it.
 type capBuffer struct {
