@@ -163,6 +163,9 @@ type Config struct {
 
 // Result is what a successful build produced.
 type Result struct {
+	// Repo is the remote fetched, as git was given it (a local path as a
+	// file:// URL); "" for a Recipe.
+	Repo string
 	// Commit is the full hash of the commit built (git sources only).
 	Commit string
 	// Ref is the ref requested ("" for the default branch).
@@ -259,16 +262,16 @@ func (b *Builder) Build(ctx context.Context, req Request, logf func(line string)
 	var ctxDir, dfPath string
 	if req.Repo != "" {
 		src := filepath.Join(dir, "src")
-		commit, err := b.fetchGit(ctx, dir, src, req, lg)
+		commit, rem, err := b.fetchGit(ctx, dir, src, req, lg)
 		if err != nil {
 			return fail("source", err)
 		}
-		res.Commit = commit
+		res.Commit, res.Repo = commit, redactURL(rem)
 		ctxDir, dfPath, res.Dockerfile, err = FindDockerfile(src, req.Context, req.Dockerfile)
 		if err != nil {
 			return fail("dockerfile", err)
 		}
-		lg.line(fmt.Sprintf("building %s at %s with %s", redactURL(req.Repo), commit, res.Dockerfile))
+		lg.line(fmt.Sprintf("building %s at %s with %s", res.Repo, commit, res.Dockerfile))
 	} else {
 		ctxDir, dfPath, err = fetchRecipe(ctx, dir, req.Recipe)
 		if err != nil {

@@ -1,9 +1,12 @@
 package build
 
 import (
+	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
+	"io"
 	"io/fs"
 	"net"
 	"net/http"
@@ -40,7 +43,7 @@ func needTools(t testing.TB) {
 const dockerfile = `FROM scratch
 COPY busybox /bin/busybox
 COPY hello.txt /srv/hello.txt
-RUN ["/bin/busybox", "sh", "-c", "echo built > /built"]
+RUN ["/bin/busybox", "sh", "-c", "echo built > /built; /bin/busybox ip -o link | /bin/busybox wc -l > /links"]
 WORKDIR /srv
 ENV GREETING=hi
 EXPOSE 9090 8080
@@ -171,8 +174,8 @@ func TestBuildFromGit(t *testing.T) {
 	if res.Commit != repo.main {
 		t.Errorf("Commit = %s, want main's %s", res.Commit, repo.main)
 	}
-	if res.Dockerfile != "Dockerfile" || res.Image != "app" {
-		t.Errorf("Dockerfile, Image = %q, %q", res.Dockerfile, res.Image)
+	if res.Dockerfile != "Dockerfile" || res.Image != "app" || res.Repo != "file://"+repo.dir {
+		t.Errorf("Dockerfile, Image, Repo = %q, %q, %q", res.Dockerfile, res.Image, res.Repo)
 	}
 	c := res.Config
 	if !slices.Equal(c.Cmd, []string{"/bin/busybox", "httpd", "-f", "-p", "8080"}) || c.WorkingDir != "/srv" ||
@@ -183,7 +186,8 @@ func TestBuildFromGit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, want := range map[string]string{"srv/hello.txt": "one\n", "built": "built\n"} {
+	// links: RUN steps see only their own loopback interface (no network).
+	for name, want := range map[string]string{"srv/hello.txt": "one\n", "built": "built\n", "links": "1\n"} {
 		if b, err := os.ReadFile(filepath.Join(root, name)); err != nil || string(b) != want {
 			t.Errorf("%s in the image: %q, %v; want %q", name, b, err, want)
 		}
@@ -515,4 +519,163 @@ func TestRunErrNamesTheSubcommand(t *testing.T) {
 			t.Errorf("%q: %v, want %q…", args, err, want)
 		}
 	}
+}
+
+// memRecipe is a Recipe in memory: a Dockerfile and a context tarball.
+type memRecipe struct {
+	dockerfile string
+	files      map[string]string // name → content; a "->" prefix makes a symlink
+	mode       map[string]int64
+}
+
+func (m memRecipe) Fetch(context.Context) ([]byte, io.ReadCloser, error) {
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(zw)
+	names := make([]string, 0, len(m.files))
+	for n := range m.files {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		c := m.files[n]
+		if target, ok := strings.CutPrefix(c, "->"); ok {
+			tw.WriteHeader(&tar.Header{Name: n, Typeflag: tar.TypeSymlink, Linkname: target, Mode: 0o777})
+			continue
+		}
+		mode := m.mode[n]
+		if mode == 0 {
+			mode = 0o644
+		}
+		tw.WriteHeader(&tar.Header{Name: n, Typeflag: tar.TypeReg, Size: int64(len(c)), Mode: mode})
+		tw.Write([]byte(c))
+	}
+	tw.Close()
+	zw.Close()
+	return []byte(m.dockerfile), io.NopCloser(&buf), nil
+}
+
+func TestBuildFromRecipe(t *testing.T) {
+	needTools(t)
+	bbPath, _ := exec.LookPath("busybox")
+	bb, err := os.ReadFile(bbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wd := t.TempDir()
+	b := &Builder{WorkDir: wd}
+	r := memRecipe{
+		dockerfile: "FROM scratch\nCOPY busybox /bin/busybox\nCOPY app/ /app/\nENTRYPOINT [\"/bin/busybox\"]\nCMD [\"cat\", \"/app/hi\"]\n",
+		files:      map[string]string{"busybox": string(bb), "app/hi": "from a recipe\n", "app/link": "->hi"},
+		mode:       map[string]int64{"busybox": 0o755},
+	}
+	var got []byte
+	var log lines
+	res, err := b.Build(t.Context(), Request{Recipe: r, Image: "fromstore", Import: func(_ context.Context, rootfs string) (err error) {
+		got, err = os.ReadFile(filepath.Join(rootfs, "app/link"))
+		return err
+	}}, log.add)
+	if err != nil {
+		t.Fatalf("%v\nlog:\n%s", err, log.String())
+	}
+	if string(got) != "from a recipe\n" || res.Commit != "" || !slices.Equal(res.Config.Entrypoint, []string{"/bin/busybox"}) || !slices.Equal(res.Config.Cmd, []string{"cat", "/app/hi"}) {
+		t.Errorf("app/link %q, result %+v", got, res)
+	}
+	emptyDir(t, wd)
+
+	// A context entry leaving the context is refused, as is a recipe with
+	// git's fields.
+	bad := memRecipe{dockerfile: "FROM scratch\n", files: map[string]string{"../../escape": "x"}}
+	if _, err := b.Build(t.Context(), Request{Recipe: bad, Import: func(context.Context, string) error { return nil }}, nil); err == nil || !strings.Contains(err.Error(), "leaves the context") {
+		t.Errorf("escaping entry: err = %v", err)
+	}
+	viaLink := memRecipe{dockerfile: "FROM scratch\n", files: map[string]string{"a": "->/tmp", "a/escape": "x"}}
+	if _, err := b.Build(t.Context(), Request{Recipe: viaLink, Import: func(context.Context, string) error { return nil }}, nil); err == nil {
+		t.Errorf("an entry through a symlink out of the context was unpacked")
+	}
+	if _, err := b.Build(t.Context(), Request{Recipe: r, Ref: "main", Import: func(context.Context, string) error { return nil }}, nil); err == nil {
+		t.Errorf("a recipe with a ref was accepted")
+	}
+	emptyDir(t, wd)
+}
+
+// TestBuildChrootIsolation builds with chroot isolation, for hosts where no
+// OCI runtime works (its RUN steps then have the host's network).
+func TestBuildChrootIsolation(t *testing.T) {
+	needTools(t)
+	repo := makeRepo(t)
+	wd := t.TempDir()
+	b := &Builder{WorkDir: wd, AllowLocal: true, Isolation: "chroot"}
+	var log lines
+	var built []byte
+	_, err := b.Build(t.Context(), Request{Repo: repo.dir, Import: func(_ context.Context, rootfs string) (err error) {
+		built, err = os.ReadFile(filepath.Join(rootfs, "built"))
+		return err
+	}}, log.add)
+	if err != nil {
+		t.Fatalf("%v\nlog:\n%s", err, log.String())
+	}
+	if string(built) != "built\n" || !strings.Contains(log.String(), "share the host's network") {
+		t.Errorf("built %q; log:\n%s", built, log.String())
+	}
+	emptyDir(t, wd)
+}
+
+// TestConcurrentBuilds runs two builds of one Builder at once: each has
+// storage of its own.
+func TestConcurrentBuilds(t *testing.T) {
+	needTools(t)
+	repo := makeRepo(t)
+	wd := t.TempDir()
+	b := &Builder{WorkDir: wd, AllowLocal: true}
+	var wg sync.WaitGroup
+	for _, tc := range []struct{ ref, want string }{{"main", "one\n"}, {"two", "two\n"}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var got []byte
+			_, err := b.Build(t.Context(), Request{Repo: repo.dir, Ref: tc.ref, Import: func(_ context.Context, rootfs string) (err error) {
+				got, err = os.ReadFile(filepath.Join(rootfs, "srv/hello.txt"))
+				return err
+			}}, nil)
+			if err != nil || string(got) != tc.want {
+				t.Errorf("%s: %q, %v", tc.ref, got, err)
+			}
+		}()
+	}
+	wg.Wait()
+	emptyDir(t, wd)
+}
+
+// BenchmarkBuild is one small Dockerfile's build end to end: a local fetch,
+// buildah bud (two COPYs and a RUN), the image config, the mount, an import
+// into an image store, and the cleanup.
+func BenchmarkBuild(b *testing.B) {
+	needTools(b)
+	repo := makeRepo(b)
+	st, err := store.Open(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	imgs, err := image.New(b.Context(), image.Options{Dir: filepath.Join(b.TempDir(), "images"), Catalog: st})
+	if err != nil {
+		b.Fatal(err)
+	}
+	bd := &Builder{WorkDir: b.TempDir(), AllowLocal: true}
+	var fetch, build, imp time.Duration
+	for b.Loop() {
+		res, err := bd.Build(b.Context(), Request{Repo: repo.dir, Import: func(ctx context.Context, rootfs string) error {
+			_, err := imgs.Import(ctx, "bench", rootfs)
+			return err
+		}}, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		fetch, build, imp = fetch+res.Fetch, build+res.Buildah, imp+res.Import
+	}
+	n := float64(b.N)
+	b.ReportMetric(fetch.Seconds()*1000/n, "fetch-ms/op")
+	b.ReportMetric(build.Seconds()*1000/n, "buildah-ms/op")
+	b.ReportMetric(imp.Seconds()*1000/n, "import-ms/op")
 }

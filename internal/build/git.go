@@ -167,27 +167,28 @@ func isHexPrefix(ref string) bool {
 	return true
 }
 
-// fetchGit checks out req's commit into src and returns its hash. It
+// fetchGit checks out req's commit into src and returns its hash and the
+// URL git fetched from (a local path as file://). It
 // fetches only that commit (--depth 1) when the remote allows, and all
 // branches when an abbreviated hash needs them.
-func (b *Builder) fetchGit(ctx context.Context, dir, src string, req Request, lg *logger) (string, error) {
+func (b *Builder) fetchGit(ctx context.Context, dir, src string, req Request, lg *logger) (commit, repo string, err error) {
 	if err := checkRef(req.Ref); err != nil {
-		return "", err
+		return "", "", err
 	}
 	if req.Auth != nil && req.Auth.Token == "" {
-		return "", errors.New("the credential has no token")
+		return "", "", errors.New("the credential has no token")
 	}
 	rem, err := b.checkRemote(ctx, req.Repo, req.Auth)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	gitBin, err := b.program(b.Git, "git")
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	home := filepath.Join(dir, "home")
 	if err := os.Mkdir(home, 0o700); err != nil {
-		return "", err
+		return "", "", err
 	}
 	// Configuration through the environment (GIT_CONFIG_COUNT), not argv
 	// or a file: no credential helper stores what askpass answers; no
@@ -220,7 +221,7 @@ func (b *Builder) fetchGit(ctx context.Context, dir, src string, req Request, lg
 	if req.Auth != nil {
 		askpass := filepath.Join(dir, "askpass")
 		if err := os.WriteFile(askpass, []byte(askpassScript), 0o700); err != nil {
-			return "", err
+			return "", "", err
 		}
 		user := req.Auth.Username
 		if user == "" {
@@ -237,7 +238,7 @@ func (b *Builder) fetchGit(ctx context.Context, dir, src string, req Request, lg
 	}
 
 	if err := git("init", "-q", src); err != nil {
-		return "", err
+		return "", "", err
 	}
 	want := req.Ref
 	if want == "" {
@@ -248,28 +249,27 @@ func (b *Builder) fetchGit(ctx context.Context, dir, src string, req Request, lg
 	// it is kept in the checkout's configuration.
 	err = git("-C", src, "fetch", "--depth", "1", "--no-tags", "--", rem.url, want)
 	if err == nil {
-		var commit string
 		if commit, err = gitOut("rev-parse", "--verify", "--end-of-options", "FETCH_HEAD^{commit}"); err == nil {
-			return commit, checkout(git, src, commit, req.Ref)
+			return commit, rem.url, checkout(git, src, commit)
 		}
 	}
 	if !isHexPrefix(req.Ref) {
-		return "", err
+		return "", "", err
 	}
 	// An abbreviated hash (or a remote that refuses to send a commit by
 	// hash): fetch the branches and tags and look for it among them.
 	lg.line("fetching all branches to find commit " + req.Ref)
 	if err := git("-C", src, "fetch", "--no-tags", "--", rem.url, "+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*"); err != nil {
-		return "", err
+		return "", "", err
 	}
-	commit, err := gitOut("rev-parse", "--verify", "--end-of-options", req.Ref+"^{commit}")
+	commit, err = gitOut("rev-parse", "--verify", "--end-of-options", req.Ref+"^{commit}")
 	if err != nil {
-		return "", fmt.Errorf("commit %s is not on the remote's branches or tags: %w", req.Ref, err)
+		return "", "", fmt.Errorf("commit %s is not on the remote's branches or tags: %w", req.Ref, err)
 	}
-	return commit, checkout(git, src, commit, req.Ref)
+	return commit, rem.url, checkout(git, src, commit)
 }
 
-func checkout(git func(...string) error, src, commit, _ string) error {
+func checkout(git func(...string) error, src, commit string) error {
 	return git("-C", src, "checkout", "-q", "--detach", commit)
 }
 
