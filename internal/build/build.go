@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -71,9 +72,12 @@ type Builder struct {
 	// (default: each build has fresh storage, so that pulls every base
 	// image a Dockerfile names), "never" or "always".
 	Pull string
-	// Memory caps each RUN step's memory (buildah --memory, bytes; 0: 4 GiB).
+	// Memory caps each RUN step's memory (buildah --memory, bytes; 0:
+	// 4 GiB; negative: no cap, for hosts without a memory cgroup). Only
+	// with Isolation "oci": chroot has no cgroup to put it in.
 	Memory int64
-	// Procs caps each RUN step's processes (--ulimit nproc; 0: 1024).
+	// Procs caps each RUN step's processes (--ulimit nproc; 0: 1024;
+	// negative: no cap).
 	Procs int
 	// Timeout bounds a whole build (0: DefaultTimeout); the context given
 	// to Build may end it sooner.
@@ -312,6 +316,34 @@ func (b *Builder) Build(ctx context.Context, req Request, logf func(line string)
 	}
 	res.Import = time.Since(start)
 	return res, nil
+}
+
+// Sweep removes the build directories a previous berth left in WorkDir
+// (it stopped mid-build), detaching their mounts first. Call it before
+// any build starts: it removes running builds' directories too.
+func (b *Builder) Sweep() error {
+	if b.WorkDir == "" {
+		return nil // os.TempDir is not berth's to sweep
+	}
+	ents, err := os.ReadDir(b.WorkDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("build: sweep: %w", err)
+	}
+	var errs []error
+	for _, e := range ents {
+		if e.IsDir() && strings.HasPrefix(e.Name(), "build-") {
+			if err := removeBuildDir(filepath.Join(b.WorkDir, e.Name())); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("build: sweep: %w", err)
+	}
+	return nil
 }
 
 func (b *Builder) maxBytes() int64 {

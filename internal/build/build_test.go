@@ -19,6 +19,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -678,4 +679,47 @@ func BenchmarkBuild(b *testing.B) {
 	b.ReportMetric(fetch.Seconds()*1000/n, "fetch-ms/op")
 	b.ReportMetric(build.Seconds()*1000/n, "buildah-ms/op")
 	b.ReportMetric(imp.Seconds()*1000/n, "import-ms/op")
+}
+
+func TestSweep(t *testing.T) {
+	wd := t.TempDir()
+	for _, d := range []string{"build-1/storage/root", "build-2", "other"} {
+		os.MkdirAll(filepath.Join(wd, d), 0o700)
+	}
+	os.WriteFile(filepath.Join(wd, "build-1/storage/root/f"), []byte("x"), 0o600)
+	if err := (&Builder{WorkDir: wd}).Sweep(); err != nil {
+		t.Fatal(err)
+	}
+	ents, _ := os.ReadDir(wd)
+	if len(ents) != 1 || ents[0].Name() != "other" {
+		t.Errorf("after Sweep: %v", ents)
+	}
+	if err := (&Builder{WorkDir: filepath.Join(wd, "missing")}).Sweep(); err != nil {
+		t.Errorf("Sweep of a missing dir: %v", err)
+	}
+}
+
+// TestSweepDetachesMounts: a mount left under a build's directory (a build
+// killed mid-way) is detached, not emptied through.
+func TestSweepDetachesMounts(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting needs root")
+	}
+	wd := t.TempDir()
+	mp := filepath.Join(wd, "build-9", "storage", "mnt point")
+	os.MkdirAll(mp, 0o700)
+	if err := syscall.Mount("tmpfs", mp, "tmpfs", 0, "size=1m"); err != nil {
+		t.Skipf("cannot mount a tmpfs here: %v", err)
+	}
+	t.Cleanup(func() { syscall.Unmount(mp, syscall.MNT_DETACH) })
+	os.WriteFile(filepath.Join(mp, "f"), []byte("x"), 0o600)
+	if err := (&Builder{WorkDir: wd}).Sweep(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(wd, "build-9")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("build-9 is still there: %v", err)
+	}
+	if b, _ := os.ReadFile("/proc/self/mountinfo"); bytes.Contains(b, []byte(filepath.Join(wd, "build-9"))) {
+		t.Errorf("the mount is still there")
+	}
 }

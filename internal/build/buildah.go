@@ -108,18 +108,20 @@ func (bd *buildah) build(ctx context.Context, ctxDir, dockerfile string, maxByte
 		pull = "missing"
 	}
 	mem, procs := b.Memory, b.Procs
-	if mem <= 0 {
+	if mem == 0 {
 		mem = defaultMemory
 	}
-	if procs <= 0 {
+	if procs == 0 {
 		procs = defaultProcs
 	}
-	if iso == "oci" {
+	if iso == "oci" && mem > 0 {
 		// A memory cgroup needs the OCI runtime; chroot has none.
 		args = append(args, "--memory", strconv.FormatInt(mem, 10))
 	}
+	if procs > 0 {
+		args = append(args, "--ulimit", fmt.Sprintf("nproc=%d:%d", procs, procs))
+	}
 	args = append(args, "--pull="+pull, "--layers=false", "--format", "oci",
-		"--ulimit", fmt.Sprintf("nproc=%d:%d", procs, procs),
 		"-f", dockerfile, "-t", bd.tag, ctxDir)
 
 	wctx, stop := context.WithCancelCause(ctx)
