@@ -386,6 +386,15 @@ func TestRemotePolicy(t *testing.T) {
 			t.Errorf("%q: the error shows the URL's password: %v", tc.repo, err)
 		}
 	}
+	// A name is pinned to the addresses checked; a literal address needs
+	// no pin.
+	r, err := strict.checkRemote(ctx, "https://localhost:8443/a.git", nil)
+	if err != nil || !strings.HasPrefix(r.resolve, "localhost:8443:") || !strings.Contains(r.resolve, "127.0.0.1") {
+		t.Errorf("localhost: resolve %q, %v", r.resolve, err)
+	}
+	if r, _ := strict.checkRemote(ctx, "https://127.0.0.1/a.git", nil); r.resolve != "" {
+		t.Errorf("a literal address is pinned: %q", r.resolve)
+	}
 	for _, ref := range []string{"-uhttps", "a..b", "a:b", "a b", "x^{tree}", strings.Repeat("a", 300)} {
 		if err := checkRef(ref); !errors.Is(err, ErrRefused) {
 			t.Errorf("ref %q: err = %v, want refused", ref, err)

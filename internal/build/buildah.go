@@ -62,11 +62,18 @@ func (b *Builder) newBuildah(dir, id string, lg *logger) (*buildah, error) {
 	if err := os.WriteFile(conf, []byte(fmt.Sprintf("[storage]\ndriver = \"vfs\"\nrunroot = %q\ngraphroot = %q\n", runroot, root)), 0o600); err != nil {
 		return nil, err
 	}
+	auth := filepath.Join(dir, "registry-auth.json")
+	if err := os.WriteFile(auth, []byte(`{"auths":{}}`+"\n"), 0o600); err != nil {
+		return nil, err
+	}
 	return &buildah{
 		bin:    bin,
 		global: []string{"--storage-driver", "vfs", "--root", root, "--runroot", runroot},
+		// REGISTRY_AUTH_FILE names an empty one: base images are pulled
+		// anonymously, never with registry logins the host's root has
+		// (/run/containers/0/auth.json).
 		env: []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "TMPDIR=" + tmp, "LC_ALL=C",
-			"CONTAINERS_STORAGE_CONF=" + conf},
+			"CONTAINERS_STORAGE_CONF=" + conf, "REGISTRY_AUTH_FILE=" + auth},
 		tag: "localhost/berth-" + strings.ToLower(id) + ":latest",
 		b:   b, lg: lg, dir: dir,
 	}, nil
