@@ -488,6 +488,9 @@ func (v validator) mounts(vm *apitype.VmSpec) *FieldError {
 		if m.Store == "" {
 			return fieldErr(f+".store", "required")
 		}
+		if why := CheckStore(m.Store); why != "" {
+			return fieldErr(f+".store", "%s", why)
+		}
 		if m.Ref == "" {
 			return fieldErr(f+".ref", "required")
 		}
@@ -636,6 +639,8 @@ func (v validator) buildArtifact() *FieldError {
 			return fieldErr("build.dockerfile", "git source only: a Dockerfile manifest names its own recipe")
 		case b.Store != "" && b.Context != "":
 			return fieldErr("build.context", "git source only")
+		case b.Store != "" && CheckStore(b.Store) != "":
+			return fieldErr("build.store", "%s", CheckStore(b.Store))
 		case b.ImageSizeMB != nil && *b.ImageSizeMB <= 0:
 			return fieldErr("build.image_size_mb", "must be greater than 0")
 		}
@@ -649,6 +654,8 @@ func (v validator) buildArtifact() *FieldError {
 			return fieldErr("artifact", "only vm and site deployments take an artifact")
 		case a.Store == "":
 			return fieldErr("artifact.store", "required")
+		case CheckStore(a.Store) != "":
+			return fieldErr("artifact.store", "%s", CheckStore(a.Store))
 		case a.Ref == "":
 			return fieldErr("artifact.ref", "required")
 		case kind == apitype.KindSite && a.GrowGB != nil:
