@@ -216,6 +216,11 @@ func (s *Store) serveTag(w http.ResponseWriter, r *http.Request, ns, tag string)
 			// Tagging would claim the blob: only its holders may.
 			return noBlob(ns, hex)
 		}
+		if rec.MediaType == MediaTypeDockerfile {
+			if err := s.checkManifest(ns, hex); err != nil {
+				return err
+			}
+		}
 		rec, err = s.PutTag(full, rec)
 		if errors.Is(err, ErrNotFound) {
 			return noBlob(ns, hex)
@@ -288,5 +293,29 @@ func (s *Store) listTagsHTTP(w http.ResponseWriter, r *http.Request, ns string) 
 	}
 	w.Header().Set("X-Total-Count", strconv.Itoa(len(tags)))
 	web.WriteJSON(w, http.StatusOK, tags)
+	return nil
+}
+
+// checkManifest refuses a tag of media type MediaTypeDockerfile on a blob
+// that is no Dockerfile manifest, or whose context the namespace could not
+// read: a build would fail on it later, with the author long gone.
+func (s *Store) checkManifest(ns, hex string) error {
+	f, _, err := s.OpenBlob(hex)
+	if errors.Is(err, ErrNotFound) {
+		return noBlob(ns, hex)
+	}
+	if err != nil {
+		return &web.Error{Status: http.StatusInternalServerError, Message: "the manifest could not be read", Err: err}
+	}
+	defer f.Close()
+	m, err := ParseDockerfileManifest(f)
+	if err != nil {
+		return web.Invalid("media_type", "%s, but the blob is %v", MediaTypeDockerfile, err)
+	}
+	if c := m.ContextDigest; c != "" {
+		if _, err := s.Stat(c); err != nil || ns != "" && !s.Claimed(ns, c) {
+			return web.Invalid("media_type", "%s, but its context_digest sha256:%s is not in the store", MediaTypeDockerfile, c)
+		}
+	}
 	return nil
 }

@@ -18,7 +18,9 @@
 // A digest is 64 lowercase hex digits, optionally written "sha256:<hex>".
 // A tag is 1–200 characters of A-Z a-z 0-9 . _ - /, in non-empty
 // slash-separated components none of which is "." or "..". A tag can only
-// name a blob the store holds.
+// name a blob the store holds. A manifest is a blob like any other, known
+// by its tag's media_type: "heyvm.dockerfile.v1" (DockerfileManifest) is
+// checked when tagged.
 //
 // On disk, under the store's root (<data>/artifacts for berth's own):
 //

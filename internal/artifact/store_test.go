@@ -395,3 +395,33 @@ func (f fakeSource) Resolve(_ context.Context, ref string) (string, error) { ret
 func (f fakeSource) Fetch(_ context.Context, d string) (io.ReadCloser, int64, error) {
 	return verify(io.NopCloser(bytes.NewReader(f.data)), d, int64(len(f.data))), int64(len(f.data)), nil
 }
+
+// TestDockerfileManifest: a tag of media type heyvm.dockerfile.v1 must
+// name a manifest whose context the namespace holds.
+func TestDockerfileManifest(t *testing.T) {
+	s := newStore(t)
+	h := nsHandler(s, "ns")
+	ctxTar := "context tarball"
+	cd := digestOf([]byte(ctxTar))
+	m := `{"dockerfile":"FROM alpine\n","context_digest":"` + cd + `","image_name":"web","size_mb":512}`
+	md := digestOf([]byte(m))
+	do(t, h, "PUT", "/blobs/"+md, "", m)
+	tag := `{"digest":"` + md + `","media_type":"heyvm.dockerfile.v1"}`
+	if r := do(t, h, "PUT", "/tags/recipe", "", tag); r.code != 400 || !strings.Contains(r.body, "context_digest") {
+		t.Errorf("manifest without its context: %d %s", r.code, r.body)
+	}
+	do(t, h, "PUT", "/blobs/"+cd, "", ctxTar)
+	if r := do(t, h, "PUT", "/tags/recipe", "", tag); r.code != 200 {
+		t.Errorf("manifest: %d %s", r.code, r.body)
+	}
+	if r := do(t, h, "PUT", "/tags/bad", "", `{"digest":"`+cd+`","media_type":"heyvm.dockerfile.v1"}`); r.code != 400 || !strings.Contains(r.body, "media_type: ") {
+		t.Errorf("a tarball tagged as a manifest: %d %s", r.code, r.body)
+	}
+	got, err := ParseDockerfileManifest(strings.NewReader(m))
+	if err != nil || got.ContextDigest != cd || got.SizeMB != 512 || got.ImageName != "web" {
+		t.Errorf("parse: %+v %v", got, err)
+	}
+	if _, err := ParseDockerfileManifest(strings.NewReader(`{"context_digest":"x"}`)); err == nil || !strings.Contains(err.Error(), "dockerfile: required") {
+		t.Errorf("manifest without a dockerfile: %v", err)
+	}
+}
