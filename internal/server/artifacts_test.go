@@ -49,6 +49,9 @@ func TestArtifactWalls(t *testing.T) {
 	if r := n.call(nil, "GET", "/namespaces/team-a/artifacts/blobs/"+d, viewA, ""); r.code != 200 || string(r.body) != blob {
 		t.Errorf("viewer reading: %s", r)
 	}
+	if r := n.call(nil, "HEAD", "/namespaces/team-a/artifacts/blobs/"+d, viewA, ""); r.code != 200 || r.header.Get("Content-Length") != fmt.Sprint(len(blob)) {
+		t.Errorf("viewer HEAD: %s %v", r, r.header)
+	}
 	if r := n.call(nil, "GET", "/namespaces/team-a/artifacts/tags", viewA, ""); r.code != 200 || !strings.Contains(string(r.body), `"tag":"app"`) {
 		t.Errorf("viewer listing: %s", r)
 	}
@@ -112,5 +115,10 @@ func TestArtifactWalls(t *testing.T) {
 	}
 	if _, err := n.s.ArtifactSource(n.admin+"/namespaces/team-a/artifacts", "team-b", ""); err == nil {
 		t.Errorf("a team-b deployment opened team-a's artifacts through berth's own URL")
+	}
+	// The tarball unpacks once into the trees every replica shares.
+	tr, err := n.s.ArtifactTrees().Unpack(context.Background(), src, d, 0)
+	if err == nil || tr.Dir != "" {
+		t.Errorf("a blob that is no tarball unpacked: %+v %v", tr, err)
 	}
 }

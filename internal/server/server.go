@@ -280,6 +280,7 @@ type Server struct {
 
 	adminSrv  *http.Server
 	artifacts *artifact.Store // <DataDir>/artifacts
+	trees     *artifact.Trees // <DataDir>/trees: unpacked artifacts replicas share
 	egress    *egress.Proxy   // nil when EgressAddr is "off"
 	egressLn  net.Listener
 	ports     *portRoutes   // Computers' exposed ports on the data plane
@@ -394,6 +395,9 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	s.proxy = proxy.New(popts)
 	if s.artifacts, err = artifact.NewStore(filepath.Join(o.DataDir, "artifacts"), artifact.StoreOptions{MaxBlobBytes: o.ArtifactMaxBytes}); err != nil {
 		return nil, err
+	}
+	if s.trees, err = artifact.OpenTrees(filepath.Join(o.DataDir, "trees")); err != nil {
+		return nil, fmt.Errorf("server: artifact trees: %w", err)
 	}
 	if s.images, err = s.openImages(ctx, st); err != nil {
 		return nil, err
@@ -801,3 +805,7 @@ func (s *Server) ArtifactSource(store, ns, key string) (artifact.Source, error) 
 		AllowLinkLocal: s.o.AllowLinkLocalUpstreams, Roots: s.o.ArtifactRoots,
 	})
 }
+
+// ArtifactTrees is where fetched tarballs are unpacked, once per digest,
+// for every replica that mounts them.
+func (s *Server) ArtifactTrees() *artifact.Trees { return s.trees }
