@@ -98,7 +98,7 @@ func (s *Store) serveBlob(w http.ResponseWriter, r *http.Request, ns, hex string
 		w.Header().Set("ETag", `"sha256:`+hex+`"`)
 		// Immutable: the name is the content.
 		w.Header().Set("Cache-Control", "private, max-age=31536000, immutable")
-		http.ServeContent(w, r, "", time.Time{}, f)
+		http.ServeContent(idleWriter{w, http.NewResponseController(w)}, r, "", time.Time{}, f)
 		return nil
 	case http.MethodPut:
 		return s.putBlobHTTP(w, r, ns, hex)
@@ -166,6 +166,19 @@ func (b *idleReader) Read(p []byte) (int, error) {
 		b.failed = true
 	}
 	return n, err
+}
+
+// idleWriter extends the connection's write deadline before each write,
+// so a reader that stops reading a large blob is cut off rather than hold
+// the file open forever, however long a steady download takes.
+type idleWriter struct {
+	http.ResponseWriter
+	rc *http.ResponseController
+}
+
+func (w idleWriter) Write(p []byte) (int, error) {
+	w.rc.SetWriteDeadline(time.Now().Add(BodyIdleTimeout))
+	return w.ResponseWriter.Write(p)
 }
 
 // fullTag is the store's name of a tag seen through namespace ns.

@@ -425,3 +425,23 @@ func TestDockerfileManifest(t *testing.T) {
 		t.Errorf("manifest without a dockerfile: %v", err)
 	}
 }
+
+// TestTreeBound: a tree over Trees.MaxBytes is refused and leaves nothing.
+func TestTreeBound(t *testing.T) {
+	s := newStore(t)
+	tb := tarball(t, true, map[string]string{"big": strings.Repeat("z", 10000)})
+	d := digestOf(tb)
+	s.PutBlob(d, bytes.NewReader(tb), "ns")
+	trees, err := OpenTrees(filepath.Join(t.TempDir(), "trees"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	trees.MaxBytes = 4096
+	src, _ := Open("local", "ns", "", OpenOptions{Local: s})
+	if _, err := trees.Unpack(t.Context(), src, d, 0); err == nil || !strings.Contains(err.Error(), "limit") {
+		t.Errorf("an oversized tree: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(trees.dir, "sha256", d)); err == nil {
+		t.Errorf("an oversized tree was left")
+	}
+}

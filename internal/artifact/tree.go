@@ -48,7 +48,12 @@ func (c ctxReader) Read(p []byte) (int, error) {
 // A tree is unpacked once into tmp/ and renamed into place, so a tree
 // under its digest is always whole; a second Unpack of the same digest
 // reuses it.
-type Trees struct{ dir string }
+type Trees struct {
+	dir string
+	// MaxBytes, when positive, bounds the regular files of one tree, so a
+	// small compressed tarball cannot fill the disk.
+	MaxBytes int64
+}
 
 // Tree is one unpacked artifact.
 type Tree struct {
@@ -105,7 +110,8 @@ func (t *Trees) Unpack(ctx context.Context, src Source, digest string, strip int
 		return Tree{}, err
 	}
 	defer os.RemoveAll(tmp) // gone once renamed
-	files, n, err := UnpackTree(ctx, rc, tmp, strip)
+	st, err := image.UnpackTar(ctxReader{ctx, rc}, tmp, image.UnpackOptions{StripComponents: strip, MaxBytes: t.MaxBytes})
+	files, n := st.Files, st.Bytes
 	if err == nil {
 		// The tar reader stops at its end marker: drain the rest so the
 		// verifier sees every byte of the blob.
