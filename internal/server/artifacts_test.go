@@ -122,3 +122,15 @@ func TestArtifactWalls(t *testing.T) {
 		t.Errorf("a blob that is no tarball unpacked: %+v %v", tr, err)
 	}
 }
+
+// TestArtifactRootsOverlappingData: an artifact store root directory may
+// not contain the data directory or lie in it (berth's own store would be
+// read past its namespaces).
+func TestArtifactRootsOverlappingData(t *testing.T) {
+	dir := t.TempDir()
+	for _, roots := range [][]string{{dir}, {dir + "/artifacts"}, {"relative"}} {
+		if _, err := tryStart(t, Options{DataDir: dir, ArtifactRoots: roots}); err == nil || !strings.Contains(err.Error(), "artifact store root directory") {
+			t.Errorf("ArtifactRoots %v: %v", roots, err)
+		}
+	}
+}

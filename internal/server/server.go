@@ -454,6 +454,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	specOpts := spec.Options{
 		BaseDomain: o.BaseDomain, Drivers: s.fleet.DriverNames(), ImageExists: s.images.Exists,
 		SitesDir: o.SitesDir, SiteRootsAllow: o.SiteRootsAllow, MaxReplicasCeiling: replicaCeiling(o),
+		StoreRootsAllow: o.ArtifactRoots,
 	}
 	s.registry = registry.New(registry.Options{
 		Store:      st,

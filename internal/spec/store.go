@@ -49,3 +49,23 @@ func CheckStore(store string) string {
 	}
 	return fmt.Sprintf("%q: want local, an http(s):// artifact store URL or an absolute store root", store)
 }
+
+// store checks a store field: its form (CheckStore) and, for an absolute
+// root, that it lies in one of Options.StoreRootsAllow.
+func (v validator) store(field, store string) *FieldError {
+	if why := CheckStore(store); why != "" {
+		return fieldErr(field, "%s", why)
+	}
+	if !strings.HasPrefix(store, "/") {
+		return nil
+	}
+	for _, d := range v.o.StoreRootsAllow {
+		if store == d || strings.HasPrefix(store, strings.TrimSuffix(d, "/")+"/") {
+			return nil
+		}
+	}
+	if len(v.o.StoreRootsAllow) == 0 {
+		return fieldErr(field, "%q: absolute store roots are not allowed here (the operator allows them with --artifact-roots, for fleet-wide writers); use local or a store URL", store)
+	}
+	return fieldErr(field, "%q is not in a directory the operator allows store roots in (%s)", store, strings.Join(v.o.StoreRootsAllow, ", "))
+}

@@ -488,8 +488,8 @@ func (v validator) mounts(vm *apitype.VmSpec) *FieldError {
 		if m.Store == "" {
 			return fieldErr(f+".store", "required")
 		}
-		if why := CheckStore(m.Store); why != "" {
-			return fieldErr(f+".store", "%s", why)
+		if err := v.store(f+".store", m.Store); err != nil {
+			return err
 		}
 		if m.Ref == "" {
 			return fieldErr(f+".ref", "required")
@@ -654,8 +654,6 @@ func (v validator) buildArtifact() *FieldError {
 			return fieldErr("artifact", "only vm and site deployments take an artifact")
 		case a.Store == "":
 			return fieldErr("artifact.store", "required")
-		case CheckStore(a.Store) != "":
-			return fieldErr("artifact.store", "%s", CheckStore(a.Store))
 		case a.Ref == "":
 			return fieldErr("artifact.ref", "required")
 		case kind == apitype.KindSite && a.GrowGB != nil:
@@ -668,6 +666,9 @@ func (v validator) buildArtifact() *FieldError {
 			return fieldErr("artifact.grow_gb", "must not be negative")
 		case a.StripComponents != nil && *a.StripComponents < 0:
 			return fieldErr("artifact.strip_components", "must not be negative")
+		}
+		if err := v.store("artifact.store", a.Store); err != nil {
+			return err
 		}
 		if err := secretRef("artifact.auth", a.Auth); err != nil {
 			return err

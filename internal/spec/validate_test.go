@@ -254,7 +254,7 @@ func TestValidate(t *testing.T) {
 		}, nil, "vm.env_from[0].as: "},
 		{"mount ok", func() *apitype.DeploymentSpec {
 			s := vmSpec()
-			s.VM.Mounts = []apitype.MountSpec{{Path: "/data", Store: "/srv/art", Ref: "v1"}, {Path: "/models", Store: "/srv/art", Ref: "v1"}}
+			s.VM.Mounts = []apitype.MountSpec{{Path: "/data", Store: "local", Ref: "v1"}, {Path: "/models", Store: "https://art.example.com", Ref: "v1"}}
 			return s
 		}, nil, "vm.mounts: not supported yet"},
 		{"mount relative", func() *apitype.DeploymentSpec {
