@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/berth-dev/berth/internal/artifact"
 	"github.com/berth-dev/berth/internal/auth"
 	"github.com/berth-dev/berth/internal/fleet"
 	"github.com/berth-dev/berth/internal/guard"
@@ -48,8 +49,11 @@ type Options struct {
 	Namespaces *namespaces.Store // declared namespaces and auth providers
 	Sessions   Sessions          // deployments' sign-in sessions; nil: none
 	Images     *image.Store      // root filesystems; nil answers 503 on /images
-	Guard      *guard.Guard      // guard rules; nil answers 503 on /security/rules
-	SIEM       SIEM              // detection; nil: GET /security says it is off
+	// Artifacts is the embedded artifact store served per namespace at
+	// /namespaces/{name}/artifacts; nil answers 503 there.
+	Artifacts *artifact.Store
+	Guard     *guard.Guard // guard rules; nil answers 503 on /security/rules
+	SIEM      SIEM         // detection; nil: GET /security says it is off
 	// PortSignIns lists the Computer ports ("<id>:<port>") whose sign_in
 	// names an auth provider, so that deleting it is refused while in use.
 	PortSignIns func(ctx context.Context, ns, provider string) ([]string, error)
@@ -129,6 +133,10 @@ func New(o Options) *API {
 	a.handle("GET /namespaces", tierView, wallNarrow, a.listNamespaces)
 	a.handle("POST /namespaces", tierCRUD, wallFleet, a.declareNamespace)
 	a.handle("DELETE /namespaces/{name}", tierCRUD, wallFleet, a.deleteNamespace)
+	a.handle("GET /namespaces/{name}/artifacts", tierView, wallNarrow, a.artifactsInfo)
+	a.handle("GET /namespaces/{name}/artifacts/{rest...}", tierView, wallNarrow, a.artifacts)
+	a.handle("PUT /namespaces/{name}/artifacts/{rest...}", tierCRUD, wallNarrow, a.artifacts)
+	a.handle("DELETE /namespaces/{name}/artifacts/{rest...}", tierCRUD, wallNarrow, a.artifacts)
 	a.handle("GET /auth-providers", tierView, wallNarrow, a.listProviders)
 	a.handle("GET /sessions", tierView, wallNarrow, a.listSessions)
 	a.handle("DELETE /sessions", tierCRUD, wallNarrow, a.revokeSubject)

@@ -462,6 +462,7 @@ func (r *Registry) Put(ctx context.Context, s apitype.DeploymentSpec, o PutOptio
 	so := r.o.Spec
 	if o.Restricted {
 		so.SiteRootsAllow = nil
+		so.StoreRootsAllow = nil // absolute store roots read the host's disk
 	}
 	spec.Normalize(&s, so)
 	if err := spec.Validate(&s, so); err != nil {

@@ -27,6 +27,7 @@ import (
 
 	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/admin"
+	"github.com/berth-dev/berth/internal/artifact"
 	"github.com/berth-dev/berth/internal/auth"
 	"github.com/berth-dev/berth/internal/certs"
 	"github.com/berth-dev/berth/internal/computer"
@@ -133,6 +134,15 @@ type Options struct {
 	// response head (proxy.Options.UpstreamResponseTimeout); past it the
 	// client gets 504. Zero means 60 s.
 	UpstreamResponseTimeout time.Duration
+	// ArtifactMaxBytes bounds one blob uploaded to the artifact store
+	// (<DataDir>/artifacts, served at /namespaces/{ns}/artifacts); zero is
+	// artifact.DefaultMaxBlobBytes (4 GiB).
+	ArtifactMaxBytes int64
+	// ArtifactAllowPrivate lets the artifact stores deployments name be
+	// reached at loopback and private addresses (artifact.OpenOptions);
+	// ArtifactRoots lists the directories an absolute store root may lie in.
+	ArtifactAllowPrivate bool
+	ArtifactRoots        []string
 	// AllowLinkLocalUpstreams lets upstreams reach link-local and cloud
 	// metadata addresses, which are otherwise refused when a static
 	// upstream is written and when the proxy dials.
@@ -268,11 +278,13 @@ type Server struct {
 	routesChanged chan struct{} // to feedHosts
 	adminTLS      bool          // the admin listener speaks TLS
 
-	adminSrv *http.Server
-	egress   *egress.Proxy // nil when EgressAddr is "off"
-	egressLn net.Listener
-	ports    *portRoutes   // Computers' exposed ports on the data plane
-	lock     *instanceLock // the data dir's, held until Run returns
+	adminSrv  *http.Server
+	artifacts *artifact.Store // <DataDir>/artifacts
+	trees     *artifact.Trees // <DataDir>/trees: unpacked artifacts replicas share
+	egress    *egress.Proxy   // nil when EgressAddr is "off"
+	egressLn  net.Listener
+	ports     *portRoutes   // Computers' exposed ports on the data plane
+	lock      *instanceLock // the data dir's, held until Run returns
 	// self is berth's own listeners, which the proxy refuses to dial; filled
 	// as they are bound.
 	self *netguard.Self
@@ -381,6 +393,12 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		return nil, err
 	}
 	s.proxy = proxy.New(popts)
+	if s.artifacts, err = artifact.NewStore(filepath.Join(o.DataDir, "artifacts"), artifact.StoreOptions{MaxBlobBytes: o.ArtifactMaxBytes}); err != nil {
+		return nil, err
+	}
+	if s.trees, err = artifact.OpenTrees(filepath.Join(o.DataDir, "trees")); err != nil {
+		return nil, fmt.Errorf("server: artifact trees: %w", err)
+	}
 	if s.images, err = s.openImages(ctx, st); err != nil {
 		return nil, err
 	}
@@ -436,6 +454,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	specOpts := spec.Options{
 		BaseDomain: o.BaseDomain, Drivers: s.fleet.DriverNames(), ImageExists: s.images.Exists,
 		SitesDir: o.SitesDir, SiteRootsAllow: o.SiteRootsAllow, MaxReplicasCeiling: replicaCeiling(o),
+		StoreRootsAllow: o.ArtifactRoots,
 	}
 	s.registry = registry.New(registry.Options{
 		Store:      st,
@@ -520,7 +539,8 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		PublicIPs: o.PublicIPs, Revision: o.Revision, Log: o.Log,
 		Gate:   adminGate,
 		Tokens: tokens, Secrets: sec, Namespaces: nsStore, Sessions: s.sessions, Images: s.images,
-		Certs: s.certSource(), Collectors: s.collectors(),
+		Artifacts: s.artifacts,
+		Certs:     s.certSource(), Collectors: s.collectors(),
 		Guard: s.guard, SIEM: s.siem, Webhooks: s.notifier, RateLimits: s.limits, PortSignIns: st.ComputerPortsSigningInWith,
 		Confinement: confinement(o),
 		Upstreams:   admin.UpstreamGuard{Self: s.self, AllowLinkLocal: o.AllowLinkLocalUpstreams},
@@ -775,3 +795,18 @@ func (r recorder) Observe(status int, elapsed time.Duration, failed bool) {
 func (r recorder) ObservePhases(p proxy.Phases) {
 	r.d.Phases.Observe(p.Queue, p.Create, p.Boot, p.FirstByte, p.Total)
 }
+
+// ArtifactSource opens the artifact store a deployment in namespace ns
+// names (MountSpec.store, ArtifactSpec.store, BuildSpec.store), with key
+// its API key: what the fetch jobs read through, under the operator's
+// address and root policy.
+func (s *Server) ArtifactSource(store, ns, key string) (artifact.Source, error) {
+	return artifact.Open(store, ns, key, artifact.OpenOptions{
+		Local: s.artifacts, Self: s.self, AllowPrivate: s.o.ArtifactAllowPrivate,
+		AllowLinkLocal: s.o.AllowLinkLocalUpstreams, Roots: s.o.ArtifactRoots,
+	})
+}
+
+// ArtifactTrees is where fetched tarballs are unpacked, once per digest,
+// for every replica that mounts them.
+func (s *Server) ArtifactTrees() *artifact.Trees { return s.trees }

@@ -55,6 +55,12 @@ type Options struct {
 	// writers that cover the whole fleet (the registry clears it for
 	// confined ones).
 	SiteRootsAllow []string
+	// StoreRootsAllow lists the directories an absolute store root (a
+	// mount's, artifact's or build's store: /path) may lie in, for writers
+	// that cover the whole fleet (the registry clears it for confined
+	// ones, whose specs then name stores by URL or "local"). Empty refuses
+	// absolute store roots: they read the host's disk.
+	StoreRootsAllow []string
 	// ImageExists, when set, reports whether the local image store holds
 	// an image: a vm spec for an image-based driver (container,
 	// firecracker, kvm, libvirt) must then name one it holds in vm.image,

@@ -488,6 +488,9 @@ func (v validator) mounts(vm *apitype.VmSpec) *FieldError {
 		if m.Store == "" {
 			return fieldErr(f+".store", "required")
 		}
+		if err := v.store(f+".store", m.Store); err != nil {
+			return err
+		}
 		if m.Ref == "" {
 			return fieldErr(f+".ref", "required")
 		}
@@ -636,6 +639,8 @@ func (v validator) buildArtifact() *FieldError {
 			return fieldErr("build.dockerfile", "git source only: a Dockerfile manifest names its own recipe")
 		case b.Store != "" && b.Context != "":
 			return fieldErr("build.context", "git source only")
+		case b.Store != "" && CheckStore(b.Store) != "":
+			return fieldErr("build.store", "%s", CheckStore(b.Store))
 		case b.ImageSizeMB != nil && *b.ImageSizeMB <= 0:
 			return fieldErr("build.image_size_mb", "must be greater than 0")
 		}
@@ -661,6 +666,9 @@ func (v validator) buildArtifact() *FieldError {
 			return fieldErr("artifact.grow_gb", "must not be negative")
 		case a.StripComponents != nil && *a.StripComponents < 0:
 			return fieldErr("artifact.strip_components", "must not be negative")
+		}
+		if err := v.store("artifact.store", a.Store); err != nil {
+			return err
 		}
 		if err := secretRef("artifact.auth", a.Auth); err != nil {
 			return err
