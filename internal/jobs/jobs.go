@@ -473,7 +473,9 @@ func (j *Job) Logf(format string, args ...any) { j.Log(fmt.Sprintf(format, args.
 
 // Set changes the record's outcome fields through fn. The fields the
 // manager owns (id, deployment, kind, status, times, error, log) keep
-// their values whatever fn does.
+// their values whatever fn does. The record keeps what fn stores: a
+// pointer or slice stored must not be changed afterwards (store a fresh
+// one each time), since the record is read while the job runs.
 func (j *Job) Set(fn func(*apitype.JobRecord)) {
 	j.mu.Lock()
 	own := j.rec
