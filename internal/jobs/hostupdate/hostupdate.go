@@ -144,7 +144,9 @@ func commandEnv(literal, fromSecrets map[string]string) []string {
 func (o Options) run(ctx context.Context, j *jobs.Job, d jobs.Deployment, u *apitype.UpdateSpec, env []string, timeout, verify time.Duration) error {
 	total, ran := len(u.Commands), 0
 	// (Fresh pointers each time: the record keeps what Set stores.)
-	j.Set(func(r *apitype.JobRecord) { r.WorkingDir, r.CommandsTotal, r.CommandsRun = u.WorkingDir, new(total), new(0) })
+	j.Set(func(r *apitype.JobRecord) {
+		r.WorkingDir, r.CommandsTotal, r.CommandsRun = u.WorkingDir, new(total), new(0)
+	})
 	cctx, cancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("the update ran past its timeout_secs (%s)", timeout))
 	defer cancel()
 	for i, c := range u.Commands {
