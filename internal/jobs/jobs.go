@@ -435,9 +435,19 @@ const mask = "[redacted]"
 func (j *Job) Redact(values ...string) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	for _, v := range values {
+	add := func(v string) {
 		if v != "" && !slices.Contains(j.secrets, v) {
 			j.secrets = append(j.secrets, v)
+		}
+	}
+	for _, v := range values {
+		add(v)
+		// Output reaches the log a line at a time, so each line of a
+		// multi-line secret (a PEM key) is masked on its own too.
+		if strings.ContainsAny(v, "\r\n") {
+			for l := range strings.FieldsFuncSeq(v, func(r rune) bool { return r == '\n' || r == '\r' }) {
+				add(l)
+			}
 		}
 	}
 	// Longest first, so a secret containing another is masked whole.
@@ -456,6 +466,7 @@ func (j *Job) redact(s string) string {
 func (j *Job) Log(text string) {
 	text = strings.TrimSuffix(text, "\n")
 	j.mu.Lock()
+	text = j.redact(text) // whole first: a secret may span lines
 	for l := range strings.SplitSeq(text, "\n") {
 		l = j.redact(strings.TrimSuffix(l, "\r"))
 		if len(l) > maxLine {

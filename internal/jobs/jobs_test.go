@@ -182,11 +182,15 @@ func TestSecretsNeverStored(t *testing.T) {
 	st := openStore(t, dir)
 	m := newManager(t, st, jobs.Options{})
 	const secret = "hunter2-SECRET-value"
+	const pem = "-----BEGIN KEY-----\nMIIEpAIBAAKCAQEAx\n-----END KEY-----"
 	m.Register(apitype.JobHostUpdate, func(ctx context.Context, req jobs.Request) (jobs.Run, error) {
 		return func(ctx context.Context, j *jobs.Job) error {
-			j.Redact(secret, "")
+			j.Redact(secret, "", pem)
 			j.Logf("token is %s, twice: %s", secret, secret)
 			j.Log("multi\nline " + secret + "\n")
+			j.Log("key: " + pem)       // whole
+			j.Log("MIIEpAIBAAKCAQEAx") // a line of it, as a command's output comes
+
 			return fmt.Errorf("failed with %s", secret)
 		}, nil
 	})
@@ -196,7 +200,7 @@ func TestSecretsNeverStored(t *testing.T) {
 	}
 	r := wait(t, m, rec.ID)
 	all := strings.Join(r.Log, "\n") + *r.Error
-	if strings.Contains(all, secret) || !strings.Contains(all, "[redacted]") || len(r.Log) != 3 {
+	if strings.Contains(all, secret) || strings.Contains(all, "MIIE") || !strings.Contains(all, "[redacted]") || len(r.Log) != 5 {
 		t.Fatalf("record: %q", all)
 	}
 	m.Close()
@@ -206,7 +210,7 @@ func TestSecretsNeverStored(t *testing.T) {
 		if err != nil && !os.IsNotExist(err) {
 			t.Fatal(err)
 		}
-		if bytes.Contains(b, []byte(secret)) {
+		if bytes.Contains(b, []byte(secret)) || bytes.Contains(b, []byte("MIIE")) {
 			t.Fatalf("%s holds the secret", f)
 		}
 	}

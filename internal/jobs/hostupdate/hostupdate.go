@@ -8,6 +8,11 @@
 // a fleet-wide admin credential may start one: a namespace-confined token
 // could otherwise turn a deployment spec it may write into a shell on the
 // machine every other namespace runs on.
+//
+// The record: working_dir, commands_total, commands_run (the commands that
+// exited 0; a failing one stops the run and names itself in the error),
+// and verified once the commands all ran. A failed re-probe fails the job
+// (verified false): the commands ran, but the deployment is not healthy.
 package hostupdate
 
 import (
