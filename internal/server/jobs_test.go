@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/berth-dev/berth/apitype"
+	"github.com/berth-dev/berth/internal/contracttest"
 	"github.com/berth-dev/berth/internal/store"
 )
 
@@ -75,8 +76,16 @@ func TestHostUpdateJobs(t *testing.T) {
 	w.must(201, "POST", "/deployments", w.op, updateSpec("web", "default", upstream, dir,
 		"echo hello $GREETING", "echo token=$DEPLOY_TOKEN >&2", "echo $DEPLOY_TOKEN > out.txt"), nil)
 
+	c := contracttest.MustLoad(t)
+	started := w.call(nil, "POST", "/deployments/web/update", w.op, `{}`)
+	if started.code != 202 {
+		t.Fatalf("start: %s", started)
+	}
+	if err := c.CheckJSON("JobRecord", started.body); err != nil {
+		t.Errorf("202 JobRecord: %v\n%s", err, started.body)
+	}
 	var rec apitype.JobRecord
-	w.must(202, "POST", "/deployments/web/update", w.op, `{}`, &rec)
+	json.Unmarshal(started.body, &rec)
 	if rec.Status != apitype.JobRunning || rec.Kind != apitype.JobHostUpdate || rec.Deployment != "web" {
 		t.Fatalf("start: %+v", rec)
 	}
@@ -85,7 +94,11 @@ func TestHostUpdateJobs(t *testing.T) {
 	if end["status"] != "succeeded" || !strings.Contains(log, "hello hi") || !strings.Contains(log, "token=[redacted]") || strings.Contains(log, secret) {
 		t.Fatalf("log %q, end %v", lines, end)
 	}
-	w.must(200, "GET", "/jobs/"+rec.ID, w.op, "", &rec)
+	done := w.call(nil, "GET", "/jobs/"+rec.ID, w.op, "")
+	if err := c.CheckJSON("JobRecord", done.body); err != nil {
+		t.Errorf("finished JobRecord: %v\n%s", err, done.body)
+	}
+	json.Unmarshal(done.body, &rec)
 	if rec.Status != apitype.JobSucceeded || *rec.CommandsTotal != 3 || *rec.CommandsRun != 3 || rec.Verified == nil || !*rec.Verified || rec.WorkingDir != dir || rec.FinishedAt == nil {
 		t.Fatalf("record: %+v", rec)
 	}
@@ -209,8 +222,16 @@ func TestJobRoutesRefusals(t *testing.T) {
 
 func TestWorkflowsCRUD(t *testing.T) {
 	n := startNode(t, Options{})
+	c := contracttest.MustLoad(t)
 	var w apitype.WorkflowSpec
-	n.must(201, "POST", "/workflows", "", `{"id":"build","repo":"https://git.test/app","network":"prod-runners","auth":{"secret":"gh"},"secrets_prefix":"ci/app"}`, &w)
+	r := n.call(nil, "POST", "/workflows", "", `{"id":"build","repo":"https://git.test/app","network":"prod-runners","auth":{"secret":"gh"},"secrets_prefix":"ci/app"}`)
+	if r.code != 201 {
+		t.Fatalf("create: %s", r)
+	}
+	if err := c.CheckJSON("WorkflowSpec", r.body); err != nil {
+		t.Errorf("WorkflowSpec: %v\n%s", err, r.body)
+	}
+	json.Unmarshal(r.body, &w)
 	if w.Ref != "main" || w.Path != ".ci/workflows/*.yml" || w.Enabled || w.Auth.Secret != "gh" {
 		t.Fatalf("created: %+v", w)
 	}
@@ -239,7 +260,11 @@ func TestWorkflowsCRUD(t *testing.T) {
 		t.Fatalf("replaced: %+v", w)
 	}
 	var l apitype.WorkflowList
-	n.must(200, "GET", "/workflows", "", "", &l)
+	r = n.call(nil, "GET", "/workflows", "", "")
+	if err := c.CheckJSON("WorkflowList", r.body); err != nil {
+		t.Errorf("WorkflowList: %v\n%s", err, r.body)
+	}
+	json.Unmarshal(r.body, &l)
 	if len(l.Workflows) != 1 {
 		t.Fatalf("list: %+v", l)
 	}
