@@ -533,8 +533,13 @@ func (j *Job) finishedCh() <-chan struct{} {
 	return j.fin
 }
 
-// writer writes the record whenever it changed, until stop: a write
-// covers every change made while the previous one synced.
+// writeGap is the least time between two writes of a running job's
+// record: a chatty build must not fsync the store once per line, and
+// every write rewrites the whole record. (The final write does not wait.)
+const writeGap = 250 * time.Millisecond
+
+// writer writes the record whenever it changed, at most once per
+// writeGap, until stop: a write covers every change made since the last.
 func (j *Job) writer() {
 	defer close(j.stopped)
 	warned := false
@@ -543,6 +548,11 @@ func (j *Job) writer() {
 		case <-j.stop:
 			return
 		case <-j.dirty:
+		}
+		select {
+		case <-j.stop:
+			return // the final write has it all
+		case <-time.After(writeGap):
 		}
 		j.mu.Lock()
 		b, _ := json.Marshal(j.rec)
