@@ -209,7 +209,7 @@ func (m *Manager) Start(ctx context.Context, kind apitype.JobKind, req Request) 
 		m.mu.Unlock()
 	}
 
-	run, err := k(ctx, req)
+	run, err := safePrepare(ctx, kind, k, req)
 	if err != nil {
 		release()
 		return apitype.JobRecord{}, err
@@ -223,7 +223,9 @@ func (m *Manager) Start(ctx context.Context, kind apitype.JobKind, req Request) 
 	j.rec.ID = j.id
 	rec := j.rec
 	b, _ := json.Marshal(rec)
-	if err := m.o.Store.InsertJob(ctx, store.Job{
+	// Not cancelled with the request: a start whose client went away
+	// mid-write must not leave a record the caller cannot know about.
+	if err := m.o.Store.InsertJob(context.WithoutCancel(ctx), store.Job{
 		ID: rec.ID, Deployment: id, Namespace: j.ns, Kind: string(kind), Status: string(rec.Status), StartedAt: rec.StartedAt, Record: b,
 	}, m.o.PerDeployment, m.o.Total); err != nil {
 		cancel(nil)
@@ -625,6 +627,21 @@ func (j *Job) run(ctx context.Context, run Run, caller string) {
 		close(j.fin)
 	}
 	j.mu.Unlock()
+}
+
+// safePrepare runs a kind's preparation, a panic becoming a refusal: the
+// deployment's reservation must be released whatever the kind does.
+func safePrepare(ctx context.Context, kind apitype.JobKind, k Kind, req Request) (run Run, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			run, err = nil, Errorf(http.StatusInternalServerError, "the job could not be prepared: %v", p)
+		}
+	}()
+	run, err = k(ctx, req)
+	if err == nil && run == nil {
+		err = Errorf(http.StatusInternalServerError, "the %s kind prepared no job", kind)
+	}
+	return run, err
 }
 
 // safeRun runs run, turning a panic into the job's failure: a kind's bug

@@ -163,6 +163,10 @@ func TestUnknownKindAndRefusal(t *testing.T) {
 	if l, _ := m.List(context.Background(), ""); len(l) != 0 {
 		t.Fatalf("jobs after a refusal: %+v", l)
 	}
+	m.Register(apitype.JobImageBuild, func(ctx context.Context, req jobs.Request) (jobs.Run, error) { panic("prepare bug") })
+	if _, err := m.Start(context.Background(), apitype.JobImageBuild, dep("web")); statusOf(err) != 500 || !strings.Contains(err.Error(), "prepare bug") {
+		t.Fatalf("panicking preparation: %v", err)
+	}
 	m.Register(apitype.JobImageBuild, func(ctx context.Context, req jobs.Request) (jobs.Run, error) {
 		return func(ctx context.Context, j *jobs.Job) error { panic("kind bug") }, nil
 	})
