@@ -106,6 +106,12 @@ func TestHostUpdateJobs(t *testing.T) {
 		t.Fatalf("the commands did not get the secret: %q", b)
 	}
 
+	var mr apitype.MetricsResponse
+	w.must(200, "GET", "/metrics?deployment=web", w.op, "", &mr)
+	if len(mr.Deployments) != 1 || mr.Deployments[0].JobKind != apitype.JobActionUpdate {
+		t.Errorf("job_kind in /metrics: %+v", mr.Deployments)
+	}
+
 	// A second start while one runs.
 	w.must(201, "POST", "/deployments", w.op, updateSpec("slow", "default", upstream, dir, "echo waiting; sleep 60"), nil)
 	var slow apitype.JobRecord
