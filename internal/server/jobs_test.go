@@ -150,7 +150,7 @@ func TestHostUpdateJobs(t *testing.T) {
 	// Deleting the deployment cancels its job.
 	w.must(204, "DELETE", "/deployments/slow", w.op, "", nil)
 	lines, end = w.followLog(w.op, slow.ID)
-	if end["status"] != "failed" || !strings.Contains(fmt.Sprint(end["error"]), "deleted") || lines[1] != "waiting" {
+	if end["status"] != "failed" || !strings.Contains(fmt.Sprint(end["error"]), "deleted") || len(lines) == 0 || lines[0] != "$ echo waiting; sleep 60" {
 		t.Fatalf("cancelled job: %q %v", lines, end)
 	}
 	w.must(200, "GET", "/jobs", w.op, "", &js)
