@@ -70,10 +70,10 @@ func (s *Store) Job(ctx context.Context, id string) (Job, error) {
 }
 
 // InsertJob stores a new job (an existing id is ErrConflict) and prunes
-// the history in the same transaction: of the jobs that are not running,
-// all but the newest perDeployment of j's deployment, then all but the
-// newest total overall, go. A running job is never pruned, so a record
-// its manager still writes to cannot vanish under it.
+// the history in the same transaction to at most perDeployment jobs of
+// j's deployment and total in all, oldest first. A running job counts
+// but is never pruned, so a record its manager still writes to cannot
+// vanish under it (running jobs alone may exceed a bound).
 func (s *Store) InsertJob(ctx context.Context, j Job, perDeployment, total int) error {
 	if j.ID == "" || !json.Valid(j.Record) {
 		return errors.New("store: a job needs an id and a JSON record")
@@ -89,14 +89,16 @@ func (s *Store) InsertJob(ctx context.Context, j Job, perDeployment, total int) 
 			return fmt.Errorf("store: job %q: %w", j.ID, ErrConflict)
 		}
 		if perDeployment > 0 {
-			if _, err := tx.ExecContext(ctx, `DELETE FROM jobs WHERE deployment = ? AND status != 'running' AND seq NOT IN
-				(SELECT seq FROM jobs WHERE deployment = ? ORDER BY seq DESC LIMIT ?)`, j.Deployment, j.Deployment, perDeployment); err != nil {
+			if _, err := tx.ExecContext(ctx, `DELETE FROM jobs WHERE deployment = ?1 AND status != 'running' AND seq NOT IN
+				(SELECT seq FROM jobs WHERE deployment = ?1 AND status != 'running' ORDER BY seq DESC
+				 LIMIT max(0, ?2 - (SELECT count(*) FROM jobs WHERE deployment = ?1 AND status = 'running')))`, j.Deployment, perDeployment); err != nil {
 				return fmt.Errorf("store: prune jobs: %w", err)
 			}
 		}
 		if total > 0 {
 			if _, err := tx.ExecContext(ctx, `DELETE FROM jobs WHERE status != 'running' AND seq NOT IN
-				(SELECT seq FROM jobs ORDER BY seq DESC LIMIT ?)`, total); err != nil {
+				(SELECT seq FROM jobs WHERE status != 'running' ORDER BY seq DESC
+				 LIMIT max(0, ?1 - (SELECT count(*) FROM jobs WHERE status = 'running')))`, total); err != nil {
 				return fmt.Errorf("store: prune jobs: %w", err)
 			}
 		}
