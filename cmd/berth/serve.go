@@ -221,6 +221,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 	guardEnforce := fs.Bool("guard-enforce", envBoolDefault("BERTH_GUARD_ENFORCE", true), "refuse the requests guard rules block (403); false only counts and logs them (BERTH_GUARD_ENFORCE)")
 	siemOn := fs.Bool("siem", envBoolDefault("BERTH_SIEM", true), "detect attacks in the data plane's and the admin API's traffic (GET /security); false turns detection off, guard rules still apply (BERTH_SIEM)")
 	siemTune := fs.String("siem-tune", env("BERTH_SIEM_TUNE", ""), "the SIEM's thresholds, comma-separated key=value: "+siemTuneKeys+" (BERTH_SIEM_TUNE)")
+	hostUpdates := fs.Bool("host-updates", envBool("BERTH_HOST_UPDATES"), "let fleet-wide admins start host-update jobs (POST /deployments/{id}/update), which run a static or site deployment's update.commands on this host as berth's user; off by default (BERTH_HOST_UPDATES)")
 	allowLinkLocal := fs.Bool("allow-link-local-upstreams", envBool("BERTH_ALLOW_LINK_LOCAL_UPSTREAMS"), "let upstreams reach link-local and cloud metadata addresses (169.254.0.0/16, fe80::/10, 100.100.100.200, fd00:ec2::254), refused by default (BERTH_ALLOW_LINK_LOCAL_UPSTREAMS)")
 	artifactMax := fs.Int64("artifact-max-bytes", int64(intEnv("BERTH_ARTIFACT_MAX_BYTES", int(artifact.DefaultMaxBlobBytes))), "the largest blob one upload to the artifact store (/namespaces/{ns}/artifacts) may hold (BERTH_ARTIFACT_MAX_BYTES)")
 	artifactPrivate := fs.Bool("artifact-allow-private", envBool("BERTH_ARTIFACT_ALLOW_PRIVATE"), "let the artifact stores deployments name (http(s) store URLs) be reached at loopback and private addresses, refused by default so a tenant cannot make berth fetch from the internal network (BERTH_ARTIFACT_ALLOW_PRIVATE)")
@@ -321,7 +322,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 		SitesDir: *sitesDir, SiteRootsAllow: splitList(*siteRoots),
 		TrustedProxies: prefixes, BaseDomain: *baseDomain, PublicIPs: splitList(*publicIPs),
 		DrainTimeout: *drain, Log: log, StdHTTP: *stdHTTP, EgressAddr: *egressAddr, BodyReadTimeout: *bodyTimeout,
-		UpstreamResponseTimeout: *respTimeout, AllowLinkLocalUpstreams: *allowLinkLocal,
+		UpstreamResponseTimeout: *respTimeout, AllowLinkLocalUpstreams: *allowLinkLocal, HostUpdates: *hostUpdates,
 		ArtifactMaxBytes: *artifactMax, ArtifactAllowPrivate: *artifactPrivate, ArtifactRoots: splitList(*artifactRoots),
 		GuardDryRun: !*guardEnforce, SIEM: siemConfig,
 		// Credentials come from the environment only, never a flag: a

@@ -20,6 +20,7 @@ import (
 	"github.com/berth-dev/berth/internal/fleet"
 	"github.com/berth-dev/berth/internal/guard"
 	"github.com/berth-dev/berth/internal/image"
+	"github.com/berth-dev/berth/internal/jobs"
 	"github.com/berth-dev/berth/internal/metrics"
 	"github.com/berth-dev/berth/internal/namespaces"
 	"github.com/berth-dev/berth/internal/notify"
@@ -64,6 +65,10 @@ type Options struct {
 	// Webhooks sends security alerts to the operator's webhooks (berth's
 	// own /security/webhooks); nil answers 503 there.
 	Webhooks *notify.Notifier
+	// Jobs runs the deployments' background jobs (the job start routes,
+	// /jobs); Workflows keeps /workflows. Nil answers 503 there.
+	Jobs      *jobs.Manager
+	Workflows *jobs.Workflows
 	// Collectors are exposed on /metrics/prometheus besides Metrics and
 	// Host (the certificate manager's gauges).
 	Collectors []prometheus.Collector
@@ -158,6 +163,7 @@ func New(o Options) *API {
 	a.handle("POST /security/webhooks", tierCRUD, wallFleet, a.postWebhook)           // berth's own
 	a.handle("DELETE /security/webhooks/{id}", tierCRUD, wallFleet, a.deleteWebhook)  // berth's own
 	a.handle("POST /security/webhooks/{id}/test", tierCRUD, wallFleet, a.testWebhook) // berth's own
+	a.routeJobs()
 
 	return a
 }

@@ -110,6 +110,7 @@ var rules = []struct {
 	{mod + "/internal/contracttest", []string{mod + "/"}, "the contract parser is a leaf test helper"},
 	{mod + "/internal/demo", []string{mod + "/internal/"}, "the demo is specs only, written in the wire types"},
 	{mod + "/internal/egress", []string{mod + "/internal/computer", mod + "/internal/computerapi", mod + "/internal/server", mod + "/internal/admin", mod + "/internal/grant", mod + "/internal/store", mod + "/internal/vm"}, "the egress proxy knows a policy and addresses, nothing of the Computers whose work it carries"},
+	{mod + "/internal/jobs", []string{mod + "/internal/admin", mod + "/internal/server", mod + "/internal/registry", mod + "/internal/proxy", mod + "/internal/fleet", mod + "/internal/vm"}, "jobs are handed their deployment (Request) and reach storage and secrets through interfaces they declare, below the API that starts them"},
 	{mod + "/internal/namespaces", []string{mod + "/internal/admin", mod + "/internal/server", mod + "/internal/registry", mod + "/internal/fleet", mod + "/internal/proxy", mod + "/internal/vm"}, "namespaces are below the handlers and the fleet"},
 	{mod + "/internal/computerapi", []string{mod + "/internal/server", mod + "/internal/admin", mod + "/internal/registry", mod + "/internal/fleet", mod + "/internal/store", mod + "/internal/vm"}, "the Computer API reaches Computers only through its Manager interface, below the composition root"},
 	{mod + "/internal/server", testHelpers, "the composition root carries no test helpers"},

@@ -40,6 +40,7 @@ import (
 	"github.com/berth-dev/berth/internal/hostnet"
 	"github.com/berth-dev/berth/internal/image"
 	"github.com/berth-dev/berth/internal/inventory"
+	"github.com/berth-dev/berth/internal/jobs"
 	"github.com/berth-dev/berth/internal/metrics"
 	"github.com/berth-dev/berth/internal/namespaces"
 	"github.com/berth-dev/berth/internal/netguard"
@@ -224,6 +225,12 @@ type Options struct {
 	// older than that at a quiet moment, keeping its workspace.
 	ComputerRecycleAfter time.Duration
 
+	// HostUpdates lets fleet-wide admins start host-update jobs (POST
+	// /deployments/{id}/update), which run a deployment's update.commands
+	// on this host as berth's user (berth serve --host-updates,
+	// BERTH_HOST_UPDATES). Off, every such start is refused.
+	HostUpdates bool
+
 	Log *slog.Logger
 }
 
@@ -262,6 +269,10 @@ type Server struct {
 	// container and VM drivers (vm.image).
 	images *image.Store
 	host   *metrics.HostSampler
+	// jobs runs the deployments' background jobs; workflows keeps the
+	// registered CI workflows.
+	jobs      *jobs.Manager
+	workflows *jobs.Workflows
 
 	proxyLn, adminLn net.Listener
 	proxySrv         *http.Server
@@ -456,6 +467,10 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		SitesDir: o.SitesDir, SiteRootsAllow: o.SiteRootsAllow, MaxReplicasCeiling: replicaCeiling(o),
 		StoreRootsAllow: o.ArtifactRoots,
 	}
+	if err := s.openJobs(ctx); err != nil {
+		return nil, err
+	}
+	undo = append(undo, s.jobs.Close)
 	s.registry = registry.New(registry.Options{
 		Store:      st,
 		Publisher:  s.publisher(),
@@ -542,6 +557,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		Artifacts: s.artifacts,
 		Certs:     s.certSource(), Collectors: s.collectors(),
 		Guard: s.guard, SIEM: s.siem, Webhooks: s.notifier, RateLimits: s.limits, PortSignIns: st.ComputerPortsSigningInWith,
+		Jobs: s.jobs, Workflows: s.workflows,
 		Confinement: confinement(o),
 		Upstreams:   admin.UpstreamGuard{Self: s.self, AllowLinkLocal: o.AllowLinkLocalUpstreams},
 	})
@@ -719,6 +735,10 @@ func (s *Server) Run(ctx context.Context) error {
 		s.log.Error("listener failed", "err", err)
 	}
 	s.log.Info("draining", "timeout", s.o.DrainTimeout, "in_flight", s.proxy.Active())
+	// Running jobs are cancelled first (their commands killed, their
+	// records written failed), so that log followers see them end and do
+	// not hold the admin listener's drain.
+	s.jobs.Close()
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.o.DrainTimeout)
 	defer cancel()
 	var wg sync.WaitGroup

@@ -677,6 +677,13 @@ func (v validator) buildArtifact() *FieldError {
 	return nil
 }
 
+// The bounds of an update job's timeouts: a whole run of commands, and
+// the health re-probe after it.
+const (
+	MaxUpdateTimeoutSecs = 86400
+	MaxVerifyTimeoutSecs = 3600
+)
+
 func (v validator) update() *FieldError {
 	u := v.s.Update
 	if u == nil {
@@ -694,19 +701,22 @@ func (v validator) update() *FieldError {
 		return fieldErr("update.working_dir", "%q must be an absolute path", u.WorkingDir)
 	case len(u.Commands) == 0:
 		return fieldErr("update.commands", "at least one command is required")
-	case u.TimeoutSecs != nil && *u.TimeoutSecs < 0:
-		return fieldErr("update.timeout_secs", "must not be negative")
-	case u.VerifyTimeoutSecs != nil && *u.VerifyTimeoutSecs < 0:
-		return fieldErr("update.verify_timeout_secs", "must not be negative")
+	case u.TimeoutSecs != nil && (*u.TimeoutSecs < 1 || *u.TimeoutSecs > MaxUpdateTimeoutSecs):
+		return fieldErr("update.timeout_secs", "%d is out of range: 1 to %d seconds (default 600)", *u.TimeoutSecs, MaxUpdateTimeoutSecs)
+	case u.VerifyTimeoutSecs != nil && (*u.VerifyTimeoutSecs < 0 || *u.VerifyTimeoutSecs > MaxVerifyTimeoutSecs):
+		return fieldErr("update.verify_timeout_secs", "%d is out of range: 0 to %d seconds (default 60)", *u.VerifyTimeoutSecs, MaxVerifyTimeoutSecs)
 	}
 	for i, c := range u.Commands {
 		if strings.TrimSpace(c) == "" {
 			return fieldErr(fmt.Sprintf("update.commands[%d]", i), "must not be empty")
 		}
 	}
-	for k := range sortedMap(u.Env) {
-		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return fieldErr("update.env", "%q is not a valid variable name", k)
+	for k, val := range sortedMap(u.Env) {
+		if !envName(k) {
+			return fieldErr("update.env", "%q is not a valid environment variable name", k)
+		}
+		if strings.ContainsRune(val, 0) {
+			return fieldErr("update.env."+k, "must not contain a NUL byte")
 		}
 	}
 	if err := secretEnvs("update.env_from", u.EnvFrom); err != nil {

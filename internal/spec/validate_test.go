@@ -490,7 +490,42 @@ func TestValidate(t *testing.T) {
 			s := staticSpec()
 			s.Update = &apitype.UpdateSpec{WorkingDir: "/srv/app", Commands: []string{"git pull"}}
 			return s
-		}, nil, "update: not supported yet"},
+		}, nil, ""},
+		{"update on site", func() *apitype.DeploymentSpec {
+			s := siteSpec()
+			s.Update = &apitype.UpdateSpec{WorkingDir: "/srv/app", Commands: []string{"make"}, TimeoutSecs: new(60), VerifyTimeoutSecs: new(0)}
+			return s
+		}, nil, ""},
+		{"update timeout zero", func() *apitype.DeploymentSpec {
+			s := staticSpec()
+			s.Update = &apitype.UpdateSpec{WorkingDir: "/srv/app", Commands: []string{"make"}, TimeoutSecs: new(0)}
+			return s
+		}, nil, "update.timeout_secs: 0 is out of range"},
+		{"update timeout too long", func() *apitype.DeploymentSpec {
+			s := staticSpec()
+			s.Update = &apitype.UpdateSpec{WorkingDir: "/srv/app", Commands: []string{"make"}, TimeoutSecs: new(86401)}
+			return s
+		}, nil, "update.timeout_secs: 86401 is out of range"},
+		{"update verify timeout", func() *apitype.DeploymentSpec {
+			s := staticSpec()
+			s.Update = &apitype.UpdateSpec{WorkingDir: "/srv/app", Commands: []string{"make"}, VerifyTimeoutSecs: new(-1)}
+			return s
+		}, nil, "update.verify_timeout_secs: -1 is out of range"},
+		{"update env name", func() *apitype.DeploymentSpec {
+			s := staticSpec()
+			s.Update = &apitype.UpdateSpec{WorkingDir: "/srv/app", Commands: []string{"make"}, Env: map[string]string{"1BAD": "x"}}
+			return s
+		}, nil, "update.env: \"1BAD\""},
+		{"update blank command", func() *apitype.DeploymentSpec {
+			s := staticSpec()
+			s.Update = &apitype.UpdateSpec{WorkingDir: "/srv/app", Commands: []string{"make", " "}}
+			return s
+		}, nil, "update.commands[1]: must not be empty"},
+		{"update auth", func() *apitype.DeploymentSpec {
+			s := staticSpec()
+			s.Update = &apitype.UpdateSpec{WorkingDir: "/srv/app", Commands: []string{"make"}, Auth: &apitype.SecretRef{Secret: "git"}}
+			return s
+		}, nil, "update.auth: not supported yet"},
 		{"update on vm", func() *apitype.DeploymentSpec {
 			s := vmSpec()
 			s.Update = &apitype.UpdateSpec{WorkingDir: "/srv/app", Commands: []string{"git pull"}}
