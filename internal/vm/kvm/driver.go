@@ -374,6 +374,9 @@ func (d *Driver) check(spec vm.Spec) (state, vm.Size, error) {
 	if err != nil {
 		return state{}, size, err
 	}
+	if err := replicadir.NoMounts("kvm", spec); err != nil {
+		return fail("%v", err)
+	}
 	if spec.Workspace != "" {
 		if err := replicadir.CheckWorkspace(spec.Workspace); err != nil {
 			return fail("%v", err)
