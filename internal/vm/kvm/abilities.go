@@ -10,26 +10,18 @@ import (
 	"github.com/berth-dev/berth/internal/vm"
 )
 
-// The driver offers every ability but vm.Mounter (not yet); this guards
-// each at compile time.
-var (
-	_ vm.Driver      = (*Driver)(nil)
-	_ vm.Abilities   = (*Driver)(nil)
-	_ vm.Suspender   = (*Driver)(nil)
-	_ vm.Leaser      = (*Driver)(nil)
-	_ vm.LogReader   = (*Driver)(nil)
-	_ vm.LogFollower = (*Driver)(nil)
-	_ vm.AgentDialer = (*Driver)(nil)
-	_ vm.UsageReader = (*Driver)(nil)
-	_ vm.Waiter      = (*Driver)(nil)
-	_ vm.Checker     = (*Driver)(nil)
-)
+// The driver offers every ability; this guards each at compile time.
+var _ vm.Complete = (*Driver)(nil)
 
-// Abilities lists what the driver offers (all but vm.CanMount); the
-// conformance suite checks each one.
-func (d *Driver) Abilities() []vm.Ability {
-	return slices.DeleteFunc(slices.Clone(vm.AllAbilities), func(a vm.Ability) bool { return a == vm.CanMount })
-}
+// Abilities lists what the driver offers (all of them); the conformance
+// suite checks each one.
+func (d *Driver) Abilities() []vm.Ability { return slices.Clone(vm.AllAbilities) }
+
+// WritableMounts is false: the driver shares mounts over 9p read-only
+// (QEMU's readonly=on, and the guest mounts them ro), since a writable
+// share would write a guest's changes into the host tree every replica
+// shares; it refuses a writable mount.
+func (d *Driver) WritableMounts() bool { return false }
 
 // Wait returns once replica id has ended, learning it from its QEMU's exit
 // (a pidfd) rather than by polling: a guest whose app ended reboots, and
