@@ -510,6 +510,11 @@ func (p *Pool) create(ctx context.Context) {
 			public = "the secrets named in vm.env_from could not be read"
 		}
 	}
+	if err == nil && cfg.Mounts != nil {
+		if spec.Mounts, err = cfg.Mounts(ctx); err != nil {
+			public = "the mounts named in vm.mounts are not ready"
+		}
+	}
 	if err == nil {
 		// Fail fast on a driver that its last re-check found broken.
 		err = p.m.DriverProblem(cfg.Driver)

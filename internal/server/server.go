@@ -436,6 +436,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	specOpts := spec.Options{
 		BaseDomain: o.BaseDomain, Drivers: s.fleet.DriverNames(), ImageExists: s.images.Exists,
 		SitesDir: o.SitesDir, SiteRootsAllow: o.SiteRootsAllow, MaxReplicasCeiling: replicaCeiling(o),
+		Mounter: s.fleet.Mounter,
 	}
 	s.registry = registry.New(registry.Options{
 		Store:      st,
