@@ -375,8 +375,20 @@ func (d *Driver) checkMounts(spec vm.Spec) error {
 	if len(spec.Mounts) > 0 && d.initrd == "" {
 		return errors.New("mounts need the driver's initramfs (Options.Initrd), which mounts them")
 	}
+	ms := make([]Mount, len(spec.Mounts))
+	for i, m := range spec.Mounts {
+		ms[i].Target = m.Target
+	}
+	if n := len(mountsArg(ms)); n > maxMountsArg {
+		return fmt.Errorf("the mounts' targets take %d bytes on the kernel command line, more than the %d it has room for; use shorter paths", n, maxMountsArg)
+	}
 	return nil
 }
+
+// maxMountsArg bounds berth_mounts= on the kernel command line, whose
+// whole is at most 2047 bytes on x86 (COMMAND_LINE_SIZE); the rest of it
+// takes about 300.
+const maxMountsArg = 1024
 
 // cmdlineSafe reports whether r may stand in a mount target on the
 // kernel command line: no space, quote or backslash (which the kernel's

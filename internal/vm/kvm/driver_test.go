@@ -143,6 +143,12 @@ func TestStartRejectsBadSpecs(t *testing.T) {
 			s.Mounts = []vm.Mount{{Source: "/nonexistent/tree", Target: "/data", ReadOnly: true}}
 		},
 			"mounts[0] (mount /nonexistent/tree at /data): the source"},
+		{"mount targets too long for the command line", func(s *vm.Spec) {
+			src := t.TempDir()
+			for i := range 8 {
+				s.Mounts = append(s.Mounts, vm.Mount{Source: src, Target: "/" + strings.Repeat("x", 200) + strconv.Itoa(i), ReadOnly: true})
+			}
+		}, "more than the 1024 it has room for"},
 		{"mount over the workspace", func(s *vm.Spec) {
 			s.Workspace = t.TempDir()
 			s.Mounts = []vm.Mount{{Source: t.TempDir(), Target: "/workspace/m", ReadOnly: true}}
