@@ -69,6 +69,12 @@ type Options struct {
 	// MaxReplicasCeiling, when positive, is the most scaling.max_replicas
 	// a vm spec may ask for (berth serve: DefaultMaxReplicasCeiling).
 	MaxReplicasCeiling int
+	// Mounter, when set, reports whether a vm driver attaches vm.mounts
+	// at all (it declares vm.CanMount) and whether writable ones too
+	// (vm.Mounter's WritableMounts): vm.mounts on a driver that attaches
+	// none, or a read_only false on one that attaches only read-only
+	// ones, is refused rather than ignored. Nil skips both checks.
+	Mounter func(driver string) (attaches, writable bool)
 }
 
 // FieldError is one validation failure. Field is a JSON path into the spec,

@@ -504,6 +504,35 @@ func (v validator) mounts(vm *apitype.VmSpec) *FieldError {
 			return err
 		}
 	}
+	return v.mountDriver(vm)
+}
+
+// mountDriver refuses vm.mounts on a driver that cannot attach them
+// (Options.Mounter), naming the drivers of this host that can, and a
+// writable mount on a driver that attaches read-only ones only.
+func (v validator) mountDriver(vm *apitype.VmSpec) *FieldError {
+	if len(vm.Mounts) == 0 || v.o.Mounter == nil {
+		return nil
+	}
+	attaches, writable := v.o.Mounter(string(vm.Driver))
+	if !attaches {
+		var can []string
+		for _, d := range v.o.Drivers {
+			if ok, _ := v.o.Mounter(d); ok {
+				can = append(can, d)
+			}
+		}
+		avail := "none"
+		if len(can) > 0 {
+			avail = strings.Join(can, ", ")
+		}
+		return fieldErr("vm.mounts", "the %s driver cannot attach mounts (drivers on this host that can: %s)", vm.Driver, avail)
+	}
+	for i, m := range vm.Mounts {
+		if m.ReadOnly != nil && !*m.ReadOnly && !writable {
+			return fieldErr(fmt.Sprintf("vm.mounts[%d].read_only", i), "false is refused on the %s driver, which attaches mounts read-only only", vm.Driver)
+		}
+	}
 	return nil
 }
 
