@@ -466,7 +466,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		BaseDomain: o.BaseDomain, Drivers: s.fleet.DriverNames(), ImageExists: s.images.Exists,
 		SitesDir: o.SitesDir, SiteRootsAllow: o.SiteRootsAllow, MaxReplicasCeiling: replicaCeiling(o),
 		StoreRootsAllow: o.ArtifactRoots,
-		Mounter: s.fleet.Mounter,
+		Mounter:         s.fleet.Mounter,
 	}
 	if err := s.openJobs(ctx); err != nil {
 		return nil, err
