@@ -54,6 +54,8 @@ PPROF_BENCH=${PPROF_BENCH:-BenchmarkH1\$}
 step() { [[ " $STEPS " == *" $1 "* ]]; }
 
 tools=(wrk:wrk curl:curl)
+# nginx is the reference of the strace and callgrind steps.
+{ step strace || step callgrind; } && tools+=(nginx:nginx)
 step perf && tools+=(perf:linux-perf)
 step strace && tools+=(strace:strace)
 step callgrind && tools+=(valgrind:valgrind)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/caddyserver/certmagic"
 
+	"github.com/berth-dev/berth/internal/artifact"
 	"github.com/berth-dev/berth/internal/auth"
 	"github.com/berth-dev/berth/internal/certs"
 	"github.com/berth-dev/berth/internal/computer"
@@ -223,7 +224,11 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 	guardEnforce := fs.Bool("guard-enforce", envBoolDefault("BERTH_GUARD_ENFORCE", true), "refuse the requests guard rules block (403); false only counts and logs them (BERTH_GUARD_ENFORCE)")
 	siemOn := fs.Bool("siem", envBoolDefault("BERTH_SIEM", true), "detect attacks in the data plane's and the admin API's traffic (GET /security); false turns detection off, guard rules still apply (BERTH_SIEM)")
 	siemTune := fs.String("siem-tune", env("BERTH_SIEM_TUNE", ""), "the SIEM's thresholds, comma-separated key=value: "+siemTuneKeys+" (BERTH_SIEM_TUNE)")
+	hostUpdates := fs.Bool("host-updates", envBool("BERTH_HOST_UPDATES"), "let fleet-wide admins start host-update jobs (POST /deployments/{id}/update), which run a static or site deployment's update.commands on this host as berth's user; off by default (BERTH_HOST_UPDATES)")
 	allowLinkLocal := fs.Bool("allow-link-local-upstreams", envBool("BERTH_ALLOW_LINK_LOCAL_UPSTREAMS"), "let upstreams reach link-local and cloud metadata addresses (169.254.0.0/16, fe80::/10, 100.100.100.200, fd00:ec2::254), refused by default (BERTH_ALLOW_LINK_LOCAL_UPSTREAMS)")
+	artifactMax := fs.Int64("artifact-max-bytes", int64(intEnv("BERTH_ARTIFACT_MAX_BYTES", int(artifact.DefaultMaxBlobBytes))), "the largest blob one upload to the artifact store (/namespaces/{ns}/artifacts) may hold (BERTH_ARTIFACT_MAX_BYTES)")
+	artifactPrivate := fs.Bool("artifact-allow-private", envBool("BERTH_ARTIFACT_ALLOW_PRIVATE"), "let the artifact stores deployments name (http(s) store URLs) be reached at loopback and private addresses, refused by default so a tenant cannot make berth fetch from the internal network (BERTH_ARTIFACT_ALLOW_PRIVATE)")
+	artifactRoots := fs.String("artifact-roots", env("BERTH_ARTIFACT_ROOTS", ""), "comma-separated directories an absolute local store root (a deployment's store: /path) may lie in; empty refuses absolute roots (BERTH_ARTIFACT_ROOTS)")
 	maxActive := fs.Int("computer-max-active", intEnv("BERTH_COMPUTER_MAX_ACTIVE", 0), "register this host in the Computer capacity registry with at most this many Computers starting or running at once; 0: keep the registry as stored (empty: 16 fleet slots) (BERTH_COMPUTER_MAX_ACTIVE)")
 	headroom := fs.Int("computer-reserved-headroom", intEnv("BERTH_COMPUTER_RESERVED_HEADROOM", 0), "of --computer-max-active, how many slots to hold back (below it) (BERTH_COMPUTER_RESERVED_HEADROOM)")
 	recycleAfter := fs.Duration("computer-recycle-after", durEnv("BERTH_COMPUTER_RECYCLE_AFTER", 0), "replace a Computer's sandbox older than this at a quiet moment, keeping its workspace; 0: never (BERTH_COMPUTER_RECYCLE_AFTER)")
@@ -320,7 +325,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 		SitesDir: *sitesDir, SiteRootsAllow: splitList(*siteRoots),
 		TrustedProxies: prefixes, BaseDomain: *baseDomain, PublicIPs: splitList(*publicIPs),
 		DrainTimeout: *drain, Log: log, StdHTTP: *stdHTTP, EgressAddr: *egressAddr, BodyReadTimeout: *bodyTimeout,
-		UpstreamResponseTimeout: *respTimeout, AllowLinkLocalUpstreams: *allowLinkLocal,
+		UpstreamResponseTimeout: *respTimeout, AllowLinkLocalUpstreams: *allowLinkLocal, HostUpdates: *hostUpdates,
+		ArtifactMaxBytes: *artifactMax, ArtifactAllowPrivate: *artifactPrivate, ArtifactRoots: splitList(*artifactRoots),
 		RegistryCAFile: *registryCA, RegistryAllowInsecure: splitList(*registryInsecure), ImageBudget: *imageBudget << 20,
 		GuardDryRun: !*guardEnforce, SIEM: siemConfig,
 		// Credentials come from the environment only, never a flag: a

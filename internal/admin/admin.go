@@ -15,10 +15,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/berth-dev/berth/internal/artifact"
 	"github.com/berth-dev/berth/internal/auth"
 	"github.com/berth-dev/berth/internal/fleet"
 	"github.com/berth-dev/berth/internal/guard"
 	"github.com/berth-dev/berth/internal/image"
+	"github.com/berth-dev/berth/internal/jobs"
 	"github.com/berth-dev/berth/internal/metrics"
 	"github.com/berth-dev/berth/internal/namespaces"
 	"github.com/berth-dev/berth/internal/notify"
@@ -53,8 +55,11 @@ type Options struct {
 	// RegistryCredentials maps namespaces' registry hosts to their
 	// secrets; nil answers 503 on /namespaces/{ns}/registry-credentials.
 	RegistryCredentials RegistryCredentials
-	Guard               *guard.Guard // guard rules; nil answers 503 on /security/rules
-	SIEM                SIEM         // detection; nil: GET /security says it is off
+	// Artifacts is the embedded artifact store served per namespace at
+	// /namespaces/{name}/artifacts; nil answers 503 there.
+	Artifacts *artifact.Store
+	Guard     *guard.Guard // guard rules; nil answers 503 on /security/rules
+	SIEM      SIEM         // detection; nil: GET /security says it is off
 	// PortSignIns lists the Computer ports ("<id>:<port>") whose sign_in
 	// names an auth provider, so that deleting it is refused while in use.
 	PortSignIns func(ctx context.Context, ns, provider string) ([]string, error)
@@ -65,6 +70,10 @@ type Options struct {
 	// Webhooks sends security alerts to the operator's webhooks (berth's
 	// own /security/webhooks); nil answers 503 there.
 	Webhooks *notify.Notifier
+	// Jobs runs the deployments' background jobs (the job start routes,
+	// /jobs); Workflows keeps /workflows. Nil answers 503 there.
+	Jobs      *jobs.Manager
+	Workflows *jobs.Workflows
 	// Collectors are exposed on /metrics/prometheus besides Metrics and
 	// Host (the certificate manager's gauges).
 	Collectors []prometheus.Collector
@@ -134,6 +143,10 @@ func New(o Options) *API {
 	a.handle("GET /namespaces", tierView, wallNarrow, a.listNamespaces)
 	a.handle("POST /namespaces", tierCRUD, wallFleet, a.declareNamespace)
 	a.handle("DELETE /namespaces/{name}", tierCRUD, wallFleet, a.deleteNamespace)
+	a.handle("GET /namespaces/{name}/artifacts", tierView, wallNarrow, a.artifactsInfo)
+	a.handle("GET /namespaces/{name}/artifacts/{rest...}", tierView, wallNarrow, a.artifacts)
+	a.handle("PUT /namespaces/{name}/artifacts/{rest...}", tierCRUD, wallNarrow, a.artifacts)
+	a.handle("DELETE /namespaces/{name}/artifacts/{rest...}", tierCRUD, wallNarrow, a.artifacts)
 	a.handle("GET /auth-providers", tierView, wallNarrow, a.listProviders)
 	a.handle("GET /sessions", tierView, wallNarrow, a.listSessions)
 	a.handle("DELETE /sessions", tierCRUD, wallNarrow, a.revokeSubject)
@@ -160,6 +173,7 @@ func New(o Options) *API {
 	a.handle("POST /security/webhooks", tierCRUD, wallFleet, a.postWebhook)           // berth's own
 	a.handle("DELETE /security/webhooks/{id}", tierCRUD, wallFleet, a.deleteWebhook)  // berth's own
 	a.handle("POST /security/webhooks/{id}/test", tierCRUD, wallFleet, a.testWebhook) // berth's own
+	a.routeJobs()
 
 	return a
 }

@@ -151,6 +151,9 @@ func (a *API) view(ctx context.Context, e *registry.Entry, now time.Time, summar
 	if ns := e.Spec.Namespace; ns != "" && ns != "default" {
 		v.Namespace = ns
 	}
+	if e.Spec.Update != nil {
+		v.JobKind = apitype.JobActionUpdate // POST /deployments/{id}/update applies
+	}
 	for _, rr := range e.Spec.Routes {
 		if rr.Host != "" {
 			v.Hosts = append(v.Hosts, rr.Host)

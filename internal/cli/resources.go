@@ -71,6 +71,7 @@ func init() {
 				_, id, rest := splitResource(args)
 				return computerDelete(ctx, e, append(rest, id))
 			}},
+		{kind: "job", aliases: []string{"jobs"}, flags: "-d DEPLOYMENT", get: getJobs},
 	}
 }
 

@@ -68,10 +68,13 @@ var logsCmd = &command{
 	name:    "logs",
 	summary: "Print the output of a vm deployment's VMs",
 	help: `Usage: berth logs ID [-f] [--limit N]
+       berth logs job JOB_ID [-f]
 
 Print the recent output of every VM of a vm deployment, as lines of
 "<time> <vm> <stream> <text>". With -f, keep printing what the VMs write
-until interrupted.
+until interrupted. logs job prints a background job's log (berth get jobs
+lists them); with -f it follows the job until it finishes, and fails when
+the job failed.
 
 Flags:
   -f, --follow   keep printing new lines
@@ -345,6 +348,13 @@ func runLogs(ctx context.Context, e *env, args []string) error {
 	follow := fs.Bool("f", false, "")
 	fs.BoolVar(follow, "follow", false, "")
 	limit := fs.Int("limit", 100, "")
+	if pos, err := e.parse(e.logsProbe(), args); err == nil && len(pos) > 0 && (pos[0] == "job" || strings.HasPrefix(pos[0], "job/")) {
+		pos, err := e.parse(fs, args)
+		if err != nil {
+			return err
+		}
+		return runJobLogs(ctx, e, pos, *follow)
+	}
 	id, err := e.textDeployment("logs", fs, args)
 	if err != nil {
 		return err
@@ -357,6 +367,16 @@ func runLogs(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	return c.Logs(ctx, id, *limit, *follow, e.stdout)
+}
+
+// logsProbe is logs' flag set, to find its positional arguments before
+// deciding between a deployment's logs and a job's.
+func (e *env) logsProbe() *flag.FlagSet {
+	fs := e.flagSet("logs")
+	fs.Bool("f", false, "")
+	fs.Bool("follow", false, "")
+	fs.Int("limit", 100, "")
+	return fs
 }
 
 // vmFlagSet is the flag set of `get vms` and `delete vm`.

@@ -139,6 +139,24 @@ func (m *Manager) Driver(name string) vm.Driver { return m.o.Drivers[name] }
 // DriverNames lists the drivers replicas can run on, sorted.
 func (m *Manager) DriverNames() []string { return slices.Sorted(maps.Keys(m.o.Drivers)) }
 
+// Can reports whether the driver with the given name declares ability a
+// (vm.Abilities); false for an unknown driver or one that declares none.
+func (m *Manager) Can(driver string, a vm.Ability) bool {
+	ab, ok := m.o.Drivers[driver].(vm.Abilities)
+	return ok && slices.Contains(ab.Abilities(), a)
+}
+
+// Mounter reports whether the driver with the given name attaches
+// vm.mounts (declares vm.CanMount) and whether writable ones too
+// (vm.Mounter's WritableMounts): spec.Options.Mounter.
+func (m *Manager) Mounter(driver string) (attaches, writable bool) {
+	if !m.Can(driver, vm.CanMount) {
+		return false, false
+	}
+	mt, ok := m.o.Drivers[driver].(vm.Mounter)
+	return ok, ok && mt.WritableMounts()
+}
+
 // Run adopts the replicas that are already running (left by a previous berth
 // process; see Options.Inventory), then keeps every pool reconciled until
 // ctx ends. Pools created by Ensure while it runs are started by it, under
@@ -290,6 +308,11 @@ type Config struct {
 	// Env resolves secrets (vm.env_from) at each create; nil means none.
 	// An error fails the create with that reason.
 	Env func(ctx context.Context) (map[string]string, error)
+	// Mounts resolves vm.mounts at each create into the host trees the
+	// replica gets (Template.Mounts is replaced by what it returns); nil
+	// means none. An error fails the create with that reason (a tree not
+	// pulled yet, say).
+	Mounts func(ctx context.Context) ([]vm.Mount, error)
 	// Prepare readies a replica's spec before each create: it pulls the
 	// image a registry reference names when this host lacks it, and fills
 	// the image's defaults into what the spec leaves empty. It runs

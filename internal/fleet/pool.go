@@ -168,10 +168,13 @@ type prewarmer interface {
 // to make its spares ready, so that even the first scale from zero after
 // berth starts (or after the spec changed) finds one. A pool that keeps
 // replicas starts them at once, and its driver makes spares after that.
+// One with mounts is not prewarmed: its mounts are known only at each
+// create (Config.Mounts), and a spare, already running, could not take
+// them (the container driver starts such replicas cold).
 func (p *Pool) prewarmLocked() {
 	cfg := p.cfg.Load()
 	w, ok := p.driver().(prewarmer)
-	if !ok || p.done == nil || p.closed || cfg.Policy.Min > 0 || cfg.Policy.Max == 0 {
+	if !ok || p.done == nil || p.closed || cfg.Policy.Min > 0 || cfg.Policy.Max == 0 || cfg.Mounts != nil {
 		return
 	}
 	spec := cfg.Template
@@ -518,6 +521,11 @@ func (p *Pool) create(ctx context.Context) {
 			maps.Copy(spec.Env, secret) // a secret wins over a literal
 		} else {
 			public = "the secrets named in vm.env_from could not be read"
+		}
+	}
+	if err == nil && cfg.Mounts != nil {
+		if spec.Mounts, err = cfg.Mounts(ctx); err != nil {
+			public = "the mounts named in vm.mounts are not ready"
 		}
 	}
 	if err == nil {

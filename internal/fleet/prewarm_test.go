@@ -43,7 +43,8 @@ func (d *warmDriver) prewarmed() []string {
 // TestPrewarm: the driver is asked to prewarm for a pool that scales from
 // zero when the pool starts (at Run for a pool ensured before it, at
 // Ensure for one ensured while it runs) and when its spec changes; never
-// for a pool that keeps replicas (they start at once) or is disabled.
+// for a pool that keeps replicas (they start at once), is disabled, or
+// has mounts (a spare cannot take them).
 func TestPrewarm(t *testing.T) {
 	d := &warmDriver{Driver: vmfake.New(vmfake.Options{})}
 	defer d.Close()
@@ -62,7 +63,7 @@ func TestPrewarm(t *testing.T) {
 	defer func() {
 		cancel()
 		<-done
-		for _, id := range []string{"early", "late", "kept", "off"} {
+		for _, id := range []string{"early", "late", "kept", "off", "mounted"} {
 			m.Remove(context.Background(), id)
 		}
 	}()
@@ -70,6 +71,9 @@ func TestPrewarm(t *testing.T) {
 	m.Ensure(cfg("late", zero)) // started by Run before Ensure returns
 	m.Ensure(cfg("kept", autoscale.Policy{Min: 1, Max: 1, Target: 1}))
 	m.Ensure(cfg("off", autoscale.Policy{Min: 0, Max: 0}))
+	mounted := cfg("mounted", zero)
+	mounted.Mounts = func(context.Context) ([]vm.Mount, error) { return nil, nil }
+	m.Ensure(mounted)
 	changed := cfg("late", zero)
 	changed.Key = "k2"
 	m.Ensure(changed)

@@ -18,17 +18,47 @@ import (
 // fill the disk with inodes forever.
 const maxEntries = 1 << 20
 
-// unpackTar extracts a tar stream (gzip-compressed or not: the magic bytes
+// UnpackOptions qualify UnpackTar.
+type UnpackOptions struct {
+	// StripComponents drops that many leading path components from every
+	// entry name (and hard-link target), as tar --strip-components does:
+	// entries with no more components than that are skipped. Package
+	// artifact unpacks mount and site-bundle tarballs with it.
+	StripComponents int
+	// MaxBytes, when positive, bounds the regular files' total size, so a
+	// small compressed tarball cannot fill the disk.
+	MaxBytes int64
+}
+
+// UnpackStats count what UnpackTar wrote.
+type UnpackStats struct {
+	Files int   // entries written (directories, links and nodes included)
+	Bytes int64 // bytes of regular files
+}
+
+// unpackTar is UnpackTar for an image import: no components stripped.
+func unpackTar(r io.Reader, dir string) error {
+	_, err := UnpackTar(r, dir, UnpackOptions{})
+	return err
+}
+
+// UnpackTar extracts a tar stream (gzip-compressed or not: the magic bytes
 // decide) into dir, which must exist and be empty. Entries may not leave
 // dir: absolute names and leading ".." components are resolved against it
 // (as tar does), and a hard link or an entry whose parent would resolve
-// outside it through a symlink is refused. Owners are kept when berth runs as root.
-func unpackTar(r io.Reader, dir string) error {
+// outside it through a symlink is refused. Owners are kept when berth runs
+// as root. It is berth's one tar extractor: image imports and artifact
+// trees (package artifact) both use it.
+func UnpackTar(r io.Reader, dir string, o UnpackOptions) (UnpackStats, error) {
+	var st UnpackStats
+	if o.StripComponents < 0 {
+		return st, fmt.Errorf("strip_components %d: must not be negative", o.StripComponents)
+	}
 	br := bufio.NewReader(r)
 	if magic, err := br.Peek(2); err == nil && magic[0] == 0x1f && magic[1] == 0x8b {
 		zr, err := gzip.NewReader(br)
 		if err != nil {
-			return fmt.Errorf("reading gzip: %w", err)
+			return st, fmt.Errorf("reading gzip: %w", err)
 		}
 		defer zr.Close()
 		r = zr
@@ -37,48 +67,95 @@ func unpackTar(r io.Reader, dir string) error {
 	}
 	root, err := os.OpenRoot(dir)
 	if err != nil {
-		return err
+		return st, err
 	}
 	defer root.Close()
 	tr := tar.NewReader(r)
-	var dirs []*tar.Header
+	type dirMode struct {
+		name string
+		mode int64
+	}
+	var dirs []dirMode
 	for n := 0; ; n++ {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			return fmt.Errorf("reading tar: %w", err)
+			return st, fmt.Errorf("reading tar: %w", err)
 		}
 		if n >= maxEntries {
-			return fmt.Errorf("more than %d entries", maxEntries)
+			return st, fmt.Errorf("more than %d entries", maxEntries)
 		}
 		name, ok := cleanName(hdr.Name)
 		if !ok {
-			return fmt.Errorf("tar entry %q: not a path inside the image", hdr.Name)
+			return st, fmt.Errorf("tar entry %q: not a path inside the image", hdr.Name)
+		}
+		if name, ok = strip(name, o.StripComponents); !ok {
+			continue // wholly stripped, as tar skips it
+		}
+		if hdr.Typeflag == tar.TypeLink && o.StripComponents > 0 {
+			// A hard link names an entry of the same archive, whose
+			// name was stripped too.
+			target, ok := cleanName(hdr.Linkname)
+			if !ok {
+				return st, fmt.Errorf("tar entry %q: hard link to %q leaves the image", hdr.Name, hdr.Linkname)
+			}
+			if target, ok = strip(target, o.StripComponents); !ok {
+				return st, fmt.Errorf("tar entry %q: hard link to %q, which strip_components removes", hdr.Name, hdr.Linkname)
+			}
+			h := *hdr
+			h.Linkname = target
+			hdr = &h
 		}
 		if name == "." {
 			if hdr.Typeflag == tar.TypeDir {
-				dirs = append(dirs, hdr)
+				dirs = append(dirs, dirMode{name, hdr.Mode})
 			}
 			continue
 		}
-		if err := extract(root, tr, hdr, name); err != nil {
-			return fmt.Errorf("tar entry %q: %w", hdr.Name, err)
+		if o.MaxBytes > 0 && (hdr.Typeflag == tar.TypeReg || hdr.Typeflag == tar.TypeRegA) && hdr.Size > o.MaxBytes-st.Bytes {
+			return st, fmt.Errorf("tar entry %q: the files exceed the limit of %d bytes", hdr.Name, o.MaxBytes)
 		}
-		if hdr.Typeflag == tar.TypeDir {
-			dirs = append(dirs, hdr)
+		if err := extract(root, tr, hdr, name); err != nil {
+			return st, fmt.Errorf("tar entry %q: %w", hdr.Name, err)
+		}
+		switch hdr.Typeflag {
+		case tar.TypeXGlobalHeader:
+		case tar.TypeDir:
+			st.Files++
+			dirs = append(dirs, dirMode{name, hdr.Mode})
+		case tar.TypeReg, tar.TypeRegA:
+			st.Files++
+			st.Bytes += hdr.Size
+		default:
+			st.Files++
 		}
 	}
 	// Directory modes last: a read-only directory must still take its
 	// entries while unpacking.
 	for i := len(dirs) - 1; i >= 0; i-- {
-		name, _ := cleanName(dirs[i].Name)
-		if err := root.Chmod(name, goMode(dirs[i].Mode)); err != nil {
-			return fmt.Errorf("tar entry %q: %w", dirs[i].Name, err)
+		if err := root.Chmod(dirs[i].name, goMode(dirs[i].mode)); err != nil {
+			return st, fmt.Errorf("tar entry %q: %w", dirs[i].name, err)
 		}
 	}
-	return nil
+	return st, nil
+}
+
+// strip drops n leading components of a clean relative name; ok is false
+// when nothing is left (the entry is skipped).
+func strip(name string, n int) (string, bool) {
+	if n == 0 {
+		return name, true
+	}
+	if name == "." {
+		return "", false
+	}
+	parts := strings.Split(name, "/")
+	if len(parts) <= n {
+		return "", false
+	}
+	return strings.Join(parts[n:], "/"), true
 }
 
 // cleanName turns a tar name into a clean relative path, or reports that

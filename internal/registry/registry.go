@@ -80,6 +80,13 @@ type Options struct {
 	Pools Pools
 	// ResolveEnv resolves vm.env_from at each replica create.
 	ResolveEnv EnvResolver
+	// Mounts resolves a deployment's vm.mounts at each replica create:
+	// the vm.Mount of each MountSpec, in order, with Source the host tree
+	// the mount-pull job unpacked it into, Target its path and ReadOnly
+	// its read_only (default true; see MountTargets). Nil fails the
+	// creates of a deployment with mounts, saying nothing pulls them
+	// (spec validation still refuses vm.mounts for now).
+	Mounts MountResolver
 	// Metrics returns the metric set of a deployment, for pools.
 	Metrics func(id string) *metrics.Deployment
 	Log     *slog.Logger
@@ -307,6 +314,25 @@ func (r *Registry) activate(e *Entry) {
 	e.dp.Pool, e.dp.Hold = bs, p
 }
 
+// MountResolver resolves the vm.mounts of deployment id (Options.Mounts).
+type MountResolver func(ctx context.Context, id string, mounts []apitype.MountSpec) ([]vm.Mount, error)
+
+// MountTargets maps each of mounts to its vm.Mount: Source from tree (the
+// host directory the pull unpacked it into), Target its path, ReadOnly
+// its read_only, true when unset. It is what a MountResolver returns once
+// it knows the trees.
+func MountTargets(mounts []apitype.MountSpec, tree func(apitype.MountSpec) (string, error)) ([]vm.Mount, error) {
+	out := make([]vm.Mount, 0, len(mounts))
+	for i, m := range mounts {
+		src, err := tree(m)
+		if err != nil {
+			return nil, fmt.Errorf("vm.mounts[%d] (%s): %w", i, m.Path, err)
+		}
+		out = append(out, vm.Mount{Source: src, Target: m.Path, ReadOnly: m.ReadOnly == nil || *m.ReadOnly})
+	}
+	return out, nil
+}
+
 // poolConfig derives a pool's configuration from a vm spec.
 func (r *Registry) poolConfig(s *apitype.DeploymentSpec) fleet.Config {
 	v := s.VM
@@ -362,6 +388,14 @@ func (r *Registry) poolConfig(s *apitype.DeploymentSpec) fleet.Config {
 	} else if len(v.EnvFrom) > 0 {
 		cfg.Env = func(context.Context) (map[string]string, error) {
 			return nil, errors.New("this deployment names secrets in vm.env_from, but no secret store is configured")
+		}
+	}
+	if ms := v.Mounts; len(ms) > 0 && r.o.Mounts != nil {
+		id, ms := s.ID, slices.Clone(ms)
+		cfg.Mounts = func(ctx context.Context) ([]vm.Mount, error) { return r.o.Mounts(ctx, id, ms) }
+	} else if len(v.Mounts) > 0 {
+		cfg.Mounts = func(context.Context) ([]vm.Mount, error) {
+			return nil, errors.New("this deployment names vm.mounts, but nothing on this server pulls them")
 		}
 	}
 	if r.o.Metrics != nil {
@@ -481,6 +515,7 @@ func (r *Registry) Put(ctx context.Context, s apitype.DeploymentSpec, o PutOptio
 	so := r.o.Spec
 	if o.Restricted {
 		so.SiteRootsAllow = nil
+		so.StoreRootsAllow = nil // absolute store roots read the host's disk
 	}
 	spec.Normalize(&s, so)
 	if err := spec.Validate(&s, so); err != nil {

@@ -62,9 +62,11 @@ func (s *Server) compileGate(spec *apitype.DeploymentSpec) (proxy.Gate, error) {
 }
 
 // forgetDeployment is the registry's Forget: a deleted deployment's
-// metrics go, and its sessions end (with their tokens), so a deployment
-// created later under the same id signs nobody in from before.
+// metrics go, its running job is cancelled, and its sessions end (with
+// their tokens), so a deployment created later under the same id signs
+// nobody in from before.
 func (s *Server) forgetDeployment(id string) {
+	s.jobs.Cancel(id) // its job must not outlive it
 	s.metrics.Delete(id)
 	s.limits.Forget(id)
 	if _, err := s.sessions.Invalidate(context.Background(), id, ""); err != nil {

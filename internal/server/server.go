@@ -27,6 +27,7 @@ import (
 
 	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/admin"
+	"github.com/berth-dev/berth/internal/artifact"
 	"github.com/berth-dev/berth/internal/auth"
 	"github.com/berth-dev/berth/internal/certs"
 	"github.com/berth-dev/berth/internal/computer"
@@ -39,6 +40,7 @@ import (
 	"github.com/berth-dev/berth/internal/hostnet"
 	"github.com/berth-dev/berth/internal/image"
 	"github.com/berth-dev/berth/internal/inventory"
+	"github.com/berth-dev/berth/internal/jobs"
 	"github.com/berth-dev/berth/internal/metrics"
 	"github.com/berth-dev/berth/internal/namespaces"
 	"github.com/berth-dev/berth/internal/netguard"
@@ -133,6 +135,15 @@ type Options struct {
 	// response head (proxy.Options.UpstreamResponseTimeout); past it the
 	// client gets 504. Zero means 60 s.
 	UpstreamResponseTimeout time.Duration
+	// ArtifactMaxBytes bounds one blob uploaded to the artifact store
+	// (<DataDir>/artifacts, served at /namespaces/{ns}/artifacts); zero is
+	// artifact.DefaultMaxBlobBytes (4 GiB).
+	ArtifactMaxBytes int64
+	// ArtifactAllowPrivate lets the artifact stores deployments name be
+	// reached at loopback and private addresses (artifact.OpenOptions);
+	// ArtifactRoots lists the directories an absolute store root may lie in.
+	ArtifactAllowPrivate bool
+	ArtifactRoots        []string
 	// AllowLinkLocalUpstreams lets upstreams reach link-local and cloud
 	// metadata addresses, which are otherwise refused when a static
 	// upstream is written and when the proxy dials.
@@ -225,6 +236,12 @@ type Options struct {
 	// older than that at a quiet moment, keeping its workspace.
 	ComputerRecycleAfter time.Duration
 
+	// HostUpdates lets fleet-wide admins start host-update jobs (POST
+	// /deployments/{id}/update), which run a deployment's update.commands
+	// on this host as berth's user (berth serve --host-updates,
+	// BERTH_HOST_UPDATES). Off, every such start is refused.
+	HostUpdates bool
+
 	Log *slog.Logger
 }
 
@@ -263,6 +280,10 @@ type Server struct {
 	// container and VM drivers (vm.image).
 	images *image.Store
 	host   *metrics.HostSampler
+	// jobs runs the deployments' background jobs; workflows keeps the
+	// registered CI workflows.
+	jobs      *jobs.Manager
+	workflows *jobs.Workflows
 
 	proxyLn, adminLn net.Listener
 	proxySrv         *http.Server
@@ -279,11 +300,13 @@ type Server struct {
 	routesChanged chan struct{} // to feedHosts
 	adminTLS      bool          // the admin listener speaks TLS
 
-	adminSrv *http.Server
-	egress   *egress.Proxy // nil when EgressAddr is "off"
-	egressLn net.Listener
-	ports    *portRoutes   // Computers' exposed ports on the data plane
-	lock     *instanceLock // the data dir's, held until Run returns
+	adminSrv  *http.Server
+	artifacts *artifact.Store // <DataDir>/artifacts
+	trees     *artifact.Trees // <DataDir>/trees: unpacked artifacts replicas share
+	egress    *egress.Proxy   // nil when EgressAddr is "off"
+	egressLn  net.Listener
+	ports     *portRoutes   // Computers' exposed ports on the data plane
+	lock      *instanceLock // the data dir's, held until Run returns
 	// self is berth's own listeners, which the proxy refuses to dial; filled
 	// as they are bound.
 	self *netguard.Self
@@ -392,6 +415,12 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		return nil, err
 	}
 	s.proxy = proxy.New(popts)
+	if s.artifacts, err = artifact.NewStore(filepath.Join(o.DataDir, "artifacts"), artifact.StoreOptions{MaxBlobBytes: o.ArtifactMaxBytes}); err != nil {
+		return nil, err
+	}
+	if s.trees, err = artifact.OpenTrees(filepath.Join(o.DataDir, "trees")); err != nil {
+		return nil, fmt.Errorf("server: artifact trees: %w", err)
+	}
 	if s.images, err = s.openImages(ctx, st); err != nil {
 		return nil, err
 	}
@@ -447,7 +476,13 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	specOpts := spec.Options{
 		BaseDomain: o.BaseDomain, Drivers: s.fleet.DriverNames(), ImageExists: s.imageExists,
 		SitesDir: o.SitesDir, SiteRootsAllow: o.SiteRootsAllow, MaxReplicasCeiling: replicaCeiling(o),
+		StoreRootsAllow: o.ArtifactRoots,
+		Mounter:         s.fleet.Mounter,
 	}
+	if err := s.openJobs(ctx); err != nil {
+		return nil, err
+	}
+	undo = append(undo, s.jobs.Close)
 	s.registry = registry.New(registry.Options{
 		Store:      st,
 		Publisher:  s.publisher(),
@@ -533,8 +568,10 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		Gate:   adminGate,
 		Tokens: tokens, Secrets: sec, Namespaces: nsStore, Sessions: s.sessions, Images: s.images,
 		ImageBudget: imageBudget(o), RegistryCredentials: registryCreds{st},
-		Certs: s.certSource(), Collectors: s.collectors(),
+		Artifacts: s.artifacts,
+		Certs:     s.certSource(), Collectors: s.collectors(),
 		Guard: s.guard, SIEM: s.siem, Webhooks: s.notifier, RateLimits: s.limits, PortSignIns: st.ComputerPortsSigningInWith,
+		Jobs: s.jobs, Workflows: s.workflows,
 		Confinement: confinement(o),
 		Upstreams:   admin.UpstreamGuard{Self: s.self, AllowLinkLocal: o.AllowLinkLocalUpstreams},
 	})
@@ -712,6 +749,10 @@ func (s *Server) Run(ctx context.Context) error {
 		s.log.Error("listener failed", "err", err)
 	}
 	s.log.Info("draining", "timeout", s.o.DrainTimeout, "in_flight", s.proxy.Active())
+	// Running jobs are cancelled first (their commands killed, their
+	// records written failed), so that log followers see them end and do
+	// not hold the admin listener's drain.
+	s.jobs.Close()
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.o.DrainTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -788,3 +829,18 @@ func (r recorder) Observe(status int, elapsed time.Duration, failed bool) {
 func (r recorder) ObservePhases(p proxy.Phases) {
 	r.d.Phases.Observe(p.Queue, p.Pull, p.Create, p.Boot, p.FirstByte, p.Total)
 }
+
+// ArtifactSource opens the artifact store a deployment in namespace ns
+// names (MountSpec.store, ArtifactSpec.store, BuildSpec.store), with key
+// its API key: what the fetch jobs read through, under the operator's
+// address and root policy.
+func (s *Server) ArtifactSource(store, ns, key string) (artifact.Source, error) {
+	return artifact.Open(store, ns, key, artifact.OpenOptions{
+		Local: s.artifacts, Self: s.self, AllowPrivate: s.o.ArtifactAllowPrivate,
+		AllowLinkLocal: s.o.AllowLinkLocalUpstreams, Roots: s.o.ArtifactRoots,
+	})
+}
+
+// ArtifactTrees is where fetched tarballs are unpacked, once per digest,
+// for every replica that mounts them.
+func (s *Server) ArtifactTrees() *artifact.Trees { return s.trees }

@@ -50,6 +50,24 @@ func siteDirs(o *Options) error {
 		}
 	}
 	o.SiteRootsAllow = allow
+	// Absolute artifact store roots are read whole (every tag, every
+	// blob): one containing the data directory would read berth's own
+	// store past its namespace walls.
+	roots := make([]string, 0, len(o.ArtifactRoots))
+	for _, d := range o.ArtifactRoots {
+		if !filepath.IsAbs(d) {
+			return fmt.Errorf("server: artifact store root directory %q must be an absolute path", d)
+		}
+		real, err := realAbs(d)
+		if err != nil {
+			return fmt.Errorf("server: artifact store root directory: %w", err)
+		}
+		if contains(real, data) || contains(data, real) {
+			return fmt.Errorf("server: artifact store root directory %s overlaps the data directory %s, whose store a deployment would then read past its namespace; choose a directory beside it", d, o.DataDir)
+		}
+		roots = append(roots, filepath.Clean(d))
+	}
+	o.ArtifactRoots = roots
 	return nil
 }
 

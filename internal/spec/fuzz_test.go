@@ -14,13 +14,13 @@ var seedSpecs = []string{
 	`{"id":"app","routes":[{"host":"App.Example.com."}],"vm":{"driver":"process","port":8080}}`,
 	`{"id":"app","vm":{"driver":"process","port":8080},"scaling":{"min_replicas":1}}`,
 	`{"id":"api","routes":[{"path_prefix":"/api","strip_prefix":true}],"upstreams":["10.0.0.1:80","https://x.org"],"health":{"path":null}}`,
-	`{"id":"docs","routes":[{"host_suffix":"..Docs.example.com."}],"site":{"root":""},"artifact":{"store":"s","ref":"r"}}`,
+	`{"id":"docs","routes":[{"host_suffix":"..Docs.example.com."}],"site":{"root":""},"artifact":{"store":"local","ref":"r"}}`,
 	`{"id":"docs","namespace":"web","site":{"root":"/srv/x","index":""}}`,
 	`{"id":"r","routes":[{"host":"old.example.com","redirect":{"to":"https://new.example.com"}}],"upstreams":["a:1"]}`,
 	`{"id":"s","routes":[{"host":"."}],"upstreams":["a:1"],"extra":{"b":[1,{"z":null,"a":"<&>"}]}}`,
 	`{"id":"x","routes":[{}],"vm":{"driver":"kvm","port":0}}`,
 	`{"id":"","upstreams":[]}`,
-	`{"id":"g","routes":[{"host":"g.example.com"}],"vm":{"driver":"firecracker","port":1,"workspace":{"store":"s","auth":{"secret":"k","namespace":"evil"}}},"scaling":{"max_replicas":1},"auth":{"provider":["jwt","app-token"],"jwt":{"jwks_url":"https://i/jwks","algorithms":["RS256"],"issuer":"i"}}}`,
+	`{"id":"g","routes":[{"host":"g.example.com"}],"vm":{"driver":"firecracker","port":1,"workspace":{"store":"local","auth":{"secret":"k","namespace":"evil"}}},"scaling":{"max_replicas":1},"auth":{"provider":["jwt","app-token"],"jwt":{"jwks_url":"https://i/jwks","algorithms":["RS256"],"issuer":"i"}}}`,
 	`{"id":"n","routes":null,"discovery":{"service_id":"svc"},"update":{"working_dir":"/w","commands":["make"]}}`,
 }
 

@@ -34,7 +34,7 @@ func notSupported(field, why string) *FieldError {
 
 // unsupported refuses the sections berth checks field by field (so a later
 // issue can implement one by deleting its line here) but does not act on:
-// nothing builds, fetches, mounts, discovers, updates or feeds, and the
+// nothing builds, fetches, mounts, discovers or feeds, and the
 // health prober does not read expected_header. It runs after the field
 // checks, so a malformed section is still named precisely.
 func (v validator) unsupported() *FieldError {
@@ -51,7 +51,7 @@ func (v validator) unsupported() *FieldError {
 		{s.Feed != nil, "feed", "berth keeps no event feed"},
 		{s.Build != nil, "build", "berth does not build images from a repo or store"},
 		{s.Artifact != nil, "artifact", "berth does not fetch artifacts"},
-		{s.Update != nil, "update", "berth does not run update jobs"},
+		{s.Update != nil && s.Update.Auth != nil, "update.auth", "a host update uses no stored credential of its own; pass one to its commands with update.env_from"},
 		{s.Discovery != nil, "discovery", "berth does not discover upstreams (list them in upstreams)"},
 		{len(vm.Mounts) > 0, "vm.mounts", "berth does not mount artifact stores into replicas"},
 		{vm.Workspace != nil, "vm.workspace", "berth does not persist deployment workspaces"},

@@ -55,6 +55,12 @@ type Options struct {
 	// writers that cover the whole fleet (the registry clears it for
 	// confined ones).
 	SiteRootsAllow []string
+	// StoreRootsAllow lists the directories an absolute store root (a
+	// mount's, artifact's or build's store: /path) may lie in, for writers
+	// that cover the whole fleet (the registry clears it for confined
+	// ones, whose specs then name stores by URL or "local"). Empty refuses
+	// absolute store roots: they read the host's disk.
+	StoreRootsAllow []string
 	// ImageExists, when set, reports whether the local image store holds
 	// an image: a vm spec for an image-based driver (container,
 	// firecracker, kvm, libvirt) must then name one it holds in vm.image,
@@ -63,6 +69,12 @@ type Options struct {
 	// MaxReplicasCeiling, when positive, is the most scaling.max_replicas
 	// a vm spec may ask for (berth serve: DefaultMaxReplicasCeiling).
 	MaxReplicasCeiling int
+	// Mounter, when set, reports whether a vm driver attaches vm.mounts
+	// at all (it declares vm.CanMount) and whether writable ones too
+	// (vm.Mounter's WritableMounts): vm.mounts on a driver that attaches
+	// none, or a read_only false on one that attaches only read-only
+	// ones, is refused rather than ignored. Nil skips both checks.
+	Mounter func(driver string) (attaches, writable bool)
 }
 
 // FieldError is one validation failure. Field is a JSON path into the spec,

@@ -51,8 +51,8 @@ func TestNormalize(t *testing.T) {
 		"vm": {
 			"driver": "process", "port": 8080,
 			"env_from": [{"secret": "db", "namespace": "other"}],
-			"mounts": [{"path": "/data", "store": "s", "ref": "r", "auth": {"secret": "st", "namespace": "evil"}}],
-			"workspace": {"store": "s", "auth": {"secret": "ws"}}
+			"mounts": [{"path": "/data", "store": "local", "ref": "r", "auth": {"secret": "st", "namespace": "evil"}}],
+			"workspace": {"store": "local", "auth": {"secret": "ws"}}
 		},
 		"scaling": {"max_replicas": 2},
 		"build": {"repo": "r", "auth": {"secret": "git", "namespace": "other"}},
@@ -71,8 +71,8 @@ func TestNormalize(t *testing.T) {
 		"vm": {
 			"driver": "process", "port": 8080,
 			"env_from": [{"secret": "db", "namespace": "team"}],
-			"mounts": [{"path": "/data", "store": "s", "ref": "r", "auth": {"secret": "st", "namespace": "team"}}],
-			"workspace": {"store": "s", "auth": {"secret": "ws", "namespace": "team"}}
+			"mounts": [{"path": "/data", "store": "local", "ref": "r", "auth": {"secret": "st", "namespace": "team"}}],
+			"workspace": {"store": "local", "auth": {"secret": "ws", "namespace": "team"}}
 		},
 		"scaling": {"min_replicas": 0, "max_replicas": 2, "warm_pool": 0, "target_concurrency": 10,
 			"scale_to_zero_after_secs": 300, "cold_start_timeout_secs": 120, "drain_timeout_secs": 30,
@@ -147,7 +147,7 @@ func TestNormalizeSite(t *testing.T) {
 
 func TestNormalizeNamespaceAndSecrets(t *testing.T) {
 	s := decode(t, `{"id":"a","upstreams":["a:1"],"update":{"working_dir":"/w","commands":["x"],
-		"auth":{"secret":"s","namespace":"x"},"env_from":[{"secret":"e","namespace":"x"}]},"artifact":{"store":"s","ref":"r","auth":{"secret":"a"}}}`)
+		"auth":{"secret":"s","namespace":"x"},"env_from":[{"secret":"e","namespace":"x"}]},"artifact":{"store":"local","ref":"r","auth":{"secret":"a"}}}`)
 	Normalize(s, Options{})
 	if s.Namespace != "" {
 		t.Errorf("namespace = %q, want absent", s.Namespace)

@@ -488,6 +488,9 @@ func (v validator) mounts(vm *apitype.VmSpec) *FieldError {
 		if m.Store == "" {
 			return fieldErr(f+".store", "required")
 		}
+		if err := v.store(f+".store", m.Store); err != nil {
+			return err
+		}
 		if m.Ref == "" {
 			return fieldErr(f+".ref", "required")
 		}
@@ -499,6 +502,35 @@ func (v validator) mounts(vm *apitype.VmSpec) *FieldError {
 		}
 		if err := secretRef(f+".auth", m.Auth); err != nil {
 			return err
+		}
+	}
+	return v.mountDriver(vm)
+}
+
+// mountDriver refuses vm.mounts on a driver that cannot attach them
+// (Options.Mounter), naming the drivers of this host that can, and a
+// writable mount on a driver that attaches read-only ones only.
+func (v validator) mountDriver(vm *apitype.VmSpec) *FieldError {
+	if len(vm.Mounts) == 0 || v.o.Mounter == nil {
+		return nil
+	}
+	attaches, writable := v.o.Mounter(string(vm.Driver))
+	if !attaches {
+		var can []string
+		for _, d := range v.o.Drivers {
+			if ok, _ := v.o.Mounter(d); ok {
+				can = append(can, d)
+			}
+		}
+		avail := "none"
+		if len(can) > 0 {
+			avail = strings.Join(can, ", ")
+		}
+		return fieldErr("vm.mounts", "the %s driver cannot attach mounts (drivers on this host that can: %s)", vm.Driver, avail)
+	}
+	for i, m := range vm.Mounts {
+		if m.ReadOnly != nil && !*m.ReadOnly && !writable {
+			return fieldErr(fmt.Sprintf("vm.mounts[%d].read_only", i), "false is refused on the %s driver, which attaches mounts read-only only", vm.Driver)
 		}
 	}
 	return nil
@@ -636,6 +668,8 @@ func (v validator) buildArtifact() *FieldError {
 			return fieldErr("build.dockerfile", "git source only: a Dockerfile manifest names its own recipe")
 		case b.Store != "" && b.Context != "":
 			return fieldErr("build.context", "git source only")
+		case b.Store != "" && CheckStore(b.Store) != "":
+			return fieldErr("build.store", "%s", CheckStore(b.Store))
 		case b.ImageSizeMB != nil && *b.ImageSizeMB <= 0:
 			return fieldErr("build.image_size_mb", "must be greater than 0")
 		}
@@ -662,12 +696,22 @@ func (v validator) buildArtifact() *FieldError {
 		case a.StripComponents != nil && *a.StripComponents < 0:
 			return fieldErr("artifact.strip_components", "must not be negative")
 		}
+		if err := v.store("artifact.store", a.Store); err != nil {
+			return err
+		}
 		if err := secretRef("artifact.auth", a.Auth); err != nil {
 			return err
 		}
 	}
 	return nil
 }
+
+// The bounds of an update job's timeouts: a whole run of commands, and
+// the health re-probe after it.
+const (
+	MaxUpdateTimeoutSecs = 86400
+	MaxVerifyTimeoutSecs = 3600
+)
 
 func (v validator) update() *FieldError {
 	u := v.s.Update
@@ -686,19 +730,22 @@ func (v validator) update() *FieldError {
 		return fieldErr("update.working_dir", "%q must be an absolute path", u.WorkingDir)
 	case len(u.Commands) == 0:
 		return fieldErr("update.commands", "at least one command is required")
-	case u.TimeoutSecs != nil && *u.TimeoutSecs < 0:
-		return fieldErr("update.timeout_secs", "must not be negative")
-	case u.VerifyTimeoutSecs != nil && *u.VerifyTimeoutSecs < 0:
-		return fieldErr("update.verify_timeout_secs", "must not be negative")
+	case u.TimeoutSecs != nil && (*u.TimeoutSecs < 1 || *u.TimeoutSecs > MaxUpdateTimeoutSecs):
+		return fieldErr("update.timeout_secs", "%d is out of range: 1 to %d seconds (default 600)", *u.TimeoutSecs, MaxUpdateTimeoutSecs)
+	case u.VerifyTimeoutSecs != nil && (*u.VerifyTimeoutSecs < 0 || *u.VerifyTimeoutSecs > MaxVerifyTimeoutSecs):
+		return fieldErr("update.verify_timeout_secs", "%d is out of range: 0 to %d seconds (default 60)", *u.VerifyTimeoutSecs, MaxVerifyTimeoutSecs)
 	}
 	for i, c := range u.Commands {
 		if strings.TrimSpace(c) == "" {
 			return fieldErr(fmt.Sprintf("update.commands[%d]", i), "must not be empty")
 		}
 	}
-	for k := range sortedMap(u.Env) {
-		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return fieldErr("update.env", "%q is not a valid variable name", k)
+	for k, val := range sortedMap(u.Env) {
+		if !envName(k) {
+			return fieldErr("update.env", "%q is not a valid environment variable name", k)
+		}
+		if strings.ContainsRune(val, 0) {
+			return fieldErr("update.env."+k, "must not contain a NUL byte")
 		}
 	}
 	if err := secretEnvs("update.env_from", u.EnvFrom); err != nil {

@@ -11,6 +11,22 @@ import (
 
 var testOpts = Options{Drivers: []string{"process", "firecracker", "kvm"}, SitesDir: "/srv/sites"}
 
+// mountOpts is a host whose drivers attach mounts as berth's do (process
+// and firecracker none, kvm and libvirt read-only ones, container any).
+var mountOpts = &Options{
+	Drivers:  []string{"container", "firecracker", "kvm", "libvirt", "process"},
+	SitesDir: "/srv/sites",
+	Mounter: func(driver string) (bool, bool) {
+		switch driver {
+		case "container":
+			return true, true
+		case "kvm", "libvirt":
+			return true, false
+		}
+		return false, false
+	},
+}
+
 func vmSpec() *apitype.DeploymentSpec {
 	return &apitype.DeploymentSpec{
 		ID:     "app",
@@ -254,47 +270,76 @@ func TestValidate(t *testing.T) {
 		}, nil, "vm.env_from[0].as: "},
 		{"mount ok", func() *apitype.DeploymentSpec {
 			s := vmSpec()
-			s.VM.Mounts = []apitype.MountSpec{{Path: "/data", Store: "/srv/art", Ref: "v1"}, {Path: "/models", Store: "/srv/art", Ref: "v1"}}
+			s.VM.Mounts = []apitype.MountSpec{{Path: "/data", Store: "local", Ref: "v1"}, {Path: "/models", Store: "https://art.example.com", Ref: "v1"}}
 			return s
 		}, nil, "vm.mounts: not supported yet"},
 		{"mount relative", func() *apitype.DeploymentSpec {
 			s := vmSpec()
-			s.VM.Mounts = []apitype.MountSpec{{Path: "data", Store: "s", Ref: "r"}}
+			s.VM.Mounts = []apitype.MountSpec{{Path: "data", Store: "local", Ref: "r"}}
 			return s
 		}, nil, "vm.mounts[0].path: "},
 		{"mount dotdot", func() *apitype.DeploymentSpec {
 			s := vmSpec()
-			s.VM.Mounts = []apitype.MountSpec{{Path: "/a/../b", Store: "s", Ref: "r"}}
+			s.VM.Mounts = []apitype.MountSpec{{Path: "/a/../b", Store: "local", Ref: "r"}}
 			return s
 		}, nil, "vm.mounts[0].path: \"/a/../b\" must not contain .."},
 		{"mount reserved", func() *apitype.DeploymentSpec {
 			s := vmSpec()
-			s.VM.Mounts = []apitype.MountSpec{{Path: "/proc", Store: "s", Ref: "r"}}
+			s.VM.Mounts = []apitype.MountSpec{{Path: "/proc", Store: "local", Ref: "r"}}
 			return s
 		}, nil, "vm.mounts[0].path: \"/proc\" is reserved"},
 		{"mount nested", func() *apitype.DeploymentSpec {
 			s := vmSpec()
-			s.VM.Mounts = []apitype.MountSpec{{Path: "/data", Store: "s", Ref: "r"}, {Path: "/data/x", Store: "s", Ref: "r"}}
+			s.VM.Mounts = []apitype.MountSpec{{Path: "/data", Store: "local", Ref: "r"}, {Path: "/data/x", Store: "local", Ref: "r"}}
 			return s
 		}, nil, "vm.mounts[1].path: \"/data/x\" nests with vm.mounts[0]"},
 		{"mount duplicate", func() *apitype.DeploymentSpec {
 			s := vmSpec()
-			s.VM.Mounts = []apitype.MountSpec{{Path: "/data", Store: "s", Ref: "r"}, {Path: "/data", Store: "s", Ref: "r"}}
+			s.VM.Mounts = []apitype.MountSpec{{Path: "/data", Store: "local", Ref: "r"}, {Path: "/data", Store: "local", Ref: "r"}}
 			return s
 		}, nil, "vm.mounts[1].path: \"/data\" duplicates"},
 		{"too many mounts", func() *apitype.DeploymentSpec {
 			s := vmSpec()
 			for i := range 9 {
-				s.VM.Mounts = append(s.VM.Mounts, apitype.MountSpec{Path: fmt.Sprintf("/m%d", i), Store: "s", Ref: "r"})
+				s.VM.Mounts = append(s.VM.Mounts, apitype.MountSpec{Path: fmt.Sprintf("/m%d", i), Store: "local", Ref: "r"})
 			}
 			return s
 		}, nil, "vm.mounts: 9 mounts exceed the limit of 8"},
 		{"mount writable on kvm", func() *apitype.DeploymentSpec {
 			s := vmSpec()
 			s.VM.Driver = apitype.DriverKVM
-			s.VM.Mounts = []apitype.MountSpec{{Path: "/data", Store: "s", Ref: "r", ReadOnly: boolp(false)}}
+			s.VM.Mounts = []apitype.MountSpec{{Path: "/data", Store: "local", Ref: "r", ReadOnly: boolp(false)}}
 			return s
 		}, nil, "vm.mounts[0].read_only: "},
+		{"mount on a driver that cannot", func() *apitype.DeploymentSpec {
+			s := vmSpec()
+			s.VM.Mounts = []apitype.MountSpec{{Path: "/data", Store: "s", Ref: "r"}}
+			return s
+		}, mountOpts, "vm.mounts: the process driver cannot attach mounts (drivers on this host that can: container, kvm, libvirt)"},
+		{"mount where no driver can", func() *apitype.DeploymentSpec {
+			s := vmSpec()
+			s.VM.Mounts = []apitype.MountSpec{{Path: "/data", Store: "s", Ref: "r"}}
+			return s
+		}, &Options{Drivers: []string{"process"}, Mounter: func(string) (bool, bool) { return false, false }},
+			"vm.mounts: the process driver cannot attach mounts (drivers on this host that can: none)"},
+		{"mount on a driver that can", func() *apitype.DeploymentSpec {
+			s := vmSpec()
+			s.VM.Driver, s.VM.Image = apitype.DriverContainer, "img"
+			s.VM.Mounts = []apitype.MountSpec{{Path: "/data", Store: "s", Ref: "r", ReadOnly: boolp(false)}}
+			return s
+		}, mountOpts, "vm.mounts: not supported yet"},
+		{"mount writable on libvirt", func() *apitype.DeploymentSpec {
+			s := vmSpec()
+			s.VM.Driver, s.VM.Image = apitype.DriverLibvirt, "img"
+			s.VM.Mounts = []apitype.MountSpec{{Path: "/data", Store: "s", Ref: "r"}, {Path: "/w", Store: "s", Ref: "r", ReadOnly: boolp(false)}}
+			return s
+		}, mountOpts, "vm.mounts[1].read_only: false is refused on the libvirt driver, which attaches mounts read-only only"},
+		{"mount read-only on kvm", func() *apitype.DeploymentSpec {
+			s := vmSpec()
+			s.VM.Driver, s.VM.Image = apitype.DriverKVM, "img"
+			s.VM.Mounts = []apitype.MountSpec{{Path: "/data", Store: "s", Ref: "r", ReadOnly: boolp(true)}}
+			return s
+		}, mountOpts, "vm.mounts: not supported yet"},
 		{"mount store", func() *apitype.DeploymentSpec {
 			s := vmSpec()
 			s.VM.Mounts = []apitype.MountSpec{{Path: "/data", Ref: "r"}}
@@ -302,7 +347,7 @@ func TestValidate(t *testing.T) {
 		}, nil, "vm.mounts[0].store: required"},
 		{"mount auth secret", func() *apitype.DeploymentSpec {
 			s := vmSpec()
-			s.VM.Mounts = []apitype.MountSpec{{Path: "/data", Store: "s", Ref: "r", Auth: &apitype.SecretRef{}}}
+			s.VM.Mounts = []apitype.MountSpec{{Path: "/data", Store: "local", Ref: "r", Auth: &apitype.SecretRef{}}}
 			return s
 		}, nil, "vm.mounts[0].auth.secret: required"},
 		{"workspace ok", func() *apitype.DeploymentSpec {
@@ -444,16 +489,16 @@ func TestValidate(t *testing.T) {
 		{"build and artifact", func() *apitype.DeploymentSpec {
 			s := vmSpec()
 			s.Build = &apitype.BuildSpec{Repo: "r"}
-			s.Artifact = &apitype.ArtifactSpec{Store: "s", Ref: "r"}
+			s.Artifact = &apitype.ArtifactSpec{Store: "local", Ref: "r"}
 			return s
 		}, nil, "build: build and artifact are mutually exclusive"},
 		{"build on site", func() *apitype.DeploymentSpec { s := siteSpec(); s.Build = &apitype.BuildSpec{Repo: "r"}; return s }, nil, "build: only a vm deployment can be built"},
 		{"build repo and store", func() *apitype.DeploymentSpec {
 			s := vmSpec()
-			s.Build = &apitype.BuildSpec{Repo: "r", Store: "s", Ref: "x"}
+			s.Build = &apitype.BuildSpec{Repo: "r", Store: "local", Ref: "x"}
 			return s
 		}, nil, "build: repo and store are mutually exclusive"},
-		{"build store needs ref", func() *apitype.DeploymentSpec { s := vmSpec(); s.Build = &apitype.BuildSpec{Store: "s"}; return s }, nil, "build.ref: required"},
+		{"build store needs ref", func() *apitype.DeploymentSpec { s := vmSpec(); s.Build = &apitype.BuildSpec{Store: "local"}; return s }, nil, "build.ref: required"},
 		{"build auth", func() *apitype.DeploymentSpec {
 			s := vmSpec()
 			s.Build = &apitype.BuildSpec{Repo: "r", Auth: &apitype.SecretRef{}}
@@ -461,27 +506,27 @@ func TestValidate(t *testing.T) {
 		}, nil, "build.auth.secret: required"},
 		{"artifact on site", func() *apitype.DeploymentSpec {
 			s := siteSpec()
-			s.Artifact = &apitype.ArtifactSpec{Store: "s", Ref: "r", StripComponents: intp(1)}
+			s.Artifact = &apitype.ArtifactSpec{Store: "local", Ref: "r", StripComponents: intp(1)}
 			return s
 		}, nil, "artifact: not supported yet"},
 		{"artifact on static", func() *apitype.DeploymentSpec {
 			s := staticSpec()
-			s.Artifact = &apitype.ArtifactSpec{Store: "s", Ref: "r"}
+			s.Artifact = &apitype.ArtifactSpec{Store: "local", Ref: "r"}
 			return s
 		}, nil, "artifact: only vm and site"},
 		{"artifact grow on site", func() *apitype.DeploymentSpec {
 			s := siteSpec()
-			s.Artifact = &apitype.ArtifactSpec{Store: "s", Ref: "r", GrowGB: intp(1)}
+			s.Artifact = &apitype.ArtifactSpec{Store: "local", Ref: "r", GrowGB: intp(1)}
 			return s
 		}, nil, "artifact.grow_gb: "},
 		{"artifact strip on vm", func() *apitype.DeploymentSpec {
 			s := vmSpec()
-			s.Artifact = &apitype.ArtifactSpec{Store: "s", Ref: "r", StripComponents: intp(1)}
+			s.Artifact = &apitype.ArtifactSpec{Store: "local", Ref: "r", StripComponents: intp(1)}
 			return s
 		}, nil, "artifact.strip_components: site bundles only"},
 		{"artifact ref", func() *apitype.DeploymentSpec {
 			s := vmSpec()
-			s.Artifact = &apitype.ArtifactSpec{Store: "s"}
+			s.Artifact = &apitype.ArtifactSpec{Store: "local"}
 			return s
 		}, nil, "artifact.ref: required"},
 
@@ -490,7 +535,42 @@ func TestValidate(t *testing.T) {
 			s := staticSpec()
 			s.Update = &apitype.UpdateSpec{WorkingDir: "/srv/app", Commands: []string{"git pull"}}
 			return s
-		}, nil, "update: not supported yet"},
+		}, nil, ""},
+		{"update on site", func() *apitype.DeploymentSpec {
+			s := siteSpec()
+			s.Update = &apitype.UpdateSpec{WorkingDir: "/srv/app", Commands: []string{"make"}, TimeoutSecs: new(60), VerifyTimeoutSecs: new(0)}
+			return s
+		}, nil, ""},
+		{"update timeout zero", func() *apitype.DeploymentSpec {
+			s := staticSpec()
+			s.Update = &apitype.UpdateSpec{WorkingDir: "/srv/app", Commands: []string{"make"}, TimeoutSecs: new(0)}
+			return s
+		}, nil, "update.timeout_secs: 0 is out of range"},
+		{"update timeout too long", func() *apitype.DeploymentSpec {
+			s := staticSpec()
+			s.Update = &apitype.UpdateSpec{WorkingDir: "/srv/app", Commands: []string{"make"}, TimeoutSecs: new(86401)}
+			return s
+		}, nil, "update.timeout_secs: 86401 is out of range"},
+		{"update verify timeout", func() *apitype.DeploymentSpec {
+			s := staticSpec()
+			s.Update = &apitype.UpdateSpec{WorkingDir: "/srv/app", Commands: []string{"make"}, VerifyTimeoutSecs: new(-1)}
+			return s
+		}, nil, "update.verify_timeout_secs: -1 is out of range"},
+		{"update env name", func() *apitype.DeploymentSpec {
+			s := staticSpec()
+			s.Update = &apitype.UpdateSpec{WorkingDir: "/srv/app", Commands: []string{"make"}, Env: map[string]string{"1BAD": "x"}}
+			return s
+		}, nil, "update.env: \"1BAD\""},
+		{"update blank command", func() *apitype.DeploymentSpec {
+			s := staticSpec()
+			s.Update = &apitype.UpdateSpec{WorkingDir: "/srv/app", Commands: []string{"make", " "}}
+			return s
+		}, nil, "update.commands[1]: must not be empty"},
+		{"update auth", func() *apitype.DeploymentSpec {
+			s := staticSpec()
+			s.Update = &apitype.UpdateSpec{WorkingDir: "/srv/app", Commands: []string{"make"}, Auth: &apitype.SecretRef{Secret: "git"}}
+			return s
+		}, nil, "update.auth: not supported yet"},
 		{"update on vm", func() *apitype.DeploymentSpec {
 			s := vmSpec()
 			s.Update = &apitype.UpdateSpec{WorkingDir: "/srv/app", Commands: []string{"git pull"}}
@@ -498,7 +578,7 @@ func TestValidate(t *testing.T) {
 		}, nil, "update: only static and site"},
 		{"update and artifact on site", func() *apitype.DeploymentSpec {
 			s := siteSpec()
-			s.Artifact = &apitype.ArtifactSpec{Store: "s", Ref: "r"}
+			s.Artifact = &apitype.ArtifactSpec{Store: "local", Ref: "r"}
 			s.Update = &apitype.UpdateSpec{WorkingDir: "/srv/app", Commands: []string{"make"}}
 			return s
 		}, nil, "update: update and artifact are mutually exclusive"},

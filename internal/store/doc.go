@@ -44,6 +44,9 @@
 //	          max_clients, updated_at)
 //	webhooks(id PK, sealed BLOB, min_severity, note, created_at,
 //	         delivered, failed, dead_lettered, last_error, last_delivery_at)
+//	jobs(seq INTEGER PK AUTOINCREMENT, id UNIQUE, deployment, namespace,
+//	     kind, status, started_at Unix s, record JSON)
+//	workflows(id PK, spec JSON, created_at, updated_at)
 //
 // The Computer tables (package computer) keep its state machine, fleet
 // slots (ReserveComputerSlot counts and inserts in one transaction), the
@@ -57,6 +60,9 @@
 // deployments, which app-lb's DeploymentSpec has no room for; a
 // deployment's row goes with it (DeleteDeployment, in the same
 // transaction).
+//
+// jobs (package jobs) keeps background jobs' records (already redacted)
+// across restarts; InsertJob prunes the history, never a running job.
 //
 // computer_grants (package grant) lists the grants issued, for listing and
 // revocation; a grant's token is never stored, only its signed payload, and

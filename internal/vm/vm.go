@@ -2,7 +2,7 @@
 // replicas: processes, containers, KVM guests, Firecracker microVMs. Each
 // driver implements Driver; optional abilities are one-method interfaces a
 // caller discovers with a type assertion (Suspender, LogReader, AgentDialer,
-// UsageReader, Leaser, Waiter, Checker), as net/http does with
+// UsageReader, Leaser, Waiter, Checker, Mounter), as net/http does with
 // http.Flusher. A driver declares the ones it offers (Abilities), and the
 // conformance suite holds it to exactly those.
 //
@@ -71,7 +71,36 @@ type Spec struct {
 	// --root set to it; a container or VM driver mounts it at
 	// /workspace and roots the agent there. Empty means none.
 	Workspace string
+
+	// Mounts are host directory trees attached to the sandbox at boot
+	// (vm.mounts: each an artifact unpacked once into a content-addressed
+	// tree that every replica of the deployment shares). Only a driver
+	// that declares CanMount (a Mounter) attaches them; every other one
+	// refuses a spec with mounts rather than start a replica without
+	// them. See Mount for what a driver checks.
+	Mounts []Mount
 }
+
+// Mount is one host directory tree attached to a sandbox (Spec.Mounts).
+// A Mounter's Start refuses, naming the mount, a Source that is not an
+// existing directory, and a Target that is not a clean absolute path
+// other than /, that nests with (or equals) another mount's, or that
+// covers or lies in /workspace when the spec has a Workspace.
+type Mount struct {
+	// Source is the host directory: the shared tree. Drivers never write
+	// to it through a read-only mount.
+	Source string
+	// Target is where the sandbox sees it: an absolute path, created in
+	// the replica's own root file system if it is missing there.
+	Target string
+	// ReadOnly makes writes through the mount fail in the sandbox (the
+	// default of vm.mounts[].read_only). A Mounter whose WritableMounts is
+	// false refuses a mount without it.
+	ReadOnly bool
+}
+
+// String names the mount in errors: "mount <Source> at <Target>".
+func (m Mount) String() string { return "mount " + m.Source + " at " + m.Target }
 
 // State is a replica's lifecycle state.
 type State string
@@ -131,10 +160,11 @@ const (
 	CanUsage      Ability = "UsageReader"
 	CanWait       Ability = "Waiter"
 	CanCheck      Ability = "Checker"
+	CanMount      Ability = "Mounter"
 )
 
 // AllAbilities lists every Ability.
-var AllAbilities = []Ability{CanSuspend, CanLease, CanLogs, CanFollowLogs, CanDialAgent, CanUsage, CanWait, CanCheck}
+var AllAbilities = []Ability{CanSuspend, CanLease, CanLogs, CanFollowLogs, CanDialAgent, CanUsage, CanWait, CanCheck, CanMount}
 
 // Implements reports whether d implements the interface of ability a.
 func Implements(d any, a Ability) bool {
@@ -156,6 +186,8 @@ func Implements(d any, a Ability) bool {
 		_, ok = d.(Waiter)
 	case CanCheck:
 		_, ok = d.(Checker)
+	case CanMount:
+		_, ok = d.(Mounter)
 	}
 	return ok
 }
@@ -183,6 +215,7 @@ type Complete interface {
 	UsageReader
 	Waiter
 	Checker
+	Mounter
 }
 
 // Suspender keeps a replica's data while it is not running (idle_action:
@@ -223,6 +256,18 @@ type Waiter interface {
 // ErrUnavailable and says what is missing.
 type Checker interface {
 	Check(ctx context.Context) error
+}
+
+// Mounter attaches Spec.Mounts to its sandboxes at boot, each at its
+// Target and read-only when Mount.ReadOnly says so (writes through it fail
+// in the sandbox, also for root). A driver that is no Mounter refuses a
+// spec with mounts; berth refuses a deployment with vm.mounts on such a
+// driver before it gets there.
+type Mounter interface {
+	// WritableMounts reports whether the driver also attaches mounts
+	// writable (Mount.ReadOnly false); a driver for which it is false
+	// refuses such a mount, saying why.
+	WritableMounts() bool
 }
 
 // LogLine is one line a replica wrote.

@@ -16,6 +16,10 @@ var _ vm.Complete = (*Driver)(nil)
 // suite checks each one.
 func (d *Driver) Abilities() []vm.Ability { return slices.Clone(vm.AllAbilities) }
 
+// WritableMounts is true: a writable mount is a read-write bind mount of
+// the host tree, so a writer changes it for every replica sharing it.
+func (d *Driver) WritableMounts() bool { return true }
+
 // Wait returns once replica id has ended, learning it from its
 // container's init (a pidfd) rather than by polling.
 func (d *Driver) Wait(ctx context.Context, id string) (vm.Instance, error) {

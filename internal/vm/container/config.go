@@ -48,6 +48,15 @@ func (d *Driver) config(spec vm.Spec, st state, wd string, size vm.Size) *specs.
 	if spec.Workspace != "" {
 		mounts = append(mounts, specs.Mount{Destination: workspaceInside, Type: "bind", Source: spec.Workspace, Options: []string{"rbind", "rw"}})
 	}
+	for _, m := range spec.Mounts {
+		// "ro" in a bind mount's options has the runtime remount it
+		// read-only (a bind mount ignores MS_RDONLY on its first mount).
+		opts := []string{"rbind", "rw", "nosuid", "nodev"}
+		if m.ReadOnly {
+			opts[1] = "ro"
+		}
+		mounts = append(mounts, specs.Mount{Destination: m.Target, Type: "bind", Source: m.Source, Options: opts})
+	}
 	return &specs.Spec{
 		Version:  ociVersion,
 		Root:     &specs.Root{Path: filepath.Join(dir, rootfsDir)},

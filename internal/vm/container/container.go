@@ -38,7 +38,11 @@
 // /.berth/berth with that library path, so the image's own libc (or lack
 // of one) never matters. The agent's children (hooks, the app) are the
 // image's own programs and use the image's libraries. A Spec.Workspace is bind-mounted at /workspace
-// and roots the agent's file operations.
+// and roots the agent's file operations. Each of Spec.Mounts (the driver
+// is a vm.Mounter, writable mounts too) is bind-mounted (rbind, nosuid,
+// nodev, and ro unless the mount is writable: the runtime then remounts
+// it read-only) at its target, whose directory the driver makes in the
+// replica's own root first, never in the shared image tree.
 //
 // Start is: mount the rootfs; make a network namespace and plug it into
 // the bridge; write config.json; `runtime run --detach` into that
@@ -95,7 +99,8 @@
 // network namespace, and the agent in spare mode (`berth agent --spare`,
 // see package agent) as init, linked to the driver by a socket passed as
 // its fd 3 (`runtime run --preserve-fds 1`). A Start that fits a spare (an
-// image and size class with one, no workspace, no disk of its own,
+// image and size class with one, no workspace, no mounts (Spec.Mounts:
+// a running container cannot get them), no disk of its own,
 // overlayfs) takes it, waiting up to spareWait for one being made:
 //
 //  1. it renames the spare's directory onto the replica's (the mounts and
@@ -488,6 +493,9 @@ func (d *Driver) check(spec vm.Spec) (state, vm.Size, error) {
 			return fail("%v", err)
 		}
 	}
+	if err := replicadir.CheckMounts(spec, true, workspaceInside); err != nil {
+		return fail("%v", err)
+	}
 	if spec.DiskSizeGB < 0 || spec.DiskSizeGB > maxDiskGB {
 		return fail("disk size %d GB out of range (1 to %d, or 0 for none)", spec.DiskSizeGB, maxDiskGB)
 	}
@@ -557,6 +565,13 @@ func (d *Driver) launch(ctx context.Context, spec vm.Spec, st state, lower strin
 	if spec.Workspace == "" || !strings.HasPrefix(wd+"/", workspaceInside+"/") {
 		if err := mkdirIn(filepath.Join(dir, rootfsDir), wd); err != nil {
 			return st, fmt.Errorf("creating the working directory %s: %w", wd, err)
+		}
+	}
+	for i, m := range spec.Mounts {
+		// In the replica's own root (the overlay's upper layer, or its
+		// copy of the image), never in the image tree it shares.
+		if err := mkdirIn(filepath.Join(dir, rootfsDir), m.Target); err != nil {
+			return st, fmt.Errorf("mounts[%d] (%s): creating the mount point: %w", i, m, err)
 		}
 	}
 	if spec.TTL > 0 {

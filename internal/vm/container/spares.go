@@ -80,9 +80,11 @@ func (d *Driver) newPool(n int) *sparepool.Pool[spareKind, *spare] {
 }
 
 // spareEligible reports whether spec can start from a spare: a spare has
-// no workspace bind mount and no disk of its own, and needs overlayfs.
+// no workspace bind mount, no mounts (Spec.Mounts: its container runs
+// already, so its mount namespace cannot get them) and no disk of its own,
+// and needs overlayfs.
 func (d *Driver) spareEligible(spec vm.Spec, st state) bool {
-	return d.pool.N() > 0 && st.Overlay && st.DiskGB == 0 && spec.Workspace == ""
+	return d.pool.N() > 0 && st.Overlay && st.DiskGB == 0 && spec.Workspace == "" && len(spec.Mounts) == 0
 }
 
 func kindOf(spec vm.Spec) spareKind {

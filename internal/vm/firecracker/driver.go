@@ -315,6 +315,10 @@ func (d *Driver) check(spec vm.Spec) (state, vm.Size, error) {
 		// host directory that must stay one across backings.
 		return fail("workspaces are not supported by the firecracker driver (it cannot share a host directory); use kvm or libvirt")
 	}
+	if err := replicadir.NoMounts("firecracker", spec); err != nil {
+		// For the same reason.
+		return fail("%v; use container, kvm or libvirt", err)
+	}
 	if size.VCPUs > 1 && size.VCPUs%2 != 0 || size.VCPUs > 32 {
 		return fail("size class %q has %d vCPUs; Firecracker takes 1 or an even number up to 32", cmp.Or(spec.SizeClass, vm.DefaultSize), size.VCPUs)
 	}

@@ -17,6 +17,12 @@ var _ vm.Complete = (*Driver)(nil)
 // suite checks each one.
 func (d *Driver) Abilities() []vm.Ability { return slices.Clone(vm.AllAbilities) }
 
+// WritableMounts is false: the driver shares mounts over 9p read-only
+// (QEMU's readonly=on, and the guest mounts them ro), since a writable
+// share would write a guest's changes into the host tree every replica
+// shares; it refuses a writable mount.
+func (d *Driver) WritableMounts() bool { return false }
+
 // Wait returns once replica id has ended, learning it from its QEMU's exit
 // (a pidfd) rather than by polling: a guest whose app ended reboots, and
 // QEMU exits then.

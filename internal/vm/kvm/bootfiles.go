@@ -48,6 +48,6 @@ func InitrdVersion() string { return initrdVersion() }
 
 var initrdVersion = sync.OnceValue(func() string {
 	h := sha256.New()
-	fmt.Fprintf(h, "berth-initrd-2\x00%s\x00%s\x00%s", initScript, strings.Join(InitrdModules, ","), strings.Join(WorkspaceModules, ","))
+	fmt.Fprintf(h, "berth-initrd-3\x00%s\x00%s\x00%s", initScript, strings.Join(InitrdModules, ","), strings.Join(WorkspaceModules, ","))
 	return fmt.Sprintf("%x", h.Sum(nil))[:16]
 })

@@ -44,6 +44,8 @@
 //	    -device virtserialport,chardev=agent,name=berth.agent
 //	    [-fsdev local,id=ws,security_model=passthrough,path=<Spec.Workspace>
 //	     -device virtio-9p-device,fsdev=ws,mount_tag=berth.workspace]
+//	    [-fsdev local,id=m<i>,security_model=passthrough,readonly=on,path=<Spec.Mounts[i].Source>
+//	     -device virtio-9p-device,fsdev=m<i>,mount_tag=berth.m<i>]...
 //
 // Decision: the microvm machine type. It has no PCI bus and no BIOS to run
 // (qboot), which matters most under TCG: measured here, Debian's kernel
@@ -63,7 +65,7 @@
 //
 //	console=ttyS0 reboot=k panic=1 quiet i8042.noaux
 //	[tsc_early_khz=<host>] berth_root=/dev/vda berth_ip=<guest>/<bits> berth_gw=<host>
-//	[berth_workspace=berth.workspace] [Options.KernelArgs]
+//	[berth_workspace=berth.workspace] [berth_mounts=berth.m0:<target>,...] [Options.KernelArgs]
 //	-- /berth-agent [Options.GuestInitArgs] agent --vm-init --config /dev/vdb
 //
 // # The workspace
@@ -98,6 +100,26 @@
 // the root disk (cache=loose brought it to 0.9 s, and large writes down
 // to about 20 MiB/s).
 //
+// # Mounts
+//
+// The driver is a vm.Mounter for read-only mounts only (WritableMounts is
+// false). Each of Spec.Mounts (vm.mounts: an artifact unpacked into a
+// content-addressed host tree that every replica of the deployment
+// shares) is a second kind of 9p share, the i-th under the tag berth.m<i>
+// (MountTag) with QEMU's readonly=on, so QEMU refuses the guest's writes
+// whatever the guest does (a remount rw included). The command line lists
+// them as berth_mounts=<tag>:<target>,..., and the initramfs makes each
+// target on the root disk (mkdir -p) and mounts it there with
+// MountOptions (ro and the workspace's 9p options) before switch_root.
+//
+// Decision: a writable mount is refused, saying why: through a 9p share a
+// guest's writes land in the host tree itself, which every replica of the
+// deployment (and the next one) shares. Decision: targets may only hold
+// A-Z a-z 0-9 / . _ - + @, since they travel on the kernel command line,
+// whose parser splits at spaces and reads quotes, and berth_mounts= is
+// split at commas and colons (spec validation allows fewer still). Mounts
+// need the initramfs (Options.Initrd), which mounts them.
+//
 // # The guest kernel and its initramfs
 //
 // The kernel is configured per host (Options.Kernel). The tested one is
@@ -108,8 +130,8 @@
 // block, net and console, and ext4 are modules, and it has no IP_PNP. So
 // the driver boots it with a small initramfs (Options.Initrd) that
 // WriteInitrd builds from the kernel's module tree and a static busybox:
-// its /init loads those modules, mounts /dev/vda (and the workspace, see
-// above), gives eth0 its address and default route (berth_ip, berth_gw),
+// its /init loads those modules, mounts /dev/vda (and the workspace and
+// the mounts, see above), gives eth0 its address and default route (berth_ip, berth_gw),
 // and switch_roots to the agent.
 // A kernel with all of that built in can boot without one (NoInitrd; it
 // then gets root=/dev/vda and ip=).

@@ -339,6 +339,62 @@ type state struct {
 	// Workspace is the host directory shared with the guest (Spec.Workspace),
 	// "" for none.
 	Workspace string `json:"workspace,omitempty"`
+	// Mounts are the host trees shared with the guest read-only
+	// (Spec.Mounts), the i-th under the 9p tag MountTag(i).
+	Mounts []Mount `json:"mounts,omitempty"`
+}
+
+// Mount is one of a guest's read-only mounts (vm.Mount): the host
+// directory Source, which the guest sees at Target.
+type Mount struct {
+	Source string `json:"source"`
+	Target string `json:"target"`
+}
+
+// MountTag is the 9p mount tag of a guest's i-th mount (QEMU's
+// mount_tag=, libvirt's <target dir=>): berth.m<i>.
+func MountTag(i int) string { return "berth.m" + strconv.Itoa(i) }
+
+// checkMounts checks a spec's mounts for a guest: what
+// replicadir.CheckMounts checks, read-only only (a writable 9p share
+// would write the guest's changes into the host tree every replica
+// shares), and targets that can travel on the kernel command line
+// (berth_mounts=). It needs the initramfs, which mounts them.
+func (d *Driver) checkMounts(spec vm.Spec) error {
+	for i, m := range spec.Mounts {
+		if !m.ReadOnly {
+			return fmt.Errorf("mounts[%d] (%s): the kvm driver attaches mounts read-only only: a writable 9p share would write the guest's changes through into the host tree that every replica shares", i, m)
+		}
+		if c := strings.IndexFunc(m.Target, func(r rune) bool { return !cmdlineSafe(r) }); c >= 0 {
+			return fmt.Errorf("mounts[%d] (%s): the target may only hold A-Z a-z 0-9 / . _ - + @ on the kvm driver, which passes it on the kernel command line (it holds %q)", i, m, m.Target[c:c+1])
+		}
+	}
+	if err := replicadir.CheckMounts(spec, false, guestWorkspace); err != nil {
+		return err
+	}
+	if len(spec.Mounts) > 0 && d.initrd == "" {
+		return errors.New("mounts need the driver's initramfs (Options.Initrd), which mounts them")
+	}
+	ms := make([]Mount, len(spec.Mounts))
+	for i, m := range spec.Mounts {
+		ms[i].Target = m.Target
+	}
+	if n := len(mountsArg(ms)); n > maxMountsArg {
+		return fmt.Errorf("the mounts' targets take %d bytes on the kernel command line, more than the %d it has room for; use shorter paths", n, maxMountsArg)
+	}
+	return nil
+}
+
+// maxMountsArg bounds berth_mounts= on the kernel command line, whose
+// whole is at most 2047 bytes on x86 (COMMAND_LINE_SIZE); the rest of it
+// takes about 300.
+const maxMountsArg = 1024
+
+// cmdlineSafe reports whether r may stand in a mount target on the
+// kernel command line: no space, quote or backslash (which the kernel's
+// parser reads), no comma or colon (which separate berth_mounts=).
+func cmdlineSafe(r rune) bool {
+	return 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || strings.ContainsRune("/._-+@", r)
 }
 
 func (st state) addr() string {
@@ -383,9 +439,15 @@ func (d *Driver) check(spec vm.Spec) (state, vm.Size, error) {
 			return fail("a workspace needs the driver's initramfs (Options.Initrd), which mounts it")
 		}
 	}
+	if err := d.checkMounts(spec); err != nil {
+		return fail("%v", err)
+	}
 	st := state{ID: spec.Name, Deployment: owner, Owner: vm.ResolveOwner(spec.Owner, spec.Name), Port: spec.Port}
 	if spec.Workspace != "" {
 		st.Workspace = filepath.Clean(spec.Workspace)
+	}
+	for _, m := range spec.Mounts {
+		st.Mounts = append(st.Mounts, Mount{Source: filepath.Clean(m.Source), Target: m.Target})
 	}
 	if st.Port == 0 {
 		st.Port = DefaultPort
@@ -495,6 +557,9 @@ func (d *Driver) bootArgs(st state) string {
 		if st.Workspace != "" {
 			args = append(args, "berth_workspace="+WorkspaceTag)
 		}
+		if len(st.Mounts) > 0 {
+			args = append(args, "berth_mounts="+mountsArg(st.Mounts))
+		}
 	} else {
 		args = append(args, "root="+guestRoot, "rw", "init="+d.init,
 			microvm.KernelIP(st.GuestIP, st.HostIP, st.PrefixLen))
@@ -561,10 +626,29 @@ func (d *Driver) qemuArgs(st state, size vm.Size) []string {
 			"-fsdev", "local,id=ws,security_model=passthrough,path="+opt(st.Workspace),
 			"-device", "virtio-9p-device,fsdev=ws,mount_tag="+WorkspaceTag)
 	}
+	for i, m := range st.Mounts {
+		// readonly=on: QEMU refuses the guest's writes, whatever the
+		// guest's mount options say.
+		id := "m" + strconv.Itoa(i)
+		args = append(args,
+			"-fsdev", "local,id="+id+",security_model=passthrough,readonly=on,path="+opt(m.Source),
+			"-device", "virtio-9p-device,fsdev="+id+",mount_tag="+MountTag(i))
+	}
 	if d.initrd != "" {
 		args = append(args, "-initrd", d.initrd)
 	}
 	return args
+}
+
+// mountsArg is the value of berth_mounts= on the kernel command line:
+// <tag>:<target> for each mount, comma-separated (checkMounts keeps both
+// out of the targets).
+func mountsArg(ms []Mount) string {
+	parts := make([]string, len(ms))
+	for i, m := range ms {
+		parts[i] = MountTag(i) + ":" + m.Target
+	}
+	return strings.Join(parts, ",")
 }
 
 // opt escapes a value for QEMU's comma-separated option syntax.

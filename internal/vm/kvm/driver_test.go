@@ -129,6 +129,30 @@ func TestStartRejectsBadSpecs(t *testing.T) {
 		{"relative workspace", func(s *vm.Spec) { s.Workspace = "work" }, "not an absolute path"},
 		{"missing workspace", func(s *vm.Spec) { s.Workspace = filepath.Join(t.TempDir(), "none") }, "not a directory"},
 		{"file as workspace", func(s *vm.Spec) { s.Workspace = touch(t, "ws") }, "not a directory"},
+		{"writable mount", func(s *vm.Spec) { s.Mounts = []vm.Mount{{Source: t.TempDir(), Target: "/data"}} },
+			"mounts[0] (mount "},
+		{"writable mount says why", func(s *vm.Spec) { s.Mounts = []vm.Mount{{Source: t.TempDir(), Target: "/data"}} },
+			"read-only only: a writable 9p share would write the guest's changes through into the host tree that every replica shares"},
+		{"mount target with a comma", func(s *vm.Spec) { s.Mounts = []vm.Mount{{Source: t.TempDir(), Target: "/a,b", ReadOnly: true}} },
+			`passes it on the kernel command line (it holds ",")`},
+		{"mount target with a colon", func(s *vm.Spec) { s.Mounts = []vm.Mount{{Source: t.TempDir(), Target: "/a:b", ReadOnly: true}} },
+			`(it holds ":")`},
+		{"mount target with a space", func(s *vm.Spec) { s.Mounts = []vm.Mount{{Source: t.TempDir(), Target: "/a b", ReadOnly: true}} },
+			`(it holds " ")`},
+		{"missing mount source", func(s *vm.Spec) {
+			s.Mounts = []vm.Mount{{Source: "/nonexistent/tree", Target: "/data", ReadOnly: true}}
+		},
+			"mounts[0] (mount /nonexistent/tree at /data): the source"},
+		{"mount targets too long for the command line", func(s *vm.Spec) {
+			src := t.TempDir()
+			for i := range 8 {
+				s.Mounts = append(s.Mounts, vm.Mount{Source: src, Target: "/" + strings.Repeat("x", 200) + strconv.Itoa(i), ReadOnly: true})
+			}
+		}, "more than the 1024 it has room for"},
+		{"mount over the workspace", func(s *vm.Spec) {
+			s.Workspace = t.TempDir()
+			s.Mounts = []vm.Mount{{Source: t.TempDir(), Target: "/workspace/m", ReadOnly: true}}
+		}, "collides with the workspace at /workspace"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -154,6 +178,11 @@ func TestStartRejectsBadSpecs(t *testing.T) {
 	spec.Workspace = t.TempDir()
 	if _, err := nd.Start(t.Context(), spec); err == nil || !strings.Contains(err.Error(), "needs the driver's initramfs") {
 		t.Errorf("Start with a workspace and no initramfs: error %v", err)
+	}
+	spec = good
+	spec.Mounts = []vm.Mount{{Source: t.TempDir(), Target: "/data", ReadOnly: true}}
+	if _, err := nd.Start(t.Context(), spec); err == nil || !strings.Contains(err.Error(), "mounts need the driver's initramfs") {
+		t.Errorf("Start with a mount and no initramfs: error %v", err)
 	}
 	// A failing tap leaves nothing behind either.
 	_, err = d.Start(t.Context(), good)
@@ -190,7 +219,15 @@ func TestBootArgs(t *testing.T) {
 	if got != want {
 		t.Errorf("bootArgs with a workspace =\n%s\nwant\n%s", got, want)
 	}
-	st.Workspace = ""
+	st.Mounts = []Mount{{Source: "/t/a", Target: "/opt/model"}, {Source: "/t/b", Target: "/srv/data-1"}}
+	got = d.bootArgs(st)
+	want = "console=ttyS0 reboot=k panic=1 quiet i8042.noaux tsc_early_khz=2096021 " +
+		"berth_root=/dev/vda berth_ip=10.0.0.2/30 berth_gw=10.0.0.1 berth_workspace=berth.workspace " +
+		"berth_mounts=berth.m0:/opt/model,berth.m1:/srv/data-1 loglevel=4 -- /berth-agent agent --vm-init --config /dev/vdb"
+	if got != want {
+		t.Errorf("bootArgs with mounts =\n%s\nwant\n%s", got, want)
+	}
+	st.Workspace, st.Mounts = "", nil
 
 	o.NoInitrd, o.Initrd, o.KernelArgs = true, "", "tsc_early_khz=1000"
 	d, err = New(o)
@@ -291,6 +328,27 @@ func TestQEMUArgs(t *testing.T) {
 	}
 	if m := d.machine(st, vm.Size{VCPUs: 1, MemoryMB: 256}); m.Workspace != st.Workspace || !strings.Contains(m.Cmdline, "berth_workspace=") {
 		t.Errorf("Machine with a workspace: Workspace %q, Cmdline %q", m.Workspace, m.Cmdline)
+	}
+
+	// Mounts follow it: read-only 9p shares, tagged berth.m<i>.
+	st.Mounts = []Mount{{Source: "/t/a,b", Target: "/opt/model"}, {Source: "/t/c", Target: "/data"}}
+	args = d.qemuArgs(st, vm.Size{VCPUs: 2, MemoryMB: 512})
+	if got, want := argValues(args, "-fsdev"), []string{
+		"local,id=ws,security_model=passthrough,path=/data/a,,b/ws",
+		"local,id=m0,security_model=passthrough,readonly=on,path=/t/a,,b",
+		"local,id=m1,security_model=passthrough,readonly=on,path=/t/c",
+	}; !slices.Equal(got, want) {
+		t.Errorf("-fsdev with mounts = %q, want %q", got, want)
+	}
+	if got := argValues(args, "-device"); !slices.Equal(got, append(wantDevices, "virtio-9p-device,fsdev=ws,mount_tag=berth.workspace",
+		"virtio-9p-device,fsdev=m0,mount_tag=berth.m0", "virtio-9p-device,fsdev=m1,mount_tag=berth.m1")) {
+		t.Errorf("-device with mounts = %q", got)
+	}
+	if got := argValues(args, "-append"); len(got) != 1 || !strings.Contains(got[0], " berth_mounts=berth.m0:/opt/model,berth.m1:/data ") {
+		t.Errorf("-append with mounts = %q, want berth_mounts=", got)
+	}
+	if m := d.machine(st, vm.Size{VCPUs: 1, MemoryMB: 256}); !slices.Equal(m.Mounts, st.Mounts) {
+		t.Errorf("Machine with mounts: Mounts %+v", m.Mounts)
 	}
 }
 

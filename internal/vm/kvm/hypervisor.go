@@ -66,6 +66,12 @@ type Machine struct {
 	// the passthrough security model: QEMU, as root, gives files the
 	// owners and modes the guest sets. "" means none.
 	Workspace string
+	// Mounts are host directories shared with the guest read-only over
+	// virtio 9p, the i-th under the mount tag MountTag(i), with the
+	// passthrough security model (the command line then has
+	// berth_mounts=, and the initramfs mounts each read-only at its
+	// Target). The hypervisor must refuse the guest's writes to them.
+	Mounts []Mount
 }
 
 // machine describes a replica's guest for a Hypervisor.
@@ -87,6 +93,7 @@ func (d *Driver) machine(st state, size vm.Size) Machine {
 		Tap:         st.Tap,
 		MAC:         st.MAC,
 		Workspace:   st.Workspace,
+		Mounts:      st.Mounts,
 	}
 }
 

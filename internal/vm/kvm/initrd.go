@@ -60,12 +60,17 @@ const WorkspaceTag = "berth.workspace"
 // while the guest is stopped.
 const WorkspaceMountOptions = "trans=virtio,version=9p2000.L,msize=262144,cache=mmap"
 
+// MountOptions are the 9p mount options of a guest's mounts (Spec.Mounts):
+// read-only, and otherwise the workspace's.
+const MountOptions = "ro," + WorkspaceMountOptions
+
 // initScript is the initramfs's /init. The kernel passes it the command
 // line's unknown name=value parameters as environment variables
-// (berth_root, berth_ip, berth_gw, berth_workspace; see bootArgs) and
-// everything after "--" as arguments: the real init and its arguments, run
-// on the root disk. The workspace is mounted below /newroot, so that
-// switch_root moves it along with the root.
+// (berth_root, berth_ip, berth_gw, berth_workspace, berth_mounts; see
+// bootArgs) and everything after "--" as arguments: the real init and its
+// arguments, run on the root disk. The workspace and the mounts
+// (berth_mounts=<tag>:<target>,...) are mounted below /newroot, so that
+// switch_root moves them along with the root.
 const initScript = `#!/bin/busybox sh
 # berth guest initramfs: load the drivers, mount the root disk and the
 # workspace, configure eth0, then hand over to the real init (this script's
@@ -90,13 +95,26 @@ while [ ! -b "$root" ]; do
 	$bb sleep 0.05
 done
 $bb mount -t ext4 "$root" /newroot || fail "cannot mount $root"
-if [ -n "$berth_workspace" ]; then
+if [ -n "$berth_workspace$berth_mounts" ]; then
 	while read -r m; do
 		$bb insmod "/lib/modules/$m" || echo "berth initramfs: loading $m failed"
 	done < /lib/modules/order.workspace
+fi
+if [ -n "$berth_workspace" ]; then
 	$bb mkdir -p /newroot/workspace || fail "cannot create /workspace on $root"
 	$bb mount -t 9p -o ` + WorkspaceMountOptions + ` "$berth_workspace" /newroot/workspace ||
 		fail "cannot mount the workspace $berth_workspace on /workspace (9p over virtio: does the kernel have 9p and 9pnet_virtio?)"
+fi
+if [ -n "$berth_mounts" ]; then
+	IFS=,
+	for m in $berth_mounts; do
+		tag=${m%%:*}
+		dir=${m#*:}
+		$bb mkdir -p "/newroot$dir" || fail "cannot create the mount point $dir on $root"
+		$bb mount -t 9p -o ` + MountOptions + ` "$tag" "/newroot$dir" ||
+			fail "cannot mount $tag on $dir (9p over virtio: does the kernel have 9p and 9pnet_virtio?)"
+	done
+	unset IFS
 fi
 if [ -n "$berth_ip" ]; then
 	$bb ip link set lo up

@@ -47,6 +47,7 @@
 //	    <serial type='file'><source path='console.log' append='on'/></serial>
 //	    <channel type='unix'><source mode='bind' path='agent.sock'/><target type='virtio' name='berth.agent'/></channel>
 //	    [<filesystem type='mount' accessmode='passthrough'><source dir='WORKSPACE'/><target dir='berth.workspace'/></filesystem>]
+//	    [<filesystem type='mount' accessmode='passthrough'><source dir='MOUNT-i'/><target dir='berth.m<i>'/><readonly/></filesystem>]...
 //	    no USB, balloon or video
 //	  </devices>
 //	  <seclabel type='static' model='dac' relabel='no'><label>+0:+0</label></seclabel>
@@ -54,7 +55,10 @@
 //
 // The kernel command line is the kvm driver's, and so is the initramfs
 // that mounts a Spec.Workspace, shared as the <filesystem> above
-// (virtio-9p-pci), at /workspace. QEMU runs as root with
+// (virtio-9p-pci), at /workspace, and each of Spec.Mounts, shared
+// read-only (<readonly/>, QEMU's readonly=on) under kvm.MountTag(i), at its
+// target: the driver is a vm.Mounter as the kvm driver is (read-only
+// mounts only; the kvm driver's checks, the Machine's Mounts). QEMU runs as root with
 // berth's files left as they are (the static DAC label): the replica's
 // directory is berth's (mode 0700), and relabelling would hand it to
 // libvirt-qemu. Hosts with AppArmor or SELinux confinement of libvirt's

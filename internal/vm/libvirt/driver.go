@@ -315,15 +315,15 @@ type (
 		Offset string `xml:"offset,attr"`
 	}
 	devices struct {
-		Emulator   string     `xml:"emulator,omitempty"`
-		Disks      []disk     `xml:"disk"`
-		Filesystem *fsXML     `xml:"filesystem"`
-		Interface  iface      `xml:"interface"`
-		Serial     serial     `xml:"serial"`
-		Channel    channel    `xml:"channel"`
-		Controller controller `xml:"controller"`
-		MemBalloon modelOnly  `xml:"memballoon"`
-		Video      video      `xml:"video"`
+		Emulator    string     `xml:"emulator,omitempty"`
+		Disks       []disk     `xml:"disk"`
+		Filesystems []fsXML    `xml:"filesystem"`
+		Interface   iface      `xml:"interface"`
+		Serial      serial     `xml:"serial"`
+		Channel     channel    `xml:"channel"`
+		Controller  controller `xml:"controller"`
+		MemBalloon  modelOnly  `xml:"memballoon"`
+		Video       video      `xml:"video"`
 	}
 	disk struct {
 		Type     string    `xml:"type,attr"`
@@ -334,10 +334,11 @@ type (
 		ReadOnly *struct{} `xml:"readonly"`
 	}
 	fsXML struct {
-		Type       string   `xml:"type,attr"`
-		AccessMode string   `xml:"accessmode,attr"`
-		Source     fsSource `xml:"source"`
-		Target     fsSource `xml:"target"`
+		Type       string    `xml:"type,attr"`
+		AccessMode string    `xml:"accessmode,attr"`
+		Source     fsSource  `xml:"source"`
+		Target     fsSource  `xml:"target"`
+		ReadOnly   *struct{} `xml:"readonly"`
 	}
 	fsSource struct {
 		Dir string `xml:"dir,attr"`
@@ -409,7 +410,8 @@ type (
 // -no-reboot does for the kvm driver; and the workspace, if any, shared
 // over virtio 9p (virtio-9p-pci on the pc machine) under the tag
 // kvm.WorkspaceTag, with the passthrough access mode as the kvm driver's
-// QEMU shares it. QEMU runs as root with the files
+// QEMU shares it, and each mount likewise, under kvm.MountTag(i) and
+// <readonly/> (QEMU's readonly=on). QEMU runs as root with the files
 // left as they are (a static DAC label): the replica's directory is
 // berth's, mode 0700.
 func domainXML(m kvm.Machine, machine, emulator string) ([]byte, error) {
@@ -456,8 +458,12 @@ func domainXML(m kvm.Machine, machine, emulator string) ([]byte, error) {
 		SecLabel: secLabel{Type: "static", Model: "dac", Relabel: "no", Label: "+0:+0"},
 	}
 	if m.Workspace != "" {
-		dom.Devices.Filesystem = &fsXML{Type: "mount", AccessMode: "passthrough",
-			Source: fsSource{m.Workspace}, Target: fsSource{kvm.WorkspaceTag}}
+		dom.Devices.Filesystems = append(dom.Devices.Filesystems, fsXML{Type: "mount", AccessMode: "passthrough",
+			Source: fsSource{m.Workspace}, Target: fsSource{kvm.WorkspaceTag}})
+	}
+	for i, mt := range m.Mounts {
+		dom.Devices.Filesystems = append(dom.Devices.Filesystems, fsXML{Type: "mount", AccessMode: "passthrough",
+			Source: fsSource{mt.Source}, Target: fsSource{kvm.MountTag(i)}, ReadOnly: &struct{}{}})
 	}
 	return xml.MarshalIndent(dom, "", "  ")
 }

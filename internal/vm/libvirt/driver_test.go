@@ -99,8 +99,8 @@ func TestDomainXML(t *testing.T) {
 	if dom.Devices.Disks[0].ReadOnly != nil || dom.Devices.Disks[1].ReadOnly == nil {
 		t.Error("want the root disk writable and the config drive read-only")
 	}
-	if dom.Devices.Filesystem != nil {
-		t.Errorf("without a workspace the domain shares %+v, want no <filesystem>", *dom.Devices.Filesystem)
+	if len(dom.Devices.Filesystems) != 0 {
+		t.Errorf("without a workspace the domain shares %+v, want no <filesystem>", dom.Devices.Filesystems)
 	}
 
 	// A workspace is a 9p share under the tag the initramfs mounts.
@@ -114,8 +114,28 @@ func TestDomainXML(t *testing.T) {
 		t.Fatalf("the domain XML does not parse: %v\n%s", err, b)
 	}
 	want := fsXML{Type: "mount", AccessMode: "passthrough", Source: fsSource{m.Workspace}, Target: fsSource{kvm.WorkspaceTag}}
-	if fs := dom.Devices.Filesystem; fs == nil || *fs != want {
+	if fs := dom.Devices.Filesystems; len(fs) != 1 || fs[0] != want {
 		t.Errorf("workspace share = %+v, want %+v\n%s", fs, want, b)
+	}
+
+	// Mounts are read-only 9p shares after it, under the tags the
+	// initramfs mounts (berth_mounts=).
+	m.Mounts = []kvm.Mount{{Source: "/var/lib/berth/mounts/ab", Target: "/data"}, {Source: "/t/cd", Target: "/opt/model"}}
+	if b, err = domainXML(m, "pc", ""); err != nil {
+		t.Fatal(err)
+	}
+	dom = domain{}
+	if err := xml.Unmarshal(b, &dom); err != nil {
+		t.Fatalf("the domain XML does not parse: %v\n%s", err, b)
+	}
+	if fs := dom.Devices.Filesystems; len(fs) != 3 || fs[0] != want {
+		t.Fatalf("shares = %+v, want the workspace's and two mounts\n%s", fs, b)
+	}
+	for i, mt := range m.Mounts {
+		fs := dom.Devices.Filesystems[1+i]
+		if fs.Type != "mount" || fs.AccessMode != "passthrough" || fs.Source.Dir != mt.Source || fs.Target.Dir != kvm.MountTag(i) || fs.ReadOnly == nil {
+			t.Errorf("mount %d shared as %+v (readonly %v), want %s under %s, read-only\n%s", i, fs, fs.ReadOnly != nil, mt.Source, kvm.MountTag(i), b)
+		}
 	}
 
 	b, err = domainXML(testMachine("kvm"), "q35", "/usr/bin/qemu-system-x86_64")

@@ -9,12 +9,28 @@ import (
 	"github.com/berth-dev/berth/internal/vm"
 )
 
-// The driver offers every ability; this guards each at compile time.
-var _ vm.Complete = (*Driver)(nil)
+// The driver offers every ability but vm.Mounter; this guards each at
+// compile time.
+var (
+	_ vm.Driver      = (*Driver)(nil)
+	_ vm.Abilities   = (*Driver)(nil)
+	_ vm.Suspender   = (*Driver)(nil)
+	_ vm.Leaser      = (*Driver)(nil)
+	_ vm.LogReader   = (*Driver)(nil)
+	_ vm.LogFollower = (*Driver)(nil)
+	_ vm.AgentDialer = (*Driver)(nil)
+	_ vm.UsageReader = (*Driver)(nil)
+	_ vm.Waiter      = (*Driver)(nil)
+	_ vm.Checker     = (*Driver)(nil)
+)
 
-// Abilities lists what the driver offers (all of them); the conformance
-// suite checks each one.
-func (d *Driver) Abilities() []vm.Ability { return slices.Clone(vm.AllAbilities) }
+// Abilities lists what the driver offers (all but vm.CanMount: a replica
+// shares the host's file system and has no mount namespace of its own to
+// attach Spec.Mounts in, so it refuses them); the conformance suite checks
+// each one.
+func (d *Driver) Abilities() []vm.Ability {
+	return slices.DeleteFunc(slices.Clone(vm.AllAbilities), func(a vm.Ability) bool { return a == vm.CanMount })
+}
 
 // Wait returns once replica id has ended, learning it from its agent's
 // exit (a pidfd) rather than by polling.

@@ -459,6 +459,9 @@ func (d *Driver) check(spec vm.Spec) (state, string, vm.Size, error) {
 	if spec.Image != "" {
 		return fail("the process driver runs no images (image %q)", spec.Image)
 	}
+	if err := replicadir.NoMounts("process", spec); err != nil {
+		return fail("%v", err)
+	}
 	if p := d.path(spec.Name, sockFile); len(p) > maxSockPath {
 		return fail("agent socket path %s is longer than %d bytes; use a shorter Dir", p, maxSockPath)
 	}

@@ -197,6 +197,63 @@ func CheckSpec(spec vm.Spec) (owner string, size vm.Size, err error) {
 	return owner, size, nil
 }
 
+// CheckMounts checks a Mounter's Spec.Mounts (see vm.Mount): each Source
+// an existing directory; each Target a clean absolute path other than /,
+// neither equal to nor nested with another's, nor with /workspace (where
+// a Workspace appears) when the spec has one; and, unless writable, each
+// mount read-only. workspace is where the driver shows a Workspace. The
+// error names the mount.
+func CheckMounts(spec vm.Spec, writable bool, workspace string) error {
+	for i, m := range spec.Mounts {
+		bad := func(format string, args ...any) error {
+			return fmt.Errorf("mounts[%d] (%s): %s", i, m, fmt.Sprintf(format, args...))
+		}
+		if !filepath.IsAbs(m.Source) || strings.ContainsRune(m.Source, 0) {
+			return bad("the source is not an absolute path")
+		}
+		if fi, err := os.Stat(m.Source); err != nil {
+			return bad("the source: %v", err)
+		} else if !fi.IsDir() {
+			return bad("the source is not a directory")
+		}
+		t := m.Target
+		switch {
+		case !filepath.IsAbs(t) || strings.ContainsRune(t, 0):
+			return bad("the target must be an absolute path")
+		case filepath.Clean(t) != t:
+			return bad("the target must be a clean path (no trailing /, // or . and .. parts)")
+		case t == "/":
+			return bad("cannot mount over /")
+		case spec.Workspace != "" && nests(t, workspace):
+			return bad("the target collides with the workspace at %s", workspace)
+		}
+		for j, o := range spec.Mounts[:i] {
+			if nests(t, o.Target) {
+				return bad("the target nests with mounts[%d] (%s)", j, o)
+			}
+		}
+		if !m.ReadOnly && !writable {
+			return bad("this driver attaches mounts read-only only")
+		}
+	}
+	return nil
+}
+
+// nests reports whether clean absolute paths a and b are equal or one
+// lies in the other.
+func nests(a, b string) bool {
+	return a == b || strings.HasPrefix(a, b+"/") || strings.HasPrefix(b, a+"/")
+}
+
+// NoMounts refuses a spec with mounts on a driver that is no vm.Mounter,
+// rather than start a replica without them.
+func NoMounts(driver string, spec vm.Spec) error {
+	if len(spec.Mounts) > 0 {
+		return fmt.Errorf("the %s driver cannot attach mounts (%s): it is no vm.Mounter", driver, spec.Mounts[0])
+	}
+	return nil
+}
+
 // CheckWorkspace checks a Spec.Workspace: an absolute path to an existing
 // directory.
 func CheckWorkspace(path string) error {

@@ -137,6 +137,9 @@ func (d *Driver) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
 		return vm.Instance{}, err
 	}
 	dep, _, err := replicadir.CheckSpec(spec)
+	if err == nil {
+		err = replicadir.NoMounts("vmfake", spec)
+	}
 	if err != nil {
 		return vm.Instance{}, fmt.Errorf("vmfake: start %q: %w", spec.Name, err)
 	}

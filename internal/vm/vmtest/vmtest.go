@@ -3,7 +3,7 @@
 // run inside its sandboxes; the suite then checks the contract of package vm
 // the same way for all of them, including the optional abilities the driver
 // declares (vm.Abilities: Suspender, LogReader, LogFollower, AgentDialer,
-// UsageReader, Leaser, Waiter, Checker). A driver must declare its
+// UsageReader, Leaser, Waiter, Checker, Mounter). A driver must declare its
 // abilities; the suite fails, rather than skips, when a declared ability
 // is missing or does not work, and when the driver implements one it does
 // not declare.
@@ -129,6 +129,7 @@ func RunDriverTests(t *testing.T, newDriver func(t *testing.T) vm.Driver, o Opti
 		{"Lease", s.testLease},
 		{"Wait", s.testWait},
 		{"Check", s.testCheck},
+		{"Mounts", s.testMounts},
 		{"Reopen", s.testReopen},
 	}
 	for _, tt := range tests {

@@ -1,0 +1,167 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/berth-dev/berth/apitype"
+	"github.com/berth-dev/berth/client"
+)
+
+var updateCmd = &command{
+	name:    "update",
+	summary: "Run a static or site deployment's host update (its update.commands) as a job",
+	help: `Usage: berth update ID [--follow]
+
+Start the deployment's host-update job: berth runs its update.commands in
+update.working_dir on berth's host, then re-probes the deployment. The
+server must run with --host-updates, and only a fleet-wide admin
+credential may start one. Without --follow, print the job's id; with it,
+print the job's log as it runs and exit non-zero if the job fails.
+
+Flags:
+  -f, --follow   print the job's log until it finishes
+`,
+	run: runUpdate,
+}
+
+func runUpdate(ctx context.Context, e *env, args []string) error {
+	fs := e.flagSet("update")
+	follow := fs.Bool("f", false, "")
+	fs.BoolVar(follow, "follow", false, "")
+	id, err := e.textDeployment("update", fs, args)
+	if err != nil {
+		return err
+	}
+	c, err := e.client()
+	if err != nil {
+		return err
+	}
+	rec, err := c.HostUpdate(ctx, id)
+	if err != nil {
+		return err
+	}
+	if !*follow {
+		fmt.Fprintf(e.stdout, "job/%s started (berth logs job %s -f follows it)\n", rec.ID, rec.ID)
+		return nil
+	}
+	fmt.Fprintf(e.stderr, "job/%s started\n", rec.ID)
+	return e.followJob(ctx, c, rec.ID, true)
+}
+
+// followJob prints a job's log and fails when the job failed.
+func (e *env) followJob(ctx context.Context, c *client.Client, id string, follow bool) error {
+	st, msg, err := c.JobLog(ctx, id, follow, func(l string) { fmt.Fprintln(e.stdout, l) })
+	if err != nil {
+		return err
+	}
+	if st == apitype.JobFailed {
+		return fmt.Errorf("job %s failed: %s", id, msg)
+	}
+	if follow && st == apitype.JobSucceeded {
+		fmt.Fprintf(e.stderr, "job/%s succeeded\n", id)
+	}
+	return nil
+}
+
+// runJobLogs is `logs job ID [-f]`, pos being what follows "logs".
+func runJobLogs(ctx context.Context, e *env, pos []string, follow bool) error {
+	_, id, _ := strings.Cut(pos[0], "/")
+	rest := pos[1:]
+	if id == "" && len(rest) > 0 {
+		id, rest = rest[0], rest[1:]
+	}
+	if id == "" || len(rest) > 0 {
+		return usagef("want logs job ID [-f]")
+	}
+	c, err := e.client()
+	if err != nil {
+		return err
+	}
+	return e.followJob(ctx, c, id, follow)
+}
+
+// getJobs is `get jobs [-d DEPLOYMENT]` and `get job ID`.
+func getJobs(ctx context.Context, e *env, args []string) error {
+	fs := e.flagSet("get")
+	dep := fs.String("d", "", "")
+	fs.StringVar(dep, "deployment", "", "")
+	pos, err := e.parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) == 0 {
+		return usagef("missing resource type")
+	}
+	_, id, _ := strings.Cut(pos[0], "/")
+	rest := pos[1:]
+	if id == "" && len(rest) > 0 {
+		id, rest = rest[0], rest[1:]
+	}
+	if len(rest) > 0 {
+		return usagef("unexpected argument %q", rest[0])
+	}
+	if id != "" && *dep != "" {
+		return usagef("get job ID takes no -d")
+	}
+	c, err := e.client()
+	if err != nil {
+		return err
+	}
+	path := "/jobs"
+	switch {
+	case id != "":
+		path = "/jobs/" + url.PathEscape(id)
+	case *dep != "":
+		path = deploymentPath(*dep) + "/jobs"
+	}
+	var raw json.RawMessage
+	if _, err := c.Do(ctx, "GET", path, nil, &raw); err != nil {
+		return err
+	}
+	var recs []apitype.JobRecord
+	if id != "" {
+		var r apitype.JobRecord
+		err = json.Unmarshal(raw, &r)
+		recs = []apitype.JobRecord{r}
+	} else {
+		err = json.Unmarshal(raw, &recs)
+	}
+	if err != nil {
+		return fmt.Errorf("unexpected reply to GET %s: %w", path, err)
+	}
+	if e.structured() {
+		return e.printDocs("job", []json.RawMessage{raw}, false)
+	}
+	if len(recs) == 0 {
+		fmt.Fprintln(e.stderr, "No jobs.")
+		return nil
+	}
+	tw := newTable(e.stdout)
+	head := []any{"ID", "DEPLOYMENT", "KIND", "STATUS", "AGE", "DURATION"}
+	if e.output == "wide" {
+		head = append(head, "ERROR")
+	}
+	row(tw, head...)
+	now := time.Now().Unix()
+	for _, r := range recs {
+		dur := "-"
+		if r.FinishedAt != nil {
+			dur = age(int(*r.FinishedAt - r.StartedAt))
+		}
+		cols := []any{r.ID, r.Deployment, r.Kind, r.Status, age(int(now - r.StartedAt)), dur}
+		if e.output == "wide" {
+			msg := ""
+			if r.Error != nil {
+				msg = *r.Error
+			}
+			cols = append(cols, msg)
+		}
+		row(tw, cols...)
+	}
+	return tw.Flush()
+}
