@@ -261,7 +261,7 @@ func (l abortLink) unlink() bool {
 // the backend's final response head. 1xx responses are relayed on the way.
 func (h *Handler) send(w http.ResponseWriter, r *http.Request, b *Backend, c *upstreamConn, hasBody, gated bool, now time.Time) (*http.Response, chan error, error) {
 	chunked := hasBody && (r.ContentLength < 0 || len(r.Trailer) > 0)
-	if err := h.writeHead(c.bw, r, b, hasBody, chunked, gated); err != nil {
+	if err := h.writeHead(c.bw, r, b, peerOf(w, r), hasBody, chunked, gated); err != nil {
 		return nil, nil, err
 	}
 	c.wait.start(h.respTimeout, now)
@@ -335,8 +335,9 @@ func (h *Handler) await(w http.ResponseWriter, r *http.Request, c *upstreamConn,
 // X-Forwarded-* follow rewrite's rules. Everything is validated here, because
 // the handler may be called with requests no http.Server would have parsed,
 // and a CR or LF written through would split the request. Unless gated (the
-// gate vouches for the ones left), no X-Auth-Request-* header passes.
-func (h *Handler) writeHead(bw *bufio.Writer, r *http.Request, b *Backend, hasBody, chunked, gated bool) error {
+// gate vouches for the ones left), no X-Auth-Request-* header passes. peer is
+// r's socket peer (peerOf).
+func (h *Handler) writeHead(bw *bufio.Writer, r *http.Request, b *Backend, peer netip.Addr, hasBody, chunked, gated bool) error {
 	method := r.Method
 	if method == "" {
 		method = http.MethodGet
@@ -392,7 +393,6 @@ func (h *Handler) writeHead(bw *bufio.Writer, r *http.Request, b *Backend, hasBo
 		bw.WriteString("Te: trailers\r\n")
 	}
 
-	peer := peerIP(r.RemoteAddr)
 	proto := scheme(r)
 	if h.isTrusted(peer) {
 		if prior := r.Header["X-Forwarded-For"]; len(prior) > 0 {

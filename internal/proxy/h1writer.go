@@ -298,7 +298,7 @@ func writeHeaderLines(bw *bufio.Writer, k string, vv []string) {
 	for _, v := range vv {
 		bw.WriteString(k)
 		bw.WriteString(": ")
-		if strings.ContainsAny(v, "\r\n") {
+		if strings.IndexByte(v, '\r') >= 0 || strings.IndexByte(v, '\n') >= 0 {
 			v = strings.TrimSpace(strings.NewReplacer("\r", " ", "\n", " ").Replace(v))
 		}
 		bw.WriteString(v)

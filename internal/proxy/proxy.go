@@ -479,10 +479,19 @@ func (h *Handler) lookup(w http.ResponseWriter, host, path string) (route.Match[
 	return t.Lookup(host, path)
 }
 
+// normalizedHost is route.NormalizeHost(host), reusing the front end's
+// for its request's Host.
+func normalizedHost(w http.ResponseWriter, host string) string {
+	if fw, ok := w.(*h1Writer); ok && fw.c.look.rawHost == host && fw.c.look.table != nil {
+		return fw.c.look.host
+	}
+	return route.NormalizeHost(host)
+}
+
 // route routes and serves a request admitted by ServeHTTP.
 func (h *Handler) route(w http.ResponseWriter, r *http.Request) {
 	start := requestTime(w)
-	host := route.NormalizeHost(r.Host)
+	host := normalizedHost(w, r.Host)
 	m, ok := h.lookup(w, host, r.URL.Path)
 	if ok && h.observe != nil {
 		if o := obsOf(w); o != nil {
