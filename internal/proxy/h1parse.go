@@ -164,7 +164,7 @@ func (p *parser) parse() error {
 		p.vals = make([]string, n)
 	}
 	vals := p.vals[:n]
-	var hosts, cls, tes int
+	var f fieldsSeen
 	start = p.ends[0]
 	for _, end := range p.ends[1 : len(p.ends)-1] {
 		line := text[start : end-2]
@@ -184,13 +184,38 @@ func (p *parser) parse() error {
 		if !validFieldValue(v) {
 			return badRequest("invalid header value")
 		}
+		// The fields checkFields asks about are noted here, which spares
+		// it a map lookup for each. Host and Transfer-Encoding never stay
+		// in the map (checkFields deletes them, or refuses the request),
+		// and a repeated Content-Length only once (it must be the same).
 		switch key {
 		case "Host":
-			hosts++
+			f.hosts++
+			f.host = v
+			continue
 		case "Content-Length":
-			cls++
+			f.cls++
+			if f.cls > 1 {
+				f.clDiffer = f.clDiffer || v != f.cl
+				continue
+			}
+			f.cl = v
 		case "Transfer-Encoding":
-			tes++
+			f.tes++
+			f.te = v
+			continue
+		case "Upgrade":
+			f.has |= hasUpgrade
+		case "Expect":
+			f.has |= hasExpect
+		case "Trailer":
+			f.has |= hasTrailer
+		case "Connection":
+			f.has |= hasConnection
+		case "Pragma":
+			f.has |= hasPragma
+		case "Cache-Control":
+			f.has |= hasCacheControl
 		}
 		vv := hdr[key]
 		if vv == nil && len(vals) > 0 {
@@ -202,8 +227,25 @@ func (p *parser) parse() error {
 			hdr[key] = append(vv, v)
 		}
 	}
-	return h.checkFields(hosts, cls, tes)
+	return h.checkFields(&f)
 }
+
+// fieldsSeen is what parse noted of the fields checkFields asks about.
+type fieldsSeen struct {
+	hosts, cls, tes int
+	host, cl, te    string // the (first) Host, Content-Length; the last Transfer-Encoding
+	clDiffer        bool   // a repeated Content-Length differs from the first
+	has             uint8  // has* bits: fields present in the map
+}
+
+const (
+	hasUpgrade uint8 = 1 << iota
+	hasExpect
+	hasTrailer
+	hasConnection
+	hasPragma
+	hasCacheControl
+)
 
 // parseRequestLine parses "method SP request-target SP HTTP-version".
 func (h *reqHead) parseRequestLine(line string) error {
@@ -317,17 +359,16 @@ var pathChars = func() (t [128]bool) {
 
 // checkFields applies the rules about specific fields once all are read:
 // Host, body framing, and the features handed to net/http.
-func (h *reqHead) checkFields(hosts, cls, tes int) error {
+func (h *reqHead) checkFields(f *fieldsSeen) error {
 	hdr := h.header
 	switch {
-	case hosts > 1:
+	case f.hosts > 1:
 		return badRequest("too many Host headers")
-	case hosts == 1:
-		h.host = hdr["Host"][0]
+	case f.hosts == 1:
+		h.host = f.host
 		if !validHost(h.host) {
 			return badRequest("malformed Host header")
 		}
-		delete(hdr, "Host")
 	case h.minor >= 1:
 		return badRequest("missing required Host header")
 	}
@@ -338,49 +379,50 @@ func (h *reqHead) checkFields(hosts, cls, tes int) error {
 	// Body framing (RFC 9112 §6). Anything ambiguous is an error: a
 	// backend or another proxy might read it the other way.
 	switch {
-	case tes > 0 && cls > 0:
+	case f.tes > 0 && f.cls > 0:
 		return badRequest("both Transfer-Encoding and Content-Length")
-	case tes > 0:
+	case f.tes > 0:
 		if h.minor == 0 {
 			return badRequest("Transfer-Encoding in an HTTP/1.0 request")
 		}
-		if tes > 1 || !strings.EqualFold(hdr["Transfer-Encoding"][0], "chunked") {
+		if f.tes > 1 || !strings.EqualFold(f.te, "chunked") {
 			return badRequest("unsupported transfer encoding")
 		}
-		delete(hdr, "Transfer-Encoding")
 		h.contentLength = -1
-	case cls > 0:
-		vv := hdr["Content-Length"]
-		for _, v := range vv[1:] {
-			if v != vv[0] {
-				return badRequest("differing Content-Length values")
-			}
+	case f.cls > 0:
+		if f.clDiffer {
+			return badRequest("differing Content-Length values")
 		}
-		n, ok := parseDecimal(vv[0])
+		n, ok := parseDecimal(f.cl)
 		if !ok {
 			return badRequest("bad Content-Length")
 		}
-		if len(vv) > 1 {
-			hdr["Content-Length"] = vv[:1:1] // as net/http deduplicates
-		}
-		h.contentLength = n
+		h.contentLength = n // (one value in the map: as net/http deduplicates)
 	}
 
 	// Upgrade: h2c is dropped, with its settings: it would switch the
 	// connection to a protocol berth does not route, and a backend that
 	// took it would turn the connection into a tunnel past the routing
 	// (see StripH2CUpgrade). The request goes on as HTTP/1.1.
-	if uv := hdr["Upgrade"]; len(uv) > 0 && listedIn(uv, "h2c") {
-		stripH2C(hdr)
+	if f.has&hasUpgrade != 0 {
+		if listedIn(hdr["Upgrade"], "h2c") {
+			stripH2C(hdr)
+		}
+		if len(hdr["Upgrade"]) > 0 {
+			return errHandOff
+		}
 	}
-	// What net/http serves instead: protocol switches, 100-continue (and
-	// other expectations), trailers announced by the client, and the
-	// request line's hand-offs.
-	if h.handOff || len(hdr["Upgrade"]) > 0 || len(hdr["Expect"]) > 0 || len(hdr["Trailer"]) > 0 {
+	// What net/http serves instead: protocol switches (above),
+	// 100-continue (and other expectations), trailers announced by the
+	// client, and the request line's hand-offs.
+	if h.handOff || f.has&(hasExpect|hasTrailer) != 0 {
 		return errHandOff
 	}
 
-	conn := hdr["Connection"]
+	var conn []string
+	if f.has&hasConnection != 0 {
+		conn = hdr["Connection"]
+	}
 	if h.minor == 0 {
 		h.keepAlive10 = listedIn(conn, "keep-alive")
 		h.close = !h.keepAlive10 || listedIn(conn, "close")
@@ -389,8 +431,8 @@ func (h *reqHead) checkFields(hosts, cls, tes int) error {
 	}
 	// As net/http does (RFC 9111 §5.4): Pragma: no-cache without
 	// Cache-Control means Cache-Control: no-cache.
-	if pv := hdr["Pragma"]; len(pv) > 0 && pv[0] == "no-cache" {
-		if _, ok := hdr["Cache-Control"]; !ok {
+	if f.has&hasPragma != 0 && f.has&hasCacheControl == 0 {
+		if pv := hdr["Pragma"]; len(pv) > 0 && pv[0] == "no-cache" {
 			hdr["Cache-Control"] = []string{"no-cache"}
 		}
 	}
