@@ -188,7 +188,15 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request, d *Deployment, b
 		held(d, b, heldSince, resp)
 	}
 	hdr := w.Header()
-	copyHeader(hdr, resp.Header)
+	fast := resp == &c.rs.resp // read by fastResponse, which noted some fields
+	switch {
+	case !fast:
+		copyHeader(hdr, resp.Header)
+	case c.rs.hasConn:
+		copyHeaderConn(hdr, resp.Header, resp.Header["Connection"])
+	default:
+		copyHeaderConn(hdr, resp.Header, nil)
+	}
 	if len(resp.Trailer) > 0 {
 		hdr["Trailer"] = []string{joinKeys(resp.Trailer)}
 	}
@@ -196,7 +204,13 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request, d *Deployment, b
 	status = resp.StatusCode
 	w.WriteHeader(status)
 
-	ok, streamed, werr, rerr := copyBody(w, resp, streaming(resp))
+	var stream bool
+	if fast {
+		stream = streamingType(resp, c.rs.contentType)
+	} else {
+		stream = streaming(resp)
+	}
+	ok, streamed, werr, rerr := copyBody(w, resp, stream)
 	if streamed {
 		end = time.Now()
 		if fw, ok := w.(*h1Writer); ok {
@@ -359,18 +373,23 @@ func (h *Handler) writeHead(bw *bufio.Writer, r *http.Request, b *Backend, peer 
 	if !validToken(method) || !validURI(path) || (query != "" && !validURI(query)) || !validValue(host) {
 		return errBadRequestHead
 	}
-	bw.WriteString(method)
-	bw.WriteByte(' ')
-	bw.WriteString(path)
+	hw := newHeadWriter(bw)
+	hw.str(method)
+	hw.char(' ')
+	hw.str(path)
 	if query != "" || (r.URL.ForceQuery && r.URL.Opaque == "") {
-		bw.WriteByte('?')
-		bw.WriteString(query)
+		hw.char('?')
+		hw.str(query)
 	}
-	bw.WriteString(" HTTP/1.1\r\nHost: ")
-	bw.WriteString(host)
-	bw.WriteString("\r\n" + hopHeader + ": ")
-	bw.Write(appendHop(bw.AvailableBuffer(), r))
-	bw.WriteString("\r\n")
+	hw.str(" HTTP/1.1\r\nHost: ")
+	hw.str(host)
+	hw.str("\r\n" + hopHeader + ": ")
+	if hw.room(20) {
+		hw.b = appendHop(hw.b, r)
+	} else {
+		hw.str(strconv.Itoa(hops(r) + 1))
+	}
+	hw.str("\r\n")
 
 	conn := r.Header["Connection"]
 	for k, vv := range r.Header {
@@ -385,83 +404,72 @@ func (h *Handler) writeHead(bw *bufio.Writer, r *http.Request, b *Backend, peer 
 			if !validValue(v) {
 				return errBadRequestHead
 			}
-			writeField(bw, k, v)
+			hw.field(k, v)
 		}
 	}
 	if te := r.Header["Te"]; te != nil && listedIn(te, "trailers") {
 		// The one TE value a proxy passes on: gRPC needs it end to end.
-		bw.WriteString("Te: trailers\r\n")
+		hw.str("Te: trailers\r\n")
 	}
 
 	proto := scheme(r)
 	if h.isTrusted(peer) {
 		if prior := r.Header["X-Forwarded-For"]; len(prior) > 0 {
-			bw.WriteString("X-Forwarded-For: ")
+			hw.str("X-Forwarded-For: ")
 			for _, v := range prior {
 				if !validValue(v) {
 					return errBadRequestHead
 				}
-				bw.WriteString(v)
-				bw.WriteString(", ")
+				hw.str(v)
+				hw.str(", ")
 			}
-			bw.Write(peer.AppendTo(bw.AvailableBuffer()))
-			bw.WriteString("\r\n")
+			hw.addr(peer)
+			hw.str("\r\n")
 		} else {
-			writeAddrField(bw, "X-Forwarded-For", peer)
+			hw.addrField("X-Forwarded-For", peer)
 		}
 		xfProto, xfHost := headerFirst(r.Header, "X-Forwarded-Proto"), headerFirst(r.Header, "X-Forwarded-Host")
 		if !validValue(xfProto) || !validValue(xfHost) {
 			return errBadRequestHead
 		}
-		writeField(bw, "X-Forwarded-Proto", cmp.Or(xfProto, proto))
-		writeField(bw, "X-Forwarded-Host", cmp.Or(xfHost, r.Host))
+		hw.field("X-Forwarded-Proto", cmp.Or(xfProto, proto))
+		hw.field("X-Forwarded-Host", cmp.Or(xfHost, r.Host))
 	} else {
 		if peer.IsValid() {
-			writeAddrField(bw, "X-Forwarded-For", peer)
+			hw.addrField("X-Forwarded-For", peer)
 		}
-		writeField(bw, "X-Forwarded-Proto", proto)
+		hw.field("X-Forwarded-Proto", proto)
 		if r.Host != "" {
-			writeField(bw, "X-Forwarded-Host", r.Host)
+			hw.field("X-Forwarded-Host", r.Host)
 		}
 	}
 
 	switch {
 	case chunked:
-		bw.WriteString("Transfer-Encoding: chunked\r\n")
+		hw.str("Transfer-Encoding: chunked\r\n")
 		if len(r.Trailer) > 0 {
 			for k := range r.Trailer {
 				if !validToken(k) {
 					return errBadRequestHead
 				}
 			}
-			writeField(bw, "Trailer", joinKeys(r.Trailer))
+			hw.field("Trailer", joinKeys(r.Trailer))
 		}
 	case hasBody:
-		bw.WriteString("Content-Length: ")
-		bw.WriteString(strconv.FormatInt(r.ContentLength, 10))
-		bw.WriteString("\r\n")
+		hw.length(r.ContentLength)
 	case r.Method == http.MethodPost || r.Method == http.MethodPut || r.Method == http.MethodPatch:
 		// An empty body is still a body for these methods; say so, as
 		// http.Transport does, or some servers wait for one.
-		bw.WriteString("Content-Length: 0\r\n")
+		hw.str("Content-Length: 0\r\n")
 	}
-	_, err := bw.WriteString("\r\n")
-	return err
+	hw.str("\r\n")
+	return hw.done()
 }
 
 func writeField(bw *bufio.Writer, k, v string) {
 	bw.WriteString(k)
 	bw.WriteString(": ")
 	bw.WriteString(v)
-	bw.WriteString("\r\n")
-}
-
-// writeAddrField writes an address-valued field without formatting the
-// address into a string first.
-func writeAddrField(bw *bufio.Writer, k string, a netip.Addr) {
-	bw.WriteString(k)
-	bw.WriteString(": ")
-	bw.Write(a.AppendTo(bw.AvailableBuffer()))
 	bw.WriteString("\r\n")
 }
 
@@ -566,7 +574,15 @@ func streaming(resp *http.Response) bool {
 	if resp.ContentLength == -1 {
 		return true
 	}
-	ct, _, _ := strings.Cut(headerFirst(resp.Header, "Content-Type"), ";")
+	return streamingType(resp, headerFirst(resp.Header, "Content-Type"))
+}
+
+// streamingType is streaming, contentType being resp's first Content-Type.
+func streamingType(resp *http.Response, contentType string) bool {
+	if resp.ContentLength == -1 {
+		return true
+	}
+	ct, _, _ := strings.Cut(contentType, ";")
 	return strings.EqualFold(strings.TrimSpace(ct), "text/event-stream")
 }
 
@@ -617,8 +633,10 @@ func (f responseFlusher) Flush() { f.rc.Flush() }
 
 // copyHeader copies a response header, minus hop-by-hop fields. The value
 // slices are shared: src is not used again.
-func copyHeader(dst, src http.Header) {
-	conn := src["Connection"]
+func copyHeader(dst, src http.Header) { copyHeaderConn(dst, src, src["Connection"]) }
+
+// copyHeaderConn is copyHeader, conn being src's Connection values.
+func copyHeaderConn(dst, src http.Header, conn []string) {
 	for k, vv := range src {
 		if hopByHop(k) || (conn != nil && listedIn(conn, k)) {
 			continue

@@ -165,6 +165,7 @@ func (p *parser) parse() error {
 	}
 	vals := p.vals[:n]
 	var f fieldsSeen
+	var keys newKeys
 	start = p.ends[0]
 	for _, end := range p.ends[1 : len(p.ends)-1] {
 		line := text[start : end-2]
@@ -217,7 +218,10 @@ func (p *parser) parse() error {
 		case "Cache-Control":
 			f.has |= hasCacheControl
 		}
-		vv := hdr[key]
+		var vv []string
+		if !keys.isNew(key) {
+			vv = hdr[key]
+		}
 		if vv == nil && len(vals) > 0 {
 			// The common case: one value per key.
 			vals[0] = v
@@ -228,6 +232,29 @@ func (p *parser) parse() error {
 		}
 	}
 	return h.checkFields(&f)
+}
+
+// newKeys tells the first keys of a head from their repeats without a map
+// lookup each: it remembers the first few keys (a head's usual number), and
+// beyond those knows nothing.
+type newKeys struct {
+	n    int
+	keys [8]string
+}
+
+// isNew reports a key certainly not seen before, remembering it.
+func (s *newKeys) isNew(k string) bool {
+	if s.n == len(s.keys) {
+		return false // unknown: the map says
+	}
+	for _, seen := range s.keys[:s.n] {
+		if seen == k {
+			return false
+		}
+	}
+	s.keys[s.n] = k
+	s.n++
+	return true
 }
 
 // fieldsSeen is what parse noted of the fields checkFields asks about.

@@ -50,6 +50,11 @@ type respState struct {
 	hdr     http.Header
 	lenBody lengthBody
 	chBody  chunkedBody
+	// What fastResponse saw of resp's fields, which spares relay a map
+	// lookup each: whether there is a Connection field, and the first
+	// Content-Type. (The forwarder adds neither to resp.Header.)
+	hasConn     bool
+	contentType string
 }
 
 // readResponse reads the final response head to r from c, relaying nothing:
@@ -103,8 +108,10 @@ func (c *upstreamConn) fastResponse(r *http.Request, rs *respScratch) (_ *http.R
 	} else {
 		vals = make([]string, 0, 8)
 	}
+	var keys newKeys
 	var cl int64 = -1
-	var chunked, hasTE, connClose, connKeepAlive bool
+	var chunked, hasTE, connClose, connKeepAlive, hasConn, hasCT bool
+	var contentType string
 	for pos := eol + 1; pos < headLen-2; {
 		nl := bytes.IndexByte(raw[pos:], '\n')
 		lineEnd := pos + nl
@@ -152,11 +159,19 @@ func (c *upstreamConn) fastResponse(r *http.Request, rs *respScratch) (_ *http.R
 			hasTE, chunked = true, true
 		case "Trailer":
 			return nil, false // announced trailers: net/http sets them up
+		case "Content-Type":
+			if !hasCT {
+				hasCT, contentType = true, value
+			}
 		case "Connection":
+			hasConn = true
 			connClose = connClose || listedIn([]string{value}, "close")
 			connKeepAlive = connKeepAlive || listedIn([]string{value}, "keep-alive")
 		}
-		vv := hdr[key]
+		var vv []string
+		if !keys.isNew(key) {
+			vv = hdr[key]
+		}
 		if vv == nil {
 			vals = append(vals, value)
 			hdr[key] = vals[len(vals)-1 : len(vals) : len(vals)]
@@ -175,6 +190,7 @@ func (c *upstreamConn) fastResponse(r *http.Request, rs *respScratch) (_ *http.R
 		return nil, false // until close: rare, and net/http's to frame
 	}
 	c.br.Discard(headLen)
+	st.hasConn, st.contentType = hasConn, contentType
 
 	resp := &st.resp
 	*resp = http.Response{
