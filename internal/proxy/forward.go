@@ -732,14 +732,7 @@ func validToken(s string) bool {
 
 // validValue reports a header value without control characters (HTAB is
 // allowed), which could end the line or the head early.
-func validValue(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; (c < 0x20 && c != '\t') || c == 0x7f {
-			return false
-		}
-	}
-	return true
-}
+func validValue(s string) bool { return validFieldValue(s) }
 
 // validURI reports a request target without spaces or control characters.
 func validURI(s string) bool {

@@ -495,8 +495,24 @@ func trimOWS(s string) string {
 }
 
 // validFieldValue reports a field value without control characters other
-// than HTAB (httpguts.ValidHeaderFieldValue's rule).
+// than HTAB (httpguts.ValidHeaderFieldValue's rule). Eight bytes at a time
+// while none is below 0x20 or DEL; byte by byte from a word that has one.
 func validFieldValue(s string) bool {
+	const (
+		ones  = 0x0101010101010101
+		highs = 0x8080808080808080
+	)
+	for len(s) >= 8 {
+		x := uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+			uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+		del := x ^ (0x7f * ones)
+		// Nonzero exactly when some byte is below 0x20, or is 0x7f (a
+		// zero in del): a borrow starts only at such a byte.
+		if ((x-0x20*ones)&^x|(del-ones)&^del)&highs != 0 {
+			break
+		}
+		s = s[8:]
+	}
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; (c < 0x20 && c != '\t') || c == 0x7f {
 			return false
