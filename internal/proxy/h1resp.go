@@ -71,11 +71,10 @@ func (c *upstreamConn) readResponse(r *http.Request, rs *respScratch) (*http.Res
 // read it.
 func (c *upstreamConn) fastResponse(r *http.Request, rs *respScratch) (_ *http.Response, ok bool) {
 	buf, _ := c.br.Peek(c.br.Buffered())
-	end := bytes.Index(buf, crlfcrlf)
-	if end < 0 {
+	headLen := headEnd(buf)
+	if headLen < 0 {
 		return nil, false
 	}
-	headLen := end + 4
 	// One copy of the head: field names are canonicalized in it, and the
 	// strings point into it.
 	var raw []byte
@@ -228,6 +227,24 @@ func (c *upstreamConn) fastResponse(r *http.Request, rs *respScratch) (_ *http.R
 		resp.Body = &st.lenBody
 	}
 	return resp, true
+}
+
+// headEnd returns the length of the head at the start of buf, through the
+// empty line that ends it (as bytes.Index(buf, "\r\n\r\n")+4), or -1 when
+// it does not end in buf or a line before its end lacks its CR (the slow
+// path's to read). It goes line by line: a head's lines are few, and each
+// one is a single IndexByte.
+func headEnd(buf []byte) int {
+	for pos := 0; ; {
+		nl := bytes.IndexByte(buf[pos:], '\n')
+		if nl < 1 || buf[pos+nl-1] != '\r' {
+			return -1
+		}
+		if nl == 1 && pos > 0 {
+			return pos + 2 // an empty line, after the status line
+		}
+		pos += nl + 1
+	}
 }
 
 var chunkedTE = []string{"chunked"}
