@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"io"
 	"math"
@@ -85,6 +86,10 @@ func (p *parser) readHead(br *bufio.Reader) error {
 	if limit <= 0 {
 		limit = defaultMaxHeaderBytes
 	}
+	if n := p.scanBuffered(br, limit); n > 0 {
+		br.Discard(n)
+		return p.parse()
+	}
 	for {
 		line, err := br.ReadSlice('\n')
 		if len(p.raw)+len(line) > limit {
@@ -117,6 +122,30 @@ func (p *parser) readHead(br *bufio.Reader) error {
 		}
 	}
 	return p.parse()
+}
+
+// scanBuffered is readHead's loop for a head already whole in br's buffer
+// (the usual case), read from it with one copy rather than a ReadSlice and
+// an append a line. It returns the head's length, to be discarded from br,
+// or 0 — nothing read, p.raw and p.ends empty — when the head is not whole
+// in the buffer or breaks a limit, which the loop then reads (or refuses)
+// as ever.
+func (p *parser) scanBuffered(br *bufio.Reader, limit int) int {
+	buf, _ := br.Peek(br.Buffered())
+	for start := 0; ; {
+		nl := bytes.IndexByte(buf[start:], '\n')
+		end := start + nl + 1
+		if nl < 0 || end > limit || len(p.ends) == maxHeaderFields+2 {
+			p.ends = p.ends[:0]
+			return 0
+		}
+		p.ends = append(p.ends, end)
+		if l := end - start; l == 1 || l == 2 && buf[start] == '\r' {
+			p.raw = append(p.raw, buf[:end]...)
+			return end
+		}
+		start = end
+	}
 }
 
 // parse parses p.raw, whose lines end at p.ends, into p.head.
