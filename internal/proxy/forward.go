@@ -39,8 +39,11 @@ import (
 // many timestamps; the fast path takes two (start, from the front end when
 // it serves the request, and when the response head is in) and a third only
 // for a response that streamed, and passes them down.
-func (h *Handler) forward(w http.ResponseWriter, r *http.Request, d *Deployment, start time.Time) {
-	status, end, failed, abort := h.exchange(w, r, d, start)
+//
+// hop is the hop count r arrived with (hops), which the forwarded request
+// carries one more of.
+func (h *Handler) forward(w http.ResponseWriter, r *http.Request, d *Deployment, start time.Time, hop int) {
+	status, end, failed, abort := h.exchange(w, r, d, start, hop)
 	if d.Metrics != nil {
 		d.Metrics.Observe(status, end.Sub(start), failed)
 	}
@@ -58,7 +61,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, d *Deployment,
 // request wait for a first backend (cold start), as pickTransport does.
 // failed means no backend response was obtained; abort means the client's
 // response must be cut off.
-func (h *Handler) exchange(w http.ResponseWriter, r *http.Request, d *Deployment, now time.Time) (status int, end time.Time, failed, abort bool) {
+func (h *Handler) exchange(w http.ResponseWriter, r *http.Request, d *Deployment, now time.Time, hop int) (status int, end time.Time, failed, abort bool) {
 	ctx := r.Context()
 	var tried [maxAttempts]*Backend
 	var err error = errNoBackend
@@ -98,7 +101,7 @@ func (h *Handler) exchange(w http.ResponseWriter, r *http.Request, d *Deployment
 				break
 			}
 		}
-		status, end, failed, abort = h.relay(w, r, d, b, c, reused, heldSince, now)
+		status, end, failed, abort = h.relay(w, r, d, b, c, reused, heldSince, now, hop)
 		b.releaseAt(end)
 		return status, end, failed, abort
 	}
@@ -141,7 +144,7 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, d *Deployment, er
 // relay sends r over c (a connection to b) and copies the response to w. It
 // owns c: the connection goes back to b's pool only when the exchange ended
 // cleanly, and is closed otherwise.
-func (h *Handler) relay(w http.ResponseWriter, r *http.Request, d *Deployment, b *Backend, c *upstreamConn, reused bool, heldSince, now time.Time) (status int, end time.Time, failed, abort bool) {
+func (h *Handler) relay(w http.ResponseWriter, r *http.Request, d *Deployment, b *Backend, c *upstreamConn, reused bool, heldSince, now time.Time, hop int) (status int, end time.Time, failed, abort bool) {
 	ctx := r.Context()
 	hasBody := r.Body != nil && r.Body != http.NoBody
 	var resp *http.Response
@@ -153,7 +156,7 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request, d *Deployment, b
 		// nobody: a past deadline unblocks whatever waits on c.
 		link = linkAbort(ctx, w, c)
 		var err error
-		resp, wdone, err = h.send(w, r, b, c, hasBody, d.Gate != nil, now)
+		resp, wdone, err = h.send(w, r, b, c, hasBody, d.Gate != nil, now, hop)
 		if err == nil {
 			// A backend that answers before the whole body has reached it
 			// may read what remains as its next request: the connection
@@ -273,9 +276,9 @@ func (l abortLink) unlink() bool {
 
 // send writes r's head (and, from another goroutine, its body) to c and reads
 // the backend's final response head. 1xx responses are relayed on the way.
-func (h *Handler) send(w http.ResponseWriter, r *http.Request, b *Backend, c *upstreamConn, hasBody, gated bool, now time.Time) (*http.Response, chan error, error) {
+func (h *Handler) send(w http.ResponseWriter, r *http.Request, b *Backend, c *upstreamConn, hasBody, gated bool, now time.Time, hop int) (*http.Response, chan error, error) {
 	chunked := hasBody && (r.ContentLength < 0 || len(r.Trailer) > 0)
-	if err := h.writeHead(c.bw, r, b, peerOf(w, r), hasBody, chunked, gated); err != nil {
+	if err := h.writeHead(c.bw, r, b, peerOf(w, r), hop, hasBody, chunked, gated); err != nil {
 		return nil, nil, err
 	}
 	c.wait.start(h.respTimeout, now)
@@ -350,8 +353,8 @@ func (h *Handler) await(w http.ResponseWriter, r *http.Request, c *upstreamConn,
 // the handler may be called with requests no http.Server would have parsed,
 // and a CR or LF written through would split the request. Unless gated (the
 // gate vouches for the ones left), no X-Auth-Request-* header passes. peer is
-// r's socket peer (peerOf).
-func (h *Handler) writeHead(bw *bufio.Writer, r *http.Request, b *Backend, peer netip.Addr, hasBody, chunked, gated bool) error {
+// r's socket peer (peerOf), hop the hop count it arrived with (hops).
+func (h *Handler) writeHead(bw *bufio.Writer, r *http.Request, b *Backend, peer netip.Addr, hop int, hasBody, chunked, gated bool) error {
 	method := r.Method
 	if method == "" {
 		method = http.MethodGet
@@ -385,14 +388,18 @@ func (h *Handler) writeHead(bw *bufio.Writer, r *http.Request, b *Backend, peer 
 	hw.str(host)
 	hw.str("\r\n" + hopHeader + ": ")
 	if hw.room(20) {
-		hw.b = appendHop(hw.b, r)
+		hw.b = strconv.AppendInt(hw.b, int64(hop+1), 10)
 	} else {
-		hw.str(strconv.Itoa(hops(r) + 1))
+		hw.str(strconv.Itoa(hop + 1))
 	}
 	hw.str("\r\n")
 
 	conn := r.Header["Connection"]
+	var te []string
 	for k, vv := range r.Header {
+		if k == "Te" {
+			te = vv // (hop-by-hop: skipped, but see below)
+		}
 		if hopByHop(k) || forwardedHeader(k) || k == "Content-Length" || k == "Host" || k == "Expect" ||
 			(conn != nil && listedIn(conn, k)) || (!gated && authRequestHeader(k)) {
 			continue
@@ -407,7 +414,7 @@ func (h *Handler) writeHead(bw *bufio.Writer, r *http.Request, b *Backend, peer 
 			hw.field(k, v)
 		}
 	}
-	if te := r.Header["Te"]; te != nil && listedIn(te, "trailers") {
+	if te != nil && listedIn(te, "trailers") {
 		// The one TE value a proxy passes on: gRPC needs it end to end.
 		hw.str("Te: trailers\r\n")
 	}
