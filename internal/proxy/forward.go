@@ -39,8 +39,11 @@ import (
 // many timestamps; the fast path takes two (start, from the front end when
 // it serves the request, and when the response head is in) and a third only
 // for a response that streamed, and passes them down.
-func (h *Handler) forward(w http.ResponseWriter, r *http.Request, d *Deployment, start time.Time) {
-	status, end, failed, abort := h.exchange(w, r, d, start)
+//
+// hop is the hop count r arrived with (hops), which the forwarded request
+// carries one more of.
+func (h *Handler) forward(w http.ResponseWriter, r *http.Request, d *Deployment, start time.Time, hop int) {
+	status, end, failed, abort := h.exchange(w, r, d, start, hop)
 	if d.Metrics != nil {
 		d.Metrics.Observe(status, end.Sub(start), failed)
 	}
@@ -58,7 +61,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, d *Deployment,
 // request wait for a first backend (cold start), as pickTransport does.
 // failed means no backend response was obtained; abort means the client's
 // response must be cut off.
-func (h *Handler) exchange(w http.ResponseWriter, r *http.Request, d *Deployment, now time.Time) (status int, end time.Time, failed, abort bool) {
+func (h *Handler) exchange(w http.ResponseWriter, r *http.Request, d *Deployment, now time.Time, hop int) (status int, end time.Time, failed, abort bool) {
 	ctx := r.Context()
 	var tried [maxAttempts]*Backend
 	var err error = errNoBackend
@@ -98,7 +101,7 @@ func (h *Handler) exchange(w http.ResponseWriter, r *http.Request, d *Deployment
 				break
 			}
 		}
-		status, end, failed, abort = h.relay(w, r, d, b, c, reused, heldSince, now)
+		status, end, failed, abort = h.relay(w, r, d, b, c, reused, heldSince, now, hop)
 		b.releaseAt(end)
 		return status, end, failed, abort
 	}
@@ -141,7 +144,7 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, d *Deployment, er
 // relay sends r over c (a connection to b) and copies the response to w. It
 // owns c: the connection goes back to b's pool only when the exchange ended
 // cleanly, and is closed otherwise.
-func (h *Handler) relay(w http.ResponseWriter, r *http.Request, d *Deployment, b *Backend, c *upstreamConn, reused bool, heldSince, now time.Time) (status int, end time.Time, failed, abort bool) {
+func (h *Handler) relay(w http.ResponseWriter, r *http.Request, d *Deployment, b *Backend, c *upstreamConn, reused bool, heldSince, now time.Time, hop int) (status int, end time.Time, failed, abort bool) {
 	ctx := r.Context()
 	hasBody := r.Body != nil && r.Body != http.NoBody
 	var resp *http.Response
@@ -153,7 +156,7 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request, d *Deployment, b
 		// nobody: a past deadline unblocks whatever waits on c.
 		link = linkAbort(ctx, w, c)
 		var err error
-		resp, wdone, err = h.send(w, r, b, c, hasBody, d.Gate != nil, now)
+		resp, wdone, err = h.send(w, r, b, c, hasBody, d.Gate != nil, now, hop)
 		if err == nil {
 			// A backend that answers before the whole body has reached it
 			// may read what remains as its next request: the connection
@@ -188,7 +191,15 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request, d *Deployment, b
 		held(d, b, heldSince, resp)
 	}
 	hdr := w.Header()
-	copyHeader(hdr, resp.Header)
+	fast := resp == &c.rs.resp // read by fastResponse, which noted some fields
+	switch {
+	case !fast:
+		copyHeader(hdr, resp.Header)
+	case c.rs.hasConn:
+		copyHeaderConn(hdr, resp.Header, resp.Header["Connection"])
+	default:
+		copyHeaderConn(hdr, resp.Header, nil)
+	}
 	if len(resp.Trailer) > 0 {
 		hdr["Trailer"] = []string{joinKeys(resp.Trailer)}
 	}
@@ -196,7 +207,13 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request, d *Deployment, b
 	status = resp.StatusCode
 	w.WriteHeader(status)
 
-	ok, streamed, werr, rerr := copyBody(w, resp, streaming(resp))
+	var stream bool
+	if fast {
+		stream = streamingType(resp, c.rs.contentType)
+	} else {
+		stream = streaming(resp)
+	}
+	ok, streamed, werr, rerr := copyBody(w, resp, stream)
 	if streamed {
 		end = time.Now()
 		if fw, ok := w.(*h1Writer); ok {
@@ -259,9 +276,9 @@ func (l abortLink) unlink() bool {
 
 // send writes r's head (and, from another goroutine, its body) to c and reads
 // the backend's final response head. 1xx responses are relayed on the way.
-func (h *Handler) send(w http.ResponseWriter, r *http.Request, b *Backend, c *upstreamConn, hasBody, gated bool, now time.Time) (*http.Response, chan error, error) {
+func (h *Handler) send(w http.ResponseWriter, r *http.Request, b *Backend, c *upstreamConn, hasBody, gated bool, now time.Time, hop int) (*http.Response, chan error, error) {
 	chunked := hasBody && (r.ContentLength < 0 || len(r.Trailer) > 0)
-	if err := h.writeHead(c.bw, r, b, hasBody, chunked, gated); err != nil {
+	if err := h.writeHead(c.bw, r, b, peerOf(w, r), hop, hasBody, chunked, gated); err != nil {
 		return nil, nil, err
 	}
 	c.wait.start(h.respTimeout, now)
@@ -335,8 +352,9 @@ func (h *Handler) await(w http.ResponseWriter, r *http.Request, c *upstreamConn,
 // X-Forwarded-* follow rewrite's rules. Everything is validated here, because
 // the handler may be called with requests no http.Server would have parsed,
 // and a CR or LF written through would split the request. Unless gated (the
-// gate vouches for the ones left), no X-Auth-Request-* header passes.
-func (h *Handler) writeHead(bw *bufio.Writer, r *http.Request, b *Backend, hasBody, chunked, gated bool) error {
+// gate vouches for the ones left), no X-Auth-Request-* header passes. peer is
+// r's socket peer (peerOf), hop the hop count it arrived with (hops).
+func (h *Handler) writeHead(bw *bufio.Writer, r *http.Request, b *Backend, peer netip.Addr, hop int, hasBody, chunked, gated bool) error {
 	method := r.Method
 	if method == "" {
 		method = http.MethodGet
@@ -358,21 +376,30 @@ func (h *Handler) writeHead(bw *bufio.Writer, r *http.Request, b *Backend, hasBo
 	if !validToken(method) || !validURI(path) || (query != "" && !validURI(query)) || !validValue(host) {
 		return errBadRequestHead
 	}
-	bw.WriteString(method)
-	bw.WriteByte(' ')
-	bw.WriteString(path)
+	hw := newHeadWriter(bw)
+	hw.str(method)
+	hw.char(' ')
+	hw.str(path)
 	if query != "" || (r.URL.ForceQuery && r.URL.Opaque == "") {
-		bw.WriteByte('?')
-		bw.WriteString(query)
+		hw.char('?')
+		hw.str(query)
 	}
-	bw.WriteString(" HTTP/1.1\r\nHost: ")
-	bw.WriteString(host)
-	bw.WriteString("\r\n" + hopHeader + ": ")
-	bw.Write(appendHop(bw.AvailableBuffer(), r))
-	bw.WriteString("\r\n")
+	hw.str(" HTTP/1.1\r\nHost: ")
+	hw.str(host)
+	hw.str("\r\n" + hopHeader + ": ")
+	if hw.room(20) {
+		hw.b = strconv.AppendInt(hw.b, int64(hop+1), 10)
+	} else {
+		hw.str(strconv.Itoa(hop + 1))
+	}
+	hw.str("\r\n")
 
 	conn := r.Header["Connection"]
+	var te []string
 	for k, vv := range r.Header {
+		if k == "Te" {
+			te = vv // (hop-by-hop: skipped, but see below)
+		}
 		if hopByHop(k) || forwardedHeader(k) || k == "Content-Length" || k == "Host" || k == "Expect" ||
 			(conn != nil && listedIn(conn, k)) || (!gated && authRequestHeader(k)) {
 			continue
@@ -384,84 +411,72 @@ func (h *Handler) writeHead(bw *bufio.Writer, r *http.Request, b *Backend, hasBo
 			if !validValue(v) {
 				return errBadRequestHead
 			}
-			writeField(bw, k, v)
+			hw.field(k, v)
 		}
 	}
-	if te := r.Header["Te"]; te != nil && listedIn(te, "trailers") {
+	if te != nil && listedIn(te, "trailers") {
 		// The one TE value a proxy passes on: gRPC needs it end to end.
-		bw.WriteString("Te: trailers\r\n")
+		hw.str("Te: trailers\r\n")
 	}
 
-	peer := peerIP(r.RemoteAddr)
 	proto := scheme(r)
 	if h.isTrusted(peer) {
 		if prior := r.Header["X-Forwarded-For"]; len(prior) > 0 {
-			bw.WriteString("X-Forwarded-For: ")
+			hw.str("X-Forwarded-For: ")
 			for _, v := range prior {
 				if !validValue(v) {
 					return errBadRequestHead
 				}
-				bw.WriteString(v)
-				bw.WriteString(", ")
+				hw.str(v)
+				hw.str(", ")
 			}
-			bw.Write(peer.AppendTo(bw.AvailableBuffer()))
-			bw.WriteString("\r\n")
+			hw.addr(peer)
+			hw.str("\r\n")
 		} else {
-			writeAddrField(bw, "X-Forwarded-For", peer)
+			hw.addrField("X-Forwarded-For", peer)
 		}
 		xfProto, xfHost := headerFirst(r.Header, "X-Forwarded-Proto"), headerFirst(r.Header, "X-Forwarded-Host")
 		if !validValue(xfProto) || !validValue(xfHost) {
 			return errBadRequestHead
 		}
-		writeField(bw, "X-Forwarded-Proto", cmp.Or(xfProto, proto))
-		writeField(bw, "X-Forwarded-Host", cmp.Or(xfHost, r.Host))
+		hw.field("X-Forwarded-Proto", cmp.Or(xfProto, proto))
+		hw.field("X-Forwarded-Host", cmp.Or(xfHost, r.Host))
 	} else {
 		if peer.IsValid() {
-			writeAddrField(bw, "X-Forwarded-For", peer)
+			hw.addrField("X-Forwarded-For", peer)
 		}
-		writeField(bw, "X-Forwarded-Proto", proto)
+		hw.field("X-Forwarded-Proto", proto)
 		if r.Host != "" {
-			writeField(bw, "X-Forwarded-Host", r.Host)
+			hw.field("X-Forwarded-Host", r.Host)
 		}
 	}
 
 	switch {
 	case chunked:
-		bw.WriteString("Transfer-Encoding: chunked\r\n")
+		hw.str("Transfer-Encoding: chunked\r\n")
 		if len(r.Trailer) > 0 {
 			for k := range r.Trailer {
 				if !validToken(k) {
 					return errBadRequestHead
 				}
 			}
-			writeField(bw, "Trailer", joinKeys(r.Trailer))
+			hw.field("Trailer", joinKeys(r.Trailer))
 		}
 	case hasBody:
-		bw.WriteString("Content-Length: ")
-		bw.WriteString(strconv.FormatInt(r.ContentLength, 10))
-		bw.WriteString("\r\n")
+		hw.length(r.ContentLength)
 	case r.Method == http.MethodPost || r.Method == http.MethodPut || r.Method == http.MethodPatch:
 		// An empty body is still a body for these methods; say so, as
 		// http.Transport does, or some servers wait for one.
-		bw.WriteString("Content-Length: 0\r\n")
+		hw.str("Content-Length: 0\r\n")
 	}
-	_, err := bw.WriteString("\r\n")
-	return err
+	hw.str("\r\n")
+	return hw.done()
 }
 
 func writeField(bw *bufio.Writer, k, v string) {
 	bw.WriteString(k)
 	bw.WriteString(": ")
 	bw.WriteString(v)
-	bw.WriteString("\r\n")
-}
-
-// writeAddrField writes an address-valued field without formatting the
-// address into a string first.
-func writeAddrField(bw *bufio.Writer, k string, a netip.Addr) {
-	bw.WriteString(k)
-	bw.WriteString(": ")
-	bw.Write(a.AppendTo(bw.AvailableBuffer()))
 	bw.WriteString("\r\n")
 }
 
@@ -566,7 +581,15 @@ func streaming(resp *http.Response) bool {
 	if resp.ContentLength == -1 {
 		return true
 	}
-	ct, _, _ := strings.Cut(headerFirst(resp.Header, "Content-Type"), ";")
+	return streamingType(resp, headerFirst(resp.Header, "Content-Type"))
+}
+
+// streamingType is streaming, contentType being resp's first Content-Type.
+func streamingType(resp *http.Response, contentType string) bool {
+	if resp.ContentLength == -1 {
+		return true
+	}
+	ct, _, _ := strings.Cut(contentType, ";")
 	return strings.EqualFold(strings.TrimSpace(ct), "text/event-stream")
 }
 
@@ -617,8 +640,10 @@ func (f responseFlusher) Flush() { f.rc.Flush() }
 
 // copyHeader copies a response header, minus hop-by-hop fields. The value
 // slices are shared: src is not used again.
-func copyHeader(dst, src http.Header) {
-	conn := src["Connection"]
+func copyHeader(dst, src http.Header) { copyHeaderConn(dst, src, src["Connection"]) }
+
+// copyHeaderConn is copyHeader, conn being src's Connection values.
+func copyHeaderConn(dst, src http.Header, conn []string) {
 	for k, vv := range src {
 		if hopByHop(k) || (conn != nil && listedIn(conn, k)) {
 			continue
@@ -714,14 +739,7 @@ func validToken(s string) bool {
 
 // validValue reports a header value without control characters (HTAB is
 // allowed), which could end the line or the head early.
-func validValue(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; (c < 0x20 && c != '\t') || c == 0x7f {
-			return false
-		}
-	}
-	return true
-}
+func validValue(s string) bool { return validFieldValue(s) }
 
 // validURI reports a request target without spaces or control characters.
 func validURI(s string) bool {

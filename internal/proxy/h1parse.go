@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"io"
 	"math"
@@ -85,6 +86,10 @@ func (p *parser) readHead(br *bufio.Reader) error {
 	if limit <= 0 {
 		limit = defaultMaxHeaderBytes
 	}
+	if n := p.scanBuffered(br, limit); n > 0 {
+		br.Discard(n)
+		return p.parse()
+	}
 	for {
 		line, err := br.ReadSlice('\n')
 		if len(p.raw)+len(line) > limit {
@@ -117,6 +122,30 @@ func (p *parser) readHead(br *bufio.Reader) error {
 		}
 	}
 	return p.parse()
+}
+
+// scanBuffered is readHead's loop for a head already whole in br's buffer
+// (the usual case), read from it with one copy rather than a ReadSlice and
+// an append a line. It returns the head's length, to be discarded from br,
+// or 0 — nothing read, p.raw and p.ends empty — when the head is not whole
+// in the buffer or breaks a limit, which the loop then reads (or refuses)
+// as ever.
+func (p *parser) scanBuffered(br *bufio.Reader, limit int) int {
+	buf, _ := br.Peek(br.Buffered())
+	for start := 0; ; {
+		nl := bytes.IndexByte(buf[start:], '\n')
+		end := start + nl + 1
+		if nl < 0 || end > limit || len(p.ends) == maxHeaderFields+2 {
+			p.ends = p.ends[:0]
+			return 0
+		}
+		p.ends = append(p.ends, end)
+		if l := end - start; l == 1 || l == 2 && buf[start] == '\r' {
+			p.raw = append(p.raw, buf[:end]...)
+			return end
+		}
+		start = end
+	}
 }
 
 // parse parses p.raw, whose lines end at p.ends, into p.head.
@@ -164,7 +193,8 @@ func (p *parser) parse() error {
 		p.vals = make([]string, n)
 	}
 	vals := p.vals[:n]
-	var hosts, cls, tes int
+	var f fieldsSeen
+	var keys newKeys
 	start = p.ends[0]
 	for _, end := range p.ends[1 : len(p.ends)-1] {
 		line := text[start : end-2]
@@ -184,15 +214,43 @@ func (p *parser) parse() error {
 		if !validFieldValue(v) {
 			return badRequest("invalid header value")
 		}
+		// The fields checkFields asks about are noted here, which spares
+		// it a map lookup for each. Host and Transfer-Encoding never stay
+		// in the map (checkFields deletes them, or refuses the request),
+		// and a repeated Content-Length only once (it must be the same).
 		switch key {
 		case "Host":
-			hosts++
+			f.hosts++
+			f.host = v
+			continue
 		case "Content-Length":
-			cls++
+			f.cls++
+			if f.cls > 1 {
+				f.clDiffer = f.clDiffer || v != f.cl
+				continue
+			}
+			f.cl = v
 		case "Transfer-Encoding":
-			tes++
+			f.tes++
+			f.te = v
+			continue
+		case "Upgrade":
+			f.has |= hasUpgrade
+		case "Expect":
+			f.has |= hasExpect
+		case "Trailer":
+			f.has |= hasTrailer
+		case "Connection":
+			f.has |= hasConnection
+		case "Pragma":
+			f.has |= hasPragma
+		case "Cache-Control":
+			f.has |= hasCacheControl
 		}
-		vv := hdr[key]
+		var vv []string
+		if !keys.isNew(key) {
+			vv = hdr[key]
+		}
 		if vv == nil && len(vals) > 0 {
 			// The common case: one value per key.
 			vals[0] = v
@@ -202,8 +260,48 @@ func (p *parser) parse() error {
 			hdr[key] = append(vv, v)
 		}
 	}
-	return h.checkFields(hosts, cls, tes)
+	return h.checkFields(&f)
 }
+
+// newKeys tells the first keys of a head from their repeats without a map
+// lookup each: it remembers the first few keys (a head's usual number), and
+// beyond those knows nothing.
+type newKeys struct {
+	n    int
+	keys [8]string
+}
+
+// isNew reports a key certainly not seen before, remembering it.
+func (s *newKeys) isNew(k string) bool {
+	if s.n == len(s.keys) {
+		return false // unknown: the map says
+	}
+	for _, seen := range s.keys[:s.n] {
+		if seen == k {
+			return false
+		}
+	}
+	s.keys[s.n] = k
+	s.n++
+	return true
+}
+
+// fieldsSeen is what parse noted of the fields checkFields asks about.
+type fieldsSeen struct {
+	hosts, cls, tes int
+	host, cl, te    string // the (first) Host, Content-Length; the last Transfer-Encoding
+	clDiffer        bool   // a repeated Content-Length differs from the first
+	has             uint8  // has* bits: fields present in the map
+}
+
+const (
+	hasUpgrade uint8 = 1 << iota
+	hasExpect
+	hasTrailer
+	hasConnection
+	hasPragma
+	hasCacheControl
+)
 
 // parseRequestLine parses "method SP request-target SP HTTP-version".
 func (h *reqHead) parseRequestLine(line string) error {
@@ -317,17 +415,16 @@ var pathChars = func() (t [128]bool) {
 
 // checkFields applies the rules about specific fields once all are read:
 // Host, body framing, and the features handed to net/http.
-func (h *reqHead) checkFields(hosts, cls, tes int) error {
+func (h *reqHead) checkFields(f *fieldsSeen) error {
 	hdr := h.header
 	switch {
-	case hosts > 1:
+	case f.hosts > 1:
 		return badRequest("too many Host headers")
-	case hosts == 1:
-		h.host = hdr["Host"][0]
+	case f.hosts == 1:
+		h.host = f.host
 		if !validHost(h.host) {
 			return badRequest("malformed Host header")
 		}
-		delete(hdr, "Host")
 	case h.minor >= 1:
 		return badRequest("missing required Host header")
 	}
@@ -338,49 +435,50 @@ func (h *reqHead) checkFields(hosts, cls, tes int) error {
 	// Body framing (RFC 9112 §6). Anything ambiguous is an error: a
 	// backend or another proxy might read it the other way.
 	switch {
-	case tes > 0 && cls > 0:
+	case f.tes > 0 && f.cls > 0:
 		return badRequest("both Transfer-Encoding and Content-Length")
-	case tes > 0:
+	case f.tes > 0:
 		if h.minor == 0 {
 			return badRequest("Transfer-Encoding in an HTTP/1.0 request")
 		}
-		if tes > 1 || !strings.EqualFold(hdr["Transfer-Encoding"][0], "chunked") {
+		if f.tes > 1 || !strings.EqualFold(f.te, "chunked") {
 			return badRequest("unsupported transfer encoding")
 		}
-		delete(hdr, "Transfer-Encoding")
 		h.contentLength = -1
-	case cls > 0:
-		vv := hdr["Content-Length"]
-		for _, v := range vv[1:] {
-			if v != vv[0] {
-				return badRequest("differing Content-Length values")
-			}
+	case f.cls > 0:
+		if f.clDiffer {
+			return badRequest("differing Content-Length values")
 		}
-		n, ok := parseDecimal(vv[0])
+		n, ok := parseDecimal(f.cl)
 		if !ok {
 			return badRequest("bad Content-Length")
 		}
-		if len(vv) > 1 {
-			hdr["Content-Length"] = vv[:1:1] // as net/http deduplicates
-		}
-		h.contentLength = n
+		h.contentLength = n // (one value in the map: as net/http deduplicates)
 	}
 
 	// Upgrade: h2c is dropped, with its settings: it would switch the
 	// connection to a protocol berth does not route, and a backend that
 	// took it would turn the connection into a tunnel past the routing
 	// (see StripH2CUpgrade). The request goes on as HTTP/1.1.
-	if uv := hdr["Upgrade"]; len(uv) > 0 && listedIn(uv, "h2c") {
-		stripH2C(hdr)
+	if f.has&hasUpgrade != 0 {
+		if listedIn(hdr["Upgrade"], "h2c") {
+			stripH2C(hdr)
+		}
+		if len(hdr["Upgrade"]) > 0 {
+			return errHandOff
+		}
 	}
-	// What net/http serves instead: protocol switches, 100-continue (and
-	// other expectations), trailers announced by the client, and the
-	// request line's hand-offs.
-	if h.handOff || len(hdr["Upgrade"]) > 0 || len(hdr["Expect"]) > 0 || len(hdr["Trailer"]) > 0 {
+	// What net/http serves instead: protocol switches (above),
+	// 100-continue (and other expectations), trailers announced by the
+	// client, and the request line's hand-offs.
+	if h.handOff || f.has&(hasExpect|hasTrailer) != 0 {
 		return errHandOff
 	}
 
-	conn := hdr["Connection"]
+	var conn []string
+	if f.has&hasConnection != 0 {
+		conn = hdr["Connection"]
+	}
 	if h.minor == 0 {
 		h.keepAlive10 = listedIn(conn, "keep-alive")
 		h.close = !h.keepAlive10 || listedIn(conn, "close")
@@ -389,8 +487,8 @@ func (h *reqHead) checkFields(hosts, cls, tes int) error {
 	}
 	// As net/http does (RFC 9111 §5.4): Pragma: no-cache without
 	// Cache-Control means Cache-Control: no-cache.
-	if pv := hdr["Pragma"]; len(pv) > 0 && pv[0] == "no-cache" {
-		if _, ok := hdr["Cache-Control"]; !ok {
+	if f.has&hasPragma != 0 && f.has&hasCacheControl == 0 {
+		if pv := hdr["Pragma"]; len(pv) > 0 && pv[0] == "no-cache" {
 			hdr["Cache-Control"] = []string{"no-cache"}
 		}
 	}
@@ -426,8 +524,24 @@ func trimOWS(s string) string {
 }
 
 // validFieldValue reports a field value without control characters other
-// than HTAB (httpguts.ValidHeaderFieldValue's rule).
+// than HTAB (httpguts.ValidHeaderFieldValue's rule). Eight bytes at a time
+// while none is below 0x20 or DEL; byte by byte from a word that has one.
 func validFieldValue(s string) bool {
+	const (
+		ones  = 0x0101010101010101
+		highs = 0x8080808080808080
+	)
+	for len(s) >= 8 {
+		x := uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+			uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+		del := x ^ (0x7f * ones)
+		// Nonzero exactly when some byte is below 0x20, or is 0x7f (a
+		// zero in del): a borrow starts only at such a byte.
+		if ((x-0x20*ones)&^x|(del-ones)&^del)&highs != 0 {
+			break
+		}
+		s = s[8:]
+	}
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; (c < 0x20 && c != '\t') || c == 0x7f {
 			return false

@@ -243,3 +243,35 @@ func serializeHead(h *reqHead, body []byte) []byte {
 	b.Write(body)
 	return b.Bytes()
 }
+
+// validFieldValue reads eight bytes at a time: every byte value at every
+// position of values of every length up to 30 gets the byte loop's answer.
+func TestValidFieldValueWords(t *testing.T) {
+	slow := func(s string) bool {
+		for i := 0; i < len(s); i++ {
+			if c := s[i]; (c < 0x20 && c != '\t') || c == 0x7f {
+				return false
+			}
+		}
+		return true
+	}
+	base := []byte("abcdefghijklmnopqrstuvwxyz0123")
+	for n := 0; n <= len(base); n++ {
+		for i := 0; i < n; i++ {
+			for c := 0; c < 256; c++ {
+				b := append([]byte(nil), base[:n]...)
+				b[i] = byte(c)
+				if got, want := validFieldValue(string(b)), slow(string(b)); got != want {
+					t.Fatalf("%q: %v, want %v", b, got, want)
+				}
+				// neighbours with high bytes
+				if i+1 < n {
+					b[i+1] = 0xff
+					if got, want := validFieldValue(string(b)), slow(string(b)); got != want {
+						t.Fatalf("%q: %v, want %v", b, got, want)
+					}
+				}
+			}
+		}
+	}
+}

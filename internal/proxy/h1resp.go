@@ -50,6 +50,11 @@ type respState struct {
 	hdr     http.Header
 	lenBody lengthBody
 	chBody  chunkedBody
+	// What fastResponse saw of resp's fields, which spares relay a map
+	// lookup each: whether there is a Connection field, and the first
+	// Content-Type. (The forwarder adds neither to resp.Header.)
+	hasConn     bool
+	contentType string
 }
 
 // readResponse reads the final response head to r from c, relaying nothing:
@@ -66,11 +71,10 @@ func (c *upstreamConn) readResponse(r *http.Request, rs *respScratch) (*http.Res
 // read it.
 func (c *upstreamConn) fastResponse(r *http.Request, rs *respScratch) (_ *http.Response, ok bool) {
 	buf, _ := c.br.Peek(c.br.Buffered())
-	end := bytes.Index(buf, crlfcrlf)
-	if end < 0 {
+	headLen := headEnd(buf)
+	if headLen < 0 {
 		return nil, false
 	}
-	headLen := end + 4
 	// One copy of the head: field names are canonicalized in it, and the
 	// strings point into it.
 	var raw []byte
@@ -103,8 +107,10 @@ func (c *upstreamConn) fastResponse(r *http.Request, rs *respScratch) (_ *http.R
 	} else {
 		vals = make([]string, 0, 8)
 	}
+	var keys newKeys
 	var cl int64 = -1
-	var chunked, hasTE, connClose, connKeepAlive bool
+	var chunked, hasTE, connClose, connKeepAlive, hasConn, hasCT bool
+	var contentType string
 	for pos := eol + 1; pos < headLen-2; {
 		nl := bytes.IndexByte(raw[pos:], '\n')
 		lineEnd := pos + nl
@@ -152,11 +158,19 @@ func (c *upstreamConn) fastResponse(r *http.Request, rs *respScratch) (_ *http.R
 			hasTE, chunked = true, true
 		case "Trailer":
 			return nil, false // announced trailers: net/http sets them up
+		case "Content-Type":
+			if !hasCT {
+				hasCT, contentType = true, value
+			}
 		case "Connection":
+			hasConn = true
 			connClose = connClose || listedIn([]string{value}, "close")
 			connKeepAlive = connKeepAlive || listedIn([]string{value}, "keep-alive")
 		}
-		vv := hdr[key]
+		var vv []string
+		if !keys.isNew(key) {
+			vv = hdr[key]
+		}
 		if vv == nil {
 			vals = append(vals, value)
 			hdr[key] = vals[len(vals)-1 : len(vals) : len(vals)]
@@ -175,6 +189,7 @@ func (c *upstreamConn) fastResponse(r *http.Request, rs *respScratch) (_ *http.R
 		return nil, false // until close: rare, and net/http's to frame
 	}
 	c.br.Discard(headLen)
+	st.hasConn, st.contentType = hasConn, contentType
 
 	resp := &st.resp
 	*resp = http.Response{
@@ -212,6 +227,24 @@ func (c *upstreamConn) fastResponse(r *http.Request, rs *respScratch) (_ *http.R
 		resp.Body = &st.lenBody
 	}
 	return resp, true
+}
+
+// headEnd returns the length of the head at the start of buf, through the
+// empty line that ends it (as bytes.Index(buf, "\r\n\r\n")+4), or -1 when
+// it does not end in buf or a line before its end lacks its CR (the slow
+// path's to read). It goes line by line: a head's lines are few, and each
+// one is a single IndexByte.
+func headEnd(buf []byte) int {
+	for pos := 0; ; {
+		nl := bytes.IndexByte(buf[pos:], '\n')
+		if nl < 1 || buf[pos+nl-1] != '\r' {
+			return -1
+		}
+		if nl == 1 && pos > 0 {
+			return pos + 2 // an empty line, after the status line
+		}
+		pos += nl + 1
+	}
 }
 
 var chunkedTE = []string{"chunked"}

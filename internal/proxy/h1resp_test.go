@@ -6,6 +6,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"net/textproto"
 	"reflect"
 	"strings"
 	"testing"
@@ -132,4 +133,30 @@ func checkFastResponse(t *testing.T, method string, b []byte) {
 			t.Errorf("%s %q: trailer %v, net/http %v", method, b, got.Trailer, want.Trailer)
 		}
 	}
+}
+
+// canonicalizeKey and canonicalKey give textproto's canonical form of every
+// token, and refuse the rest, whatever the bytes.
+func TestCanonicalKeyBytes(t *testing.T) {
+	alphabet := []byte("aZz-_0A.~\x7f\x80\xff :")
+	var gen func(prefix []byte, n int)
+	gen = func(prefix []byte, n int) {
+		k := string(prefix)
+		want := textproto.CanonicalMIMEHeaderKey(k)
+		tok := validToken(k) || k == "" // (callers refuse an empty name first)
+		b := []byte(k)
+		if ok := canonicalizeKey(b); ok != tok || ok && string(b) != want {
+			t.Fatalf("canonicalizeKey(%q) = %q, %v; want %q, %v", k, b, ok, want, tok)
+		}
+		if got, ok := canonicalKey(k); ok != tok || ok && got != want {
+			t.Fatalf("canonicalKey(%q) = %q, %v; want %q, %v", k, got, ok, want, tok)
+		}
+		if n == 0 {
+			return
+		}
+		for _, c := range alphabet {
+			gen(append(prefix, c), n-1)
+		}
+	}
+	gen(nil, 4)
 }

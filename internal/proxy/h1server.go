@@ -651,7 +651,8 @@ func (c *h1conn) serveOne(first bool) connEnd {
 		// The header deadline runs from the request's first byte. A head
 		// already in the buffer needs no more reads, and no deadline.
 		buf, _ = c.br.Peek(c.br.Buffered())
-		if bytes.Index(buf, crlfcrlf) < 0 {
+		// (A head read alone ends the buffer: no search needed.)
+		if !bytes.HasSuffix(buf, crlfcrlf) && bytes.Index(buf, crlfcrlf) < 0 {
 			if s.readHeader > 0 {
 				c.rwc.SetReadDeadline(time.Now().Add(s.readHeader))
 				c.idleAt = time.Time{}
@@ -801,7 +802,7 @@ func (c *h1conn) serveHTTP(w *h1Writer, r *http.Request) {
 // The lookup is kept for the Handler (see lookup), which need not repeat it.
 func (c *h1conn) forSite(head *reqHead) bool {
 	l := &c.look
-	l.table, l.host, l.path = c.s.h.table.Load(), route.NormalizeHost(head.host), head.url.Path
+	l.table, l.rawHost, l.host, l.path = c.s.h.table.Load(), head.host, route.NormalizeHost(head.host), head.url.Path
 	l.m, l.ok = l.table.Lookup(l.host, l.path)
 	return l.ok && l.m.Rule.Redirect == nil && !l.m.Target.Maintenance && l.m.Target.Site != nil
 }
@@ -809,6 +810,7 @@ func (c *h1conn) forSite(head *reqHead) bool {
 // lookup is a routing table lookup the front end made for a request.
 type lookup struct {
 	table      *Table
+	rawHost    string // the request's Host, which host normalizes
 	host, path string
 	m          route.Match[*Deployment]
 	ok         bool

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -75,11 +76,13 @@ func (w *h1Writer) writeInterim(code int) {
 		return
 	}
 	bw := w.c.bw
-	bw.WriteString(statusLine(code))
+	hw := newHeadWriter(bw)
+	hw.str(statusLine(code))
 	for k, vv := range w.hdr {
-		writeHeaderLines(bw, k, vv)
+		writeHeaderLines(&hw, k, vv)
 	}
-	bw.WriteString("\r\n")
+	hw.str("\r\n")
+	hw.done()
 	w.err = bw.Flush()
 }
 
@@ -102,11 +105,12 @@ func (w *h1Writer) Write(p []byte) (int, error) {
 		return 0, w.err
 	}
 	if !w.committed {
-		if w.announcedLength() < 0 && len(w.pending)+len(p) <= maxPending {
+		cl := w.announcedLength()
+		if cl < 0 && len(w.pending)+len(p) <= maxPending {
 			w.pending = append(w.pending, p...)
 			return len(p), nil
 		}
-		w.commit(false)
+		w.commitLength(false, cl)
 		if len(w.pending) > 0 {
 			pend := w.pending
 			w.pending = w.pending[:0]
@@ -188,9 +192,11 @@ func (w *h1Writer) finish() {
 	}
 	if w.chunked {
 		bw := w.c.bw
-		bw.WriteString("0\r\n")
-		w.writeTrailers(bw)
-		_, w.err = bw.WriteString("\r\n")
+		hw := newHeadWriter(bw)
+		hw.str("0\r\n")
+		w.writeTrailers(&hw)
+		hw.str("\r\n")
+		w.err = hw.done()
 	}
 	if w.cl >= 0 && w.written < w.cl && w.bodyAllowed() {
 		w.closeAfter = true // the client waits for bytes that will not come
@@ -209,11 +215,14 @@ func (w *h1Writer) announcedLength() int64 {
 
 // commit writes the response head. done means the handler has returned, so
 // the pending body is the whole body.
-func (w *h1Writer) commit(done bool) {
+func (w *h1Writer) commit(done bool) { w.commitLength(done, w.announcedLength()) }
+
+// commitLength is commit, cl being announcedLength's answer.
+func (w *h1Writer) commitLength(done bool, cl int64) {
 	w.committed = true
-	bw := w.c.bw
 	hdr := w.hdr
-	bw.WriteString(statusLine(w.status))
+	hw := newHeadWriter(w.c.bw)
+	hw.str(statusLine(w.status))
 
 	if w.c.s.inShutdown.Load() {
 		w.closeAfter = true
@@ -221,34 +230,36 @@ func (w *h1Writer) commit(done bool) {
 	if listedIn(hdr["Connection"], "close") {
 		w.closeAfter = true
 	}
-	w.cl = w.announcedLength()
-	if v := hdr["Content-Length"]; len(v) > 0 && w.cl < 0 {
-		delete(hdr, "Content-Length") // not a length: it would confuse the client
+	w.cl = cl
+	if cl < 0 {
+		if v := hdr["Content-Length"]; len(v) > 0 {
+			delete(hdr, "Content-Length") // not a length: it would confuse the client
+		}
 	}
 	switch {
 	case !w.bodyAllowed(), w.cl >= 0:
 	case done && (len(hdr["Trailer"]) == 0 || w.minor == 0):
 		// The whole body is known (trailers, though, need chunks).
 		w.cl = int64(len(w.pending))
-		writeLength(bw, w.cl)
+		hw.length(w.cl)
 	case w.minor >= 1:
 		w.chunked = true
-		bw.WriteString("Transfer-Encoding: chunked\r\n")
+		hw.str("Transfer-Encoding: chunked\r\n")
 	default:
 		w.closeAfter = true // HTTP/1.0: the body ends with the connection
 	}
 	if w.closeAfter {
 		if w.minor >= 1 {
-			bw.WriteString("Connection: close\r\n")
+			hw.str("Connection: close\r\n")
 		}
 	} else if w.minor == 0 {
-		bw.WriteString("Connection: keep-alive\r\n")
+		hw.str("Connection: keep-alive\r\n")
 	}
 	if _, ok := hdr["Date"]; !ok {
-		bw.Write(dateLine(w.c.now))
+		hw.raw(dateLine(w.c.now))
 	}
 	if w.c.tlsp != nil && w.c.s.h.tlsHeaders {
-		w.writeTLSLines()
+		w.writeTLSLines(&hw)
 	}
 	var declared []string
 	if w.chunked {
@@ -270,20 +281,21 @@ func (w *h1Writer) commit(done bool) {
 		if strings.HasPrefix(k, http.TrailerPrefix) || (declared != nil && listedIn(declared, k)) {
 			continue
 		}
-		writeHeaderLines(bw, k, vv)
+		writeHeaderLines(&hw, k, vv)
 	}
-	_, w.err = bw.WriteString("\r\n")
+	hw.str("\r\n")
+	w.err = hw.done()
 }
 
 // writeTrailers writes the trailer fields: those announced in Trailer and
 // those set with http.TrailerPrefix.
-func (w *h1Writer) writeTrailers(bw *bufio.Writer) {
+func (w *h1Writer) writeTrailers(hw *headWriter) {
 	declared := w.hdr["Trailer"]
 	for k, vv := range w.hdr {
 		if name, ok := strings.CutPrefix(k, http.TrailerPrefix); ok {
-			writeHeaderLines(bw, http.CanonicalHeaderKey(name), vv)
+			writeHeaderLines(hw, http.CanonicalHeaderKey(name), vv)
 		} else if declared != nil && k != "Trailer" && listedIn(declared, k) {
-			writeHeaderLines(bw, k, vv)
+			writeHeaderLines(hw, k, vv)
 		}
 	}
 }
@@ -291,25 +303,136 @@ func (w *h1Writer) writeTrailers(bw *bufio.Writer) {
 // writeHeaderLines writes one field, skipping a name that is not a token and
 // turning line breaks in values into spaces, as net/http does: a handler's
 // header can never split the response.
-func writeHeaderLines(bw *bufio.Writer, k string, vv []string) {
+func writeHeaderLines(hw *headWriter, k string, vv []string) {
 	if !validToken(k) {
 		return
 	}
 	for _, v := range vv {
-		bw.WriteString(k)
-		bw.WriteString(": ")
-		if strings.ContainsAny(v, "\r\n") {
+		if strings.IndexByte(v, '\r') >= 0 || strings.IndexByte(v, '\n') >= 0 {
 			v = strings.TrimSpace(strings.NewReplacer("\r", " ", "\n", " ").Replace(v))
 		}
-		bw.WriteString(v)
-		bw.WriteString("\r\n")
+		hw.field(k, v)
 	}
 }
 
-func writeLength(bw *bufio.Writer, n int64) {
-	bw.WriteString("Content-Length: ")
-	bw.Write(strconv.AppendInt(bw.AvailableBuffer(), n, 10))
-	bw.WriteString("\r\n")
+// headWriter writes a head into a bufio.Writer: its pieces are appended in
+// the writer's free space (AvailableBuffer) and handed over with one Write
+// (done), rather than a WriteString call each. A piece that does not fit
+// goes through the bufio.Writer as it is, which flushes as it must. Nothing
+// else may write to bw between newHeadWriter and done.
+type headWriter struct {
+	bw *bufio.Writer
+	b  []byte
+}
+
+func newHeadWriter(bw *bufio.Writer) headWriter {
+	return headWriter{bw: bw, b: bw.AvailableBuffer()}
+}
+
+// room reports whether n more bytes fit in the free space, first handing
+// over what was appended when they do not.
+func (hw *headWriter) room(n int) bool {
+	if len(hw.b)+n <= cap(hw.b) {
+		return true
+	}
+	hw.bw.Write(hw.b)
+	hw.b = hw.bw.AvailableBuffer()
+	return n <= cap(hw.b)
+}
+
+func (hw *headWriter) str(s string) {
+	n := len(hw.b)
+	if n+len(s) > cap(hw.b) {
+		hw.slowStr(s)
+		return
+	}
+	hw.b = hw.b[:n+len(s)]
+	copy(hw.b[n:], s)
+}
+
+func (hw *headWriter) slowStr(s string) {
+	if !hw.room(len(s)) {
+		hw.bw.WriteString(s)
+		hw.b = hw.bw.AvailableBuffer()
+		return
+	}
+	hw.b = append(hw.b, s...)
+}
+
+func (hw *headWriter) raw(p []byte) {
+	if !hw.room(len(p)) {
+		hw.bw.Write(p)
+		hw.b = hw.bw.AvailableBuffer()
+		return
+	}
+	hw.b = append(hw.b, p...)
+}
+
+func (hw *headWriter) char(c byte) {
+	if !hw.room(1) {
+		hw.bw.WriteByte(c)
+		hw.b = hw.bw.AvailableBuffer()
+		return
+	}
+	hw.b = append(hw.b, c)
+}
+
+// field writes "k: v\r\n".
+func (hw *headWriter) field(k, v string) {
+	n := len(hw.b)
+	end := n + len(k) + len(v) + 4
+	if end > cap(hw.b) {
+		hw.slowStr(k)
+		hw.slowStr(": ")
+		hw.slowStr(v)
+		hw.slowStr("\r\n")
+		return
+	}
+	b := hw.b[:end]
+	n += copy(b[n:], k)
+	b[n], b[n+1] = ':', ' '
+	copy(b[n+2:], v)
+	b[end-2], b[end-1] = '\r', '\n'
+	hw.b = b
+}
+
+// maxAddrLen bounds an address's text, zone aside (see addr).
+const maxAddrLen = len("ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255")
+
+// addr writes a's text (netip.Addr.AppendTo).
+func (hw *headWriter) addr(a netip.Addr) {
+	if !hw.room(maxAddrLen + len(a.Zone()) + 1) {
+		hw.str(a.String())
+		return
+	}
+	hw.b = a.AppendTo(hw.b)
+}
+
+// addrField writes an address-valued field without formatting the address
+// into a string first.
+func (hw *headWriter) addrField(k string, a netip.Addr) {
+	hw.str(k)
+	hw.str(": ")
+	hw.addr(a)
+	hw.str("\r\n")
+}
+
+// length writes a Content-Length field.
+func (hw *headWriter) length(n int64) {
+	if !hw.room(len("Content-Length: \r\n") + 20) {
+		hw.field("Content-Length", strconv.FormatInt(n, 10))
+		return
+	}
+	hw.b = append(hw.b, "Content-Length: "...)
+	hw.b = strconv.AppendInt(hw.b, n, 10)
+	hw.b = append(hw.b, "\r\n"...)
+}
+
+// done hands the appended bytes to bw and returns its error, if any.
+func (hw *headWriter) done() error {
+	_, err := hw.bw.Write(hw.b)
+	hw.b = nil
+	return err
 }
 
 // statusLines holds the status line of every code with a reason phrase.

@@ -133,12 +133,7 @@ func Credentialed(w http.ResponseWriter) {
 // not itself trusted (the left-most when every one is). A malformed entry
 // stops the walk at the last trusted hop before it.
 func (h *Handler) clientAddr(w http.ResponseWriter, r *http.Request) netip.Addr {
-	var peer netip.Addr
-	if fw, ok := w.(*h1Writer); ok && fw.c.peer.IsValid() {
-		peer = fw.c.peer // parsed once for the connection
-	} else {
-		peer = peerIP(r.RemoteAddr)
-	}
+	peer := peerOf(w, r)
 	if len(h.trusted) == 0 || !h.isTrusted(peer) {
 		return peer
 	}
@@ -164,6 +159,15 @@ func (h *Handler) clientAddr(w http.ResponseWriter, r *http.Request) netip.Addr 
 		}
 	}
 	return client
+}
+
+// peerOf is r's socket peer: the front end's, parsed once for the
+// connection, or r.RemoteAddr parsed.
+func peerOf(w http.ResponseWriter, r *http.Request) netip.Addr {
+	if fw, ok := w.(*h1Writer); ok && fw.c.peer.IsValid() {
+		return fw.c.peer
+	}
+	return peerIP(r.RemoteAddr)
 }
 
 // authScheme names the scheme of r's Authorization header.

@@ -481,10 +481,19 @@ func (h *Handler) lookup(w http.ResponseWriter, host, path string) (route.Match[
 	return t.Lookup(host, path)
 }
 
+// normalizedHost is route.NormalizeHost(host), reusing the front end's
+// for its request's Host.
+func normalizedHost(w http.ResponseWriter, host string) string {
+	if fw, ok := w.(*h1Writer); ok && fw.c.look.rawHost == host && fw.c.look.table != nil {
+		return fw.c.look.host
+	}
+	return route.NormalizeHost(host)
+}
+
 // route routes and serves a request admitted by ServeHTTP.
 func (h *Handler) route(w http.ResponseWriter, r *http.Request) {
 	start := requestTime(w)
-	host := route.NormalizeHost(r.Host)
+	host := normalizedHost(w, r.Host)
 	m, ok := h.lookup(w, host, r.URL.Path)
 	if ok && h.observe != nil {
 		if o := obsOf(w); o != nil {
@@ -588,17 +597,21 @@ func (h *Handler) route(w http.ResponseWriter, r *http.Request) {
 
 // serve answers a routed request from its deployment's site or backends.
 func (h *Handler) serve(w http.ResponseWriter, r *http.Request, d *Deployment, start time.Time) {
+	hop := 0 // the hop count r arrived with, for a deployment with backends
+	if d.Site == nil && d.Pool != nil {
+		hop = hops(r)
+	}
 	switch {
 	case d.Site != nil:
 		sw := &statusWriter{ResponseWriter: w}
 		d.Site.ServeHTTP(sw, r)
 		d.observe(sw.code(), start, false)
-	case d.Pool != nil && hops(r) >= maxHops:
-		h.log.Warn("request loop cut", "deployment", d.ID, "host", r.Host, "hops", hops(r))
+	case d.Pool != nil && hop >= maxHops:
+		h.log.Warn("request loop cut", "deployment", d.ID, "host", r.Host, "hops", hop)
 		plain(w, http.StatusLoopDetected, textLoop)
 		d.observe(http.StatusLoopDetected, start, true)
 	case d.Pool != nil && h.fast && !isUpgrade(r):
-		h.forward(w, r, d, start)
+		h.forward(w, r, d, start, hop)
 	case d.Pool != nil:
 		sw := &statusWriter{ResponseWriter: w}
 		st := &reqState{dep: d}

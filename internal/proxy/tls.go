@@ -98,13 +98,13 @@ func (h *Handler) setTLSHeaders(w http.ResponseWriter, r *http.Request) {
 
 // writeTLSLines writes the TLS response fields the handler's header lacks
 // into a front-end response head.
-func (w *h1Writer) writeTLSLines() {
+func (w *h1Writer) writeTLSLines(hw *headWriter) {
 	h := w.c.s.h
 	if _, ok := w.hdr["Strict-Transport-Security"]; !ok && h.hsts != nil {
-		writeHeaderLines(w.c.bw, "Strict-Transport-Security", h.hsts)
+		writeHeaderLines(hw, "Strict-Transport-Security", h.hsts)
 	}
 	if _, ok := w.hdr["Alt-Svc"]; !ok && h.altSvc != nil {
-		writeHeaderLines(w.c.bw, "Alt-Svc", h.altSvc)
+		writeHeaderLines(hw, "Alt-Svc", h.altSvc)
 	}
 }
 

@@ -245,9 +245,14 @@ func (st *state) ignoredPath(path, deployment string) bool {
 		}
 	}
 	under := strings.HasPrefix(path, "/.well-known/") ||
-		strings.HasPrefix(path, DefaultGatePath+"/") ||
-		strings.HasPrefix(path, base+"/") || path == base
+		underDir(path, DefaultGatePath) || underDir(path, base) || path == base
 	return under && !strings.Contains(path, "..")
+}
+
+// underDir reports whether path lies below dir (dir + "/" + more), without
+// building dir+"/" for every request analysed.
+func underDir(path, dir string) bool {
+	return len(path) > len(dir) && path[len(dir)] == '/' && path[:len(dir)] == dir
 }
 
 func isClientError(status int) bool { return status == 401 || status == 403 || status == 404 }

@@ -313,31 +313,31 @@ func TestValidate(t *testing.T) {
 		}, nil, "vm.mounts[0].read_only: "},
 		{"mount on a driver that cannot", func() *apitype.DeploymentSpec {
 			s := vmSpec()
-			s.VM.Mounts = []apitype.MountSpec{{Path: "/data", Store: "s", Ref: "r"}}
+			s.VM.Mounts = []apitype.MountSpec{{Path: "/data", Store: "local", Ref: "r"}}
 			return s
 		}, mountOpts, "vm.mounts: the process driver cannot attach mounts (drivers on this host that can: container, kvm, libvirt)"},
 		{"mount where no driver can", func() *apitype.DeploymentSpec {
 			s := vmSpec()
-			s.VM.Mounts = []apitype.MountSpec{{Path: "/data", Store: "s", Ref: "r"}}
+			s.VM.Mounts = []apitype.MountSpec{{Path: "/data", Store: "local", Ref: "r"}}
 			return s
 		}, &Options{Drivers: []string{"process"}, Mounter: func(string) (bool, bool) { return false, false }},
 			"vm.mounts: the process driver cannot attach mounts (drivers on this host that can: none)"},
 		{"mount on a driver that can", func() *apitype.DeploymentSpec {
 			s := vmSpec()
 			s.VM.Driver, s.VM.Image = apitype.DriverContainer, "img"
-			s.VM.Mounts = []apitype.MountSpec{{Path: "/data", Store: "s", Ref: "r", ReadOnly: boolp(false)}}
+			s.VM.Mounts = []apitype.MountSpec{{Path: "/data", Store: "local", Ref: "r", ReadOnly: boolp(false)}}
 			return s
 		}, mountOpts, "vm.mounts: not supported yet"},
 		{"mount writable on libvirt", func() *apitype.DeploymentSpec {
 			s := vmSpec()
 			s.VM.Driver, s.VM.Image = apitype.DriverLibvirt, "img"
-			s.VM.Mounts = []apitype.MountSpec{{Path: "/data", Store: "s", Ref: "r"}, {Path: "/w", Store: "s", Ref: "r", ReadOnly: boolp(false)}}
+			s.VM.Mounts = []apitype.MountSpec{{Path: "/data", Store: "local", Ref: "r"}, {Path: "/w", Store: "local", Ref: "r", ReadOnly: boolp(false)}}
 			return s
 		}, mountOpts, "vm.mounts[1].read_only: false is refused on the libvirt driver, which attaches mounts read-only only"},
 		{"mount read-only on kvm", func() *apitype.DeploymentSpec {
 			s := vmSpec()
 			s.VM.Driver, s.VM.Image = apitype.DriverKVM, "img"
-			s.VM.Mounts = []apitype.MountSpec{{Path: "/data", Store: "s", Ref: "r", ReadOnly: boolp(true)}}
+			s.VM.Mounts = []apitype.MountSpec{{Path: "/data", Store: "local", Ref: "r", ReadOnly: boolp(true)}}
 			return s
 		}, mountOpts, "vm.mounts: not supported yet"},
 		{"mount store", func() *apitype.DeploymentSpec {
