@@ -57,3 +57,38 @@ type ImageImport struct {
 	Name string `json:"name"`
 	Path string `json:"path"`
 }
+
+// ImagePull is the body of `POST /images/pull` (berth's own): pull the
+// registry reference ref for namespace (default: the caller's, or
+// "default" for the operator) with that namespace's registry credentials.
+type ImagePull struct {
+	Ref       string `json:"ref"`
+	Namespace string `json:"namespace,omitempty"`
+}
+
+// ImageSweep answers `POST /images/sweep`, in app-lb's shape: pressure is
+// whether the store was over its budget (serve --image-budget), offloaded
+// the images removed (berth has no remote tier: removed from this host,
+// oldest first; unused and unpinned ones only), failed the [name, reason]
+// pairs of those that could not be.
+type ImageSweep struct {
+	Pressure  bool        `json:"pressure"`
+	Offloaded []string    `json:"offloaded"`
+	Failed    [][2]string `json:"failed"`
+}
+
+// RegistryCredential maps a namespace's registry host to the secret of
+// that namespace holding its credentials (berth's own, like a Kubernetes
+// image pull secret): keys username and password, or a docker
+// config.json under .dockerconfigjson or config.json.
+type RegistryCredential struct {
+	Namespace string `json:"namespace"`
+	Host      string `json:"host"`
+	Secret    string `json:"secret"`
+}
+
+// RegistryCredentialPut is the body of `PUT
+// /namespaces/{ns}/registry-credentials/{host}`.
+type RegistryCredentialPut struct {
+	Secret string `json:"secret"`
+}

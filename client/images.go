@@ -177,3 +177,61 @@ func TarDir(w io.Writer, dir string) error {
 	}
 	return zw.Close()
 }
+
+// PullImage pulls a registry reference into the server's image store
+// (`POST /images/pull`, berth's own) with namespace's registry credentials
+// ("" : the caller's namespace) and returns its image.
+func (c *Client) PullImage(ctx context.Context, ref, namespace string) (*apitype.ImageView, error) {
+	if ref == "" {
+		return nil, errNoImage
+	}
+	var out apitype.ImageView
+	if _, err := c.Do(ctx, http.MethodPost, "/images/pull", apitype.ImagePull{Ref: ref, Namespace: namespace}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// SweepImages removes unused, unpinned images beyond the server's image
+// budget, oldest first (`POST /images/sweep`).
+func (c *Client) SweepImages(ctx context.Context) (*apitype.ImageSweep, error) {
+	var out apitype.ImageSweep
+	if _, err := c.Do(ctx, http.MethodPost, "/images/sweep", nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+func registryCredPath(ns, host string) string {
+	p := "/namespaces/" + url.PathEscape(ns) + "/registry-credentials"
+	if host != "" {
+		p += "/" + url.PathEscape(host)
+	}
+	return p
+}
+
+// RegistryCredentials lists which secrets hold namespace ns's registry
+// credentials, by host (`GET /namespaces/:ns/registry-credentials`).
+func (c *Client) RegistryCredentials(ctx context.Context, ns string) ([]apitype.RegistryCredential, error) {
+	var out []apitype.RegistryCredential
+	if _, err := c.Do(ctx, http.MethodGet, registryCredPath(ns, ""), nil, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// PutRegistryCredential names the secret of namespace ns that holds its
+// credentials for a registry host (`PUT /namespaces/:ns/registry-credentials/:host`).
+func (c *Client) PutRegistryCredential(ctx context.Context, ns, host, secret string) (*apitype.RegistryCredential, error) {
+	var out apitype.RegistryCredential
+	if _, err := c.Do(ctx, http.MethodPut, registryCredPath(ns, host), apitype.RegistryCredentialPut{Secret: secret}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// DeleteRegistryCredential removes a namespace's mapping for a registry host.
+func (c *Client) DeleteRegistryCredential(ctx context.Context, ns, host string) error {
+	_, err := c.Do(ctx, http.MethodDelete, registryCredPath(ns, host), nil, nil)
+	return err
+}

@@ -202,6 +202,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 	dataDir := fs.String("data-dir", env("BERTH_DATA_DIR", "./berth-data"), "directory for berth's store (BERTH_DATA_DIR)")
 	sitesDir := fs.String("sites-dir", env("BERTH_SITES_DIR", ""), "where site deployments' roots live, one subtree per namespace (<sites-dir>/<namespace>); default <data-dir>/sites (BERTH_SITES_DIR)")
 	siteRoots := fs.String("site-roots-allow", env("BERTH_SITE_ROOTS_ALLOW", ""), "comma-separated directories outside --sites-dir that the operator's site roots may lie in; never for namespace tokens (BERTH_SITE_ROOTS_ALLOW)")
+	registryCA := fs.String("registry-ca-file", env("BERTH_REGISTRY_CA_FILE", ""), "PEM file of CA certificates trusted for image registries, besides the system's (BERTH_REGISTRY_CA_FILE)")
+	registryInsecure := fs.String("registry-allow-insecure", env("BERTH_REGISTRY_ALLOW_INSECURE", ""), "comma-separated registry hosts (host or host:port) image pulls may reach over plain HTTP or on loopback; others are refused (BERTH_REGISTRY_ALLOW_INSECURE)")
+	imageBudget := fs.Int64("image-budget", int64(intEnv("BERTH_IMAGE_BUDGET_MIB", 20<<10)), "MiB of images POST /images/sweep trims the image store to, removing unused unpinned images oldest first (BERTH_IMAGE_BUDGET_MIB)")
 	trusted := fs.String("trusted-proxies", env("BERTH_TRUSTED_PROXIES", ""), "comma-separated CIDRs or addresses whose X-Forwarded-* headers are kept (BERTH_TRUSTED_PROXIES)")
 	baseDomain := fs.String("base-domain", env("BERTH_BASE_DOMAIN", ""), "give deployments without a host rule the route <id>.<base-domain> (BERTH_BASE_DOMAIN)")
 	publicIPs := fs.String("public-ips", env("BERTH_PUBLIC_IPS", ""), "comma-separated addresses served by GET /ingress (BERTH_PUBLIC_IPS)")
@@ -324,6 +327,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 		DrainTimeout: *drain, Log: log, StdHTTP: *stdHTTP, EgressAddr: *egressAddr, BodyReadTimeout: *bodyTimeout,
 		UpstreamResponseTimeout: *respTimeout, AllowLinkLocalUpstreams: *allowLinkLocal, HostUpdates: *hostUpdates,
 		ArtifactMaxBytes: *artifactMax, ArtifactAllowPrivate: *artifactPrivate, ArtifactRoots: splitList(*artifactRoots),
+		RegistryCAFile: *registryCA, RegistryAllowInsecure: splitList(*registryInsecure), ImageBudget: *imageBudget << 20,
 		GuardDryRun: !*guardEnforce, SIEM: siemConfig,
 		// Credentials come from the environment only, never a flag: a
 		// flag's value is visible to every user in the process list.

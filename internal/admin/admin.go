@@ -50,6 +50,11 @@ type Options struct {
 	Namespaces *namespaces.Store // declared namespaces and auth providers
 	Sessions   Sessions          // deployments' sign-in sessions; nil: none
 	Images     *image.Store      // root filesystems; nil answers 503 on /images
+	// ImageBudget is the bytes POST /images/sweep trims the images to.
+	ImageBudget int64
+	// RegistryCredentials maps namespaces' registry hosts to their
+	// secrets; nil answers 503 on /namespaces/{ns}/registry-credentials.
+	RegistryCredentials RegistryCredentials
 	// Artifacts is the embedded artifact store served per namespace at
 	// /namespaces/{name}/artifacts; nil answers 503 there.
 	Artifacts *artifact.Store
@@ -153,6 +158,11 @@ func New(o Options) *API {
 	a.handle("GET /certs/pending", tierCRUD, wallFleet, a.pendingCerts) // berth's own
 	a.handle("GET /images", tierView, wallFleet, a.listImages)
 	a.handle("POST /images", tierCRUD, wallFleet, a.importImage)
+	a.handle("POST /images/pull", tierCRUD, wallNarrow, a.pullImage) // berth's own
+	a.handle("POST /images/sweep", tierCRUD, wallFleet, a.sweepImages)
+	a.handle("GET /namespaces/{ns}/registry-credentials", tierCRUD, wallNarrow, a.listRegistryCredentials)            // berth's own
+	a.handle("PUT /namespaces/{ns}/registry-credentials/{host}", tierCRUD, wallNarrow, a.putRegistryCredential)       // berth's own
+	a.handle("DELETE /namespaces/{ns}/registry-credentials/{host}", tierCRUD, wallNarrow, a.deleteRegistryCredential) // berth's own
 	a.handle("GET /images/{name...}", tierView, wallFleet, a.getImage)
 	a.handle("PATCH /images/{name...}", tierCRUD, wallFleet, a.patchImage)
 	a.handle("DELETE /images/{name...}", tierCRUD, wallFleet, a.deleteImage)

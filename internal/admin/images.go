@@ -181,3 +181,58 @@ func (a *API) deleteImage(w http.ResponseWriter, r *http.Request) error {
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
+
+// pullImage is POST /images/pull {ref, namespace?} (berth's own): pull a
+// registry reference with the namespace's registry credentials and make
+// it usable by that namespace. A namespace credential pulls for its own
+// namespace only.
+func (a *API) pullImage(w http.ResponseWriter, r *http.Request) error {
+	s, err := a.images()
+	if err != nil {
+		return err
+	}
+	var req apitype.ImagePull
+	if err := web.ReadJSON(w, r, &req); err != nil {
+		return err
+	}
+	if req.Ref == "" {
+		return web.Invalid("ref", "required: a registry reference, e.g. docker.io/library/alpine:3.20")
+	}
+	if !image.IsReference(req.Ref) || !image.ValidName(req.Ref) {
+		return web.Invalid("ref", "%q is not a registry reference: name a registry host (docker.io/library/alpine:3.20, ghcr.io/o/app:v1) or a digest", req.Ref)
+	}
+	p := caller(r)
+	ns := defaultNamespace(p, req.Namespace)
+	if !p.Administers(ns) {
+		return web.Errorf(http.StatusForbidden, "this credential cannot pull images for the %q namespace", ns)
+	}
+	http.NewResponseController(w).SetWriteDeadline(time.Now().Add(uploadDeadline))
+	im, err := s.Pull(r.Context(), req.Ref, ns)
+	if err != nil {
+		if errors.Is(err, image.ErrPull) {
+			return &web.Error{Status: http.StatusBadGateway, Message: err.Error()}
+		}
+		return imageError(w, err)
+	}
+	if im, err = s.Get(r.Context(), im.Name); err != nil {
+		return imageError(w, err)
+	}
+	web.WriteJSON(w, http.StatusOK, imageView(im))
+	return nil
+}
+
+// sweepImages is POST /images/sweep: unused, unpinned images are removed,
+// oldest first, while the store exceeds its budget; layers go once no
+// image uses them.
+func (a *API) sweepImages(w http.ResponseWriter, r *http.Request) error {
+	s, err := a.images()
+	if err != nil {
+		return err
+	}
+	res, err := s.Sweep(r.Context(), a.o.ImageBudget)
+	if err != nil {
+		return imageError(w, err)
+	}
+	web.WriteJSON(w, http.StatusOK, apitype.ImageSweep{Pressure: res.Pressure, Offloaded: res.Removed, Failed: res.Failed})
+	return nil
+}

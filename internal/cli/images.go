@@ -27,6 +27,8 @@ var imageCmd = &command{
 	name:    "image",
 	summary: "Import, list, pin and delete root filesystem images",
 	help: `Usage: berth image import NAME DIR|TARBALL [--on-server]
+       berth image pull REF [--namespace NS]
+       berth image sweep
        berth image list [-o json|yaml]
        berth image pin NAME...
        berth image unpin NAME...
@@ -41,6 +43,16 @@ the server's host instead, and nothing is uploaded. Importing the same
 content again changes nothing; other content under a name that a deployment
 uses is refused.
 
+pull fetches a registry reference (a name with a registry host, such as
+docker.io/library/alpine:3.20 or ghcr.io/o/app:v1, or one with a
+@sha256: digest) with the namespace's registry credentials (PUT
+/namespaces/NS/registry-credentials/HOST {"secret": ID}). A deployment
+whose vm.image is a reference pulls it by itself; pull ahead of time so the
+first replica does not wait.
+
+sweep removes unused, unpinned images, oldest first, while the images take
+more than the server's --image-budget.
+
 list shows every image with its digest, size, pin and the deployments that
 use it. A pinned image cannot be deleted; neither can one a deployment uses.
 `,
@@ -49,7 +61,7 @@ use it. A pinned image cannot be deleted; neither can one a deployment uses.
 
 func runImage(ctx context.Context, e *env, args []string) error {
 	if len(args) == 0 {
-		return usagef("missing subcommand (import, list, pin, unpin or delete)")
+		return usagef("missing subcommand (import, pull, sweep, list, pin, unpin or delete)")
 	}
 	sub, rest := args[0], args[1:]
 	switch sub {
@@ -85,6 +97,55 @@ func runImage(ctx context.Context, e *env, args []string) error {
 		}
 		fmt.Fprintf(e.stdout, "image/%s imported (%s, %s)\n", im.Name, shortDigest(im.Digest), sizeString(im.Bytes))
 		return nil
+	case "pull":
+		fs := e.flagSet("image pull")
+		ns := fs.String("namespace", "", "")
+		pos, err := e.parse(fs, rest)
+		if err != nil {
+			return err
+		}
+		if len(pos) != 1 {
+			return usagef("want one registry reference REF")
+		}
+		c, err := e.client()
+		if err != nil {
+			return err
+		}
+		im, err := c.PullImage(ctx, pos[0], *ns)
+		if err != nil {
+			return err
+		}
+		if e.structured() {
+			b, err := json.Marshal(im)
+			if err != nil {
+				return err
+			}
+			return e.printDocs("image", []json.RawMessage{b}, false)
+		}
+		fmt.Fprintf(e.stdout, "image/%s pulled (%s, %s)\n", im.Name, shortDigest(im.Digest), sizeString(im.Bytes))
+		return nil
+	case "sweep":
+		if err := e.parseNone(e.flagSet("image sweep"), rest); err != nil {
+			return err
+		}
+		c, err := e.client()
+		if err != nil {
+			return err
+		}
+		res, err := c.SweepImages(ctx)
+		if err != nil {
+			return err
+		}
+		for _, n := range res.Offloaded {
+			fmt.Fprintf(e.stdout, "image/%s removed\n", n)
+		}
+		for _, f := range res.Failed {
+			fmt.Fprintf(e.stderr, "image/%s not removed: %s\n", f[0], f[1])
+		}
+		if len(res.Offloaded) == 0 && len(res.Failed) == 0 {
+			fmt.Fprintf(e.stdout, "nothing to remove (over budget: %v)\n", res.Pressure)
+		}
+		return nil
 	case "list", "ls":
 		if err := e.parseNone(e.flagSet("image list"), rest); err != nil {
 			return err
@@ -118,7 +179,7 @@ func runImage(ctx context.Context, e *env, args []string) error {
 	case "-h", "--help", "help":
 		return errHelp
 	}
-	return usagef("unknown subcommand %q (want import, list, pin, unpin or delete)", sub)
+	return usagef("unknown subcommand %q (want import, pull, sweep, list, pin, unpin or delete)", sub)
 }
 
 // listImages prints the images (`get images`, `image list`), or only the

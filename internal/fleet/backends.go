@@ -11,8 +11,9 @@ import "time"
 // its deployment; fleet does not import the data plane.
 type Backends interface {
 	// Add publishes a replica that became ready, after the members already
-	// there. created, started and ready are its cold-start timeline.
-	Add(id, addr string, created, started, ready time.Time) Backend
+	// there. created, started and ready are its cold-start timeline; pull
+	// is how long its image was pulled for before created (Config.Prepare).
+	Add(id, addr string, created, started, ready time.Time, pull time.Duration) Backend
 	// Remove takes a replica out; requests already on it finish.
 	Remove(id string)
 	// Acquire takes a slot on the least-loaded member that is healthy and

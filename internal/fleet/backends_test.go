@@ -13,9 +13,9 @@ type dataPlane struct{ pool *proxy.Pool }
 
 func newDataPlane() dataPlane { return dataPlane{proxy.NewPool()} }
 
-func (s dataPlane) Add(id, addr string, created, started, ready time.Time) Backend {
+func (s dataPlane) Add(id, addr string, created, started, ready time.Time, pull time.Duration) Backend {
 	b := proxy.NewBackend(id, addr, false)
-	b.Timeline = proxy.Timeline{Created: created, Started: started, Ready: ready}
+	b.Timeline = proxy.Timeline{Created: created, Started: started, Ready: ready, Pull: pull}
 	s.pool.Add(b)
 	return b
 }

@@ -312,7 +312,15 @@ type Config struct {
 	// replica gets (Template.Mounts is replaced by what it returns); nil
 	// means none. An error fails the create with that reason (a tree not
 	// pulled yet, say).
-	Mounts  func(ctx context.Context) ([]vm.Mount, error)
+	Mounts func(ctx context.Context) ([]vm.Mount, error)
+	// Prepare readies a replica's spec before each create: it pulls the
+	// image a registry reference names when this host lacks it, and fills
+	// the image's defaults into what the spec leaves empty. It runs
+	// before the create takes one of the manager's create slots, so a long
+	// pull does not hold up other deployments' starts; callers waiting on
+	// the same pull share it. nil means nothing to do. An error fails the
+	// create with that reason.
+	Prepare func(ctx context.Context, spec *vm.Spec) error
 	Metrics *metrics.Deployment
 	// Backends is where the pool publishes its ready replicas (required).
 	// It is read when the pool is created; a later Ensure keeps the first.

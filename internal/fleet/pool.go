@@ -34,8 +34,9 @@ type replica struct {
 	key        string // the Config.Key it was created from
 	phase      phase
 	addr       string
-	created    time.Time // create requested
-	started    time.Time // driver.Start returned
+	created    time.Time     // create requested
+	pull       time.Duration // its image was pulled for, before created (Config.Prepare)
+	started    time.Time     // driver.Start returned
 	readyAt    time.Time
 	drainAt    time.Time
 	missing    time.Time // first time the driver did not know it
@@ -480,6 +481,15 @@ func (p *Pool) logTail(ctx context.Context, id string) string {
 
 // create starts one replica (or resumes a retained one) and begins probing it.
 func (p *Pool) create(ctx context.Context) {
+	cfg := p.cfg.Load()
+	spec := cfg.Template
+	var prepErr error
+	var pull time.Duration
+	if cfg.Prepare != nil {
+		t := time.Now()
+		prepErr = cfg.Prepare(ctx, &spec)
+		pull = time.Since(t)
+	}
 	select {
 	case p.m.creates <- struct{}{}:
 	case <-ctx.Done():
@@ -489,13 +499,11 @@ func (p *Pool) create(ctx context.Context) {
 		return
 	}
 	defer func() { <-p.m.creates }()
-	cfg := p.cfg.Load()
 	now := time.Now()
 
 	if r := p.resume(ctx, cfg, now); r != nil {
 		return
 	}
-	spec := cfg.Template
 	spec.Owner = vm.Owner{Kind: vm.OwnerDeployment, ID: p.id}
 	spec.Name = p.m.name(spec.Owner)
 	spec.Deployment = p.id
@@ -503,9 +511,11 @@ func (p *Pool) create(ctx context.Context) {
 	if spec.Env == nil {
 		spec.Env = map[string]string{}
 	}
-	var err error
+	err := prepErr
 	public := "its replica could not be created"
-	if cfg.Env != nil {
+	if err != nil {
+		public = "its image (vm.image) could not be pulled from its registry"
+	} else if cfg.Env != nil {
 		var secret map[string]string
 		if secret, err = cfg.Env(ctx); err == nil {
 			maps.Copy(spec.Env, secret) // a secret wins over a literal
@@ -522,7 +532,7 @@ func (p *Pool) create(ctx context.Context) {
 		// Fail fast on a driver that its last re-check found broken.
 		err = p.m.DriverProblem(cfg.Driver)
 	}
-	r := &replica{id: spec.Name, key: cfg.Key, phase: pending, created: now}
+	r := &replica{id: spec.Name, key: cfg.Key, phase: pending, created: now, pull: pull}
 	var in vm.Instance
 	if err == nil {
 		p.mu.Lock()
@@ -706,7 +716,7 @@ func (p *Pool) promote(r *replica) {
 	}
 	now := time.Now()
 	r.phase, r.readyAt, r.stopBoot = ready, now, nil
-	r.backend = p.backends.Add(r.id, r.addr, r.created, r.started, now)
+	r.backend = p.backends.Add(r.id, r.addr, r.created, r.started, now, r.pull)
 	p.backoff, p.lastFail = p.backoff.Reset(), nil
 	if m := cfg.Metrics; m != nil && !r.adopted {
 		m.ObserveColdStart(now.Sub(r.created))

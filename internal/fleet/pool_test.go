@@ -218,3 +218,39 @@ func TestDriverRecheck(t *testing.T) {
 	d.SetUnavailable(nil)
 	waitUntil(t, "the driver to be available again", func() bool { return m.DriverProblem("process") == nil })
 }
+
+// TestPrepareFailureFailsCreate: an image that cannot be pulled
+// (Config.Prepare) fails the create with the reason, releases the held
+// request, and the pull runs outside the create slots.
+func TestPrepareFailureFailsCreate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var pulls atomic.Int32
+		m := New(Options{Log: slog.New(slog.DiscardHandler)})
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- m.Run(ctx) }()
+		defer func() { cancel(); <-done }()
+		p := m.Ensure(Config{
+			Deployment: "d", Driver: "process", Key: "k",
+			Template: vm.Spec{Image: "registry.test/app:v1"},
+			Policy:   autoscale.Policy{Max: 1, Target: 1, ColdStartTimeout: 600 * time.Second},
+			Backends: newDataPlane(),
+			Prepare: func(ctx context.Context, sp *vm.Spec) error {
+				pulls.Add(1)
+				if sp.Image != "registry.test/app:v1" {
+					t.Errorf("Prepare got image %q", sp.Image)
+				}
+				time.Sleep(3 * time.Second) // the pull
+				return errors.New("image: pull failed: registry.test/app:v1: 401 Unauthorized")
+			},
+		})
+		err := p.Await(t.Context(), time.Now(), true)
+		var se *StartError
+		if !errors.As(err, &se) {
+			t.Fatalf("held request: %v, want a StartError", err)
+		}
+		if pulls.Load() != 1 || !strings.Contains(se.Detail, "401") || !strings.Contains(se.PublicMessage(), "image") {
+			t.Errorf("pulls %d, detail %q, public %q", pulls.Load(), se.Detail, se.PublicMessage())
+		}
+	})
+}

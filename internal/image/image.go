@@ -7,7 +7,15 @@
 //	<Dir>/sha256/<hex>/rootfs/          the tree, read-only by convention
 //	<Dir>/sha256/<hex>/disk-<N>g.ext4   a bootable ext4 disk of N GiB, made
 //	                                    once by Ext4 (mkfs.ext4 -d) and cached
-//	<Dir>/tmp/                          imports in progress
+//	<Dir>/layers/sha256/<diffid>/       a pulled image's layer, unpacked
+//	                                    (whiteouts kept); shared by every
+//	                                    image that has it
+//	<Dir>/tmp/                          imports and downloads in progress
+//
+// An image may also be pulled from an OCI registry under its reference
+// (Pull, IsReference): its layers are verified and kept in the layer
+// store, and its tree is made of hard links to them (flatten), so the
+// drivers see a pulled image exactly as an imported one.
 //
 // The digest is SHA-256 over a canonical walk of the tree (see Digest). The
 // names, digests, sizes and pins are kept in the store (package store); the
@@ -90,6 +98,9 @@ type Options struct {
 	// it is). Nil means nothing does.
 	InUse func(name string) []Reference
 	Log   *slog.Logger
+	// Registry configures pulls (Pull); the zero value pulls anonymously
+	// from public registries only.
+	Registry RegistryOptions
 }
 
 // Image is one named image.
@@ -115,6 +126,7 @@ type Store struct {
 	sizes   map[string]int64  // name → bytes of content
 	importM sync.Mutex        // serialises imports and deletes (tree GC)
 	disks   map[string]*sync.Mutex
+	pullState
 }
 
 // New opens the store in o.Dir and loads the name → digest map.
@@ -142,6 +154,11 @@ func New(ctx context.Context, o Options) (*Store, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Store{dir: dir, cat: o.Catalog, o: o, log: log, digests: map[string]string{}, sizes: map[string]int64{}, disks: map[string]*sync.Mutex{}}
+	s.pulled, s.layerSizes = map[string]*pulled{}, map[string]int64{}
+	s.transport = registryTransport(o.Registry.RootCAs, o.Registry.Insecure)
+	if err := s.loadPulled(ctx); err != nil {
+		return nil, err
+	}
 	list, err := o.Catalog.Images(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("image: %w", err)
@@ -161,17 +178,28 @@ func (s *Store) Dir() string { return s.dir }
 // maxName bounds an image name.
 const maxName = 128
 
+// maxRef bounds a registry reference (a repository path, a tag and a
+// digest).
+const maxRef = 512
+
 // ValidName reports whether name can name an image: 1 to 128 characters of
 // letters, digits and . _ - : /, starting with a letter or digit, without
 // "..". Names never become paths (trees are stored by digest); the rule
 // keeps them readable in URLs and shells.
+//
+// A registry reference (IsReference) may be up to 512 characters and hold
+// one "@" (a digest); its syntax is checked when it is pulled.
 func ValidName(name string) bool {
-	if name == "" || len(name) > maxName || strings.Contains(name, "..") {
+	limit, extra := maxName, ""
+	if IsReference(name) {
+		limit, extra = maxRef, "@"
+	}
+	if name == "" || len(name) > limit || strings.Contains(name, "..") || strings.Count(name, "@") > 1 {
 		return false
 	}
 	for i, c := range name {
 		alnum := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
-		if !alnum && (i == 0 || !strings.ContainsRune("._-:/", c)) {
+		if !alnum && (i == 0 || !strings.ContainsRune("._-:/"+extra, c)) {
 			return false
 		}
 	}
@@ -181,6 +209,18 @@ func ValidName(name string) bool {
 func checkName(name string) error {
 	if !ValidName(name) {
 		return fmt.Errorf("%w %q: use 1-%d letters, digits and . _ - : /, starting with a letter or digit", ErrBadName, name, maxName)
+	}
+	return nil
+}
+
+// checkImport is checkName for an import, which may not replace a pulled
+// image (pull it again, or delete it first).
+func (s *Store) checkImport(name string) error {
+	if err := checkName(name); err != nil {
+		return err
+	}
+	if s.pulledName(name) {
+		return fmt.Errorf("%w %q: it was pulled from its registry; delete it before importing under that name", ErrBadName, name)
 	}
 	return nil
 }
@@ -209,7 +249,7 @@ func validDigest(d string) bool {
 // that keeps the name's pin; other content replaces the name's tree unless
 // something uses the name (ErrInUse).
 func (s *Store) Import(ctx context.Context, name, src string) (Image, error) {
-	if err := checkName(name); err != nil {
+	if err := s.checkImport(name); err != nil {
 		return Image{}, err
 	}
 	fi, err := os.Stat(src)
@@ -234,7 +274,7 @@ func (s *Store) Import(ctx context.Context, name, src string) (Image, error) {
 // ImportTar imports a tar stream (optionally gzipped) under name; source is
 // recorded as where it came from (e.g. "upload").
 func (s *Store) ImportTar(ctx context.Context, name string, r io.Reader, source string) (Image, error) {
-	if err := checkName(name); err != nil {
+	if err := s.checkImport(name); err != nil {
 		return Image{}, err
 	}
 	return s.importWith(ctx, name, source, func(dst string) error { return unpackTar(r, dst) })
@@ -416,6 +456,8 @@ func (s *Store) Delete(ctx context.Context, name string) error {
 	if !shared {
 		s.collect(ctx, digest)
 	}
+	s.forgetPulled(ctx, name)
+	s.collectLayers()
 	s.log.Info("image deleted", "image", name, "digest", digest)
 	return nil
 }

@@ -12,14 +12,15 @@ import (
 var PhaseSecBounds = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 120}
 
 // PhaseNames are the cold-start phases, in order.
-var PhaseNames = []string{"queue", "create", "boot", "first_byte", "total"}
+var PhaseNames = []string{"queue", "pull", "create", "boot", "first_byte", "total"}
 
 // ColdPhases holds one histogram per phase of the requests held for a cold
-// start: queue (waiting before a replica was created for it), create (the
+// start: queue (waiting before a replica was created for it), pull (its
+// image being pulled from a registry), create (the
 // driver starting the sandbox), boot (until the health probe passed),
 // first_byte (from ready to the response's first byte), and total.
 type ColdPhases struct {
-	h [5]*Histogram
+	h [6]*Histogram
 }
 
 func newColdPhases() *ColdPhases {
@@ -31,8 +32,8 @@ func newColdPhases() *ColdPhases {
 }
 
 // Observe records one held request's phases. Lock-free, no allocation.
-func (c *ColdPhases) Observe(queue, create, boot, firstByte, total time.Duration) {
-	for i, d := range [5]time.Duration{queue, create, boot, firstByte, total} {
+func (c *ColdPhases) Observe(queue, pull, create, boot, firstByte, total time.Duration) {
+	for i, d := range [6]time.Duration{queue, pull, create, boot, firstByte, total} {
 		c.h[i].Observe(d.Seconds())
 	}
 }
@@ -47,7 +48,7 @@ func (c *ColdPhases) Snapshot() map[string]HistogramSnapshot {
 }
 
 var descPhases = prometheus.NewDesc("berth_cold_start_phase_seconds",
-	"Time requests held for a cold start spent in each phase (queue, create, boot, first_byte, total).",
+	"Time requests held for a cold start spent in each phase (queue, pull, create, boot, first_byte, total).",
 	[]string{"deployment", "phase"}, nil)
 
 func collectPhases(ch chan<- prometheus.Metric, id string, d *Deployment) {

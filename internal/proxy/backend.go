@@ -211,6 +211,9 @@ type Timeline struct {
 	Created time.Time // create requested
 	Started time.Time // the driver reported it running
 	Ready   time.Time // its health probe passed
+	// Pull is how long its image was pulled for before Created (a
+	// registry reference this host did not have yet).
+	Pull time.Duration
 }
 
 // Acquire takes a slot on the least-loaded available backend, or returns nil

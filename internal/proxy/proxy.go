@@ -174,7 +174,9 @@ func setRetryAfter(w http.ResponseWriter, d time.Duration) {
 // waiting before its replica was created, the create itself, the boot until
 // the health probe passed, and from then to the response's first byte.
 type Phases struct {
-	Queue, Create, Boot, FirstByte, Total time.Duration
+	// Pull is the part of the wait spent pulling the replica's image
+	// from its registry; Queue excludes it.
+	Queue, Pull, Create, Boot, FirstByte, Total time.Duration
 }
 
 // PhaseRecorder is an optional Recorder extension for held requests.

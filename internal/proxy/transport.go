@@ -91,7 +91,11 @@ var errColdStart = errors.New("no replica became available within cold_start_tim
 func held(d *Deployment, b *Backend, since time.Time, resp *http.Response) {
 	now := time.Now()
 	total := now.Sub(since)
-	resp.Header.Set("X-Berth-Cold-Start", fmt.Sprintf("held=%dms", total.Milliseconds()))
+	report := fmt.Sprintf("held=%dms", total.Milliseconds())
+	if pull := min(b.Timeline.Pull, total); pull > 0 {
+		report += fmt.Sprintf(", pull=%dms", pull.Milliseconds())
+	}
+	resp.Header.Set("X-Berth-Cold-Start", report)
 	pr, ok := d.Metrics.(PhaseRecorder)
 	if !ok {
 		return
@@ -104,6 +108,8 @@ func held(d *Deployment, b *Backend, since time.Time, resp *http.Response) {
 			created = since // the replica was already booting when the request arrived
 		}
 		ph.Queue = created.Sub(since)
+		ph.Pull = min(tl.Pull, ph.Queue)
+		ph.Queue -= ph.Pull
 		if !tl.Started.IsZero() && tl.Started.After(created) {
 			ph.Create = tl.Started.Sub(created)
 			ph.Boot = tl.Ready.Sub(tl.Started)

@@ -108,6 +108,19 @@ type Options struct {
 	// nil pointer in one). The limit is kept outside the spec (package
 	// ratelimit), so a change of it is published by Refresh.
 	Limit func(id string) proxy.Limiter
+	// Images readies vm deployments' images: Prepare runs before each
+	// replica create (fleet.Config.Prepare: a registry reference is
+	// pulled there when missing, and its config fills what the spec leaves
+	// empty), Prefetch when a deployment is written, so the first request
+	// need not wait for the pull. nil: images are local only.
+	Images ImagePreparer
+}
+
+// ImagePreparer readies the images of vm deployments (package server
+// answers it from the image store).
+type ImagePreparer interface {
+	Prepare(ctx context.Context, namespace string, spec *vm.Spec) error
+	Prefetch(namespace, image string)
 }
 
 // Registry is the deployment set. Safe for concurrent use.
@@ -295,6 +308,9 @@ func (r *Registry) activate(e *Entry) {
 	cfg.Backends = replicaSet{bs}
 	p := r.o.Pools.Ensure(cfg)
 	e.VMPool, e.Pool = p, bs
+	if r.o.Images != nil && e.Spec.VM.Image != "" {
+		r.o.Images.Prefetch(e.Spec.Namespace, e.Spec.VM.Image)
+	}
 	e.dp.Pool, e.dp.Hold = bs, p
 }
 
@@ -345,6 +361,9 @@ func (r *Registry) poolConfig(s *apitype.DeploymentSpec) fleet.Config {
 	}
 	if v.DiskSizeGB != nil {
 		cfg.Template.DiskSizeGB = *v.DiskSizeGB
+	}
+	if im, ns := r.o.Images, s.Namespace; im != nil && v.Image != "" {
+		cfg.Prepare = func(ctx context.Context, sp *vm.Spec) error { return im.Prepare(ctx, ns, sp) }
 	}
 	cfg.Template.TTL = DefaultTTL
 	if v.TTLSeconds != nil {

@@ -18,9 +18,9 @@ var (
 	_ proxy.Refusal  = (*fleet.StartError)(nil)
 )
 
-func (s replicaSet) Add(id, addr string, created, started, ready time.Time) fleet.Backend {
+func (s replicaSet) Add(id, addr string, created, started, ready time.Time, pull time.Duration) fleet.Backend {
 	b := proxy.NewBackend(id, addr, false)
-	b.Timeline = proxy.Timeline{Created: created, Started: started, Ready: ready}
+	b.Timeline = proxy.Timeline{Created: created, Started: started, Ready: ready, Pull: pull}
 	s.pool.Add(b)
 	return b
 }

@@ -2,22 +2,214 @@ package server
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"log/slog"
+	"maps"
+	"os"
 	"path/filepath"
+	"strings"
+	"sync"
+	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
+
+	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/hostnet"
 	"github.com/berth-dev/berth/internal/image"
+	"github.com/berth-dev/berth/internal/secrets"
 	"github.com/berth-dev/berth/internal/store"
+	"github.com/berth-dev/berth/internal/vm"
 )
+
+// DefaultImageBudget is the bytes POST /images/sweep trims the image
+// store to when Options.ImageBudget is zero: 20 GiB.
+const DefaultImageBudget = 20 << 30
 
 // openImages opens the local image store in <data-dir>/images. What uses
 // an image is asked of the registry (deployments whose vm.image it is)
-// once it exists.
+// once it exists. Pulls use the namespaces' registry credentials
+// (registryAuth) and the operator's CA file and insecure hosts.
 func (s *Server) openImages(ctx context.Context, st *store.Store) (*image.Store, error) {
+	ro := image.RegistryOptions{Insecure: s.o.RegistryAllowInsecure, Auth: s.registryAuth(st)}
+	if f := s.o.RegistryCAFile; f != "" {
+		pem, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("registry CA file: %w", err)
+		}
+		pool, err := x509.SystemCertPool()
+		if err != nil {
+			pool = x509.NewCertPool()
+		}
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("registry CA file %s: no PEM certificate in it", f)
+		}
+		ro.RootCAs = pool
+	}
 	return image.New(ctx, image.Options{
 		Dir: filepath.Join(s.o.DataDir, "images"), Catalog: st, Log: s.log,
-		InUse: s.imageUsers,
+		InUse: s.imageUsers, Registry: ro,
 	})
+}
+
+// registryAuth reads a namespace's credentials for a registry host: the
+// secret its registry-credentials mapping names (PUT
+// /namespaces/{ns}/registry-credentials/{host}), whose keys are username
+// and password, or a docker config.json (.dockerconfigjson or
+// config.json). No mapping means anonymous.
+func (s *Server) registryAuth(st *store.Store) func(ctx context.Context, ns, host string) (authn.Authenticator, error) {
+	return func(ctx context.Context, ns, host string) (authn.Authenticator, error) {
+		c, err := st.RegistryCredential(ctx, ns, host)
+		if errors.Is(err, store.ErrNotFound) && host == dockerHubHost {
+			// Docker Hub's references say docker.io; its API host is
+			// index.docker.io. A mapping may name either.
+			c, err = st.RegistryCredential(ctx, ns, "docker.io")
+		}
+		if errors.Is(err, store.ErrNotFound) {
+			return authn.Anonymous, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if s.secrets == nil {
+			return nil, errors.New("the secret store is not running")
+		}
+		if u, err := s.secrets.Value(ctx, ns, c.Secret, "username"); err == nil {
+			p, err := s.secrets.Value(ctx, ns, c.Secret, "password")
+			if err != nil {
+				return nil, err
+			}
+			return &authn.Basic{Username: u, Password: p}, nil
+		}
+		for _, key := range []string{".dockerconfigjson", "config.json"} {
+			if cfg, err := s.secrets.Value(ctx, ns, c.Secret, key); err == nil {
+				return dockerConfigAuth(cfg, host)
+			}
+		}
+		return nil, fmt.Errorf("secret %q has neither username/password nor .dockerconfigjson/config.json", c.Secret)
+	}
+}
+
+// dockerHubHost is the registry host go-containerregistry names for
+// docker.io references.
+const dockerHubHost = "index.docker.io"
+
+// dockerConfigAuth picks host's entry of a docker config.json.
+func dockerConfigAuth(cfg, host string) (authn.Authenticator, error) {
+	var dc struct {
+		Auths map[string]struct {
+			Auth, Username, Password, IdentityToken string
+		} `json:"auths"`
+	}
+	if err := json.Unmarshal([]byte(cfg), &dc); err != nil {
+		return nil, fmt.Errorf("docker config.json: %w", err)
+	}
+	keys := []string{host, "https://" + host, "http://" + host, "https://" + host + "/v1/"}
+	if host == dockerHubHost {
+		keys = append(keys, "docker.io", "https://index.docker.io/v1/")
+	}
+	for _, k := range keys {
+		a, ok := dc.Auths[k]
+		if !ok {
+			continue
+		}
+		if a.Auth != "" {
+			b, err := base64.StdEncoding.DecodeString(a.Auth)
+			if err != nil {
+				return nil, fmt.Errorf("docker config.json: auths[%q].auth: %w", k, err)
+			}
+			u, p, _ := strings.Cut(string(b), ":")
+			return &authn.Basic{Username: u, Password: p}, nil
+		}
+		if a.IdentityToken != "" {
+			return authn.FromConfig(authn.AuthConfig{IdentityToken: a.IdentityToken}), nil
+		}
+		return &authn.Basic{Username: a.Username, Password: a.Password}, nil
+	}
+	return authn.Anonymous, nil
+}
+
+// imagePreparer readies vm deployments' images for the registry
+// (registry.ImagePreparer).
+type imagePreparer struct {
+	s   *Server
+	log *slog.Logger
+
+	mu      sync.Mutex
+	started map[string]bool // namespace + reference: prefetches running
+}
+
+// Prepare pulls a registry reference the namespace cannot use yet (the
+// replica's cold start waits for it: the pull phase) and fills the image's
+// run defaults into what the spec leaves empty — spec values win.
+func (p *imagePreparer) Prepare(ctx context.Context, ns string, sp *vm.Spec) error {
+	im, ns := p.s.images, secrets.Namespace(ns)
+	if im == nil || !image.IsReference(sp.Image) {
+		return nil
+	}
+	if !im.Usable(sp.Image, ns) {
+		if _, err := im.Pull(ctx, sp.Image, ns); err != nil {
+			return err
+		}
+	}
+	c, ok := im.Config(sp.Image)
+	if !ok {
+		return nil
+	}
+	if sp.Command == "" {
+		sp.Command = c.Command()
+		if sp.WorkDir == "" {
+			sp.WorkDir = c.WorkDir
+		}
+	}
+	if len(c.Env) > 0 {
+		env := maps.Clone(c.Env)
+		maps.Copy(env, sp.Env)
+		sp.Env = env
+	}
+	if sp.Port == 0 {
+		sp.Port = c.Port
+	}
+	return nil
+}
+
+// prefetchTimeout bounds a background pull (Pull has its own bound too).
+const prefetchTimeout = 30 * time.Minute
+
+// Prefetch starts pulling a deployment's registry reference in the
+// background when it is written, so its first request does not wait for
+// the pull; a failure is logged, and the first create pulls again.
+func (p *imagePreparer) Prefetch(ns, ref string) {
+	im, ns := p.s.images, secrets.Namespace(ns)
+	if im == nil || !image.IsReference(ref) || im.Usable(ref, ns) {
+		return
+	}
+	key := ns + "\x00" + ref
+	p.mu.Lock()
+	if p.started[key] {
+		p.mu.Unlock()
+		return
+	}
+	p.started[key] = true
+	p.mu.Unlock()
+	go func() {
+		defer func() { p.mu.Lock(); delete(p.started, key); p.mu.Unlock() }()
+		ctx, cancel := context.WithTimeout(context.Background(), prefetchTimeout)
+		defer cancel()
+		if _, err := im.Pull(ctx, ref, ns); err != nil {
+			p.log.Warn("image prefetch failed; the first replica start pulls again", "image", ref, "namespace", ns, "err", err)
+		}
+	}()
+}
+
+// imageExists is spec validation's test of vm.image: a local image must
+// be imported; a registry reference is accepted before it is pulled (its
+// pull starts at once, Prefetch).
+func (s *Server) imageExists(name string) bool {
+	return image.IsReference(name) && image.ValidName(name) || s.images.Exists(name)
 }
 
 // imageUsers lists the deployments whose vm.image is name.
@@ -50,4 +242,36 @@ func guestNetwork(ctx context.Context, cfg hostnet.Config, log *slog.Logger) *ho
 		return nil
 	}
 	return n
+}
+
+func imageBudget(o Options) int64 {
+	if o.ImageBudget > 0 {
+		return o.ImageBudget
+	}
+	return DefaultImageBudget
+}
+
+// registryCreds answers the admin API's registry-credentials routes from
+// the store (admin.RegistryCredentials).
+type registryCreds struct{ st *store.Store }
+
+func (c registryCreds) List(ctx context.Context, ns string) ([]apitype.RegistryCredential, error) {
+	list, err := c.st.RegistryCredentials(ctx, ns)
+	out := make([]apitype.RegistryCredential, len(list))
+	for i, x := range list {
+		out[i] = apitype.RegistryCredential{Namespace: x.Namespace, Host: x.Host, Secret: x.Secret}
+	}
+	return out, err
+}
+
+func (c registryCreds) Put(ctx context.Context, x apitype.RegistryCredential) error {
+	return c.st.PutRegistryCredential(ctx, store.RegistryCredential{Namespace: x.Namespace, Host: x.Host, Secret: x.Secret})
+}
+
+func (c registryCreds) Delete(ctx context.Context, ns, host string) (bool, error) {
+	err := c.st.DeleteRegistryCredential(ctx, ns, host)
+	if errors.Is(err, store.ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, err
 }

@@ -149,6 +149,17 @@ type Options struct {
 	// upstream is written and when the proxy dials.
 	AllowLinkLocalUpstreams bool
 
+	// RegistryCAFile is a PEM file of CA certificates that registries'
+	// TLS certificates are verified with, besides the system's roots.
+	RegistryCAFile string
+	// RegistryAllowInsecure lists registry hosts (host or host:port) that
+	// image pulls may reach over plain HTTP or on a loopback address;
+	// others are refused, as are link-local and metadata addresses always.
+	RegistryAllowInsecure []string
+	// ImageBudget is the bytes of images POST /images/sweep trims the
+	// store to; zero means DefaultImageBudget.
+	ImageBudget int64
+
 	// GuardDryRun counts and logs the requests guard rules match without
 	// refusing any (app-lb's APP_LB_GUARD_ENFORCE=0).
 	GuardDryRun bool
@@ -463,7 +474,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	undo = append(undo, func() { s.gates.Close(); s.sessions.Close() })
 	s.ports.gates = s.gates
 	specOpts := spec.Options{
-		BaseDomain: o.BaseDomain, Drivers: s.fleet.DriverNames(), ImageExists: s.images.Exists,
+		BaseDomain: o.BaseDomain, Drivers: s.fleet.DriverNames(), ImageExists: s.imageExists,
 		SitesDir: o.SitesDir, SiteRootsAllow: o.SiteRootsAllow, MaxReplicasCeiling: replicaCeiling(o),
 		StoreRootsAllow: o.ArtifactRoots,
 		Mounter:         s.fleet.Mounter,
@@ -485,6 +496,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		Reserved:   s.reservedHost,
 		Gate:       s.compileGate,
 		Limit:      s.limiter,
+		Images:     &imagePreparer{s: s, log: o.Log, started: map[string]bool{}},
 		Log:        o.Log,
 	})
 	if err := s.registry.Load(ctx); err != nil {
@@ -555,6 +567,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		PublicIPs: o.PublicIPs, Revision: o.Revision, Log: o.Log,
 		Gate:   adminGate,
 		Tokens: tokens, Secrets: sec, Namespaces: nsStore, Sessions: s.sessions, Images: s.images,
+		ImageBudget: imageBudget(o), RegistryCredentials: registryCreds{st},
 		Artifacts: s.artifacts,
 		Certs:     s.certSource(), Collectors: s.collectors(),
 		Guard: s.guard, SIEM: s.siem, Webhooks: s.notifier, RateLimits: s.limits, PortSignIns: st.ComputerPortsSigningInWith,
@@ -814,7 +827,7 @@ func (r recorder) Observe(status int, elapsed time.Duration, failed bool) {
 
 // ObservePhases records a held request's cold-start phases.
 func (r recorder) ObservePhases(p proxy.Phases) {
-	r.d.Phases.Observe(p.Queue, p.Create, p.Boot, p.FirstByte, p.Total)
+	r.d.Phases.Observe(p.Queue, p.Pull, p.Create, p.Boot, p.FirstByte, p.Total)
 }
 
 // ArtifactSource opens the artifact store a deployment in namespace ns

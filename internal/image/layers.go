@@ -1,0 +1,305 @@
+package image
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// OCI whiteouts: a file ".wh.NAME" in a layer deletes NAME of the layers
+// below; ".wh..wh..opq" in a directory hides everything the layers below
+// put in it.
+const (
+	whiteoutPrefix = ".wh."
+	opaqueMarker   = ".wh..wh..opq"
+)
+
+// flatten builds the image tree at dst (an empty directory) from the
+// layers in the layer store, bottom first, with OCI whiteout semantics.
+// Every file is a hard link to the layer store's copy (same filesystem:
+// both are under Dir), so an image costs its directories only, and the
+// drivers see one ordinary tree — the container driver's overlay takes it
+// as its one lowerdir, the VM drivers' mkfs.ext4 -d reads it as it reads
+// an imported image. The tree is never written (Rootfs), so the shared
+// inodes are never written either.
+//
+// The directories walked in dst are made real directories before they
+// are entered (a symlink or file an earlier layer left is replaced, as
+// overlayfs and docker do), so no link is made through a symlink and
+// nothing leaves dst.
+func (s *Store) flatten(dst string, diffIDs []string) error {
+	type dirMeta struct {
+		mode     fs.FileMode
+		uid, gid int
+	}
+	dirs := map[string]dirMeta{}
+	var walk func(layer, rel string) error
+	walk = func(layer, rel string) error {
+		ents, err := os.ReadDir(filepath.Join(layer, rel))
+		if err != nil {
+			return err
+		}
+		out := filepath.Join(dst, rel)
+		for _, e := range ents {
+			if e.Name() == opaqueMarker {
+				old, err := os.ReadDir(out)
+				if err != nil {
+					return err
+				}
+				for _, o := range old {
+					if err := os.RemoveAll(filepath.Join(out, o.Name())); err != nil {
+						return err
+					}
+				}
+				break
+			}
+		}
+		for _, e := range ents {
+			nm := e.Name()
+			if nm == opaqueMarker {
+				continue
+			}
+			if hidden, ok := strings.CutPrefix(nm, whiteoutPrefix); ok {
+				if hidden == "" || hidden == "." || hidden == ".." {
+					return fmt.Errorf("whiteout %q in %s: names nothing", nm, rel)
+				}
+				if err := os.RemoveAll(filepath.Join(out, hidden)); err != nil {
+					return err
+				}
+				continue
+			}
+			src, to, sub := filepath.Join(layer, rel, nm), filepath.Join(out, nm), filepath.Join(rel, nm)
+			fi, err := os.Lstat(src)
+			if err != nil {
+				return err
+			}
+			cur, cerr := os.Lstat(to)
+			if fi.IsDir() {
+				if cerr == nil && !cur.IsDir() {
+					if err := os.RemoveAll(to); err != nil {
+						return err
+					}
+					cerr = fs.ErrNotExist
+				}
+				if cerr != nil {
+					if err := os.Mkdir(to, 0o700); err != nil {
+						return err
+					}
+				}
+				uid, gid := owner(fi)
+				dirs[sub] = dirMeta{fi.Mode(), uid, gid}
+				if err := walk(layer, sub); err != nil {
+					return err
+				}
+				continue
+			}
+			if cerr == nil {
+				if err := os.RemoveAll(to); err != nil {
+					return err
+				}
+			}
+			// link(2) does not follow a symlink: the link is to the
+			// symlink itself, as for fifos and device nodes.
+			if err := os.Link(src, to); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for _, id := range diffIDs {
+		layer := s.layerDir(id)
+		if _, err := os.Stat(layer); err != nil {
+			return fmt.Errorf("layer %s is missing from the layer store: %w", id, err)
+		}
+		if err := walk(layer, "."); err != nil {
+			return fmt.Errorf("applying layer %s: %w", id, err)
+		}
+	}
+	// Directory modes and owners last, deepest first, from the top-most
+	// layer that has each: a read-only directory must still take entries.
+	names := make([]string, 0, len(dirs))
+	for n := range dirs {
+		names = append(names, n)
+	}
+	sort.Sort(sort.Reverse(sort.StringSlice(names)))
+	for _, n := range names {
+		p := filepath.Join(dst, n)
+		if _, err := os.Lstat(p); err != nil {
+			continue // a later layer's whiteout took it
+		}
+		m := dirs[n]
+		if isRoot {
+			if err := os.Lchown(p, m.uid, m.gid); err != nil {
+				return err
+			}
+		}
+		if err := os.Chmod(p, m.mode&(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// loadPulled reads what was pulled into memory.
+func (s *Store) loadPulled(ctx context.Context) error {
+	pc, ok := s.cat.(PullCatalog)
+	if !ok {
+		return nil
+	}
+	list, err := pc.PulledImages(ctx)
+	if err != nil {
+		return fmt.Errorf("image: %w", err)
+	}
+	for _, p := range list {
+		var c Config
+		if p.Config != "" {
+			if err := json.Unmarshal([]byte(p.Config), &c); err != nil {
+				s.log.Warn("image: unreadable config of a pulled image; pull it again", "image", p.Name, "err", err)
+			}
+		}
+		ns := map[string]bool{}
+		for _, n := range p.Namespaces {
+			ns[n] = true
+		}
+		s.pulled[p.Name] = &pulled{digest: p.ManifestDigest, layers: p.Layers, config: c, namespaces: ns}
+	}
+	return nil
+}
+
+// forgetPulled drops name's pull record once its image is deleted.
+func (s *Store) forgetPulled(ctx context.Context, name string) {
+	s.mu.Lock()
+	_, ok := s.pulled[name]
+	delete(s.pulled, name)
+	s.mu.Unlock()
+	if pc, isPC := s.cat.(PullCatalog); ok && isPC {
+		if err := pc.DeletePulledImage(ctx, name); err != nil {
+			s.log.Warn("image: cannot forget a pulled image", "image", name, "err", err)
+		}
+	}
+}
+
+// collectLayers removes the layers of the layer store that no pulled image
+// uses. Callers hold importM.
+func (s *Store) collectLayers() (freed int64) {
+	s.mu.Lock()
+	used := map[string]bool{}
+	for _, p := range s.pulled {
+		for _, l := range p.layers {
+			used[strings.TrimPrefix(l, DigestPrefix)] = true
+		}
+	}
+	s.mu.Unlock()
+	root := filepath.Join(s.dir, "layers", "sha256")
+	ents, err := os.ReadDir(root)
+	if err != nil {
+		return 0
+	}
+	for _, e := range ents {
+		if used[e.Name()] || !validDigest(DigestPrefix+e.Name()) {
+			continue
+		}
+		_, size, _ := Digest(filepath.Join(root, e.Name()))
+		gone := filepath.Join(s.dir, "tmp", "gc-layer-"+e.Name())
+		if err := os.Rename(filepath.Join(root, e.Name()), gone); err != nil {
+			continue
+		}
+		if err := os.RemoveAll(gone); err != nil {
+			s.log.Warn("image: cannot remove an unused layer", "layer", e.Name(), "err", err)
+		}
+		freed += size
+	}
+	return freed
+}
+
+// SweepResult is what Sweep did.
+type SweepResult struct {
+	Pressure bool        // the store was over its budget
+	Removed  []string    // image names, oldest first
+	Failed   [][2]string // name, why
+}
+
+// Sweep removes unused, unpinned images, oldest first, while the store's
+// bytes on disk (distinct trees, shared layers counted once) exceed
+// budget; then the layers no remaining image uses. An image a deployment
+// names (Options.InUse) is never removed.
+func (s *Store) Sweep(ctx context.Context, budget int64) (SweepResult, error) {
+	list, err := s.List(ctx)
+	if err != nil {
+		return SweepResult{}, err
+	}
+	total := s.usage(list)
+	res := SweepResult{Pressure: total > budget, Removed: []string{}, Failed: [][2]string{}}
+	slices.SortStableFunc(list, func(a, b Image) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	for _, im := range list {
+		if total <= budget {
+			break
+		}
+		if im.Pinned || len(im.References) > 0 {
+			continue
+		}
+		if err := s.Delete(ctx, im.Name); err != nil {
+			var inUse *InUseError
+			if !errors.As(err, &inUse) && !errors.Is(err, ErrPinned) {
+				res.Failed = append(res.Failed, [2]string{im.Name, err.Error()})
+			}
+			continue
+		}
+		res.Removed = append(res.Removed, im.Name)
+		s.importM.Lock()
+		s.collectLayers()
+		s.importM.Unlock()
+		rest, err := s.List(ctx)
+		if err != nil {
+			return res, err
+		}
+		total = s.usage(rest)
+	}
+	return res, nil
+}
+
+// usage is the bytes the images take: each distinct tree once, and for
+// pulled ones their layers once however many images share them (the trees
+// are hard links to the layers).
+func (s *Store) usage(list []Image) int64 {
+	var n int64
+	seen := map[string]bool{}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, im := range list {
+		p, ok := s.pulled[im.Name]
+		if !ok {
+			if !seen[im.Digest] {
+				seen[im.Digest] = true
+				n += im.Size
+			}
+			continue
+		}
+		for _, l := range p.layers {
+			if !seen[l] {
+				seen[l] = true
+				n += s.layerSizeLocked(l)
+			}
+		}
+	}
+	return n
+}
+
+// layerSizeLocked is a layer's bytes of regular files, cached.
+func (s *Store) layerSizeLocked(diffID string) int64 {
+	if n, ok := s.layerSizes[diffID]; ok {
+		return n
+	}
+	_, n, err := Digest(s.layerDir(diffID))
+	if err == nil {
+		s.layerSizes[diffID] = n
+	}
+	return n
+}

@@ -1,0 +1,137 @@
+package image
+
+import (
+	"crypto/rand"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/berth-dev/berth/internal/image/registrytest"
+	"github.com/berth-dev/berth/internal/store"
+)
+
+// BenchmarkPull pulls a 100 MiB image of 5 layers (random, so gzip cannot
+// shrink it) from a loopback docker-registry into a fresh store each
+// round, and writes the same bytes with one fsync in the same directory,
+// so the pull's throughput reads against the disk's:
+//
+//	go test -run '^$' -bench Pull -benchtime 3x ./internal/image/
+//
+// It also reports the bytes on disk of two images sharing the 80 MiB of
+// their first four layers: the shared layers are stored once.
+func BenchmarkPull(b *testing.B) {
+	const layers, per = 5, 20 << 20
+	reg := registrytest.Start(b, registrytest.Options{})
+	var ls []v1.Layer
+	for i := range layers {
+		body := make([]byte, per)
+		rand.Read(body)
+		ls = append(ls, registrytest.Layer(b, registrytest.File{Name: fmt.Sprintf("data/%d.bin", i), Body: body}))
+	}
+	ref := reg.Push(b, "bench/big:v1", registrytest.Image(b, v1.Config{}, ls...))
+	other := registrytest.Layer(b, registrytest.File{Name: "other.txt", Body: []byte("a different top layer")})
+	ref2 := reg.Push(b, "bench/big2:v1", registrytest.Image(b, v1.Config{}, append(ls[:4:4], other)...))
+	total := int64(layers * per)
+
+	work := b.TempDir()
+	var pullTime, diskTime time.Duration
+	var lastStore *Store
+	for i := 0; b.Loop(); i++ {
+		b.StopTimer()
+		s := newPullStoreIn(b, filepath.Join(work, fmt.Sprintf("s%d", i))) // fresh: nothing to resume
+		b.StartTimer()
+		t0 := time.Now()
+		if _, err := s.Pull(b.Context(), ref, "a"); err != nil {
+			b.Fatal(err)
+		}
+		pullTime += time.Since(t0)
+		b.StopTimer()
+		diskTime += writeFsync(b, filepath.Join(s.Dir(), "tmp", "dd"), total)
+		lastStore = s
+		b.StartTimer()
+	}
+	b.StopTimer()
+	n := float64(b.N)
+	b.ReportMetric(float64(total)/(1<<20)/(pullTime.Seconds()/n), "pull-MiB/s")
+	b.ReportMetric(float64(total)/(1<<20)/(diskTime.Seconds()/n), "disk-MiB/s")
+
+	one := onDisk(b, lastStore.Dir())
+	if _, err := lastStore.Pull(b.Context(), ref2, "a"); err != nil {
+		b.Fatal(err)
+	}
+	two := onDisk(b, lastStore.Dir())
+	b.ReportMetric(float64(one)/(1<<20), "one-image-MiB")
+	b.ReportMetric(float64(two)/(1<<20), "two-images-MiB")
+}
+
+func newPullStoreIn(b *testing.B, dir string) *Store {
+	b.Helper()
+	st := openBenchStore(b)
+	s, err := New(b.Context(), Options{Dir: dir, Catalog: st, Registry: RegistryOptions{Insecure: []string{"127.0.0.1"}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
+
+// writeFsync writes n bytes to path and fsyncs it, as dd conv=fsync.
+func writeFsync(b *testing.B, path string, n int64) time.Duration {
+	buf := make([]byte, 1<<20)
+	rand.Read(buf)
+	t0 := time.Now()
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for w := int64(0); w < n; w += int64(len(buf)) {
+		if _, err := f.Write(buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := f.Sync(); err != nil {
+		b.Fatal(err)
+	}
+	f.Close()
+	d := time.Since(t0)
+	os.Remove(path)
+	return d
+}
+
+// onDisk is the bytes of the blocks under dir, each inode counted once (a
+// hard link is not a copy), as du counts.
+func onDisk(b *testing.B, dir string) int64 {
+	seen := map[uint64]bool{}
+	var n int64
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return nil
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		if seen[st.Ino] {
+			return nil
+		}
+		seen[st.Ino] = true
+		n += st.Blocks * 512
+		return nil
+	})
+	return n
+}
+
+func openBenchStore(b *testing.B) *store.Store {
+	st, err := store.Open(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { st.Close() })
+	return st
+}
