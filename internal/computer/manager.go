@@ -109,6 +109,11 @@ type Options struct {
 	// quiet moment (QuietFor without activity, no use held, no process
 	// running); the workspace is kept.
 	RecycleAfter time.Duration
+	// Prepare readies a sandbox's spec before each start: an image that
+	// is a registry reference is pulled for the Computer's namespace (or
+	// its use proved), and the image's run defaults filled in. Nil starts
+	// the spec as it is.
+	Prepare func(ctx context.Context, namespace string, spec *vm.Spec) error
 	// QuietFor is how long a Computer must have been inactive to be
 	// recycled; default 1 minute.
 	QuietFor time.Duration
@@ -601,6 +606,13 @@ func (m *Manager) launch(ctx context.Context, l *live, rec store.Computer, via s
 	}
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.o.BootTimeout)
 	defer cancel()
+	if spec.Image != "" && m.o.Prepare != nil {
+		// A pull counts against the boot timeout: a Computer that cannot
+		// get its image in time fails its start rather than hanging it.
+		if err := m.o.Prepare(bctx, rec.Namespace, &spec); err != nil {
+			return rec, fmt.Errorf("computer: image %s: %w", rec.Image, err)
+		}
+	}
 	if _, err := d.Start(bctx, spec); err != nil {
 		return rec, err
 	}

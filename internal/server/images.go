@@ -176,6 +176,19 @@ func (p *imagePreparer) Prepare(ctx context.Context, ns string, sp *vm.Spec) err
 	return nil
 }
 
+// prepareComputer is Prepare for a Computer's sandbox: the image is pulled
+// the same way, but of its run defaults only the environment is taken —
+// a Computer runs berth's agent with its workspace as the working
+// directory, never the image's command.
+func (p *imagePreparer) prepareComputer(ctx context.Context, ns string, sp *vm.Spec) error {
+	cp := *sp
+	if err := p.Prepare(ctx, ns, &cp); err != nil {
+		return err
+	}
+	sp.Env = cp.Env
+	return nil
+}
+
 // prefetchTimeout bounds a background pull (Pull has its own bound too).
 const prefetchTimeout = 30 * time.Minute
 

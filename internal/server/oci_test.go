@@ -17,6 +17,8 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/berth-dev/berth/apitype"
+	agentapi "github.com/berth-dev/berth/internal/agent"
+	"github.com/berth-dev/berth/internal/computer"
 	"github.com/berth-dev/berth/internal/auth"
 	"github.com/berth-dev/berth/internal/hostnet"
 	"github.com/berth-dev/berth/internal/hostnet/netnstest"
@@ -104,6 +106,24 @@ func TestContainerFromRegistry(t *testing.T) {
 	}
 	if !h.s.images.Usable(ref, "default") {
 		t.Error("the reference is not recorded as pulled by the default namespace")
+	}
+	// A Computer starts from the same reference: its sandbox gets the
+	// image's files (and env), not its command (berth's agent runs).
+	ctx := context.Background()
+	if _, err := h.s.computers.Create(ctx, computer.CreateRequest{ID: "regdesk", Image: ref, Backings: []computer.Backing{{Kind: computer.KindContainer}}, Start: true}); err != nil {
+		t.Fatalf("a Computer from %s: %v", ref, err)
+	}
+	c, release, err := h.s.computers.Use(ctx, "regdesk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Exec(ctx, agentapi.ExecRequest{Command: `/bin/busybox cat /www/index.html; echo "docroot=$DOCROOT"`})
+	release()
+	if err != nil || res.Stdout != "served from a registry image\ndocroot=.\n" {
+		t.Errorf("in the Computer: %q, %v", res.Stdout, err)
+	}
+	if err := h.s.computers.Delete(ctx, "regdesk"); err != nil {
+		t.Error(err)
 	}
 	// A reference refused at dial time (metadata address) is accepted by
 	// spec validation, but its replica start fails with the reason.

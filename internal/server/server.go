@@ -445,9 +445,13 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		return nil, err
 	}
 	s.fleet = fleet.New(fleet.Options{Drivers: ds, Log: o.Log, Inventory: s.inventory})
+	// One preparer of images for deployments' replicas and Computers'
+	// sandboxes: a registry reference is pulled (or its use by the
+	// namespace proved) the same way for both.
+	images := &imagePreparer{s: s, log: o.Log, started: map[string]bool{}}
 	s.computers, err = computer.New(ctx, computer.Options{
 		Store: st, Drivers: ds, Inventory: s.inventory, DataDir: o.DataDir, BaseDomain: portDomain(o), Log: o.Log,
-		RecycleAfter: o.ComputerRecycleAfter,
+		RecycleAfter: o.ComputerRecycleAfter, Prepare: images.prepareComputer,
 	})
 	if err != nil {
 		return nil, err
@@ -496,7 +500,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		Reserved:   s.reservedHost,
 		Gate:       s.compileGate,
 		Limit:      s.limiter,
-		Images:     &imagePreparer{s: s, log: o.Log, started: map[string]bool{}},
+		Images:     images,
 		Log:        o.Log,
 	})
 	if err := s.registry.Load(ctx); err != nil {
