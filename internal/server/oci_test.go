@@ -18,8 +18,8 @@ import (
 
 	"github.com/berth-dev/berth/apitype"
 	agentapi "github.com/berth-dev/berth/internal/agent"
-	"github.com/berth-dev/berth/internal/computer"
 	"github.com/berth-dev/berth/internal/auth"
+	"github.com/berth-dev/berth/internal/computer"
 	"github.com/berth-dev/berth/internal/hostnet"
 	"github.com/berth-dev/berth/internal/hostnet/netnstest"
 	"github.com/berth-dev/berth/internal/image/registrytest"
