@@ -19,9 +19,12 @@ import (
 	"testing"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
 	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/hostnet"
 	"github.com/berth-dev/berth/internal/hostnet/netnstest"
+	"github.com/berth-dev/berth/internal/image/registrytest"
 	"github.com/berth-dev/berth/internal/syncbuf"
 	"github.com/berth-dev/berth/internal/vm/guest"
 	"github.com/berth-dev/berth/internal/vm/kvm"
@@ -98,7 +101,7 @@ func TestKVMGateway(t *testing.T) {
 
 	var logs syncbuf.Buffer
 	o := Options{
-		ProxyAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", DataDir: data,
+		ProxyAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", DataDir: data, RegistryAllowInsecure: []string{"127.0.0.1"},
 		Log: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
 	agentOptions(&o)
@@ -120,9 +123,11 @@ func TestKVMGateway(t *testing.T) {
 	if err := vmtest.BusyboxRoot(rootfs); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.images.Import(context.Background(), "busybox", rootfs); err != nil {
-		t.Fatal(err)
-	}
+	// The image comes from a registry on loopback, as a user's would:
+	// the first replica's create pulls it (the cold start's pull phase)
+	// and the kvm driver makes its disk from the pulled tree.
+	reg := registrytest.Start(t, registrytest.Options{})
+	ref := reg.Push(t, "guests/busybox:1", registrytest.Image(t, v1.Config{}, registrytest.DirLayer(t, rootfs)))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
@@ -153,8 +158,8 @@ func TestKVMGateway(t *testing.T) {
 	// A TCG boot takes 5 to 30 s depending on the host's load: the hold
 	// and the boot may take up to two minutes.
 	spec := fmt.Sprintf(`{"id":"kvmgw","routes":[{"host":"kvmgw.test"}],`+
-		`"vm":{"driver":"kvm","image":"busybox","port":8080,"start_command":%s},`+
-		`"scaling":{"min_replicas":0,"max_replicas":1,"cold_start_timeout_secs":120,"boot_timeout_secs":120}}`, jsonString(kvmApp))
+		`"vm":{"driver":"kvm","image":%q,"port":8080,"start_command":%s},`+
+		`"scaling":{"min_replicas":0,"max_replicas":1,"cold_start_timeout_secs":120,"boot_timeout_secs":120}}`, ref, jsonString(kvmApp))
 	if code, b := call("POST", "/deployments", spec); code/100 != 2 {
 		t.Fatalf("registering: %d %s", code, b)
 	}

@@ -15,6 +15,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
+	"io/fs"
 	"math/big"
 	"net"
 	"net/http"
@@ -222,6 +223,50 @@ func Layer(t testing.TB, files ...File) v1.Layer {
 		t.Fatal(err)
 	}
 	return l
+}
+
+// DirLayer is a layer of the tree at dir: its directories, regular files
+// and symbolic links, with their modes (a root file system a test made,
+// such as vmtest.BusyboxRoot's).
+func DirLayer(t testing.TB, dir string) v1.Layer {
+	t.Helper()
+	var files []File
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == dir {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		rel = filepath.ToSlash(rel)
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		mode := int64(fi.Mode().Perm())
+		if fi.Mode()&fs.ModeSticky != 0 {
+			mode |= 0o1000
+		}
+		switch {
+		case d.IsDir():
+			files = append(files, File{Name: rel + "/", Dir: true, Mode: mode})
+		case fi.Mode()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			files = append(files, File{Name: rel, Link: target})
+		case fi.Mode().IsRegular():
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			files = append(files, File{Name: rel, Body: b, Mode: mode})
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Layer(t, files...)
 }
 
 // BusyboxLayer is a layer with /bin/busybox (Debian's busybox-static),
