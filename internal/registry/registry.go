@@ -84,9 +84,18 @@ type Options struct {
 	// the vm.Mount of each MountSpec, in order, with Source the host tree
 	// the mount-pull job unpacked it into, Target its path and ReadOnly
 	// its read_only (default true; see MountTargets). Nil fails the
-	// creates of a deployment with mounts, saying nothing pulls them
-	// (spec validation still refuses vm.mounts for now).
+	// creates of a deployment with mounts, saying nothing pulls them.
 	Mounts MountResolver
+	// MountDigest returns the digest mount m of deployment id was last
+	// pulled to ("" when it has not been, or was pulled with another
+	// store, ref or strip_components). Every Put and Load stamps it into
+	// the spec's vm.mounts[i].digest, overwriting what a client sent, so
+	// the status reports it, and the pool's template (the canonical JSON
+	// of vm) changes with it: a pull that changes a digest recycles the
+	// pool by putting the spec again. A vm deployment with a mount
+	// without a digest has no pool at all; its requests are answered 503
+	// saying its mounts are being pulled. Nil: no mount is ever pulled.
+	MountDigest func(ctx context.Context, id string, m apitype.MountSpec) string
 	// Metrics returns the metric set of a deployment, for pools.
 	Metrics func(id string) *metrics.Deployment
 	Log     *slog.Logger
@@ -176,6 +185,7 @@ func (r *Registry) Load(ctx context.Context) error {
 			continue
 		}
 		spec.Normalize(&s, r.o.Spec)
+		r.stampMounts(ctx, &s)
 		if err := spec.Validate(&s, r.o.Spec); err != nil {
 			r.o.Log.Error("skipping a stored deployment that no longer validates", "id", row.ID, "err", err)
 			continue
@@ -286,6 +296,12 @@ func (r *Registry) activate(e *Entry) {
 	if e.Kind != apitype.KindVM || r.o.Pools == nil {
 		return
 	}
+	if i := Unpulled(e.Spec.VM); i >= 0 {
+		// No replica may boot without its data: no pool until the mount
+		// pull stamps every digest and puts the spec again.
+		e.dp.Unavailable = "this deployment's mounts are being pulled; it has no replicas until they are (if this lasts, its last mount-pull job failed)"
+		return
+	}
 	bs := r.replicas[e.Spec.ID]
 	if bs == nil {
 		bs = proxy.NewPool()
@@ -296,6 +312,34 @@ func (r *Registry) activate(e *Entry) {
 	p := r.o.Pools.Ensure(cfg)
 	e.VMPool, e.Pool = p, bs
 	e.dp.Pool, e.dp.Hold = bs, p
+}
+
+// stampMounts sets each vm.mounts[i].digest of s from Options.MountDigest.
+func (r *Registry) stampMounts(ctx context.Context, s *apitype.DeploymentSpec) {
+	if s.VM == nil {
+		return
+	}
+	for i := range s.VM.Mounts {
+		m := &s.VM.Mounts[i]
+		m.Digest = ""
+		if r.o.MountDigest != nil {
+			m.Digest = r.o.MountDigest(ctx, s.ID, *m)
+		}
+	}
+}
+
+// Unpulled returns the index of the first of v's mounts without a digest
+// (not pulled on this host), or -1.
+func Unpulled(v *apitype.VmSpec) int {
+	if v == nil {
+		return -1
+	}
+	for i, m := range v.Mounts {
+		if m.Digest == "" {
+			return i
+		}
+	}
+	return -1
 }
 
 // MountResolver resolves the vm.mounts of deployment id (Options.Mounts).
@@ -499,6 +543,7 @@ func (r *Registry) Put(ctx context.Context, s apitype.DeploymentSpec, o PutOptio
 		so.StoreRootsAllow = nil // absolute store roots read the host's disk
 	}
 	spec.Normalize(&s, so)
+	r.stampMounts(ctx, &s)
 	if err := spec.Validate(&s, so); err != nil {
 		return nil, false, err
 	}
@@ -561,9 +606,10 @@ func (r *Registry) Put(ctx context.Context, s apitype.DeploymentSpec, o PutOptio
 	r.deps[s.ID] = e
 	r.routes.Set(s.ID, e.rules)
 	r.publishLocked(s.ID)
-	if prev != nil && prev.Kind == apitype.KindVM && e.Kind != apitype.KindVM {
-		// No longer a vm deployment: its replicas go, as on Delete, once
-		// the data plane no longer routes to them.
+	if prev != nil && prev.VMPool != nil && e.VMPool == nil {
+		// No longer a vm deployment, or one whose mounts are not pulled:
+		// its replicas go, as on Delete, once the data plane no longer
+		// routes to them.
 		r.removePoolLocked(ctx, s.ID)
 	}
 	return e, prev == nil, nil
