@@ -272,7 +272,7 @@ func TestValidate(t *testing.T) {
 			s := vmSpec()
 			s.VM.Mounts = []apitype.MountSpec{{Path: "/data", Store: "local", Ref: "v1"}, {Path: "/models", Store: "https://art.example.com", Ref: "v1"}}
 			return s
-		}, nil, "vm.mounts: not supported yet"},
+		}, nil, ""},
 		{"mount relative", func() *apitype.DeploymentSpec {
 			s := vmSpec()
 			s.VM.Mounts = []apitype.MountSpec{{Path: "data", Store: "local", Ref: "r"}}
@@ -313,33 +313,33 @@ func TestValidate(t *testing.T) {
 		}, nil, "vm.mounts[0].read_only: "},
 		{"mount on a driver that cannot", func() *apitype.DeploymentSpec {
 			s := vmSpec()
-			s.VM.Mounts = []apitype.MountSpec{{Path: "/data", Store: "s", Ref: "r"}}
+			s.VM.Mounts = []apitype.MountSpec{{Path: "/data", Store: "local", Ref: "r"}}
 			return s
 		}, mountOpts, "vm.mounts: the process driver cannot attach mounts (drivers on this host that can: container, kvm, libvirt)"},
 		{"mount where no driver can", func() *apitype.DeploymentSpec {
 			s := vmSpec()
-			s.VM.Mounts = []apitype.MountSpec{{Path: "/data", Store: "s", Ref: "r"}}
+			s.VM.Mounts = []apitype.MountSpec{{Path: "/data", Store: "local", Ref: "r"}}
 			return s
 		}, &Options{Drivers: []string{"process"}, Mounter: func(string) (bool, bool) { return false, false }},
 			"vm.mounts: the process driver cannot attach mounts (drivers on this host that can: none)"},
 		{"mount on a driver that can", func() *apitype.DeploymentSpec {
 			s := vmSpec()
 			s.VM.Driver, s.VM.Image = apitype.DriverContainer, "img"
-			s.VM.Mounts = []apitype.MountSpec{{Path: "/data", Store: "s", Ref: "r", ReadOnly: boolp(false)}}
+			s.VM.Mounts = []apitype.MountSpec{{Path: "/data", Store: "local", Ref: "r", ReadOnly: boolp(false)}}
 			return s
-		}, mountOpts, "vm.mounts: not supported yet"},
+		}, mountOpts, ""},
 		{"mount writable on libvirt", func() *apitype.DeploymentSpec {
 			s := vmSpec()
 			s.VM.Driver, s.VM.Image = apitype.DriverLibvirt, "img"
-			s.VM.Mounts = []apitype.MountSpec{{Path: "/data", Store: "s", Ref: "r"}, {Path: "/w", Store: "s", Ref: "r", ReadOnly: boolp(false)}}
+			s.VM.Mounts = []apitype.MountSpec{{Path: "/data", Store: "local", Ref: "r"}, {Path: "/w", Store: "local", Ref: "r", ReadOnly: boolp(false)}}
 			return s
 		}, mountOpts, "vm.mounts[1].read_only: false is refused on the libvirt driver, which attaches mounts read-only only"},
 		{"mount read-only on kvm", func() *apitype.DeploymentSpec {
 			s := vmSpec()
 			s.VM.Driver, s.VM.Image = apitype.DriverKVM, "img"
-			s.VM.Mounts = []apitype.MountSpec{{Path: "/data", Store: "s", Ref: "r", ReadOnly: boolp(true)}}
+			s.VM.Mounts = []apitype.MountSpec{{Path: "/data", Store: "local", Ref: "r", ReadOnly: boolp(true)}}
 			return s
-		}, mountOpts, "vm.mounts: not supported yet"},
+		}, mountOpts, ""},
 		{"mount store", func() *apitype.DeploymentSpec {
 			s := vmSpec()
 			s.VM.Mounts = []apitype.MountSpec{{Path: "/data", Ref: "r"}}
@@ -524,6 +524,21 @@ func TestValidate(t *testing.T) {
 			s.Artifact = &apitype.ArtifactSpec{Store: "local", Ref: "r", StripComponents: intp(1)}
 			return s
 		}, nil, "artifact.strip_components: site bundles only"},
+		{"artifact grow on vm", func() *apitype.DeploymentSpec {
+			s := vmSpec()
+			s.Artifact = &apitype.ArtifactSpec{Store: "local", Ref: "r", GrowGB: intp(2)}
+			return s
+		}, nil, "artifact.grow_gb: berth cannot grow an image's disk"},
+		{"artifact strip too deep", func() *apitype.DeploymentSpec {
+			s := siteSpec()
+			s.Artifact = &apitype.ArtifactSpec{Store: "local", Ref: "r", StripComponents: intp(17)}
+			return s
+		}, nil, "artifact.strip_components: 17 is out of range: 0 to 16"},
+		{"mount strip too deep", func() *apitype.DeploymentSpec {
+			s := vmSpec()
+			s.VM.Mounts = []apitype.MountSpec{{Path: "/data", Store: "local", Ref: "r", StripComponents: intp(99)}}
+			return s
+		}, nil, "vm.mounts[0].strip_components: 99 is out of range: 0 to 16"},
 		{"artifact ref", func() *apitype.DeploymentSpec {
 			s := vmSpec()
 			s.Artifact = &apitype.ArtifactSpec{Store: "local"}
