@@ -26,6 +26,7 @@ func (s *Server) openJobs(ctx context.Context) error {
 	m.Register(apitype.JobHostUpdate, hostupdate.Kind(hostupdate.Options{
 		Enabled: s.o.HostUpdates, Secrets: s.secrets, Verify: s.verifyDeployment,
 	}))
+	m.Register(apitype.JobMountPull, s.mountPullKind())
 	s.jobs, s.workflows = m, jobs.NewWorkflows(s.store)
 	return nil
 }

@@ -1,0 +1,109 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"os"
+
+	"github.com/berth-dev/berth/apitype"
+	"github.com/berth-dev/berth/internal/jobs"
+	"github.com/berth-dev/berth/internal/jobs/mountpull"
+	"github.com/berth-dev/berth/internal/registry"
+	"github.com/berth-dev/berth/internal/store"
+	"github.com/berth-dev/berth/internal/vm"
+)
+
+// mountPullKind is the mount-pull job kind, wired to this server's stores.
+func (s *Server) mountPullKind() jobs.Kind {
+	o := mountpull.Options{
+		Open:    s.ArtifactSource,
+		Trees:   s.trees,
+		Records: s.store,
+		Apply:   s.applyMountPulls,
+	}
+	if s.secrets != nil {
+		o.Secrets = s.secrets
+	}
+	return mountpull.Kind(o)
+}
+
+// mountPull is the recorded pull of deployment id's mount m as the spec
+// names it now, if there is one whose tree is still on disk.
+func (s *Server) mountPull(ctx context.Context, id string, m apitype.MountSpec) (store.MountPull, bool) {
+	ps, err := s.store.MountPulls(ctx, id)
+	if err != nil {
+		s.log.Warn("could not read a deployment's mount pulls", "deployment", id, "err", err)
+		return store.MountPull{}, false
+	}
+	for _, p := range ps {
+		if mountpull.Matches(p, m) {
+			if _, err := os.Stat(p.Tree); err != nil {
+				return store.MountPull{}, false
+			}
+			return p, true
+		}
+	}
+	return store.MountPull{}, false
+}
+
+// mountDigest is the registry's MountDigest: the digest stamped into the
+// spec's vm.mounts[i].digest.
+func (s *Server) mountDigest(ctx context.Context, id string, m apitype.MountSpec) string {
+	p, _ := s.mountPull(ctx, id, m)
+	return p.Digest
+}
+
+// resolveMounts is the registry's MountResolver: each mount's recorded
+// tree, when it is the tree of the digest the pool's spec names.
+func (s *Server) resolveMounts(ctx context.Context, id string, ms []apitype.MountSpec) ([]vm.Mount, error) {
+	return registry.MountTargets(ms, func(m apitype.MountSpec) (string, error) {
+		p, ok := s.mountPull(ctx, id, m)
+		if !ok || p.Digest != m.Digest {
+			return "", errors.New("not pulled yet (POST /deployments/" + id + "/mounts/pull)")
+		}
+		return p.Tree, nil
+	})
+}
+
+// applyMountPulls stamps the digests now recorded into deployment id's
+// spec (rewriteSpec), when one differs from the spec's: the pool's
+// template changes with them, so replicas boot with the new trees (and a
+// deployment that had no pool because a mount was unpulled gets one).
+func (s *Server) applyMountPulls(ctx context.Context, id string) error {
+	_, err := s.rewriteSpec(ctx, id, func(sp *apitype.DeploymentSpec) bool {
+		if sp.VM == nil {
+			return false
+		}
+		changed := false
+		for _, m := range sp.VM.Mounts {
+			if s.mountDigest(ctx, id, m) != m.Digest {
+				changed = true // Put stamps them
+			}
+		}
+		return changed
+	})
+	return err
+}
+
+// autoPull starts what a written (or loaded) deployment needs before it
+// can serve: a mount pull when one of its mounts has no digest on this
+// host. A start that fails (a pull already running, a missing secret) is
+// logged; the deployment answers 503 until a pull succeeds.
+func (s *Server) autoPull(ctx context.Context, e *registry.Entry) {
+	if s.jobs == nil || e.Kind != apitype.KindVM || registry.Unpulled(e.Spec.VM) < 0 {
+		return
+	}
+	ns := e.Spec.Namespace
+	if ns == "" {
+		ns = "default"
+	}
+	rec, err := s.jobs.Start(ctx, apitype.JobMountPull, jobs.Request{
+		Deployment: jobs.Deployment{ID: e.Spec.ID, Namespace: ns, Kind: e.Kind, Spec: e.Spec},
+		Caller:     "berth (the deployment's mounts are not pulled)",
+	})
+	if err != nil {
+		s.log.Warn("could not start a mount pull", "deployment", e.Spec.ID, "err", err)
+		return
+	}
+	s.log.Info("started a mount pull", "deployment", e.Spec.ID, "job", rec.ID)
+}

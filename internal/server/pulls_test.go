@@ -1,0 +1,281 @@
+package server
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth/apitype"
+	"github.com/berth-dev/berth/internal/contracttest"
+	"github.com/berth-dev/berth/internal/hostnet"
+	"github.com/berth-dev/berth/internal/hostnet/netnstest"
+	"github.com/berth-dev/berth/internal/syncbuf"
+	"github.com/berth-dev/berth/internal/vm/container"
+	"github.com/berth-dev/berth/internal/vm/vmtest"
+)
+
+// tarball is a gzipped tar of files (name → content), each under top/
+// when top is set.
+func tarball(t testing.TB, top string, files map[string]string) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	for _, rel := range slices.Sorted(maps.Keys(files)) {
+		name, body := rel, files[rel]
+		if top != "" {
+			name = top + "/" + rel
+		}
+		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(body)), Typeflag: tar.TypeReg}); err != nil {
+			t.Fatal(err)
+		}
+		tw.Write([]byte(body))
+	}
+	tw.Close()
+	gz.Close()
+	return buf.Bytes()
+}
+
+// push stores blob in berth's own artifact store in namespace ns and tags
+// it; it returns the digest (hex).
+func (h *harness) push(ns, tag string, blob []byte) string {
+	h.t.Helper()
+	d := fmt.Sprintf("%x", sha256.Sum256(blob))
+	if r := h.do("PUT", "/namespaces/"+ns+"/artifacts/blobs/"+d, "application/octet-stream", string(blob)); r.code/100 != 2 {
+		h.t.Fatalf("pushing a blob: %d %s", r.code, r.body)
+	}
+	if r := h.do("PUT", "/namespaces/"+ns+"/artifacts/tags/"+tag, "text/plain", d); r.code/100 != 2 {
+		h.t.Fatalf("tagging %s: %d %s", tag, r.code, r.body)
+	}
+	return d
+}
+
+// awaitJob waits for the newest job of deployment id of kind to end,
+// other than those in skip, and returns its record.
+func (h *harness) awaitJob(id string, kind apitype.JobKind, skip ...string) apitype.JobRecord {
+	h.t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		var recs []apitype.JobRecord
+		r := h.do("GET", "/deployments/"+id+"/jobs", "", "")
+		if err := json.Unmarshal(r.body, &recs); err != nil {
+			h.t.Fatalf("jobs: %d %s", r.code, r.body)
+		}
+		for _, rec := range recs {
+			if rec.Kind == kind && !slices.Contains(skip, rec.ID) && rec.Status != apitype.JobRunning {
+				return rec
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	h.t.Fatalf("no %s job of %s ended", kind, id)
+	return apitype.JobRecord{}
+}
+
+// checkJob checks a job's record against the contract, by its id.
+func (h *harness) checkJob(c *contracttest.Contract, id string) {
+	h.t.Helper()
+	r := h.do("GET", "/jobs/"+id, "", "")
+	if err := c.CheckJSON("JobRecord", r.body); err != nil {
+		h.t.Errorf("JobRecord %s: %v\n%s", id, err, r.body)
+	}
+}
+
+// containerSkip says why this host cannot run container replicas, or "".
+func containerSkip() string {
+	if os.Geteuid() != 0 {
+		return "the container driver needs root"
+	}
+	if netnstest.Inside() == "" {
+		return "no network namespace of the tests' own (netnstest)"
+	}
+	if _, err := container.FindRuntime(""); err != nil {
+		return fmt.Sprintf("no OCI runtime: %v", err)
+	}
+	if _, err := exec.LookPath("busybox"); err != nil {
+		return "busybox is missing (Debian package busybox-static)"
+	}
+	return ""
+}
+
+// startContainers starts a server with the container driver (its guest
+// network set up in the tests' namespace) and a busybox image.
+func startContainers(t *testing.T, logs *syncbuf.Buffer) *harness {
+	t.Helper()
+	skipShort(t, "boots containers")
+	if why := containerSkip(); why != "" {
+		t.Skip(why)
+	}
+	netnstest.Require(t)
+	dir, err := os.MkdirTemp("", "bp") // short: agent sockets live below
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	agent := filepath.Join(dir, "agent")
+	if err := vmtest.BuildAgent(agent, false); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "data")
+	cfg := hostnet.Config{Subnet: netip.MustParsePrefix(hostnet.DefaultSubnet), StateDir: filepath.Join(data, "net")}
+	if err := hostnet.Setup(context.Background(), cfg); err != nil {
+		t.Fatalf("guest network: %v", err)
+	}
+	t.Cleanup(func() { hostnet.Teardown(context.Background(), cfg) })
+	h := startWith(t, data, func(o *Options) {
+		o.GuestNetwork = cfg
+		o.Drivers.ContainerAgent = agent
+		o.Log = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	})
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("server log:\n%s", logs.String())
+		}
+	})
+	if !slices.Contains(h.s.fleet.DriverNames(), "container") {
+		t.Fatalf("no container driver (drivers %v)", h.s.fleet.DriverNames())
+	}
+	rootfs := filepath.Join(dir, "rootfs")
+	if err := vmtest.BusyboxRoot(rootfs); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.s.images.Import(context.Background(), "busybox", rootfs); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// getEventually GETs path on host through the proxy until it answers 200.
+func (h *harness) getEventually(host, path string) resp {
+	h.t.Helper()
+	var r resp
+	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if r = get(h.t, h.proxy+path, host); r.code == 200 {
+			return r
+		}
+	}
+	h.t.Fatalf("GET %s%s: %d %s", host, path, r.code, r.body)
+	return r
+}
+
+// TestMountPullsContainer: a container deployment with a mount of a
+// tarball in berth's own store has no pool (503 saying so) until the
+// mount pull its registration starts finishes; then a replica reads the
+// file at the mount path, which it cannot write. A new version and
+// mounts/pull change the digest in the status and recycle the pool; a
+// second pull of the same digest reuses the tree; the records validate.
+func TestMountPullsContainer(t *testing.T) {
+	var logs syncbuf.Buffer
+	h := startContainers(t, &logs)
+	c := contracttest.MustLoad(t)
+	v1 := h.push("default", "site-data", tarball(t, "pkg", map[string]string{"index.html": "version one\n"}))
+
+	// The app serves / with busybox httpd and reports whether /data is
+	// writable.
+	app := `(touch /data/probe 2>/dev/null && echo rw || echo ro) > /ro; exec httpd -f -p $PORT -h /`
+	sp := fmt.Sprintf(`{"id":"mnt","routes":[{"host":"mnt.test"}],`+
+		`"vm":{"driver":"container","image":"busybox","port":8080,"start_command":%s,`+
+		`"mounts":[{"path":"/data","store":"local","ref":"site-data","strip_components":1,"digest":"forged"}]},`+
+		`"scaling":{"min_replicas":0,"max_replicas":1,"cold_start_timeout_secs":60}}`, jsonString(app))
+	if r := h.json("POST", "/deployments", sp); r.code != 201 {
+		t.Fatalf("register: %d %s", r.code, r.body)
+	}
+	t.Cleanup(func() { h.do("DELETE", "/deployments/mnt", "", "") })
+	if st := h.status("mnt"); st.Spec.VM.Mounts[0].Digest == "forged" {
+		t.Errorf("the client's digest was kept: %+v", st.Spec.VM.Mounts[0])
+	}
+	rec := h.awaitJob("mnt", apitype.JobMountPull)
+	h.checkJob(c, rec.ID)
+	if rec.Status != apitype.JobSucceeded || len(rec.Mounts) != 1 {
+		t.Fatalf("the automatic pull: %+v", rec)
+	}
+	m := rec.Mounts[0]
+	if m.Digest != v1 || m.Path != "/data" || m.Files == nil || *m.Files != 1 || m.Reused == nil || *m.Reused || m.Changed == nil || !*m.Changed || *m.Bytes == 0 || *m.Unpacked != int64(len("version one\n")) {
+		t.Errorf("outcome %+v", m)
+	}
+	t.Logf("pull log: %q", rec.Log)
+	if st := h.status("mnt"); st.Spec.VM.Mounts[0].Digest != v1 {
+		t.Errorf("status digest %q, want %s", st.Spec.VM.Mounts[0].Digest, v1)
+	}
+	if r := h.getEventually("mnt.test", "/data/index.html"); string(r.body) != "version one\n" {
+		t.Errorf("the replica read %q", r.body)
+	}
+	if r := get(t, h.proxy+"/ro", "mnt.test"); strings.TrimSpace(string(r.body)) != "ro" {
+		t.Errorf("the mount is writable: %d %q", r.code, r.body)
+	}
+
+	// A second pull of the same digest reuses the tree and changes nothing.
+	if r := h.json("POST", "/deployments/mnt/mounts/pull", `{}`); r.code != 202 {
+		t.Fatalf("pull: %d %s", r.code, r.body)
+	}
+	rec = h.awaitJob("mnt", apitype.JobMountPull, rec.ID)
+	if m := rec.Mounts[0]; rec.Status != apitype.JobSucceeded || !*m.Reused || *m.Changed || *m.Bytes != 0 || m.Files != nil {
+		t.Errorf("the second pull: %+v %+v", rec, m)
+	}
+	h.checkJob(c, rec.ID)
+
+	// A new version: the digest changes and the new replica sees it.
+	v2 := h.push("default", "site-data", tarball(t, "pkg", map[string]string{"index.html": "version two\n"}))
+	before := h.jobIDs("mnt")
+	if r := h.json("POST", "/deployments/mnt/mounts/pull", `{"force":true}`); r.code != 202 {
+		t.Fatalf("pull: %d %s", r.code, r.body)
+	}
+	rec = h.awaitJob("mnt", apitype.JobMountPull, before...)
+	if m := rec.Mounts[0]; rec.Status != apitype.JobSucceeded || m.Digest != v2 || !*m.Changed || *m.Reused {
+		t.Fatalf("the pull of v2: %+v %+v", rec, m)
+	}
+	if st := h.status("mnt"); st.Spec.VM.Mounts[0].Digest != v2 {
+		t.Errorf("status digest %q, want %s", st.Spec.VM.Mounts[0].Digest, v2)
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		r := get(t, h.proxy+"/data/index.html", "mnt.test")
+		if r.code == 200 && string(r.body) == "version two\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the new replica never served v2: %d %q", r.code, r.body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	// An edit to a ref not pulled: no pool, a clear 503, and the pull the
+	// edit starts fails naming the tag.
+	before = h.jobIDs("mnt")
+	sp2 := strings.Replace(sp, `"ref":"site-data"`, `"ref":"no-such-tag"`, 1)
+	if r := h.json("PUT", "/deployments/mnt", sp2); r.code != 200 {
+		t.Fatalf("edit: %d %s", r.code, r.body)
+	}
+	if r := get(t, h.proxy+"/data/index.html", "mnt.test"); r.code != 503 || !strings.Contains(string(r.body), "mounts are being pulled") {
+		t.Errorf("a deployment with an unpulled mount answered %d %q", r.code, r.body)
+	}
+	rec = h.awaitJob("mnt", apitype.JobMountPull, before...)
+	if rec.Status != apitype.JobFailed || rec.Error == nil || !strings.Contains(*rec.Error, `no tag "no-such-tag"`) {
+		t.Errorf("the pull of a missing tag: %+v", rec)
+	}
+}
+
+// jobIDs are the ids of deployment id's jobs.
+func (h *harness) jobIDs(id string) []string {
+	var recs []apitype.JobRecord
+	json.Unmarshal(h.do("GET", "/deployments/"+id+"/jobs", "", "").body, &recs)
+	var out []string
+	for _, r := range recs {
+		out = append(out, r.ID)
+	}
+	return out
+}
