@@ -10,12 +10,15 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -114,7 +117,14 @@ func containerSkip() string {
 
 // startContainers starts a server with the container driver (its guest
 // network set up in the tests' namespace) and a busybox image.
-func startContainers(t *testing.T, logs *syncbuf.Buffer) *harness {
+func startContainers(t *testing.T, logs *syncbuf.Buffer, mod func(*Options)) *harness {
+	h, _ := startContainersRestartable(t, logs, mod)
+	return h
+}
+
+// startContainersRestartable is startContainers, with a function that
+// stops the server and starts another on the same data directory.
+func startContainersRestartable(t *testing.T, logs *syncbuf.Buffer, mod func(*Options)) (*harness, func(*harness) *harness) {
 	t.Helper()
 	skipShort(t, "boots containers")
 	if why := containerSkip(); why != "" {
@@ -136,11 +146,15 @@ func startContainers(t *testing.T, logs *syncbuf.Buffer) *harness {
 		t.Fatalf("guest network: %v", err)
 	}
 	t.Cleanup(func() { hostnet.Teardown(context.Background(), cfg) })
-	h := startWith(t, data, func(o *Options) {
+	opts := func(o *Options) {
 		o.GuestNetwork = cfg
 		o.Drivers.ContainerAgent = agent
 		o.Log = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	})
+		if mod != nil {
+			mod(o)
+		}
+	}
+	h := startWith(t, data, opts)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("server log:\n%s", logs.String())
@@ -156,7 +170,10 @@ func startContainers(t *testing.T, logs *syncbuf.Buffer) *harness {
 	if _, err := h.s.images.Import(context.Background(), "busybox", rootfs); err != nil {
 		t.Fatal(err)
 	}
-	return h
+	return h, func(old *harness) *harness {
+		old.stop()
+		return startWith(t, data, opts)
+	}
 }
 
 // getEventually GETs path on host through the proxy until it answers 200.
@@ -180,7 +197,7 @@ func (h *harness) getEventually(host, path string) resp {
 // second pull of the same digest reuses the tree; the records validate.
 func TestMountPullsContainer(t *testing.T) {
 	var logs syncbuf.Buffer
-	h := startContainers(t, &logs)
+	h, restart := startContainersRestartable(t, &logs, nil)
 	c := contracttest.MustLoad(t)
 	v1 := h.push("default", "site-data", tarball(t, "pkg", map[string]string{"index.html": "version one\n"}))
 
@@ -194,7 +211,9 @@ func TestMountPullsContainer(t *testing.T) {
 	if r := h.json("POST", "/deployments", sp); r.code != 201 {
 		t.Fatalf("register: %d %s", r.code, r.body)
 	}
-	t.Cleanup(func() { h.do("DELETE", "/deployments/mnt", "", "") })
+	// The replicas (containers) outlive berth: the last server deletes
+	// them, before the harness's cleanups stop it.
+	defer func() { h.deleteQuietly("mnt") }()
 	if st := h.status("mnt"); st.Spec.VM.Mounts[0].Digest == "forged" {
 		t.Errorf("the client's digest was kept: %+v", st.Spec.VM.Mounts[0])
 	}
@@ -253,6 +272,19 @@ func TestMountPullsContainer(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 
+	// What the mount resolved to survives a restart: the status still
+	// names v2 and the deployment serves it.
+	h = restart(h)
+	if st := h.status("mnt"); st.Spec.VM.Mounts[0].Digest != v2 {
+		t.Errorf("after a restart: status digest %q, want %s", st.Spec.VM.Mounts[0].Digest, v2)
+	}
+	if r := h.getEventually("mnt.test", "/data/index.html"); string(r.body) != "version two\n" {
+		t.Errorf("after a restart the replica read %q", r.body)
+	}
+	if ids := h.jobIDs("mnt"); len(ids) != len(before)+1 {
+		t.Errorf("the restart started a pull of mounts already pulled: jobs %v", ids)
+	}
+
 	// An edit to a ref not pulled: no pool, a clear 503, and the pull the
 	// edit starts fails naming the tag.
 	before = h.jobIDs("mnt")
@@ -278,4 +310,73 @@ func (h *harness) jobIDs(id string) []string {
 		out = append(out, r.ID)
 	}
 	return out
+}
+
+// TestMountPullWalls: a deployment in namespace team-b cannot mount team-a's
+// tag or blob through local (the store's claims); a store at a link-local
+// (metadata) address is refused; a mount's auth reaches the store as its
+// key and never the job's log.
+func TestMountPullWalls(t *testing.T) {
+	var seen atomic.Value
+	ext := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen.Store(r.Header.Get("Authorization"))
+		http.NotFound(w, r)
+	}))
+	defer ext.Close()
+	var logs syncbuf.Buffer
+	h := startContainers(t, &logs, func(o *Options) { o.ArtifactAllowPrivate = true })
+	c := contracttest.MustLoad(t)
+	secret := "art-KEY-s3cr3t"
+	if r := h.json("POST", "/secrets", `{"id":"art","data":{"token":"`+secret+`"}}`); r.code/100 != 2 {
+		t.Fatalf("secret: %d %s", r.code, r.body)
+	}
+	d := h.push("team-a", "private", tarball(t, "", map[string]string{"f": "a's data"}))
+	mount := func(id, ns, m string) apitype.JobRecord {
+		t.Helper()
+		sp := fmt.Sprintf(`{"id":%q,"namespace":%q,"routes":[{"host":"%s.test"}],`+
+			`"vm":{"driver":"container","image":"busybox","port":8080,"mounts":[%s]},"scaling":{"min_replicas":0}}`, id, ns, id, m)
+		if r := h.json("POST", "/deployments", sp); r.code != 201 {
+			t.Fatalf("register %s: %d %s", id, r.code, r.body)
+		}
+		rec := h.awaitJob(id, apitype.JobMountPull)
+		h.checkJob(c, rec.ID)
+		if rec.Status != apitype.JobFailed || rec.Error == nil {
+			t.Fatalf("%s: the pull did not fail: %+v", id, rec)
+		}
+		return rec
+	}
+	if rec := mount("btag", "team-b", `{"path":"/data","store":"local","ref":"private"}`); !strings.Contains(*rec.Error, `no tag "private" in namespace "team-b"`) {
+		t.Errorf("team-b naming team-a's tag: %s", *rec.Error)
+	}
+	if rec := mount("bblob", "team-b", `{"path":"/data","store":"local","ref":"`+d+`"}`); !strings.Contains(*rec.Error, "no blob sha256:"+d+` in namespace "team-b"`) {
+		t.Errorf("team-b naming team-a's digest: %s", *rec.Error)
+	}
+	// A metadata or link-local store is refused when the spec is written.
+	for _, store := range []string{"http://169.254.169.254/latest", "http://169.254.10.10", "http://[fe80::1]:8080"} {
+		sp := `{"id":"meta","routes":[{"host":"meta.test"}],"vm":{"driver":"container","image":"busybox","port":8080,` +
+			`"mounts":[{"path":"/data","store":"` + store + `","ref":"v1"}]}}`
+		if r := h.json("POST", "/deployments", sp); r.code != 400 || !strings.Contains(string(r.body), "vm.mounts[0].store: ") {
+			t.Errorf("a mount from %s: %d %s", store, r.code, r.body)
+		}
+	}
+	rec := mount("keyed", "default", `{"path":"/data","store":"`+ext.URL+`","ref":"v1","auth":{"secret":"art","key":"token"}}`)
+	if got, _ := seen.Load().(string); got != "Bearer "+secret {
+		t.Errorf("the store saw Authorization %q", got)
+	}
+	raw := h.do("GET", "/jobs/"+rec.ID, "", "")
+	if strings.Contains(string(raw.body), secret) || strings.Contains(logs.String(), secret) {
+		t.Errorf("the secret reached the record or the log: %s", raw.body)
+	}
+	if r := get(t, h.proxy+"/", "keyed.test"); r.code != 503 || !strings.Contains(string(r.body), "mounts are being pulled") {
+		t.Errorf("a deployment whose pull failed answered %d %q", r.code, r.body)
+	}
+}
+
+// deleteQuietly deletes a deployment (its replicas with it), reporting
+// nothing: for a test's end, fatal or not.
+func (h *harness) deleteQuietly(id string) {
+	req, _ := http.NewRequest("DELETE", h.admin+"/deployments/"+id, nil)
+	if r, err := http.DefaultClient.Do(req); err == nil {
+		r.Body.Close()
+	}
 }
