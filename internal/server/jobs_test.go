@@ -205,7 +205,7 @@ func TestJobRoutesRefusals(t *testing.T) {
 		{"/deployments/nope/update", `{}`, 404, `no deployment "nope"`},
 		{"/deployments/web/build", ``, 501, "berth does not run image-build jobs yet"},
 		{"/deployments/web/pull", `{"ref":"x"}`, 501, "artifact-pull"},
-		{"/deployments/web/mounts/pull", `{}`, 501, "mount-pull"},
+		{"/deployments/web/mounts/pull", `{}`, 400, `deployment "web" has no vm.mounts to pull`},
 		{"/deployments/web/update", `[]`, 400, "JSON object"},
 	} {
 		r := n.call(nil, "POST", c.path, "", c.body)

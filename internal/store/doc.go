@@ -47,7 +47,7 @@
 //	jobs(seq INTEGER PK AUTOINCREMENT, id UNIQUE, deployment, namespace,
 //	     kind, status, started_at Unix s, record JSON)
 //	workflows(id PK, spec JSON, created_at, updated_at)
-//	mount_pulls(PK (deployment → deployments.id ON DELETE CASCADE, path),
+//	pulls(PK (deployment → deployments.id ON DELETE CASCADE, path),
 //	          store, ref, strip_components, digest, tree, pulled_at)
 //
 // The Computer tables (package computer) keep its state machine, fleet
@@ -66,8 +66,9 @@
 // jobs (package jobs) keeps background jobs' records (already redacted)
 // across restarts; InsertJob prunes the history, never a running job.
 //
-// mount_pulls (package mountpull) records what each vm.mounts entry of a
-// deployment resolved to on its last pull; the server stamps the digests
+// pulls (packages mountpull, artifactpull) records what each vm.mounts
+// entry of a deployment (and, path "", its artifact section) resolved to
+// on its last pull; the server stamps the digests
 // into the stored spec and mounts the trees from it.
 //
 // computer_grants (package grant) lists the grants issued, for listing and

@@ -31,10 +31,28 @@ func TestMountPulls(t *testing.T) {
 	if got, _ := s.MountPulls(ctx, "web"); len(got) != 1 || got[0].Path != "/data" {
 		t.Fatalf("replaced: %+v", got)
 	}
+	if _, ok, err := s.ArtifactPull(ctx, "web"); ok || err != nil {
+		t.Fatalf("no artifact pull yet: %v %v", ok, err)
+	}
+	if err := s.PutArtifactPull(ctx, MountPull{Deployment: "web", Store: "local", Ref: "site", Digest: "cc", Tree: "/t/cc"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutMountPulls(ctx, "web", ps); err != nil { // leaves the artifact's row
+		t.Fatal(err)
+	}
+	if a, ok, err := s.ArtifactPull(ctx, "web"); !ok || err != nil || a.Digest != "cc" || a.Tree != "/t/cc" {
+		t.Fatalf("artifact pull: %+v %v %v", a, ok, err)
+	}
+	if got, _ := s.MountPulls(ctx, "web"); len(got) != 2 {
+		t.Fatalf("mount pulls beside the artifact's: %+v", got)
+	}
 	if err := s.DeleteDeployment(ctx, "web"); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := s.MountPulls(ctx, "web"); len(got) != 0 {
 		t.Fatalf("after delete: %+v", got)
+	}
+	if _, ok, _ := s.ArtifactPull(ctx, "web"); ok {
+		t.Fatal("the artifact pull outlived its deployment")
 	}
 }
