@@ -96,6 +96,13 @@ type Options struct {
 	// without a digest has no pool at all; its requests are answered 503
 	// saying its mounts are being pulled. Nil: no mount is ever pulled.
 	MountDigest func(ctx context.Context, id string, m apitype.MountSpec) string
+	// SiteRoot returns the tree a site deployment with an artifact section
+	// serves: its last artifact pull's (ok false: none yet). Such a site
+	// serves that tree instead of site.root (which is still validated),
+	// and, until it has one, nothing: its requests are answered 503
+	// saying its bundle is being pulled. Refresh picks up a new pull.
+	// Nil: such sites serve nothing.
+	SiteRoot func(id string) (root string, ok bool)
 	// Metrics returns the metric set of a deployment, for pools.
 	Metrics func(id string) *metrics.Deployment
 	Log     *slog.Logger
@@ -264,6 +271,17 @@ func (r *Registry) build(s apitype.DeploymentSpec, prev *Entry, dry bool) (*Entr
 		}
 		cfg.Within = base
 		e.Site = &cfg
+		if s.Artifact != nil {
+			root, ok := "", false
+			if r.o.SiteRoot != nil {
+				root, ok = r.o.SiteRoot(s.ID)
+			}
+			if ok {
+				cfg.Root, cfg.Within = root, root
+			} else {
+				e.Site = nil
+			}
+		}
 	}
 	dp := &proxy.Deployment{ID: s.ID, Namespace: s.Namespace, Pool: e.Pool}
 	if s.Auth != nil {
@@ -282,6 +300,8 @@ func (r *Registry) build(s apitype.DeploymentSpec, prev *Entry, dry bool) (*Entr
 	dp.Limit = r.limit(s.ID)
 	if e.Site != nil {
 		dp.Site = site.New(*e.Site)
+	} else if e.Kind == apitype.KindSite {
+		dp.Unavailable = "this site's bundle is being pulled; it serves once it is (if this lasts, its last artifact-pull job failed)"
 	}
 	if r.o.Recorder != nil && !dry { // a dry run leaves no metrics behind
 		dp.Metrics = r.o.Recorder(s.ID)
@@ -294,6 +314,11 @@ func (r *Registry) build(s apitype.DeploymentSpec, prev *Entry, dry bool) (*Entr
 // spec was persisted, so a failed write never reconfigures a running pool.
 func (r *Registry) activate(e *Entry) {
 	if e.Kind != apitype.KindVM || r.o.Pools == nil {
+		return
+	}
+	if a := e.Spec.Artifact; a != nil && (e.Spec.VM.Image == "" || r.o.Spec.ImageExists != nil && !r.o.Spec.ImageExists(e.Spec.VM.Image)) {
+		// The image is what the artifact pull imports.
+		e.dp.Unavailable = "this deployment's image is being pulled; it has no replicas until it is (if this lasts, its last artifact-pull job failed)"
 		return
 	}
 	if i := Unpulled(e.Spec.VM); i >= 0 {
@@ -624,7 +649,8 @@ func (r *Registry) limit(id string) proxy.Limiter {
 }
 
 // Refresh recompiles the data plane's view of deployment id from what is
-// kept outside its spec (its per-client limit: Options.Limit) and
+// kept outside its spec (its per-client limit: Options.Limit; the tree a
+// site with an artifact serves: Options.SiteRoot) and
 // publishes the routing table; call it after such a thing changed. It
 // reports whether the deployment exists. Requests in flight finish under
 // the view they started with.
@@ -634,6 +660,20 @@ func (r *Registry) Refresh(id string) bool {
 	e := r.deps[id]
 	if e == nil {
 		return false
+	}
+	if e.Kind == apitype.KindSite && e.Spec.Artifact != nil {
+		// The tree it serves (Options.SiteRoot) may have changed: a new
+		// entry, published whole, so requests in flight finish on the
+		// tree they started with.
+		ne, err := r.build(e.Spec, e, false)
+		if err != nil {
+			r.o.Log.Error("could not refresh a site", "id", id, "err", err)
+			return true
+		}
+		ne.Revision, ne.CreatedAt, ne.UpdatedAt = e.Revision, e.CreatedAt, e.UpdatedAt
+		r.deps[id] = ne
+		r.publishLocked(id)
+		return true
 	}
 	dp := *e.dp
 	dp.Limit = r.limit(id)

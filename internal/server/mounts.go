@@ -3,10 +3,13 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/jobs"
+	"github.com/berth-dev/berth/internal/jobs/artifactpull"
 	"github.com/berth-dev/berth/internal/jobs/mountpull"
 	"github.com/berth-dev/berth/internal/registry"
 	"github.com/berth-dev/berth/internal/store"
@@ -86,24 +89,95 @@ func (s *Server) applyMountPulls(ctx context.Context, id string) error {
 }
 
 // autoPull starts what a written (or loaded) deployment needs before it
-// can serve: a mount pull when one of its mounts has no digest on this
-// host. A start that fails (a pull already running, a missing secret) is
-// logged; the deployment answers 503 until a pull succeeds.
+// can serve: an artifact pull when it has an artifact whose image or
+// bundle is not on this host, else a mount pull when one of its mounts
+// has no digest here (one job at a time per deployment: the artifact's
+// first, the mounts' on the next write or start-up). A start that fails
+// (a pull already running, a missing secret) is logged; the deployment
+// answers 503 until a pull succeeds.
 func (s *Server) autoPull(ctx context.Context, e *registry.Entry) {
-	if s.jobs == nil || e.Kind != apitype.KindVM || registry.Unpulled(e.Spec.VM) < 0 {
+	if s.jobs == nil {
+		return
+	}
+	kind := apitype.JobKind("")
+	switch {
+	case s.artifactMissing(e):
+		kind = apitype.JobArtifactPull
+	case e.Kind == apitype.KindVM && registry.Unpulled(e.Spec.VM) >= 0:
+		kind = apitype.JobMountPull
+	default:
 		return
 	}
 	ns := e.Spec.Namespace
 	if ns == "" {
 		ns = "default"
 	}
-	rec, err := s.jobs.Start(ctx, apitype.JobMountPull, jobs.Request{
+	rec, err := s.jobs.Start(ctx, kind, jobs.Request{
 		Deployment: jobs.Deployment{ID: e.Spec.ID, Namespace: ns, Kind: e.Kind, Spec: e.Spec},
-		Caller:     "berth (the deployment's mounts are not pulled)",
+		Caller:     "berth (the deployment's " + string(kind) + " is missing on this host)",
 	})
 	if err != nil {
-		s.log.Warn("could not start a mount pull", "deployment", e.Spec.ID, "err", err)
+		s.log.Warn("could not start a pull", "deployment", e.Spec.ID, "kind", kind, "err", err)
 		return
 	}
-	s.log.Info("started a mount pull", "deployment", e.Spec.ID, "job", rec.ID)
+	s.log.Info("started a pull", "deployment", e.Spec.ID, "kind", kind, "job", rec.ID)
+}
+
+// artifactPullKind is the artifact-pull job kind, wired to this server's
+// stores; rootfs tarballs are verified in <data>/artifact-tmp.
+func (s *Server) artifactPullKind() (jobs.Kind, error) {
+	tmp := filepath.Join(s.o.DataDir, "artifact-tmp")
+	if err := os.RemoveAll(tmp); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		return nil, err
+	}
+	o := artifactpull.Options{
+		Open: s.ArtifactSource, Trees: s.trees, Images: s.images, Records: s.store, TempDir: tmp,
+		SwitchVMImage: s.switchVMImage,
+		SwitchSite: func(_ context.Context, id string) error {
+			if !s.registry.Refresh(id) {
+				return fmt.Errorf("deployment %q no longer exists", id)
+			}
+			return nil
+		},
+	}
+	if s.secrets != nil {
+		o.Secrets = s.secrets
+	}
+	return artifactpull.Kind(o), nil
+}
+
+// siteRoot is the registry's SiteRoot: the tree of the last artifact pull
+// of site deployment id, while it is on disk.
+func (s *Server) siteRoot(id string) (string, bool) {
+	p, ok, err := s.store.ArtifactPull(context.Background(), id)
+	if err != nil {
+		s.log.Warn("could not read a site's artifact pull", "deployment", id, "err", err)
+		return "", false
+	}
+	if !ok {
+		return "", false
+	}
+	if fi, err := os.Stat(p.Tree); err != nil || !fi.IsDir() {
+		return "", false
+	}
+	return p.Tree, true
+}
+
+// artifactMissing reports whether e has an artifact section whose image
+// (vm) or bundle (site) is not on this host.
+func (s *Server) artifactMissing(e *registry.Entry) bool {
+	if e.Spec.Artifact == nil {
+		return false
+	}
+	switch e.Kind {
+	case apitype.KindVM:
+		return e.Spec.VM.Image == "" || !s.images.Exists(e.Spec.VM.Image)
+	case apitype.KindSite:
+		_, ok := s.siteRoot(e.Spec.ID)
+		return !ok
+	}
+	return false
 }

@@ -380,3 +380,128 @@ func (h *harness) deleteQuietly(id string) {
 		r.Body.Close()
 	}
 }
+
+// TestArtifactPullSite: a site with an artifact answers 503 until the pull
+// its registration starts unpacks the bundle, then serves its index.html
+// from the bundle's tree; a pull of the same ref is reused; a new version
+// pulled with ref switches the site; operation_id is refused; a namespace
+// cannot pull another's tag; the records validate.
+func TestArtifactPullSite(t *testing.T) {
+	h := start(t, "")
+	c := contracttest.MustLoad(t)
+	v1 := h.push("default", "docs-bundle", tarball(t, "dist", map[string]string{"index.html": "<h1>bundle one</h1>", "a/b.txt": "b"}))
+	sp := `{"id":"docs","routes":[{"host":"docs.test"}],"site":{"root":""},` +
+		`"artifact":{"store":"local","ref":"docs-bundle","strip_components":1}}`
+	if r := h.json("POST", "/deployments", sp); r.code != 201 {
+		t.Fatalf("register: %d %s", r.code, r.body)
+	}
+	rec := h.awaitJob("docs", apitype.JobArtifactPull)
+	h.checkJob(c, rec.ID)
+	if rec.Status != apitype.JobSucceeded || rec.Digest != v1 || rec.Store != "local" || rec.Artifact != "docs-bundle" ||
+		rec.Reused == nil || *rec.Reused || rec.Files == nil || *rec.Files != 2 || rec.SiteRoot == "" || *rec.Bytes == 0 {
+		t.Fatalf("the automatic pull: %+v", rec)
+	}
+	if r := get(t, h.proxy+"/", "docs.test"); r.code != 200 || string(r.body) != "<h1>bundle one</h1>" {
+		t.Errorf("the site served %d %q", r.code, r.body)
+	}
+	if st := h.status("docs"); st.Site == nil || st.Site.Root != rec.SiteRoot {
+		t.Errorf("status site: %+v, want root %s", st.Site, rec.SiteRoot)
+	}
+
+	before := h.jobIDs("docs")
+	if r := h.json("POST", "/deployments/docs/pull", `{}`); r.code != 202 {
+		t.Fatalf("pull: %d %s", r.code, r.body)
+	}
+	again := h.awaitJob("docs", apitype.JobArtifactPull, before...)
+	if again.Status != apitype.JobSucceeded || !*again.Reused || *again.Bytes != 0 || again.SiteRoot != rec.SiteRoot {
+		t.Errorf("the second pull: %+v", again)
+	}
+	h.checkJob(c, again.ID)
+
+	v2 := h.push("default", "docs-v2", tarball(t, "dist", map[string]string{"index.html": "<h1>bundle two</h1>"}))
+	for body, want := range map[string]string{
+		`{"operation_id":"op-1"}`:              "operation_id: needs ref",
+		`{"ref":"docs-v2","operation_id":"x"}`: "operation_id: berth has no rollouts",
+		`{"nope":1}`:                           "the body must be {ref?, operation_id?, force?}",
+	} {
+		if r := h.json("POST", "/deployments/docs/pull", body); r.code != 400 || !strings.Contains(string(r.body), want) {
+			t.Errorf("pull %s: %d %s, want 400 %q", body, r.code, r.body, want)
+		}
+	}
+	before = h.jobIDs("docs")
+	if r := h.json("POST", "/deployments/docs/pull", `{"ref":"docs-v2"}`); r.code != 202 {
+		t.Fatalf("pull v2: %d %s", r.code, r.body)
+	}
+	rec = h.awaitJob("docs", apitype.JobArtifactPull, before...)
+	if rec.Status != apitype.JobSucceeded || rec.Digest != v2 || *rec.Reused {
+		t.Fatalf("the pull of v2: %+v", rec)
+	}
+	if r := get(t, h.proxy+"/", "docs.test"); string(r.body) != "<h1>bundle two</h1>" {
+		t.Errorf("after the v2 pull the site served %d %q", r.code, r.body)
+	}
+
+	// Another namespace's tag is not there for team-b's site.
+	sp = `{"id":"bdocs","namespace":"team-b","routes":[{"host":"bdocs.test"}],"site":{"root":""},` +
+		`"artifact":{"store":"local","ref":"docs-bundle"}}`
+	if r := h.json("POST", "/deployments", sp); r.code != 201 {
+		t.Fatalf("register bdocs: %d %s", r.code, r.body)
+	}
+	rec = h.awaitJob("bdocs", apitype.JobArtifactPull)
+	if rec.Status != apitype.JobFailed || !strings.Contains(*rec.Error, `no tag "docs-bundle" in namespace "team-b"`) {
+		t.Errorf("team-b pulling team-a's tag: %+v", rec)
+	}
+	if r := get(t, h.proxy+"/", "bdocs.test"); r.code != 503 || !strings.Contains(string(r.body), "bundle is being pulled") {
+		t.Errorf("an unpulled site answered %d %q", r.code, r.body)
+	}
+}
+
+// TestArtifactPullVM: a container deployment with an artifact and no image
+// yet has no pool until its pull imports the rootfs tarball, then serves
+// from it; a pull of the same ref is reused and rolls nothing out.
+func TestArtifactPullVM(t *testing.T) {
+	var logs syncbuf.Buffer
+	h := startContainers(t, &logs, nil)
+	c := contracttest.MustLoad(t)
+	rootfs := t.TempDir()
+	if err := vmtest.BusyboxRoot(rootfs); err != nil {
+		t.Fatal(err)
+	}
+	os.MkdirAll(filepath.Join(rootfs, "www"), 0o755)
+	os.WriteFile(filepath.Join(rootfs, "www", "index.html"), []byte("from the artifact rootfs\n"), 0o644)
+	var tb bytes.Buffer
+	cmd := exec.Command("tar", "-C", rootfs, "-czf", "-", ".")
+	cmd.Stdout = &tb
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	d := h.push("default", "app-rootfs", tb.Bytes())
+	t.Logf("rootfs tarball: %d bytes", tb.Len())
+	sp := `{"id":"art","routes":[{"host":"art.test"}],"vm":{"driver":"container","port":8080,"start_command":"exec httpd -f -p $PORT -h /www"},` +
+		`"artifact":{"store":"local","ref":"app-rootfs","image_name":"app"},"scaling":{"min_replicas":0,"max_replicas":1}}`
+	if r := h.json("POST", "/deployments", sp); r.code != 201 {
+		t.Fatalf("register: %d %s", r.code, r.body)
+	}
+	defer func() { h.deleteQuietly("art") }()
+	rec := h.awaitJob("art", apitype.JobArtifactPull)
+	h.checkJob(c, rec.ID)
+	want := "app-" + d[:12]
+	if rec.Status != apitype.JobSucceeded || rec.Image != want || rec.Digest != d || rec.RolledOut == nil || !*rec.RolledOut || *rec.Reused || *rec.Bytes != int64(tb.Len()) {
+		t.Fatalf("the automatic pull: %+v", rec)
+	}
+	t.Logf("pull log: %q", rec.Log)
+	if st := h.status("art"); st.Spec.VM.Image != want {
+		t.Errorf("vm.image %q, want %s", st.Spec.VM.Image, want)
+	}
+	if r := h.getEventually("art.test", "/"); string(r.body) != "from the artifact rootfs\n" {
+		t.Errorf("the replica served %q", r.body)
+	}
+	before := h.jobIDs("art")
+	if r := h.json("POST", "/deployments/art/pull", `{}`); r.code != 202 {
+		t.Fatalf("pull: %d %s", r.code, r.body)
+	}
+	rec = h.awaitJob("art", apitype.JobArtifactPull, before...)
+	if rec.Status != apitype.JobSucceeded || !*rec.Reused || *rec.RolledOut || *rec.Bytes != 0 {
+		t.Errorf("the second pull: %+v", rec)
+	}
+	h.checkJob(c, rec.ID)
+}

@@ -482,6 +482,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		ResolveEnv:  sec.ResolveEnv,
 		Mounts:      s.resolveMounts,
 		MountDigest: s.mountDigest,
+		SiteRoot:    s.siteRoot,
 		Metrics:     s.metrics.Get,
 		Domains:     nsStore.Domains,
 		Reserved:    s.reservedHost,

@@ -52,11 +52,11 @@ func TestStoreFieldsValidated(t *testing.T) {
 	if err := Validate(s, o); err == nil || !strings.Contains(err.Error(), "build.store: ") {
 		t.Errorf("build store: %v", err)
 	}
-	// A well-formed store gets as far as the refusal of what berth does
-	// not do yet.
+	// A well-formed store gets as far as the process driver's refusal
+	// (it has no images).
 	s = vm()
 	s.Artifact = &apitype.ArtifactSpec{Store: "local", Ref: "r"}
-	if err := Validate(s, o); err == nil || !strings.Contains(err.Error(), "not supported yet") {
+	if err := Validate(s, o); err == nil || !strings.Contains(err.Error(), "artifact: the process driver has no images") {
 		t.Errorf("local artifact: %v", err)
 	}
 }

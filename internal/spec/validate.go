@@ -385,7 +385,9 @@ func (v validator) vm() *FieldError {
 	if process && vm.Image != "" {
 		return fieldErr("vm.image", "the process driver runs start_command on this host and has no images; remove vm.image, or name an image driver in vm.driver")
 	}
-	if v.o.ImageExists != nil && vm.Driver != apitype.DriverProcess {
+	// An artifact deployment's image is what its pull imports (and
+	// stamps into vm.image): absent or not there yet is fine.
+	if v.o.ImageExists != nil && vm.Driver != apitype.DriverProcess && v.s.Artifact == nil {
 		switch {
 		case vm.Image == "":
 			return fieldErr("vm.image", "required for the %s driver: name an image imported with `berth image import`", vm.Driver)
@@ -708,6 +710,9 @@ func (v validator) buildArtifact() *FieldError {
 		}
 		if err := secretRef("artifact.auth", a.Auth); err != nil {
 			return err
+		}
+		if kind == apitype.KindVM && s.VM.Driver == apitype.DriverProcess {
+			return fieldErr("artifact", "the process driver has no images to import a rootfs into; name an image driver in vm.driver")
 		}
 	}
 	return nil

@@ -508,7 +508,18 @@ func TestValidate(t *testing.T) {
 			s := siteSpec()
 			s.Artifact = &apitype.ArtifactSpec{Store: "local", Ref: "r", StripComponents: intp(1)}
 			return s
-		}, nil, "artifact: not supported yet"},
+		}, nil, ""},
+		{"artifact on vm without an image yet", func() *apitype.DeploymentSpec {
+			s := vmSpec()
+			s.VM.Driver = apitype.DriverKVM
+			s.Artifact = &apitype.ArtifactSpec{Store: "local", Ref: "r", ImageName: "app"}
+			return s
+		}, &Options{Drivers: []string{"kvm"}, ImageExists: func(string) bool { return false }}, ""},
+		{"artifact on process", func() *apitype.DeploymentSpec {
+			s := vmSpec()
+			s.Artifact = &apitype.ArtifactSpec{Store: "local", Ref: "r"}
+			return s
+		}, nil, "artifact: the process driver has no images"},
 		{"artifact on static", func() *apitype.DeploymentSpec {
 			s := staticSpec()
 			s.Artifact = &apitype.ArtifactSpec{Store: "local", Ref: "r"}
