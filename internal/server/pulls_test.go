@@ -505,3 +505,42 @@ func TestArtifactPullVM(t *testing.T) {
 	}
 	h.checkJob(c, rec.ID)
 }
+
+// TestMountPull100MiB measures a mount pull of a 100 MiB tarball (ten
+// files of incompressible bytes) from berth's own store, as the job's log
+// reports it. It asserts nothing about the time.
+func TestMountPull100MiB(t *testing.T) {
+	skipShort(t, "pushes and pulls 100 MiB")
+	var logs syncbuf.Buffer
+	h := startContainers(t, &logs, nil)
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	chunk := make([]byte, 10<<20)
+	for i := range 10 {
+		for j := range chunk {
+			chunk[j] = byte(uint32(j*2654435761+i*40503) >> 13)
+		}
+		tw.WriteHeader(&tar.Header{Name: fmt.Sprintf("f%d.bin", i), Mode: 0o644, Size: int64(len(chunk)), Typeflag: tar.TypeReg})
+		tw.Write(chunk)
+	}
+	tw.Close()
+	t0 := time.Now()
+	h.push("default", "big", buf.Bytes())
+	t.Logf("push of %d bytes: %s", buf.Len(), time.Since(t0).Round(time.Millisecond))
+	sp := `{"id":"big","routes":[{"host":"big.test"}],"vm":{"driver":"container","image":"busybox","port":8080,` +
+		`"mounts":[{"path":"/data","store":"local","ref":"big"}]},"scaling":{"min_replicas":0}}`
+	t0 = time.Now()
+	if r := h.json("POST", "/deployments", sp); r.code != 201 {
+		t.Fatalf("register: %d %s", r.code, r.body)
+	}
+	rec := h.awaitJob("big", apitype.JobMountPull)
+	if rec.Status != apitype.JobSucceeded {
+		t.Fatalf("pull: %+v", rec)
+	}
+	t.Logf("register to pulled: %s; %q", time.Since(t0).Round(time.Millisecond), rec.Log[len(rec.Log)-1])
+	before := h.jobIDs("big")
+	t0 = time.Now()
+	h.json("POST", "/deployments/big/mounts/pull", `{"force":true}`)
+	rec = h.awaitJob("big", apitype.JobMountPull, before...)
+	t.Logf("forced re-fetch and verify: %s; %q", time.Since(t0).Round(time.Millisecond), rec.Log[len(rec.Log)-1])
+}
