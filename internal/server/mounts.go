@@ -92,7 +92,7 @@ func (s *Server) applyMountPulls(ctx context.Context, id string) error {
 // can serve: an artifact pull when it has an artifact whose image or
 // bundle is not on this host, else a mount pull when one of its mounts
 // has no digest here (one job at a time per deployment: the artifact's
-// first, the mounts' on the next write or start-up). A start that fails
+// first, then, once it succeeded, the mounts'). A start that fails
 // (a pull already running, a missing secret) is logged; the deployment
 // answers 503 until a pull succeeds.
 func (s *Server) autoPull(ctx context.Context, e *registry.Entry) {
@@ -121,6 +121,19 @@ func (s *Server) autoPull(ctx context.Context, e *registry.Entry) {
 		return
 	}
 	s.log.Info("started a pull", "deployment", e.Spec.ID, "kind", kind, "job", rec.ID)
+	if kind == apitype.JobArtifactPull && e.Kind == apitype.KindVM && len(e.Spec.VM.Mounts) > 0 {
+		// Its mounts' pull follows once the image is there (only then:
+		// a failed pull is not retried in a loop).
+		go func() {
+			end, err := s.jobs.Follow(context.WithoutCancel(ctx), rec.ID, true, func(string) error { return nil })
+			if err != nil || end.Status != apitype.JobSucceeded {
+				return
+			}
+			if cur, ok := s.registry.Get(e.Spec.ID); ok && !s.artifactMissing(cur) {
+				s.autoPull(context.WithoutCancel(ctx), cur)
+			}
+		}()
+	}
 }
 
 // artifactPullKind is the artifact-pull job kind, wired to this server's

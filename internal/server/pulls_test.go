@@ -456,8 +456,9 @@ func TestArtifactPullSite(t *testing.T) {
 }
 
 // TestArtifactPullVM: a container deployment with an artifact and no image
-// yet has no pool until its pull imports the rootfs tarball, then serves
-// from it; a pull of the same ref is reused and rolls nothing out.
+// yet has no pool until its pull imports the rootfs tarball and the mount
+// pull that follows it unpacks its mount, then serves from both; a pull of
+// the same ref is reused and rolls nothing out.
 func TestArtifactPullVM(t *testing.T) {
 	var logs syncbuf.Buffer
 	h := startContainers(t, &logs, nil)
@@ -476,7 +477,9 @@ func TestArtifactPullVM(t *testing.T) {
 	}
 	d := h.push("default", "app-rootfs", tb.Bytes())
 	t.Logf("rootfs tarball: %d bytes", tb.Len())
-	sp := `{"id":"art","routes":[{"host":"art.test"}],"vm":{"driver":"container","port":8080,"start_command":"exec httpd -f -p $PORT -h /www"},` +
+	h.push("default", "app-data", tarball(t, "", map[string]string{"x.txt": "mounted data\n"}))
+	sp := `{"id":"art","routes":[{"host":"art.test"}],"vm":{"driver":"container","port":8080,"start_command":"exec httpd -f -p $PORT -h /",` +
+		`"mounts":[{"path":"/data","store":"local","ref":"app-data"}]},` +
 		`"artifact":{"store":"local","ref":"app-rootfs","image_name":"app"},"scaling":{"min_replicas":0,"max_replicas":1}}`
 	if r := h.json("POST", "/deployments", sp); r.code != 201 {
 		t.Fatalf("register: %d %s", r.code, r.body)
@@ -492,8 +495,15 @@ func TestArtifactPullVM(t *testing.T) {
 	if st := h.status("art"); st.Spec.VM.Image != want {
 		t.Errorf("vm.image %q, want %s", st.Spec.VM.Image, want)
 	}
-	if r := h.getEventually("art.test", "/"); string(r.body) != "from the artifact rootfs\n" {
+	// The mounts' pull follows the image's.
+	if m := h.awaitJob("art", apitype.JobMountPull); m.Status != apitype.JobSucceeded {
+		t.Fatalf("the mount pull after the artifact's: %+v", m)
+	}
+	if r := h.getEventually("art.test", "/www/index.html"); string(r.body) != "from the artifact rootfs\n" {
 		t.Errorf("the replica served %q", r.body)
+	}
+	if r := h.getEventually("art.test", "/data/x.txt"); string(r.body) != "mounted data\n" {
+		t.Errorf("the replica's mount served %q", r.body)
 	}
 	before := h.jobIDs("art")
 	if r := h.json("POST", "/deployments/art/pull", `{}`); r.code != 202 {
