@@ -99,12 +99,13 @@ func (s *Server) autoPull(ctx context.Context, e *registry.Entry) {
 	if s.jobs == nil {
 		return
 	}
-	kind := apitype.JobKind("")
+	var kind apitype.JobKind
+	var why string
 	switch {
 	case s.artifactMissing(e):
-		kind = apitype.JobArtifactPull
+		kind, why = apitype.JobArtifactPull, "berth (its artifact is not on this host)"
 	case e.Kind == apitype.KindVM && registry.Unpulled(e.Spec.VM) >= 0:
-		kind = apitype.JobMountPull
+		kind, why = apitype.JobMountPull, "berth (its mounts are not pulled on this host)"
 	default:
 		return
 	}
@@ -114,7 +115,7 @@ func (s *Server) autoPull(ctx context.Context, e *registry.Entry) {
 	}
 	rec, err := s.jobs.Start(ctx, kind, jobs.Request{
 		Deployment: jobs.Deployment{ID: e.Spec.ID, Namespace: ns, Kind: e.Kind, Spec: e.Spec},
-		Caller:     "berth (the deployment's " + string(kind) + " is missing on this host)",
+		Caller:     why,
 	})
 	if err != nil {
 		s.log.Warn("could not start a pull", "deployment", e.Spec.ID, "kind", kind, "err", err)
