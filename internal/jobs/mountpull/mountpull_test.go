@@ -75,7 +75,9 @@ func TestMountPull(t *testing.T) {
 	}
 	defer m.Close()
 	m.Register(apitype.JobMountPull, mountpull.Kind(mountpull.Options{
-		Open:    func(s, ns, key string) (artifact.Source, error) { return artifact.Open(s, ns, key, artifact.OpenOptions{Local: arts}) },
+		Open: func(s, ns, key string) (artifact.Source, error) {
+			return artifact.Open(s, ns, key, artifact.OpenOptions{Local: arts})
+		},
 		Trees:   trees,
 		Records: st,
 		Secrets: noSecrets{},
