@@ -70,6 +70,31 @@ func (c *Client) HostUpdate(ctx context.Context, deployment string) (*apitype.Jo
 	return c.StartJob(ctx, deployment, apitype.JobHostUpdate, nil)
 }
 
+// PullOptions are an artifact pull's parameters (all optional).
+type PullOptions struct {
+	// Ref pulls this tag or digest instead of the spec's artifact.ref.
+	Ref string `json:"ref,omitempty"`
+	// OperationID names the rollout the pull belongs to; it needs Ref.
+	OperationID string `json:"operation_id,omitempty"`
+	// Force fetches even when the digest is the one already pulled.
+	Force bool `json:"force,omitempty"`
+}
+
+// PullArtifact starts a deployment's artifact-pull job
+// (`POST /deployments/:id/pull`).
+func (c *Client) PullArtifact(ctx context.Context, deployment string, o PullOptions) (*apitype.JobRecord, error) {
+	return c.StartJob(ctx, deployment, apitype.JobArtifactPull, o)
+}
+
+// PullMounts starts a vm deployment's mount-pull job
+// (`POST /deployments/:id/mounts/pull`), force fetching every blob again
+// even when its digest is unchanged.
+func (c *Client) PullMounts(ctx context.Context, deployment string, force bool) (*apitype.JobRecord, error) {
+	return c.StartJob(ctx, deployment, apitype.JobMountPull, struct {
+		Force bool `json:"force,omitempty"`
+	}{force})
+}
+
 // jobLogLine is one object of berth's `GET /jobs/:id/log` NDJSON stream.
 type jobLogLine struct {
 	Line   *string            `json:"line"`

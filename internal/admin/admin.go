@@ -70,6 +70,10 @@ type Options struct {
 	// Webhooks sends security alerts to the operator's webhooks (berth's
 	// own /security/webhooks); nil answers 503 there.
 	Webhooks *notify.Notifier
+	// Written, when set, is called after a deployment was registered or
+	// edited (not on a dry run), with the entry as stored: the server
+	// starts the pulls a deployment needs before it can serve.
+	Written func(ctx context.Context, e *registry.Entry)
 	// Jobs runs the deployments' background jobs (the job start routes,
 	// /jobs); Workflows keeps /workflows. Nil answers 503 there.
 	Jobs      *jobs.Manager

@@ -37,15 +37,88 @@ func runUpdate(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	return e.startJob(ctx, *follow, func(c *client.Client) (*apitype.JobRecord, error) { return c.HostUpdate(ctx, id) })
+}
+
+var pullCmd = &command{
+	name:    "pull",
+	summary: "Pull a deployment's artifact (its image or site bundle) as a job",
+	help: `Usage: berth pull ID [--ref REF] [--force] [--follow]
+
+Start the deployment's artifact-pull job: berth resolves artifact.ref (or
+--ref) through artifact.store, fetches and verifies the blob, and switches
+the deployment to it. --force fetches it again even when the digest is
+the one already pulled.
+
+Flags:
+      --ref REF  pull this tag or digest instead of artifact.ref
+      --force    fetch even when nothing changed
+  -f, --follow   print the job's log until it finishes
+`,
+	run: runPull,
+}
+
+func runPull(ctx context.Context, e *env, args []string) error {
+	fs := e.flagSet("pull")
+	follow := fs.Bool("f", false, "")
+	fs.BoolVar(follow, "follow", false, "")
+	ref := fs.String("ref", "", "")
+	force := fs.Bool("force", false, "")
+	id, err := e.textDeployment("pull", fs, args)
+	if err != nil {
+		return err
+	}
+	return e.startJob(ctx, *follow, func(c *client.Client) (*apitype.JobRecord, error) {
+		return c.PullArtifact(ctx, id, client.PullOptions{Ref: *ref, Force: *force})
+	})
+}
+
+var mountsCmd = &command{
+	name:    "mounts",
+	summary: "Pull a vm deployment's mounts (vm.mounts) as a job",
+	help: `Usage: berth mounts pull ID [--force] [--follow]
+
+Start the deployment's mount-pull job: for each of vm.mounts, berth
+resolves ref through its store, fetches and verifies the tarball and
+unpacks it into the tree the replicas mount read-only. A mount whose
+digest changed recycles the deployment's replicas. Registering or
+editing a deployment whose mounts are not pulled starts one by itself.
+--force fetches every blob again even when its digest is unchanged.
+
+Flags:
+      --force    fetch even when nothing changed
+  -f, --follow   print the job's log until it finishes
+`,
+	run: runMounts,
+}
+
+func runMounts(ctx context.Context, e *env, args []string) error {
+	if len(args) == 0 || args[0] != "pull" {
+		return usagef("want: berth mounts pull ID [--force] [--follow]")
+	}
+	fs := e.flagSet("mounts pull")
+	follow := fs.Bool("f", false, "")
+	fs.BoolVar(follow, "follow", false, "")
+	force := fs.Bool("force", false, "")
+	id, err := e.textDeployment("mounts pull", fs, args[1:])
+	if err != nil {
+		return err
+	}
+	return e.startJob(ctx, *follow, func(c *client.Client) (*apitype.JobRecord, error) { return c.PullMounts(ctx, id, *force) })
+}
+
+// startJob starts a job with start and, with follow, prints its log until
+// it ends (failing when the job failed); without, prints its id.
+func (e *env) startJob(ctx context.Context, follow bool, start func(*client.Client) (*apitype.JobRecord, error)) error {
 	c, err := e.client()
 	if err != nil {
 		return err
 	}
-	rec, err := c.HostUpdate(ctx, id)
+	rec, err := start(c)
 	if err != nil {
 		return err
 	}
-	if !*follow {
+	if !follow {
 		fmt.Fprintf(e.stdout, "job/%s started (berth logs job %s -f follows it)\n", rec.ID, rec.ID)
 		return nil
 	}

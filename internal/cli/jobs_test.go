@@ -55,4 +55,13 @@ func TestJobsCLI(t *testing.T) {
 	if code == 0 || strings.Contains(out, "never") || !strings.Contains(errs, "command 2 of 3 (exit 3): exited with status 3") {
 		t.Fatalf("failing update: exit %d\nstdout: %s\nstderr: %s", code, out, errs)
 	}
+
+	// The pull commands reach their routes: a static deployment has no
+	// mounts to pull.
+	if code, _, errs := berth(t, "", "mounts", "pull", "web", "--force", "-f"); code == 0 || !strings.Contains(errs, `deployment "web" has no vm.mounts to pull`) {
+		t.Fatalf("mounts pull: exit %d, stderr %s", code, errs)
+	}
+	if code, _, errs := berth(t, "", "mounts", "web"); code == 0 || !strings.Contains(errs, "berth mounts pull ID") {
+		t.Fatalf("mounts without pull: exit %d, stderr %s", code, errs)
+	}
 }

@@ -74,6 +74,12 @@ type Deployment struct {
 	// Hold, when set, lets a request that finds no available backend wait
 	// for one (a vm pool scaling from zero) instead of failing at once.
 	Hold Holder
+	// Unavailable, for a deployment with no Pool and no Site, is the one
+	// line a request is answered with (503, Retry-After 5 s) instead of
+	// the generic no-backend text: why it has nothing to serve from yet
+	// (a vm deployment whose mounts are being pulled). Public: clients of
+	// the data plane read it.
+	Unavailable string
 	// Gate, when set, decides on every routed request before the
 	// deployment sees it (its auth gate: package gate).
 	Gate Gate
@@ -624,6 +630,10 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, d *Deployment, s
 			st.body.release()
 		}
 		d.observe(sw.code(), start, st.failed)
+	case d.Unavailable != "":
+		setRetryAfter(w, 5*time.Second)
+		plain(w, http.StatusServiceUnavailable, d.Unavailable+"\n")
+		d.observe(http.StatusServiceUnavailable, start, true)
 	default:
 		plain(w, http.StatusServiceUnavailable, textNoBackend)
 		d.observe(http.StatusServiceUnavailable, start, true)

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/berth-dev/berth/apitype"
+	"github.com/berth-dev/berth/internal/spec"
 	"github.com/berth-dev/berth/internal/vm"
 )
 
@@ -54,5 +56,51 @@ func TestPoolMounts(t *testing.T) {
 	s.VM.Mounts = nil
 	if r.poolConfig(s).Mounts != nil {
 		t.Error("Config.Mounts for a spec without mounts")
+	}
+}
+
+// TestMountDigests: Put stamps each mount's digest from MountDigest
+// (overwriting the client's); a vm deployment with a mount without one
+// has no pool and its data plane view says why; once every digest is
+// there, a Put makes the pool, and an unpulled edit takes it away again.
+func TestMountDigests(t *testing.T) {
+	r := newRig(t)
+	ctx := t.Context()
+	digests := map[string]string{}
+	var mu sync.Mutex
+	r.reg = New(Options{
+		Store: r.st, Publisher: r.tables, Pools: r.fleet,
+		Spec: spec.Options{BaseDomain: "apps.test", Drivers: []string{"process"}},
+		MountDigest: func(_ context.Context, id string, m apitype.MountSpec) string {
+			mu.Lock()
+			defer mu.Unlock()
+			return digests[id+m.Path+m.Ref]
+		},
+		Mounts: func(context.Context, string, []apitype.MountSpec) ([]vm.Mount, error) { return nil, nil },
+	})
+	s := vmSpec("app", "app.example")
+	s.VM.Mounts = []apitype.MountSpec{{Path: "/data", Store: "local", Ref: "v1", Digest: "forged"}}
+	e, _, err := r.reg.Put(ctx, s, PutOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Spec.VM.Mounts[0].Digest != "" || e.VMPool != nil || !strings.Contains(e.dp.Unavailable, "mounts are being pulled") {
+		t.Fatalf("unpulled: digest %q, pool %v, unavailable %q", e.Spec.VM.Mounts[0].Digest, e.VMPool, e.dp.Unavailable)
+	}
+	mu.Lock()
+	digests["app/datav1"] = "aa"
+	mu.Unlock()
+	if e, _, err = r.reg.Put(ctx, e.Spec, PutOptions{IfMatch: e.ETag}); err != nil {
+		t.Fatal(err)
+	}
+	if e.Spec.VM.Mounts[0].Digest != "aa" || e.VMPool == nil || e.dp.Unavailable != "" {
+		t.Fatalf("pulled: digest %q, pool %v", e.Spec.VM.Mounts[0].Digest, e.VMPool)
+	}
+	s.VM.Mounts[0].Ref = "v2"
+	if e, _, err = r.reg.Put(ctx, s, PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := r.fleet.Pool("app"); e.VMPool != nil || ok {
+		t.Errorf("an edit to an unpulled ref kept the pool")
 	}
 }

@@ -84,9 +84,25 @@ type Options struct {
 	// the vm.Mount of each MountSpec, in order, with Source the host tree
 	// the mount-pull job unpacked it into, Target its path and ReadOnly
 	// its read_only (default true; see MountTargets). Nil fails the
-	// creates of a deployment with mounts, saying nothing pulls them
-	// (spec validation still refuses vm.mounts for now).
+	// creates of a deployment with mounts, saying nothing pulls them.
 	Mounts MountResolver
+	// MountDigest returns the digest mount m of deployment id was last
+	// pulled to ("" when it has not been, or was pulled with another
+	// store, ref or strip_components). Every Put and Load stamps it into
+	// the spec's vm.mounts[i].digest, overwriting what a client sent, so
+	// the status reports it, and the pool's template (the canonical JSON
+	// of vm) changes with it: a pull that changes a digest recycles the
+	// pool by putting the spec again. A vm deployment with a mount
+	// without a digest has no pool at all; its requests are answered 503
+	// saying its mounts are being pulled. Nil: no mount is ever pulled.
+	MountDigest func(ctx context.Context, id string, m apitype.MountSpec) string
+	// SiteRoot returns the tree a site deployment with an artifact section
+	// serves: its last artifact pull's (ok false: none yet). Such a site
+	// serves that tree instead of site.root (which is still validated),
+	// and, until it has one, nothing: its requests are answered 503
+	// saying its bundle is being pulled. Refresh picks up a new pull.
+	// Nil: such sites serve nothing.
+	SiteRoot func(id string) (root string, ok bool)
 	// Metrics returns the metric set of a deployment, for pools.
 	Metrics func(id string) *metrics.Deployment
 	Log     *slog.Logger
@@ -189,6 +205,7 @@ func (r *Registry) Load(ctx context.Context) error {
 			continue
 		}
 		spec.Normalize(&s, r.o.Spec)
+		r.stampMounts(ctx, &s)
 		if err := spec.Validate(&s, r.o.Spec); err != nil {
 			r.o.Log.Error("skipping a stored deployment that no longer validates", "id", row.ID, "err", err)
 			continue
@@ -267,6 +284,17 @@ func (r *Registry) build(s apitype.DeploymentSpec, prev *Entry, dry bool) (*Entr
 		}
 		cfg.Within = base
 		e.Site = &cfg
+		if s.Artifact != nil {
+			root, ok := "", false
+			if r.o.SiteRoot != nil {
+				root, ok = r.o.SiteRoot(s.ID)
+			}
+			if ok {
+				cfg.Root, cfg.Within = root, root
+			} else {
+				e.Site = nil
+			}
+		}
 	}
 	dp := &proxy.Deployment{ID: s.ID, Namespace: s.Namespace, Pool: e.Pool}
 	if s.Auth != nil {
@@ -285,6 +313,8 @@ func (r *Registry) build(s apitype.DeploymentSpec, prev *Entry, dry bool) (*Entr
 	dp.Limit = r.limit(s.ID)
 	if e.Site != nil {
 		dp.Site = site.New(*e.Site)
+	} else if e.Kind == apitype.KindSite {
+		dp.Unavailable = "this site's bundle is being pulled; it serves once it is (if this lasts, its last artifact-pull job failed)"
 	}
 	if r.o.Recorder != nil && !dry { // a dry run leaves no metrics behind
 		dp.Metrics = r.o.Recorder(s.ID)
@@ -297,6 +327,17 @@ func (r *Registry) build(s apitype.DeploymentSpec, prev *Entry, dry bool) (*Entr
 // spec was persisted, so a failed write never reconfigures a running pool.
 func (r *Registry) activate(e *Entry) {
 	if e.Kind != apitype.KindVM || r.o.Pools == nil {
+		return
+	}
+	if a := e.Spec.Artifact; a != nil && (e.Spec.VM.Image == "" || r.o.Spec.ImageExists != nil && !r.o.Spec.ImageExists(e.Spec.VM.Image)) {
+		// The image is what the artifact pull imports.
+		e.dp.Unavailable = "this deployment's image is being pulled; it has no replicas until it is (if this lasts, its last artifact-pull job failed)"
+		return
+	}
+	if i := Unpulled(e.Spec.VM); i >= 0 {
+		// No replica may boot without its data: no pool until the mount
+		// pull stamps every digest and puts the spec again.
+		e.dp.Unavailable = "this deployment's mounts are being pulled; it has no replicas until they are (if this lasts, its last mount-pull job failed)"
 		return
 	}
 	bs := r.replicas[e.Spec.ID]
@@ -312,6 +353,34 @@ func (r *Registry) activate(e *Entry) {
 		r.o.Images.Prefetch(e.Spec.Namespace, e.Spec.VM.Image)
 	}
 	e.dp.Pool, e.dp.Hold = bs, p
+}
+
+// stampMounts sets each vm.mounts[i].digest of s from Options.MountDigest.
+func (r *Registry) stampMounts(ctx context.Context, s *apitype.DeploymentSpec) {
+	if s.VM == nil {
+		return
+	}
+	for i := range s.VM.Mounts {
+		m := &s.VM.Mounts[i]
+		m.Digest = ""
+		if r.o.MountDigest != nil {
+			m.Digest = r.o.MountDigest(ctx, s.ID, *m)
+		}
+	}
+}
+
+// Unpulled returns the index of the first of v's mounts without a digest
+// (not pulled on this host), or -1.
+func Unpulled(v *apitype.VmSpec) int {
+	if v == nil {
+		return -1
+	}
+	for i, m := range v.Mounts {
+		if m.Digest == "" {
+			return i
+		}
+	}
+	return -1
 }
 
 // MountResolver resolves the vm.mounts of deployment id (Options.Mounts).
@@ -518,6 +587,7 @@ func (r *Registry) Put(ctx context.Context, s apitype.DeploymentSpec, o PutOptio
 		so.StoreRootsAllow = nil // absolute store roots read the host's disk
 	}
 	spec.Normalize(&s, so)
+	r.stampMounts(ctx, &s)
 	if err := spec.Validate(&s, so); err != nil {
 		return nil, false, err
 	}
@@ -580,9 +650,10 @@ func (r *Registry) Put(ctx context.Context, s apitype.DeploymentSpec, o PutOptio
 	r.deps[s.ID] = e
 	r.routes.Set(s.ID, e.rules)
 	r.publishLocked(s.ID)
-	if prev != nil && prev.Kind == apitype.KindVM && e.Kind != apitype.KindVM {
-		// No longer a vm deployment: its replicas go, as on Delete, once
-		// the data plane no longer routes to them.
+	if prev != nil && prev.VMPool != nil && e.VMPool == nil {
+		// No longer a vm deployment, or one whose mounts are not pulled:
+		// its replicas go, as on Delete, once the data plane no longer
+		// routes to them.
 		r.removePoolLocked(ctx, s.ID)
 	}
 	return e, prev == nil, nil
@@ -597,7 +668,8 @@ func (r *Registry) limit(id string) proxy.Limiter {
 }
 
 // Refresh recompiles the data plane's view of deployment id from what is
-// kept outside its spec (its per-client limit: Options.Limit) and
+// kept outside its spec (its per-client limit: Options.Limit; the tree a
+// site with an artifact serves: Options.SiteRoot) and
 // publishes the routing table; call it after such a thing changed. It
 // reports whether the deployment exists. Requests in flight finish under
 // the view they started with.
@@ -607,6 +679,20 @@ func (r *Registry) Refresh(id string) bool {
 	e := r.deps[id]
 	if e == nil {
 		return false
+	}
+	if e.Kind == apitype.KindSite && e.Spec.Artifact != nil {
+		// The tree it serves (Options.SiteRoot) may have changed: a new
+		// entry, published whole, so requests in flight finish on the
+		// tree they started with.
+		ne, err := r.build(e.Spec, e, false)
+		if err != nil {
+			r.o.Log.Error("could not refresh a site", "id", id, "err", err)
+			return true
+		}
+		ne.Revision, ne.CreatedAt, ne.UpdatedAt = e.Revision, e.CreatedAt, e.UpdatedAt
+		r.deps[id] = ne
+		r.publishLocked(id)
+		return true
 	}
 	dp := *e.dp
 	dp.Limit = r.limit(id)

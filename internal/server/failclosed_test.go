@@ -21,8 +21,6 @@ func TestUnsupportedSectionsRefused(t *testing.T) {
 	for field, doc := range map[string]string{
 		"feed":                   `{"id":"u",` + vm + `},"feed":{"expose":"/feed"}}`,
 		"build":                  `{"id":"u",` + vm + `},"build":{"repo":"https://git.test/x"}}`,
-		"artifact":               `{"id":"u",` + vm + `},"artifact":{"store":"local","ref":"r"}}`,
-		"update":                 `{"id":"u","routes":[{"host":"u.test"}],"upstreams":["127.0.0.1:1"],"update":{"working_dir":"/srv/u","commands":["make"]}}`,
 		"discovery":              `{"id":"u","routes":[{"host":"u.test"}],"discovery":{"service_id":"svc"}}`,
 		"vm.mounts":              `{"id":"u",` + vm + `,"mounts":[{"path":"/data","store":"local","ref":"r"}]}}`,
 		"vm.workspace_archive":   `{"id":"u",` + vm + `,"workspace_archive":{"s3_key":"k"}}}`,

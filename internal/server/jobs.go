@@ -26,6 +26,12 @@ func (s *Server) openJobs(ctx context.Context) error {
 	m.Register(apitype.JobHostUpdate, hostupdate.Kind(hostupdate.Options{
 		Enabled: s.o.HostUpdates, Secrets: s.secrets, Verify: s.verifyDeployment,
 	}))
+	m.Register(apitype.JobMountPull, s.mountPullKind())
+	ak, err := s.artifactPullKind()
+	if err != nil {
+		return err
+	}
+	m.Register(apitype.JobArtifactPull, ak)
 	s.jobs, s.workflows = m, jobs.NewWorkflows(s.store)
 	return nil
 }

@@ -488,23 +488,31 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	}
 	undo = append(undo, s.jobs.Close)
 	s.registry = registry.New(registry.Options{
-		Store:      st,
-		Publisher:  s.publisher(),
-		Spec:       specOpts,
-		Recorder:   func(id string) proxy.Recorder { return recorder{s.metrics.Get(id)} },
-		Forget:     s.forgetDeployment,
-		Pools:      s.fleet,
-		ResolveEnv: sec.ResolveEnv,
-		Metrics:    s.metrics.Get,
-		Domains:    nsStore.Domains,
-		Reserved:   s.reservedHost,
-		Gate:       s.compileGate,
-		Limit:      s.limiter,
-		Images:     images,
-		Log:        o.Log,
+		Store:       st,
+		Publisher:   s.publisher(),
+		Spec:        specOpts,
+		Recorder:    func(id string) proxy.Recorder { return recorder{s.metrics.Get(id)} },
+		Forget:      s.forgetDeployment,
+		Pools:       s.fleet,
+		ResolveEnv:  sec.ResolveEnv,
+		Mounts:      s.resolveMounts,
+		MountDigest: s.mountDigest,
+		SiteRoot:    s.siteRoot,
+		Metrics:     s.metrics.Get,
+		Domains:     nsStore.Domains,
+		Reserved:    s.reservedHost,
+		Gate:        s.compileGate,
+		Limit:       s.limiter,
+		Images:      images,
+		Log:         o.Log,
 	})
 	if err := s.registry.Load(ctx); err != nil {
 		return nil, err
+	}
+	// A deployment whose mounts a crash or a failure left unpulled gets
+	// its pull now, as on register (autoPull).
+	for _, e := range s.registry.List() {
+		s.autoPull(ctx, e)
 	}
 	// No TCP keep-alive probes on the data plane's connections (as nginx):
 	// idle timeouts end idle ones, and the probes' four setsockopt calls
@@ -575,7 +583,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		Artifacts: s.artifacts,
 		Certs:     s.certSource(), Collectors: s.collectors(),
 		Guard: s.guard, SIEM: s.siem, Webhooks: s.notifier, RateLimits: s.limits, PortSignIns: st.ComputerPortsSigningInWith,
-		Jobs: s.jobs, Workflows: s.workflows,
+		Jobs: s.jobs, Workflows: s.workflows, Written: s.autoPull,
 		Confinement: confinement(o),
 		Upstreams:   admin.UpstreamGuard{Self: s.self, AllowLinkLocal: o.AllowLinkLocalUpstreams},
 	})

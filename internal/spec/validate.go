@@ -22,8 +22,11 @@ const (
 	MaxRoutes    = 256
 	MaxUpstreams = 256
 	MaxMounts    = 8
-	MaxIDLen     = 128
-	MaxNSLen     = 63
+	// MaxStripComponents bounds strip_components (a mount's, a site
+	// bundle's): deeper than any real archive's wrapping directories.
+	MaxStripComponents = 16
+	MaxIDLen           = 128
+	MaxNSLen           = 63
 )
 
 // ReservedIDPrefix starts the names of Computers' sandboxes
@@ -382,7 +385,9 @@ func (v validator) vm() *FieldError {
 	if process && vm.Image != "" {
 		return fieldErr("vm.image", "the process driver runs start_command on this host and has no images; remove vm.image, or name an image driver in vm.driver")
 	}
-	if v.o.ImageExists != nil && vm.Driver != apitype.DriverProcess {
+	// An artifact deployment's image is what its pull imports (and
+	// stamps into vm.image): absent or not there yet is fine.
+	if v.o.ImageExists != nil && vm.Driver != apitype.DriverProcess && v.s.Artifact == nil {
 		switch {
 		case vm.Image == "":
 			return fieldErr("vm.image", "required for the %s driver: name an image imported with `berth image import`", vm.Driver)
@@ -494,8 +499,8 @@ func (v validator) mounts(vm *apitype.VmSpec) *FieldError {
 		if m.Ref == "" {
 			return fieldErr(f+".ref", "required")
 		}
-		if m.StripComponents != nil && *m.StripComponents < 0 {
-			return fieldErr(f+".strip_components", "must not be negative")
+		if m.StripComponents != nil && (*m.StripComponents < 0 || *m.StripComponents > MaxStripComponents) {
+			return fieldErr(f+".strip_components", "%d is out of range: 0 to %d", *m.StripComponents, MaxStripComponents)
 		}
 		if m.ReadOnly != nil && !*m.ReadOnly && vm.Driver == apitype.DriverKVM {
 			return fieldErr(f+".read_only", "false is refused on the kvm driver, which would sync the mount back into the shared host tree")
@@ -693,14 +698,21 @@ func (v validator) buildArtifact() *FieldError {
 			return fieldErr("artifact.strip_components", "site bundles only")
 		case a.GrowGB != nil && *a.GrowGB < 0:
 			return fieldErr("artifact.grow_gb", "must not be negative")
-		case a.StripComponents != nil && *a.StripComponents < 0:
-			return fieldErr("artifact.strip_components", "must not be negative")
+		case a.StripComponents != nil && (*a.StripComponents < 0 || *a.StripComponents > MaxStripComponents):
+			return fieldErr("artifact.strip_components", "%d is out of range: 0 to %d", *a.StripComponents, MaxStripComponents)
+		case a.GrowGB != nil:
+			// Refused rather than ignored: a rootfs imported from an
+			// artifact is a directory tree, with no disk of its own to grow.
+			return fieldErr("artifact.grow_gb", "berth cannot grow an image's disk: an imported rootfs is a directory tree (size the replicas' disks with vm.size_class); remove artifact.grow_gb")
 		}
 		if err := v.store("artifact.store", a.Store); err != nil {
 			return err
 		}
 		if err := secretRef("artifact.auth", a.Auth); err != nil {
 			return err
+		}
+		if kind == apitype.KindVM && s.VM.Driver == apitype.DriverProcess {
+			return fieldErr("artifact", "the process driver has no images to import a rootfs into; name an image driver in vm.driver")
 		}
 	}
 	return nil

@@ -272,7 +272,7 @@ func TestValidate(t *testing.T) {
 			s := vmSpec()
 			s.VM.Mounts = []apitype.MountSpec{{Path: "/data", Store: "local", Ref: "v1"}, {Path: "/models", Store: "https://art.example.com", Ref: "v1"}}
 			return s
-		}, nil, "vm.mounts: not supported yet"},
+		}, nil, ""},
 		{"mount relative", func() *apitype.DeploymentSpec {
 			s := vmSpec()
 			s.VM.Mounts = []apitype.MountSpec{{Path: "data", Store: "local", Ref: "r"}}
@@ -327,7 +327,7 @@ func TestValidate(t *testing.T) {
 			s.VM.Driver, s.VM.Image = apitype.DriverContainer, "img"
 			s.VM.Mounts = []apitype.MountSpec{{Path: "/data", Store: "local", Ref: "r", ReadOnly: boolp(false)}}
 			return s
-		}, mountOpts, "vm.mounts: not supported yet"},
+		}, mountOpts, ""},
 		{"mount writable on libvirt", func() *apitype.DeploymentSpec {
 			s := vmSpec()
 			s.VM.Driver, s.VM.Image = apitype.DriverLibvirt, "img"
@@ -339,7 +339,7 @@ func TestValidate(t *testing.T) {
 			s.VM.Driver, s.VM.Image = apitype.DriverKVM, "img"
 			s.VM.Mounts = []apitype.MountSpec{{Path: "/data", Store: "local", Ref: "r", ReadOnly: boolp(true)}}
 			return s
-		}, mountOpts, "vm.mounts: not supported yet"},
+		}, mountOpts, ""},
 		{"mount store", func() *apitype.DeploymentSpec {
 			s := vmSpec()
 			s.VM.Mounts = []apitype.MountSpec{{Path: "/data", Ref: "r"}}
@@ -508,7 +508,18 @@ func TestValidate(t *testing.T) {
 			s := siteSpec()
 			s.Artifact = &apitype.ArtifactSpec{Store: "local", Ref: "r", StripComponents: intp(1)}
 			return s
-		}, nil, "artifact: not supported yet"},
+		}, nil, ""},
+		{"artifact on vm without an image yet", func() *apitype.DeploymentSpec {
+			s := vmSpec()
+			s.VM.Driver = apitype.DriverKVM
+			s.Artifact = &apitype.ArtifactSpec{Store: "local", Ref: "r", ImageName: "app"}
+			return s
+		}, &Options{Drivers: []string{"kvm"}, ImageExists: func(string) bool { return false }}, ""},
+		{"artifact on process", func() *apitype.DeploymentSpec {
+			s := vmSpec()
+			s.Artifact = &apitype.ArtifactSpec{Store: "local", Ref: "r"}
+			return s
+		}, nil, "artifact: the process driver has no images"},
 		{"artifact on static", func() *apitype.DeploymentSpec {
 			s := staticSpec()
 			s.Artifact = &apitype.ArtifactSpec{Store: "local", Ref: "r"}
@@ -524,6 +535,21 @@ func TestValidate(t *testing.T) {
 			s.Artifact = &apitype.ArtifactSpec{Store: "local", Ref: "r", StripComponents: intp(1)}
 			return s
 		}, nil, "artifact.strip_components: site bundles only"},
+		{"artifact grow on vm", func() *apitype.DeploymentSpec {
+			s := vmSpec()
+			s.Artifact = &apitype.ArtifactSpec{Store: "local", Ref: "r", GrowGB: intp(2)}
+			return s
+		}, nil, "artifact.grow_gb: berth cannot grow an image's disk"},
+		{"artifact strip too deep", func() *apitype.DeploymentSpec {
+			s := siteSpec()
+			s.Artifact = &apitype.ArtifactSpec{Store: "local", Ref: "r", StripComponents: intp(17)}
+			return s
+		}, nil, "artifact.strip_components: 17 is out of range: 0 to 16"},
+		{"mount strip too deep", func() *apitype.DeploymentSpec {
+			s := vmSpec()
+			s.VM.Mounts = []apitype.MountSpec{{Path: "/data", Store: "local", Ref: "r", StripComponents: intp(99)}}
+			return s
+		}, nil, "vm.mounts[0].strip_components: 99 is out of range: 0 to 16"},
 		{"artifact ref", func() *apitype.DeploymentSpec {
 			s := vmSpec()
 			s.Artifact = &apitype.ArtifactSpec{Store: "local"}

@@ -171,6 +171,9 @@ func (s *Store) DeleteDeployment(ctx context.Context, id string) error {
 		if _, err := tx.ExecContext(ctx, `DELETE FROM rate_limits WHERE deployment = ?`, id); err != nil {
 			return fmt.Errorf("store: delete rate limit of %q: %w", id, err)
 		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM pulls WHERE deployment = ?`, id); err != nil {
+			return fmt.Errorf("store: delete pulls of %q: %w", id, err)
+		}
 		res, err := tx.ExecContext(ctx, `DELETE FROM deployments WHERE id = ?`, id)
 		if err != nil {
 			return fmt.Errorf("store: delete deployment %q: %w", id, err)

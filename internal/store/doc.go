@@ -47,6 +47,8 @@
 //	jobs(seq INTEGER PK AUTOINCREMENT, id UNIQUE, deployment, namespace,
 //	     kind, status, started_at Unix s, record JSON)
 //	workflows(id PK, spec JSON, created_at, updated_at)
+//	pulls(PK (deployment → deployments.id ON DELETE CASCADE, path),
+//	          store, ref, strip_components, digest, tree, pulled_at)
 //
 // The Computer tables (package computer) keep its state machine, fleet
 // slots (ReserveComputerSlot counts and inserts in one transaction), the
@@ -63,6 +65,11 @@
 //
 // jobs (package jobs) keeps background jobs' records (already redacted)
 // across restarts; InsertJob prunes the history, never a running job.
+//
+// pulls (packages mountpull, artifactpull) records what each vm.mounts
+// entry of a deployment (and, path "", its artifact section) resolved to
+// on its last pull; the server stamps the digests
+// into the stored spec and mounts the trees from it.
 //
 // computer_grants (package grant) lists the grants issued, for listing and
 // revocation; a grant's token is never stored, only its signed payload, and

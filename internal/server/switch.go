@@ -1,0 +1,66 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/berth-dev/berth/apitype"
+	"github.com/berth-dev/berth/internal/registry"
+)
+
+// rewriteSpec changes the stored spec of deployment id the way a client's
+// PUT would, for a job that switches a deployment to what it produced:
+// edit gets a copy of the current spec (its vm section and mounts copied,
+// so edit may change them in place) and reports whether it changed
+// anything; if so, the spec is put back through registry.Put (MustExist,
+// IfMatch the ETag it was read with), so the write is validated,
+// persisted and published as any other, and a vm section that changed
+// replaces the pool (the old replicas drain, requests wait for new ones).
+// A write that raced another (a precondition failure) is retried once on
+// the newer spec. It reports whether it wrote.
+//
+// The put is the server's own, not the tenant's: the spec was accepted
+// from its writer already, and only what edit changes is new, so it runs
+// without the writer's restrictions (no Admit, no Restricted).
+func (s *Server) rewriteSpec(ctx context.Context, id string, edit func(*apitype.DeploymentSpec) bool) (bool, error) {
+	for attempt := 0; ; attempt++ {
+		e, ok := s.registry.Get(id)
+		if !ok {
+			return false, fmt.Errorf("deployment %q no longer exists", id)
+		}
+		sp := e.Spec
+		if sp.VM != nil {
+			v := *sp.VM
+			v.Mounts = slices.Clone(v.Mounts)
+			sp.VM = &v
+		}
+		if !edit(&sp) {
+			return false, nil
+		}
+		_, _, err := s.registry.Put(ctx, sp, registry.PutOptions{MustExist: true, IfMatch: e.ETag})
+		if errors.Is(err, registry.ErrPrecondition) && attempt == 0 {
+			continue
+		}
+		if err != nil {
+			return false, fmt.Errorf("writing deployment %q: %w", id, err)
+		}
+		return true, nil
+	}
+}
+
+// switchVMImage points vm deployment id at image (an image in berth's
+// image store), replacing its pool as an edit of vm.image does: the
+// replicas of the old image drain while new ones boot. It reports whether
+// the deployment was switched (false: it already ran image). For jobs
+// that produce an image (artifact-pull, image-build).
+func (s *Server) switchVMImage(ctx context.Context, id, image string) (rolledOut bool, err error) {
+	return s.rewriteSpec(ctx, id, func(sp *apitype.DeploymentSpec) bool {
+		if sp.VM == nil || sp.VM.Image == image {
+			return false
+		}
+		sp.VM.Image = image
+		return true
+	})
+}
