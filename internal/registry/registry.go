@@ -584,7 +584,8 @@ func (r *Registry) Put(ctx context.Context, s apitype.DeploymentSpec, o PutOptio
 	so := r.o.Spec
 	if o.Restricted {
 		so.SiteRootsAllow = nil
-		so.StoreRootsAllow = nil // absolute store roots read the host's disk
+		so.StoreRootsAllow = nil   // absolute store roots read the host's disk
+		so.BuildAllowLocal = false // so does a build from a local repository
 	}
 	spec.Normalize(&s, so)
 	r.stampMounts(ctx, &s)
