@@ -334,6 +334,11 @@ func (r *Registry) activate(e *Entry) {
 		e.dp.Unavailable = "this deployment's image is being pulled; it has no replicas until it is (if this lasts, its last artifact-pull job failed)"
 		return
 	}
+	if b := e.Spec.Build; b != nil && (e.Spec.VM.Image == "" || r.o.Spec.ImageExists != nil && !r.o.Spec.ImageExists(e.Spec.VM.Image)) {
+		// The image is what the image-build job imports.
+		e.dp.Unavailable = fmt.Sprintf("deployment %s has not been built yet: POST /deployments/%s/build (if one ran, its image-build job failed)", e.Spec.ID, e.Spec.ID)
+		return
+	}
 	if i := Unpulled(e.Spec.VM); i >= 0 {
 		// No replica may boot without its data: no pool until the mount
 		// pull stamps every digest and puts the spec again.

@@ -242,6 +242,15 @@ type Options struct {
 	// BERTH_HOST_UPDATES). Off, every such start is refused.
 	HostUpdates bool
 
+	// Builds (the image-build job, package build): BuildAllowLocal lets
+	// fleet-wide writers name a local repository (a path or file://) as
+	// build.repo, BuildAllowHTTP a plain http:// one; BuildTimeout bounds
+	// a build (0: build.DefaultTimeout); BuildNetwork gives RUN steps the
+	// host's network (off: none). berth serve --build-allow-local,
+	// --build-allow-http, --build-timeout, --build-network.
+	BuildAllowLocal, BuildAllowHTTP, BuildNetwork bool
+	BuildTimeout                                  time.Duration
+
 	Log *slog.Logger
 }
 
@@ -481,6 +490,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		BaseDomain: o.BaseDomain, Drivers: s.fleet.DriverNames(), ImageExists: s.imageExists,
 		SitesDir: o.SitesDir, SiteRootsAllow: o.SiteRootsAllow, MaxReplicasCeiling: replicaCeiling(o),
 		StoreRootsAllow: o.ArtifactRoots,
+		BuildAllowLocal: o.BuildAllowLocal, BuildAllowHTTP: o.BuildAllowHTTP,
 		Mounter:         s.fleet.Mounter,
 	}
 	if err := s.openJobs(ctx); err != nil {
