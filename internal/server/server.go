@@ -491,7 +491,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		SitesDir: o.SitesDir, SiteRootsAllow: o.SiteRootsAllow, MaxReplicasCeiling: replicaCeiling(o),
 		StoreRootsAllow: o.ArtifactRoots,
 		BuildAllowLocal: o.BuildAllowLocal, BuildAllowHTTP: o.BuildAllowHTTP,
-		Mounter:         s.fleet.Mounter,
+		Mounter: s.fleet.Mounter,
 	}
 	if err := s.openJobs(ctx); err != nil {
 		return nil, err
