@@ -231,7 +231,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 	buildLocal := fs.Bool("build-allow-local", envBool("BERTH_BUILD_ALLOW_LOCAL"), "let fleet-wide writers name a local git repository (a path or file:// URL) as a deployment's build.repo; confined tokens never may (BERTH_BUILD_ALLOW_LOCAL)")
 	buildHTTP := fs.Bool("build-allow-http", envBool("BERTH_BUILD_ALLOW_HTTP"), "let build.repo be a plain http:// remote (a build.auth token sent to one travels in the clear); https only by default (BERTH_BUILD_ALLOW_HTTP)")
 	buildNetwork := fs.Bool("build-network", envBool("BERTH_BUILD_NETWORK"), "give image builds' RUN steps the host's network; off by default: RUN steps get none (BERTH_BUILD_NETWORK)")
-	buildTimeout := fs.Duration("build-timeout", durEnv("BERTH_BUILD_TIMEOUT", 0), "the longest one image build may take; 0: the builder's default (BERTH_BUILD_TIMEOUT)")
+	buildTimeout := fs.Duration("build-timeout", durEnv("BERTH_BUILD_TIMEOUT", 0), "the longest one image build may take; 0: 30m (BERTH_BUILD_TIMEOUT)")
 	artifactRoots := fs.String("artifact-roots", env("BERTH_ARTIFACT_ROOTS", ""), "comma-separated directories an absolute local store root (a deployment's store: /path) may lie in; empty refuses absolute roots (BERTH_ARTIFACT_ROOTS)")
 	maxActive := fs.Int("computer-max-active", intEnv("BERTH_COMPUTER_MAX_ACTIVE", 0), "register this host in the Computer capacity registry with at most this many Computers starting or running at once; 0: keep the registry as stored (empty: 16 fleet slots) (BERTH_COMPUTER_MAX_ACTIVE)")
 	headroom := fs.Int("computer-reserved-headroom", intEnv("BERTH_COMPUTER_RESERVED_HEADROOM", 0), "of --computer-max-active, how many slots to hold back (below it) (BERTH_COMPUTER_RESERVED_HEADROOM)")
