@@ -608,6 +608,12 @@ func (r *Registry) Put(ctx context.Context, s apitype.DeploymentSpec, o PutOptio
 	case o.IfMatch != "" && (prev == nil || prev.ETag != o.IfMatch):
 		return nil, false, ErrPrecondition
 	}
+	if s.Build != nil && s.VM != nil && s.VM.Image == "" && prev != nil && prev.Spec.Build != nil && prev.Spec.VM != nil {
+		// A built deployment's vm.image is the image-build job's: an edit
+		// that leaves it out (its writer re-sent its own spec) keeps
+		// serving the last build instead of dropping the pool.
+		s.VM.Image = prev.Spec.VM.Image
+	}
 	if err := r.checkRoutes(ctx, &s, o); err != nil {
 		return nil, false, err
 	}

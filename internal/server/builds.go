@@ -1,8 +1,10 @@
 package server
 
 import (
+	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"sync"
 
 	"github.com/berth-dev/berth/internal/build"
 	"github.com/berth-dev/berth/internal/jobs"
@@ -37,4 +39,33 @@ func (s *Server) buildMissing(e *registry.Entry) bool {
 		return false
 	}
 	return e.Spec.VM.Image == "" || !s.images.Exists(e.Spec.VM.Image)
+}
+
+// buildSeen remembers each built deployment's build section as last
+// written, so an edit that changes it (a new ref, another repo) starts a
+// build while the last one keeps serving.
+type buildSeen struct {
+	mu   sync.Mutex
+	last map[string]string // deployment id → JSON of its build section
+}
+
+// buildChanged reports whether e's build section differs from the one
+// seen when it was last written or loaded, and records it. The first
+// sight (a register, berth's start-up) is no change: a missing image is
+// buildMissing's.
+func (s *Server) buildChanged(e *registry.Entry) bool {
+	s.builds.mu.Lock()
+	defer s.builds.mu.Unlock()
+	if s.builds.last == nil {
+		s.builds.last = map[string]string{}
+	}
+	id := e.Spec.ID
+	if e.Spec.Build == nil {
+		delete(s.builds.last, id)
+		return false
+	}
+	b, _ := json.Marshal(e.Spec.Build)
+	prev, seen := s.builds.last[id]
+	s.builds.last[id] = string(b)
+	return seen && prev != string(b)
 }

@@ -141,6 +141,25 @@ func TestImageBuildContainer(t *testing.T) {
 		t.Errorf("after a failed build: %d %q", r.code, r.body)
 	}
 
+	// An edit that leaves vm.image out keeps serving the last build; one
+	// that changes the build section starts a build (of the same commit
+	// here: reused, nothing to roll out).
+	before = h.jobIDs("bld")
+	spMain := strings.Replace(sp, `"build":{"repo":`+jsonString(repo)+`}`, `"build":{"repo":`+jsonString(repo)+`,"ref":"main"}`, 1)
+	if r := h.json("PUT", "/deployments/bld", spMain); r.code != 200 {
+		t.Fatalf("edit: %d %s", r.code, r.body)
+	}
+	if st := h.status("bld"); st.Spec.VM.Image != "bld-"+two[:12] {
+		t.Errorf("after an edit without vm.image: %q", st.Spec.VM.Image)
+	}
+	if r := get(t, h.proxy+"/index.html", "bld.test"); r.code != 200 || string(r.body) != "built two\n" {
+		t.Errorf("after an edit: %d %q", r.code, r.body)
+	}
+	rec = h.awaitJob("bld", apitype.JobImageBuild, before...)
+	if rec.Status != apitype.JobSucceeded || rec.Commit != two || rec.RolledOut == nil || *rec.RolledOut {
+		t.Errorf("the build an edit of build.ref started: %+v", rec)
+	}
+
 	// A build's auth token never reaches the log (the remote is refused
 	// by the address walls after the token was handed over for redaction).
 	const token = "ghp_TOKEN-never-logged-42"

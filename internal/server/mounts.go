@@ -104,6 +104,8 @@ func (s *Server) autoPull(ctx context.Context, e *registry.Entry) {
 	switch {
 	case s.artifactMissing(e):
 		kind, why = apitype.JobArtifactPull, "berth (its artifact is not on this host)"
+	case s.buildChanged(e):
+		kind, why = apitype.JobImageBuild, "berth (its build section changed)"
 	case s.buildMissing(e):
 		kind, why = apitype.JobImageBuild, "berth (its image is not built on this host)"
 	case e.Kind == apitype.KindVM && registry.Unpulled(e.Spec.VM) >= 0:

@@ -319,6 +319,8 @@ type Server struct {
 	// self is berth's own listeners, which the proxy refuses to dial; filled
 	// as they are bound.
 	self *netguard.Self
+	// builds remembers built deployments' build sections (buildChanged).
+	builds buildSeen
 }
 
 // New opens the store, restores deployments and binds the listeners.
