@@ -18,7 +18,9 @@
 // configuration (image.Store.ImportBuilt): a deployment with no
 // start_command runs its ENTRYPOINT+CMD, with its ENV, WORKDIR and first
 // exposed port as defaults. Images of earlier builds stay in the store,
-// unpinned, for a rollback by vm.image; `berth image delete` removes them.
+// unpinned and (once switched away from) unused: a rollback is a vm.image
+// edit until the image store's sweep (POST /images/sweep, down to berth
+// serve --image-budget) removes them, oldest first; pin one to keep it.
 //
 // build.auth is resolved in the deployment's namespace: for a repo, the
 // git token (the SecretRef's username, else the builder's default
