@@ -2,7 +2,6 @@ package image
 
 import (
 	"bufio"
-	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"crypto/x509"
@@ -25,6 +24,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/klauspost/compress/gzip"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sync/singleflight"
 
