@@ -259,7 +259,7 @@ func (s *Store) pull(ctx context.Context, ref, namespace string) (Image, error) 
 		return fail(err)
 	}
 	source := r.Context().Digest(desc.Digest.String()).String()
-	im, err := s.importWith(ctx, ref, source, func(dst string) error { return s.flatten(dst, diffIDs) })
+	im, err := s.importPulled(ctx, ref, source, diffIDs)
 	if err != nil {
 		return Image{}, err
 	}
@@ -401,6 +401,11 @@ func (s *Store) downloadLayer(ctx context.Context, blob name.Digest, d v1.Descri
 	}
 	if got := DigestPrefix + hex.EncodeToString(tarH.Sum(nil)); got != diffID {
 		return fmt.Errorf("layer %s: diff id mismatch: want %s, got %s; refused", d.Digest, diffID, got)
+	}
+	// Durable before it is in the layer store, where its presence alone
+	// says it is whole and verified (a resumed pull keeps it).
+	if err := syncTree(tree); err != nil {
+		return fmt.Errorf("layer %s: %w", d.Digest, err)
 	}
 	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
 		return err
