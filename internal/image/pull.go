@@ -2,6 +2,7 @@ package image
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/x509"
@@ -9,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"net/http"
 	"os"
@@ -372,32 +372,34 @@ func (s *Store) downloadLayer(ctx context.Context, blob name.Digest, d v1.Descri
 	if err := os.Mkdir(tree, 0o755); err != nil {
 		return err
 	}
-	// Both digests are checked on the bytes themselves: the compressed
-	// one names the blob in the manifest, the diff id names the tree in
-	// the layer store that other images will share.
-	blobH, tarH := sha256.New(), sha256.New()
-	var tr io.Reader = io.TeeReader(ctxReader{ctx, rc}, blobH)
+	// Both digests are checked on the bytes themselves, each hashed
+	// once: go-containerregistry's Compressed hashes the blob as it is
+	// read and fails its last read when the blob does not match its
+	// digest (blobReader keeps that error, whoever read it); berth hashes
+	// the uncompressed stream, the diff id, which names the tree in the
+	// layer store that other images will share.
+	br := &blobReader{r: ctxReader{ctx, rc}}
+	tarH := sha256.New()
+	var tr io.Reader = br
 	if gz {
-		zr, err := gzip.NewReader(bufio.NewReader(tr))
+		zr, err := gzip.NewReader(bufio.NewReaderSize(br, 1<<20))
 		if err != nil {
-			return fmt.Errorf("layer %s: %w", d.Digest, digestFirst(blobH, rc, d.Digest.String(), err))
+			return fmt.Errorf("layer %s: %w", d.Digest, digestFirst(br, err))
 		}
 		defer zr.Close()
 		tr = zr
 	}
 	tr = io.TeeReader(tr, tarH)
 	if err := unpackTar(tr, tree); err != nil {
-		return fmt.Errorf("layer %s: %w", d.Digest, digestFirst(blobH, rc, d.Digest.String(), err))
+		return fmt.Errorf("layer %s: %w", d.Digest, digestFirst(br, err))
 	}
 	// The tar's end-of-archive blocks and the gzip trailer count too.
 	if _, err := io.Copy(io.Discard, tr); err != nil {
-		return fmt.Errorf("layer %s: %w", d.Digest, digestFirst(blobH, rc, d.Digest.String(), err))
+		return fmt.Errorf("layer %s: %w", d.Digest, digestFirst(br, err))
 	}
-	if _, err := io.Copy(blobH, rc); err != nil {
-		return fmt.Errorf("layer %s: %w", d.Digest, err)
-	}
-	if got := DigestPrefix + hex.EncodeToString(blobH.Sum(nil)); got != d.Digest.String() {
-		return fmt.Errorf("layer %s: digest mismatch: the registry sent %s; refused", d.Digest, got)
+	// To the blob's end, where its digest is checked.
+	if _, err := io.Copy(io.Discard, br); err != nil || br.err != nil {
+		return fmt.Errorf("layer %s: %w; refused", d.Digest, cmp.Or(br.err, err))
 	}
 	if got := DigestPrefix + hex.EncodeToString(tarH.Sum(nil)); got != diffID {
 		return fmt.Errorf("layer %s: diff id mismatch: want %s, got %s; refused", d.Digest, diffID, got)
@@ -419,15 +421,30 @@ func (s *Store) downloadLayer(ctx context.Context, blob name.Digest, d v1.Descri
 }
 
 // digestFirst turns a failure to read a blob into a digest mismatch when
-// that is what it is: garbage fails gunzip or tar before the hash is done,
-// and the message must name the blob that was corrupt, not the symptom.
-// rest is the raw blob after what h has seen (not the tee that feeds h).
-func digestFirst(h hash.Hash, rest io.Reader, want string, cause error) error {
-	io.Copy(h, io.LimitReader(rest, 1<<30))
-	if got := DigestPrefix + hex.EncodeToString(h.Sum(nil)); got != want {
-		return fmt.Errorf("digest mismatch: the registry sent %s for %s; refused", got, want)
+// that is what it is: garbage fails gunzip or tar before the blob's end,
+// where its digest is checked, and the message must name the blob that
+// was corrupt, not the symptom.
+func digestFirst(br *blobReader, cause error) error {
+	io.Copy(io.Discard, io.LimitReader(br, 1<<30))
+	if br.err != nil {
+		return fmt.Errorf("%w (refused)", br.err)
 	}
 	return cause
+}
+
+// blobReader keeps the first error other than EOF that reading the blob
+// met: a digest mismatch, a failed download, the end of the context.
+type blobReader struct {
+	r   io.Reader
+	err error
+}
+
+func (b *blobReader) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil && err != io.EOF && b.err == nil {
+		b.err = err
+	}
+	return n, err
 }
 
 // ctxReader makes a long download stop when its context ends.

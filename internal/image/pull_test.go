@@ -1,8 +1,11 @@
 package image
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -429,5 +432,48 @@ func TestPullRefusesUnsafeLayer(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(s.Dir(), "..", "outside.txt")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a ../ entry left the image: %v", err)
+	}
+}
+
+// TestPullRefusesReencodedBlob: a blob whose uncompressed tar is the
+// layer's (the diff id matches) but whose bytes are not the ones the
+// manifest names is refused: the compressed digest is checked too.
+func TestPullRefusesReencodedBlob(t *testing.T) {
+	reg := registrytest.Start(t, registrytest.Options{})
+	l := registrytest.Layer(t, registrytest.File{Name: "f.txt", Body: []byte(strings.Repeat("same tar, other gzip ", 500))})
+	ref := reg.Push(t, "reenc:v1", registrytest.Image(t, v1.Config{}, l))
+	d, _ := l.Digest()
+	blob := reg.BlobPath(d.String())
+	orig, err := os.ReadFile(blob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(orig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var re bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&re, gzip.NoCompression)
+	zw.Write(raw)
+	zw.Close()
+	if err := os.WriteFile(blob, re.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := newPullStore(t, RegistryOptions{})
+	_, err = s.Pull(t.Context(), ref, "a")
+	if err == nil || !strings.Contains(err.Error(), d.String()) {
+		t.Fatalf("pull of a re-encoded blob: %v; want a refusal naming %s", err, d)
+	}
+	t.Logf("refused: %v", err)
+	did, _ := l.DiffID()
+	if s.Exists(ref) {
+		t.Error("the image was stored")
+	}
+	if _, err := os.Stat(s.layerDir(did.String())); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the layer is in the layer store: %v", err)
 	}
 }
