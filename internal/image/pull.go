@@ -25,6 +25,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/zstd"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sync/singleflight"
 
@@ -345,14 +346,21 @@ func (s *Store) fetchLayer(ctx context.Context, blob name.Digest, d v1.Descripto
 	return err
 }
 
+// maxZstdWindow bounds the window, so the memory, a zstd layer's decoder
+// may ask for: 128 MiB, what zstd --long makes at most (the decoder's own
+// default allows 512 MiB per layer, to a hostile blob too).
+const maxZstdWindow = 1 << 27
+
 func (s *Store) downloadLayer(ctx context.Context, blob name.Digest, d v1.Descriptor, diffID, dir string, opts []remote.Option) error {
-	var gz bool
+	var gz, zst bool
 	switch d.MediaType {
 	case types.DockerLayer, types.OCILayer, types.DockerForeignLayer, types.OCIRestrictedLayer:
 		gz = true
+	case types.OCILayerZStd:
+		zst = true
 	case types.OCIUncompressedLayer, types.OCIUncompressedRestrictedLayer:
 	default:
-		return fmt.Errorf("layer %s: media type %q is not supported (gzip or uncompressed tar)", d.Digest, d.MediaType)
+		return fmt.Errorf("layer %s: media type %q is not supported (gzip, zstd or uncompressed tar)", d.Digest, d.MediaType)
 	}
 	l, err := remote.Layer(blob, opts...)
 	if err != nil {
@@ -381,10 +389,19 @@ func (s *Store) downloadLayer(ctx context.Context, blob name.Digest, d v1.Descri
 	br := &blobReader{r: ctxReader{ctx, rc}}
 	tarH := sha256.New()
 	var tr io.Reader = br
-	if gz {
+	switch {
+	case gz:
 		zr, err := gzip.NewReader(bufio.NewReaderSize(br, 1<<20))
 		if err != nil {
 			return fmt.Errorf("layer %s: %w", d.Digest, digestFirst(br, err))
+		}
+		defer zr.Close()
+		tr = zr
+	case zst:
+		// One goroutine: the pull already unpacks layers in parallel.
+		zr, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(maxZstdWindow))
+		if err != nil {
+			return fmt.Errorf("layer %s: %w", d.Digest, err)
 		}
 		defer zr.Close()
 		tr = zr

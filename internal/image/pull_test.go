@@ -20,6 +20,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/berth-dev/berth/internal/image/registrytest"
 	"github.com/berth-dev/berth/internal/store"
@@ -553,5 +554,30 @@ func TestSecondUseSendsNoRequest(t *testing.T) {
 	t.Logf("requests: the pull %d, namespace b's re-resolve %d", first, proxy.n.Load()-before)
 	if got := proxy.n.Load() - before; got == 0 || got >= first {
 		t.Errorf("another namespace's first use sent %d requests; want a re-resolve (more than 0, fewer than the pull's %d)", got, first)
+	}
+}
+
+// TestPullZstdLayer: a zstd layer (OCI's tar+zstd) under a gzip one is
+// verified and unpacked as a gzip one is.
+func TestPullZstdLayer(t *testing.T) {
+	reg := registrytest.Start(t, registrytest.Options{})
+	base := registrytest.Layer(t, registrytest.File{Name: "etc/", Dir: true}, registrytest.File{Name: "etc/base.txt", Body: []byte("gzip")})
+	top := registrytest.ZstdLayer(t, registrytest.File{Name: "etc/top.txt", Body: []byte(strings.Repeat("zstd ", 1000))})
+	if mt, _ := top.MediaType(); mt != types.OCILayerZStd {
+		t.Fatalf("the top layer is %s", mt)
+	}
+	ref := reg.Push(t, "zstd/app:v1", registrytest.Image(t, v1.Config{}, base, top))
+	s := newPullStore(t, RegistryOptions{})
+	if _, err := s.Pull(t.Context(), ref, "a"); err != nil {
+		t.Fatal(err)
+	}
+	root, err := s.Rootfs(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range map[string]string{"etc/base.txt": "gzip", "etc/top.txt": strings.Repeat("zstd ", 1000)} {
+		if b, err := os.ReadFile(filepath.Join(root, p)); err != nil || string(b) != want {
+			t.Errorf("%s = %.20q, %v", p, b, err)
+		}
 	}
 }

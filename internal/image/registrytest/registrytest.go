@@ -26,12 +26,14 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/compression"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 	"golang.org/x/crypto/bcrypt"
 )
 
@@ -186,6 +188,18 @@ type File struct {
 // Layer builds a gzipped layer of files.
 func Layer(t testing.TB, files ...File) v1.Layer {
 	t.Helper()
+	return layer(t, files)
+}
+
+// ZstdLayer builds a zstd-compressed layer of files
+// (application/vnd.oci.image.layer.v1.tar+zstd).
+func ZstdLayer(t testing.TB, files ...File) v1.Layer {
+	t.Helper()
+	return layer(t, files, tarball.WithCompression(compression.ZStd), tarball.WithMediaType(types.OCILayerZStd))
+}
+
+func layer(t testing.TB, files []File, opts ...tarball.LayerOption) v1.Layer {
+	t.Helper()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	for _, f := range files {
@@ -217,7 +231,7 @@ func Layer(t testing.TB, files ...File) v1.Layer {
 		t.Fatal(err)
 	}
 	b := buf.Bytes()
-	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil })
+	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
