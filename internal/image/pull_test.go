@@ -6,15 +6,10 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 
@@ -484,27 +479,6 @@ func TestPullRefusesReencodedBlob(t *testing.T) {
 	}
 }
 
-// countingProxy forwards to the registry at host and counts the requests
-// it forwards.
-type countingProxy struct {
-	srv *httptest.Server
-	n   atomic.Int64
-}
-
-func startCountingProxy(t *testing.T, host string) *countingProxy {
-	t.Helper()
-	p := &countingProxy{}
-	rp := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: host})
-	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p.n.Add(1)
-		rp.ServeHTTP(w, r)
-	}))
-	t.Cleanup(p.srv.Close)
-	return p
-}
-
-func (p *countingProxy) host() string { return strings.TrimPrefix(p.srv.URL, "http://") }
-
 // TestSecondUseSendsNoRequest counts the requests a registry sees: a
 // namespace's second use of an image it pulled sends none, in the same
 // process and after a restart; another namespace's first use sends only
@@ -512,8 +486,8 @@ func (p *countingProxy) host() string { return strings.TrimPrefix(p.srv.URL, "ht
 func TestSecondUseSendsNoRequest(t *testing.T) {
 	reg := registrytest.Start(t, registrytest.Options{})
 	reg.Push(t, "count/app:v1", whiteoutImage(t))
-	proxy := startCountingProxy(t, reg.Host)
-	ref := proxy.host() + "/count/app:v1"
+	proxy := reg.CountingProxy(t)
+	ref := proxy.Host + "/count/app:v1"
 	st, err := store.Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -527,14 +501,14 @@ func TestSecondUseSendsNoRequest(t *testing.T) {
 	if _, err := s.Pull(t.Context(), ref, "a"); err != nil {
 		t.Fatal(err)
 	}
-	first := proxy.n.Load()
+	first := proxy.Requests()
 	if first == 0 {
 		t.Fatal("the first pull sent no request through the proxy")
 	}
 	if _, err := s.Pull(t.Context(), ref, "a"); err != nil {
 		t.Fatal(err)
 	}
-	if got := proxy.n.Load() - first; got != 0 {
+	if got := proxy.Requests() - first; got != 0 {
 		t.Errorf("a second use by the same namespace sent %d requests, want 0", got)
 	}
 	s2, err := New(t.Context(), o)
@@ -544,15 +518,15 @@ func TestSecondUseSendsNoRequest(t *testing.T) {
 	if _, err := s2.Pull(t.Context(), ref, "a"); err != nil {
 		t.Fatal(err)
 	}
-	if got := proxy.n.Load() - first; got != 0 {
+	if got := proxy.Requests() - first; got != 0 {
 		t.Errorf("a use by the same namespace after a restart sent %d requests, want 0", got)
 	}
-	before := proxy.n.Load()
+	before := proxy.Requests()
 	if _, err := s2.Pull(t.Context(), ref, "b"); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("requests: the pull %d, namespace b's re-resolve %d", first, proxy.n.Load()-before)
-	if got := proxy.n.Load() - before; got == 0 || got >= first {
+	t.Logf("requests: the pull %d, namespace b's re-resolve %d", first, proxy.Requests()-before)
+	if got := proxy.Requests() - before; got == 0 || got >= first {
 		t.Errorf("another namespace's first use sent %d requests; want a re-resolve (more than 0, fewer than the pull's %d)", got, first)
 	}
 }

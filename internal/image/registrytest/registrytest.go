@@ -18,10 +18,14 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -172,6 +176,33 @@ func (r *Registry) Push(t testing.TB, repoTag string, img any) string {
 func (r *Registry) BlobPath(digest string) string {
 	hex := strings.TrimPrefix(digest, "sha256:")
 	return filepath.Join(r.Dir, "docker", "registry", "v2", "blobs", "sha256", hex[:2], hex, "data")
+}
+
+// Proxy forwards to a registry and counts the requests it forwards, so a
+// test can assert that something sent none.
+type Proxy struct {
+	Host string // 127.0.0.1:port; reference images as Host + "/repo:tag"
+	n    atomic.Int64
+}
+
+// Requests is how many requests the proxy has forwarded.
+func (p *Proxy) Requests() int64 { return p.n.Load() }
+
+// CountingProxy starts a Proxy to r (plain HTTP) for the test.
+func (r *Registry) CountingProxy(t testing.TB) *Proxy {
+	t.Helper()
+	if r.opts.TLS {
+		t.Fatal("CountingProxy: the registry serves TLS")
+	}
+	p := &Proxy{}
+	rp := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: r.Host})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		p.n.Add(1)
+		rp.ServeHTTP(w, req)
+	}))
+	t.Cleanup(srv.Close)
+	p.Host = strings.TrimPrefix(srv.URL, "http://")
+	return p
 }
 
 // File is one entry of a Layer: a regular file (Body), a directory (Dir),
