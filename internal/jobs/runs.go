@@ -115,8 +115,9 @@ var stepFields = map[apitype.JobKind][]string{
 
 // Run starts a run of the enabled workflow id and returns its view: the
 // steps run in the background, in order, each a job started through the
-// manager, the run stopping at the first that fails. fleet and caller are
-// the starting caller's (Request.Fleet, Request.Caller).
+// manager, the run stopping at the first that fails. One run of a
+// workflow at a time (409 while one runs). fleet and caller are the
+// starting caller's (Request.Fleet, Request.Caller).
 func (ws *Workflows) Run(ctx context.Context, id string, fleet bool, caller string) (RunView, error) {
 	if ws.o.Jobs == nil || ws.o.Checkout == nil || ws.o.Deployment == nil {
 		return RunView{}, Errorf(http.StatusNotImplemented, "this server does not run workflows")
@@ -141,6 +142,12 @@ func (ws *Workflows) Run(ctx context.Context, id string, fleet bool, caller stri
 	if ws.closed {
 		ws.mu.Unlock()
 		return RunView{}, &Error{Status: http.StatusServiceUnavailable, Msg: "berth is shutting down; start the run again once it is back", Err: ErrClosed}
+	}
+	for _, o := range ws.runs {
+		if o.v.Workflow == id && !o.done {
+			ws.mu.Unlock()
+			return RunView{}, &Error{Status: http.StatusConflict, Msg: fmt.Sprintf("a run of workflow %q is already running (%s)", id, o.v.RunID), Err: ErrBusy}
+		}
 	}
 	ws.runs = append(ws.runs, r)
 	ws.pruneLocked()
