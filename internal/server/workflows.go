@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 
 	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/build"
@@ -37,7 +38,8 @@ func (s *Server) workflowRuns() jobs.RunOptions {
 			if a := w.Auth; a != nil {
 				v, err := s.secrets.ResolveEnv(ctx, a.Namespace, []apitype.SecretEnv{{Secret: a.Secret, Key: a.Key}})
 				if err != nil {
-					return fmt.Errorf("auth: %w", err)
+					// ResolveEnv names the entry as env_from[0]; here it is auth.
+					return fmt.Errorf("auth: %s", strings.TrimPrefix(err.Error(), "env_from[0]: "))
 				}
 				if len(v) != 1 {
 					return fmt.Errorf("auth: secret %q holds %d keys: name the token's as auth.key", a.Secret, len(v))

@@ -45,9 +45,14 @@ func gitRepo(t *testing.T, files map[string]string) string {
 // waitRun polls a run until it is no longer running.
 func (n *node) waitRun(wf, id string) jobs.RunView {
 	n.t.Helper()
+	return n.waitRunAs("", wf, id)
+}
+
+func (n *node) waitRunAs(authz, wf, id string) jobs.RunView {
+	n.t.Helper()
 	var v jobs.RunView
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		n.must(200, "GET", "/workflows/"+wf+"/runs/"+id, "", "", &v)
+		n.must(200, "GET", "/workflows/"+wf+"/runs/"+id, authz, "", &v)
 		if v.Status != apitype.JobRunning {
 			return v
 		}
@@ -165,5 +170,32 @@ func TestWorkflowRuns(t *testing.T) {
 	}
 	if r := n.call(nil, "GET", "/workflows/ci/runs/run-nope", "", ""); r.code != 404 || !strings.Contains(errorOf(t, r), "in memory") {
 		t.Fatalf("missing run: %s", r)
+	}
+}
+
+// TestWorkflowRunsFleetOnly: confined callers may not run or see runs; a
+// workflow's auth is resolved from the secrets at run time, and a
+// credential is never sent to a local repository.
+func TestWorkflowRunsFleetOnly(t *testing.T) {
+	w := startTenants(t, Options{WorkflowAllowLocal: true})
+	repo := gitRepo(t, map[string]string{".ci/workflows/w.yml": "steps: [{job: host-update, deployment: web}]\n"})
+	w.must(201, "POST", "/workflows", w.op, `{"id":"ci","repo":"https://git.test/app","auth":{"secret":"nope"},"enabled":true}`, nil)
+	for _, c := range []struct{ method, path string }{{"POST", "/workflows/ci/runs"}, {"GET", "/workflows/ci/runs"}, {"GET", "/workflows/ci/runs/run-x"}} {
+		if r := w.call(nil, c.method, c.path, w.a, ""); r.code != 403 {
+			t.Errorf("%s %s by team-a: %s", c.method, c.path, r)
+		}
+	}
+	var v jobs.RunView
+	w.must(202, "POST", "/workflows/ci/runs", w.op, "", &v)
+	v = w.waitRunAs(w.op, "ci", v.RunID)
+	if v.Status != apitype.JobFailed || v.Error == nil || !strings.Contains(*v.Error, `auth: secrets: no such secret: no secret "nope" in namespace "default"`) {
+		t.Fatalf("missing auth secret: %+v %s", v, *v.Error)
+	}
+	w.must(201, "POST", "/secrets", w.op, `{"id":"gh","data":{"token":"tok-123"}}`, nil)
+	w.must(200, "PUT", "/workflows/ci", w.op, fmt.Sprintf(`{"repo":%q,"auth":{"secret":"gh"},"enabled":true}`, repo), nil)
+	w.must(202, "POST", "/workflows/ci/runs", w.op, "", &v)
+	v = w.waitRunAs(w.op, "ci", v.RunID)
+	if v.Status != apitype.JobFailed || v.Error == nil || !strings.Contains(*v.Error, "a credential is only for https remotes") || strings.Contains(*v.Error, "tok-123") {
+		t.Fatalf("a credential for a local repository: %+v", v)
 	}
 }
