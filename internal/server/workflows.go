@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -15,8 +16,14 @@ import (
 // jobs of s.jobs, the workflow's repository is fetched with the image
 // builder's git fetch (its transport and address policy).
 func (s *Server) workflowRuns() jobs.RunOptions {
+	// Checkouts live only while a run reads them; what a stopped berth
+	// left is removed (no run is in progress before this).
+	wd := filepath.Join(s.o.DataDir, "workflows")
+	if err := os.RemoveAll(wd); err != nil {
+		s.log.Warn("could not remove old workflow checkouts", "dir", wd, "err", err)
+	}
 	b := &build.Builder{
-		WorkDir:    filepath.Join(s.o.DataDir, "workflows"),
+		WorkDir:    wd,
 		AllowLocal: s.o.WorkflowAllowLocal, AllowHTTP: s.o.WorkflowAllowHTTP,
 		Self: s.self, AllowLinkLocal: s.o.AllowLinkLocalUpstreams,
 	}
