@@ -32,7 +32,8 @@ func (s *Server) openJobs(ctx context.Context) error {
 		return err
 	}
 	m.Register(apitype.JobArtifactPull, ak)
-	s.jobs, s.workflows = m, jobs.NewWorkflows(s.store)
+	s.jobs = m
+	s.workflows = jobs.NewWorkflows(s.store, s.workflowRuns())
 	return nil
 }
 
