@@ -225,6 +225,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 	siemOn := fs.Bool("siem", envBoolDefault("BERTH_SIEM", true), "detect attacks in the data plane's and the admin API's traffic (GET /security); false turns detection off, guard rules still apply (BERTH_SIEM)")
 	siemTune := fs.String("siem-tune", env("BERTH_SIEM_TUNE", ""), "the SIEM's thresholds, comma-separated key=value: "+siemTuneKeys+" (BERTH_SIEM_TUNE)")
 	hostUpdates := fs.Bool("host-updates", envBool("BERTH_HOST_UPDATES"), "let fleet-wide admins start host-update jobs (POST /deployments/{id}/update), which run a static or site deployment's update.commands on this host as berth's user; off by default (BERTH_HOST_UPDATES)")
+	wfLocal := fs.Bool("workflow-allow-local", envBool("BERTH_WORKFLOW_ALLOW_LOCAL"), "let a workflow's repo be a local path or file:// URL (BERTH_WORKFLOW_ALLOW_LOCAL)")
+	wfHTTP := fs.Bool("workflow-allow-http", envBool("BERTH_WORKFLOW_ALLOW_HTTP"), "let a workflow's repo be a plain http:// remote (BERTH_WORKFLOW_ALLOW_HTTP)")
 	allowLinkLocal := fs.Bool("allow-link-local-upstreams", envBool("BERTH_ALLOW_LINK_LOCAL_UPSTREAMS"), "let upstreams reach link-local and cloud metadata addresses (169.254.0.0/16, fe80::/10, 100.100.100.200, fd00:ec2::254), refused by default (BERTH_ALLOW_LINK_LOCAL_UPSTREAMS)")
 	artifactMax := fs.Int64("artifact-max-bytes", int64(intEnv("BERTH_ARTIFACT_MAX_BYTES", int(artifact.DefaultMaxBlobBytes))), "the largest blob one upload to the artifact store (/namespaces/{ns}/artifacts) may hold (BERTH_ARTIFACT_MAX_BYTES)")
 	artifactPrivate := fs.Bool("artifact-allow-private", envBool("BERTH_ARTIFACT_ALLOW_PRIVATE"), "let the artifact stores deployments name (http(s) store URLs) be reached at loopback and private addresses, refused by default so a tenant cannot make berth fetch from the internal network (BERTH_ARTIFACT_ALLOW_PRIVATE)")
@@ -330,6 +332,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 		TrustedProxies: prefixes, BaseDomain: *baseDomain, PublicIPs: splitList(*publicIPs),
 		DrainTimeout: *drain, Log: log, StdHTTP: *stdHTTP, EgressAddr: *egressAddr, BodyReadTimeout: *bodyTimeout,
 		UpstreamResponseTimeout: *respTimeout, AllowLinkLocalUpstreams: *allowLinkLocal, HostUpdates: *hostUpdates,
+		WorkflowAllowLocal: *wfLocal, WorkflowAllowHTTP: *wfHTTP,
 		ArtifactMaxBytes: *artifactMax, ArtifactAllowPrivate: *artifactPrivate, ArtifactRoots: splitList(*artifactRoots),
 		BuildAllowLocal: *buildLocal, BuildAllowHTTP: *buildHTTP, BuildNetwork: *buildNetwork, BuildTimeout: *buildTimeout,
 		RegistryCAFile: *registryCA, RegistryAllowInsecure: splitList(*registryInsecure), ImageBudget: *imageBudget << 20,

@@ -37,6 +37,9 @@ func (a *API) routeJobs() {
 	a.handle("GET /workflows/{id}", tierCRUD, wallFleet, a.getWorkflow)
 	a.handle("PUT /workflows/{id}", tierCRUD, wallFleet, a.putWorkflow)
 	a.handle("DELETE /workflows/{id}", tierCRUD, wallFleet, a.deleteWorkflow)
+	a.handle("POST /workflows/{id}/runs", tierCRUD, wallFleet, a.runWorkflow)      // berth's own
+	a.handle("GET /workflows/{id}/runs", tierCRUD, wallFleet, a.workflowRuns)      // berth's own
+	a.handle("GET /workflows/{id}/runs/{run}", tierCRUD, wallFleet, a.workflowRun) // berth's own
 }
 
 // jobError maps the jobs package's errors onto the envelope: its *Error
@@ -266,5 +269,57 @@ func (a *API) deleteWorkflow(w http.ResponseWriter, r *http.Request) error {
 		return jobError(err)
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// runWorkflow is POST /workflows/{id}/runs, berth's own: it starts a run
+// of an enabled workflow and answers 202 with its jobs.RunView.
+func (a *API) runWorkflow(w http.ResponseWriter, r *http.Request) error {
+	if a.o.Workflows == nil {
+		return unavailable("workflows")
+	}
+	if r.ContentLength != 0 {
+		raw, err := web.ReadBody(w, r)
+		if err != nil {
+			return err
+		}
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &obj); err != nil || len(obj) != 0 {
+			return web.Errorf(http.StatusBadRequest, "a run takes no body (or {})")
+		}
+	}
+	p := caller(r)
+	v, err := a.o.Workflows.Run(r.Context(), r.PathValue("id"), p.Fleet(), p.Name())
+	if err != nil {
+		return jobError(err)
+	}
+	web.WriteJSON(w, http.StatusAccepted, v)
+	return nil
+}
+
+// workflowRuns is GET /workflows/{id}/runs, berth's own: the runs kept
+// in memory, newest first.
+func (a *API) workflowRuns(w http.ResponseWriter, r *http.Request) error {
+	if a.o.Workflows == nil {
+		return unavailable("workflows")
+	}
+	id := r.PathValue("id")
+	if _, err := a.o.Workflows.Get(r.Context(), id); err != nil {
+		return jobError(err)
+	}
+	web.WriteJSON(w, http.StatusOK, a.o.Workflows.Runs(id))
+	return nil
+}
+
+// workflowRun is GET /workflows/{id}/runs/{run}, berth's own.
+func (a *API) workflowRun(w http.ResponseWriter, r *http.Request) error {
+	if a.o.Workflows == nil {
+		return unavailable("workflows")
+	}
+	v, err := a.o.Workflows.GetRun(r.PathValue("id"), r.PathValue("run"))
+	if err != nil {
+		return jobError(err)
+	}
+	web.WriteJSON(w, http.StatusOK, v)
 	return nil
 }

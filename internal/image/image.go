@@ -17,7 +17,13 @@
 // store, and its tree is made of hard links to them (flatten), so the
 // drivers see a pulled image exactly as an imported one.
 //
-// The digest is SHA-256 over a canonical walk of the tree (see Digest). The
+// An imported image's digest is SHA-256 over a canonical walk of its tree
+// (see Digest). A pulled image's is SHA-256 over its diff ids, bottom
+// first (pulledTreeDigest): its tree is made of those verified layers
+// alone, so the chain names the content without reading it again, and
+// references with the same layers share one tree; a pulled tree and an
+// imported one never share a directory. A pulled image's layers and tree
+// are durable (syncfs) before the catalog records it. The
 // names, digests, sizes and pins are kept in the store (package store); the
 // store also keeps a name → digest map in memory, so Rootfs and Exists,
 // which replica starts and spec validation call, never touch the disk or

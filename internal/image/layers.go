@@ -2,6 +2,8 @@ package image
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +13,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/berth-dev/berth/internal/store"
 )
 
 // OCI whiteouts: a file ".wh.NAME" in a layer deletes NAME of the layers
@@ -206,7 +210,7 @@ func (s *Store) collectLayers() (freed int64) {
 		if used[e.Name()] || !validDigest(DigestPrefix+e.Name()) {
 			continue
 		}
-		_, size, _ := Digest(filepath.Join(root, e.Name()))
+		size, _ := treeSize(filepath.Join(root, e.Name()))
 		gone := filepath.Join(s.dir, "tmp", "gc-layer-"+e.Name())
 		if err := os.Rename(filepath.Join(root, e.Name()), gone); err != nil {
 			continue
@@ -297,9 +301,131 @@ func (s *Store) layerSizeLocked(diffID string) int64 {
 	if n, ok := s.layerSizes[diffID]; ok {
 		return n
 	}
-	_, n, err := Digest(s.layerDir(diffID))
+	n, err := treeSize(s.layerDir(diffID))
 	if err == nil {
 		s.layerSizes[diffID] = n
 	}
 	return n
+}
+
+// pulledTreeDigest names a pulled image's tree in <Dir>/sha256/: SHA-256
+// over a tag of its own and the image's diff ids, bottom first. flatten
+// makes the tree from those layers alone, in that order, and every layer
+// was verified against its diff id when it entered the layer store, so
+// the chain names the tree's content as Digest would, without reading
+// every byte again after each pull; two references with the same layers
+// (a tag and its digest, a rebuilt config) share one tree. The tag keeps
+// the names apart from imported trees' (Digest's stream never starts
+// with it), so a pulled tree and an imported one with the same files are
+// two trees.
+func pulledTreeDigest(diffIDs []string) string {
+	h := sha256.New()
+	writeField(h, "berth pulled tree v1: diff ids, bottom first")
+	for _, id := range diffIDs {
+		writeField(h, id)
+	}
+	return DigestPrefix + hex.EncodeToString(h.Sum(nil))
+}
+
+// importPulled records the image of the layers diffIDs (in the layer
+// store) under name: its tree is flattened unless a reference with the
+// same layers made it already (pulledTreeDigest). The tree is durable
+// (syncTree) before it is moved into place and again before the catalog
+// says it exists, so an image recorded as pulled survives a crash whole.
+func (s *Store) importPulled(ctx context.Context, name, source string, diffIDs []string) (Image, error) {
+	digest := pulledTreeDigest(diffIDs)
+	dst := s.treeDir(digest)
+	fail := func(err error) (Image, error) { return Image{}, fmt.Errorf("image: pull %q: %w", name, err) }
+	s.importM.Lock()
+	defer s.importM.Unlock()
+	if _, err := os.Stat(dst); errors.Is(err, fs.ErrNotExist) {
+		// Flatten outside the lock: imports and deletes go on meanwhile.
+		s.importM.Unlock()
+		tmp, err := s.flattenTemp(diffIDs)
+		s.importM.Lock()
+		if tmp != "" {
+			defer os.RemoveAll(tmp)
+		}
+		if err != nil {
+			return Image{}, fmt.Errorf("%w: pull %q: %w", ErrBadSource, name, err)
+		}
+		if err := ctx.Err(); err != nil {
+			return Image{}, err
+		}
+		if _, err := os.Stat(dst); errors.Is(err, fs.ErrNotExist) {
+			if err := os.Rename(tmp, dst); err != nil {
+				return fail(err)
+			}
+			os.Chmod(dst, 0o755)
+		} else if err != nil {
+			return fail(err)
+		}
+	} else if err != nil {
+		return fail(err)
+	}
+	size, err := treeSize(filepath.Join(dst, "rootfs"))
+	if err != nil {
+		return fail(err)
+	}
+	s.mu.Lock()
+	old, had := s.digests[name]
+	s.mu.Unlock()
+	if had && old != digest {
+		if refs := s.users(name); len(refs) > 0 {
+			return Image{}, &InUseError{Name: name, References: refs}
+		}
+	}
+	// The layers' renames and the tree's: durable before the record.
+	if err := syncTree(s.dir); err != nil {
+		return fail(err)
+	}
+	im, err := s.cat.PutImage(ctx, store.Image{Name: name, Digest: digest, Size: size, Source: source}, true)
+	if err != nil {
+		return fail(err)
+	}
+	s.mu.Lock()
+	s.digests[name], s.sizes[name] = digest, size
+	s.mu.Unlock()
+	if had && old != digest {
+		s.collect(ctx, old)
+	}
+	s.log.Info("image tree made", "image", name, "digest", digest, "bytes", size)
+	return fromStore(im, nil), nil
+}
+
+// flattenTemp flattens the layers into <tmp>/rootfs of a fresh temporary
+// directory and makes it durable; the caller removes tmp.
+func (s *Store) flattenTemp(diffIDs []string) (tmp string, err error) {
+	tmp, err = os.MkdirTemp(filepath.Join(s.dir, "tmp"), "pull-")
+	if err != nil {
+		return "", err
+	}
+	rootfs := filepath.Join(tmp, "rootfs")
+	if err := os.Mkdir(rootfs, 0o755); err != nil {
+		return tmp, err
+	}
+	if err := s.flatten(rootfs, diffIDs); err != nil {
+		return tmp, err
+	}
+	return tmp, syncTree(tmp)
+}
+
+// treeSize is the bytes of the regular files under dir, as Digest counts
+// them (each path), from their metadata alone.
+func treeSize(dir string) (int64, error) {
+	var n int64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type().IsRegular() {
+			fi, err := d.Info()
+			if err != nil {
+				return err
+			}
+			n += fi.Size()
+		}
+		return nil
+	})
+	return n, err
 }

@@ -2,7 +2,7 @@ package image
 
 import (
 	"bufio"
-	"compress/gzip"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/x509"
@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"net/http"
 	"os"
@@ -25,6 +24,8 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/zstd"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sync/singleflight"
 
@@ -260,7 +261,7 @@ func (s *Store) pull(ctx context.Context, ref, namespace string) (Image, error) 
 		return fail(err)
 	}
 	source := r.Context().Digest(desc.Digest.String()).String()
-	im, err := s.importWith(ctx, ref, source, func(dst string) error { return s.flatten(dst, diffIDs) })
+	im, err := s.importPulled(ctx, ref, source, diffIDs)
 	if err != nil {
 		return Image{}, err
 	}
@@ -346,14 +347,21 @@ func (s *Store) fetchLayer(ctx context.Context, blob name.Digest, d v1.Descripto
 	return err
 }
 
+// maxZstdWindow bounds the window, so the memory, a zstd layer's decoder
+// may ask for: 128 MiB, what zstd --long makes at most (the decoder's own
+// default allows 512 MiB per layer, to a hostile blob too).
+const maxZstdWindow = 1 << 27
+
 func (s *Store) downloadLayer(ctx context.Context, blob name.Digest, d v1.Descriptor, diffID, dir string, opts []remote.Option) error {
-	var gz bool
+	var gz, zst bool
 	switch d.MediaType {
 	case types.DockerLayer, types.OCILayer, types.DockerForeignLayer, types.OCIRestrictedLayer:
 		gz = true
+	case types.OCILayerZStd:
+		zst = true
 	case types.OCIUncompressedLayer, types.OCIUncompressedRestrictedLayer:
 	default:
-		return fmt.Errorf("layer %s: media type %q is not supported (gzip or uncompressed tar)", d.Digest, d.MediaType)
+		return fmt.Errorf("layer %s: media type %q is not supported (gzip, zstd or uncompressed tar)", d.Digest, d.MediaType)
 	}
 	l, err := remote.Layer(blob, opts...)
 	if err != nil {
@@ -373,35 +381,51 @@ func (s *Store) downloadLayer(ctx context.Context, blob name.Digest, d v1.Descri
 	if err := os.Mkdir(tree, 0o755); err != nil {
 		return err
 	}
-	// Both digests are checked on the bytes themselves: the compressed
-	// one names the blob in the manifest, the diff id names the tree in
-	// the layer store that other images will share.
-	blobH, tarH := sha256.New(), sha256.New()
-	var tr io.Reader = io.TeeReader(ctxReader{ctx, rc}, blobH)
-	if gz {
-		zr, err := gzip.NewReader(bufio.NewReader(tr))
+	// Both digests are checked on the bytes themselves, each hashed
+	// once: go-containerregistry's Compressed hashes the blob as it is
+	// read and fails its last read when the blob does not match its
+	// digest (blobReader keeps that error, whoever read it); berth hashes
+	// the uncompressed stream, the diff id, which names the tree in the
+	// layer store that other images will share.
+	br := &blobReader{r: ctxReader{ctx, rc}}
+	tarH := sha256.New()
+	var tr io.Reader = br
+	switch {
+	case gz:
+		zr, err := gzip.NewReader(bufio.NewReaderSize(br, 1<<20))
 		if err != nil {
-			return fmt.Errorf("layer %s: %w", d.Digest, digestFirst(blobH, rc, d.Digest.String(), err))
+			return fmt.Errorf("layer %s: %w", d.Digest, digestFirst(br, err))
+		}
+		defer zr.Close()
+		tr = zr
+	case zst:
+		// One goroutine: the pull already unpacks layers in parallel.
+		zr, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(maxZstdWindow))
+		if err != nil {
+			return fmt.Errorf("layer %s: %w", d.Digest, err)
 		}
 		defer zr.Close()
 		tr = zr
 	}
 	tr = io.TeeReader(tr, tarH)
 	if err := unpackTar(tr, tree); err != nil {
-		return fmt.Errorf("layer %s: %w", d.Digest, digestFirst(blobH, rc, d.Digest.String(), err))
+		return fmt.Errorf("layer %s: %w", d.Digest, digestFirst(br, err))
 	}
 	// The tar's end-of-archive blocks and the gzip trailer count too.
 	if _, err := io.Copy(io.Discard, tr); err != nil {
-		return fmt.Errorf("layer %s: %w", d.Digest, digestFirst(blobH, rc, d.Digest.String(), err))
+		return fmt.Errorf("layer %s: %w", d.Digest, digestFirst(br, err))
 	}
-	if _, err := io.Copy(blobH, rc); err != nil {
-		return fmt.Errorf("layer %s: %w", d.Digest, err)
-	}
-	if got := DigestPrefix + hex.EncodeToString(blobH.Sum(nil)); got != d.Digest.String() {
-		return fmt.Errorf("layer %s: digest mismatch: the registry sent %s; refused", d.Digest, got)
+	// To the blob's end, where its digest is checked.
+	if _, err := io.Copy(io.Discard, br); err != nil || br.err != nil {
+		return fmt.Errorf("layer %s: %w; refused", d.Digest, cmp.Or(br.err, err))
 	}
 	if got := DigestPrefix + hex.EncodeToString(tarH.Sum(nil)); got != diffID {
 		return fmt.Errorf("layer %s: diff id mismatch: want %s, got %s; refused", d.Digest, diffID, got)
+	}
+	// Durable before it is in the layer store, where its presence alone
+	// says it is whole and verified (a resumed pull keeps it).
+	if err := syncTree(tree); err != nil {
+		return fmt.Errorf("layer %s: %w", d.Digest, err)
 	}
 	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
 		return err
@@ -415,15 +439,30 @@ func (s *Store) downloadLayer(ctx context.Context, blob name.Digest, d v1.Descri
 }
 
 // digestFirst turns a failure to read a blob into a digest mismatch when
-// that is what it is: garbage fails gunzip or tar before the hash is done,
-// and the message must name the blob that was corrupt, not the symptom.
-// rest is the raw blob after what h has seen (not the tee that feeds h).
-func digestFirst(h hash.Hash, rest io.Reader, want string, cause error) error {
-	io.Copy(h, io.LimitReader(rest, 1<<30))
-	if got := DigestPrefix + hex.EncodeToString(h.Sum(nil)); got != want {
-		return fmt.Errorf("digest mismatch: the registry sent %s for %s; refused", got, want)
+// that is what it is: garbage fails gunzip or tar before the blob's end,
+// where its digest is checked, and the message must name the blob that
+// was corrupt, not the symptom.
+func digestFirst(br *blobReader, cause error) error {
+	io.Copy(io.Discard, io.LimitReader(br, 1<<30))
+	if br.err != nil {
+		return fmt.Errorf("%w (refused)", br.err)
 	}
 	return cause
+}
+
+// blobReader keeps the first error other than EOF that reading the blob
+// met: a digest mismatch, a failed download, the end of the context.
+type blobReader struct {
+	r   io.Reader
+	err error
+}
+
+func (b *blobReader) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil && err != io.EOF && b.err == nil {
+		b.err = err
+	}
+	return n, err
 }
 
 // ctxReader makes a long download stop when its context ends.

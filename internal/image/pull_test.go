@@ -1,8 +1,11 @@
 package image
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +15,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/berth-dev/berth/internal/image/registrytest"
 	"github.com/berth-dev/berth/internal/store"
@@ -429,5 +433,125 @@ func TestPullRefusesUnsafeLayer(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(s.Dir(), "..", "outside.txt")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a ../ entry left the image: %v", err)
+	}
+}
+
+// TestPullRefusesReencodedBlob: a blob whose uncompressed tar is the
+// layer's (the diff id matches) but whose bytes are not the ones the
+// manifest names is refused: the compressed digest is checked too.
+func TestPullRefusesReencodedBlob(t *testing.T) {
+	reg := registrytest.Start(t, registrytest.Options{})
+	l := registrytest.Layer(t, registrytest.File{Name: "f.txt", Body: []byte(strings.Repeat("same tar, other gzip ", 500))})
+	ref := reg.Push(t, "reenc:v1", registrytest.Image(t, v1.Config{}, l))
+	d, _ := l.Digest()
+	blob := reg.BlobPath(d.String())
+	orig, err := os.ReadFile(blob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(orig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var re bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&re, gzip.NoCompression)
+	zw.Write(raw)
+	zw.Close()
+	if err := os.WriteFile(blob, re.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := newPullStore(t, RegistryOptions{})
+	_, err = s.Pull(t.Context(), ref, "a")
+	if err == nil || !strings.Contains(err.Error(), d.String()) {
+		t.Fatalf("pull of a re-encoded blob: %v; want a refusal naming %s", err, d)
+	}
+	t.Logf("refused: %v", err)
+	did, _ := l.DiffID()
+	if s.Exists(ref) {
+		t.Error("the image was stored")
+	}
+	if _, err := os.Stat(s.layerDir(did.String())); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the layer is in the layer store: %v", err)
+	}
+}
+
+// TestSecondUseSendsNoRequest counts the requests a registry sees: a
+// namespace's second use of an image it pulled sends none, in the same
+// process and after a restart; another namespace's first use sends only
+// what re-resolving the manifest takes, no blob.
+func TestSecondUseSendsNoRequest(t *testing.T) {
+	reg := registrytest.Start(t, registrytest.Options{})
+	reg.Push(t, "count/app:v1", whiteoutImage(t))
+	proxy := reg.CountingProxy(t)
+	ref := proxy.Host + "/count/app:v1"
+	st, err := store.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	o := Options{Dir: filepath.Join(t.TempDir(), "images"), Catalog: st, Registry: RegistryOptions{Insecure: []string{"127.0.0.1"}}}
+	s, err := New(t.Context(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Pull(t.Context(), ref, "a"); err != nil {
+		t.Fatal(err)
+	}
+	first := proxy.Requests()
+	if first == 0 {
+		t.Fatal("the first pull sent no request through the proxy")
+	}
+	if _, err := s.Pull(t.Context(), ref, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if got := proxy.Requests() - first; got != 0 {
+		t.Errorf("a second use by the same namespace sent %d requests, want 0", got)
+	}
+	s2, err := New(t.Context(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s2.Pull(t.Context(), ref, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if got := proxy.Requests() - first; got != 0 {
+		t.Errorf("a use by the same namespace after a restart sent %d requests, want 0", got)
+	}
+	before := proxy.Requests()
+	if _, err := s2.Pull(t.Context(), ref, "b"); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("requests: the pull %d, namespace b's re-resolve %d", first, proxy.Requests()-before)
+	if got := proxy.Requests() - before; got == 0 || got >= first {
+		t.Errorf("another namespace's first use sent %d requests; want a re-resolve (more than 0, fewer than the pull's %d)", got, first)
+	}
+}
+
+// TestPullZstdLayer: a zstd layer (OCI's tar+zstd) under a gzip one is
+// verified and unpacked as a gzip one is.
+func TestPullZstdLayer(t *testing.T) {
+	reg := registrytest.Start(t, registrytest.Options{})
+	base := registrytest.Layer(t, registrytest.File{Name: "etc/", Dir: true}, registrytest.File{Name: "etc/base.txt", Body: []byte("gzip")})
+	top := registrytest.ZstdLayer(t, registrytest.File{Name: "etc/top.txt", Body: []byte(strings.Repeat("zstd ", 1000))})
+	if mt, _ := top.MediaType(); mt != types.OCILayerZStd {
+		t.Fatalf("the top layer is %s", mt)
+	}
+	ref := reg.Push(t, "zstd/app:v1", registrytest.Image(t, v1.Config{}, base, top))
+	s := newPullStore(t, RegistryOptions{})
+	if _, err := s.Pull(t.Context(), ref, "a"); err != nil {
+		t.Fatal(err)
+	}
+	root, err := s.Rootfs(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range map[string]string{"etc/base.txt": "gzip", "etc/top.txt": strings.Repeat("zstd ", 1000)} {
+		if b, err := os.ReadFile(filepath.Join(root, p)); err != nil || string(b) != want {
+			t.Errorf("%s = %.20q, %v", p, b, err)
+		}
 	}
 }

@@ -1,7 +1,8 @@
 // Package jobs runs berth's durable background jobs (app-lb.md §1.3 Jobs):
 // at most one job per deployment at a time, each an apitype.JobRecord kept
 // in the store from the moment it starts, so its log and outcome survive a
-// restart. It also keeps the registered CI workflows (Workflows).
+// restart. It also keeps the registered CI workflows and runs them
+// (Workflows, below).
 //
 // # Records
 //
@@ -47,4 +48,23 @@
 // started. Secrets: a kind passes every secret value it holds to
 // Job.Redact before logging anything; every log line and the final error
 // are masked, so no value reaches the record or the database.
+//
+// # Workflows
+//
+// A workflow (apitype.WorkflowSpec) names a git repository, a ref and a
+// path (a file or glob) of YAML files, each {steps: [{job, deployment,
+// ref?, force?}]}, decoded strictly (an unknown key is refused, named) and
+// concatenated in file-name order. Workflows.Run (POST
+// /workflows/{id}/runs) runs an enabled workflow in a goroutine the
+// Workflows owns: RunOptions.Checkout fetches the repository (in berth,
+// build.Builder.Checkout, the image builder's git fetch and its policy),
+// every step is checked (a kind this server runs, a deployment that
+// exists), then each is started with Manager.Start, so it is an ordinary
+// job with its record, and followed (Manager.Follow, no clock involved)
+// to its end; the first failure fails the run and skips the rest. One
+// run of a workflow at a time. A run (RunView) lives in memory only, the
+// last DefaultKeepRuns of them; its jobs are durable. Close ends the
+// running runs (Workflows.Close before Manager.Close). Tag-push triggers,
+// runner networks and secrets_prefix are not offered: the last two are
+// refused when set, not ignored.
 package jobs

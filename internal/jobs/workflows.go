@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"sync"
+	"time"
 
 	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/store"
@@ -19,18 +21,41 @@ type WorkflowStore interface {
 	DeleteWorkflow(ctx context.Context, id string) error
 }
 
-// Workflows keeps the registered CI workflows (/workflows). Nothing runs
-// them yet, so a workflow is stored only disabled: enabled:true is
-// refused rather than accepted and ignored.
-type Workflows struct{ st WorkflowStore }
+// Workflows keeps the registered CI workflows (/workflows) and runs the
+// enabled ones (Run; see runs.go).
+type Workflows struct {
+	st WorkflowStore
+	o  RunOptions
 
-// NewWorkflows returns the workflows kept in st.
-func NewWorkflows(st WorkflowStore) *Workflows { return &Workflows{st: st} }
+	mu      sync.Mutex
+	runs    []*run // newest last, at most o.Keep
+	closed  bool
+	ctx     context.Context
+	cancel  context.CancelFunc
+	running sync.WaitGroup
+}
+
+// NewWorkflows returns the workflows kept in st, run with o (a zero
+// RunOptions stores workflows but refuses runs with a 501).
+func NewWorkflows(st WorkflowStore, o RunOptions) *Workflows {
+	if o.Keep <= 0 {
+		o.Keep = DefaultKeepRuns
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	ws := &Workflows{st: st, o: o}
+	ws.ctx, ws.cancel = context.WithCancel(context.Background())
+	return ws
+}
 
 // The defaults app-lb fills in (app-lb.md §9.2 workflow-minimal).
 const (
 	defaultWorkflowRef  = "main"
 	defaultWorkflowPath = ".ci/workflows/*.yml"
+	// defaultWorkflowNetwork is what an empty network means: berth has no
+	// runner networks, so it is the only value accepted.
+	defaultWorkflowNetwork = "default"
 )
 
 var workflowID = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,62}[a-z0-9])?$`)
@@ -55,8 +80,10 @@ func checkWorkflow(w *apitype.WorkflowSpec) error {
 		return fieldErr("id", "%q must be 1-64 of a-z, 0-9, '.', '_' and '-', starting and ending with a letter or digit", w.ID)
 	case w.Repo == "":
 		return fieldErr("repo", "required")
-	case w.Enabled:
-		return fieldErr("enabled", "berth does not run workflows yet, so it stores them disabled only; send enabled:false (or leave it out)")
+	case w.Network != "" && w.Network != defaultWorkflowNetwork:
+		return fieldErr("network", "berth runs a workflow's steps as its own jobs, on no runner network: %q cannot be honoured (leave it out)", w.Network)
+	case w.SecretsPrefix != "":
+		return fieldErr("secrets_prefix", "berth's workflow steps are jobs that read their deployments' own secrets, so a secrets prefix would be unused (leave it out)")
 	}
 	if a := w.Auth; a != nil {
 		if a.Secret == "" {

@@ -37,7 +37,8 @@ func (s *Server) openJobs(ctx context.Context) error {
 		return err
 	}
 	m.Register(apitype.JobImageBuild, bk)
-	s.jobs, s.workflows = m, jobs.NewWorkflows(s.store)
+	s.jobs = m
+	s.workflows = jobs.NewWorkflows(s.store, s.workflowRuns())
 	return nil
 }
 

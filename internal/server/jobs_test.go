@@ -230,7 +230,7 @@ func TestWorkflowsCRUD(t *testing.T) {
 	n := startNode(t, Options{})
 	c := contracttest.MustLoad(t)
 	var w apitype.WorkflowSpec
-	r := n.call(nil, "POST", "/workflows", "", `{"id":"build","repo":"https://git.test/app","network":"prod-runners","auth":{"secret":"gh"},"secrets_prefix":"ci/app"}`)
+	r := n.call(nil, "POST", "/workflows", "", `{"id":"build","repo":"https://git.test/app","network":"default","auth":{"secret":"gh"},"enabled":true}`)
 	if r.code != 201 {
 		t.Fatalf("create: %s", r)
 	}
@@ -238,7 +238,7 @@ func TestWorkflowsCRUD(t *testing.T) {
 		t.Errorf("WorkflowSpec: %v\n%s", err, r.body)
 	}
 	json.Unmarshal(r.body, &w)
-	if w.Ref != "main" || w.Path != ".ci/workflows/*.yml" || w.Enabled || w.Auth.Secret != "gh" {
+	if w.Ref != "main" || w.Path != ".ci/workflows/*.yml" || !w.Enabled || w.Auth.Secret != "gh" || w.Auth.Namespace != "default" {
 		t.Fatalf("created: %+v", w)
 	}
 	for _, c := range []struct {
@@ -247,7 +247,8 @@ func TestWorkflowsCRUD(t *testing.T) {
 		msg                string
 	}{
 		{"POST", "/workflows", `{"id":"build","repo":"x"}`, 409, "already exists"},
-		{"POST", "/workflows", `{"id":"ci","repo":"x","enabled":true}`, 400, "enabled: berth does not run workflows yet"},
+		{"POST", "/workflows", `{"id":"ci","repo":"x","network":"prod-runners"}`, 400, `network: berth runs a workflow's steps as its own jobs, on no runner network: "prod-runners" cannot be honoured`},
+		{"POST", "/workflows", `{"id":"ci","repo":"x","secrets_prefix":"ci/app"}`, 400, "secrets_prefix: berth's workflow steps are jobs"},
 		{"POST", "/workflows", `{"id":"ci"}`, 400, "repo: required"},
 		{"POST", "/workflows", `{"id":"ci","repo":"x","auth":{}}`, 400, "auth.secret: required"},
 		{"PUT", "/workflows/build", `{"id":"other","repo":"x"}`, 400, "id: \"other\" does not match"},
@@ -262,7 +263,7 @@ func TestWorkflowsCRUD(t *testing.T) {
 	}
 	n.must(200, "PUT", "/workflows/build", "", `{"repo":"https://git.test/app2","ref":"dev"}`, &w)
 	n.must(200, "GET", "/workflows/build", "", "", &w)
-	if w.Repo != "https://git.test/app2" || w.Ref != "dev" || w.ID != "build" {
+	if w.Repo != "https://git.test/app2" || w.Ref != "dev" || w.ID != "build" || w.Enabled {
 		t.Fatalf("replaced: %+v", w)
 	}
 	var l apitype.WorkflowList

@@ -24,6 +24,7 @@ import (
 	"github.com/berth-dev/berth/internal/hostnet/netnstest"
 	"github.com/berth-dev/berth/internal/image/registrytest"
 	"github.com/berth-dev/berth/internal/syncbuf"
+	"github.com/berth-dev/berth/internal/vm"
 	"github.com/berth-dev/berth/internal/vm/vmtest"
 )
 
@@ -219,5 +220,41 @@ func TestDockerConfigAuth(t *testing.T) {
 	}
 	if _, err := dockerConfigAuth("{", "ghcr.io"); err == nil {
 		t.Error("a broken config.json was accepted")
+	}
+}
+
+// TestRegistrySecondDeploymentSendsNoRequest: once a namespace has pulled
+// a reference, another deployment of it in that namespace starts (its
+// spec write's prefetch, its replica's pull phase) with no request to
+// the registry, counted at a proxy in front of it.
+func TestRegistrySecondDeploymentSendsNoRequest(t *testing.T) {
+	reg := registrytest.Start(t, registrytest.Options{})
+	proxy := reg.CountingProxy(t)
+	reg.Push(t, "apps/twice:v1", registrytest.Image(t, v1.Config{Cmd: []string{"run", "it"}},
+		registrytest.Layer(t, registrytest.File{Name: "f.txt", Body: []byte("x")})))
+	ref := proxy.Host + "/apps/twice:v1"
+	n, _, nsA := limitsWorld(t, Options{RegistryAllowInsecure: []string{"127.0.0.1"}})
+	prep := &imagePreparer{s: n.s, log: slog.New(slog.DiscardHandler), started: map[string]bool{}}
+	// The first deployment pulls.
+	first := &vm.Spec{Image: ref}
+	if err := prep.Prepare(t.Context(), "team-a", first); err != nil {
+		t.Fatal(err)
+	}
+	pulled := proxy.Requests()
+	if pulled == 0 || first.Command != "run it" {
+		t.Fatalf("the first deployment's pull: %d requests, command %q", pulled, first.Command)
+	}
+	// The second: its spec's prefetch, then its replica's pull phase.
+	prep.Prefetch("team-a", ref)
+	second := &vm.Spec{Image: ref}
+	if err := prep.Prepare(t.Context(), "team-a", second); err != nil {
+		t.Fatal(err)
+	}
+	n.must(200, "POST", "/images/pull", nsA, fmt.Sprintf(`{"ref":%q}`, ref), nil)
+	if got := proxy.Requests() - pulled; got != 0 {
+		t.Errorf("a second deployment of a pulled image sent %d requests to the registry, want 0", got)
+	}
+	if second.Command != "run it" {
+		t.Errorf("second deployment's command %q", second.Command)
 	}
 }

@@ -251,6 +251,13 @@ type Options struct {
 	BuildAllowLocal, BuildAllowHTTP, BuildNetwork bool
 	BuildTimeout                                  time.Duration
 
+	// WorkflowAllowLocal lets a workflow's repo be a local path or
+	// file:// URL, WorkflowAllowHTTP a plain http:// remote (the image
+	// builder's AllowLocal and AllowHTTP; workflows are fleet-wide
+	// admins' only). berth serve --workflow-allow-local,
+	// --workflow-allow-http.
+	WorkflowAllowLocal, WorkflowAllowHTTP bool
+
 	Log *slog.Logger
 }
 
@@ -498,7 +505,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	if err := s.openJobs(ctx); err != nil {
 		return nil, err
 	}
-	undo = append(undo, s.jobs.Close)
+	undo = append(undo, s.jobs.Close, s.workflows.Close)
 	s.registry = registry.New(registry.Options{
 		Store:       st,
 		Publisher:   s.publisher(),
@@ -775,7 +782,9 @@ func (s *Server) Run(ctx context.Context) error {
 	s.log.Info("draining", "timeout", s.o.DrainTimeout, "in_flight", s.proxy.Active())
 	// Running jobs are cancelled first (their commands killed, their
 	// records written failed), so that log followers see them end and do
-	// not hold the admin listener's drain.
+	// not hold the admin listener's drain. Workflow runs first: a run
+	// would otherwise see its step's job end and try the next.
+	s.workflows.Close()
 	s.jobs.Close()
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.o.DrainTimeout)
 	defer cancel()

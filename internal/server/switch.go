@@ -2,9 +2,9 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/registry"
@@ -12,8 +12,8 @@ import (
 
 // rewriteSpec changes the stored spec of deployment id the way a client's
 // PUT would, for a job that switches a deployment to what it produced:
-// edit gets a copy of the current spec (its vm section and mounts copied,
-// so edit may change them in place) and reports whether it changed
+// edit gets a deep copy of the current spec (so edit may change anything
+// in place) and reports whether it changed
 // anything; if so, the spec is put back through registry.Put (MustExist,
 // IfMatch the ETag it was read with), so the write is validated,
 // persisted and published as any other, and a vm section that changed
@@ -30,16 +30,21 @@ func (s *Server) rewriteSpec(ctx context.Context, id string, edit func(*apitype.
 		if !ok {
 			return false, fmt.Errorf("deployment %q no longer exists", id)
 		}
-		sp := e.Spec
-		if sp.VM != nil {
-			v := *sp.VM
-			v.Mounts = slices.Clone(v.Mounts)
-			sp.VM = &v
+		// A deep copy: registry.Put normalizes the spec it is given in
+		// place (routes, sections behind pointers), and the entry's spec
+		// is read concurrently (GET /deployments/{id}, the data plane).
+		raw, err := json.Marshal(&e.Spec)
+		if err != nil {
+			return false, err
+		}
+		var sp apitype.DeploymentSpec
+		if err := json.Unmarshal(raw, &sp); err != nil {
+			return false, err
 		}
 		if !edit(&sp) {
 			return false, nil
 		}
-		_, _, err := s.registry.Put(ctx, sp, registry.PutOptions{MustExist: true, IfMatch: e.ETag})
+		_, _, err = s.registry.Put(ctx, sp, registry.PutOptions{MustExist: true, IfMatch: e.ETag})
 		if errors.Is(err, registry.ErrPrecondition) && attempt == 0 {
 			continue
 		}

@@ -19,20 +19,26 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/compression"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 	"golang.org/x/crypto/bcrypt"
 )
 
@@ -173,6 +179,33 @@ func (r *Registry) BlobPath(digest string) string {
 	return filepath.Join(r.Dir, "docker", "registry", "v2", "blobs", "sha256", hex[:2], hex, "data")
 }
 
+// Proxy forwards to a registry and counts the requests it forwards, so a
+// test can assert that something sent none.
+type Proxy struct {
+	Host string // 127.0.0.1:port; reference images as Host + "/repo:tag"
+	n    atomic.Int64
+}
+
+// Requests is how many requests the proxy has forwarded.
+func (p *Proxy) Requests() int64 { return p.n.Load() }
+
+// CountingProxy starts a Proxy to r (plain HTTP) for the test.
+func (r *Registry) CountingProxy(t testing.TB) *Proxy {
+	t.Helper()
+	if r.opts.TLS {
+		t.Fatal("CountingProxy: the registry serves TLS")
+	}
+	p := &Proxy{}
+	rp := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: r.Host})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		p.n.Add(1)
+		rp.ServeHTTP(w, req)
+	}))
+	t.Cleanup(srv.Close)
+	p.Host = strings.TrimPrefix(srv.URL, "http://")
+	return p
+}
+
 // File is one entry of a Layer: a regular file (Body), a directory (Dir),
 // a symlink (Link) or a hard link (HardLink, its target's name).
 type File struct {
@@ -186,6 +219,18 @@ type File struct {
 
 // Layer builds a gzipped layer of files.
 func Layer(t testing.TB, files ...File) v1.Layer {
+	t.Helper()
+	return layer(t, files)
+}
+
+// ZstdLayer builds a zstd-compressed layer of files
+// (application/vnd.oci.image.layer.v1.tar+zstd).
+func ZstdLayer(t testing.TB, files ...File) v1.Layer {
+	t.Helper()
+	return layer(t, files, tarball.WithCompression(compression.ZStd), tarball.WithMediaType(types.OCILayerZStd))
+}
+
+func layer(t testing.TB, files []File, opts ...tarball.LayerOption) v1.Layer {
 	t.Helper()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
@@ -218,7 +263,7 @@ func Layer(t testing.TB, files ...File) v1.Layer {
 		t.Fatal(err)
 	}
 	b := buf.Bytes()
-	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil })
+	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
