@@ -95,6 +95,15 @@ func (c *Client) PullMounts(ctx context.Context, deployment string, force bool) 
 	}{force})
 }
 
+// Build starts a vm deployment's image-build job
+// (`POST /deployments/:id/build`), building ref instead of the spec's
+// build.ref when it is not "".
+func (c *Client) Build(ctx context.Context, deployment, ref string) (*apitype.JobRecord, error) {
+	return c.StartJob(ctx, deployment, apitype.JobImageBuild, struct {
+		Ref string `json:"ref,omitempty"`
+	}{ref})
+}
+
 // jobLogLine is one object of berth's `GET /jobs/:id/log` NDJSON stream.
 type jobLogLine struct {
 	Line   *string            `json:"line"`

@@ -230,6 +230,10 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 	allowLinkLocal := fs.Bool("allow-link-local-upstreams", envBool("BERTH_ALLOW_LINK_LOCAL_UPSTREAMS"), "let upstreams reach link-local and cloud metadata addresses (169.254.0.0/16, fe80::/10, 100.100.100.200, fd00:ec2::254), refused by default (BERTH_ALLOW_LINK_LOCAL_UPSTREAMS)")
 	artifactMax := fs.Int64("artifact-max-bytes", int64(intEnv("BERTH_ARTIFACT_MAX_BYTES", int(artifact.DefaultMaxBlobBytes))), "the largest blob one upload to the artifact store (/namespaces/{ns}/artifacts) may hold (BERTH_ARTIFACT_MAX_BYTES)")
 	artifactPrivate := fs.Bool("artifact-allow-private", envBool("BERTH_ARTIFACT_ALLOW_PRIVATE"), "let the artifact stores deployments name (http(s) store URLs) be reached at loopback and private addresses, refused by default so a tenant cannot make berth fetch from the internal network (BERTH_ARTIFACT_ALLOW_PRIVATE)")
+	buildLocal := fs.Bool("build-allow-local", envBool("BERTH_BUILD_ALLOW_LOCAL"), "let fleet-wide writers name a local git repository (a path or file:// URL) as a deployment's build.repo; confined tokens never may (BERTH_BUILD_ALLOW_LOCAL)")
+	buildHTTP := fs.Bool("build-allow-http", envBool("BERTH_BUILD_ALLOW_HTTP"), "let build.repo be a plain http:// remote (a build.auth token sent to one travels in the clear); https only by default (BERTH_BUILD_ALLOW_HTTP)")
+	buildNetwork := fs.Bool("build-network", envBool("BERTH_BUILD_NETWORK"), "give image builds' RUN steps the host's network; off by default: RUN steps get none (BERTH_BUILD_NETWORK)")
+	buildTimeout := fs.Duration("build-timeout", durEnv("BERTH_BUILD_TIMEOUT", 0), "the longest one image build may take; 0: 30m (BERTH_BUILD_TIMEOUT)")
 	artifactRoots := fs.String("artifact-roots", env("BERTH_ARTIFACT_ROOTS", ""), "comma-separated directories an absolute local store root (a deployment's store: /path) may lie in; empty refuses absolute roots (BERTH_ARTIFACT_ROOTS)")
 	maxActive := fs.Int("computer-max-active", intEnv("BERTH_COMPUTER_MAX_ACTIVE", 0), "register this host in the Computer capacity registry with at most this many Computers starting or running at once; 0: keep the registry as stored (empty: 16 fleet slots) (BERTH_COMPUTER_MAX_ACTIVE)")
 	headroom := fs.Int("computer-reserved-headroom", intEnv("BERTH_COMPUTER_RESERVED_HEADROOM", 0), "of --computer-max-active, how many slots to hold back (below it) (BERTH_COMPUTER_RESERVED_HEADROOM)")
@@ -330,6 +334,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 		UpstreamResponseTimeout: *respTimeout, AllowLinkLocalUpstreams: *allowLinkLocal, HostUpdates: *hostUpdates,
 		WorkflowAllowLocal: *wfLocal, WorkflowAllowHTTP: *wfHTTP,
 		ArtifactMaxBytes: *artifactMax, ArtifactAllowPrivate: *artifactPrivate, ArtifactRoots: splitList(*artifactRoots),
+		BuildAllowLocal: *buildLocal, BuildAllowHTTP: *buildHTTP, BuildNetwork: *buildNetwork, BuildTimeout: *buildTimeout,
 		RegistryCAFile: *registryCA, RegistryAllowInsecure: splitList(*registryInsecure), ImageBudget: *imageBudget << 20,
 		GuardDryRun: !*guardEnforce, SIEM: siemConfig,
 		// Credentials come from the environment only, never a flag: a

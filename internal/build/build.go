@@ -149,6 +149,11 @@ type Request struct {
 	// exists only during the call: import it (image.Store.Import(ctx,
 	// name, rootfs)) before returning. Required.
 	Import func(ctx context.Context, rootfs string) error
+	// ImportResult, when set, is called instead of Import, with what the
+	// Result says so far (Repo, Commit, Ref, Dockerfile, Config, Bytes):
+	// for callers that name the image by its commit or keep its Config
+	// with it.
+	ImportResult func(ctx context.Context, rootfs string, res Result) error
 }
 
 // Config is the run configuration of the built image (its OCI config).
@@ -225,7 +230,7 @@ func (b *Builder) Build(ctx context.Context, req Request, logf func(line string)
 	fail := func(step string, err error) (Result, error) {
 		return Result{}, &BuildError{Step: step, Err: lg.redactErr(err), Tail: lg.tail()}
 	}
-	if req.Import == nil {
+	if req.Import == nil && req.ImportResult == nil {
 		return fail("request", errors.New("no Import function"))
 	}
 	if (req.Repo == "") == (req.Recipe == nil) {
@@ -311,7 +316,12 @@ func (b *Builder) Build(ctx context.Context, req Request, logf func(line string)
 	lg.line(fmt.Sprintf("built %d bytes in %s", res.Bytes, res.Buildah.Round(time.Millisecond)))
 
 	start = time.Now()
-	if err := req.Import(ctx, rootfs); err != nil {
+	if req.ImportResult != nil {
+		err = req.ImportResult(ctx, rootfs, res)
+	} else {
+		err = req.Import(ctx, rootfs)
+	}
+	if err != nil {
 		return fail("import", err)
 	}
 	res.Import = time.Since(start)

@@ -92,7 +92,7 @@ var commands []*command
 func init() {
 	commands = []*command{
 		applyCmd, getCmd, describeCmd, deleteCmd, scaleCmd,
-		cordonCmd, drainCmd, uncordonCmd, execCmd, shellCmd, logsCmd, updateCmd, pullCmd, mountsCmd,
+		cordonCmd, drainCmd, uncordonCmd, execCmd, shellCmd, logsCmd, updateCmd, pullCmd, mountsCmd, buildCmd,
 		statusCmd, createCmd, loginCmd, logoutCmd, whoamiCmd, configCmd, tokenCmd,
 		blockCmd, allowCmd, respondCmd,
 		computerCmd, versionCmd, helpCmd,

@@ -107,6 +107,37 @@ func runMounts(ctx context.Context, e *env, args []string) error {
 	return e.startJob(ctx, *follow, func(c *client.Client) (*apitype.JobRecord, error) { return c.PullMounts(ctx, id, *force) })
 }
 
+var buildCmd = &command{
+	name:    "build",
+	summary: "Build a vm deployment's image from its build section as a job",
+	help: `Usage: berth build ID [--ref REF] [--follow]
+
+Start the deployment's image-build job: berth fetches build.repo at
+build.ref (or --ref: a branch, tag or commit; for build.store, a tag or
+digest of a Dockerfile manifest), builds the Dockerfile with buildah,
+imports the result as an image and switches the deployment to it.
+Registering or editing a deployment whose image is not built starts one
+by itself.
+
+Flags:
+      --ref REF  build this ref instead of build.ref
+  -f, --follow   print the job's log until it finishes
+`,
+	run: runBuild,
+}
+
+func runBuild(ctx context.Context, e *env, args []string) error {
+	fs := e.flagSet("build")
+	follow := fs.Bool("f", false, "")
+	fs.BoolVar(follow, "follow", false, "")
+	ref := fs.String("ref", "", "")
+	id, err := e.textDeployment("build", fs, args)
+	if err != nil {
+		return err
+	}
+	return e.startJob(ctx, *follow, func(c *client.Client) (*apitype.JobRecord, error) { return c.Build(ctx, id, *ref) })
+}
+
 // startJob starts a job with start and, with follow, prints its log until
 // it ends (failing when the job failed); without, prints its id.
 func (e *env) startJob(ctx context.Context, follow bool, start func(*client.Client) (*apitype.JobRecord, error)) error {

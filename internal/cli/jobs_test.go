@@ -61,6 +61,9 @@ func TestJobsCLI(t *testing.T) {
 	if code, _, errs := berth(t, "", "mounts", "pull", "web", "--force", "-f"); code == 0 || !strings.Contains(errs, `deployment "web" has no vm.mounts to pull`) {
 		t.Fatalf("mounts pull: exit %d, stderr %s", code, errs)
 	}
+	if code, _, errs := berth(t, "", "build", "web", "--ref", "v2", "-f"); code == 0 || !strings.Contains(errs, `deployment "web" has no build section`) {
+		t.Fatalf("build: exit %d, stderr %s", code, errs)
+	}
 	if code, _, errs := berth(t, "", "mounts", "web"); code == 0 || !strings.Contains(errs, "berth mounts pull ID") {
 		t.Fatalf("mounts without pull: exit %d, stderr %s", code, errs)
 	}

@@ -132,6 +132,7 @@ type Store struct {
 	sizes   map[string]int64  // name → bytes of content
 	importM sync.Mutex        // serialises imports and deletes (tree GC)
 	disks   map[string]*sync.Mutex
+	built   map[string]Config // name → run defaults of a built image (ImportBuilt)
 	pullState
 }
 
@@ -160,7 +161,10 @@ func New(ctx context.Context, o Options) (*Store, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Store{dir: dir, cat: o.Catalog, o: o, log: log, digests: map[string]string{}, sizes: map[string]int64{}, disks: map[string]*sync.Mutex{}}
-	s.pulled, s.layerSizes = map[string]*pulled{}, map[string]int64{}
+	s.pulled, s.layerSizes, s.built = map[string]*pulled{}, map[string]int64{}, map[string]Config{}
+	if err := s.loadBuilt(ctx); err != nil {
+		return nil, err
+	}
 	s.transport = registryTransport(o.Registry.RootCAs, o.Registry.Insecure)
 	if err := s.loadPulled(ctx); err != nil {
 		return nil, err
@@ -255,6 +259,14 @@ func validDigest(d string) bool {
 // that keeps the name's pin; other content replaces the name's tree unless
 // something uses the name (ErrInUse).
 func (s *Store) Import(ctx context.Context, name, src string) (Image, error) {
+	im, err := s.importPlain(ctx, name, src)
+	if err == nil {
+		s.forgetBuilt(ctx, name)
+	}
+	return im, err
+}
+
+func (s *Store) importPlain(ctx context.Context, name, src string) (Image, error) {
 	if err := s.checkImport(name); err != nil {
 		return Image{}, err
 	}
@@ -283,7 +295,11 @@ func (s *Store) ImportTar(ctx context.Context, name string, r io.Reader, source 
 	if err := s.checkImport(name); err != nil {
 		return Image{}, err
 	}
-	return s.importWith(ctx, name, source, func(dst string) error { return unpackTar(r, dst) })
+	im, err := s.importWith(ctx, name, source, func(dst string) error { return unpackTar(r, dst) })
+	if err == nil {
+		s.forgetBuilt(ctx, name)
+	}
+	return im, err
 }
 
 // importWith fills a fresh temporary tree with fill, digests it, and moves
@@ -463,6 +479,7 @@ func (s *Store) Delete(ctx context.Context, name string) error {
 		s.collect(ctx, digest)
 	}
 	s.forgetPulled(ctx, name)
+	s.forgetBuilt(ctx, name)
 	s.collectLayers()
 	s.log.Info("image deleted", "image", name, "digest", digest)
 	return nil

@@ -108,14 +108,15 @@ func (s *Store) layerDir(diffID string) string {
 	return filepath.Join(s.dir, "layers", "sha256", strings.TrimPrefix(diffID, DigestPrefix))
 }
 
-// Config returns the run defaults of a pulled image (ok false for an
-// imported one). It reads memory only.
+// Config returns the run defaults of a pulled or built image (ok false
+// for a plainly imported one). It reads memory only.
 func (s *Store) Config(name string) (Config, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p, ok := s.pulled[name]
 	if !ok {
-		return Config{}, false
+		c, ok := s.built[name]
+		return c, ok
 	}
 	return p.config, true
 }

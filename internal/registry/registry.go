@@ -334,6 +334,11 @@ func (r *Registry) activate(e *Entry) {
 		e.dp.Unavailable = "this deployment's image is being pulled; it has no replicas until it is (if this lasts, its last artifact-pull job failed)"
 		return
 	}
+	if b := e.Spec.Build; b != nil && (e.Spec.VM.Image == "" || r.o.Spec.ImageExists != nil && !r.o.Spec.ImageExists(e.Spec.VM.Image)) {
+		// The image is what the image-build job imports.
+		e.dp.Unavailable = fmt.Sprintf("deployment %s has not been built yet: POST /deployments/%s/build (if one ran, its image-build job failed)", e.Spec.ID, e.Spec.ID)
+		return
+	}
 	if i := Unpulled(e.Spec.VM); i >= 0 {
 		// No replica may boot without its data: no pool until the mount
 		// pull stamps every digest and puts the spec again.
@@ -584,7 +589,8 @@ func (r *Registry) Put(ctx context.Context, s apitype.DeploymentSpec, o PutOptio
 	so := r.o.Spec
 	if o.Restricted {
 		so.SiteRootsAllow = nil
-		so.StoreRootsAllow = nil // absolute store roots read the host's disk
+		so.StoreRootsAllow = nil   // absolute store roots read the host's disk
+		so.BuildAllowLocal = false // so does a build from a local repository
 	}
 	spec.Normalize(&s, so)
 	r.stampMounts(ctx, &s)
@@ -601,6 +607,12 @@ func (r *Registry) Put(ctx context.Context, s apitype.DeploymentSpec, o PutOptio
 		return nil, false, ErrNotFound
 	case o.IfMatch != "" && (prev == nil || prev.ETag != o.IfMatch):
 		return nil, false, ErrPrecondition
+	}
+	if s.Build != nil && s.VM != nil && s.VM.Image == "" && prev != nil && prev.Spec.Build != nil && prev.Spec.VM != nil {
+		// A built deployment's vm.image is the image-build job's: an edit
+		// that leaves it out (its writer re-sent its own spec) keeps
+		// serving the last build instead of dropping the pool.
+		s.VM.Image = prev.Spec.VM.Image
 	}
 	if err := r.checkRoutes(ctx, &s, o); err != nil {
 		return nil, false, err

@@ -20,7 +20,6 @@ func TestUnsupportedSectionsRefused(t *testing.T) {
 	vm := `"vm":{"driver":"process","port":8080,"start_command":"true"`
 	for field, doc := range map[string]string{
 		"feed":                   `{"id":"u",` + vm + `},"feed":{"expose":"/feed"}}`,
-		"build":                  `{"id":"u",` + vm + `},"build":{"repo":"https://git.test/x"}}`,
 		"discovery":              `{"id":"u","routes":[{"host":"u.test"}],"discovery":{"service_id":"svc"}}`,
 		"vm.mounts":              `{"id":"u",` + vm + `,"mounts":[{"path":"/data","store":"local","ref":"r"}]}}`,
 		"vm.workspace_archive":   `{"id":"u",` + vm + `,"workspace_archive":{"s3_key":"k"}}}`,

@@ -144,13 +144,14 @@ type imagePreparer struct {
 
 // Prepare pulls a registry reference the namespace cannot use yet (the
 // replica's cold start waits for it: the pull phase) and fills the image's
-// run defaults into what the spec leaves empty — spec values win.
+// run defaults (a pulled or built image's) into what the spec leaves
+// empty — spec values win.
 func (p *imagePreparer) Prepare(ctx context.Context, ns string, sp *vm.Spec) error {
 	im, ns := p.s.images, secrets.Namespace(ns)
-	if im == nil || !image.IsReference(sp.Image) {
+	if im == nil {
 		return nil
 	}
-	if !im.Usable(sp.Image, ns) {
+	if image.IsReference(sp.Image) && !im.Usable(sp.Image, ns) {
 		if _, err := im.Pull(ctx, sp.Image, ns); err != nil {
 			return err
 		}

@@ -32,6 +32,11 @@ func (s *Server) openJobs(ctx context.Context) error {
 		return err
 	}
 	m.Register(apitype.JobArtifactPull, ak)
+	bk, err := s.imageBuildKind()
+	if err != nil {
+		return err
+	}
+	m.Register(apitype.JobImageBuild, bk)
 	s.jobs = m
 	s.workflows = jobs.NewWorkflows(s.store, s.workflowRuns())
 	return nil

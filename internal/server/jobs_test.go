@@ -203,7 +203,7 @@ func TestJobRoutesRefusals(t *testing.T) {
 	}{
 		{"/deployments/web/update", `{}`, 403, "berth serve --host-updates"},
 		{"/deployments/nope/update", `{}`, 404, `no deployment "nope"`},
-		{"/deployments/web/build", ``, 501, "berth does not run image-build jobs yet"},
+		{"/deployments/web/build", ``, 400, `deployment "web" has no build section`},
 		{"/deployments/web/pull", `{"ref":"x"}`, 400, `deployment "web" has no artifact section to pull`},
 		{"/deployments/web/mounts/pull", `{}`, 400, `deployment "web" has no vm.mounts to pull`},
 		{"/deployments/web/update", `[]`, 400, "JSON object"},

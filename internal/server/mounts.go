@@ -104,6 +104,10 @@ func (s *Server) autoPull(ctx context.Context, e *registry.Entry) {
 	switch {
 	case s.artifactMissing(e):
 		kind, why = apitype.JobArtifactPull, "berth (its artifact is not on this host)"
+	case s.buildChanged(e):
+		kind, why = apitype.JobImageBuild, "berth (its build section changed)"
+	case s.buildMissing(e):
+		kind, why = apitype.JobImageBuild, "berth (its image is not built on this host)"
 	case e.Kind == apitype.KindVM && registry.Unpulled(e.Spec.VM) >= 0:
 		kind, why = apitype.JobMountPull, "berth (its mounts are not pulled on this host)"
 	default:
@@ -116,13 +120,16 @@ func (s *Server) autoPull(ctx context.Context, e *registry.Entry) {
 	rec, err := s.jobs.Start(ctx, kind, jobs.Request{
 		Deployment: jobs.Deployment{ID: e.Spec.ID, Namespace: ns, Kind: e.Kind, Spec: e.Spec},
 		Caller:     why,
+		// berth's own start for a spec its writer's checks accepted (a
+		// local build.repo only from a fleet-wide writer).
+		Fleet: kind == apitype.JobImageBuild,
 	})
 	if err != nil {
 		s.log.Warn("could not start a pull", "deployment", e.Spec.ID, "kind", kind, "err", err)
 		return
 	}
 	s.log.Info("started a pull", "deployment", e.Spec.ID, "kind", kind, "job", rec.ID)
-	if kind == apitype.JobArtifactPull && e.Kind == apitype.KindVM && len(e.Spec.VM.Mounts) > 0 {
+	if (kind == apitype.JobArtifactPull || kind == apitype.JobImageBuild) && e.Kind == apitype.KindVM && len(e.Spec.VM.Mounts) > 0 {
 		// Its mounts' pull follows once the image is there (only then:
 		// a failed pull is not retried in a loop).
 		go func() {
@@ -130,7 +137,7 @@ func (s *Server) autoPull(ctx context.Context, e *registry.Entry) {
 			if err != nil || end.Status != apitype.JobSucceeded {
 				return
 			}
-			if cur, ok := s.registry.Get(e.Spec.ID); ok && !s.artifactMissing(cur) {
+			if cur, ok := s.registry.Get(e.Spec.ID); ok && !s.artifactMissing(cur) && !s.buildMissing(cur) {
 				s.autoPull(context.WithoutCancel(ctx), cur)
 			}
 		}()

@@ -242,6 +242,15 @@ type Options struct {
 	// BERTH_HOST_UPDATES). Off, every such start is refused.
 	HostUpdates bool
 
+	// Builds (the image-build job, package build): BuildAllowLocal lets
+	// fleet-wide writers name a local repository (a path or file://) as
+	// build.repo, BuildAllowHTTP a plain http:// one; BuildTimeout bounds
+	// a build (0: build.DefaultTimeout); BuildNetwork gives RUN steps the
+	// host's network (off: none). berth serve --build-allow-local,
+	// --build-allow-http, --build-timeout, --build-network.
+	BuildAllowLocal, BuildAllowHTTP, BuildNetwork bool
+	BuildTimeout                                  time.Duration
+
 	// WorkflowAllowLocal lets a workflow's repo be a local path or
 	// file:// URL, WorkflowAllowHTTP a plain http:// remote (the image
 	// builder's AllowLocal and AllowHTTP; workflows are fleet-wide
@@ -317,6 +326,8 @@ type Server struct {
 	// self is berth's own listeners, which the proxy refuses to dial; filled
 	// as they are bound.
 	self *netguard.Self
+	// builds remembers built deployments' build sections (buildChanged).
+	builds buildSeen
 }
 
 // New opens the store, restores deployments and binds the listeners.
@@ -488,7 +499,8 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		BaseDomain: o.BaseDomain, Drivers: s.fleet.DriverNames(), ImageExists: s.imageExists,
 		SitesDir: o.SitesDir, SiteRootsAllow: o.SiteRootsAllow, MaxReplicasCeiling: replicaCeiling(o),
 		StoreRootsAllow: o.ArtifactRoots,
-		Mounter:         s.fleet.Mounter,
+		BuildAllowLocal: o.BuildAllowLocal, BuildAllowHTTP: o.BuildAllowHTTP,
+		Mounter: s.fleet.Mounter,
 	}
 	if err := s.openJobs(ctx); err != nil {
 		return nil, err

@@ -49,7 +49,6 @@ func (v validator) unsupported() *FieldError {
 		field, what string
 	}{
 		{s.Feed != nil, "feed", "berth keeps no event feed"},
-		{s.Build != nil, "build", "berth does not build images from a repo or store"},
 		{s.Update != nil && s.Update.Auth != nil, "update.auth", "a host update uses no stored credential of its own; pass one to its commands with update.env_from"},
 		{s.Discovery != nil, "discovery", "berth does not discover upstreams (list them in upstreams)"},
 		{vm.Workspace != nil, "vm.workspace", "berth does not persist deployment workspaces"},

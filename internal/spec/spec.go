@@ -75,6 +75,12 @@ type Options struct {
 	// none, or a read_only false on one that attaches only read-only
 	// ones, is refused rather than ignored. Nil skips both checks.
 	Mounter func(driver string) (attaches, writable bool)
+	// BuildAllowLocal lets build.repo be a local path or file:// URL
+	// (berth serve --build-allow-local), for writers that cover the whole
+	// fleet (the registry clears it for confined ones: a local path reads
+	// the host's disk). BuildAllowHTTP lets it be a plain http:// remote.
+	// Otherwise only https:// remotes are accepted.
+	BuildAllowLocal, BuildAllowHTTP bool
 }
 
 // FieldError is one validation failure. Field is a JSON path into the spec,

@@ -13,7 +13,6 @@ import (
 // validates but does not act on, keyed by the field the refusal names.
 var unsupportedSpecs = map[string]string{
 	"feed":                   `{"id":"a","routes":[{"host":"a.test"}],"vm":{"driver":"process","port":8080},"feed":{"expose":"/feed"}}`,
-	"build":                  `{"id":"a","routes":[{"host":"a.test"}],"vm":{"driver":"process","port":8080},"build":{"repo":"https://git.test/x"}}`,
 	"update.auth":            `{"id":"a","routes":[{"host":"a.test"}],"upstreams":["127.0.0.1:9000"],"update":{"working_dir":"/srv/a","commands":["make"],"auth":{"secret":"git"}}}`,
 	"discovery":              `{"id":"a","routes":[{"host":"a.test"}],"discovery":{"service_id":"svc"}}`,
 	"vm.workspace":           `{"id":"a","routes":[{"host":"a.test"}],"vm":{"driver":"firecracker","port":8080,"workspace":{"store":"local"}},"scaling":{"max_replicas":1}}`,

@@ -385,9 +385,10 @@ func (v validator) vm() *FieldError {
 	if process && vm.Image != "" {
 		return fieldErr("vm.image", "the process driver runs start_command on this host and has no images; remove vm.image, or name an image driver in vm.driver")
 	}
-	// An artifact deployment's image is what its pull imports (and
-	// stamps into vm.image): absent or not there yet is fine.
-	if v.o.ImageExists != nil && vm.Driver != apitype.DriverProcess && v.s.Artifact == nil {
+	// An artifact deployment's image is what its pull imports, a built
+	// one's what its last build produced (each job stamps it into
+	// vm.image): absent or not there yet is fine.
+	if v.o.ImageExists != nil && vm.Driver != apitype.DriverProcess && v.s.Artifact == nil && v.s.Build == nil {
 		switch {
 		case vm.Image == "":
 			return fieldErr("vm.image", "required for the %s driver: name an image imported with `berth image import`", vm.Driver)
@@ -677,6 +678,33 @@ func (v validator) buildArtifact() *FieldError {
 			return fieldErr("build.store", "%s", CheckStore(b.Store))
 		case b.ImageSizeMB != nil && *b.ImageSizeMB <= 0:
 			return fieldErr("build.image_size_mb", "must be greater than 0")
+		case b.ImageSizeMB != nil:
+			// A built image is a tree, sized by what the Dockerfile put in
+			// it; berth has no image size to set.
+			return notSupported("build.image_size_mb", "berth does not size built images (a replica's disk is vm.disk_size_gb)")
+		case b.ImageName != "" && !builtImageName(b.ImageName):
+			return fieldErr("build.image_name", "%q is not a local image name: 1-128 letters, digits and . _ - : /, starting with a letter or digit, without \"..\", and no registry host (a built image is not pulled)", b.ImageName)
+		case s.VM != nil && s.VM.Driver == apitype.DriverProcess:
+			return fieldErr("build", "the process driver runs no images; name an image driver in vm.driver")
+		}
+		for _, f := range []struct{ field, val string }{{"build.dockerfile", b.Dockerfile}, {"build.context", b.Context}} {
+			switch {
+			case f.val == "":
+			case b.Store != "":
+				return fieldErr(f.field, "git source only")
+			case isAbsPath(f.val) || path.Clean(f.val) != f.val || f.val == ".." || strings.HasPrefix(f.val, "../"):
+				return fieldErr(f.field, "%q must be a clean path relative to the repository's root", f.val)
+			}
+		}
+		if b.Repo != "" {
+			if why := v.buildRepo(b.Repo); why != "" {
+				return fieldErr("build.repo", "%s", why)
+			}
+		}
+		if b.Store != "" {
+			if err := v.store("build.store", b.Store); err != nil {
+				return err
+			}
 		}
 		if err := secretRef("build.auth", b.Auth); err != nil {
 			return err
@@ -1063,4 +1091,62 @@ func sortedMap(m map[string]string) func(func(string, string) bool) {
 			}
 		}
 	}
+}
+
+// builtImageName reports whether name can name a built image: a local
+// image name (package image's ValidName) that is not a registry reference
+// (its first path component has no "." or ":" and is not "localhost"), so
+// the fleet never tries to pull what a build produced.
+func builtImageName(name string) bool {
+	if name == "" || len(name) > 128 || strings.Contains(name, "..") {
+		return false
+	}
+	for i, c := range name {
+		alnum := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+		if !alnum && (i == 0 || !strings.ContainsRune("._-:/", c)) {
+			return false
+		}
+	}
+	if host, _, ok := strings.Cut(name, "/"); ok && (strings.ContainsAny(host, ".:") || host == "localhost") {
+		return false
+	}
+	return true
+}
+
+// buildRepo applies the builder's transport policy to a build.repo
+// (package build checks it again, with the address walls, when it
+// fetches): https, http with BuildAllowHTTP, a local path or file:// URL
+// with BuildAllowLocal. It returns why repo is refused, or "".
+func (v validator) buildRepo(repo string) string {
+	if strings.HasPrefix(repo, "-") || strings.ContainsFunc(repo, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		return fmt.Sprintf("%q is not a repository URL", repo)
+	}
+	if isAbsPath(repo) {
+		if !v.o.BuildAllowLocal {
+			return "local repositories are not allowed here (an https:// remote is)"
+		}
+		return ""
+	}
+	if i := strings.Index(repo, "::"); i >= 0 && !strings.Contains(repo[:i], "/") {
+		return fmt.Sprintf("the %s:: transport is not allowed (https only)", repo[:i])
+	}
+	u, err := url.Parse(repo)
+	if err != nil || u.Scheme == "" {
+		return fmt.Sprintf("%q is not a URL with a scheme (https://…)", repo)
+	}
+	switch sc := strings.ToLower(u.Scheme); {
+	case sc == "https", sc == "http" && v.o.BuildAllowHTTP:
+		if u.User != nil {
+			return "credentials in the URL are not allowed: give them as build.auth"
+		}
+		if u.Hostname() == "" {
+			return fmt.Sprintf("%q names no host", repo)
+		}
+	case sc == "file" && v.o.BuildAllowLocal:
+	case sc == "file":
+		return "local repositories are not allowed here (an https:// remote is)"
+	default:
+		return fmt.Sprintf("the %s transport is not allowed (https only)", u.Scheme)
+	}
+	return ""
 }

@@ -35,6 +35,23 @@ func vmSpec() *apitype.DeploymentSpec {
 	}
 }
 
+// imageOpts is a host with an image driver and an image store holding
+// only "base"; localBuildOpts also builds from local repositories.
+var (
+	imageOpts      = Options{Drivers: []string{"kvm", "process"}, ImageExists: func(n string) bool { return n == "base" }}
+	localBuildOpts = Options{Drivers: []string{"kvm"}, ImageExists: func(n string) bool { return n == "base" }, BuildAllowLocal: true}
+)
+
+// buildSpec is a kvm deployment built from b, with no image yet.
+func buildSpec(b apitype.BuildSpec) *apitype.DeploymentSpec {
+	return &apitype.DeploymentSpec{
+		ID:     "app",
+		Routes: []apitype.RouteRule{{Host: "app.example.com"}},
+		VM:     &apitype.VmSpec{Driver: "kvm", Port: 8080},
+		Build:  &b,
+	}
+}
+
 func staticSpec() *apitype.DeploymentSpec {
 	return &apitype.DeploymentSpec{
 		ID:        "api",
@@ -481,11 +498,17 @@ func TestValidate(t *testing.T) {
 		{"site cache control injection", func() *apitype.DeploymentSpec { s := siteSpec(); s.Site.CacheControl = "x\r\nSet-Cookie: a"; return s }, nil, "site.cache_control: "},
 
 		// build and artifact
-		{"build ok", func() *apitype.DeploymentSpec {
+		{"build ok", func() *apitype.DeploymentSpec { return buildSpec(apitype.BuildSpec{Repo: "https://git.test/x"}) }, &imageOpts, ""},
+		{"build on process", func() *apitype.DeploymentSpec {
 			s := vmSpec()
-			s.Build = &apitype.BuildSpec{Repo: "https://git/x"}
+			s.Build = &apitype.BuildSpec{Repo: "https://git.test/x"}
 			return s
-		}, nil, "build: not supported yet"},
+		}, nil, "build: the process driver runs no images"},
+		{"build image missing ok", func() *apitype.DeploymentSpec {
+			s := buildSpec(apitype.BuildSpec{Repo: "https://git.test/x"})
+			s.VM.Image = "app-build-1"
+			return s
+		}, &imageOpts, ""},
 		{"build and artifact", func() *apitype.DeploymentSpec {
 			s := vmSpec()
 			s.Build = &apitype.BuildSpec{Repo: "r"}
@@ -493,17 +516,48 @@ func TestValidate(t *testing.T) {
 			return s
 		}, nil, "build: build and artifact are mutually exclusive"},
 		{"build on site", func() *apitype.DeploymentSpec { s := siteSpec(); s.Build = &apitype.BuildSpec{Repo: "r"}; return s }, nil, "build: only a vm deployment can be built"},
+		{"build neither", func() *apitype.DeploymentSpec { return buildSpec(apitype.BuildSpec{}) }, &imageOpts, "build: one of repo or store is required"},
 		{"build repo and store", func() *apitype.DeploymentSpec {
-			s := vmSpec()
-			s.Build = &apitype.BuildSpec{Repo: "r", Store: "local", Ref: "x"}
-			return s
-		}, nil, "build: repo and store are mutually exclusive"},
-		{"build store needs ref", func() *apitype.DeploymentSpec { s := vmSpec(); s.Build = &apitype.BuildSpec{Store: "local"}; return s }, nil, "build.ref: required"},
+			return buildSpec(apitype.BuildSpec{Repo: "r", Store: "local", Ref: "x"})
+		}, &imageOpts, "build: repo and store are mutually exclusive"},
+		{"build store needs ref", func() *apitype.DeploymentSpec { return buildSpec(apitype.BuildSpec{Store: "local"}) }, &imageOpts, "build.ref: required"},
+		{"build store dockerfile", func() *apitype.DeploymentSpec {
+			return buildSpec(apitype.BuildSpec{Store: "local", Ref: "v1", Dockerfile: "Dockerfile"})
+		}, &imageOpts, "build.dockerfile: git source only"},
+		{"build store ok", func() *apitype.DeploymentSpec { return buildSpec(apitype.BuildSpec{Store: "local", Ref: "v1"}) }, &imageOpts, ""},
+		{"build dockerfile absolute", func() *apitype.DeploymentSpec {
+			return buildSpec(apitype.BuildSpec{Repo: "https://git.test/x", Dockerfile: "/etc/passwd"})
+		}, &imageOpts, "build.dockerfile: "},
+		{"build context escapes", func() *apitype.DeploymentSpec {
+			return buildSpec(apitype.BuildSpec{Repo: "https://git.test/x", Context: "../up"})
+		}, &imageOpts, "build.context: "},
+		{"build context unclean", func() *apitype.DeploymentSpec {
+			return buildSpec(apitype.BuildSpec{Repo: "https://git.test/x", Context: "a//b"})
+		}, &imageOpts, "build.context: "},
+		{"build subdir ok", func() *apitype.DeploymentSpec {
+			return buildSpec(apitype.BuildSpec{Repo: "https://git.test/x", Context: "web", Dockerfile: "web/Dockerfile.prod"})
+		}, &imageOpts, ""},
+		{"build image name", func() *apitype.DeploymentSpec {
+			return buildSpec(apitype.BuildSpec{Repo: "https://git.test/x", ImageName: "-x"})
+		}, &imageOpts, "build.image_name: "},
+		{"build image name registry", func() *apitype.DeploymentSpec {
+			return buildSpec(apitype.BuildSpec{Repo: "https://git.test/x", ImageName: "ghcr.io/o/app:v1"})
+		}, &imageOpts, "build.image_name: "},
+		{"build image size", func() *apitype.DeploymentSpec {
+			return buildSpec(apitype.BuildSpec{Repo: "https://git.test/x", ImageSizeMB: intp(512)})
+		}, &imageOpts, "build.image_size_mb: not supported yet"},
+		{"build local refused", func() *apitype.DeploymentSpec { return buildSpec(apitype.BuildSpec{Repo: "/srv/git/app"}) }, &imageOpts, "build.repo: local repositories are not allowed"},
+		{"build file refused", func() *apitype.DeploymentSpec { return buildSpec(apitype.BuildSpec{Repo: "file:///srv/git/app"}) }, &imageOpts, "build.repo: local repositories are not allowed"},
+		{"build local allowed", func() *apitype.DeploymentSpec { return buildSpec(apitype.BuildSpec{Repo: "/srv/git/app"}) }, &localBuildOpts, ""},
+		{"build http refused", func() *apitype.DeploymentSpec { return buildSpec(apitype.BuildSpec{Repo: "http://git.test/x"}) }, &imageOpts, "build.repo: the http transport is not allowed"},
+		{"build ssh refused", func() *apitype.DeploymentSpec { return buildSpec(apitype.BuildSpec{Repo: "ssh://git@git.test/x"}) }, &imageOpts, "build.repo: the ssh transport"},
+		{"build ext refused", func() *apitype.DeploymentSpec { return buildSpec(apitype.BuildSpec{Repo: "ext::sh -c x"}) }, &imageOpts, "build.repo: "},
+		{"build url credentials", func() *apitype.DeploymentSpec {
+			return buildSpec(apitype.BuildSpec{Repo: "https://u:p@git.test/x"})
+		}, &imageOpts, "build.repo: credentials in the URL"},
 		{"build auth", func() *apitype.DeploymentSpec {
-			s := vmSpec()
-			s.Build = &apitype.BuildSpec{Repo: "r", Auth: &apitype.SecretRef{}}
-			return s
-		}, nil, "build.auth.secret: required"},
+			return buildSpec(apitype.BuildSpec{Repo: "https://git.test/x", Auth: &apitype.SecretRef{}})
+		}, &imageOpts, "build.auth.secret: required"},
 		{"artifact on site", func() *apitype.DeploymentSpec {
 			s := siteSpec()
 			s.Artifact = &apitype.ArtifactSpec{Store: "local", Ref: "r", StripComponents: intp(1)}

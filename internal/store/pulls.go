@@ -169,3 +169,42 @@ func (s *Store) DeleteRegistryCredential(ctx context.Context, namespace, host st
 		return nil
 	})
 }
+
+// ImageConfigs returns the recorded run defaults of built images: name →
+// JSON (package image's Config).
+func (s *Store) ImageConfigs(ctx context.Context) (map[string]string, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT name, config FROM image_configs ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("store: list image configs: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var n, c string
+		if err := rows.Scan(&n, &c); err != nil {
+			return nil, fmt.Errorf("store: read image config: %w", err)
+		}
+		out[n] = c
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: list image configs: %w", err)
+	}
+	return out, nil
+}
+
+// PutImageConfig records the run defaults of the image name (its images
+// row must exist); config "" forgets them.
+func (s *Store) PutImageConfig(ctx context.Context, name, config string) error {
+	return s.write(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM image_configs WHERE name = ?`, name); err != nil {
+			return fmt.Errorf("store: put image config %q: %w", name, err)
+		}
+		if config == "" {
+			return nil
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO image_configs (name, config) VALUES (?, ?)`, name, config); err != nil {
+			return fmt.Errorf("store: put image config %q: %w", name, err)
+		}
+		return nil
+	})
+}
