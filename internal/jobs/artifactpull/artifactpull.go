@@ -36,7 +36,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"sync/atomic"
 	"time"
 
 	"github.com/berth-dev/berth/apitype"
@@ -182,7 +181,7 @@ func (o Options) run(ctx context.Context, j *jobs.Job, d jobs.Deployment, a *api
 	if err != nil {
 		return err
 	}
-	cs := &counting{Source: src}
+	cs := &artifact.Counting{Source: src}
 	if d.Kind == apitype.KindSite {
 		return o.site(ctx, j, d, a, ref, digest, cs, force)
 	}
@@ -195,10 +194,10 @@ func (o Options) run(ctx context.Context, j *jobs.Job, d jobs.Deployment, a *api
 		return err
 	} else {
 		el := time.Since(start)
-		n := cs.n.Load()
+		n := cs.Bytes()
 		j.Logf("imported %d bytes as image %s in %s (%.1f MiB/s)", n, name, el.Round(time.Millisecond), float64(n)/(1<<20)/max(el.Seconds(), 1e-6))
 	}
-	n := cs.n.Load()
+	n := cs.Bytes()
 	j.Set(func(r *apitype.JobRecord) { r.Image, r.Bytes, r.Reused = name, &n, &reused })
 	if err := o.Records.PutArtifactPull(ctx, store.MountPull{Deployment: d.ID, Store: a.Store, Ref: ref, Digest: digest, Tree: name}); err != nil {
 		return err
@@ -240,7 +239,7 @@ func (o Options) importImage(ctx context.Context, src artifact.Source, digest, n
 	return nil
 }
 
-func (o Options) site(ctx context.Context, j *jobs.Job, d jobs.Deployment, a *apitype.ArtifactSpec, ref, digest string, cs *counting, force bool) error {
+func (o Options) site(ctx context.Context, j *jobs.Job, d jobs.Deployment, a *apitype.ArtifactSpec, ref, digest string, cs *artifact.Counting, force bool) error {
 	start := time.Now()
 	if force {
 		// Fetched and verified again; the tree of a digest is immutable
@@ -261,7 +260,7 @@ func (o Options) site(ctx context.Context, j *jobs.Job, d jobs.Deployment, a *ap
 	if err != nil {
 		return err
 	}
-	n := cs.n.Load()
+	n := cs.Bytes()
 	el := time.Since(start)
 	if tr.Reused {
 		j.Logf("reusing %s (%d files; %d bytes fetched)", tr.Dir, tr.Files, n)
@@ -280,33 +279,6 @@ func (o Options) site(ctx context.Context, j *jobs.Job, d jobs.Deployment, a *ap
 	j.Logf("the site serves %s", tr.Dir)
 	return nil
 }
-
-// counting counts the bytes its Source's blobs deliver.
-type counting struct {
-	artifact.Source
-	n atomic.Int64
-}
-
-func (c *counting) Fetch(ctx context.Context, digest string) (io.ReadCloser, int64, error) {
-	rc, size, err := c.Source.Fetch(ctx, digest)
-	if err != nil {
-		return nil, 0, err
-	}
-	return &countingReader{rc: rc, n: &c.n}, size, nil
-}
-
-type countingReader struct {
-	rc io.ReadCloser
-	n  *atomic.Int64
-}
-
-func (r *countingReader) Read(p []byte) (int, error) {
-	n, err := r.rc.Read(p)
-	r.n.Add(int64(n))
-	return n, err
-}
-
-func (r *countingReader) Close() error { return r.rc.Close() }
 
 // ctxReader stops a copy when ctx ends.
 type ctxReader struct {

@@ -28,7 +28,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"sync/atomic"
 	"time"
 
 	"github.com/berth-dev/berth/apitype"
@@ -175,7 +174,7 @@ func (o Options) one(ctx context.Context, j *jobs.Job, d jobs.Deployment, i int,
 	}
 	strip := Strip(m)
 	j.Logf("vm.mounts[%d] %s: %s %s is sha256:%s", i, m.Path, m.Store, m.Ref, digest)
-	cs := &counting{Source: src}
+	cs := &artifact.Counting{Source: src}
 	start := time.Now()
 	if force {
 		rc, _, err := cs.Fetch(ctx, digest)
@@ -194,7 +193,7 @@ func (o Options) one(ctx context.Context, j *jobs.Job, d jobs.Deployment, i int,
 	if err != nil {
 		return out, store.MountPull{}, err
 	}
-	n := cs.n.Load()
+	n := cs.Bytes()
 	changed := prev.Digest != digest || prev.Tree != tr.Dir || !Matches(prev, m)
 	out.Digest, out.Tree = digest, tr.Dir
 	out.Bytes, out.Unpacked, out.Reused, out.Changed = &n, new(tr.Bytes), new(tr.Reused), &changed
@@ -210,30 +209,3 @@ func (o Options) one(ctx context.Context, j *jobs.Job, d jobs.Deployment, i int,
 	}
 	return out, store.MountPull{Deployment: d.ID, Path: m.Path, Store: m.Store, Ref: m.Ref, StripComponents: strip, Digest: digest, Tree: tr.Dir}, nil
 }
-
-// counting counts the bytes its Source's blobs deliver.
-type counting struct {
-	artifact.Source
-	n atomic.Int64
-}
-
-func (c *counting) Fetch(ctx context.Context, digest string) (io.ReadCloser, int64, error) {
-	rc, size, err := c.Source.Fetch(ctx, digest)
-	if err != nil {
-		return nil, 0, err
-	}
-	return &countingReader{rc: rc, n: &c.n}, size, nil
-}
-
-type countingReader struct {
-	rc io.ReadCloser
-	n  *atomic.Int64
-}
-
-func (r *countingReader) Read(p []byte) (int, error) {
-	n, err := r.rc.Read(p)
-	r.n.Add(int64(n))
-	return n, err
-}
-
-func (r *countingReader) Close() error { return r.rc.Close() }
