@@ -88,15 +88,7 @@ func runImage(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		if e.structured() {
-			b, err := json.Marshal(im)
-			if err != nil {
-				return err
-			}
-			return e.printDocs("image", []json.RawMessage{b}, false)
-		}
-		fmt.Fprintf(e.stdout, "image/%s imported (%s, %s)\n", im.Name, shortDigest(im.Digest), sizeString(im.Bytes))
-		return nil
+		return e.printImage(im, "imported")
 	case "pull":
 		fs := e.flagSet("image pull")
 		ns := fs.String("namespace", "", "")
@@ -115,15 +107,7 @@ func runImage(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		if e.structured() {
-			b, err := json.Marshal(im)
-			if err != nil {
-				return err
-			}
-			return e.printDocs("image", []json.RawMessage{b}, false)
-		}
-		fmt.Fprintf(e.stdout, "image/%s pulled (%s, %s)\n", im.Name, shortDigest(im.Digest), sizeString(im.Bytes))
-		return nil
+		return e.printImage(im, "pulled")
 	case "sweep":
 		if err := e.parseNone(e.flagSet("image sweep"), rest); err != nil {
 			return err
@@ -258,4 +242,18 @@ func sizeString(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// printImage prints an image an import or a pull produced: the document
+// in a structured output, else one line saying what was done.
+func (e *env) printImage(im *apitype.ImageView, done string) error {
+	if e.structured() {
+		b, err := json.Marshal(im)
+		if err != nil {
+			return err
+		}
+		return e.printDocs("image", []json.RawMessage{b}, false)
+	}
+	fmt.Fprintf(e.stdout, "image/%s %s (%s, %s)\n", im.Name, done, shortDigest(im.Digest), sizeString(im.Bytes))
+	return nil
 }
