@@ -21,9 +21,13 @@ import (
 // links, are refused) with ctx ending the read. It counts entries written
 // and regular files' bytes.
 func UnpackTree(ctx context.Context, r io.Reader, dir string, stripComponents int) (files int, unpacked int64, err error) {
-	st, err := image.UnpackTar(ctxReader{ctx, r}, dir, image.UnpackOptions{StripComponents: stripComponents})
+	st, err := image.UnpackTar(ContextReader(ctx, r), dir, image.UnpackOptions{StripComponents: stripComponents})
 	return st.Files, st.Bytes, err
 }
+
+// ContextReader reads r until ctx ends: a copy through it stops at the
+// next read after a job is cancelled.
+func ContextReader(ctx context.Context, r io.Reader) io.Reader { return ctxReader{ctx, r} }
 
 type ctxReader struct {
 	ctx context.Context

@@ -227,7 +227,7 @@ func (o Options) importImage(ctx context.Context, src artifact.Source, digest, n
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
-	if _, err := io.Copy(f, ctxReader{ctx, rc}); err != nil {
+	if _, err := io.Copy(f, artifact.ContextReader(ctx, rc)); err != nil {
 		return fmt.Errorf("fetching sha256:%s: %w", digest, err)
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
@@ -248,7 +248,7 @@ func (o Options) site(ctx context.Context, j *jobs.Job, d jobs.Deployment, a *ap
 		if err != nil {
 			return err
 		}
-		_, err = io.Copy(io.Discard, ctxReader{ctx, rc})
+		_, err = io.Copy(io.Discard, artifact.ContextReader(ctx, rc))
 		if cerr := rc.Close(); err == nil {
 			err = cerr
 		}
@@ -278,17 +278,4 @@ func (o Options) site(ctx context.Context, j *jobs.Job, d jobs.Deployment, a *ap
 	}
 	j.Logf("the site serves %s", tr.Dir)
 	return nil
-}
-
-// ctxReader stops a copy when ctx ends.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
 }
