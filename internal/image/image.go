@@ -345,9 +345,22 @@ func (s *Store) importWith(ctx context.Context, name, source string, fill func(d
 		return Image{}, fmt.Errorf("image: import %q: %w", name, err)
 	}
 	os.Chmod(dst, 0o755)
-	im, err := s.cat.PutImage(ctx, store.Image{Name: name, Digest: digest, Size: size, Source: source}, true)
+	im, err := s.record(ctx, name, digest, size, source, old, had)
 	if err != nil {
 		return Image{}, fmt.Errorf("image: import %q: %w", name, err)
+	}
+	s.log.Info("image imported", "image", name, "digest", digest, "bytes", size)
+	return im, nil
+}
+
+// record names the tree digest (already in place) name in the catalog and
+// the in-memory map, and collects the tree name had before (old, when had)
+// if it changed. Imports and pulls both end with it; the caller holds
+// importM.
+func (s *Store) record(ctx context.Context, name, digest string, size int64, source, old string, had bool) (Image, error) {
+	im, err := s.cat.PutImage(ctx, store.Image{Name: name, Digest: digest, Size: size, Source: source}, true)
+	if err != nil {
+		return Image{}, err
 	}
 	s.mu.Lock()
 	s.digests[name], s.sizes[name] = digest, size
@@ -355,7 +368,6 @@ func (s *Store) importWith(ctx context.Context, name, source string, fill func(d
 	if had && old != digest {
 		s.collect(ctx, old)
 	}
-	s.log.Info("image imported", "image", name, "digest", digest, "bytes", size)
 	return fromStore(im, nil), nil
 }
 

@@ -13,8 +13,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-
-	"github.com/berth-dev/berth/internal/store"
 )
 
 // OCI whiteouts: a file ".wh.NAME" in a layer deletes NAME of the layers
@@ -379,18 +377,12 @@ func (s *Store) importPulled(ctx context.Context, name, source string, diffIDs [
 	if err := syncTree(s.dir); err != nil {
 		return fail(err)
 	}
-	im, err := s.cat.PutImage(ctx, store.Image{Name: name, Digest: digest, Size: size, Source: source}, true)
+	im, err := s.record(ctx, name, digest, size, source, old, had)
 	if err != nil {
 		return fail(err)
 	}
-	s.mu.Lock()
-	s.digests[name], s.sizes[name] = digest, size
-	s.mu.Unlock()
-	if had && old != digest {
-		s.collect(ctx, old)
-	}
 	s.log.Info("image tree made", "image", name, "digest", digest, "bytes", size)
-	return fromStore(im, nil), nil
+	return im, nil
 }
 
 // flattenTemp flattens the layers into <tmp>/rootfs of a fresh temporary
