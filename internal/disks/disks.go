@@ -83,7 +83,7 @@ const keepArchives = 200
 
 // Errors the Manager returns; the admin API maps them to statuses.
 var (
-	ErrNotFound = errors.New("disks: no such disk")      // 404
+	ErrNotFound = errors.New("disks: no such disk")       // 404
 	ErrBusy     = errors.New("disks: the disk is in use") // 409
 	ErrNoTarget = errors.New("disks: no archive target")  // 501
 	ErrRecords  = errors.New("disks: the disk records could not be read")
