@@ -204,6 +204,9 @@ func (m *Manager) Close() {
 	m.wg.Wait()
 }
 
+// Wait blocks until the archives under way have ended.
+func (m *Manager) Wait() { m.wg.Wait() }
+
 // Run sweeps every SweepEvery until ctx ends.
 func (m *Manager) Run(ctx context.Context) error {
 	t := time.NewTicker(m.o.SweepEvery)
