@@ -147,9 +147,6 @@ func (m *Manager) finish(ctx context.Context, d *disk, r *run, purge bool) apity
 			m.o.Log.Warn("a disk's archive record was not saved", "sandbox_id", d.info.SandboxID, "err", err)
 		}
 	}
-	m.mu.Lock()
-	delete(m.archiving, d.info.SandboxID)
-	m.mu.Unlock()
 	if err == nil && purge {
 		m.rm.Lock()
 		if c, cerr := m.census(ctx, false); cerr == nil && c.byID[d.info.SandboxID] != nil && !c.byID[d.info.SandboxID].live {
@@ -165,6 +162,10 @@ func (m *Manager) finish(ctx context.Context, d *disk, r *run, purge bool) apity
 	if err := m.record(ctx, v); err != nil {
 		m.o.Log.Warn("a disk archive's result was not recorded", "archive", v.ID, "err", err)
 	}
+	// Only now: until its result is stored, the inventory shows the run.
+	m.mu.Lock()
+	delete(m.archiving, d.info.SandboxID)
+	m.mu.Unlock()
 	m.o.Log.Info("disk archive ended", "sandbox_id", d.info.SandboxID, "archive", v.ID, "status", v.Status, "uri", v.URI)
 	return v
 }
