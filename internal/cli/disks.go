@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"strconv"
 
@@ -39,7 +40,8 @@ driver is not open there), SIZE the allocated bytes, EXPIRES when the
 sweep removes it (stopped disks after --disk-ttl, orphans after
 --disk-orphan-ttl; never a retained one).
 
-retain keeps a disk from the sweep (--note says why); release undoes it.
+retain keeps a disk from the sweep (--note says why; --note "" clears
+it); release undoes it.
 purge removes one disk (--force: also one whose sandbox runs, which is
 stopped first, or one retained); purge --orphans removes every orphan
 not retained. sweep removes what has expired now. archive stores a
@@ -70,10 +72,12 @@ func runDisk(ctx context.Context, e *env, args []string) error {
 			return usagef("want one disk ID")
 		}
 		retain := sub == "retain"
-		var n *string
-		if fs.Lookup("note").Value.String() != "" || sub == "release" {
-			n = note
-		}
+		var n *string // unchanged unless --note is given ("" clears it)
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "note" {
+				n = note
+			}
+		})
 		if err := c.PatchDisk(ctx, pos[0], &retain, n); err != nil {
 			return err
 		}

@@ -101,13 +101,13 @@ func (m *Manager) mayRemove(c *census, d *disk, force bool) error {
 	case force:
 		return nil
 	case !c.recordsOK:
-		return fmt.Errorf("%w: whether disk %q is retained is not known (%v); add force=true to remove it anyway", ErrBusy, d.info.SandboxID, ErrRecords)
+		return fmt.Errorf("%w: whether disk %q is retained is not known (%v); pass force=true to remove it anyway", ErrBusy, d.info.SandboxID, ErrRecords)
 	case d.live:
-		return fmt.Errorf("%w: disk %q is %s; add force=true to stop its sandbox and remove it", ErrBusy, d.info.SandboxID, d.info.HeldBy)
+		return fmt.Errorf("%w: disk %q is %s; pass force=true to stop its sandbox and remove it", ErrBusy, d.info.SandboxID, d.info.HeldBy)
 	case !d.known:
-		return fmt.Errorf("%w: disk %q: %s; add force=true to remove its files anyway", ErrBusy, d.info.SandboxID, d.info.HeldBy)
+		return fmt.Errorf("%w: disk %q: %s; pass force=true to remove its files anyway", ErrBusy, d.info.SandboxID, d.info.HeldBy)
 	case d.info.Retain:
-		return fmt.Errorf("%w: disk %q is retained; add force=true (or PATCH retain false first) to remove it", ErrBusy, d.info.SandboxID)
+		return fmt.Errorf("%w: disk %q is retained; release it first (PATCH retain false), or pass force=true to remove it", ErrBusy, d.info.SandboxID)
 	}
 	return nil
 }
