@@ -54,6 +54,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -192,6 +193,11 @@ func New(o Options) *Manager {
 	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
+	}
+	// Archives cut short by a crash leave their tarballs there; none
+	// runs yet.
+	if err := os.RemoveAll(o.TmpDir); err != nil {
+		o.Log.Warn("disks: could not empty the archive directory", "dir", o.TmpDir, "err", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Manager{o: o, archiving: map[string]*run{}, ctx: ctx, cancel: cancel}

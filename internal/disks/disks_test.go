@@ -543,3 +543,26 @@ func TestDiskSweepPeriodic(t *testing.T) {
 		}
 	})
 }
+
+// TestDiskRecordOfAGoneDiskForgotten: a decision about a disk whose
+// directory went away (its owner stopped the sandbox) is dropped by the
+// next sweep, and a disk that is there keeps its own.
+func TestDiskRecordOfAGoneDiskForgotten(t *testing.T) {
+	f := newFixture(t, nil)
+	gone := f.leave(vm.Owner{Kind: vm.OwnerDeployment, ID: "gone"}, 1, 10, epoch)
+	here := f.leave(vm.Owner{Kind: vm.OwnerDeployment, ID: "gone"}, 2, 10, epoch)
+	yes, note := true, "n"
+	for _, id := range []string{gone, here} {
+		if _, err := f.m.Patch(context.Background(), id, &yes, &note); err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(t, os.RemoveAll(filepath.Join(f.data, "replicas", gone)))
+	if _, err := f.m.Sweep(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := f.st.DiskRecords(context.Background())
+	if err != nil || len(recs) != 1 || recs[0].SandboxID != here || !recs[0].Retain {
+		t.Fatalf("records after the sweep: %+v %v, want only %s's", recs, err, here)
+	}
+}

@@ -43,6 +43,17 @@ func (m *Manager) Sweep(ctx context.Context) (apitype.DiskOutcome, error) {
 		}
 		m.removeInto(ctx, d, false, &out)
 	}
+	if c.inv.Complete {
+		// Decisions about disks that are gone (their sandbox was stopped
+		// by its owner) are forgotten: a record names one directory.
+		for id := range c.records {
+			if c.byID[id] == nil {
+				if err := m.o.Records.DeleteDiskRecord(ctx, id); err != nil {
+					m.o.Log.Warn("the record of a disk that is gone stays", "sandbox_id", id, "err", err)
+				}
+			}
+		}
+	}
 	return out, nil
 }
 
