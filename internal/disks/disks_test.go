@@ -229,6 +229,11 @@ func TestDiskOrphanReportedAndPurged(t *testing.T) {
 	if _, err := f.m.Patch(context.Background(), kept, &yes, nil); err != nil {
 		t.Fatal(err)
 	}
+	// A live Computer's workspace is never removed by a disk route, not
+	// even with force: deleting the Computer removes it.
+	if _, err := f.m.Delete(context.Background(), "c2", true); !errors.Is(err, disks.ErrBusy) || !strings.Contains(err.Error(), "delete the Computer") {
+		t.Fatalf("delete a live Computer's workspace: %v, want ErrBusy", err)
+	}
 
 	out, err := f.m.PurgeOrphans(context.Background())
 	if err != nil {
