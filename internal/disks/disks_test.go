@@ -571,3 +571,23 @@ func TestDiskRecordOfAGoneDiskForgotten(t *testing.T) {
 		t.Fatalf("records after the sweep: %+v %v, want only %s's", recs, err, here)
 	}
 }
+
+// TestDiskArchiveOnExpire: with ArchiveOnExpire the sweep archives an
+// expired disk before it removes it, and says so.
+func TestDiskArchiveOnExpire(t *testing.T) {
+	f := newFixture(t, func(o *disks.Options) { o.ArchiveOnExpire = true })
+	id := f.leave(vm.Owner{Kind: vm.OwnerDeployment, ID: "gone"}, 1, 2000, epoch)
+	f.clock.Set(epoch.Add(25 * time.Hour))
+	out, err := f.m.Sweep(context.Background())
+	if err != nil || !slices.Equal(out.Removed, []string{id}) || !slices.Equal(out.Archived, []string{id}) {
+		t.Fatalf("sweep: %+v %v", out, err)
+	}
+	inv := f.inventory()
+	if !inv.ArchiveOnExpire || len(inv.Archives) != 1 || inv.Archives[0].Status != apitype.ArchiveSucceeded || inv.Archives[0].SandboxID != id {
+		t.Fatalf("archives %+v", inv.Archives)
+	}
+	_, digest, _ := strings.Cut(inv.Archives[0].URI, "@sha256:")
+	if _, err := f.artifacts.Stat(digest); err != nil {
+		t.Fatalf("the archive's blob: %v", err)
+	}
+}

@@ -222,7 +222,7 @@ func TestDiskRoutes(t *testing.T) {
 func TestDeploymentRecordDelete(t *testing.T) {
 	dir := t.TempDir()
 	t.Cleanup(func() { stopReplicas(t, dir) })
-	o := Options{DataDir: dir}
+	o := Options{DataDir: dir, HostUpdates: true}
 	agentOptions(&o)
 	w := startTenants(t, o)
 	up := addr(backend(t, "up"))
@@ -270,6 +270,15 @@ func TestDeploymentRecordDelete(t *testing.T) {
 	}
 	if r := w.call(nil, "GET", "/deployments/api", w.op, ""); r.code != 404 {
 		t.Fatalf("after forgetting: %s, want 404", r)
+	}
+
+	// A running job is live too.
+	w.must(201, "POST", "/deployments", w.op, fmt.Sprintf(`{"id":"job","routes":[{"host":"job.test"}],"upstreams":[%q],
+		"update":{"working_dir":%q,"commands":["sleep 120"]}}`, up, t.TempDir()), nil)
+	w.must(202, "POST", "/deployments/job/update", w.op, `{}`, nil)
+	etag = w.call(nil, "GET", "/deployments/job", w.op, "").header.Get("ETag")
+	if r := w.callH("DELETE", "/deployments/job/record", w.op, "", "If-Match", etag); r.code != 409 || !strings.Contains(errorOf(t, r), "job") {
+		t.Errorf("forget with a running job: %s, want 409 naming the job", r)
 	}
 
 	// The retired record: fleet-wide only; kept, then forgotten.
