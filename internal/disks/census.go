@@ -345,6 +345,9 @@ func (m *Manager) measure(d *disk, seen map[inode]bool) error {
 			d.mounts = true
 			parts = append(parts, apitype.DiskPart{Kind: apitype.PartMount, Path: m.rel(mp)})
 		}
+		if len(u.mounts) == 1 && u.mounts[0] == p {
+			continue // the entry is a mount point: its part says so
+		}
 		kind, own := partKind(d.driver == "", e.Name())
 		if own {
 			parts = append(parts, apitype.DiskPart{Kind: kind, Path: m.rel(p), Bytes: u.bytes, ApparentBytes: u.apparent, ModifiedAt: u.modified})

@@ -591,3 +591,45 @@ func TestDiskArchiveOnExpire(t *testing.T) {
 		t.Fatalf("the archive's blob: %v", err)
 	}
 }
+
+// TestDiskMountNotCrossed: a mount point inside a disk is a part of kind
+// mount whose files are not counted, and a tree no driver knows is not
+// removed while it holds one (not even with force): what is mounted there
+// is not the disk's. The kvm driver is not open here, so the disk is
+// unknown.
+func TestDiskMountNotCrossed(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a tmpfs needs root")
+	}
+	f := newFixture(t, nil)
+	id := vm.Name("web", 1)
+	dir := filepath.Join(f.data, "kvm", id)
+	mnt := filepath.Join(dir, "disk")
+	must(t, os.MkdirAll(mnt, 0o700))
+	must(t, os.WriteFile(filepath.Join(dir, "state.json"), []byte(`{"id":"`+id+`"}`), 0o600))
+	if err := syscall.Mount("tmpfs", mnt, "tmpfs", 0, "size=8m"); err != nil {
+		t.Skipf("cannot mount a tmpfs here: %v", err)
+	}
+	t.Cleanup(func() { syscall.Unmount(mnt, syscall.MNT_DETACH) })
+	must(t, os.WriteFile(filepath.Join(mnt, "inside"), bytes.Repeat([]byte{1}, 1<<20), 0o600))
+
+	d := find(f.inventory(), id)
+	if d == nil || d.State != apitype.DiskUnknown || d.HeldBy == "" || d.ExpiresAt != nil {
+		t.Fatalf("disk %+v", d)
+	}
+	if d.ApparentBytes >= 1<<20 {
+		t.Errorf("apparent bytes %d count the mounted file", d.ApparentBytes)
+	}
+	if !slices.ContainsFunc(d.Parts, func(p apitype.DiskPart) bool { return p.Kind == apitype.PartMount && p.Path == "kvm/"+id+"/disk" }) {
+		t.Errorf("parts %+v lack the mount", d.Parts)
+	}
+	if _, err := f.m.Delete(context.Background(), id, false); !errors.Is(err, disks.ErrBusy) {
+		t.Fatalf("delete an unknown disk without force: %v, want ErrBusy", err)
+	}
+	if _, err := f.m.Delete(context.Background(), id, true); err == nil || !strings.Contains(err.Error(), "mount point") {
+		t.Fatalf("delete with force: %v, want a refusal naming the mount point", err)
+	}
+	if !exists(filepath.Join(mnt, "inside")) || !exists(filepath.Join(dir, "state.json")) {
+		t.Fatal("the refused removal removed files")
+	}
+}
