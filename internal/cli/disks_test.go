@@ -65,6 +65,9 @@ func TestDiskCommands(t *testing.T) {
 	if r = run(t, srv, "", "get", "disk", "berth-web-000000000001", "-o", "json"); r.code != 0 || !strings.Contains(r.stdout, `"held_by": "in use by a running sandbox"`) || strings.Contains(r.stdout, "berth-gone") {
 		t.Errorf("get disk ID -o json: %d %q %q", r.code, r.stdout, r.stderr)
 	}
+	if r = run(t, srv, "", "get", "disks", "-o", "name"); r.code != 0 || r.stdout != "disk/berth-web-000000000001\ndisk/berth-gone-000000000002\n" {
+		t.Errorf("get disks -o name: %d %q %q", r.code, r.stdout, r.stderr)
+	}
 	sent()
 	for _, c := range []struct {
 		args []string
