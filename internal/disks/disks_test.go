@@ -633,3 +633,38 @@ func TestDiskMountNotCrossed(t *testing.T) {
 		t.Fatal("the refused removal removed files")
 	}
 }
+
+// brokenRecords is a store whose disk records cannot be read.
+type brokenRecords struct{ *store.Store }
+
+func (brokenRecords) DiskRecords(context.Context) ([]store.DiskRecord, error) {
+	return nil, errors.New("database is locked")
+}
+
+// TestDiskRecordsUnreadable: when the records cannot be read, berth cannot
+// tell which disks are retained: the census says it is incomplete and
+// why, nothing expires, and the sweep and the purge remove nothing.
+func TestDiskRecordsUnreadable(t *testing.T) {
+	f := newFixture(t, func(o *disks.Options) { o.Records = brokenRecords{o.Records.(*store.Store)} })
+	id := f.leave(vm.Owner{Kind: vm.OwnerDeployment, ID: "gone"}, 1, 10, epoch)
+	f.clock.Set(epoch.Add(365 * 24 * time.Hour))
+	inv := f.inventory()
+	if inv.Complete || !strings.Contains(inv.IncompleteReason, "database is locked") {
+		t.Fatalf("complete %v, reason %q", inv.Complete, inv.IncompleteReason)
+	}
+	if d := find(inv, id); d == nil || d.ExpiresAt != nil || inv.Totals.ExpiringNow != 0 {
+		t.Fatalf("disk %+v expires", d)
+	}
+	if _, err := f.m.Sweep(context.Background()); !errors.Is(err, disks.ErrRecords) {
+		t.Fatalf("sweep: %v, want ErrRecords", err)
+	}
+	if _, err := f.m.PurgeOrphans(context.Background()); !errors.Is(err, disks.ErrRecords) {
+		t.Fatalf("purge: %v, want ErrRecords", err)
+	}
+	if _, err := f.m.Delete(context.Background(), id, false); !errors.Is(err, disks.ErrBusy) {
+		t.Fatalf("delete without force: %v, want ErrBusy", err)
+	}
+	if !exists(filepath.Join(f.data, "replicas", id)) {
+		t.Fatal("a disk was removed while its records were unreadable")
+	}
+}
