@@ -49,6 +49,9 @@
 //	workflows(id PK, spec JSON, created_at, updated_at)
 //	pulls(PK (deployment → deployments.id ON DELETE CASCADE, path),
 //	          store, ref, strip_components, digest, tree, pulled_at)
+//	disk_records(sandbox_id PK, retain, note, archive_uri, archived_at,
+//	          archive_bytes, updated_at), disk_archives(id PK, sandbox_id,
+//	          started_at, view JSON)
 //
 // The Computer tables (package computer) keep its state machine, fleet
 // slots (ReserveComputerSlot counts and inserts in one transaction), the
