@@ -286,7 +286,7 @@ func (s *Store) importPlain(ctx context.Context, name, src string) (Image, error
 		return Image{}, fmt.Errorf("%w: %w", ErrBadSource, err)
 	}
 	defer f.Close()
-	return s.importWith(ctx, name, abs, func(dst string) error { return unpackTar(f, dst) })
+	return s.importWith(ctx, name, abs, func(dst string) error { return unpackTar(ctx, f, dst) })
 }
 
 // ImportTar imports a tar stream (optionally gzipped) under name; source is
@@ -295,7 +295,7 @@ func (s *Store) ImportTar(ctx context.Context, name string, r io.Reader, source 
 	if err := s.checkImport(name); err != nil {
 		return Image{}, err
 	}
-	im, err := s.importWith(ctx, name, source, func(dst string) error { return unpackTar(r, dst) })
+	im, err := s.importWith(ctx, name, source, func(dst string) error { return unpackTar(ctx, r, dst) })
 	if err == nil {
 		s.forgetBuilt(ctx, name)
 	}

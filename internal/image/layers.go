@@ -13,14 +13,15 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/berth-dev/berth/internal/untar"
 )
 
-// OCI whiteouts: a file ".wh.NAME" in a layer deletes NAME of the layers
-// below; ".wh..wh..opq" in a directory hides everything the layers below
-// put in it.
+// The OCI whiteouts of a layer (untar.WhiteoutPrefix, untar.OpaqueMarker),
+// kept as files when it was unpacked (untar.Options.Layer).
 const (
-	whiteoutPrefix = ".wh."
-	opaqueMarker   = ".wh..wh..opq"
+	whiteoutPrefix = untar.WhiteoutPrefix
+	opaqueMarker   = untar.OpaqueMarker
 )
 
 // flatten builds the image tree at dst (an empty directory) from the
@@ -137,7 +138,7 @@ func (s *Store) flatten(dst string, diffIDs []string) error {
 			continue // a later layer's whiteout took it
 		}
 		m := dirs[n]
-		if isRoot {
+		if untar.IsRoot {
 			if err := os.Lchown(p, m.uid, m.gid); err != nil {
 				return err
 			}
