@@ -331,6 +331,9 @@ type Server struct {
 	self *netguard.Self
 	// builds remembers built deployments' build sections (buildChanged).
 	builds buildSeen
+	// queued is the pulls and builds an edit wanted while the
+	// deployment's job ran (queuePull).
+	queued pullQueue
 }
 
 // New opens the store, restores deployments and binds the listeners.
