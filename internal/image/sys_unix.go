@@ -22,6 +22,14 @@ func owner(fi fs.FileInfo) (int, int) {
 	return 0, 0
 }
 
+// inode returns a file's inode number and link count.
+func inode(fi fs.FileInfo) (ino, links uint64) {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return uint64(st.Ino), uint64(st.Nlink)
+	}
+	return 0, 1
+}
+
 // deviceNumber is a device's major:minor for the digest.
 func deviceNumber(fi fs.FileInfo) string {
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
