@@ -27,7 +27,7 @@ func (s *Store) mountedTrees() map[string]string {
 	out := map[string]string{}
 	for _, m := range ms {
 		low, ok := m.Option("lowerdir")
-		if !ok {
+		if !ok || isSpare(m.Point) {
 			continue
 		}
 		for _, p := range strings.Split(low, ":") {
@@ -42,6 +42,17 @@ func (s *Store) mountedTrees() map[string]string {
 		}
 	}
 	return out
+}
+
+// isSpare reports whether the mount point is a spare container's root (the
+// container driver's <dir>/.spare-<hex>/rootfs): a sandbox made ahead for
+// a replica that has not asked for it. It does not keep its image, or an
+// unused image could never be deleted while the driver keeps spares of
+// it; the driver hands a spare only to a replica of the same tree path,
+// so one over a removed tree waits for the driver to drop it (unless the
+// same content is imported again before that).
+func isSpare(point string) bool {
+	return strings.HasPrefix(filepath.Base(filepath.Dir(point)), ".")
 }
 
 // unknownMounts is mountedTrees' key when the mounts could not be read:
