@@ -70,11 +70,15 @@ type ImagePull struct {
 // whether the store was over its budget (serve --image-budget), offloaded
 // the images removed (berth has no remote tier: removed from this host,
 // oldest first; unused and unpinned ones only), failed the [name, reason]
-// pairs of those that could not be.
+// pairs of those that could not be. freed_bytes and orphans are berth's
+// own: the bytes of files removed (the images' trees and layers, and the
+// trees no image named) and how many trees no image named were removed.
 type ImageSweep struct {
-	Pressure  bool        `json:"pressure"`
-	Offloaded []string    `json:"offloaded"`
-	Failed    [][2]string `json:"failed"`
+	Pressure   bool        `json:"pressure"`
+	Offloaded  []string    `json:"offloaded"`
+	Failed     [][2]string `json:"failed"`
+	FreedBytes int64       `json:"freed_bytes"`
+	Orphans    int         `json:"orphans"`
 }
 
 // RegistryCredential maps a namespace's registry host to the secret of

@@ -155,6 +155,46 @@ func parseSIEMTune(v string, c *siem.Config) error {
 	return nil
 }
 
+// deprecatedLocalRepos are the two flags (and variables) that each allowed
+// local repositories for one of their users before --allow-local-repos
+// named the one policy: they still turn it on, with a warning.
+var deprecatedLocalRepos = []struct{ flag, env string }{
+	{"build-allow-local", "BERTH_BUILD_ALLOW_LOCAL"},
+	{"workflow-allow-local", "BERTH_WORKFLOW_ALLOW_LOCAL"},
+}
+
+// allowLocalReposFlag defines --allow-local-repos (BERTH_ALLOW_LOCAL_REPOS)
+// and its deprecated aliases on fs. The function it returns, called after
+// fs.Parse, is the policy: the new flag when it is given, else on when the
+// new variable or any deprecated flag or variable says so; each deprecated
+// name in use is warned about on w.
+func allowLocalReposFlag(fs *flag.FlagSet) func(w io.Writer) bool {
+	on := fs.Bool("allow-local-repos", envBool("BERTH_ALLOW_LOCAL_REPOS"), "let fleet-wide writers name a local git repository (a path or file:// URL) as a deployment's build.repo or a workflow's repo; confined tokens never may (BERTH_ALLOW_LOCAL_REPOS)")
+	old := make([]*bool, len(deprecatedLocalRepos))
+	for i, d := range deprecatedLocalRepos {
+		old[i] = fs.Bool(d.flag, false, "deprecated: --allow-local-repos ("+d.env+")")
+	}
+	return func(w io.Writer) bool {
+		given := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+		v := *on
+		for i, d := range deprecatedLocalRepos {
+			if given[d.flag] {
+				fmt.Fprintf(w, "berth serve: --%s is deprecated: use --allow-local-repos (one policy for builds and workflows)\n", d.flag)
+				v = v || *old[i]
+			}
+			if _, set := os.LookupEnv(d.env); set {
+				fmt.Fprintf(w, "berth serve: %s is deprecated: use BERTH_ALLOW_LOCAL_REPOS (one policy for builds and workflows)\n", d.env)
+				v = v || envBool(d.env)
+			}
+		}
+		if given["allow-local-repos"] {
+			return *on
+		}
+		return v
+	}
+}
+
 // envBool reads a boolean environment variable: unset or unparsable is
 // false.
 func envBool(name string) bool {
@@ -226,12 +266,11 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 	siemOn := fs.Bool("siem", envBoolDefault("BERTH_SIEM", true), "detect attacks in the data plane's and the admin API's traffic (GET /security); false turns detection off, guard rules still apply (BERTH_SIEM)")
 	siemTune := fs.String("siem-tune", env("BERTH_SIEM_TUNE", ""), "the SIEM's thresholds, comma-separated key=value: "+siemTuneKeys+" (BERTH_SIEM_TUNE)")
 	hostUpdates := fs.Bool("host-updates", envBool("BERTH_HOST_UPDATES"), "let fleet-wide admins start host-update jobs (POST /deployments/{id}/update), which run a static or site deployment's update.commands on this host as berth's user; off by default (BERTH_HOST_UPDATES)")
-	wfLocal := fs.Bool("workflow-allow-local", envBool("BERTH_WORKFLOW_ALLOW_LOCAL"), "let a workflow's repo be a local path or file:// URL (BERTH_WORKFLOW_ALLOW_LOCAL)")
+	allowLocal := allowLocalReposFlag(fs)
 	wfHTTP := fs.Bool("workflow-allow-http", envBool("BERTH_WORKFLOW_ALLOW_HTTP"), "let a workflow's repo be a plain http:// remote (BERTH_WORKFLOW_ALLOW_HTTP)")
 	allowLinkLocal := fs.Bool("allow-link-local-upstreams", envBool("BERTH_ALLOW_LINK_LOCAL_UPSTREAMS"), "let upstreams reach link-local and cloud metadata addresses (169.254.0.0/16, fe80::/10, 100.100.100.200, fd00:ec2::254), refused by default (BERTH_ALLOW_LINK_LOCAL_UPSTREAMS)")
 	artifactMax := fs.Int64("artifact-max-bytes", int64(intEnv("BERTH_ARTIFACT_MAX_BYTES", int(artifact.DefaultMaxBlobBytes))), "the largest blob one upload to the artifact store (/namespaces/{ns}/artifacts) may hold (BERTH_ARTIFACT_MAX_BYTES)")
 	artifactPrivate := fs.Bool("artifact-allow-private", envBool("BERTH_ARTIFACT_ALLOW_PRIVATE"), "let the artifact stores deployments name (http(s) store URLs) be reached at loopback and private addresses, refused by default so a tenant cannot make berth fetch from the internal network (BERTH_ARTIFACT_ALLOW_PRIVATE)")
-	buildLocal := fs.Bool("build-allow-local", envBool("BERTH_BUILD_ALLOW_LOCAL"), "let fleet-wide writers name a local git repository (a path or file:// URL) as a deployment's build.repo; confined tokens never may (BERTH_BUILD_ALLOW_LOCAL)")
 	buildHTTP := fs.Bool("build-allow-http", envBool("BERTH_BUILD_ALLOW_HTTP"), "let build.repo be a plain http:// remote (a build.auth token sent to one travels in the clear); https only by default (BERTH_BUILD_ALLOW_HTTP)")
 	buildNetwork := fs.Bool("build-network", envBool("BERTH_BUILD_NETWORK"), "give image builds' RUN steps the host's network; off by default: RUN steps get none (BERTH_BUILD_NETWORK)")
 	buildTimeout := fs.Duration("build-timeout", durEnv("BERTH_BUILD_TIMEOUT", 0), "the longest one image build may take; 0: 30m (BERTH_BUILD_TIMEOUT)")
@@ -337,9 +376,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 		TrustedProxies: prefixes, BaseDomain: *baseDomain, PublicIPs: splitList(*publicIPs),
 		DrainTimeout: *drain, Log: log, StdHTTP: *stdHTTP, EgressAddr: *egressAddr, BodyReadTimeout: *bodyTimeout,
 		UpstreamResponseTimeout: *respTimeout, AllowLinkLocalUpstreams: *allowLinkLocal, HostUpdates: *hostUpdates,
-		WorkflowAllowLocal: *wfLocal, WorkflowAllowHTTP: *wfHTTP,
+		AllowLocalRepos: allowLocal(stderr), WorkflowAllowHTTP: *wfHTTP,
 		ArtifactMaxBytes: *artifactMax, ArtifactAllowPrivate: *artifactPrivate, ArtifactRoots: splitList(*artifactRoots),
-		BuildAllowLocal: *buildLocal, BuildAllowHTTP: *buildHTTP, BuildNetwork: *buildNetwork, BuildTimeout: *buildTimeout,
+		BuildAllowHTTP: *buildHTTP, BuildNetwork: *buildNetwork, BuildTimeout: *buildTimeout,
 		RegistryCAFile: *registryCA, RegistryAllowInsecure: splitList(*registryInsecure), ImageBudget: *imageBudget << 20,
 		GuardDryRun: !*guardEnforce, SIEM: siemConfig,
 		// Credentials come from the environment only, never a flag: a

@@ -221,7 +221,8 @@ func (a *API) pullImage(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// sweepImages is POST /images/sweep: unused, unpinned images are removed,
+// sweepImages is POST /images/sweep: trees no image names are removed,
+// then unused, unpinned images (pulled, imported or built)
 // oldest first, while the store exceeds its budget; layers go once no
 // image uses them.
 func (a *API) sweepImages(w http.ResponseWriter, r *http.Request) error {
@@ -233,6 +234,6 @@ func (a *API) sweepImages(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return imageError(w, err)
 	}
-	web.WriteJSON(w, http.StatusOK, apitype.ImageSweep{Pressure: res.Pressure, Offloaded: res.Removed, Failed: res.Failed})
+	web.WriteJSON(w, http.StatusOK, apitype.ImageSweep{Pressure: res.Pressure, Offloaded: res.Removed, Failed: res.Failed, FreedBytes: res.Freed, Orphans: res.Orphans})
 	return nil
 }

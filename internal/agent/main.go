@@ -63,12 +63,14 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 		setups   stringList
 		spare    spareFlags
 		sandbox  sandboxFlag
+		user     userValue
 		cgroups  stringList
 		hide     stringList
 	)
 	fl.Var(&hide, "hide", "`DIR` to hide from the sandbox, but for the agent's own paths (repeatable; with --sandbox)")
 	fl.Var(&cgroups, "join-cgroup", "cgroup `DIR` (of a cgroup v1 hierarchy, say) to move the agent into before it starts anything (repeatable)")
 	fl.Var(&setups, "setup", "`CMD` to run with /bin/sh -c before COMMAND (repeatable)")
+	fl.Var(&user, "user", "`UID:GID[:GROUPS]` to run everything the agent starts as (hooks, COMMAND, execs, shells), GROUPS comma-separated supplementary gids; the agent stays root (not with --sandbox)")
 	fl.Var(&sandbox, "sandbox", "`UID:GID` to run everything the agent starts as, in a sandbox of which the agent is the init (see the package documentation)")
 	spare.register(fl)
 	fl.Usage = func() {
@@ -181,6 +183,13 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 		if err := enterSandbox(sandbox, expose, hide); err != nil {
 			return m.exit(1, fmt.Sprintf("agent: --sandbox: %v", err))
 		}
+	}
+	if user.set {
+		// After the assignment of a spare too, which brings it.
+		if sandbox.set {
+			return m.exit(2, "agent: --user and --sandbox exclude each other")
+		}
+		runAs(user.cred)
 	}
 	if *workdir != "" {
 		// A working directory the image lacks (a guest's default /root

@@ -89,7 +89,9 @@ var rules = []struct {
 	{mod + "/internal/hostnet", []string{mod + "/"}, "host networking is a leaf"},
 	{mod + "/internal/ptybridge", []string{mod + "/apitype", mod + "/client", mod + "/cmd/", mod + "/internal/agent", mod + "/internal/admin", mod + "/internal/computer", mod + "/internal/server", mod + "/internal/fleet", mod + "/internal/registry"}, "the websocket↔terminal bridge knows terminals only through its Terminal interface, below the handlers that use it"},
 	{mod + "/internal/oidc", []string{mod + "/internal/", mod + "/client", mod + "/cmd/"}, "the OpenID Connect relying party (and its test provider) knows only the wire types and its libraries: cookies, sessions and pages are the gate's"},
-	{mod + "/internal/build", []string{mod + "/"}, "the image builder runs git and buildah and hands the tree to its caller's Import: it knows nothing of jobs, deployments or the image store (address walls only, from netguard)"},
+	{mod + "/internal/build", []string{mod + "/"}, "the image builder runs git and buildah and hands the tree to its caller's Import: it knows nothing of jobs, deployments or the image store (address walls only, from netguard, the tar extractor, from untar, and the mount table, from mountinfo)"},
+	{mod + "/internal/untar", []string{mod + "/"}, "berth's one tar extractor is a leaf: the image store, artifact trees and the image builder share it"},
+	{mod + "/internal/mountinfo", []string{mod + "/"}, "reading the host's mount table is a leaf: the image store and the image builder share it"},
 	{mod + "/internal/netguard", []string{mod + "/"}, "address walls are a leaf, shared by the proxy and spec validation"},
 	{mod + "/internal/artifact", []string{mod + "/internal/admin", mod + "/internal/server", mod + "/internal/registry", mod + "/internal/store", mod + "/internal/fleet", mod + "/internal/proxy"}, "the artifact store and its fetch client are below the API that serves them and the jobs that fetch with them (the form of a store string is spec's to check)"},
 	{mod + "/internal/notify", []string{mod + "/internal/proxy", mod + "/internal/registry", mod + "/internal/admin", mod + "/internal/server", mod + "/internal/siem", mod + "/internal/guard"}, "the alert webhooks are handed alerts (Notifier.Alert) by the composition root: they know nothing of the SIEM that raises them, the data plane or the API that configures them"},
@@ -133,8 +135,8 @@ var testHelpers = []string{mod + "/internal/vm/vmtest", mod + "/internal/vm/vmfa
 // allowed: by a rule's importer, the leaves it may import although the rule
 // forbids them (all of berth).
 var allowed = map[string][]string{
-	mod + "/internal/build":         {mod + "/internal/netguard"}, // the remote's address check
-	mod + "/internal/certs/rfc2136": {mod + "/internal/syncbuf"},  // bindtest's daemon log
+	mod + "/internal/build":         {mod + "/internal/netguard", mod + "/internal/untar", mod + "/internal/mountinfo"}, // the remote's address check; a recipe's context; what a build left mounted
+	mod + "/internal/certs/rfc2136": {mod + "/internal/syncbuf"},                                                        // bindtest's daemon log
 }
 
 // TestEveryPackageHasARule: a package no rule names could import anything;

@@ -11,17 +11,19 @@ import (
 	"strconv"
 	"syscall"
 
-	"github.com/berth-dev/berth/internal/image"
+	"github.com/berth-dev/berth/internal/untar"
 )
 
 // UnpackTree extracts a tar or tar.gz stream into dir, which must exist
 // and be empty, dropping stripComponents leading components of every
-// name. It is image.UnpackTar (berth's one extractor: entries that would
+// name. It is untar.Unpack (berth's one extractor: entries that would
 // leave dir, through "..", absolute names, symlinked parents or hard
-// links, are refused) with ctx ending the read. It counts entries written
+// links, are refused), as for a root file system (owners, setuid bits and
+// device nodes kept: a mount's tree is part of one), with ctx ending the
+// read. It counts entries written
 // and regular files' bytes.
 func UnpackTree(ctx context.Context, r io.Reader, dir string, stripComponents int) (files int, unpacked int64, err error) {
-	st, err := image.UnpackTar(ContextReader(ctx, r), dir, image.UnpackOptions{StripComponents: stripComponents})
+	st, err := untar.Unpack(ctx, ContextReader(ctx, r), dir, untar.Options{StripComponents: stripComponents, Tree: true})
 	return st.Files, st.Bytes, err
 }
 
@@ -114,7 +116,7 @@ func (t *Trees) Unpack(ctx context.Context, src Source, digest string, strip int
 		return Tree{}, err
 	}
 	defer os.RemoveAll(tmp) // gone once renamed
-	st, err := image.UnpackTar(ctxReader{ctx, rc}, tmp, image.UnpackOptions{StripComponents: strip, MaxBytes: t.MaxBytes})
+	st, err := untar.Unpack(ctx, ctxReader{ctx, rc}, tmp, untar.Options{StripComponents: strip, MaxBytes: t.MaxBytes, Tree: true})
 	files, n := st.Files, st.Bytes
 	if err == nil {
 		// The tar reader stops at its end marker: drain the rest so the

@@ -596,7 +596,7 @@ func TestBuildFromRecipe(t *testing.T) {
 	// A context entry leaving the context is refused, as is a recipe with
 	// git's fields.
 	bad := memRecipe{dockerfile: "FROM scratch\n", files: map[string]string{"../../escape": "x"}}
-	if _, err := b.Build(t.Context(), Request{Recipe: bad, Import: func(context.Context, string) error { return nil }}, nil); err == nil || !strings.Contains(err.Error(), "leaves the context") {
+	if _, err := b.Build(t.Context(), Request{Recipe: bad, Import: func(context.Context, string) error { return nil }}, nil); err == nil || !strings.Contains(err.Error(), "leaves the tree") {
 		t.Errorf("escaping entry: err = %v", err)
 	}
 	viaLink := memRecipe{dockerfile: "FROM scratch\n", files: map[string]string{"a": "->/tmp", "a/escape": "x"}}

@@ -5,13 +5,12 @@ package build
 import (
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"os/exec"
 	"sort"
-	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/berth-dev/berth/internal/mountinfo"
 )
 
 // inGroup starts cmd in a process group of its own, and has its context's
@@ -35,22 +34,14 @@ func killGroup(cmd *exec.Cmd) {
 // unmountUnder detaches every mount at or below dir, deepest first, as
 // /proc/self/mountinfo lists them.
 func unmountUnder(dir string) error {
-	b, err := os.ReadFile("/proc/self/mountinfo")
+	ms, err := mountinfo.Read()
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil // not Linux: nothing berth's builds mount
-		}
 		return err
 	}
 	var under []string
-	for _, ln := range strings.Split(string(b), "\n") {
-		f := strings.Fields(ln)
-		if len(f) < 5 {
-			continue
-		}
-		mp := unescapeMount(f[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			under = append(under, mp)
+	for _, m := range ms {
+		if m.Point == dir || strings.HasPrefix(m.Point, dir+"/") {
+			under = append(under, m.Point)
 		}
 	}
 	sort.Sort(sort.Reverse(sort.StringSlice(under)))
@@ -60,23 +51,4 @@ func unmountUnder(dir string) error {
 		}
 	}
 	return nil
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var out []byte
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				out = append(out, byte(n))
-				i += 3
-				continue
-			}
-		}
-		out = append(out, s[i])
-	}
-	return string(out)
 }

@@ -126,8 +126,13 @@ func runImage(ctx context.Context, e *env, args []string) error {
 		for _, f := range res.Failed {
 			fmt.Fprintf(e.stderr, "image/%s not removed: %s\n", f[0], f[1])
 		}
-		if len(res.Offloaded) == 0 && len(res.Failed) == 0 {
+		if res.Orphans > 0 {
+			fmt.Fprintf(e.stdout, "%d unnamed image trees removed\n", res.Orphans)
+		}
+		if len(res.Offloaded) == 0 && len(res.Failed) == 0 && res.Orphans == 0 {
 			fmt.Fprintf(e.stdout, "nothing to remove (over budget: %v)\n", res.Pressure)
+		} else {
+			fmt.Fprintf(e.stdout, "%d bytes freed\n", res.FreedBytes)
 		}
 		return nil
 	case "list", "ls":

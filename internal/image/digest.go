@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+
+	"github.com/berth-dev/berth/internal/untar"
 )
 
 // DigestPrefix starts every digest: the hash is SHA-256.
@@ -40,7 +42,7 @@ func Digest(dir string) (string, int64, error) {
 		}
 		writeField(h, filepath.ToSlash(rel))
 		mode := fi.Mode()
-		writeField(h, typeChar(mode)+strconv.FormatUint(uint64(unixPerm(mode)), 8))
+		writeField(h, typeChar(mode)+strconv.FormatUint(uint64(untar.UnixPerm(mode)), 8))
 		switch {
 		case mode.IsRegular():
 			f, err := os.Open(path)
@@ -95,34 +97,4 @@ func typeChar(m fs.FileMode) string {
 	default:
 		return "f"
 	}
-}
-
-// unixPerm returns the permission bits of m as Unix mode bits.
-func unixPerm(m fs.FileMode) uint32 {
-	p := uint32(m.Perm())
-	if m&fs.ModeSetuid != 0 {
-		p |= 0o4000
-	}
-	if m&fs.ModeSetgid != 0 {
-		p |= 0o2000
-	}
-	if m&fs.ModeSticky != 0 {
-		p |= 0o1000
-	}
-	return p
-}
-
-// goMode converts Unix permission bits to an fs.FileMode.
-func goMode(p int64) fs.FileMode {
-	m := fs.FileMode(p & 0o777)
-	if p&0o4000 != 0 {
-		m |= fs.ModeSetuid
-	}
-	if p&0o2000 != 0 {
-		m |= fs.ModeSetgid
-	}
-	if p&0o1000 != 0 {
-		m |= fs.ModeSticky
-	}
-	return m
 }

@@ -286,7 +286,7 @@ func (s *Store) importPlain(ctx context.Context, name, src string) (Image, error
 		return Image{}, fmt.Errorf("%w: %w", ErrBadSource, err)
 	}
 	defer f.Close()
-	return s.importWith(ctx, name, abs, func(dst string) error { return unpackTar(f, dst) })
+	return s.importWith(ctx, name, abs, func(dst string) error { return unpackTar(ctx, f, dst) })
 }
 
 // ImportTar imports a tar stream (optionally gzipped) under name; source is
@@ -295,7 +295,7 @@ func (s *Store) ImportTar(ctx context.Context, name string, r io.Reader, source 
 	if err := s.checkImport(name); err != nil {
 		return Image{}, err
 	}
-	im, err := s.importWith(ctx, name, source, func(dst string) error { return unpackTar(r, dst) })
+	im, err := s.importWith(ctx, name, source, func(dst string) error { return unpackTar(ctx, r, dst) })
 	if err == nil {
 		s.forgetBuilt(ctx, name)
 	}
@@ -371,30 +371,30 @@ func (s *Store) record(ctx context.Context, name, digest string, size int64, sou
 	return fromStore(im, nil), nil
 }
 
-// collect removes the tree of a digest no name refers to any more.
-func (s *Store) collect(ctx context.Context, digest string) {
+// collect removes the tree of a digest no name refers to any more, and
+// returns the bytes that freed; a tree a mount uses (mountedTrees) stays,
+// for the next sweep to take once its replicas are gone.
+func (s *Store) collect(ctx context.Context, digest string) int64 {
 	s.mu.Lock()
 	for _, d := range s.digests {
 		if d == digest {
 			s.mu.Unlock()
-			return
+			return 0
 		}
 	}
 	s.mu.Unlock()
 	if !validDigest(digest) {
-		return
+		return 0
 	}
-	dir := s.treeDir(digest)
-	gone := filepath.Join(s.dir, "tmp", "gc-"+strings.TrimPrefix(digest, DigestPrefix))
-	if err := os.Rename(dir, gone); err != nil {
-		if !errors.Is(err, fs.ErrNotExist) {
-			s.log.Warn("image: cannot remove an unused tree", "digest", digest, "err", err)
-		}
-		return
+	if _, ok := mountOf(s.mountedTrees(), digest); ok {
+		s.log.Info("image: an unused tree is still mounted by a replica; a later sweep removes it", "digest", digest)
+		return 0
 	}
-	if err := os.RemoveAll(gone); err != nil {
+	n, err := s.removeTree(s.treeDir(digest), strings.TrimPrefix(digest, DigestPrefix))
+	if err != nil {
 		s.log.Warn("image: cannot remove an unused tree", "digest", digest, "err", err)
 	}
+	return n
 }
 
 func (s *Store) users(name string) []Reference {
@@ -462,39 +462,65 @@ func (s *Store) Pin(ctx context.Context, name string, pinned bool) (Image, error
 
 // Delete removes an image's name, and its tree and disks once no other
 // name shares them. It refuses a pinned image (ErrPinned) and one that is
-// in use (an *InUseError).
+// in use (an *InUseError): by what Options.InUse names, or, when its tree
+// would go, by a replica whose root file system is mounted on it.
 func (s *Store) Delete(ctx context.Context, name string) error {
+	_, err := s.delete(ctx, name)
+	return err
+}
+
+// delete is Delete, returning the bytes freed (its tree, unless shared,
+// and the layers no other image uses).
+func (s *Store) delete(ctx context.Context, name string) (int64, error) {
 	s.importM.Lock()
 	defer s.importM.Unlock()
 	im, err := s.Get(ctx, name)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if im.Pinned {
-		return fmt.Errorf("%w: image %q is pinned; unpin it first", ErrPinned, name)
+		return 0, fmt.Errorf("%w: image %q is pinned; unpin it first", ErrPinned, name)
 	}
 	if len(im.References) > 0 {
-		return &InUseError{Name: name, References: im.References}
+		return 0, &InUseError{Name: name, References: im.References}
+	}
+	if !s.sharedTree(name, im.Digest) {
+		if refs := s.mountUsers(im.Digest); len(refs) > 0 {
+			return 0, &InUseError{Name: name, References: refs}
+		}
 	}
 	digest, shared, err := s.cat.DeleteImage(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
-		return fmt.Errorf("%w %q", ErrNotFound, name)
+		return 0, fmt.Errorf("%w %q", ErrNotFound, name)
 	}
 	if err != nil {
-		return fmt.Errorf("image: %w", err)
+		return 0, fmt.Errorf("image: %w", err)
 	}
 	s.mu.Lock()
 	delete(s.digests, name)
 	delete(s.sizes, name)
 	s.mu.Unlock()
+	var freed int64
 	if !shared {
-		s.collect(ctx, digest)
+		freed += s.collect(ctx, digest)
 	}
 	s.forgetPulled(ctx, name)
 	s.forgetBuilt(ctx, name)
-	s.collectLayers()
-	s.log.Info("image deleted", "image", name, "digest", digest)
-	return nil
+	freed += s.collectLayers()
+	s.log.Info("image deleted", "image", name, "digest", digest, "freed_bytes", freed)
+	return freed, nil
+}
+
+// sharedTree reports whether a name other than name has the tree digest.
+func (s *Store) sharedTree(name, digest string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for n, d := range s.digests {
+		if n != name && d == digest {
+			return true
+		}
+	}
+	return false
 }
 
 // Rootfs returns the directory of an image's tree. Drivers must not write

@@ -13,14 +13,15 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/berth-dev/berth/internal/untar"
 )
 
-// OCI whiteouts: a file ".wh.NAME" in a layer deletes NAME of the layers
-// below; ".wh..wh..opq" in a directory hides everything the layers below
-// put in it.
+// The OCI whiteouts of a layer (untar.WhiteoutPrefix, untar.OpaqueMarker),
+// kept as files when it was unpacked (untar.Options.Layer).
 const (
-	whiteoutPrefix = ".wh."
-	opaqueMarker   = ".wh..wh..opq"
+	whiteoutPrefix = untar.WhiteoutPrefix
+	opaqueMarker   = untar.OpaqueMarker
 )
 
 // flatten builds the image tree at dst (an empty directory) from the
@@ -137,7 +138,7 @@ func (s *Store) flatten(dst string, diffIDs []string) error {
 			continue // a later layer's whiteout took it
 		}
 		m := dirs[n]
-		if isRoot {
+		if untar.IsRoot {
 			if err := os.Lchown(p, m.uid, m.gid); err != nil {
 				return err
 			}
@@ -208,15 +209,11 @@ func (s *Store) collectLayers() (freed int64) {
 		if used[e.Name()] || !validDigest(DigestPrefix+e.Name()) {
 			continue
 		}
-		size, _ := treeSize(filepath.Join(root, e.Name()))
-		gone := filepath.Join(s.dir, "tmp", "gc-layer-"+e.Name())
-		if err := os.Rename(filepath.Join(root, e.Name()), gone); err != nil {
-			continue
-		}
-		if err := os.RemoveAll(gone); err != nil {
+		n, err := s.removeTree(filepath.Join(root, e.Name()), "layer-"+e.Name())
+		if err != nil {
 			s.log.Warn("image: cannot remove an unused layer", "layer", e.Name(), "err", err)
 		}
-		freed += size
+		freed += n
 	}
 	return freed
 }
@@ -226,19 +223,35 @@ type SweepResult struct {
 	Pressure bool        // the store was over its budget
 	Removed  []string    // image names, oldest first
 	Failed   [][2]string // name, why
+	// Freed is the bytes of regular files the sweep removed: the trees
+	// and layers of the images it removed (a file hard-linked from a
+	// layer into a tree counted once, with the last of them to go) and
+	// the trees no image named.
+	Freed int64
+	// Orphans is how many trees no image named were removed.
+	Orphans int
 }
 
-// Sweep removes unused, unpinned images, oldest first, while the store's
-// bytes on disk (distinct trees, shared layers counted once) exceed
-// budget; then the layers no remaining image uses. An image a deployment
-// names (Options.InUse) is never removed.
+// Sweep removes the trees that no image names (a crash or a refused pull
+// left them) whatever the budget; then unused, unpinned images — pulled,
+// imported and built ones alike (an image-build job's earlier results
+// are unpinned, and only the one a deployment names is in use) — oldest
+// first, while the store's bytes on disk (distinct trees, shared layers
+// counted once) exceed budget; then the layers no remaining image uses.
+// An image a deployment names (Options.InUse) or whose tree a replica's
+// mount uses is never removed.
 func (s *Store) Sweep(ctx context.Context, budget int64) (SweepResult, error) {
+	res := SweepResult{Removed: []string{}, Failed: [][2]string{}}
+	s.importM.Lock()
+	res.Freed, res.Orphans = s.collectOrphans(ctx)
+	res.Freed += s.collectLayers()
+	s.importM.Unlock()
 	list, err := s.List(ctx)
 	if err != nil {
-		return SweepResult{}, err
+		return res, err
 	}
 	total := s.usage(list)
-	res := SweepResult{Pressure: total > budget, Removed: []string{}, Failed: [][2]string{}}
+	res.Pressure = total > budget
 	slices.SortStableFunc(list, func(a, b Image) int { return a.CreatedAt.Compare(b.CreatedAt) })
 	for _, im := range list {
 		if total <= budget {
@@ -247,7 +260,8 @@ func (s *Store) Sweep(ctx context.Context, budget int64) (SweepResult, error) {
 		if im.Pinned || len(im.References) > 0 {
 			continue
 		}
-		if err := s.Delete(ctx, im.Name); err != nil {
+		freed, err := s.delete(ctx, im.Name)
+		if err != nil {
 			var inUse *InUseError
 			if !errors.As(err, &inUse) && !errors.Is(err, ErrPinned) {
 				res.Failed = append(res.Failed, [2]string{im.Name, err.Error()})
@@ -255,9 +269,7 @@ func (s *Store) Sweep(ctx context.Context, budget int64) (SweepResult, error) {
 			continue
 		}
 		res.Removed = append(res.Removed, im.Name)
-		s.importM.Lock()
-		s.collectLayers()
-		s.importM.Unlock()
+		res.Freed += freed
 		rest, err := s.List(ctx)
 		if err != nil {
 			return res, err

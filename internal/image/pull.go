@@ -408,7 +408,7 @@ func (s *Store) downloadLayer(ctx context.Context, blob name.Digest, d v1.Descri
 		tr = zr
 	}
 	tr = io.TeeReader(tr, tarH)
-	if err := unpackTar(tr, tree); err != nil {
+	if err := unpackLayer(ctx, tr, tree); err != nil {
 		return fmt.Errorf("layer %s: %w", d.Digest, digestFirst(br, err))
 	}
 	// The tar's end-of-archive blocks and the gzip trailer count too.

@@ -113,8 +113,9 @@ type Manager struct {
 
 	mu      sync.Mutex
 	kinds   map[apitype.JobKind]Kind
-	busy    map[string]*Job // by deployment; nil value: a start being prepared
-	byID    map[string]*Job // running jobs
+	busy    map[string]*Job            // by deployment; nil value: a start being prepared
+	idle    map[string][]chan struct{} // by deployment: closed when busy is cleared (Idle)
+	byID    map[string]*Job            // running jobs
 	closed  bool
 	closing chan struct{} // closed by Close
 	wg      sync.WaitGroup
@@ -142,7 +143,7 @@ func New(ctx context.Context, o Options) (*Manager, error) {
 	if o.LogLines <= 0 {
 		o.LogLines = DefaultLogLines
 	}
-	m := &Manager{o: o, kinds: map[apitype.JobKind]Kind{}, busy: map[string]*Job{}, byID: map[string]*Job{}, closing: make(chan struct{})}
+	m := &Manager{o: o, kinds: map[apitype.JobKind]Kind{}, busy: map[string]*Job{}, idle: map[string][]chan struct{}{}, byID: map[string]*Job{}, closing: make(chan struct{})}
 	rows, err := o.Store.Jobs(ctx, "")
 	if err != nil {
 		return nil, fmt.Errorf("jobs: %w", err)
@@ -205,7 +206,7 @@ func (m *Manager) Start(ctx context.Context, kind apitype.JobKind, req Request) 
 	m.mu.Unlock()
 	release := func() {
 		m.mu.Lock()
-		delete(m.busy, id)
+		m.freeLocked(id)
 		m.mu.Unlock()
 	}
 
@@ -252,6 +253,31 @@ func (m *Manager) Start(ctx context.Context, kind apitype.JobKind, req Request) 
 	go j.writer()
 	go j.run(jctx, run, req.Caller)
 	return rec, nil
+}
+
+// Idle returns a channel that is closed once deployment has no job running
+// or being prepared, so a start then is not refused with ErrBusy (unless
+// another start came first): at once when it has none.
+func (m *Manager) Idle(deployment string) <-chan struct{} {
+	ch := make(chan struct{})
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, busy := m.busy[deployment]; !busy {
+		close(ch)
+		return ch
+	}
+	m.idle[deployment] = append(m.idle[deployment], ch)
+	return ch
+}
+
+// freeLocked ends deployment id's turn: another start may run, and Idle's
+// waiters are told. Callers hold m.mu.
+func (m *Manager) freeLocked(id string) {
+	delete(m.busy, id)
+	for _, ch := range m.idle[id] {
+		close(ch)
+	}
+	delete(m.idle, id)
 }
 
 func busyError(id string) *Error {
@@ -616,7 +642,7 @@ func (j *Job) run(ctx context.Context, run Run, caller string) {
 	m.mu.Lock()
 	delete(m.byID, final.ID)
 	if m.busy[final.Deployment] == j {
-		delete(m.busy, final.Deployment)
+		m.freeLocked(final.Deployment)
 	}
 	m.mu.Unlock()
 	j.mu.Lock()

@@ -332,3 +332,53 @@ func TestCancelOnDelete(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestIdle: Idle is closed at once for a deployment with no job, and for
+// a busy one only once its job ended, when a start is no longer refused;
+// a refused preparation frees the deployment too.
+func TestIdle(t *testing.T) {
+	st := openStore(t, t.TempDir())
+	defer st.Close()
+	m := newManager(t, st, jobs.Options{})
+	defer m.Close()
+	select {
+	case <-m.Idle("web"):
+	default:
+		t.Fatal("Idle of a deployment with no job is not closed")
+	}
+	started, release := make(chan string, 1), make(chan error)
+	m.Register(apitype.JobHostUpdate, gated(started, release))
+	rec, err := m.Start(context.Background(), apitype.JobHostUpdate, dep("web"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	idle, other := m.Idle("web"), m.Idle("api")
+	select {
+	case <-idle:
+		t.Fatal("Idle closed while the job runs")
+	default:
+	}
+	select {
+	case <-other:
+	default:
+		t.Fatal("another deployment's Idle waits for web's job")
+	}
+	release <- nil
+	<-idle
+	if got := wait(t, m, rec.ID); got.Status != apitype.JobSucceeded {
+		t.Fatalf("job %+v", got)
+	}
+	// The deployment is free when Idle says so: this start is not ErrBusy.
+	m.Register(apitype.JobMountPull, func(context.Context, jobs.Request) (jobs.Run, error) {
+		return nil, jobs.Errorf(http.StatusBadRequest, "refused")
+	})
+	if _, err := m.Start(context.Background(), apitype.JobMountPull, dep("web")); errors.Is(err, jobs.ErrBusy) || statusOf(err) != http.StatusBadRequest {
+		t.Fatalf("a start once idle: %v", err)
+	}
+	select {
+	case <-m.Idle("web"):
+	default:
+		t.Fatal("a refused preparation left the deployment busy")
+	}
+}

@@ -18,7 +18,7 @@ import (
 func (s *Server) imageBuildKind() (jobs.Kind, error) {
 	b := &build.Builder{
 		WorkDir:    filepath.Join(s.o.DataDir, "builds"),
-		AllowLocal: s.o.BuildAllowLocal, AllowHTTP: s.o.BuildAllowHTTP,
+		AllowLocal: s.o.AllowLocalRepos, AllowHTTP: s.o.BuildAllowHTTP,
 		Network: s.o.BuildNetwork, Timeout: s.o.BuildTimeout,
 		Self: s.self, AllowLinkLocal: s.o.AllowLinkLocalUpstreams,
 	}

@@ -44,7 +44,7 @@ func TestImageBuildContainer(t *testing.T) {
 		}
 	}
 	var logs syncbuf.Buffer
-	h := startContainers(t, &logs, func(o *Options) { o.BuildAllowLocal = true })
+	h := startContainers(t, &logs, func(o *Options) { o.AllowLocalRepos = true })
 	c := contracttest.MustLoad(t)
 
 	repo := t.TempDir()

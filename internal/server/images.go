@@ -145,8 +145,16 @@ type imagePreparer struct {
 // Prepare pulls a registry reference the namespace cannot use yet (the
 // replica's cold start waits for it: the pull phase) and fills the image's
 // run defaults (a pulled or built image's) into what the spec leaves
-// empty — spec values win.
+// empty — spec values win. The image config's user (berth's specs have
+// none of their own) becomes sp.User, resolved against the image's own
+// /etc/passwd and /etc/group, with HOME from its entry unless the image
+// or the spec sets one; a user the image does not define refuses the
+// create.
 func (p *imagePreparer) Prepare(ctx context.Context, ns string, sp *vm.Spec) error {
+	return p.prepare(ctx, ns, sp, true)
+}
+
+func (p *imagePreparer) prepare(ctx context.Context, ns string, sp *vm.Spec, withUser bool) error {
 	im, ns := p.s.images, secrets.Namespace(ns)
 	if im == nil {
 		return nil
@@ -174,16 +182,44 @@ func (p *imagePreparer) Prepare(ctx context.Context, ns string, sp *vm.Spec) err
 	if sp.Port == 0 {
 		sp.Port = c.Port
 	}
+	if withUser && c.User != "" && sp.User == nil {
+		root, err := im.Rootfs(sp.Image)
+		if err != nil {
+			return err
+		}
+		u, err := image.ResolveUser(root, c.User)
+		if err != nil {
+			return fmt.Errorf("image %q: its config's %w", sp.Image, err)
+		}
+		if !u.Root() {
+			sp.User = &vm.User{UID: u.UID, GID: u.GID, Groups: u.Groups}
+			if sp.WorkDir == "" && sp.Workspace == "" {
+				// As a container engine runs an image with no WORKDIR:
+				// in /, not in the VM drivers' default /root, which the
+				// user may not enter.
+				sp.WorkDir = "/"
+			}
+		}
+		if _, set := sp.Env["HOME"]; !set && u.Home != "" {
+			env := maps.Clone(sp.Env)
+			if env == nil {
+				env = map[string]string{}
+			}
+			env["HOME"] = u.Home
+			sp.Env = env
+		}
+	}
 	return nil
 }
 
 // prepareComputer is Prepare for a Computer's sandbox: the image is pulled
 // the same way, but of its run defaults only the environment is taken —
 // a Computer runs berth's agent with its workspace as the working
-// directory, never the image's command.
+// directory, never the image's command, and as root, not the image's
+// user.
 func (p *imagePreparer) prepareComputer(ctx context.Context, ns string, sp *vm.Spec) error {
 	cp := *sp
-	if err := p.Prepare(ctx, ns, &cp); err != nil {
+	if err := p.prepare(ctx, ns, &cp, false); err != nil {
 		return err
 	}
 	sp.Env = cp.Env

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/jobs"
@@ -88,13 +89,24 @@ func (s *Server) applyMountPulls(ctx context.Context, id string) error {
 	return err
 }
 
+// Why berth starts a deployment's pull or build by itself (the job's
+// caller).
+const (
+	whyArtifact     = "berth (its artifact is not on this host)"
+	whyBuildChanged = "berth (its build section changed)"
+	whyBuildMissing = "berth (its image is not built on this host)"
+	whyMounts       = "berth (its mounts are not pulled on this host)"
+)
+
 // autoPull starts what a written (or loaded) deployment needs before it
 // can serve: an artifact pull when it has an artifact whose image or
-// bundle is not on this host, else a mount pull when one of its mounts
+// bundle is not on this host, a build when its build section changed or
+// its image is not built here, else a mount pull when one of its mounts
 // has no digest here (one job at a time per deployment: the artifact's
-// first, then, once it succeeded, the mounts'). A start that fails
-// (a pull already running, a missing secret) is logged; the deployment
-// answers 503 until a pull succeeds.
+// or the build's first, then, once it succeeded, the mounts'). A start
+// that a running job of the deployment refuses is queued and made when
+// that job ends (queuePull); one that fails otherwise (a missing secret)
+// is logged, and the deployment answers 503 until a pull succeeds.
 func (s *Server) autoPull(ctx context.Context, e *registry.Entry) {
 	if s.jobs == nil {
 		return
@@ -103,16 +115,26 @@ func (s *Server) autoPull(ctx context.Context, e *registry.Entry) {
 	var why string
 	switch {
 	case s.artifactMissing(e):
-		kind, why = apitype.JobArtifactPull, "berth (its artifact is not on this host)"
+		kind, why = apitype.JobArtifactPull, whyArtifact
 	case s.buildChanged(e):
-		kind, why = apitype.JobImageBuild, "berth (its build section changed)"
+		kind, why = apitype.JobImageBuild, whyBuildChanged
 	case s.buildMissing(e):
-		kind, why = apitype.JobImageBuild, "berth (its image is not built on this host)"
-	case e.Kind == apitype.KindVM && registry.Unpulled(e.Spec.VM) >= 0:
-		kind, why = apitype.JobMountPull, "berth (its mounts are not pulled on this host)"
+		kind, why = apitype.JobImageBuild, whyBuildMissing
+	case s.mountsUnpulled(e):
+		kind, why = apitype.JobMountPull, whyMounts
 	default:
 		return
 	}
+	s.startPull(ctx, e, kind, why)
+}
+
+// mountsUnpulled reports whether one of e's mounts has no digest here.
+func (s *Server) mountsUnpulled(e *registry.Entry) bool {
+	return e.Kind == apitype.KindVM && registry.Unpulled(e.Spec.VM) >= 0
+}
+
+// startPull starts autoPull's job of kind for e.
+func (s *Server) startPull(ctx context.Context, e *registry.Entry, kind apitype.JobKind, why string) {
 	ns := e.Spec.Namespace
 	if ns == "" {
 		ns = "default"
@@ -124,6 +146,10 @@ func (s *Server) autoPull(ctx context.Context, e *registry.Entry) {
 		// local build.repo only from a fleet-wide writer).
 		Fleet: kind == apitype.JobImageBuild,
 	})
+	if errors.Is(err, jobs.ErrBusy) {
+		s.queuePull(ctx, e.Spec.ID, kind, why)
+		return
+	}
 	if err != nil {
 		s.log.Warn("could not start a pull", "deployment", e.Spec.ID, "kind", kind, "err", err)
 		return
@@ -142,6 +168,78 @@ func (s *Server) autoPull(ctx context.Context, e *registry.Entry) {
 			}
 		}()
 	}
+}
+
+// pullQueue is the pulls and builds wanted while their deployment's job
+// ran: at most one per deployment and kind.
+type pullQueue struct {
+	mu     sync.Mutex
+	wanted map[pullKey]bool
+}
+
+type pullKey struct {
+	deployment string
+	kind       apitype.JobKind
+}
+
+// queued reports whether a job of kind is queued for deployment.
+func (q *pullQueue) queued(deployment string, kind apitype.JobKind) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.wanted[pullKey{deployment, kind}]
+}
+
+// queuePull remembers that deployment id wants a job of kind, refused
+// while its running job runs (an edit during a pull or build), and
+// starts it once that job ended, for the deployment as it is then — if
+// it still needs it: a queued pull whose artifact or mounts the ended job
+// brought is dropped, and a build queued because the build section
+// changed always runs (the running build was of the old one). Edits that
+// want the same kind meanwhile are one queued start.
+func (s *Server) queuePull(ctx context.Context, id string, kind apitype.JobKind, why string) {
+	key := pullKey{id, kind}
+	q := &s.queued
+	q.mu.Lock()
+	if q.wanted[key] {
+		q.mu.Unlock()
+		s.log.Info("a job of the deployment is running; the pull it wants is queued already", "deployment", id, "kind", kind)
+		return
+	}
+	if q.wanted == nil {
+		q.wanted = map[pullKey]bool{}
+	}
+	q.wanted[key] = true
+	q.mu.Unlock()
+	s.log.Info("a job of the deployment is running; the pull it wants starts when it ends", "deployment", id, "kind", kind)
+	idle := s.jobs.Idle(id)
+	go func() {
+		<-idle
+		q.mu.Lock()
+		delete(q.wanted, key)
+		q.mu.Unlock()
+		cur, ok := s.registry.Get(id)
+		if !ok {
+			return // deleted meanwhile
+		}
+		if !s.stillWanted(cur, kind, why) {
+			s.log.Info("a queued pull is no longer needed", "deployment", id, "kind", kind)
+			return
+		}
+		s.startPull(context.WithoutCancel(ctx), cur, kind, why)
+	}()
+}
+
+// stillWanted reports whether e still needs the queued job of kind.
+func (s *Server) stillWanted(e *registry.Entry, kind apitype.JobKind, why string) bool {
+	switch kind {
+	case apitype.JobArtifactPull:
+		return s.artifactMissing(e)
+	case apitype.JobImageBuild:
+		return e.Spec.Build != nil && (why == whyBuildChanged || s.buildMissing(e))
+	case apitype.JobMountPull:
+		return !s.artifactMissing(e) && !s.buildMissing(e) && s.mountsUnpulled(e)
+	}
+	return false
 }
 
 // artifactPullKind is the artifact-pull job kind, wired to this server's

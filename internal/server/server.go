@@ -252,21 +252,24 @@ type Options struct {
 	// BERTH_HOST_UPDATES). Off, every such start is refused.
 	HostUpdates bool
 
-	// Builds (the image-build job, package build): BuildAllowLocal lets
-	// fleet-wide writers name a local repository (a path or file://) as
-	// build.repo, BuildAllowHTTP a plain http:// one; BuildTimeout bounds
-	// a build (0: build.DefaultTimeout); BuildNetwork gives RUN steps the
-	// host's network (off: none). berth serve --build-allow-local,
-	// --build-allow-http, --build-timeout, --build-network.
-	BuildAllowLocal, BuildAllowHTTP, BuildNetwork bool
-	BuildTimeout                                  time.Duration
+	// AllowLocalRepos lets fleet-wide writers name a local git
+	// repository (a path or file://) as a deployment's build.repo and a
+	// workflow's repo (workflows are fleet-wide admins' only): one policy
+	// for both users of the image builder's git fetch. berth serve
+	// --allow-local-repos.
+	AllowLocalRepos bool
 
-	// WorkflowAllowLocal lets a workflow's repo be a local path or
-	// file:// URL, WorkflowAllowHTTP a plain http:// remote (the image
-	// builder's AllowLocal and AllowHTTP; workflows are fleet-wide
-	// admins' only). berth serve --workflow-allow-local,
-	// --workflow-allow-http.
-	WorkflowAllowLocal, WorkflowAllowHTTP bool
+	// Builds (the image-build job, package build): BuildAllowHTTP lets
+	// build.repo be a plain http:// remote; BuildTimeout bounds a build
+	// (0: build.DefaultTimeout); BuildNetwork gives RUN steps the host's
+	// network (off: none). berth serve --build-allow-http,
+	// --build-timeout, --build-network.
+	BuildAllowHTTP, BuildNetwork bool
+	BuildTimeout                 time.Duration
+
+	// WorkflowAllowHTTP lets a workflow's repo be a plain http:// remote
+	// (the image builder's AllowHTTP). berth serve --workflow-allow-http.
+	WorkflowAllowHTTP bool
 
 	Log *slog.Logger
 }
@@ -340,6 +343,9 @@ type Server struct {
 	self *netguard.Self
 	// builds remembers built deployments' build sections (buildChanged).
 	builds buildSeen
+	// queued is the pulls and builds an edit wanted while the
+	// deployment's job ran (queuePull).
+	queued pullQueue
 }
 
 // New opens the store, restores deployments and binds the listeners.
@@ -513,7 +519,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		BaseDomain: o.BaseDomain, Drivers: s.fleet.DriverNames(), ImageExists: s.imageExists,
 		SitesDir: o.SitesDir, SiteRootsAllow: o.SiteRootsAllow, MaxReplicasCeiling: replicaCeiling(o),
 		StoreRootsAllow: o.ArtifactRoots,
-		BuildAllowLocal: o.BuildAllowLocal, BuildAllowHTTP: o.BuildAllowHTTP,
+		BuildAllowLocal: o.AllowLocalRepos, BuildAllowHTTP: o.BuildAllowHTTP,
 		Mounter: s.fleet.Mounter,
 	}
 	if err := s.openJobs(ctx); err != nil {

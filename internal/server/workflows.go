@@ -24,7 +24,7 @@ func (s *Server) workflowRuns() jobs.RunOptions {
 	}
 	b := &build.Builder{
 		WorkDir:    wd,
-		AllowLocal: s.o.WorkflowAllowLocal, AllowHTTP: s.o.WorkflowAllowHTTP,
+		AllowLocal: s.o.AllowLocalRepos, AllowHTTP: s.o.WorkflowAllowHTTP,
 		Self: s.self, AllowLinkLocal: s.o.AllowLinkLocalUpstreams,
 	}
 	return jobs.RunOptions{

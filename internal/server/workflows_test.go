@@ -72,7 +72,7 @@ func TestWorkflowRuns(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) }))
 	defer up.Close()
 	upstream := strings.TrimPrefix(up.URL, "http://")
-	n := startNode(t, Options{HostUpdates: true, WorkflowAllowLocal: true})
+	n := startNode(t, Options{HostUpdates: true, AllowLocalRepos: true})
 	n.must(201, "POST", "/secrets", "", `{"id":"deploy","data":{"token":"x"}}`, nil)
 	dir := t.TempDir()
 	n.must(201, "POST", "/deployments", "", updateSpec("web", "default", upstream, dir, "echo web >> order.txt"), nil)
@@ -177,7 +177,7 @@ func TestWorkflowRuns(t *testing.T) {
 // workflow's auth is resolved from the secrets at run time, and a
 // credential is never sent to a local repository.
 func TestWorkflowRunsFleetOnly(t *testing.T) {
-	w := startTenants(t, Options{WorkflowAllowLocal: true})
+	w := startTenants(t, Options{AllowLocalRepos: true})
 	repo := gitRepo(t, map[string]string{".ci/workflows/w.yml": "steps: [{job: host-update, deployment: web}]\n"})
 	w.must(201, "POST", "/workflows", w.op, `{"id":"ci","repo":"https://git.test/app","auth":{"secret":"nope"},"enabled":true}`, nil)
 	for _, c := range []struct{ method, path string }{{"POST", "/workflows/ci/runs"}, {"GET", "/workflows/ci/runs"}, {"GET", "/workflows/ci/runs/run-x"}} {

@@ -76,7 +76,7 @@ type Options struct {
 	// ones, is refused rather than ignored. Nil skips both checks.
 	Mounter func(driver string) (attaches, writable bool)
 	// BuildAllowLocal lets build.repo be a local path or file:// URL
-	// (berth serve --build-allow-local), for writers that cover the whole
+	// (berth serve --allow-local-repos), for writers that cover the whole
 	// fleet (the registry clears it for confined ones: a local path reads
 	// the host's disk). BuildAllowHTTP lets it be a plain http:// remote.
 	// Otherwise only https:// remotes are accepted.

@@ -72,6 +72,15 @@ type Spec struct {
 	// /workspace and roots the agent there. Empty means none.
 	Workspace string
 
+	// User is who everything the agent starts in the sandbox (setup
+	// hooks, Command, execs, shells, background processes) runs as: the
+	// image config's user, resolved by berth against the image's own
+	// /etc/passwd and /etc/group. Nil means the driver's default (root in
+	// an image). A driver that runs images applies it through the agent
+	// (--user); one that cannot refuses a spec with it rather than run
+	// the app as someone else.
+	User *User
+
 	// Mounts are host directory trees attached to the sandbox at boot
 	// (vm.mounts: each an artifact unpacked once into a content-addressed
 	// tree that every replica of the deployment shares). Only a driver
@@ -79,6 +88,27 @@ type Spec struct {
 	// refuses a spec with mounts rather than start a replica without
 	// them. See Mount for what a driver checks.
 	Mounts []Mount
+}
+
+// User is a numeric identity in a sandbox (Spec.User).
+type User struct {
+	UID, GID uint32
+	Groups   []uint32 // supplementary groups; none when empty
+}
+
+// AgentFlag is the agent's --user value: UID:GID, then :G1,G2,… when
+// there are supplementary groups.
+func (u User) AgentFlag() string {
+	s := strconv.FormatUint(uint64(u.UID), 10) + ":" + strconv.FormatUint(uint64(u.GID), 10)
+	for i, g := range u.Groups {
+		if i == 0 {
+			s += ":"
+		} else {
+			s += ","
+		}
+		s += strconv.FormatUint(uint64(g), 10)
+	}
+	return s
 }
 
 // Mount is one host directory tree attached to a sandbox (Spec.Mounts).

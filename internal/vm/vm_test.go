@@ -51,3 +51,16 @@ func TestOwner(t *testing.T) {
 		t.Errorf("OwnerFromName of a bare prefix = %v", got)
 	}
 }
+
+// TestUserAgentFlag: the agent's --user value, groups comma-separated.
+func TestUserAgentFlag(t *testing.T) {
+	for u, want := range map[*User]string{
+		{UID: 1000, GID: 1000}:                      "1000:1000",
+		{UID: 1001, GID: 1002, Groups: []uint32{3}}: "1001:1002:3",
+		{UID: 1, GID: 2, Groups: []uint32{3, 4}}:    "1:2:3,4",
+	} {
+		if got := u.AgentFlag(); got != want {
+			t.Errorf("AgentFlag(%+v) = %q, want %q", *u, got, want)
+		}
+	}
+}

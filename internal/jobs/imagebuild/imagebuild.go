@@ -26,7 +26,7 @@
 // git token (the SecretRef's username, else the builder's default
 // "x-access-token"); for a store, the store's API key. It is redacted
 // from the log before anything is logged. A local repository (a path or
-// file://, which berth serve allows only with --build-allow-local) is
+// file://, which berth serve allows only with --allow-local-repos) is
 // built only for a fleet-wide caller: a confined one may not make berth
 // read the host's disk.
 //

@@ -677,6 +677,11 @@ func (d *Driver) agentArgs(spec vm.Spec, wd string) []string {
 	if spec.Workspace != "" {
 		args = append(args, "--root", workspaceInside)
 	}
+	if spec.User != nil {
+		// The image's user: the agent (root, the container's init)
+		// starts everything as it.
+		args = append(args, "--user", spec.User.AgentFlag())
+	}
 	for _, h := range spec.SetupHooks {
 		args = append(args, "--setup", h)
 	}

@@ -51,6 +51,20 @@ func (d *Driver) mountRootfs(dir, lower string, st state) error {
 			return fmt.Errorf("overlayfs cannot use the path %q (it holds , : or \\)", p)
 		}
 	}
+	// The overlay's root takes the upper directory's mode and owner:
+	// make them the image's, so an image user other than root (Spec.User)
+	// may walk its / as in the image.
+	if fi, err := os.Stat(lower); err == nil {
+		upper := filepath.Join(layer, upperDir)
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			if err := os.Lchown(upper, int(st.Uid), int(st.Gid)); err != nil {
+				return err
+			}
+		}
+		if err := os.Chmod(upper, fi.Mode().Perm()); err != nil {
+			return err
+		}
+	}
 	opts := "lowerdir=" + lower + ",upperdir=" + filepath.Join(layer, upperDir) + ",workdir=" + filepath.Join(layer, workDir)
 	if err := syscall.Mount("overlay", target, "overlay", syscall.MS_NODEV, opts); err != nil {
 		return fmt.Errorf("mounting the overlay on %s: %w", target, err)

@@ -291,6 +291,11 @@ func GuestConfig(spec vm.Spec, id string, port int, g Guest) agent.GuestConfig {
 	if g.LeaseCheck > 0 {
 		args = append(args, "--lease-check", g.LeaseCheck.String())
 	}
+	if spec.User != nil {
+		// The image's user: the agent (root, the guest's init) starts
+		// everything as it.
+		args = append(args, "--user", spec.User.AgentFlag())
+	}
 	for _, h := range spec.SetupHooks {
 		args = append(args, "--setup", h)
 	}

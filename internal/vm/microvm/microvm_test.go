@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -99,5 +100,20 @@ func TestCreateTap(t *testing.T) {
 	}
 	if tap, _ := CreateTap(t.Context(), oneTap{guestIP: "10.0.0.2", mac: "02:00:00:00:00:01"}, id, 0xb5, record); tap.MAC != "02:00:00:00:00:01" || tap.PrefixLen != 24 {
 		t.Errorf("CreateTap = %+v; want the network's MAC and a /24", tap)
+	}
+}
+
+// TestGuestConfigUser: the image's user (Spec.User) reaches the guest's
+// agent as --user, before COMMAND; no user, no flag.
+func TestGuestConfigUser(t *testing.T) {
+	spec := vm.Spec{Command: "exec app", User: &vm.User{UID: 1000, GID: 1000, Groups: []uint32{27}}}
+	args := GuestConfig(spec, "r1", 8080, Guest{Listen: "vsock:1", Home: "/root"}).Args
+	i := slices.Index(args, "--user")
+	if i < 0 || i+1 >= len(args) || args[i+1] != "1000:1000:27" || i > slices.Index(args, "--") {
+		t.Errorf("args %q: want --user 1000:1000:27 before the command", args)
+	}
+	spec.User = nil
+	if args := GuestConfig(spec, "r1", 8080, Guest{Listen: "vsock:1", Home: "/root"}).Args; slices.Contains(args, "--user") {
+		t.Errorf("args %q: --user without a Spec.User", args)
 	}
 }

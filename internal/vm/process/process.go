@@ -456,6 +456,9 @@ func (d *Driver) check(spec vm.Spec) (state, string, vm.Size, error) {
 	if err != nil {
 		return fail("%v", err)
 	}
+	if spec.User != nil {
+		return fail("the process driver runs every sandbox as its own uid; it cannot run as user %s", spec.User.AgentFlag())
+	}
 	if spec.Image != "" {
 		return fail("the process driver runs no images (image %q)", spec.Image)
 	}

@@ -449,6 +449,7 @@ func TestStartErrors(t *testing.T) {
 		want string
 	}{
 		{"image", d, vm.Spec{Name: id, Command: "true", Image: "alpine"}, "runs no images"},
+		{"user", d, vm.Spec{Name: id, Command: "true", User: &vm.User{UID: 1000, GID: 1000}}, "cannot run as user 1000:1000"},
 		{"port", d, vm.Spec{Name: id, Command: "true", Port: 70000}, "out of range"},
 		{"size", d, vm.Spec{Name: id, Command: "true", SizeClass: "huge"}, "unknown size class"},
 		{"deployment", d, vm.Spec{Name: id, Deployment: "other", Command: "true"}, "belongs to deployment"},

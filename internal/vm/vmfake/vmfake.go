@@ -25,8 +25,8 @@
 // replica reports that address.
 //
 // The environment is Spec.Env with HOME, PATH and PORT (vm.AppEnv), nothing
-// of the host's. Spec.Image, DiskSizeGB, OpenPorts and Workspace are
-// accepted and ignored. Stop's grace is never waited out: the fake's
+// of the host's. Spec.Image, User, DiskSizeGB, OpenPorts and Workspace are
+// accepted and ignored (the fake runs no image, so no image user). Stop's grace is never waited out: the fake's
 // commands all end as soon as they are told to.
 //
 // Tests steer replicas with Exit, Crash, Lose, Find and SetUsage, and the
