@@ -76,7 +76,8 @@ type rollout struct {
 	want    int
 	phase   string
 	started time.Time
-	failed  string // why a candidate failed; the next step reverts
+	failed  string   // why a candidate failed; the next step reverts
+	gone    []string // failed candidates already out of the pool, stopped again by the revert
 }
 
 // KeyDigest is the digest of a template (Config.Key) that
@@ -189,6 +190,7 @@ func (p *Pool) candidateFailedLocked(r *replica, reason string) bool {
 	if p.ro.failed == "" {
 		p.ro.failed = fmt.Sprintf("candidate %s: %s", r.id, reason)
 	}
+	p.ro.gone = append(p.ro.gone, r.id)
 	p.Poke()
 	return true
 }
@@ -273,8 +275,13 @@ func (p *Pool) revertLocked(ctx context.Context, cfg *Config, now time.Time) []R
 	p.m.log.Warn("rollout failed; the previous template serves", "deployment", p.id, "revision", short(cfg.Revision), "why", ro.failed)
 	ev := RolloutEvent{Revision: cfg.Revision, From: ro.from.Revision, Status: RolloutFailed, Phase: PhaseReverted, Error: ro.failed}
 	drainFor := cfg.Policy.DrainTimeout
+	gone := ro.gone
 	p.tasks.Go(func() {
 		ctx := context.WithoutCancel(ctx)
+		for _, id := range gone {
+			p.stopAll(ctx, []string{id})
+			ev.Stopped = append(ev.Stopped, id)
+		}
 		for _, r := range cands {
 			if r.backend != nil {
 				deadline := time.Now().Add(drainFor)

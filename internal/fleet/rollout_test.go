@@ -1,0 +1,228 @@
+package fleet
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/berth-dev/berth/internal/autoscale"
+	"github.com/berth-dev/berth/internal/vm/vmfake"
+)
+
+// revisionServer is an HTTP server, made outside any synctest bubble, that
+// every fake replica reports as its address: it answers 200 with
+// x-rev: a, so a template expecting x-rev: a becomes ready and one
+// expecting x-rev: b never does.
+func revisionServer(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("x-rev", "a")
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return ln.Addr().String()
+}
+
+// events records the rollout events a manager emits.
+type events struct {
+	mu  sync.Mutex
+	evs []RolloutEvent
+}
+
+func (e *events) add(ev RolloutEvent) { e.mu.Lock(); e.evs = append(e.evs, ev); e.mu.Unlock() }
+
+func (e *events) find(rev, status string) (RolloutEvent, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, ev := range e.evs {
+		if ev.Revision == rev && ev.Status == status {
+			return ev, true
+		}
+	}
+	return RolloutEvent{}, false
+}
+
+func rolloutConfig(key, rev, expect string) Config {
+	return Config{
+		Deployment: "d", Driver: "process", Key: key, Revision: rev,
+		Policy:     autoscale.Policy{Min: 2, Max: 2, Target: 10, BootTimeout: 30 * time.Second, DrainTimeout: 10 * time.Second, ColdStartTimeout: time.Minute},
+		HealthPath: "/", ExpectHeader: "x-rev", ExpectValue: expect,
+	}
+}
+
+// rolloutWorld runs a manager with two ready replicas of template k1
+// and returns it with its pool, driver, data plane and event log.
+func rolloutWorld(t *testing.T, addr string) (*Pool, *vmfake.Driver, dataPlane, *events) {
+	d := vmfake.New(vmfake.Options{Addr: addr})
+	evs := &events{}
+	m := New(Options{Driver: d, Log: slog.New(slog.DiscardHandler), OnRollout: evs.add})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	t.Cleanup(func() { m.Remove(context.Background(), "d"); cancel(); <-done; d.Close() })
+	dp := newDataPlane()
+	cfg := rolloutConfig("k1", "r1", "a")
+	cfg.Backends = dp
+	p := m.Ensure(cfg)
+	for p.Status().Ready < 2 {
+		time.Sleep(100 * time.Millisecond)
+	}
+	return p, d, dp, evs
+}
+
+// serving lists the data plane's members that take new requests.
+func serving(dp dataPlane) []string {
+	var ids []string
+	for _, b := range dp.pool.Backends() {
+		if !b.Draining() {
+			ids = append(ids, b.ID)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+func readyIDs(p *Pool) []string {
+	var ids []string
+	for _, r := range p.Status().Replicas {
+		if r.Phase == "ready" {
+			ids = append(ids, r.ID)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// TestRolloutCandidateFirst: a template change keeps the previous replicas
+// serving until as many candidates are ready, with never fewer than two
+// serving and never more than max_replicas + 1 replicas; then the previous
+// ones drain and are stopped, and the rollout reports success.
+func TestRolloutCandidateFirst(t *testing.T) {
+	addr := revisionServer(t)
+	synctest.Test(t, func(t *testing.T) {
+		p, d, dp, evs := rolloutWorld(t, addr)
+		before := readyIDs(p)
+		cfg := rolloutConfig("k2", "r2", "a")
+		cfg.Backends = dp
+		p.m.Ensure(cfg)
+		for {
+			if n := len(serving(dp)); n < 2 {
+				t.Fatalf("%d replicas serving during the rollout, want at least 2", n)
+			}
+			if st := p.Status(); len(st.Replicas)+st.Pending-countPending(st) > 3 {
+				t.Fatalf("%d replicas during the rollout, want at most max_replicas+1 = 3", len(st.Replicas))
+			}
+			if _, ok := evs.find("r2", RolloutSucceeded); ok {
+				break
+			}
+			if ev, ok := evs.find("r2", RolloutFailed); ok {
+				t.Fatalf("rollout failed: %s", ev.Error)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		after := readyIDs(p)
+		if len(after) != 2 {
+			t.Fatalf("ready after the rollout %v, want 2", after)
+		}
+		for _, id := range before {
+			if slices.Contains(after, id) || !d.Stopped(id) {
+				t.Errorf("previous replica %s still serves or was not stopped", id)
+			}
+		}
+		if got := serving(dp); !slices.Equal(got, after) {
+			t.Errorf("data plane serves %v, want the candidates %v", got, after)
+		}
+		if _, ok := p.Rollout(); ok {
+			t.Error("a rollout is still reported after it succeeded")
+		}
+	})
+}
+
+func countPending(st Status) int {
+	n := 0
+	for _, r := range st.Replicas {
+		if r.Phase == "pending" {
+			n++
+		}
+	}
+	return n
+}
+
+// TestRolloutBadCandidateReverts: candidates that never pass their probe
+// (the expected header differs) fail the rollout at boot_timeout_secs:
+// the previous replicas never stop serving, the candidates are stopped,
+// and the pool is back on the previous template.
+func TestRolloutBadCandidateReverts(t *testing.T) {
+	addr := revisionServer(t)
+	synctest.Test(t, func(t *testing.T) {
+		p, d, dp, evs := rolloutWorld(t, addr)
+		before := readyIDs(p)
+		cfg := rolloutConfig("k2", "r2", "b")
+		cfg.Backends = dp
+		p.m.Ensure(cfg)
+		var ev RolloutEvent
+		for {
+			if got := serving(dp); !slices.Equal(got, before) {
+				t.Fatalf("data plane serves %v during a failing rollout, want %v", got, before)
+			}
+			var ok bool
+			if ev, ok = evs.find("r2", RolloutFailed); ok {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if ev.From != "r1" || ev.Error == "" || len(ev.Stopped) == 0 {
+			t.Errorf("failure event %+v", ev)
+		}
+		for _, id := range ev.Stopped {
+			if !d.Stopped(id) {
+				t.Errorf("candidate %s was not stopped", id)
+			}
+		}
+		if k := p.Config().Key; k != "k1" {
+			t.Errorf("pool template %q after the failure, want k1", k)
+		}
+		time.Sleep(10 * time.Second) // a few reconciles: nothing else changes
+		if got := readyIDs(p); !slices.Equal(got, before) {
+			t.Errorf("ready %v after the failed rollout, want %v", got, before)
+		}
+	})
+}
+
+// TestRolloutFromZeroSwitches: a pool with no ready replica switches at
+// once.
+func TestRolloutFromZeroSwitches(t *testing.T) {
+	addr := revisionServer(t)
+	synctest.Test(t, func(t *testing.T) {
+		d := vmfake.New(vmfake.Options{Addr: addr})
+		evs := &events{}
+		m := New(Options{Driver: d, Log: slog.New(slog.DiscardHandler), OnRollout: evs.add})
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- m.Run(ctx) }()
+		defer func() { m.Remove(context.Background(), "d"); cancel(); <-done; d.Close() }()
+		cfg := rolloutConfig("k1", "r1", "a")
+		cfg.Policy.Min = 0
+		cfg.Backends = newDataPlane()
+		p := m.Ensure(cfg)
+		cfg.Key, cfg.Revision = "k2", "r2"
+		m.Ensure(cfg)
+		synctest.Wait()
+		ev, ok := evs.find("r2", RolloutSucceeded)
+		if !ok || ev.Phase != PhaseSwitched || ev.ReadinessVerified {
+			t.Errorf("event %+v (found %v), want an immediate switch", ev, ok)
+		}
+		if _, ok := p.Rollout(); ok {
+			t.Error("a pool at zero reports a rollout")
+		}
+	})
+}
