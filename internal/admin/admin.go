@@ -26,6 +26,7 @@ import (
 	"github.com/berth-dev/berth/internal/notify"
 	"github.com/berth-dev/berth/internal/ratelimit"
 	"github.com/berth-dev/berth/internal/registry"
+	"github.com/berth-dev/berth/internal/rollout"
 	"github.com/berth-dev/berth/internal/secrets"
 	"github.com/berth-dev/berth/internal/spec"
 	"github.com/berth-dev/berth/internal/web"
@@ -89,6 +90,10 @@ type Options struct {
 	// Upstreams refuses static upstreams at berth's own listeners and at
 	// link-local and metadata addresses on every deployment write.
 	Upstreams UpstreamGuard
+	// Rollouts records rollout operations; every spec write goes through
+	// it. Nil: writes go to the registry alone and the rollout routes
+	// answer 503.
+	Rollouts *rollout.Manager
 }
 
 // API is the admin http.Handler.
@@ -178,6 +183,7 @@ func New(o Options) *API {
 	a.handle("DELETE /security/webhooks/{id}", tierCRUD, wallFleet, a.deleteWebhook)  // berth's own
 	a.handle("POST /security/webhooks/{id}/test", tierCRUD, wallFleet, a.testWebhook) // berth's own
 	a.routeJobs()
+	a.routeRollouts()
 
 	return a
 }
