@@ -100,7 +100,7 @@ func TestUnsupportedRouteIs501(t *testing.T) {
 	n, op, _ := limitsWorld(t, Options{})
 	n.must(201, "POST", "/deployments", op, staticSpec("x", "team-a"), nil)
 	for _, c := range []struct{ method, path, msg string }{
-		{"POST", "/deployments/x/rollouts", "POST /deployments/x/rollouts is not supported by this server"},
+		{"POST", "/deployments/x/update/rollouts", "POST /deployments/x/update/rollouts is not supported by this server"},
 		{"GET", "/nope", "GET /nope is not supported by this server"},
 		{"POST", "/computers/c/snapshot", "POST /computers/c/snapshot is not supported by this server"},
 	} {
