@@ -1,0 +1,401 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth/apitype"
+	"github.com/berth-dev/berth/internal/vm/process"
+)
+
+// revSpec is a two-replica process deployment whose app answers with
+// x-heyo-revision: rev, probed for header want; vmExtra goes into vm.
+func revSpec(id, rev, want, vmExtra string) string {
+	return `{"id":"` + id + `","routes":[{"host":"` + id + `.test"}],"vm":{"driver":"process","port":8080,"start_command":` +
+		jsonString(appCommand()) + `,"env_vars":{"GREETING":"` + rev + `","APP_REVISION":"` + rev + `"}` + vmExtra + `}` +
+		`,"health":{"path":"/","expected_header":{"name":"x-heyo-revision","value":"` + want + `"}}` +
+		`,"scaling":{"min_replicas":2,"max_replicas":2,"boot_timeout_secs":4,"drain_timeout_secs":5}}`
+}
+
+// load is a bounded load generator on loopback: clients send requests to
+// the deployment until stopped or each has sent max; it counts non-2xx
+// answers and the revisions that answered, and, after markAfter, which
+// revisions answered requests started after it.
+type load struct {
+	non2xx   atomic.Int64
+	ok       atomic.Int64
+	mu       sync.Mutex
+	revs     map[string]int
+	after    map[string]int
+	marked   atomic.Bool
+	stop     chan struct{}
+	wg       sync.WaitGroup
+	firstErr atomic.Value
+}
+
+func startLoad(t *testing.T, proxy, host string, clients, max int) *load {
+	l := &load{revs: map[string]int{}, after: map[string]int{}, stop: make(chan struct{})}
+	client := &http.Client{Timeout: 20 * time.Second}
+	for range clients {
+		l.wg.Go(func() {
+			for range max {
+				select {
+				case <-l.stop:
+					return
+				default:
+				}
+				after := l.marked.Load()
+				req, _ := http.NewRequest("GET", proxy+"/", nil)
+				req.Host = host
+				resp, err := client.Do(req)
+				if err != nil {
+					l.non2xx.Add(1)
+					l.firstErr.CompareAndSwap(nil, err.Error())
+					continue
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode/100 != 2 {
+					l.non2xx.Add(1)
+					l.firstErr.CompareAndSwap(nil, resp.Status)
+					continue
+				}
+				l.ok.Add(1)
+				rev := resp.Header.Get("X-Heyo-Revision")
+				l.mu.Lock()
+				l.revs[rev]++
+				if after {
+					l.after[rev]++
+				}
+				l.mu.Unlock()
+				time.Sleep(2 * time.Millisecond)
+			}
+		})
+	}
+	t.Cleanup(l.end)
+	return l
+}
+
+func (l *load) end() {
+	select {
+	case <-l.stop:
+	default:
+		close(l.stop)
+	}
+	l.wg.Wait()
+}
+
+func (l *load) check(t *testing.T) {
+	t.Helper()
+	l.end()
+	if n := l.non2xx.Load(); n != 0 {
+		t.Errorf("%d non-2xx answers (of %d); first: %v", n, n+l.ok.Load(), l.firstErr.Load())
+	}
+	if l.ok.Load() == 0 {
+		t.Error("the load got no answer at all")
+	}
+}
+
+func (h *harness) rollout(id, op string) (apitype.RolloutOperation, resp) {
+	h.t.Helper()
+	r := h.do("GET", "/deployments/"+id+"/rollouts/"+op, "", "")
+	var o apitype.RolloutOperation
+	if r.code == 200 {
+		if err := json.Unmarshal(r.body, &o); err != nil {
+			h.t.Fatalf("rollout: %s", r.body)
+		}
+	}
+	return o, r
+}
+
+func (h *harness) settled(id, op string) apitype.RolloutOperation {
+	h.t.Helper()
+	var o apitype.RolloutOperation
+	waitFor(h.t, "rollout "+op+" to settle", func() bool {
+		var r resp
+		o, r = h.rollout(id, op)
+		if r.code != 200 {
+			h.t.Fatalf("GET rollout: %d %s", r.code, r.body)
+		}
+		return o.Status != "running"
+	})
+	return o
+}
+
+func startRollout(id, op, expected, spec string) string {
+	return `{"operation_id":"` + op + `","expected_revision":"` + expected + `","spec":` + spec + `}`
+}
+
+// TestRolloutUnderLoad: a rollout to a good revision under continuous load
+// answers every request with a 2xx, and once the operation has succeeded
+// every new request is answered by the new revision; the operation is
+// idempotent on its id, a stale expected_revision and a foreign spec.id are
+// refused, and a plain PUT that changes the template records an operation
+// too.
+func TestRolloutUnderLoad(t *testing.T) {
+	h := start(t, "")
+	if r := h.json("POST", "/deployments", revSpec("web", "a", "a", "")); r.code != 201 {
+		t.Fatalf("%d %s", r.code, r.body)
+	}
+	waitFor(t, "two ready replicas", func() bool { return h.status("web").Ready == 2 })
+	st := h.status("web")
+	src := st.RolloutRevision
+	if len(src) != 64 {
+		t.Fatalf("rollout_revision %q", src)
+	}
+	if r := h.do("GET", "/deployments/web", "", ""); r.header.Get("ETag") != `"`+src+`"` {
+		t.Errorf("ETag %q does not carry rollout_revision %s", r.header.Get("ETag"), src)
+	}
+	before := ids(st)
+
+	l := startLoad(t, h.proxy, "web.test", 4, 20000)
+	waitFor(t, "load", func() bool { return l.ok.Load() >= 50 })
+	body := startRollout("web", "op-1", src, revSpec("web", "b", "b", ""))
+	r := h.json("POST", "/deployments/web/rollouts", body)
+	if r.code != 202 {
+		t.Fatalf("start: %d %s", r.code, r.body)
+	}
+	var op apitype.RolloutOperation
+	json.Unmarshal(r.body, &op)
+	if op.OperationID != "op-1" || op.SourceRevision != src || op.Status != "running" || len(op.TargetSpecSHA256) != 64 {
+		t.Errorf("accepted operation %s", r.body)
+	}
+	// The same request again is the same operation; the same id with
+	// another spec is a conflict.
+	if r := h.json("POST", "/deployments/web/rollouts", body); r.code != 202 || !strings.Contains(string(r.body), `"operation_id":"op-1"`) {
+		t.Errorf("retry: %d %s", r.code, r.body)
+	}
+	if r := h.json("POST", "/deployments/web/rollouts", startRollout("web", "op-1", src, revSpec("web", "c", "c", ""))); r.code != 409 || !strings.Contains(errMsg(t, r), "operation_id") {
+		t.Errorf("same id, other spec: %d %s", r.code, r.body)
+	}
+	done := h.settled("web", "op-1")
+	l.marked.Store(true)
+	if done.Status != "succeeded" || !done.ReadinessVerified || !done.PreviousStopped || done.Error != nil {
+		t.Fatalf("settled: %+v", done)
+	}
+	waitFor(t, "load after the rollout", func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.after["b"] >= 100
+	})
+	l.check(t)
+	if l.after["a"] != 0 || len(l.after) != 1 {
+		t.Errorf("after the rollout succeeded, answered by revisions %v, want only b", l.after)
+	}
+	t.Logf("load: %v overall, %v after success", l.revs, l.after)
+	st = h.status("web")
+	if st.RolloutRevision != done.TargetSpecSHA256 || st.Ready != 2 {
+		t.Errorf("after: revision %s ready %d, want %s and 2", st.RolloutRevision, st.Ready, done.TargetSpecSHA256)
+	}
+	for _, id := range ids(st) {
+		if slices.Contains(before, id) {
+			t.Errorf("previous replica %s still listed", id)
+		}
+	}
+
+	// Stale revision, foreign id, missing operation.
+	if r := h.json("POST", "/deployments/web/rollouts", startRollout("web", "op-2", src, revSpec("web", "c", "c", ""))); r.code != 409 || !strings.Contains(errMsg(t, r), "expected_revision") {
+		t.Errorf("stale expected_revision: %d %s", r.code, r.body)
+	}
+	if r := h.json("POST", "/deployments/web/rollouts", startRollout("web", "op-2", st.RolloutRevision, revSpec("other", "c", "c", ""))); r.code != 400 || !strings.Contains(errMsg(t, r), "spec.id must match deployment") {
+		t.Errorf("foreign spec.id: %d %s", r.code, r.body)
+	}
+	if _, r := h.rollout("web", "nope"); r.code != 404 || errMsg(t, r) != "rollout not found" {
+		t.Errorf("missing operation: %d %s", r.code, r.body)
+	}
+
+	// A plain PUT that changes the template is a rollout with an id of
+	// its own, listed first in the history.
+	if r := h.json("PUT", "/deployments/web", revSpec("web", "c", "c", "")); r.code != 200 {
+		t.Fatalf("PUT: %d %s", r.code, r.body)
+	}
+	r = h.do("GET", "/deployments/web/rollouts", "", "")
+	var hist []apitype.RolloutOperation
+	if err := json.Unmarshal(r.body, &hist); err != nil || len(hist) != 2 || hist[1].OperationID != "op-1" || hist[0].OperationID == "" {
+		t.Fatalf("history: %d %s", r.code, r.body)
+	}
+	if o := h.settled("web", hist[0].OperationID); o.Status != "succeeded" {
+		t.Errorf("PUT's rollout: %+v", o)
+	}
+}
+
+// TestRolloutBadCandidates: a rollout whose candidates never become ready
+// (an app that never listens; one answering the wrong expected_header)
+// fails with every request still answered by the previous revision: the
+// operation reports failed with an error and a settlement, the candidates
+// are gone, and the stored spec is back at the source revision.
+func TestRolloutBadCandidates(t *testing.T) {
+	for _, c := range []struct{ name, spec string }{
+		{"never ready", `{"id":"web","routes":[{"host":"web.test"}],"vm":{"driver":"process","port":8080,"start_command":"exec sleep 600"},` +
+			`"health":{"path":"/"},"scaling":{"min_replicas":2,"max_replicas":2,"boot_timeout_secs":3}}`},
+		{"wrong header", revSpec("web", "b", "not-b", "")},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := start(t, "")
+			if r := h.json("POST", "/deployments", revSpec("web", "a", "a", "")); r.code != 201 {
+				t.Fatalf("%d %s", r.code, r.body)
+			}
+			waitFor(t, "two ready replicas", func() bool { return h.status("web").Ready == 2 })
+			st := h.status("web")
+			before := ids(st)
+			l := startLoad(t, h.proxy, "web.test", 4, 20000)
+			waitFor(t, "load", func() bool { return l.ok.Load() >= 50 })
+			if r := h.json("POST", "/deployments/web/rollouts", startRollout("web", "bad", st.RolloutRevision, c.spec)); r.code != 202 {
+				t.Fatalf("start: %d %s", r.code, r.body)
+			}
+			op := h.settled("web", "bad")
+			if op.Status != "failed" || op.Error == nil || *op.Error == "" || len(op.FailureSettlement) == 0 || op.ReadinessVerified {
+				t.Fatalf("settled: %+v", op)
+			}
+			var settle struct {
+				Stopped  []string `json:"candidates_stopped"`
+				Reverted string   `json:"spec_reverted_to"`
+			}
+			json.Unmarshal(op.FailureSettlement, &settle)
+			if len(settle.Stopped) == 0 || settle.Reverted != st.RolloutRevision {
+				t.Errorf("settlement %s", op.FailureSettlement)
+			}
+			l.marked.Store(true)
+			waitFor(t, "load after the failure", func() bool { return l.ok.Load() >= 200 })
+			l.check(t)
+			if len(l.revs) != 1 || l.revs["a"] == 0 {
+				t.Errorf("answered by revisions %v, want only a", l.revs)
+			}
+			after := h.status("web")
+			if after.RolloutRevision != st.RolloutRevision || after.Spec.VM.EnvVars["APP_REVISION"] != "a" {
+				t.Errorf("the spec is at %s, want the source %s", after.RolloutRevision, st.RolloutRevision)
+			}
+			if got := ids(after); !slices.Equal(got, before) || after.Ready != 2 {
+				t.Errorf("replicas %v (ready %d), want the previous %v", got, after.Ready, before)
+			}
+			insts, err := h.s.fleet.Driver("process").List(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var listed []string
+			for _, in := range insts {
+				listed = append(listed, in.ID)
+			}
+			slices.Sort(listed)
+			if !slices.Equal(listed, before) {
+				t.Errorf("the driver runs %v, want only the previous replicas %v", listed, before)
+			}
+		})
+	}
+}
+
+// TestRolloutKillNine: berth killed with SIGKILL while a rollout's
+// candidates boot settles the operation at the next start: it fails, the
+// spec is back at the source revision, the previous replicas are adopted
+// and the candidates stopped, and only the previous revision serves.
+func TestRolloutKillNine(t *testing.T) {
+	if os.Getenv("BERTH_VM_CHILD") == "1" {
+		return
+	}
+	dir := t.TempDir()
+	t.Cleanup(func() { stopReplicas(t, dir) })
+	cmd := exec.Command(os.Args[0], "-test.run=^TestVMServerChild$")
+	cmd.Env = append(os.Environ(), "BERTH_VM_CHILD=1", "BERTH_CHILD_DIR="+dir)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	child := &harness{t: t, stopped: true}
+	guard := time.AfterFunc(60*time.Second, func() { cmd.Process.Kill() })
+	sc := bufio.NewScanner(out)
+	for (child.admin == "" || child.proxy == "") && sc.Scan() {
+		if a, ok := strings.CutPrefix(sc.Text(), "ADMIN "); ok {
+			child.admin = "http://" + a
+		}
+		if a, ok := strings.CutPrefix(sc.Text(), "PROXY "); ok {
+			child.proxy = "http://" + a
+		}
+	}
+	guard.Stop()
+	if child.admin == "" || child.proxy == "" {
+		t.Fatal("the child did not report its addresses")
+	}
+	if r := child.json("POST", "/deployments", revSpec("web", "a", "a", "")); r.code != 201 {
+		t.Fatalf("%d %s", r.code, r.body)
+	}
+	waitFor(t, "two ready replicas", func() bool { return child.status("web").Ready == 2 })
+	st := child.status("web")
+	before := ids(st)
+	// Candidates that pass their probe only after a minute: the rollout
+	// is surely mid-way when berth is killed.
+	slow := strings.Replace(revSpec("web", "b", "b", ""), `"boot_timeout_secs":4`, `"boot_timeout_secs":120`, 1)
+	slow = strings.Replace(slow, jsonString(appCommand()), jsonString("sleep 60; "+appCommand()), 1)
+	if r := child.json("POST", "/deployments/web/rollouts", startRollout("web", "op-k", st.RolloutRevision, slow)); r.code != 202 {
+		t.Fatalf("start: %d %s", r.code, r.body)
+	}
+	waitFor(t, "a candidate", func() bool {
+		insts, _ := listReplicas(dir)
+		return len(insts) > len(before)
+	})
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+
+	h := start(t, dir)
+	op, r := h.rollout("web", "op-k")
+	t.Logf("previous replicas %v; after the restart: %s", before, r.body)
+	if r.code != 200 || op.Status != "failed" || op.Error == nil || !strings.Contains(*op.Error, "berth stopped") {
+		t.Fatalf("after the restart: %d %s", r.code, r.body)
+	}
+	after := h.status("web")
+	if after.RolloutRevision != st.RolloutRevision {
+		t.Errorf("spec at %s after the restart, want the source %s", after.RolloutRevision, st.RolloutRevision)
+	}
+	waitFor(t, "the previous replicas adopted", func() bool { return h.status("web").Ready == 2 })
+	if got := ids(h.status("web")); !slices.Equal(got, before) {
+		t.Errorf("serving %v, want the adopted previous replicas %v", got, before)
+	}
+	waitFor(t, "the candidates stopped", func() bool {
+		insts, _ := listReplicas(dir)
+		return len(insts) == len(before)
+	})
+	if stray := replicaProcesses(t, dir, before); len(stray) != 0 {
+		t.Errorf("orphaned candidate processes: %v", stray)
+	}
+	for range 40 {
+		r := get(t, h.proxy+"/", "web.test")
+		if r.code != 200 || r.header.Get("X-Heyo-Revision") != "a" {
+			t.Fatalf("after the restart: %d revision %q", r.code, r.header.Get("X-Heyo-Revision"))
+		}
+	}
+}
+
+// listReplicas lists the process driver's replicas under dir.
+func listReplicas(dir string) ([]string, error) {
+	d, err := process.New(process.Options{Dir: filepath.Join(dir, "replicas")})
+	if err != nil {
+		return nil, err
+	}
+	insts, err := d.List(context.Background())
+	var out []string
+	for _, in := range insts {
+		if !in.State.Terminal() {
+			out = append(out, in.ID)
+		}
+	}
+	return out, err
+}
