@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/apitype"
+	"github.com/berth-dev/berth/internal/cli"
 	"github.com/berth-dev/berth/internal/vm/process"
 )
 
@@ -230,6 +232,34 @@ func TestRolloutUnderLoad(t *testing.T) {
 	if o := h.settled("web", hist[0].OperationID); o.Status != "succeeded" {
 		t.Errorf("PUT's rollout: %+v", o)
 	}
+
+	// The CLI: history lists both, undo rolls back to revision b (what
+	// the PUT replaced) as a new rollout, and status shows it.
+	if out := runCLI(t, h, "rollout", "history", "web"); !strings.Contains(out, "op-1") || !strings.Contains(out, hist[0].OperationID) {
+		t.Errorf("rollout history:\n%s", out)
+	}
+	if out := runCLI(t, h, "rollout", "undo", "web", "--operation-id", "undo-1"); !strings.Contains(out, "undo-1") {
+		t.Errorf("rollout undo:\n%s", out)
+	}
+	if o := h.settled("web", "undo-1"); o.Status != "succeeded" || o.TargetSpecSHA256 != done.TargetSpecSHA256 {
+		t.Errorf("undo: %+v, want a rollout back to %s", o, done.TargetSpecSHA256)
+	}
+	if st := h.status("web"); st.RolloutRevision != done.TargetSpecSHA256 || st.Spec.VM.EnvVars["APP_REVISION"] != "b" {
+		t.Errorf("after undo: revision %s", st.RolloutRevision)
+	}
+	if out := runCLI(t, h, "rollout", "status", "web"); !strings.Contains(out, "undo-1") || !strings.Contains(out, "succeeded") {
+		t.Errorf("rollout status:\n%s", out)
+	}
+}
+
+// runCLI runs one berth command against h's admin API.
+func runCLI(t *testing.T, h *harness, args ...string) string {
+	t.Helper()
+	var out, errb bytes.Buffer
+	if code := cli.Run(t.Context(), append([]string{"--server", h.admin}, args...), strings.NewReader(""), &out, &errb); code != 0 {
+		t.Fatalf("berth %v: exit %d: %s%s", args, code, out.String(), errb.String())
+	}
+	return out.String()
 }
 
 // TestRolloutBadCandidates: a rollout whose candidates never become ready
