@@ -587,15 +587,29 @@ func (p *Pool) create(ctx context.Context) {
 		// made a step under-create and leave the rest to the next tick).
 		p.replicas[r.id] = r
 		p.creating--
+		candidate := p.ro != nil
 		p.mu.Unlock()
-		if rec := p.m.o.Records; rec != nil {
-			// Recorded before Start: a replica never runs without it.
+		var recorded chan error
+		if rec := p.m.o.Records; rec != nil && candidate {
+			// A rollout's candidate is recorded before its Start: a berth
+			// killed mid-rollout must tell it from the previous replicas.
 			if err = rec.RecordReplica(ctx, p.id, r.id, KeyDigest(cfg.Key)); err != nil {
 				err = fmt.Errorf("recording the replica's template: %w", err)
 			}
+		} else if rec != nil {
+			// Any other replica is of the only template the pool runs:
+			// recorded alongside its Start, off a cold start's path. One
+			// a crash left unrecorded is adopted as the current template.
+			recorded = make(chan error, 1)
+			go func() { recorded <- rec.RecordReplica(context.WithoutCancel(ctx), p.id, r.id, KeyDigest(cfg.Key)) }()
 		}
 		if err == nil {
 			in, err = p.driver().Start(ctx, spec)
+		}
+		if recorded != nil {
+			if rerr := <-recorded; rerr != nil {
+				p.m.log.Warn("could not record a replica's template", "deployment", p.id, "replica", r.id, "err", rerr)
+			}
 		}
 	} else {
 		p.mu.Lock()
