@@ -414,6 +414,11 @@ func (p *Pool) step(ctx context.Context, now time.Time) {
 		p.backends.Remove(r.id)
 	}
 	p.creating += plan.Create
+	if p.ro != nil && p.drainingLocked() {
+		// A rollout waits on a drain: look again soon rather than at
+		// the next tick, so it goes on once the replica is idle.
+		time.AfterFunc(rolloutRecheck, p.Poke)
+	}
 	p.mu.Unlock()
 	p.emit(evs)
 

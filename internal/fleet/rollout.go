@@ -70,6 +70,20 @@ type RolloutView struct {
 	Started        time.Time
 }
 
+// rolloutRecheck is how soon a rollout waiting on a draining replica
+// reconciles again (instead of at the next tick).
+const rolloutRecheck = 50 * time.Millisecond
+
+// drainingLocked reports whether a replica is draining.
+func (p *Pool) drainingLocked() bool {
+	for _, r := range p.replicas {
+		if r.phase == draining {
+			return true
+		}
+	}
+	return false
+}
+
 // rollout is a pool's rollout in progress. Guarded by Pool.mu.
 type rollout struct {
 	from    *Config // what a failure reverts to: the template the pool last ran settled
