@@ -226,3 +226,60 @@ func TestRolloutFromZeroSwitches(t *testing.T) {
 		}
 	})
 }
+
+// TestRolloutSuperseded: a template change during a rollout supersedes
+// it: the superseded candidates stop, the new rollout falls back to the
+// template the pool ran before either, and succeeds with the previous
+// replicas serving until it does.
+func TestRolloutSuperseded(t *testing.T) {
+	addr := revisionServer(t)
+	synctest.Test(t, func(t *testing.T) {
+		p, d, dp, evs := rolloutWorld(t, addr)
+		before := readyIDs(p)
+		stuck := rolloutConfig("k2", "r2", "b") // never ready
+		stuck.Backends = dp
+		p.m.Ensure(stuck)
+		for d.Starts() < 3 {
+			time.Sleep(50 * time.Millisecond)
+		}
+		time.Sleep(time.Second)
+		var stuckIDs []string
+		for _, r := range p.Status().Replicas {
+			if r.Phase == "pending" {
+				stuckIDs = append(stuckIDs, r.ID)
+			}
+		}
+		good := rolloutConfig("k3", "r3", "a")
+		good.Backends = dp
+		p.m.Ensure(good)
+		if ev, ok := evs.find("r2", RolloutSuperseded); !ok || ev.From != "r1" {
+			t.Fatalf("superseded event %+v (found %v)", ev, ok)
+		}
+		if ev, ok := evs.find("r3", RolloutRunning); !ok || ev.From != "r1" {
+			t.Errorf("the new rollout falls back to %q, want r1", ev.From)
+		}
+		for {
+			if n := len(serving(dp)); n < 2 {
+				t.Fatalf("%d serving during the superseding rollout", n)
+			}
+			if _, ok := evs.find("r3", RolloutSucceeded); ok {
+				break
+			}
+			if ev, ok := evs.find("r3", RolloutFailed); ok {
+				t.Fatalf("failed: %s", ev.Error)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if len(stuckIDs) == 0 {
+			t.Fatal("no superseded candidate was booting")
+		}
+		for _, id := range append(stuckIDs, before...) {
+			if !d.Stopped(id) {
+				t.Errorf("replica %s of a replaced template was not stopped", id)
+			}
+		}
+		if k := p.Config().Key; k != "k3" || len(readyIDs(p)) != 2 {
+			t.Errorf("template %s, ready %v", k, readyIDs(p))
+		}
+	})
+}
