@@ -145,11 +145,19 @@ func (m *Manager) handle(ctx context.Context, ev fleet.RolloutEvent) {
 		if settle.CandidatesStopped == nil {
 			settle.CandidatesStopped = []string{}
 		}
-		if rev, err := m.revert(ctx, op); err != nil {
+		rev, err := m.revert(ctx, op)
+		switch {
+		case err != nil:
 			m.log.Error("could not revert the spec of a failed rollout", "deployment", op.Deployment, "operation", op.OperationID, "err", err)
 			op.Status = "reconciliation_required"
 			op.Error = ev.Error + "; reverting the stored spec failed: " + err.Error()
-		} else {
+		case rev != "" && rev != op.FallbackRevision:
+			// What the server stamps into a spec (a mount's pulled
+			// digest) made the revert come out as another revision.
+			op.Status = "reconciliation_required"
+			op.Error = ev.Error + "; the stored spec could not be put back to revision " + op.FallbackRevision + " (it came out as " + rev + ")"
+			settle.SpecRevertedTo = rev
+		default:
 			settle.SpecRevertedTo = rev
 		}
 		op.FailureSettlement, _ = json.Marshal(settle)

@@ -717,7 +717,7 @@ func (s *Server) AdminAddr() string { return s.adminLn.Addr().String() }
 // Deploy writes a deployment as the operator would (a PUT on the admin
 // API): cmd/berth's demo deployments.
 func (s *Server) Deploy(ctx context.Context, sp apitype.DeploymentSpec) error {
-	_, _, err := s.registry.Put(ctx, sp, registry.PutOptions{})
+	_, _, err := s.rollouts.Write(ctx, rollout.Request{Spec: sp}, registry.PutOptions{})
 	return err
 }
 
