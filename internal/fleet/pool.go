@@ -304,7 +304,9 @@ func (p *Pool) destroy(ctx context.Context) {
 // A replica whose recorded template (Options.Records) is not the pool's
 // is stopped, not adopted: a rollout's candidate or previous replica left
 // by a berth killed mid-rollout, which the rollout's settlement at start-up
-// decided against. One without a record (an older berth's) is adopted.
+// decided against. So is one without a record when the deployment has
+// recorded replicas; when it has none (replicas of an older berth) every
+// one is adopted, as before records.
 func (p *Pool) adopt(ctx context.Context, insts []vm.Instance) {
 	cfg := p.cfg.Load()
 	var digests map[string]string
@@ -324,7 +326,11 @@ func (p *Pool) adopt(ctx context.Context, insts []vm.Instance) {
 			p.suspended = append(p.suspended, in.ID)
 		case in.State.Terminal():
 			p.tasks.Go(func() { p.stopAll(ctx, []string{in.ID}) })
-		case digests[in.ID] != "" && digests[in.ID] != want:
+		case len(digests) > 0 && digests[in.ID] != want:
+			// Another template's, or unknown while others are recorded
+			// (a crash between its Start and its record): stopping it
+			// costs a create, serving the wrong revision would not be
+			// safe.
 			p.m.log.Info("stopping a running replica of another template", "deployment", p.id, "replica", in.ID)
 			p.tasks.Go(func() { p.stopAll(ctx, []string{in.ID}) })
 		default:
@@ -604,7 +610,8 @@ func (p *Pool) create(ctx context.Context) {
 		} else if rec != nil {
 			// Any other replica is of the only template the pool runs:
 			// recorded alongside its Start, off a cold start's path. One
-			// a crash left unrecorded is adopted as the current template.
+			// a crash left unrecorded is stopped at adoption (see adopt)
+			// unless its deployment has no recorded replica at all.
 			recorded = make(chan error, 1)
 			go func() { recorded <- rec.RecordReplica(context.WithoutCancel(ctx), p.id, r.id, KeyDigest(cfg.Key)) }()
 		}

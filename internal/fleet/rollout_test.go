@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"slices"
@@ -281,5 +282,93 @@ func TestRolloutSuperseded(t *testing.T) {
 		if k := p.Config().Key; k != "k3" || len(readyIDs(p)) != 2 {
 			t.Errorf("template %s, ready %v", k, readyIDs(p))
 		}
+	})
+}
+
+// memRecords is an in-memory ReplicaRecords.
+type memRecords struct {
+	mu sync.Mutex
+	m  map[string]string
+}
+
+func (r *memRecords) RecordReplica(_ context.Context, _, id, digest string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.m[id] = digest
+	return nil
+}
+
+func (r *memRecords) ReplicaDigests(context.Context, string) (map[string]string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.m), nil
+}
+
+func (r *memRecords) ForgetReplica(_ context.Context, id string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.m, id)
+	return nil
+}
+
+// TestAdoptByRecordedTemplate: a berth that stopped mid-rollout leaves
+// the previous replicas and a candidate running; the next one, whose pool
+// is at the previous template (the rollout was settled as failed), adopts
+// the previous replicas and stops the candidate.
+func TestAdoptByRecordedTemplate(t *testing.T) {
+	addr := revisionServer(t)
+	synctest.Test(t, func(t *testing.T) {
+		d := vmfake.New(vmfake.Options{Addr: addr})
+		defer d.Close()
+		recs := &memRecords{m: map[string]string{}}
+		run := func(m *Manager) func() {
+			ctx, cancel := context.WithCancel(t.Context())
+			done := make(chan error, 1)
+			go func() { done <- m.Run(ctx) }()
+			return func() { cancel(); <-done }
+		}
+		m1 := New(Options{Driver: d, Log: slog.New(slog.DiscardHandler), Records: recs})
+		stop1 := run(m1)
+		cfg := rolloutConfig("k1", "r1", "a")
+		cfg.Backends = newDataPlane()
+		p1 := m1.Ensure(cfg)
+		for p1.Status().Ready < 2 {
+			time.Sleep(100 * time.Millisecond)
+		}
+		previous := readyIDs(p1)
+		bad := rolloutConfig("k2", "r2", "b")
+		bad.Backends = cfg.Backends
+		m1.Ensure(bad)
+		for d.Starts() < 3 {
+			time.Sleep(50 * time.Millisecond)
+		}
+		synctest.Wait()
+		stop1() // berth stops; its replicas keep running
+		var candidate string
+		for id, dg := range recs.m {
+			if dg == KeyDigest("k2") {
+				candidate = id
+			}
+		}
+		if candidate == "" || d.Stopped(candidate) {
+			t.Fatalf("no running candidate recorded: %v", recs.m)
+		}
+
+		m2 := New(Options{Driver: d, Log: slog.New(slog.DiscardHandler), Records: recs})
+		cfg.Backends = newDataPlane()
+		p2 := m2.Ensure(cfg) // the settled spec: the previous template
+		stop2 := run(m2)
+		defer stop2()
+		for p2.Status().Ready < 2 {
+			time.Sleep(100 * time.Millisecond)
+		}
+		synctest.Wait()
+		if got := readyIDs(p2); !slices.Equal(got, previous) {
+			t.Errorf("adopted %v, want the previous replicas %v", got, previous)
+		}
+		if !d.Stopped(candidate) {
+			t.Errorf("the candidate %s of the settled rollout was not stopped", candidate)
+		}
+		m2.Remove(context.Background(), "d")
 	})
 }
