@@ -20,6 +20,7 @@ import (
 
 	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/cli"
+	"github.com/berth-dev/berth/internal/contracttest"
 	"github.com/berth-dev/berth/internal/vm/process"
 )
 
@@ -170,6 +171,10 @@ func TestRolloutUnderLoad(t *testing.T) {
 	if r.code != 202 {
 		t.Fatalf("start: %d %s", r.code, r.body)
 	}
+	c := contracttest.MustLoad(t)
+	if err := c.CheckJSON("RolloutOperation", r.body); err != nil {
+		t.Errorf("202 body against the contract: %v", err)
+	}
 	var op apitype.RolloutOperation
 	json.Unmarshal(r.body, &op)
 	if op.OperationID != "op-1" || op.SourceRevision != src || op.Status != "running" || len(op.TargetSpecSHA256) != 64 {
@@ -199,6 +204,9 @@ func TestRolloutUnderLoad(t *testing.T) {
 	}
 	t.Logf("load: %v overall, %v after success", l.revs, l.after)
 	st = h.status("web")
+	if r := h.do("GET", "/deployments/web", "", ""); c.CheckJSON("DeploymentStatus", r.body) != nil {
+		t.Errorf("status against the contract: %v", c.CheckJSON("DeploymentStatus", r.body))
+	}
 	if st.RolloutRevision != done.TargetSpecSHA256 || st.Ready != 2 {
 		t.Errorf("after: revision %s ready %d, want %s and 2", st.RolloutRevision, st.Ready, done.TargetSpecSHA256)
 	}
@@ -287,6 +295,9 @@ func TestRolloutBadCandidates(t *testing.T) {
 				t.Fatalf("start: %d %s", r.code, r.body)
 			}
 			op := h.settled("web", "bad")
+			if _, r := h.rollout("web", "bad"); contracttest.MustLoad(t).CheckJSON("RolloutOperation", r.body) != nil {
+				t.Errorf("failed operation against the contract: %s", r.body)
+			}
 			if op.Status != "failed" || op.Error == nil || *op.Error == "" || len(op.FailureSettlement) == 0 || op.ReadinessVerified {
 				t.Fatalf("settled: %+v", op)
 			}
