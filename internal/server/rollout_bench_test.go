@@ -34,6 +34,7 @@ func BenchmarkRollout(b *testing.B) {
 	}
 	var switchT, doneT, steadyP99, rollP99, rollP50, steadyP50 []time.Duration
 	var inRollout int
+	var oldP99, newP99 []time.Duration
 	var non2xx, total int
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -108,7 +109,7 @@ func BenchmarkRollout(b *testing.B) {
 		wg.Wait()
 
 		var lastOld time.Time
-		var steady, during []time.Duration
+		var steady, during, dOld, dNew []time.Duration
 		for _, s := range samples {
 			total++
 			if !s.ok {
@@ -123,6 +124,11 @@ func BenchmarkRollout(b *testing.B) {
 				steady = append(steady, s.d)
 			case !s.start.Before(tPost) && s.start.Before(tDone):
 				during = append(during, s.d)
+				if s.rev == "a" {
+					dOld = append(dOld, s.d)
+				} else {
+					dNew = append(dNew, s.d)
+				}
 			}
 		}
 		switchT = append(switchT, lastOld.Sub(tPost))
@@ -130,6 +136,8 @@ func BenchmarkRollout(b *testing.B) {
 		steadyP99 = append(steadyP99, pct(steady, 99))
 		rollP99 = append(rollP99, pct(during, 99))
 		rollP50 = append(rollP50, pct(during, 50))
+		oldP99 = append(oldP99, pct(dOld, 99))
+		newP99 = append(newP99, pct(dNew, 99))
 		steadyP50 = append(steadyP50, pct(steady, 50))
 		inRollout += len(during)
 		del(h.admin + "/deployments/" + id)
@@ -141,6 +149,8 @@ func BenchmarkRollout(b *testing.B) {
 	b.ReportMetric(ms(rollP99), "rollout-p99-ms")
 	b.ReportMetric(ms(steadyP50), "steady-p50-ms")
 	b.ReportMetric(ms(rollP50), "rollout-p50-ms")
+	b.ReportMetric(ms(oldP99), "rollout-old-p99-ms")
+	b.ReportMetric(ms(newP99), "rollout-new-p99-ms")
 	b.ReportMetric(float64(inRollout)/float64(b.N), "rollout-requests")
 	b.ReportMetric(float64(non2xx), "non2xx")
 	b.ReportMetric(float64(total), "requests")

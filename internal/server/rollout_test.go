@@ -294,6 +294,13 @@ func TestRolloutBadCandidates(t *testing.T) {
 			if r := h.json("POST", "/deployments/web/rollouts", startRollout("web", "bad", st.RolloutRevision, c.spec)); r.code != 202 {
 				t.Fatalf("start: %d %s", r.code, r.body)
 			}
+			if c.name == "never ready" {
+				// Its candidates cannot be ready before boot_timeout_secs,
+				// so the rollout is still running here.
+				if out := runCLI(t, h, "describe", "deployment", "web"); !strings.Contains(out, "Rollout in progress: bad") {
+					t.Errorf("describe during the rollout:\n%s", out)
+				}
+			}
 			op := h.settled("web", "bad")
 			if _, r := h.rollout("web", "bad"); contracttest.MustLoad(t).CheckJSON("RolloutOperation", r.body) != nil {
 				t.Errorf("failed operation against the contract: %s", r.body)
