@@ -2,17 +2,21 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"maps"
 	"net"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/berth-dev/berth/internal/autoscale"
+	"github.com/berth-dev/berth/internal/vm"
 	"github.com/berth-dev/berth/internal/vm/vmfake"
 )
 
@@ -370,5 +374,88 @@ func TestAdoptByRecordedTemplate(t *testing.T) {
 			t.Errorf("the candidate %s of the settled rollout was not stopped", candidate)
 		}
 		m2.Remove(context.Background(), "d")
+	})
+}
+
+// TestRolloutFailsAfterRollingStep: with the default surge a rollout of
+// two replicas is rolling; when the second candidate's create fails after
+// the first served and one previous replica drained for it, the rollout
+// reverts with a previous replica serving throughout, the served
+// candidate drains and stops, and the pool grows back to two replicas of
+// the previous template.
+func TestRolloutFailsAfterRollingStep(t *testing.T) {
+	addr := revisionServer(t)
+	synctest.Test(t, func(t *testing.T) {
+		var starts atomic.Int32
+		d := vmfake.New(vmfake.Options{Addr: addr, BeforeStart: func(context.Context, vm.Spec) error {
+			if starts.Add(1) == 4 {
+				return errors.New("no capacity for the second candidate")
+			}
+			return nil
+		}})
+		defer d.Close()
+		evs := &events{}
+		m := New(Options{Driver: d, Log: slog.New(slog.DiscardHandler), OnRollout: evs.add})
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- m.Run(ctx) }()
+		defer func() { m.Remove(context.Background(), "d"); cancel(); <-done }()
+		dp := newDataPlane()
+		cfg := rolloutConfig("k1", "r1", "a")
+		cfg.Backends = dp
+		p := m.Ensure(cfg)
+		for p.Status().Ready < 2 {
+			time.Sleep(100 * time.Millisecond)
+		}
+		before := readyIDs(p)
+		next := rolloutConfig("k2", "r2", "a")
+		next.Backends = dp
+		m.Ensure(next)
+		var ev RolloutEvent
+		for {
+			serve := serving(dp)
+			if len(serve) == 0 {
+				t.Fatal("no replica serving during the failing rollout")
+			}
+			var ok bool
+			if ev, ok = evs.find("r2", RolloutFailed); ok {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if !strings.Contains(ev.Error, "no capacity") || len(ev.Stopped) == 0 {
+			t.Errorf("failure %+v", ev)
+		}
+		insts, _ := d.List(t.Context())
+		for _, id := range ev.Stopped {
+			if slices.Contains(before, id) {
+				t.Errorf("a previous replica %s is listed as a stopped candidate", id)
+			}
+			for _, in := range insts {
+				if in.ID == id && !in.State.Terminal() {
+					t.Errorf("stopped candidate %s still runs (%s)", id, in.State)
+				}
+			}
+		}
+		served := 0
+		for _, id := range ev.Stopped {
+			if d.Stopped(id) {
+				served++ // the one that served: stopped through the driver
+			}
+		}
+		if served != 1 {
+			t.Errorf("%d candidates stopped through the driver, want the one that served", served)
+		}
+		for p.Status().Ready < 2 {
+			time.Sleep(100 * time.Millisecond)
+		}
+		if k := p.Config().Key; k != "k1" {
+			t.Errorf("template %s after the failure", k)
+		}
+		for _, r := range p.Status().Replicas {
+			if slices.Contains(ev.Stopped, r.ID) {
+				t.Errorf("a stopped candidate %s is still in the pool", r.ID)
+			}
+		}
 	})
 }
