@@ -650,8 +650,11 @@ func (p *Pool) create(ctx context.Context) {
 	if m := cfg.Metrics; m != nil {
 		m.Autoscale.VMsCreated.Add(1)
 	}
-	if p.replicas[r.id] != r || p.closed {
-		p.tasks.Go(func() { p.stopAll(ctx, []string{r.id}) }) // retired or removed while starting
+	if p.replicas[r.id] != r || p.closed || r.key != p.cfg.Load().Key {
+		// Retired or removed while starting, or of a template the pool
+		// no longer runs (a rollout superseded or reverted meanwhile).
+		delete(p.replicas, r.id)
+		p.tasks.Go(func() { p.stopAll(ctx, []string{r.id}) })
 		return
 	}
 	r.addr, r.started = in.Addr, time.Now()
@@ -795,6 +798,12 @@ func (p *Pool) promote(r *replica) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.replicas[r.id] != r || r.phase != pending || p.closed {
+		return
+	}
+	if r.key != cfg.Key {
+		// Of a template the pool no longer runs: never served.
+		delete(p.replicas, r.id)
+		p.tasks.Go(func() { p.stopAll(context.Background(), []string{r.id}) })
 		return
 	}
 	now := time.Now()
