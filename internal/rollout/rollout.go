@@ -254,7 +254,8 @@ func (m *Manager) Write(ctx context.Context, req Request, o registry.PutOptions)
 		}
 		return nil, nil, err
 	}
-	if o.DryRun || !had || prev.Kind != apitype.KindVM || e.Kind != apitype.KindVM {
+	vm := had && prev.Kind == apitype.KindVM && e.Kind == apitype.KindVM
+	if o.DryRun || !had || !vm && !req.Always {
 		return e, nil, nil
 	}
 	var running *store.Rollout
@@ -284,9 +285,10 @@ func (m *Manager) Write(ctx context.Context, req Request, o registry.PutOptions)
 	if r.TargetRevision == r.SourceRevision {
 		r.Status, r.Phase, r.ReadinessVerified, r.PreviousStopped = "succeeded", fleet.PhaseDone, true, true
 	}
-	if e.VMPool == nil && r.Status == "running" {
-		// No pool yet (its image or mounts are being pulled): the spec is
-		// in effect, with nothing to verify.
+	if (!vm || e.VMPool == nil) && r.Status == "running" {
+		// Not a pool (a static or site deployment, or one becoming or
+		// leaving vm), or none yet (its image or mounts are being
+		// pulled): the spec is in effect, with nothing to verify.
 		r.Status, r.Phase, r.PreviousStopped = "succeeded", fleet.PhaseSwitched, true
 	}
 	if p := e.VMPool; p != nil && r.Status == "running" {

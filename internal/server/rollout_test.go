@@ -447,3 +447,44 @@ func listReplicas(dir string) ([]string, error) {
 	}
 	return out, err
 }
+
+// TestRolloutWalls: a namespace token gets the same answer for another
+// namespace's deployment's rollouts as for a missing deployment's (no
+// existence oracle); malformed requests are 400s naming the field; a
+// rollout of a static deployment is in effect at once.
+func TestRolloutWalls(t *testing.T) {
+	n, op, nsA := limitsWorld(t, Options{})
+	n.must(201, "POST", "/deployments", op, staticSpec("theirs", "team-b"), nil)
+	var st apitype.DeploymentStatus
+	n.must(200, "GET", "/deployments/theirs", op, "", &st)
+	var started apitype.RolloutOperation
+	n.must(202, "POST", "/deployments/theirs/rollouts", op, startRollout("theirs", "op-1", st.RolloutRevision, staticSpec("theirs", "team-b")), &started)
+	if started.Status != "succeeded" || started.SourceRevision != st.RolloutRevision {
+		t.Errorf("a static deployment's rollout: %+v", started)
+	}
+	n.must(200, "GET", "/deployments/theirs/rollouts/op-1", op, "", nil)
+	for _, path := range []string{"/rollouts/op-1", "/rollouts"} {
+		foreign := n.call(nil, "GET", "/deployments/theirs"+path, nsA, "")
+		missing := n.call(nil, "GET", "/deployments/nope"+path, nsA, "")
+		if foreign.code != missing.code || string(foreign.body) != strings.ReplaceAll(string(missing.body), "nope", "theirs") {
+			t.Errorf("%s: foreign %s, missing %s", path, foreign, missing)
+		}
+	}
+	foreign := n.call(nil, "POST", "/deployments/theirs/rollouts", nsA, startRollout("theirs", "op-2", st.RolloutRevision, staticSpec("theirs", "team-b")))
+	missing := n.call(nil, "POST", "/deployments/nope/rollouts", nsA, startRollout("nope", "op-2", st.RolloutRevision, staticSpec("nope", "team-b")))
+	if foreign.code != missing.code || foreign.code/100 != 4 {
+		t.Errorf("start: foreign %s, missing %s", foreign, missing)
+	}
+	for body, field := range map[string]string{
+		`{"expected_revision":"` + st.RolloutRevision + `","spec":` + staticSpec("theirs", "team-b") + `}`:                                                     "operation_id",
+		`{"operation_id":"x y","expected_revision":"` + st.RolloutRevision + `","spec":` + staticSpec("theirs", "team-b") + `}`:                                "operation_id",
+		`{"operation_id":"o","expected_revision":"abc","spec":` + staticSpec("theirs", "team-b") + `}`:                                                         "expected_revision",
+		`{"operation_id":"o","expected_revision":"` + st.RolloutRevision + `"}`:                                                                                "spec",
+		`{"operation_id":"o","expected_revision":"` + st.RolloutRevision + `","spec":{"id":"theirs","upstreams":["127.0.0.1:1"],"scaling":{"min_replica":1}}}`: "spec.scaling.min_replica",
+	} {
+		refused(t, n.call(nil, "POST", "/deployments/theirs/rollouts", op, body), 400, field)
+	}
+	if r := n.call(nil, "GET", "/deployments/theirs/rollouts?limit=0", op, ""); r.code != 400 || !strings.Contains(string(r.body), "limit") {
+		t.Errorf("limit=0: %s", r)
+	}
+}
