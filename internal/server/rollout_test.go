@@ -21,6 +21,7 @@ import (
 	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/cli"
 	"github.com/berth-dev/berth/internal/contracttest"
+	"github.com/berth-dev/berth/internal/syncbuf"
 	"github.com/berth-dev/berth/internal/vm/process"
 )
 
@@ -50,6 +51,10 @@ type load struct {
 }
 
 func startLoad(t *testing.T, proxy, host string, clients, max int) *load {
+	return startLoadPath(t, proxy, "/", host, clients, max)
+}
+
+func startLoadPath(t *testing.T, proxy, path, host string, clients, max int) *load {
 	l := &load{revs: map[string]int{}, after: map[string]int{}, stop: make(chan struct{})}
 	client := &http.Client{Timeout: 20 * time.Second}
 	for range clients {
@@ -61,7 +66,7 @@ func startLoad(t *testing.T, proxy, host string, clients, max int) *load {
 				default:
 				}
 				after := l.marked.Load()
-				req, _ := http.NewRequest("GET", proxy+"/", nil)
+				req, _ := http.NewRequest("GET", proxy+path, nil)
 				req.Host = host
 				resp, err := client.Do(req)
 				if err != nil {
@@ -486,5 +491,85 @@ func TestRolloutWalls(t *testing.T) {
 	}
 	if r := n.call(nil, "GET", "/deployments/theirs/rollouts?limit=0", op, ""); r.code != 400 || !strings.Contains(string(r.body), "limit") {
 		t.Errorf("limit=0: %s", r)
+	}
+}
+
+// containerRevSpec is a two-replica container deployment (busybox httpd,
+// a CGI answering x-heyo-revision: $REV) probed for header want.
+func containerRevSpec(id, rev, want string) string {
+	app := `mkdir -p /w/cgi-bin && printf '#!/bin/sh\nprintf "Content-Type: text/plain\\r\\nX-Heyo-Revision: %%s\\r\\n\\r\\nrev %%s\\n" "$REV" "$REV"\n' > /w/cgi-bin/rev && chmod +x /w/cgi-bin/rev && exec httpd -f -p $PORT -h /w`
+	return `{"id":"` + id + `","routes":[{"host":"` + id + `.test"}],"vm":{"driver":"container","image":"busybox","port":8080,"start_command":` +
+		jsonString(app) + `,"env_vars":{"REV":"` + rev + `"}},` +
+		`"health":{"path":"/cgi-bin/rev","expected_header":{"name":"x-heyo-revision","value":"` + want + `"}},` +
+		`"scaling":{"min_replicas":2,"max_replicas":2,"boot_timeout_secs":10,"drain_timeout_secs":5}}`
+}
+
+// TestRolloutContainer is TestRolloutUnderLoad and the wrong-header case
+// of TestRolloutBadCandidates on the container driver: a good rollout
+// under load answers every request, then only the new revision; a rollout
+// whose candidates answer the wrong header fails with the good revision
+// serving throughout, the candidates gone and the spec reverted.
+func TestRolloutContainer(t *testing.T) {
+	var logs syncbuf.Buffer
+	h := startContainers(t, &logs, nil)
+	defer h.deleteQuietly("ctr")
+	if r := h.json("POST", "/deployments", containerRevSpec("ctr", "a", "a")); r.code != 201 {
+		t.Fatalf("%d %s", r.code, r.body)
+	}
+	waitFor(t, "two ready replicas", func() bool { return h.status("ctr").Ready == 2 })
+	st := h.status("ctr")
+	l := startLoadPath(t, h.proxy, "/cgi-bin/rev", "ctr.test", 2, 20000)
+	waitFor(t, "load", func() bool { return l.ok.Load() >= 20 })
+	if r := h.json("POST", "/deployments/ctr/rollouts", startRollout("ctr", "good", st.RolloutRevision, containerRevSpec("ctr", "b", "b"))); r.code != 202 {
+		t.Fatalf("start: %d %s", r.code, r.body)
+	}
+	if op := h.settled("ctr", "good"); op.Status != "succeeded" {
+		t.Fatalf("good rollout: %+v", op)
+	}
+	l.marked.Store(true)
+	waitFor(t, "load after the rollout", func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.after["b"] >= 50
+	})
+	l.check(t)
+	if len(l.after) != 1 {
+		t.Errorf("after the rollout succeeded, answered by %v, want only b", l.after)
+	}
+	t.Logf("good rollout: %v overall", l.revs)
+
+	st = h.status("ctr")
+	before := ids(st)
+	l = startLoadPath(t, h.proxy, "/cgi-bin/rev", "ctr.test", 2, 20000)
+	waitFor(t, "load", func() bool { return l.ok.Load() >= 20 })
+	if r := h.json("POST", "/deployments/ctr/rollouts", startRollout("ctr", "bad", st.RolloutRevision, containerRevSpec("ctr", "c", "not-c"))); r.code != 202 {
+		t.Fatalf("start: %d %s", r.code, r.body)
+	}
+	op := h.settled("ctr", "bad")
+	if op.Status != "failed" || op.Error == nil || len(op.FailureSettlement) == 0 {
+		t.Fatalf("bad rollout: %+v", op)
+	}
+	waitFor(t, "load after the failure", func() bool { return l.ok.Load() >= 100 })
+	l.check(t)
+	if len(l.revs) != 1 || l.revs["b"] == 0 {
+		t.Errorf("answered by %v, want only b", l.revs)
+	}
+	after := h.status("ctr")
+	if after.RolloutRevision != st.RolloutRevision || !slices.Equal(ids(after), before) {
+		t.Errorf("after the failure: revision %s replicas %v, want %s %v", after.RolloutRevision, ids(after), st.RolloutRevision, before)
+	}
+	insts, err := h.s.fleet.Driver("container").List(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var running []string
+	for _, in := range insts {
+		if !in.State.Terminal() {
+			running = append(running, in.ID)
+		}
+	}
+	slices.Sort(running)
+	if !slices.Equal(running, before) {
+		t.Errorf("the container driver runs %v, want only %v", running, before)
 	}
 }
