@@ -57,11 +57,14 @@ func (a *API) putOptions(r *http.Request, s *apitype.DeploymentSpec) (registry.P
 // put stores s with o and answers its status with the HTTP status given
 // (or, for a dry run, what would have been stored), with its ETag.
 func (a *API) put(w http.ResponseWriter, r *http.Request, s apitype.DeploymentSpec, o registry.PutOptions, status int) error {
-	e, err := a.write(r, s, o)
+	e, op, err := a.write(r, s, o)
 	if err != nil {
 		return errorFor(err, s.ID)
 	}
 	w.Header().Set("ETag", e.ETag)
+	if op != nil {
+		w.Header().Set(RolloutHeader, op.OperationID)
+	}
 	if o.DryRun {
 		writeDryRun(w, e)
 		return nil
@@ -76,14 +79,18 @@ func (a *API) put(w http.ResponseWriter, r *http.Request, s apitype.DeploymentSp
 // write stores a spec: through the rollout manager, which records a
 // rollout operation (with a generated id) when the write changes a vm
 // deployment's template, or through the registry alone without one.
-func (a *API) write(r *http.Request, s apitype.DeploymentSpec, o registry.PutOptions) (*registry.Entry, error) {
+func (a *API) write(r *http.Request, s apitype.DeploymentSpec, o registry.PutOptions) (*registry.Entry, *apitype.RolloutOperation, error) {
 	if a.o.Rollouts == nil {
 		e, _, err := a.o.Registry.Put(r.Context(), s, o)
-		return e, err
+		return e, nil, err
 	}
-	e, _, err := a.o.Rollouts.Write(r.Context(), rollout.Request{Spec: s}, o)
-	return e, err
+	return a.o.Rollouts.Write(r.Context(), rollout.Request{Spec: s}, o)
 }
+
+// RolloutHeader names, on the reply to a spec write, the rollout
+// operation the write started (GET /deployments/{id}/rollouts/{operation}).
+const RolloutHeader = "X-Berth-Rollout"
+
 
 // register is POST /deployments: create or replace, 201 either way (as
 // app-lb does); If-None-Match: * makes it create-only.
@@ -212,7 +219,7 @@ func (a *API) scale(w http.ResponseWriter, r *http.Request) error {
 	o := writeOptions(caller(r))
 	o.MustExist, o.IfMatch = true, e.ETag
 	o.Admit = a.admit(caller(r))
-	ne, err := a.write(r, s, o)
+	ne, _, err := a.write(r, s, o)
 	if errors.Is(err, registry.ErrPrecondition) {
 		return web.Errorf(http.StatusConflict, "deployment %q changed while scaling; retry", id)
 	}

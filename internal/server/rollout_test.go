@@ -234,13 +234,17 @@ func TestRolloutUnderLoad(t *testing.T) {
 
 	// A plain PUT that changes the template is a rollout with an id of
 	// its own, listed first in the history.
-	if r := h.json("PUT", "/deployments/web", revSpec("web", "c", "c", "")); r.code != 200 {
-		t.Fatalf("PUT: %d %s", r.code, r.body)
+	put := h.json("PUT", "/deployments/web", revSpec("web", "c", "c", ""))
+	if put.code != 200 {
+		t.Fatalf("PUT: %d %s", put.code, put.body)
 	}
 	r = h.do("GET", "/deployments/web/rollouts", "", "")
 	var hist []apitype.RolloutOperation
 	if err := json.Unmarshal(r.body, &hist); err != nil || len(hist) != 2 || hist[1].OperationID != "op-1" || hist[0].OperationID == "" {
 		t.Fatalf("history: %d %s", r.code, r.body)
+	}
+	if got := put.header.Get("X-Berth-Rollout"); got != hist[0].OperationID {
+		t.Errorf("the PUT named rollout %q, want %q", got, hist[0].OperationID)
 	}
 	if o := h.settled("web", hist[0].OperationID); o.Status != "succeeded" {
 		t.Errorf("PUT's rollout: %+v", o)
