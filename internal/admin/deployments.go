@@ -91,7 +91,6 @@ func (a *API) write(r *http.Request, s apitype.DeploymentSpec, o registry.PutOpt
 // operation the write started (GET /deployments/{id}/rollouts/{operation}).
 const RolloutHeader = "X-Berth-Rollout"
 
-
 // register is POST /deployments: create or replace, 201 either way (as
 // app-lb does); If-None-Match: * makes it create-only.
 func (a *API) register(w http.ResponseWriter, r *http.Request) error {
