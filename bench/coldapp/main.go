@@ -3,7 +3,8 @@
 // started and when it began listening (unix nanoseconds), so a benchmark can
 // subtract the app's own start-to-listen time from the time to first byte
 // and see berth's share. ?sleep=MS holds the request that long, to make
-// concurrent load.
+// concurrent load. With $APP_REVISION set it answers it in x-heyo-revision
+// (the rollout benchmark's expected_header).
 package main
 
 import (
@@ -23,7 +24,11 @@ func main() {
 		os.Exit(1)
 	}
 	listening := time.Now()
+	rev := os.Getenv("APP_REVISION") // answered in x-heyo-revision, for rollouts' expected_header
 	http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if rev != "" {
+			w.Header().Set("X-Heyo-Revision", rev)
+		}
 		if ms, err := strconv.Atoi(r.URL.Query().Get("sleep")); err == nil && ms > 0 {
 			time.Sleep(time.Duration(ms) * time.Millisecond)
 		}

@@ -249,6 +249,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 	trusted := fs.String("trusted-proxies", env("BERTH_TRUSTED_PROXIES", ""), "comma-separated CIDRs or addresses whose X-Forwarded-* headers are kept (BERTH_TRUSTED_PROXIES)")
 	baseDomain := fs.String("base-domain", env("BERTH_BASE_DOMAIN", ""), "give deployments without a host rule the route <id>.<base-domain> (BERTH_BASE_DOMAIN)")
 	publicIPs := fs.String("public-ips", env("BERTH_PUBLIC_IPS", ""), "comma-separated addresses served by GET /ingress (BERTH_PUBLIC_IPS)")
+	surge := fs.Int("rollout-surge", intEnv("BERTH_ROLLOUT_SURGE", 1), "how many replicas beyond scaling.max_replicas a candidate-first rollout may run while the previous replicas still serve; below the serving count the rollout is rolling (BERTH_ROLLOUT_SURGE)")
 	drain := fs.Duration("drain-timeout", durEnv("BERTH_DRAIN_TIMEOUT", 30*time.Second), "how long SIGTERM waits for in-flight requests and websockets (BERTH_DRAIN_TIMEOUT)")
 	adminHosts := fs.String("admin-hosts", env("BERTH_ADMIN_HOSTS", ""), "comma-separated host names (or host:port) the admin API answers to besides localhost and its own addresses; other Host headers get 421 (BERTH_ADMIN_HOSTS)")
 	adminUser := fs.String("admin-user", env("BERTH_ADMIN_USER", "admin"), "the operator's HTTP Basic user name (BERTH_ADMIN_USER)")
@@ -374,7 +375,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 		ProxyAddr: *proxyAddr, AdminAddr: *adminAddr, AdminHosts: splitList(*adminHosts), DataDir: *dataDir,
 		SitesDir: *sitesDir, SiteRootsAllow: splitList(*siteRoots),
 		TrustedProxies: prefixes, BaseDomain: *baseDomain, PublicIPs: splitList(*publicIPs),
-		DrainTimeout: *drain, Log: log, StdHTTP: *stdHTTP, EgressAddr: *egressAddr, BodyReadTimeout: *bodyTimeout,
+		DrainTimeout: *drain, RolloutSurge: *surge, Log: log, StdHTTP: *stdHTTP, EgressAddr: *egressAddr, BodyReadTimeout: *bodyTimeout,
 		UpstreamResponseTimeout: *respTimeout, AllowLinkLocalUpstreams: *allowLinkLocal, HostUpdates: *hostUpdates,
 		AllowLocalRepos: allowLocal(stderr), WorkflowAllowHTTP: *wfHTTP,
 		ArtifactMaxBytes: *artifactMax, ArtifactAllowPrivate: *artifactPrivate, ArtifactRoots: splitList(*artifactRoots),

@@ -27,6 +27,7 @@ import (
 	"github.com/berth-dev/berth/internal/notify"
 	"github.com/berth-dev/berth/internal/ratelimit"
 	"github.com/berth-dev/berth/internal/registry"
+	"github.com/berth-dev/berth/internal/rollout"
 	"github.com/berth-dev/berth/internal/secrets"
 	"github.com/berth-dev/berth/internal/spec"
 	"github.com/berth-dev/berth/internal/web"
@@ -97,6 +98,10 @@ type Options struct {
 	// RetiredDir is where DELETE /deployments/{id}/retired-record keeps
 	// the records it forgets (<data>/retired); "" answers 503 there.
 	RetiredDir string
+	// Rollouts records rollout operations; every spec write goes through
+	// it. Nil: writes go to the registry alone and the rollout routes
+	// answer 503.
+	Rollouts *rollout.Manager
 }
 
 // API is the admin http.Handler.
@@ -188,6 +193,7 @@ func New(o Options) *API {
 	a.routeJobs()
 	a.routeDisks()
 	a.routeRecords()
+	a.routeRollouts()
 
 	return a
 }

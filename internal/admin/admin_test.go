@@ -185,7 +185,7 @@ func TestDeploymentErrors(t *testing.T) {
 		{"PUT of a missing one", "PUT", "/deployments/nope", `{"routes": [{"host": "nope.example"}], "upstreams": ["127.0.0.1:9"]}`, nil, 404, []string{`no deployment "nope"`}},
 		{"scale a missing one", "PATCH", "/deployments/nope/scaling", `{"max_replicas": 2}`, nil, 404, []string{`"nope"`}},
 		{"logs limit", "GET", "/deployments/nope/logs?limit=-1", "", nil, 400, []string{"limit"}},
-		{"no such route", "POST", "/deployments/web/rollouts", "", nil, 501, []string{"POST /deployments/web/rollouts is not supported"}},
+		{"no such route", "POST", "/deployments/web/update/rollouts", "", nil, 501, []string{"POST /deployments/web/update/rollouts is not supported"}},
 		{"wrong method", "PATCH", "/deployments", "", nil, 405, []string{"PATCH", "allowed"}},
 		{"no image store", "GET", "/images", "", nil, 503, []string{"image inventory is not running"}},
 	} {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/registry"
+	"github.com/berth-dev/berth/internal/rollout"
 	"github.com/berth-dev/berth/internal/spec"
 	"github.com/berth-dev/berth/internal/web"
 )
@@ -56,11 +57,14 @@ func (a *API) putOptions(r *http.Request, s *apitype.DeploymentSpec) (registry.P
 // put stores s with o and answers its status with the HTTP status given
 // (or, for a dry run, what would have been stored), with its ETag.
 func (a *API) put(w http.ResponseWriter, r *http.Request, s apitype.DeploymentSpec, o registry.PutOptions, status int) error {
-	e, _, err := a.o.Registry.Put(r.Context(), s, o)
+	e, op, err := a.write(r, s, o)
 	if err != nil {
 		return errorFor(err, s.ID)
 	}
 	w.Header().Set("ETag", e.ETag)
+	if op != nil {
+		w.Header().Set(RolloutHeader, op.OperationID)
+	}
 	if o.DryRun {
 		writeDryRun(w, e)
 		return nil
@@ -71,6 +75,21 @@ func (a *API) put(w http.ResponseWriter, r *http.Request, s apitype.DeploymentSp
 	web.WriteJSON(w, status, Status(e))
 	return nil
 }
+
+// write stores a spec: through the rollout manager, which records a
+// rollout operation (with a generated id) when the write changes a vm
+// deployment's template, or through the registry alone without one.
+func (a *API) write(r *http.Request, s apitype.DeploymentSpec, o registry.PutOptions) (*registry.Entry, *apitype.RolloutOperation, error) {
+	if a.o.Rollouts == nil {
+		e, _, err := a.o.Registry.Put(r.Context(), s, o)
+		return e, nil, err
+	}
+	return a.o.Rollouts.Write(r.Context(), rollout.Request{Spec: s}, o)
+}
+
+// RolloutHeader names, on the reply to a spec write, the rollout
+// operation the write started (GET /deployments/{id}/rollouts/{operation}).
+const RolloutHeader = "X-Berth-Rollout"
 
 // register is POST /deployments: create or replace, 201 either way (as
 // app-lb does); If-None-Match: * makes it create-only.
@@ -199,7 +218,7 @@ func (a *API) scale(w http.ResponseWriter, r *http.Request) error {
 	o := writeOptions(caller(r))
 	o.MustExist, o.IfMatch = true, e.ETag
 	o.Admit = a.admit(caller(r))
-	ne, _, err := a.o.Registry.Put(r.Context(), s, o)
+	ne, _, err := a.write(r, s, o)
 	if errors.Is(err, registry.ErrPrecondition) {
 		return web.Errorf(http.StatusConflict, "deployment %q changed while scaling; retry", id)
 	}
@@ -269,7 +288,7 @@ func namespace(e *registry.Entry) string {
 
 // Status builds the DeploymentStatus of an entry.
 func Status(e *registry.Entry) apitype.DeploymentStatus {
-	st := apitype.DeploymentStatus{Spec: e.Spec, Kind: e.Kind, VMs: []apitype.VmStatus{}}
+	st := apitype.DeploymentStatus{RolloutRevision: e.RolloutRevision(), Spec: e.Spec, Kind: e.Kind, VMs: []apitype.VmStatus{}}
 	if e.VMPool != nil {
 		ps := e.VMPool.Status()
 		st.DesiredReplicas, st.Ready, st.Pending, st.TotalInFlight = ps.Desired, ps.Ready, ps.Pending, ps.InFlight

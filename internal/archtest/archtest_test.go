@@ -85,6 +85,7 @@ var rules = []struct {
 	{mod + "/internal/fleet", []string{mod + "/internal/registry", mod + "/internal/admin", mod + "/internal/server", mod + "/internal/store", mod + "/internal/vm/"}, "the pool manager uses drivers only through the vm contract"},
 	{mod + "/internal/fleet", []string{mod + "/internal/proxy"}, "the control plane does not depend on the data plane: a pool publishes its replicas through fleet.Backends, which package registry connects to the data plane's pool"},
 	{mod + "/internal/admin", []string{mod + "/internal/server", mod + "/internal/store"}, "handlers reach storage through the registry"},
+	{mod + "/internal/rollout", []string{mod + "/internal/admin", mod + "/internal/server", mod + "/internal/proxy"}, "rollout records sit below the API that starts them and above the registry and the fleet that carry them out"},
 	{mod + "/internal/agentbin", []string{mod + "/"}, "bundling the agent binary is a leaf"},
 	{mod + "/internal/hostnet", []string{mod + "/"}, "host networking is a leaf"},
 	{mod + "/internal/ptybridge", []string{mod + "/apitype", mod + "/client", mod + "/cmd/", mod + "/internal/agent", mod + "/internal/admin", mod + "/internal/computer", mod + "/internal/server", mod + "/internal/fleet", mod + "/internal/registry"}, "the websocket↔terminal bridge knows terminals only through its Terminal interface, below the handlers that use it"},

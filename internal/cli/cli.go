@@ -91,7 +91,7 @@ var commands []*command
 
 func init() {
 	commands = []*command{
-		applyCmd, getCmd, describeCmd, deleteCmd, scaleCmd,
+		applyCmd, getCmd, describeCmd, deleteCmd, scaleCmd, rolloutCmd,
 		cordonCmd, drainCmd, uncordonCmd, execCmd, shellCmd, logsCmd, updateCmd, pullCmd, mountsCmd, buildCmd,
 		statusCmd, createCmd, loginCmd, logoutCmd, whoamiCmd, configCmd, tokenCmd,
 		blockCmd, allowCmd, respondCmd,

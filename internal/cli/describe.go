@@ -47,6 +47,14 @@ func describeDeployment(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	describe(e.stdout, st, etag, startView(ctx, c, st))
+	if st.Kind == apitype.KindVM {
+		// A rollout in progress, when the server keeps them (an older
+		// one or app-lb answers an error, and describe shows the rest).
+		if ops, err := c.Rollouts(ctx, id, 1); err == nil && len(ops) == 1 && ops[0].Status == "running" {
+			fmt.Fprintf(e.stdout, "\nRollout in progress: %s (%s) from %s to %s; see berth rollout status %s\n",
+				ops[0].OperationID, ops[0].Phase, shortRev(ops[0].SourceRevision), shortRev(ops[0].TargetSpecSHA256), id)
+		}
+	}
 	return nil
 }
 

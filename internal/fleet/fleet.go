@@ -73,6 +73,17 @@ type Options struct {
 	// re-checks its driver at once. Creates on a driver whose last check
 	// failed fail at once with that reason.
 	CheckEvery time.Duration
+	// Surge is how many replicas beyond max_replicas a rollout may run
+	// (rollout.go); default 1 (berth serve --rollout-surge).
+	Surge int
+	// OnRollout hears each step of every pool's rollouts; it is called
+	// from the pool's goroutines, never under a pool's lock, and must not
+	// block for long. Nil: nobody listens.
+	OnRollout func(RolloutEvent)
+	// Records keeps the template each replica was created from, for
+	// adoption after a restart; nil: every running replica is adopted as
+	// its deployment's current template.
+	Records ReplicaRecords
 }
 
 // Manager owns all pools. Safe for concurrent use.
@@ -118,6 +129,9 @@ func New(o Options) *Manager {
 	}
 	if o.CheckEvery <= 0 {
 		o.CheckEvery = 30 * time.Second
+	}
+	if o.Surge <= 0 {
+		o.Surge = 1
 	}
 	if o.Drivers == nil {
 		o.Drivers = map[string]vm.Driver{}
@@ -297,7 +311,10 @@ type Config struct {
 	Driver string
 	// Key identifies the replica template (e.g. the canonical JSON of the
 	// spec's vm section). When it changes, the pool's replicas are replaced.
-	Key        string
+	Key string
+	// Revision is the deployment's rollout_revision (the hex SHA-256 of
+	// its canonical spec); it names the pool's rollouts (RolloutEvent).
+	Revision   string
 	Template   vm.Spec // Name and Deployment are filled per replica
 	Policy     autoscale.Policy
 	Retain     bool // idle_action: retain — suspend idle replicas instead of destroying them
@@ -305,6 +322,9 @@ type Config struct {
 	HealthPort int // 0: the app port
 	HealthTCP  bool
 	Timeout    time.Duration // health probe timeout
+	// ExpectHeader, when set, makes a booting replica ready only once
+	// its probe gets a 2xx with this exact header (health.expected_header).
+	ExpectHeader, ExpectValue string
 	// Env resolves secrets (vm.env_from) at each create; nil means none.
 	// An error fails the create with that reason.
 	Env func(ctx context.Context) (map[string]string, error)
@@ -392,6 +412,7 @@ func probe(ctx context.Context, cfg *Config, addr string) error {
 		if c.Path == "" {
 			c.Path = "/"
 		}
+		c.ExpectHeader, c.ExpectValue = cfg.ExpectHeader, cfg.ExpectValue
 	}
 	return health.Probe(ctx, c)
 }

@@ -68,6 +68,7 @@ type Pool struct {
 	readyCh    chan struct{}        // closed (and replaced) when a replica becomes ready
 	failedCh   chan struct{}        // closed (and replaced) when a create or a boot fails
 	lastFail   *StartError          // the last failed create or boot; nil after a success or a spec write
+	ro         *rollout             // the rollout in progress (rollout.go), or nil
 	cancel     context.CancelFunc
 	done       chan struct{}
 	closed     bool
@@ -202,26 +203,31 @@ func (p *Pool) wait() {
 func (p *Pool) Poke() { autoscale.Poke(p.poke) }
 
 func (p *Pool) update(cfg Config) {
-	old := p.cfg.Swap(&cfg)
 	p.mu.Lock()
+	old := p.cfg.Swap(&cfg)
 	p.backoff, p.lastFail = p.backoff.Reset(), nil
+	var evs []RolloutEvent
 	if old.Key != cfg.Key {
-		// The template changed: retire every replica of the old one. New
-		// replicas are created by the next step; requests wait for them.
-		// A spec write has no context of its own here, and the stops
-		// outlast any (stopAll).
+		// The template changed: a rollout (rollout.go) replaces the
+		// replicas of the old one, candidates first, or, when none is
+		// ready, they are retired at once. A spec write has no context
+		// of its own here, and the stops outlast any (stopAll).
+		evs = p.beginRolloutLocked(old, &cfg, time.Now())
 		ctx := context.Background()
-		for _, r := range p.replicas {
-			if r.key != cfg.Key {
-				p.retireLocked(ctx, r, time.Now())
-			}
-		}
 		suspended := p.suspended
 		p.suspended = nil
 		p.tasks.Go(func() { p.stopAll(ctx, suspended) })
+	} else if p.ro != nil && cfg.Revision != old.Revision {
+		// Same template, another spec (scaling, health): the rollout
+		// goes on, for the new revision.
+		p.m.log.Info("rollout continues for a new revision of the same template", "deployment", p.id, "revision", short(cfg.Revision))
+		evs = append(evs, RolloutEvent{Revision: old.Revision, From: p.ro.from.Revision, Status: RolloutSuperseded, Phase: p.ro.phase,
+			Error: "superseded by a newer spec (revision " + short(cfg.Revision) + ")"},
+			RolloutEvent{Revision: cfg.Revision, From: p.ro.from.Revision, Status: RolloutRunning, Phase: p.ro.phase})
 	}
 	p.prewarmLocked()
 	p.mu.Unlock()
+	p.emit(evs)
 	p.Poke()
 }
 
@@ -249,6 +255,12 @@ func (p *Pool) stopAll(ctx context.Context, ids []string) {
 	for _, id := range ids {
 		if err := p.driverOf(ctx, id).Stop(ctx, id, 10*time.Second); err != nil && !errors.Is(err, vm.ErrNotFound) {
 			p.m.log.Error("could not stop a replica", "deployment", p.id, "replica", id, "err", err)
+			continue
+		}
+		if rec := p.m.o.Records; rec != nil {
+			if err := rec.ForgetReplica(ctx, id); err != nil {
+				p.m.log.Warn("could not forget a stopped replica's template", "deployment", p.id, "replica", id, "err", err)
+			}
 		}
 	}
 }
@@ -288,8 +300,23 @@ func (p *Pool) destroy(ctx context.Context) {
 
 // adopt takes over replicas a previous berth process left running; their
 // boot probes end with ctx.
+//
+// A replica whose recorded template (Options.Records) is not the pool's
+// is stopped, not adopted: a rollout's candidate or previous replica left
+// by a berth killed mid-rollout, which the rollout's settlement at start-up
+// decided against. So is one without a record when the deployment has
+// recorded replicas; when it has none (replicas of an older berth) every
+// one is adopted, as before records.
 func (p *Pool) adopt(ctx context.Context, insts []vm.Instance) {
 	cfg := p.cfg.Load()
+	var digests map[string]string
+	if rec := p.m.o.Records; rec != nil && len(insts) > 0 {
+		var err error
+		if digests, err = rec.ReplicaDigests(ctx, p.id); err != nil {
+			p.m.log.Warn("could not read the replicas' templates; adopting them as the current one", "deployment", p.id, "err", err)
+		}
+	}
+	want := KeyDigest(cfg.Key)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now()
@@ -298,6 +325,13 @@ func (p *Pool) adopt(ctx context.Context, insts []vm.Instance) {
 		case in.State == vm.StateSuspended:
 			p.suspended = append(p.suspended, in.ID)
 		case in.State.Terminal():
+			p.tasks.Go(func() { p.stopAll(ctx, []string{in.ID}) })
+		case len(digests) > 0 && digests[in.ID] != want:
+			// Another template's, or unknown while others are recorded
+			// (a crash between its Start and its record): stopping it
+			// costs a create, serving the wrong revision would not be
+			// safe.
+			p.m.log.Info("stopping a running replica of another template", "deployment", p.id, "replica", in.ID)
 			p.tasks.Go(func() { p.stopAll(ctx, []string{in.ID}) })
 		default:
 			r := &replica{id: in.ID, key: cfg.Key, phase: pending, addr: in.Addr, created: now, started: now, adopted: true}
@@ -354,7 +388,17 @@ func (p *Pool) step(ctx context.Context, now time.Time) {
 	p.lastActive = obs.LastActive
 	desired := autoscale.Desired(cfg.Policy, obs, now)
 	p.desired = desired
-	plan := autoscale.MakePlan(desired, serving, obs.Pending, p.backoff, now)
+	var plan autoscale.Plan
+	var evs []RolloutEvent
+	if p.ro != nil {
+		// A rollout decides instead of the autoscaler until it ends.
+		plan.Create, evs = p.rolloutStepLocked(ctx, cfg, now)
+		if p.ro == nil {
+			cfg = p.cfg.Load() // reverted
+		}
+	} else {
+		plan = autoscale.MakePlan(desired, serving, obs.Pending, p.backoff, now)
+	}
 	for _, id := range plan.Drain {
 		r := p.replicas[id]
 		r.phase, r.drainAt = draining, now
@@ -376,7 +420,13 @@ func (p *Pool) step(ctx context.Context, now time.Time) {
 		p.backends.Remove(r.id)
 	}
 	p.creating += plan.Create
+	if p.ro != nil && p.drainingLocked() {
+		// A rollout waits on a drain: look again soon rather than at
+		// the next tick, so it goes on once the replica is idle.
+		time.AfterFunc(rolloutRecheck, p.Poke)
+	}
 	p.mu.Unlock()
+	p.emit(evs)
 
 	for _, r := range reap {
 		p.tasks.Go(func() { p.reap(ctx, cfg, r) })
@@ -445,6 +495,13 @@ func (p *Pool) failLocked(cfg *Config, r *replica, now time.Time, reason, public
 		r.stopBoot()
 	}
 	delete(p.replicas, r.id)
+	if p.candidateFailedLocked(r, reason) {
+		p.m.log.Warn("rollout candidate failed", "deployment", p.id, "replica", r.id, "reason", reason)
+		if r.backend != nil {
+			p.backends.Remove(r.id)
+		}
+		return
+	}
 	if r.phase == pending {
 		p.startFailedLocked(cfg, fmt.Sprintf("replica %s failed to boot: %s", r.id, reason), public, now)
 		p.m.log.Warn("replica failed to boot", "deployment", p.id, "replica", r.id, "reason", reason, "backoff", p.backoff.Remaining(now))
@@ -541,8 +598,31 @@ func (p *Pool) create(ctx context.Context) {
 		// made a step under-create and leave the rest to the next tick).
 		p.replicas[r.id] = r
 		p.creating--
+		candidate := p.ro != nil
 		p.mu.Unlock()
-		in, err = p.driver().Start(ctx, spec)
+		var recorded chan error
+		if rec := p.m.o.Records; rec != nil && candidate {
+			// A rollout's candidate is recorded before its Start: a berth
+			// killed mid-rollout must tell it from the previous replicas.
+			if err = rec.RecordReplica(ctx, p.id, r.id, KeyDigest(cfg.Key)); err != nil {
+				err = fmt.Errorf("recording the replica's template: %w", err)
+			}
+		} else if rec != nil {
+			// Any other replica is of the only template the pool runs:
+			// recorded alongside its Start, off a cold start's path. One
+			// a crash left unrecorded is stopped at adoption (see adopt)
+			// unless its deployment has no recorded replica at all.
+			recorded = make(chan error, 1)
+			go func() { recorded <- rec.RecordReplica(context.WithoutCancel(ctx), p.id, r.id, KeyDigest(cfg.Key)) }()
+		}
+		if err == nil {
+			in, err = p.driver().Start(ctx, spec)
+		}
+		if recorded != nil {
+			if rerr := <-recorded; rerr != nil {
+				p.m.log.Warn("could not record a replica's template", "deployment", p.id, "replica", r.id, "err", rerr)
+			}
+		}
 	} else {
 		p.mu.Lock()
 		p.creating--
@@ -555,20 +635,26 @@ func (p *Pool) create(ctx context.Context) {
 		if ctx.Err() != nil {
 			return // berth is stopping or the deployment went away: not the deployment's failure
 		}
+		p.tasks.Go(func() { p.stopAll(ctx, []string{r.id}) }) // the outcome is unknown: make sure
+		if p.candidateFailedLocked(r, "create failed: "+err.Error()) {
+			return
+		}
 		p.startFailedLocked(cfg, err.Error(), public, time.Now())
 		p.m.log.Warn("replica create failed", "deployment", p.id, "err", err, "backoff", p.backoff.Remaining(time.Now()))
 		select {
 		case p.m.recheck <- struct{}{}: // is the driver still there?
 		default:
 		}
-		p.tasks.Go(func() { p.stopAll(ctx, []string{r.id}) }) // the outcome is unknown: make sure
 		return
 	}
 	if m := cfg.Metrics; m != nil {
 		m.Autoscale.VMsCreated.Add(1)
 	}
-	if p.replicas[r.id] != r || p.closed {
-		p.tasks.Go(func() { p.stopAll(ctx, []string{r.id}) }) // retired or removed while starting
+	if p.replicas[r.id] != r || p.closed || r.key != p.cfg.Load().Key {
+		// Retired or removed while starting, or of a template the pool
+		// no longer runs (a rollout superseded or reverted meanwhile).
+		delete(p.replicas, r.id)
+		p.tasks.Go(func() { p.stopAll(ctx, []string{r.id}) })
 		return
 	}
 	r.addr, r.started = in.Addr, time.Now()
@@ -714,6 +800,12 @@ func (p *Pool) promote(r *replica) {
 	if p.replicas[r.id] != r || r.phase != pending || p.closed {
 		return
 	}
+	if r.key != cfg.Key {
+		// Of a template the pool no longer runs: never served.
+		delete(p.replicas, r.id)
+		p.tasks.Go(func() { p.stopAll(context.Background(), []string{r.id}) })
+		return
+	}
 	now := time.Now()
 	r.phase, r.readyAt, r.stopBoot = ready, now, nil
 	r.backend = p.backends.Add(r.id, r.addr, r.created, r.started, now, r.pull)
@@ -723,6 +815,9 @@ func (p *Pool) promote(r *replica) {
 	}
 	close(p.readyCh)
 	p.readyCh = make(chan struct{})
+	if p.ro != nil {
+		p.Poke() // the rollout may go on
+	}
 	p.m.log.Info("replica ready", "deployment", p.id, "replica", r.id, "addr", r.addr, "boot", now.Sub(r.created).Round(time.Millisecond))
 }
 

@@ -23,6 +23,10 @@ type Check struct {
 	SNI     string        // server name for TLS; defaults to the host of Addr
 	Path    string        // request path; "" means a TCP connect only
 	Timeout time.Duration // whole-probe deadline; at least 1s is sensible
+	// ExpectHeader, when set (with Path), makes the probe healthy only on
+	// a 2xx whose response carries this header with exactly ExpectValue
+	// (health.expected_header, which rollouts require).
+	ExpectHeader, ExpectValue string
 }
 
 // Probe runs one check and returns nil when the backend is healthy.
@@ -68,7 +72,8 @@ func Probe(ctx context.Context, c Check) error {
 	if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: berth/health\r\nConnection: close\r\n\r\n", path, c.Addr); err != nil {
 		return err
 	}
-	line, err := textproto.NewReader(bufio.NewReaderSize(conn, 256)).ReadLine()
+	tr := textproto.NewReader(bufio.NewReaderSize(conn, 256))
+	line, err := tr.ReadLine()
 	if err != nil {
 		return fmt.Errorf("health: reading status line: %w", err)
 	}
@@ -76,10 +81,51 @@ func Probe(ctx context.Context, c Check) error {
 	if err != nil {
 		return err
 	}
+	if c.ExpectHeader != "" {
+		return expect(tr, code, c.ExpectHeader, c.ExpectValue)
+	}
 	if code >= 500 {
 		return fmt.Errorf("health: status %d", code)
 	}
 	return nil
+}
+
+// maxProbeHeader bounds the response header a probe with an expected
+// header reads.
+const maxProbeHeader = 16 << 10
+
+// expect checks a response for health.expected_header: a 2xx with the
+// header name (case-insensitive) carrying exactly value.
+func expect(tr *textproto.Reader, code int, name, value string) error {
+	if code < 200 || code > 299 {
+		return fmt.Errorf("health: status %d, want 2xx with %s: %s", code, name, value)
+	}
+	n := 0
+	var seen []string
+	for {
+		line, err := tr.ReadLine()
+		if err != nil {
+			return fmt.Errorf("health: reading the response header: %w", err)
+		}
+		if line == "" {
+			break
+		}
+		if n += len(line); n > maxProbeHeader {
+			return errors.New("health: response header too large")
+		}
+		k, v, ok := strings.Cut(line, ":")
+		if ok && strings.EqualFold(strings.TrimSpace(k), name) {
+			v = strings.Trim(v, " \t")
+			if v == value {
+				return nil
+			}
+			seen = append(seen, v)
+		}
+	}
+	if len(seen) == 0 {
+		return fmt.Errorf("health: the response has no %s header", name)
+	}
+	return fmt.Errorf("health: %s is %q, want %q", name, seen[0], value)
 }
 
 // ErrBadStatusLine is returned when the response does not start with an

@@ -79,3 +79,28 @@ func TestStatusCode(t *testing.T) {
 		}
 	}
 }
+
+// TestProbeExpectedHeader: with an expected header, only a 2xx carrying
+// the exact header value is healthy.
+func TestProbeExpectedHeader(t *testing.T) {
+	status, value := 200, "rev-b"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if value != "" {
+			w.Header().Set("X-Heyo-Revision", value)
+		}
+		w.WriteHeader(status)
+	}))
+	defer srv.Close()
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	for _, tt := range []struct {
+		status int
+		value  string
+		ok     bool
+	}{{200, "rev-b", true}, {204, "rev-b", true}, {200, "rev-a", false}, {200, "", false}, {404, "rev-b", false}, {302, "rev-b", false}, {500, "rev-b", false}} {
+		status, value = tt.status, tt.value
+		err := Probe(context.Background(), Check{Addr: addr, Path: "/", Timeout: 5 * time.Second, ExpectHeader: "x-heyo-revision", ExpectValue: "rev-b"})
+		if (err == nil) != tt.ok {
+			t.Errorf("status %d header %q: err %v, want ok=%v", tt.status, tt.value, err, tt.ok)
+		}
+	}
+}

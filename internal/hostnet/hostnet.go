@@ -187,6 +187,9 @@ func Prepare(ctx context.Context, c Config, report func(Step)) error {
 		}
 		report(Step{What: br, Detail: "created", Changed: true})
 	}
+	if err := fixMAC(ctx, c.Bridge, report); err != nil {
+		return err
+	}
 	addr := br + " address " + c.GatewayPrefix().String()
 	if hasAddr(ctx, c.Bridge, c.GatewayPrefix()) {
 		report(Step{What: addr, Detail: "present"})
@@ -224,6 +227,29 @@ func Prepare(ctx context.Context, c Config, report func(Step)) error {
 		return fmt.Errorf("%w; bridge %s is kept down, so no guest gets a network while its egress cannot be blocked", err, c.Bridge)
 	}
 	return up()
+}
+
+// fixMAC gives the bridge a MAC address of its own (one derived from its
+// name, locally administered). A bridge whose address was never set takes
+// the lowest of its ports' addresses, so it changed whenever the guest
+// veth holding the lowest one left: every other guest's ARP entry for the
+// gateway then named a MAC nobody had, and their replies were lost until
+// the entry aged out — requests in flight to the replicas that stayed hung
+// for seconds whenever one replica was stopped (seen as rollouts' drains
+// timing out). Once set, the bridge keeps it whatever its ports.
+func fixMAC(ctx context.Context, bridge string, report func(Step)) error {
+	what := "bridge " + bridge + " MAC address"
+	sum := sha256.Sum256([]byte("berth bridge " + bridge))
+	mac := net.HardwareAddr{0x02, sum[0], sum[1], sum[2], sum[3], sum[4]}
+	if ifc, err := net.InterfaceByName(bridge); err == nil && bytes.Equal(ifc.HardwareAddr, mac) {
+		report(Step{What: what, Detail: mac.String()})
+		return nil
+	}
+	if err := run(ctx, "", "ip", "link", "set", bridge, "address", mac.String()); err != nil {
+		return fmt.Errorf("hostnet: setting the bridge's MAC address: %w", err)
+	}
+	report(Step{What: what, Detail: "set to " + mac.String(), Changed: true})
+	return nil
 }
 
 // keeperName is the bridge port that keeps bridge's carrier on, and

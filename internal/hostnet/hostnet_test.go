@@ -509,3 +509,40 @@ func TestBridgeCarrier(t *testing.T) {
 		}
 	}
 }
+
+// TestBridgeMACStable: the bridge keeps its MAC address when a port with a
+// lower one joins and leaves (the gateway's MAC must not change under the
+// guests that stay when one replica's veth goes).
+func TestBridgeMACStable(t *testing.T) {
+	netnstest.Require(t)
+	ctx := t.Context()
+	c := Config{Bridge: "bmac0", Subnet: netip.MustParsePrefix("10.9.6.0/24"), StateDir: t.TempDir()}
+	if err := Setup(ctx, c); err != nil {
+		t.Fatalf("Setup: %v", err)
+	}
+	t.Cleanup(func() { Teardown(context.Background(), c) })
+	mac := func() string {
+		ifc, err := net.InterfaceByName("bmac0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ifc.HardwareAddr.String()
+	}
+	before := mac()
+	for _, args := range [][]string{
+		{"link", "add", "tmac0", "type", "veth", "peer", "name", "tmac1"},
+		{"link", "set", "tmac0", "address", "02:00:00:00:00:01"}, // lower than any derived one
+		{"link", "set", "tmac0", "master", "bmac0"},
+	} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v %s", args, err, out)
+		}
+	}
+	joined := mac()
+	if out, err := exec.Command("ip", "link", "del", "tmac0").CombinedOutput(); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	if left := mac(); joined != before || left != before {
+		t.Errorf("bridge MAC %s, %s with a lower port, %s after it left; want it fixed", before, joined, left)
+	}
+}

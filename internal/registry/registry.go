@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -171,6 +172,20 @@ type Entry struct {
 	VMPool    *fleet.Pool // the replica pool of a vm deployment
 	dp        *proxy.Deployment
 	rules     []route.Rule // Spec.Routes as routing rules
+}
+
+// RolloutRevision is the entry's rollout_revision: the lowercase hex
+// SHA-256 of its canonical spec, the ETag without its quotes.
+func (e *Entry) RolloutRevision() string { return strings.Trim(e.ETag, `"`) }
+
+// TemplateKey is what a vm deployment's replica template is compared by
+// (fleet.Config.Key): a change of it is a rollout. "" for other kinds.
+func TemplateKey(s *apitype.DeploymentSpec) string {
+	if s.VM == nil {
+		return ""
+	}
+	key, _ := json.Marshal(s.VM)
+	return string(key)
 }
 
 // New returns an empty registry. Call Load to restore persisted state.
@@ -351,6 +366,7 @@ func (r *Registry) activate(e *Entry) {
 		r.replicas[e.Spec.ID] = bs
 	}
 	cfg := r.poolConfig(&e.Spec)
+	cfg.Revision = e.RolloutRevision()
 	cfg.Backends = replicaSet{bs}
 	p := r.o.Pools.Ensure(cfg)
 	e.VMPool, e.Pool = p, bs
@@ -410,13 +426,13 @@ func MountTargets(mounts []apitype.MountSpec, tree func(apitype.MountSpec) (stri
 // poolConfig derives a pool's configuration from a vm spec.
 func (r *Registry) poolConfig(s *apitype.DeploymentSpec) fleet.Config {
 	v := s.VM
-	key, _ := json.Marshal(v)
+	key := TemplateKey(s)
 	pol := spec.Scaling(s.Scaling)
 	hc := spec.Health(s)
 	cfg := fleet.Config{
 		Deployment: s.ID,
 		Driver:     string(v.Driver),
-		Key:        string(key),
+		Key:        key,
 		Template: vm.Spec{
 			Image: v.Image, Command: v.StartCommand, Port: v.Port, Env: maps.Clone(v.EnvVars),
 			WorkDir: v.WorkingDirectory, SetupHooks: slices.Clone(v.SetupHooks),
@@ -432,6 +448,9 @@ func (r *Registry) poolConfig(s *apitype.DeploymentSpec) fleet.Config {
 		HealthTCP:  hc.Path == "",
 		HealthPort: hc.Port,
 		Timeout:    hc.Timeout,
+	}
+	if hc.Expect != nil && hc.Path != "" {
+		cfg.ExpectHeader, cfg.ExpectValue = hc.Expect.Name, hc.Expect.Value
 	}
 	if v.DiskSizeGB != nil {
 		cfg.Template.DiskSizeGB = *v.DiskSizeGB

@@ -19,11 +19,10 @@ func TestUnsupportedSectionsRefused(t *testing.T) {
 	n, op, _ := limitsWorld(t, Options{DataDir: dir})
 	vm := `"vm":{"driver":"process","port":8080,"start_command":"true"`
 	for field, doc := range map[string]string{
-		"feed":                   `{"id":"u",` + vm + `},"feed":{"expose":"/feed"}}`,
-		"discovery":              `{"id":"u","routes":[{"host":"u.test"}],"discovery":{"service_id":"svc"}}`,
-		"vm.mounts":              `{"id":"u",` + vm + `,"mounts":[{"path":"/data","store":"local","ref":"r"}]}}`,
-		"vm.workspace_archive":   `{"id":"u",` + vm + `,"workspace_archive":{"s3_key":"k"}}}`,
-		"health.expected_header": `{"id":"u",` + vm + `},"health":{"expected_header":{"name":"x-rev","value":"1"}}}`,
+		"feed":                 `{"id":"u",` + vm + `},"feed":{"expose":"/feed"}}`,
+		"discovery":            `{"id":"u","routes":[{"host":"u.test"}],"discovery":{"service_id":"svc"}}`,
+		"vm.mounts":            `{"id":"u",` + vm + `,"mounts":[{"path":"/data","store":"local","ref":"r"}]}}`,
+		"vm.workspace_archive": `{"id":"u",` + vm + `,"workspace_archive":{"s3_key":"k"}}}`,
 	} {
 		r := n.call(nil, "POST", "/deployments", op, doc)
 		refused(t, r, 400, field)
@@ -101,7 +100,7 @@ func TestUnsupportedRouteIs501(t *testing.T) {
 	n, op, _ := limitsWorld(t, Options{})
 	n.must(201, "POST", "/deployments", op, staticSpec("x", "team-a"), nil)
 	for _, c := range []struct{ method, path, msg string }{
-		{"POST", "/deployments/x/rollouts", "POST /deployments/x/rollouts is not supported by this server"},
+		{"POST", "/deployments/x/update/rollouts", "POST /deployments/x/update/rollouts is not supported by this server"},
 		{"GET", "/nope", "GET /nope is not supported by this server"},
 		{"POST", "/computers/c/snapshot", "POST /computers/c/snapshot is not supported by this server"},
 	} {

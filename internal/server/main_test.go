@@ -43,7 +43,11 @@ func testApp() int {
 	}
 	host, _ := os.Hostname()
 	fmt.Println("test app listening")
+	rev := os.Getenv("APP_REVISION")
 	http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if rev != "" {
+			w.Header().Set("X-Heyo-Revision", rev) // what a rollout's expected_header checks
+		}
 		fmt.Fprintf(w, "app %s %s %s", host, r.URL.Path, os.Getenv("GREETING"))
 		if u := r.Header.Get("X-Auth-Request-User"); u != "" {
 			fmt.Fprintf(w, " user=%s", u) // a sign-in gate vouched for it

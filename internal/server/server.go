@@ -49,6 +49,7 @@ import (
 	"github.com/berth-dev/berth/internal/proxy"
 	"github.com/berth-dev/berth/internal/ratelimit"
 	"github.com/berth-dev/berth/internal/registry"
+	"github.com/berth-dev/berth/internal/rollout"
 	"github.com/berth-dev/berth/internal/secrets"
 	"github.com/berth-dev/berth/internal/sessions"
 	"github.com/berth-dev/berth/internal/siem"
@@ -120,6 +121,10 @@ type Options struct {
 	// DrainTimeout bounds how long shutdown waits for in-flight requests and
 	// open websockets; default 30s.
 	DrainTimeout time.Duration
+	// RolloutSurge is how many replicas beyond scaling.max_replicas a
+	// candidate-first rollout may run (berth serve --rollout-surge);
+	// default 1.
+	RolloutSurge int
 	// ReadHeaderTimeout and IdleTimeout protect the listeners from slow or
 	// idle clients; defaults 10s and 120s.
 	ReadHeaderTimeout time.Duration
@@ -277,6 +282,7 @@ type Options struct {
 // Server is a running berth gateway.
 type Server struct {
 	o        Options
+	rollouts *rollout.Manager   // rollout operations
 	gates    *gate.Manager      // deployments' sign-in gates
 	guard    *guard.Guard       // the operator's guard rules
 	siem     *siem.Engine       // detection over the data plane's traffic
@@ -480,7 +486,13 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	if err := s.inventory.List(ctx); err != nil {
 		return nil, err
 	}
-	s.fleet = fleet.New(fleet.Options{Drivers: ds, Log: o.Log, Inventory: s.inventory})
+	// Rollouts a killed berth left running are settled before anything
+	// reads the deployments (the registry's Load, the pools' adoption).
+	s.rollouts = rollout.New(st, o.Log)
+	if err := s.rollouts.Settle(ctx); err != nil {
+		return nil, fmt.Errorf("server: settling rollouts: %w", err)
+	}
+	s.fleet = fleet.New(fleet.Options{Drivers: ds, Log: o.Log, Inventory: s.inventory, Surge: o.RolloutSurge, OnRollout: s.rollouts.Event, Records: st})
 	// One preparer of images for deployments' replicas and Computers'
 	// sandboxes: a registry reference is pulled (or its use by the
 	// namespace proved) the same way for both.
@@ -545,6 +557,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		Images:      images,
 		Log:         o.Log,
 	})
+	s.rollouts.SetRegistry(s.registry)
 	if err := s.registry.Load(ctx); err != nil {
 		return nil, err
 	}
@@ -614,7 +627,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		Brake: brake, Log: o.Log, Event: s.adminEvent,
 	})
 	api := admin.New(admin.Options{
-		Registry: s.registry, Fleet: s.fleet, Metrics: s.metrics, Host: s.host,
+		Registry: s.registry, Fleet: s.fleet, Metrics: s.metrics, Host: s.host, Rollouts: s.rollouts,
 		PublicIPs: o.PublicIPs, Revision: o.Revision, Log: o.Log,
 		Gate:   adminGate,
 		Tokens: tokens, Secrets: sec, Namespaces: nsStore, Sessions: s.sessions, Images: s.images,
@@ -725,7 +738,7 @@ func (s *Server) AdminAddr() string { return s.adminLn.Addr().String() }
 // Deploy writes a deployment as the operator would (a PUT on the admin
 // API): cmd/berth's demo deployments.
 func (s *Server) Deploy(ctx context.Context, sp apitype.DeploymentSpec) error {
-	_, _, err := s.registry.Put(ctx, sp, registry.PutOptions{})
+	_, _, err := s.rollouts.Write(ctx, rollout.Request{Spec: sp}, registry.PutOptions{})
 	return err
 }
 
@@ -758,6 +771,7 @@ func (s *Server) Run(ctx context.Context) error {
 		{"computers", s.computers.Run},
 		{"registry", s.registry.Run},
 		{"fleet", s.fleet.Run},
+		{"rollouts", s.rollouts.Run},
 		{"inventory", s.inventory.Run},
 		{"disk sweep", s.disks.Run},
 		{"host sampler", func(ctx context.Context) error { return s.host.Run(ctx, 2*time.Second) }},

@@ -8,6 +8,7 @@ import (
 
 	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/registry"
+	"github.com/berth-dev/berth/internal/rollout"
 )
 
 // rewriteSpec changes the stored spec of deployment id the way a client's
@@ -17,7 +18,7 @@ import (
 // anything; if so, the spec is put back through registry.Put (MustExist,
 // IfMatch the ETag it was read with), so the write is validated,
 // persisted and published as any other, and a vm section that changed
-// replaces the pool (the old replicas drain, requests wait for new ones).
+// is a rollout (the old replicas serve until new ones are ready).
 // A write that raced another (a precondition failure) is retried once on
 // the newer spec. It reports whether it wrote.
 //
@@ -44,7 +45,9 @@ func (s *Server) rewriteSpec(ctx context.Context, id string, edit func(*apitype.
 		if !edit(&sp) {
 			return false, nil
 		}
-		_, _, err = s.registry.Put(ctx, sp, registry.PutOptions{MustExist: true, IfMatch: e.ETag})
+		// Through the rollout manager: a changed vm section is a
+		// rollout with an operation of its own, reverted if it fails.
+		_, _, err = s.rollouts.Write(ctx, rollout.Request{Spec: sp}, registry.PutOptions{MustExist: true, IfMatch: e.ETag})
 		if errors.Is(err, registry.ErrPrecondition) && attempt == 0 {
 			continue
 		}

@@ -34,8 +34,7 @@ func notSupported(field, why string) *FieldError {
 
 // unsupported refuses the sections berth checks field by field (so a later
 // issue can implement one by deleting its line here) but does not act on:
-// nothing builds, fetches, mounts, discovers or feeds, and the
-// health prober does not read expected_header. It runs after the field
+// nothing builds, fetches, mounts, discovers or feeds. It runs after the field
 // checks, so a malformed section is still named precisely.
 func (v validator) unsupported() *FieldError {
 	s := v.s
@@ -43,7 +42,6 @@ func (v validator) unsupported() *FieldError {
 	if vm == nil {
 		vm = &apitype.VmSpec{}
 	}
-	hdr := s.Health != nil && s.Health.ExpectedHeader != nil
 	for _, u := range []struct {
 		set         bool
 		field, what string
@@ -53,7 +51,6 @@ func (v validator) unsupported() *FieldError {
 		{s.Discovery != nil, "discovery", "berth does not discover upstreams (list them in upstreams)"},
 		{vm.Workspace != nil, "vm.workspace", "berth does not persist deployment workspaces"},
 		{vm.WorkspaceArchive != nil, "vm.workspace_archive", "berth does not restore workspace archives"},
-		{hdr, "health.expected_header", "berth's health probe does not check response headers"},
 	} {
 		if u.set {
 			return notSupported(u.field, u.what)
