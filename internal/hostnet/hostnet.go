@@ -211,6 +211,7 @@ func Prepare(ctx context.Context, c Config, report func(Step)) error {
 			return fmt.Errorf("hostnet: %w", err)
 		}
 		report(Step{What: br, Detail: "brought up", Changed: true})
+		waitCarrier(ctx, c.Bridge, report)
 		return nil
 	}
 	if err := egress(ctx, c, report); err != nil {
@@ -251,6 +252,34 @@ func fixMAC(ctx context.Context, bridge string, report func(Step)) error {
 	report(Step{What: what, Detail: "set to " + mac.String(), Changed: true})
 	return nil
 }
+
+// waitCarrier waits, for at most carrierWait, until a bridge just brought
+// up has carrier: the kernel turns it on a moment after the link is up
+// (its link watcher runs deferred), and until then it drops what the
+// bridge sends, so the first guest would lose its first packets.
+func waitCarrier(ctx context.Context, bridge string, report func(Step)) {
+	path := "/sys/class/net/" + bridge + "/carrier"
+	t := time.NewTimer(carrierWait)
+	defer t.Stop()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if b, err := os.ReadFile(path); err == nil && strings.TrimSpace(string(b)) == "1" {
+			return
+		}
+		select {
+		case <-tick.C:
+		case <-t.C:
+			report(Step{What: "bridge " + bridge + " carrier", Detail: "not on after " + carrierWait.String() + "; guests may lose their first packets"})
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// carrierWait bounds waitCarrier.
+const carrierWait = 3 * time.Second
 
 // keeperName is the bridge port that keeps bridge's carrier on, and
 // keeperPeerName its veth peer.
