@@ -123,7 +123,7 @@ type Deployment struct {
 	lastError string
 	pending   []apitype.WorkspacePending
 	active    map[string]bool // replicas whose capture is under way
-	changed   chan struct{} // closed (and replaced) when a capture ends
+	changed   chan struct{}   // closed (and replaced) when a capture ends
 	retry     *time.Timer
 	closed    bool
 }
