@@ -249,7 +249,9 @@ func (p *Pool) stopAll(ctx context.Context, ids []string) {
 	for _, id := range ids {
 		if err := p.driverOf(ctx, id).Stop(ctx, id, 10*time.Second); err != nil && !errors.Is(err, vm.ErrNotFound) {
 			p.m.log.Error("could not stop a replica", "deployment", p.id, "replica", id, "err", err)
+			continue
 		}
+		p.workspaceStopped(ctx, id)
 	}
 }
 
@@ -528,6 +530,11 @@ func (p *Pool) create(ctx context.Context) {
 			public = "the mounts named in vm.mounts are not ready"
 		}
 	}
+	if err == nil && cfg.Workspace != nil {
+		if err = cfg.Workspace.Seed(ctx, &spec); err != nil {
+			public = "its workspace (vm.workspace) could not be restored"
+		}
+	}
 	if err == nil {
 		// Fail fast on a driver that its last re-check found broken.
 		err = p.m.DriverProblem(cfg.Driver)
@@ -734,6 +741,7 @@ func (p *Pool) reap(ctx context.Context, cfg *Config, r *replica) {
 	}
 	if s, ok := p.driver().(vm.Suspender); ok && cfg.Retain && r.key == cfg.Key {
 		if err := s.Suspend(ctx, r.id); err == nil {
+			p.workspaceSuspended(ctx, r.id)
 			p.mu.Lock()
 			p.suspended = append(p.suspended, r.id)
 			p.mu.Unlock()

@@ -51,8 +51,6 @@ func (v validator) unsupported() *FieldError {
 		{s.Feed != nil, "feed", "berth keeps no event feed"},
 		{s.Update != nil && s.Update.Auth != nil, "update.auth", "a host update uses no stored credential of its own; pass one to its commands with update.env_from"},
 		{s.Discovery != nil, "discovery", "berth does not discover upstreams (list them in upstreams)"},
-		{vm.Workspace != nil, "vm.workspace", "berth does not persist deployment workspaces"},
-		{vm.WorkspaceArchive != nil, "vm.workspace_archive", "berth does not restore workspace archives"},
 		{hdr, "health.expected_header", "berth's health probe does not check response headers"},
 	} {
 		if u.set {

@@ -15,8 +15,6 @@ var unsupportedSpecs = map[string]string{
 	"feed":                   `{"id":"a","routes":[{"host":"a.test"}],"vm":{"driver":"process","port":8080},"feed":{"expose":"/feed"}}`,
 	"update.auth":            `{"id":"a","routes":[{"host":"a.test"}],"upstreams":["127.0.0.1:9000"],"update":{"working_dir":"/srv/a","commands":["make"],"auth":{"secret":"git"}}}`,
 	"discovery":              `{"id":"a","routes":[{"host":"a.test"}],"discovery":{"service_id":"svc"}}`,
-	"vm.workspace":           `{"id":"a","routes":[{"host":"a.test"}],"vm":{"driver":"firecracker","port":8080,"workspace":{"store":"local"}},"scaling":{"max_replicas":1}}`,
-	"vm.workspace_archive":   `{"id":"a","routes":[{"host":"a.test"}],"vm":{"driver":"process","port":8080,"workspace_archive":{"s3_key":"k"}}}`,
 	"health.expected_header": `{"id":"a","routes":[{"host":"a.test"}],"vm":{"driver":"process","port":8080},"health":{"expected_header":{"name":"x-rev","value":"1"}}}`,
 }
 

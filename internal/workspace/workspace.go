@@ -529,7 +529,18 @@ func (d *Deployment) captureLocked(ctx context.Context, id, dir string, then api
 	if err != nil {
 		return err
 	}
-	rec := d.record()
+	d.mu.Lock()
+	rec, loaded := d.rec, d.loaded
+	d.mu.Unlock()
+	if loaded && rec.Digest == st.Digest {
+		// Unchanged since the snapshot it was seeded from (a replica that
+		// never wrote, or never started): nothing new to record.
+		d.o.Log.Info("a replica's workspace is unchanged", "deployment", d.o.ID, "replica", id, "digest", st.Digest)
+		if then == apitype.RetireKill {
+			os.RemoveAll(dir)
+		}
+		return nil
+	}
 	rec.Digest, rec.CapturedAt, rec.CapturedFrom, rec.Files, rec.Bytes = st.Digest, d.o.Now(), id, st.Files, st.Bytes
 	if err := d.o.Records.PutWorkspace(ctx, d.o.ID, rec); err != nil {
 		return fmt.Errorf("the snapshot was written but not recorded: %w", err)
