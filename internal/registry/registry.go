@@ -130,6 +130,12 @@ type Options struct {
 	// empty), Prefetch when a deployment is written, so the first request
 	// need not wait for the pull. nil: images are local only.
 	Images ImagePreparer
+	// Workspace returns the workspace hook of a vm deployment with
+	// vm.workspace or vm.workspace_archive (fleet.Config.Workspace), at
+	// each activation; it keeps one workspace per deployment across spec
+	// writes. Nil fails the creates of such deployments, saying nothing
+	// keeps their workspaces.
+	Workspace func(s *apitype.DeploymentSpec) fleet.Workspace
 }
 
 // ImagePreparer readies the images of vm deployments (package server
@@ -472,11 +478,27 @@ func (r *Registry) poolConfig(s *apitype.DeploymentSpec) fleet.Config {
 			return nil, errors.New("this deployment names vm.mounts, but nothing on this server pulls them")
 		}
 	}
+	if v.Workspace != nil || v.WorkspaceArchive != nil {
+		if r.o.Workspace != nil {
+			cfg.Workspace = r.o.Workspace(s)
+		} else {
+			cfg.Workspace = noWorkspace{}
+		}
+	}
 	if r.o.Metrics != nil {
 		cfg.Metrics = r.o.Metrics(s.ID)
 	}
 	return cfg
 }
+
+// noWorkspace fails every create: nothing on this server keeps workspaces.
+type noWorkspace struct{}
+
+func (noWorkspace) Seed(context.Context, *vm.Spec) error {
+	return errors.New("this deployment names vm.workspace or vm.workspace_archive, but nothing on this server keeps workspaces")
+}
+func (noWorkspace) Stopped(context.Context, string)   {}
+func (noWorkspace) Suspended(context.Context, string) {}
 
 // DefaultTTL is a replica's lease when its spec sets no vm.ttl_seconds (the
 // default app-lb's code uses): berth renews it while it runs, and replicas of
