@@ -1,13 +1,19 @@
 package server
 
 import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
 
 	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/contracttest"
@@ -222,5 +228,124 @@ func TestWorkspaceBadSpecs(t *testing.T) {
 	}
 	if r := h.do("GET", "/deployments/bad", "", ""); r.code != 404 {
 		t.Errorf("a refused spec was stored: %d", r.code)
+	}
+}
+
+// TestWorkspaceScaleToZero: a replica scaled to zero for idleness is
+// captured, destroyed (idle_action destroy) or suspended (retain), and the
+// replica the next request wakes has the files.
+func TestWorkspaceScaleToZero(t *testing.T) {
+	for _, action := range []string{"destroy", "retain"} {
+		t.Run(action, func(t *testing.T) {
+			h := start(t, "")
+			doc := strings.Replace(wsSpec("idle", "local", ""), `"scaling":{"min_replicas":1,"max_replicas":1}`,
+				`"scaling":{"min_replicas":0,"max_replicas":1,"scale_to_zero_after_secs":1,"idle_action":"`+action+`"}`, 1)
+			if r := h.json("POST", "/deployments", doc); r.code != 201 {
+				t.Fatalf("%d %s", r.code, r.body)
+			}
+			first := h.exec("idle", "echo idle > i.txt").SandboxID
+			waitFor(t, "the pool to scale to zero with its workspace captured", func() bool {
+				st := h.status("idle")
+				return len(st.VMs) == 0 && st.Workspace != nil && st.Workspace.CapturedFrom != nil && *st.Workspace.CapturedFrom == first
+			})
+			out := h.exec("idle", "cat i.txt")
+			if out.Stdout != "idle\n" {
+				t.Fatalf("the woken replica read %+v", out)
+			}
+			if action == "retain" && out.SandboxID != first {
+				t.Errorf("retain resumed %s, not %s", out.SandboxID, first)
+			}
+			if action == "destroy" && out.SandboxID == first {
+				t.Errorf("destroy kept replica %s", first)
+			}
+		})
+	}
+}
+
+// TestWorkspaceArchiveSeedsEveryReplica: vm.workspace_archive is unpacked
+// into /workspace of every replica of a pool of two, from the server's
+// archive bucket (a real S3 server on loopback); nothing is captured back.
+func TestWorkspaceArchiveSeedsEveryReplica(t *testing.T) {
+	backend := s3mem.New()
+	if err := backend.CreateBucket("archives"); err != nil {
+		t.Fatal(err)
+	}
+	var tgz bytes.Buffer
+	zw := gzip.NewWriter(&tgz)
+	tw := tar.NewWriter(zw)
+	body := "from the archive\n"
+	tw.WriteHeader(&tar.Header{Name: "seed/hello.txt", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(body))})
+	tw.Write([]byte(body))
+	tw.Close()
+	zw.Close()
+	s3 := httptest.NewServer(gofakes3.New(backend).Server())
+	t.Cleanup(s3.Close)
+	mc, err := minio.New(strings.TrimPrefix(s3.URL, "http://"), &minio.Options{Creds: credentials.NewStaticV4("AK", "SK", ""), Region: "us-east-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mc.PutObject(t.Context(), "archives", "ar-1/ws.tar.gz", bytes.NewReader(tgz.Bytes()), int64(tgz.Len()), minio.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h := startWith(t, "", func(o *Options) {
+		o.S3 = workspace.S3Options{Endpoint: s3.URL, Region: "us-east-1", AccessKey: "AK", SecretKey: "SK"}
+		o.WorkspaceArchiveBucket = "archives"
+	})
+	doc := `{"id":"arc","routes":[{"host":"arc.test"}],"vm":{"driver":"process","port":8080,"start_command":` + jsonString(appCommand()) +
+		`,"workspace_archive":{"archive_id":"ar-1","s3_key":"ar-1/ws.tar.gz","size_bytes":` + strconv.Itoa(tgz.Len()) + `}},"scaling":{"min_replicas":2,"max_replicas":2}}`
+	if r := h.json("POST", "/deployments", doc); r.code != 201 {
+		t.Fatalf("%d %s", r.code, r.body)
+	}
+	var ids []string
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("last create error: %s", h.view("arc").Metrics.Autoscale.LastCreateError)
+		}
+	})
+	waitFor(t, "two ready replicas", func() bool {
+		st := h.status("arc")
+		ids = ids[:0]
+		for _, v := range st.VMs {
+			if v.Healthy {
+				ids = append(ids, v.SandboxID)
+			}
+		}
+		return len(ids) == 2
+	})
+	for _, id := range ids {
+		r := h.json("POST", "/deployments/arc/exec", `{"command":"cat seed/hello.txt; echo scratch > mine","sandbox_id":"`+id+`"}`)
+		var out apitype.ExecOutput
+		json.Unmarshal(r.body, &out)
+		if r.code != 200 || out.Stdout != body {
+			t.Errorf("replica %s: %d %s", id, r.code, r.body)
+		}
+	}
+	if st := h.status("arc"); st.Workspace != nil {
+		t.Errorf("an archive deployment reports a durable workspace: %+v", st.Workspace)
+	}
+	// Evicted, a replica's writes go with it: the next one has the archive only.
+	if r := h.do("DELETE", "/deployments/arc/vms/"+ids[0]+"?force=true", "", ""); r.code != 200 {
+		t.Fatalf("evict: %d %s", r.code, r.body)
+	}
+	waitFor(t, "a replacement", func() bool {
+		st := h.status("arc")
+		n := 0
+		for _, v := range st.VMs {
+			if v.Healthy && v.SandboxID != ids[0] && v.SandboxID != ids[1] {
+				n++
+			}
+		}
+		return n == 1
+	})
+	for _, v := range h.status("arc").VMs {
+		if v.SandboxID == ids[1] {
+			continue
+		}
+		r := h.json("POST", "/deployments/arc/exec", `{"command":"cat seed/hello.txt; ls mine 2>/dev/null || echo none","sandbox_id":"`+v.SandboxID+`"}`)
+		var out apitype.ExecOutput
+		json.Unmarshal(r.body, &out)
+		if out.Stdout != body+"none\n" {
+			t.Errorf("the replacement %s: %s", v.SandboxID, r.body)
+		}
 	}
 }

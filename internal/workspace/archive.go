@@ -42,7 +42,19 @@ func NewArchive(o ArchiveOptions) (*Archive, error) {
 			return nil, fmt.Errorf("workspace archive: %w", err)
 		}
 	}
-	return &Archive{o: o}, nil
+	a := &Archive{o: o}
+	// Directories of replicas that are gone (a crash before their
+	// retire): removed now, before the pool creates any (with several
+	// replicas creating at once, a seed cannot tell a gone replica from
+	// one that has not started yet).
+	if es, err := os.ReadDir(filepath.Join(o.Dir, "replicas")); err == nil {
+		for _, e := range es {
+			if o.Alive == nil || !o.Alive(context.Background(), e.Name()) {
+				os.RemoveAll(a.Dir(e.Name()))
+			}
+		}
+	}
+	return a, nil
 }
 
 // Dir is replica id's directory.
@@ -54,15 +66,7 @@ func (a *Archive) file() string {
 }
 
 // Seed unpacks the archive into replica id's new directory and returns it.
-// Directories of replicas that are gone are removed first.
 func (a *Archive) Seed(ctx context.Context, id string) (string, error) {
-	if es, err := os.ReadDir(filepath.Join(a.o.Dir, "replicas")); err == nil {
-		for _, e := range es {
-			if e.Name() != id && (a.o.Alive == nil || !a.o.Alive(ctx, e.Name())) {
-				os.RemoveAll(a.Dir(e.Name()))
-			}
-		}
-	}
 	if err := a.download(ctx); err != nil {
 		return "", fmt.Errorf("vm.workspace_archive %q could not be fetched: %w", a.o.Key, err)
 	}
