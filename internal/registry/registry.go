@@ -130,11 +130,13 @@ type Options struct {
 	// empty), Prefetch when a deployment is written, so the first request
 	// need not wait for the pull. nil: images are local only.
 	Images ImagePreparer
-	// Workspace returns the workspace hook of a vm deployment with
-	// vm.workspace or vm.workspace_archive (fleet.Config.Workspace), at
-	// each activation; it keeps one workspace per deployment across spec
-	// writes. Nil fails the creates of such deployments, saying nothing
-	// keeps their workspaces.
+	// Workspace returns the workspace hook of a vm deployment
+	// (fleet.Config.Workspace) at each activation, or nil for one that has
+	// none (it may return one for a deployment whose spec just dropped
+	// vm.workspace, so that the old replicas' directories are still
+	// captured); it keeps one workspace per deployment across spec writes.
+	// Nil fails the creates of deployments with vm.workspace or
+	// vm.workspace_archive, saying nothing keeps their workspaces.
 	Workspace func(s *apitype.DeploymentSpec) fleet.Workspace
 }
 
@@ -478,12 +480,11 @@ func (r *Registry) poolConfig(s *apitype.DeploymentSpec) fleet.Config {
 			return nil, errors.New("this deployment names vm.mounts, but nothing on this server pulls them")
 		}
 	}
-	if v.Workspace != nil || v.WorkspaceArchive != nil {
-		if r.o.Workspace != nil {
-			cfg.Workspace = r.o.Workspace(s)
-		} else {
-			cfg.Workspace = noWorkspace{}
-		}
+	if r.o.Workspace != nil {
+		cfg.Workspace = r.o.Workspace(s)
+	}
+	if cfg.Workspace == nil && (v.Workspace != nil || v.WorkspaceArchive != nil) {
+		cfg.Workspace = noWorkspace{}
 	}
 	if r.o.Metrics != nil {
 		cfg.Metrics = r.o.Metrics(s.ID)

@@ -6,6 +6,8 @@ import (
 	"compress/gzip"
 	"encoding/json"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -134,6 +136,35 @@ func TestWorkspaceOutlivesItsReplicas(t *testing.T) {
 	}
 	if ws.Phase != "idle" || ws.LastError != "" || ws.PushedAt == nil || len(ws.Pending) != 0 {
 		t.Errorf("settled status %+v", ws)
+	}
+
+	// The spec drops vm.workspace: the new replica has none, the old one's
+	// directory is still captured, and nothing is left on disk.
+	plain := strings.Replace(wsSpec("ws", "local", ""), `,"workspace":{"store":"local"}`, ``, 1)
+	if r := h.json("PUT", "/deployments/ws", plain); r.code != 200 {
+		t.Fatalf("PUT: %d %s", r.code, r.body)
+	}
+	r5 := h.replica("ws", r4)
+	if out := h.exec("ws", "cat a.txt 2>/dev/null || echo none"); out.Stdout != "none\n" || out.SandboxID != r5 {
+		t.Errorf("a replica without a workspace: %+v", out)
+	}
+	if st := h.status("ws"); st.Workspace != nil {
+		t.Errorf("status still has a workspace: %+v", st.Workspace)
+	}
+	rec, ok, err := h.s.store.Workspace(t.Context(), "ws")
+	if err != nil || !ok || rec.CapturedFrom != r4 {
+		t.Errorf("the last replica with a workspace was not captured: %+v %v %v", rec, ok, err)
+	}
+	if es, _ := os.ReadDir(filepath.Join(h.dir, "workspaces/ws/replicas")); len(es) != 0 {
+		t.Errorf("replica directories left: %v", es)
+	}
+	// Put back, the workspace is restored from its last snapshot.
+	if r := h.json("PUT", "/deployments/ws", wsSpec("ws", "local", "")); r.code != 200 {
+		t.Fatalf("PUT: %d %s", r.code, r.body)
+	}
+	h.replica("ws", r5)
+	if out := h.exec("ws", "cat a.txt b.txt c.txt"); out.Stdout != "one\ntwo\nthree\n" {
+		t.Fatalf("after putting the workspace back: %+v", out)
 	}
 }
 

@@ -37,6 +37,7 @@ type deploymentWorkspace struct {
 	durable *workspace.Deployment
 	archive *workspace.Archive
 	key     string // the archive's s3_key and size it was made for
+	off     bool   // the spec has no workspace now: Seed gives none
 }
 
 // hook is the registry's Workspace: the fleet hook of deployment s.
@@ -47,6 +48,18 @@ func (w *workspaces) hook(s *apitype.DeploymentSpec) fleet.Workspace {
 		w.ws = map[string]*deploymentWorkspace{}
 	}
 	d := w.ws[s.ID]
+	if s.VM.Workspace == nil && s.VM.WorkspaceArchive == nil {
+		if d == nil {
+			return nil
+		}
+		// The spec dropped its workspace: new replicas get none, and the
+		// old ones are still captured (or, for an archive, cleaned up)
+		// as they stop.
+		d.mu.Lock()
+		d.off = true
+		d.mu.Unlock()
+		return d
+	}
 	if d == nil {
 		d = &deploymentWorkspace{w: w, id: s.ID}
 		w.ws[s.ID] = d
@@ -115,6 +128,7 @@ func (d *deploymentWorkspace) close() {
 func (d *deploymentWorkspace) set(s *apitype.DeploymentSpec) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.off = false
 	v := s.VM
 	ns := spec.Namespace(s)
 	switch {
@@ -176,8 +190,11 @@ func (d *deploymentWorkspace) set(s *apitype.DeploymentSpec) {
 // elsewhere).
 func (d *deploymentWorkspace) Seed(ctx context.Context, sp *vm.Spec) error {
 	d.mu.Lock()
-	dw, a, p := d.durable, d.archive, d.path
+	dw, a, p, off := d.durable, d.archive, d.path, d.off
 	d.mu.Unlock()
+	if off {
+		return nil
+	}
 	var dir string
 	var err error
 	switch {

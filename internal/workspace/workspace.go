@@ -361,8 +361,9 @@ func (d *Deployment) restoreFromStore(ctx context.Context) error {
 		if err := d.fetch(ctx, hex); err != nil {
 			return fmt.Errorf("snapshot sha256:%s (tag %s) could not be fetched from %s: %w", hex, spec.Ref, spec.Store, err)
 		}
-		now := d.o.Now()
-		rec = Record{Digest: hex, Pushed: hex, PushedStore: spec.Store, PushedAt: now, CapturedAt: now, CapturedFrom: spec.Store}
+		// When and from which replica it was captured is the other
+		// host's to know: both stay unset (null in the status).
+		rec = Record{Digest: hex, Pushed: hex, PushedStore: spec.Store, PushedAt: d.o.Now()}
 		if f, err := os.Open(d.o.snapshot(hex)); err == nil {
 			rec.Files, rec.Bytes = countTar(f)
 			f.Close()
@@ -738,7 +739,11 @@ func (d *Deployment) Status() apitype.WorkspaceStatus {
 	}
 	if r.Digest != "" {
 		st.Digest = ptr(r.Digest)
+	}
+	if r.Digest != "" && !r.CapturedAt.IsZero() {
 		st.CapturedAt = ptr(r.CapturedAt.Unix())
+	}
+	if r.Digest != "" && r.CapturedFrom != "" {
 		st.CapturedFrom = ptr(r.CapturedFrom)
 	}
 	if r.Pushed != "" && r.PushedStore == d.spec.Store {
