@@ -154,6 +154,9 @@ type Options struct {
 	// names an object of (the whole key, as cloud resolved it); empty
 	// refuses vm.workspace_archive.
 	WorkspaceArchiveBucket string
+	// beforeSnapshotRename runs in each workspace capture between the
+	// fsync of its snapshot and the rename (tests: a crash there).
+	beforeSnapshotRename func(tmp string)
 	// AllowLinkLocalUpstreams lets upstreams reach link-local and cloud
 	// metadata addresses, which are otherwise refused when a static
 	// upstream is written and when the proxy dials.

@@ -2,14 +2,22 @@ package server
 
 import (
 	"archive/tar"
+	"bufio"
 	"bytes"
 	"compress/gzip"
+	"context"
 	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/johannesboyne/gofakes3"
@@ -19,6 +27,7 @@ import (
 
 	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/contracttest"
+	"github.com/berth-dev/berth/internal/store"
 	"github.com/berth-dev/berth/internal/workspace"
 )
 
@@ -379,4 +388,122 @@ func TestWorkspaceArchiveSeedsEveryReplica(t *testing.T) {
 			t.Errorf("the replacement %s: %s", v.SandboxID, r.body)
 		}
 	}
+}
+
+// TestWorkspaceKillNineDuringCapture: berth is killed (SIGKILL) in the
+// middle of capturing an evicted replica's workspace, after the snapshot
+// was written and before it was renamed and recorded. Nothing captured
+// before is lost (the record still names the first snapshot), and the
+// next berth on the data directory captures the interrupted replica's
+// directory again before it seeds a new replica, which has every file.
+func TestWorkspaceKillNineDuringCapture(t *testing.T) {
+	if os.Getenv("BERTH_WS_CHILD") != "" {
+		return
+	}
+	dir := t.TempDir()
+	t.Cleanup(func() { stopReplicas(t, dir) })
+	cmd := exec.Command(os.Args[0], "-test.run=^TestWorkspaceServerChild$")
+	cmd.Env = append(os.Environ(), "BERTH_WS_CHILD="+dir)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	sc := bufio.NewScanner(out)
+	child := &harness{t: t, dir: dir, stopped: true}
+	for sc.Scan() {
+		if a, ok := strings.CutPrefix(sc.Text(), "ADMIN "); ok {
+			child.admin = "http://" + a
+			break
+		}
+	}
+	if child.admin == "" {
+		t.Fatal("child did not report its admin address")
+	}
+	if r := child.json("POST", "/deployments", wsSpec("ws", "local", "")); r.code != 201 {
+		t.Fatalf("%d %s", r.code, r.body)
+	}
+	r1 := child.replica("ws", "")
+	child.exec("ws", "echo one > a.txt")
+	if r := child.do("DELETE", "/deployments/ws/vms/"+r1+"?force=true", "", ""); r.code != 200 {
+		t.Fatalf("evict: %d %s", r.code, r.body)
+	}
+	r2 := child.replica("ws", r1)
+	first := *child.status("ws").Workspace.Digest
+	child.exec("ws", "echo two > b.txt")
+
+	// The next capture stops before its rename; berth is killed there.
+	if err := os.WriteFile(filepath.Join(dir, "block-captures"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	go http.DefaultClient.Do(mustRequest(t, "DELETE", child.admin+"/deployments/ws/vms/"+r2+"?force=true"))
+	waitFor(t, "the capture to reach its rename", func() bool {
+		_, err := os.Stat(filepath.Join(dir, "capture-renaming"))
+		return err == nil
+	})
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+
+	st, err := store.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, ok, err := st.Workspace(t.Context(), "ws")
+	st.Close()
+	if err != nil || !ok || rec.Digest != first || rec.CapturedFrom != r1 {
+		t.Fatalf("after the crash the record is %+v %v %v; want the first snapshot %s", rec, ok, err, first)
+	}
+	if tmps, _ := filepath.Glob(filepath.Join(dir, "workspaces/ws/snapshots/tmp-*")); len(tmps) != 1 {
+		t.Fatalf("half-done captures: %v (the crash was not mid-capture)", tmps)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "workspaces/ws/replicas", r2, "b.txt")); err != nil {
+		t.Fatalf("the interrupted replica's directory is gone: %v", err)
+	}
+
+	os.Remove(filepath.Join(dir, "block-captures"))
+	h := start(t, dir)
+	r3 := h.replica("ws", r2)
+	if out := h.exec("ws", "cat a.txt b.txt"); out.Stdout != "one\ntwo\n" || out.SandboxID != r3 {
+		t.Fatalf("after the restart: %+v", out)
+	}
+	if ws := h.status("ws").Workspace; ws.CapturedFrom == nil || *ws.CapturedFrom != r2 || *ws.Digest == first {
+		t.Errorf("the interrupted capture was not redone: %+v", ws)
+	}
+}
+
+// TestWorkspaceServerChild is the child half of
+// TestWorkspaceKillNineDuringCapture: a berth whose captures stop before
+// their rename while <dir>/block-captures exists.
+func TestWorkspaceServerChild(t *testing.T) {
+	dir := os.Getenv("BERTH_WS_CHILD")
+	if dir == "" {
+		t.Skip("helper process for TestWorkspaceKillNineDuringCapture")
+	}
+	o := Options{ProxyAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", DataDir: dir, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	agentOptions(&o)
+	o.beforeSnapshotRename = func(string) {
+		if _, err := os.Stat(filepath.Join(dir, "block-captures")); err == nil {
+			os.WriteFile(filepath.Join(dir, "capture-renaming"), nil, 0o600)
+			select {} // killed here
+		}
+	}
+	s, err := New(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("ADMIN %s\n", s.AdminAddr())
+	s.Run(context.Background()) // until killed
+}
+
+func mustRequest(t *testing.T, method, url string) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return req
 }

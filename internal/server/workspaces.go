@@ -150,8 +150,9 @@ func (d *deploymentWorkspace) set(s *apitype.DeploymentSpec) {
 			Open: func(ctx context.Context, sp workspace.Spec) (workspace.Remote, error) {
 				return d.w.s.openWorkspaceStore(ctx, s.ID, sp)
 			},
-			Alive: d.w.s.replicaAlive(s.ID),
-			Log:   d.w.s.log,
+			Alive:        d.w.s.replicaAlive(s.ID),
+			Log:          d.w.s.log,
+			BeforeRename: d.w.s.o.beforeSnapshotRename,
 		}, sp)
 		if err != nil {
 			d.w.s.log.Error("could not open a deployment's workspace", "deployment", s.ID, "err", err)
