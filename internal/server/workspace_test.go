@@ -28,6 +28,7 @@ import (
 	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/contracttest"
 	"github.com/berth-dev/berth/internal/store"
+	"github.com/berth-dev/berth/internal/syncbuf"
 	"github.com/berth-dev/berth/internal/workspace"
 )
 
@@ -506,4 +507,36 @@ func mustRequest(t *testing.T, method, url string) *http.Request {
 		t.Fatal(err)
 	}
 	return req
+}
+
+// TestWorkspaceContainer: on the container driver the workspace is
+// attached at /workspace, or, with another path, as a writable mount
+// there; a file written in it survives an eviction.
+func TestWorkspaceContainer(t *testing.T) {
+	var logs syncbuf.Buffer
+	h := startContainers(t, &logs, nil)
+	for id, path := range map[string]string{"cws": "/workspace", "cdata": "/data"} {
+		extra := ""
+		if path != "/workspace" {
+			extra = `,"path":"` + path + `"`
+		}
+		sp := `{"id":"` + id + `","routes":[{"host":"` + id + `.test"}],"vm":{"driver":"container","image":"busybox","port":8080,` +
+			`"start_command":"exec httpd -f -p $PORT -h /","workspace":{"store":"local"` + extra + `}},"scaling":{"min_replicas":1,"max_replicas":1}}`
+		if r := h.json("POST", "/deployments", sp); r.code != 201 {
+			t.Fatalf("%s: %d %s", id, r.code, r.body)
+		}
+		defer h.deleteQuietly(id)
+		r1 := h.replica(id, "")
+		h.exec(id, "echo kept > "+path+"/f.txt")
+		if r := h.do("DELETE", "/deployments/"+id+"/vms/"+r1+"?force=true", "", ""); r.code != 200 {
+			t.Fatalf("evict: %d %s", r.code, r.body)
+		}
+		r2 := h.replica(id, r1)
+		if out := h.exec(id, "cat "+path+"/f.txt"); out.Stdout != "kept\n" || out.SandboxID != r2 {
+			t.Errorf("%s after the eviction: %+v", id, out)
+		}
+		if ws := h.status(id).Workspace; ws == nil || ws.Path != path || ws.CapturedFrom == nil || *ws.CapturedFrom != r1 || ws.Files != 1 {
+			t.Errorf("%s status %+v", id, ws)
+		}
+	}
 }
