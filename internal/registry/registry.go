@@ -486,10 +486,29 @@ func (r *Registry) poolConfig(s *apitype.DeploymentSpec) fleet.Config {
 	if cfg.Workspace == nil && (v.Workspace != nil || v.WorkspaceArchive != nil) {
 		cfg.Workspace = noWorkspace{}
 	}
+	if w, ok := cfg.Workspace.(WorkspaceWaiter); ok {
+		// The wait for the replica a new one replaces (a rollout's
+		// drain) runs in Prepare, before the create takes a create slot.
+		prep := cfg.Prepare
+		cfg.Prepare = func(ctx context.Context, sp *vm.Spec) error {
+			w.Wait(ctx)
+			if prep != nil {
+				return prep(ctx, sp)
+			}
+			return nil
+		}
+	}
 	if r.o.Metrics != nil {
 		cfg.Metrics = r.o.Metrics(s.ID)
 	}
 	return cfg
+}
+
+// WorkspaceWaiter is a workspace hook (Options.Workspace) whose creates
+// first wait, outside the fleet's create slots, for the workspace to be
+// free: fleet.Config.Prepare calls Wait before anything else.
+type WorkspaceWaiter interface {
+	Wait(ctx context.Context)
 }
 
 // noWorkspace fails every create: nothing on this server keeps workspaces.

@@ -150,6 +150,7 @@ func TestWorkspaceOutlivesItsReplicas(t *testing.T) {
 
 	// The spec drops vm.workspace: the new replica has none, the old one's
 	// directory is still captured, and nothing is left on disk.
+	h.exec("ws", "echo four > d.txt")
 	plain := strings.Replace(wsSpec("ws", "local", ""), `,"workspace":{"store":"local"}`, ``, 1)
 	if r := h.json("PUT", "/deployments/ws", plain); r.code != 200 {
 		t.Fatalf("PUT: %d %s", r.code, r.body)
@@ -173,7 +174,7 @@ func TestWorkspaceOutlivesItsReplicas(t *testing.T) {
 		t.Fatalf("PUT: %d %s", r.code, r.body)
 	}
 	h.replica("ws", r5)
-	if out := h.exec("ws", "cat a.txt b.txt c.txt"); out.Stdout != "one\ntwo\nthree\n" {
+	if out := h.exec("ws", "cat a.txt b.txt c.txt d.txt"); out.Stdout != "one\ntwo\nthree\nfour\n" {
 		t.Fatalf("after putting the workspace back: %+v", out)
 	}
 }

@@ -150,7 +150,7 @@ func (d *deploymentWorkspace) set(s *apitype.DeploymentSpec) {
 			Open: func(ctx context.Context, sp workspace.Spec) (workspace.Remote, error) {
 				return d.w.s.openWorkspaceStore(ctx, s.ID, sp)
 			},
-			Alive:        d.w.s.replicaAlive(s.ID),
+			Alive:        d.w.s.replicaLiveness,
 			Log:          d.w.s.log,
 			BeforeRename: d.w.s.o.beforeSnapshotRename,
 		}, sp)
@@ -176,7 +176,7 @@ func (d *deploymentWorkspace) set(s *apitype.DeploymentSpec) {
 		}
 		a, err := workspace.NewArchive(workspace.ArchiveOptions{
 			ID: s.ID, Dir: d.w.dir(s.ID), Key: key, Size: size,
-			Fetch: d.w.s.fetchArchive, Alive: d.w.s.replicaAlive(s.ID),
+			Fetch: d.w.s.fetchArchive, Alive: d.w.s.replicaAlive,
 		})
 		if err != nil {
 			d.w.s.log.Error("could not open a deployment's workspace archive", "deployment", s.ID, "err", err)
@@ -217,6 +217,18 @@ func (d *deploymentWorkspace) Seed(ctx context.Context, sp *vm.Spec) error {
 	return nil
 }
 
+// Wait is the registry's workspace waiter: before a create takes a create
+// slot, a durable workspace waits until no other replica holds it. A
+// failure is left to Seed, which waits again and reports it.
+func (d *deploymentWorkspace) Wait(ctx context.Context) {
+	d.mu.Lock()
+	dw, off := d.durable, d.off
+	d.mu.Unlock()
+	if dw != nil && !off {
+		dw.Wait(ctx)
+	}
+}
+
 // Stopped is fleet.Workspace's: capture (or, for an archive, discard).
 func (d *deploymentWorkspace) Stopped(ctx context.Context, id string) {
 	d.mu.Lock()
@@ -248,22 +260,29 @@ func (d *deploymentWorkspace) Suspended(ctx context.Context, id string) {
 	}
 }
 
-// replicaAlive reports whether replica id (of deployment dep) still runs
-// or is suspended on one of the drivers.
-func (s *Server) replicaAlive(string) func(ctx context.Context, id string) bool {
-	return func(ctx context.Context, id string) bool {
-		for _, name := range s.fleet.DriverNames() {
-			in, err := s.fleet.Driver(name).Inspect(ctx, id)
-			if errors.Is(err, vm.ErrNotFound) {
-				continue
-			}
-			if err != nil {
-				return true // cannot tell: do not capture under it
-			}
-			return !in.State.Terminal()
+// replicaLiveness is whether replica id still runs, is suspended, or is
+// gone, as the drivers say.
+func (s *Server) replicaLiveness(ctx context.Context, id string) workspace.Liveness {
+	for _, name := range s.fleet.DriverNames() {
+		in, err := s.fleet.Driver(name).Inspect(ctx, id)
+		switch {
+		case errors.Is(err, vm.ErrNotFound):
+			continue
+		case err != nil:
+			return workspace.Running // cannot tell: do not capture under it
+		case in.State == vm.StateSuspended:
+			return workspace.Suspended
+		case in.State.Terminal():
+			return workspace.Gone
 		}
-		return false
+		return workspace.Running
 	}
+	return workspace.Gone
+}
+
+// replicaAlive reports whether replica id still runs or is suspended.
+func (s *Server) replicaAlive(ctx context.Context, id string) bool {
+	return s.replicaLiveness(ctx, id) != workspace.Gone
 }
 
 // workspaceAuth remembers each deployment's vm.workspace.auth and

@@ -42,7 +42,7 @@ func benchWorkspace(b *testing.B) (*workspace.Deployment, string) {
 	d, err := workspace.Open(workspace.Options{
 		ID: "app", Dir: filepath.Join(b.TempDir(), "ws"), Records: recs,
 		Open:  func(context.Context, workspace.Spec) (workspace.Remote, error) { return nil, fmt.Errorf("none") },
-		Alive: func(context.Context, string) bool { return false },
+		Alive: func(context.Context, string) workspace.Liveness { return workspace.Gone },
 	}, workspace.Spec{Store: "test"})
 	if err != nil {
 		b.Fatal(err)

@@ -81,6 +81,16 @@ type Spec struct {
 	Ref   string // "" workspace-<id>
 }
 
+// Liveness is whether a replica still uses its workspace directory.
+type Liveness int
+
+// The Liveness values.
+const (
+	Gone      Liveness = iota // stopped for good, or unknown to every driver
+	Running                   // running, starting, or its state cannot be read
+	Suspended                 // suspended (idle_action: retain), to be resumed
+)
+
 // Options configure a Deployment.
 type Options struct {
 	ID      string // the deployment
@@ -89,9 +99,9 @@ type Options struct {
 	// Open opens the deployment's store as spec names it (its auth
 	// resolved by the caller).
 	Open func(ctx context.Context, spec Spec) (Remote, error)
-	// Alive reports whether replica id of the deployment still runs or is
-	// suspended (its directory is in use); false when it is gone.
-	Alive func(ctx context.Context, id string) bool
+	// Alive reports whether replica id of the deployment still runs, is
+	// suspended, or is gone (its directory is then no one's).
+	Alive func(ctx context.Context, id string) Liveness
 	Log   *slog.Logger
 	Now   func() time.Time
 	// PushRetry is the wait before a failed push is tried again; zero is
@@ -242,7 +252,7 @@ func (d *Deployment) record() Record {
 // be read then fails the seed rather than boot an empty workspace that
 // the next capture would publish over the pushed one.
 func (d *Deployment) Seed(ctx context.Context, id string) (string, error) {
-	if err := d.waitAlone(ctx, id); err != nil {
+	if err := d.waitAlone(ctx, id, false); err != nil {
 		return "", err
 	}
 	d.capMu.Lock()
@@ -276,6 +286,16 @@ func (d *Deployment) Seed(ctx context.Context, id string) (string, error) {
 	d.mu.Unlock()
 	return dir, nil
 }
+
+// Wait waits, as Seed does first, until no replica holds the workspace
+// (capturing those that are gone): the pool calls it before a create
+// takes one of the fleet's create slots, so a rollout waiting for its old
+// replica to drain holds up no other deployment's creates.
+//
+// A suspended replica does not hold it up: the create it precedes resumes
+// that replica rather than seeding a new one (and Seed, should the resume
+// fail, waits for its capture).
+func (d *Deployment) Wait(ctx context.Context) error { return d.waitAlone(ctx, "", true) }
 
 func (d *Deployment) fail(err error) error {
 	d.mu.Lock()
@@ -383,7 +403,7 @@ func (d *Deployment) restoreFromStore(ctx context.Context) error {
 // directory: a gone replica's directory is captured now; one whose
 // replica still runs (a rollout's old replica, draining) is waited for,
 // and the workspace's phase is blocked meanwhile.
-func (d *Deployment) waitAlone(ctx context.Context, id string) error {
+func (d *Deployment) waitAlone(ctx context.Context, id string, skipSuspended bool) error {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
@@ -399,7 +419,17 @@ func (d *Deployment) waitAlone(ctx context.Context, id string) error {
 			if o == id {
 				continue
 			}
-			if d.isActive(o) || d.o.Alive(ctx, o) {
+			if d.isActive(o) {
+				waiting = o
+				continue
+			}
+			switch d.o.Alive(ctx, o) {
+			case Suspended:
+				if !skipSuspended {
+					waiting = o
+				}
+				continue
+			case Running:
 				waiting = o
 				continue
 			}

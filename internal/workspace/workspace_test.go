@@ -66,7 +66,7 @@ func (h *host) open(t *testing.T, remote workspace.Remote, mod func(*workspace.O
 			}
 			return remote, nil
 		},
-		Alive: func(context.Context, string) bool { return false },
+		Alive: func(context.Context, string) workspace.Liveness { return workspace.Gone },
 	}
 	if mod != nil {
 		mod(&o)
@@ -305,7 +305,14 @@ func TestWorkspaceSeedWaitsForTheOldReplica(t *testing.T) {
 	var mu = make(chan struct{}, 1)
 	mu <- struct{}{}
 	d := newHost(t, t.TempDir()).open(t, localRemote(t, t.TempDir()), func(o *workspace.Options) {
-		o.Alive = func(_ context.Context, id string) bool { <-mu; defer func() { mu <- struct{}{} }(); return alive[id] }
+		o.Alive = func(_ context.Context, id string) workspace.Liveness {
+			<-mu
+			defer func() { mu <- struct{}{} }()
+			if alive[id] {
+				return workspace.Running
+			}
+			return workspace.Gone
+		}
 	})
 	dir1, err := d.Seed(ctx, "old")
 	if err != nil {
@@ -453,7 +460,7 @@ func crashChild(t *testing.T) {
 	d, err := workspace.Open(workspace.Options{
 		ID: "app", Dir: filepath.Join(dir, "workspaces", "app"), Records: records{st},
 		Open:  func(context.Context, workspace.Spec) (workspace.Remote, error) { return nil, errors.New("none") },
-		Alive: func(context.Context, string) bool { return false },
+		Alive: func(context.Context, string) workspace.Liveness { return workspace.Gone },
 		BeforeRename: func(string) {
 			os.WriteFile(os.Getenv("WS_MARKER"), nil, 0o600)
 			select {} // killed here
