@@ -113,3 +113,35 @@ type DiskTotals struct {
 	ExpiringNow      int   `json:"expiring_now"`
 	ReclaimableBytes int64 `json:"reclaimable_bytes"`
 }
+
+// DiskPatch is the body of `PATCH /disks/:id`: keep the disk from the
+// sweeper (retain) and say why (note; null or "" clears it). Absent
+// fields are left as they are.
+type DiskPatch struct {
+	Retain *bool            `json:"retain,omitempty"`
+	Note   Nullable[string] `json:"note,omitzero"`
+}
+
+// DiskArchiveRequest is the body of `POST /disks/:id/archive` (optional):
+// purge removes the disk once its archive has succeeded.
+type DiskArchiveRequest struct {
+	Purge *bool `json:"purge,omitempty"`
+}
+
+// DiskOutcome is berth's answer to `DELETE /disks/:id`, `POST
+// /disks/sweep` and `POST /disks/purge-orphans`: the disks removed, those
+// that could not be, and the allocated bytes freed.
+type DiskOutcome struct {
+	Removed    []string      `json:"removed"`
+	Failed     []DiskFailure `json:"failed"`
+	FreedBytes int64         `json:"freed_bytes"`
+	// Archived are the disks archived before they were removed
+	// (archive_on_expire).
+	Archived []string `json:"archived,omitempty"`
+}
+
+// DiskFailure is one disk a removal could not remove, and why.
+type DiskFailure struct {
+	SandboxID string `json:"sandbox_id"`
+	Error     string `json:"error"`
+}

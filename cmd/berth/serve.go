@@ -23,6 +23,7 @@ import (
 	"github.com/berth-dev/berth/internal/certs"
 	"github.com/berth-dev/berth/internal/computer"
 	"github.com/berth-dev/berth/internal/demo"
+	"github.com/berth-dev/berth/internal/disks"
 	"github.com/berth-dev/berth/internal/hostcheck"
 	"github.com/berth-dev/berth/internal/hostnet"
 	"github.com/berth-dev/berth/internal/server"
@@ -246,6 +247,10 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 	maxActive := fs.Int("computer-max-active", intEnv("BERTH_COMPUTER_MAX_ACTIVE", 0), "register this host in the Computer capacity registry with at most this many Computers starting or running at once; 0: keep the registry as stored (empty: 16 fleet slots) (BERTH_COMPUTER_MAX_ACTIVE)")
 	headroom := fs.Int("computer-reserved-headroom", intEnv("BERTH_COMPUTER_RESERVED_HEADROOM", 0), "of --computer-max-active, how many slots to hold back (below it) (BERTH_COMPUTER_RESERVED_HEADROOM)")
 	recycleAfter := fs.Duration("computer-recycle-after", durEnv("BERTH_COMPUTER_RECYCLE_AFTER", 0), "replace a Computer's sandbox older than this at a quiet moment, keeping its workspace; 0: never (BERTH_COMPUTER_RECYCLE_AFTER)")
+	diskTTL := fs.Duration("disk-ttl", durEnv("BERTH_DISK_TTL", disks.DefaultTTL), "how long after its last change a stopped VM disk nobody holds is kept before the disk sweep removes it; 0: never (BERTH_DISK_TTL)")
+	diskOrphanTTL := fs.Duration("disk-orphan-ttl", durEnv("BERTH_DISK_ORPHAN_TTL", disks.DefaultOrphanTTL), "how long after its last change an orphaned VM disk (no deployment or Computer claims it) is kept before the disk sweep removes it; 0: never (BERTH_DISK_ORPHAN_TTL)")
+	diskSweep := fs.Duration("disk-sweep", durEnv("BERTH_DISK_SWEEP", disks.DefaultSweepEvery), "how often the disk sweep runs (at least 1m) (BERTH_DISK_SWEEP)")
+	diskArchive := fs.Bool("disk-archive-on-expire", envBool("BERTH_DISK_ARCHIVE_ON_EXPIRE"), "archive an expired VM disk into the artifact store before the sweep removes it (BERTH_DISK_ARCHIVE_ON_EXPIRE)")
 	noHostSetup := fs.Bool("no-host-setup", envBool("BERTH_NO_HOST_SETUP"), "as root, do not prepare the host before opening the drivers; by default berth serve does what berth host setup does (berth's directories, the guest bridge and its egress rules, and on hybrid cgroup hosts v1 hierarchies for the unified hierarchy's controllers), idempotently, each step logged (BERTH_NO_HOST_SETUP)")
 	tlsAddr := fs.String("proxy-tls-addr", env("BERTH_PROXY_TLS_ADDR", "0.0.0.0:6189"), "data-plane HTTPS (and HTTP/3, UDP) listen address, bound when ACME is on or --tls-cert/--tls-key are given (BERTH_PROXY_TLS_ADDR)")
 	tlsCert := fs.String("tls-cert", env("BERTH_TLS_CERT", ""), "PEM certificate (chain) served for names without an issued certificate; with --tls-key (BERTH_TLS_CERT)")
@@ -356,9 +361,11 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 		NamespaceReplicaQuota: nonZero(*replicaQuota),
 		ComputerCapacity:      computer.HostCapacity{MaxActive: *maxActive, ReservedHeadroom: *headroom},
 		ComputerRecycleAfter:  *recycleAfter,
-		Drivers:               driverOptions(),
-		GuestNetwork:          guestNet,
-		ProxyTLSAddr:          *tlsAddr, Certs: certOpts, RedirectHTTPS: *httpsRedirect, HSTS: *hsts,
+		DiskTTL:               never(*diskTTL), DiskOrphanTTL: never(*diskOrphanTTL), DiskSweep: *diskSweep,
+		DiskArchiveOnExpire: *diskArchive,
+		Drivers:             driverOptions(),
+		GuestNetwork:        guestNet,
+		ProxyTLSAddr:        *tlsAddr, Certs: certOpts, RedirectHTTPS: *httpsRedirect, HSTS: *hsts,
 		AdminTLSCert: *adminTLSCert, AdminTLSKey: *adminTLSKey, AdminACMEHost: *adminACMEHost,
 	})
 	if err != nil {
@@ -523,6 +530,15 @@ func parseNamespaceDrivers(s string) (map[string][]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// never maps a flag's 0 ("never") onto server.Options' negative duration
+// (zero there is the default).
+func never(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
 
 func durEnv(name string, def time.Duration) time.Duration {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/berth-dev/berth/internal/artifact"
 	"github.com/berth-dev/berth/internal/auth"
+	"github.com/berth-dev/berth/internal/disks"
 	"github.com/berth-dev/berth/internal/fleet"
 	"github.com/berth-dev/berth/internal/guard"
 	"github.com/berth-dev/berth/internal/image"
@@ -89,6 +90,13 @@ type Options struct {
 	// Upstreams refuses static upstreams at berth's own listeners and at
 	// link-local and metadata addresses on every deployment write.
 	Upstreams UpstreamGuard
+
+	// Disks is the disk census (/disks, and /metrics' host_sandboxes);
+	// nil answers 503 on /disks.
+	Disks *disks.Manager
+	// RetiredDir is where DELETE /deployments/{id}/retired-record keeps
+	// the records it forgets (<data>/retired); "" answers 503 there.
+	RetiredDir string
 }
 
 // API is the admin http.Handler.
@@ -178,6 +186,8 @@ func New(o Options) *API {
 	a.handle("DELETE /security/webhooks/{id}", tierCRUD, wallFleet, a.deleteWebhook)  // berth's own
 	a.handle("POST /security/webhooks/{id}/test", tierCRUD, wallFleet, a.testWebhook) // berth's own
 	a.routeJobs()
+	a.routeDisks()
+	a.routeRecords()
 
 	return a
 }

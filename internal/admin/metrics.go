@@ -124,6 +124,15 @@ func (a *API) metrics(w http.ResponseWriter, r *http.Request) error {
 	}
 	if !q.summary {
 		resp.HostSandboxes = []apitype.HostSandboxView{}
+		if p.Fleet() && a.o.Disks != nil {
+			// The sandboxes no deployment owns, from the disk census; a
+			// caller below the fleet owns none of them.
+			if hs, err := a.o.Disks.HostSandboxes(r.Context()); err == nil {
+				resp.HostSandboxes = hs
+			} else {
+				a.o.Log.Warn("host sandboxes: the disk census failed", "err", err)
+			}
+		}
 	}
 	resp.Security = a.securitySummary(p)
 	if !p.Fleet() {

@@ -87,7 +87,7 @@ func fetchItem(ctx context.Context, c *client.Client, path, listKey, kind, key, 
 // prints.
 var pathKinds = map[string]string{
 	"deployments": "deployment", "tokens": "token", "secrets": "secret",
-	"namespaces": "namespace", "images": "image", "computers": "computer",
+	"namespaces": "namespace", "images": "image", "computers": "computer", "disks": "disk",
 }
 
 // pathKind is the resource kind of a collection or item path
@@ -175,14 +175,14 @@ func (e *env) printDocs(kind string, docs []json.RawMessage, asList bool) error 
 
 // nameKeys are the fields that name a resource, in the order tried: a
 // DeploymentStatus's spec.id comes first, then id (tokens, secrets,
-// Computers, specs), name (images), namespace (namespace entries),
-// sandbox_id (VMs).
-var nameKeys = []string{"id", "name", "namespace", "sandbox_id"}
+// Computers, specs), sandbox_id (VMs, disks, whose name is their owner's),
+// name (images), namespace (namespace entries).
+var nameKeys = []string{"id", "sandbox_id", "name", "namespace"}
 
 // listKeys are the fields of a reply that hold its resources when the
 // reply itself names none (GET /images' {"images": [...]}, get vms'
-// {"vms": [...], "pending_vms": [...]}).
-var listKeys = []string{"images", "vms", "pending_vms", "deployments", "items"}
+// {"vms": [...], "pending_vms": [...]}, GET /disks' {"disks": [...]}).
+var listKeys = []string{"images", "vms", "pending_vms", "deployments", "items", "disks"}
 
 // docNames returns the names of the resources in one JSON document: an
 // object names itself, a list each element.

@@ -72,6 +72,8 @@ func init() {
 				return computerDelete(ctx, e, append(rest, id))
 			}},
 		{kind: "job", aliases: []string{"jobs"}, flags: "-d DEPLOYMENT", get: getJobs},
+		{kind: "disk", aliases: []string{"disks"},
+			get: namedVerb("get", func(ctx context.Context, e *env, ids []string) error { return e.listDisks(ctx, one(ids)) })},
 	}
 }
 

@@ -789,6 +789,40 @@ func (r *Registry) Delete(ctx context.Context, id string) error {
 	return nil
 }
 
+// Forget removes deployment id as Delete does, but only if its ETag is
+// ifMatch (ErrPrecondition otherwise) and check, called with the entry,
+// returns nil; both are judged under the registry's lock, so no write
+// comes between them and the removal. It is DELETE
+// /deployments/{id}/record: check refuses a deployment with anything
+// live, so nothing is torn down.
+func (r *Registry) Forget(ctx context.Context, id, ifMatch string, check func(*Entry) error) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.deps[id]
+	switch {
+	case e == nil:
+		return ErrNotFound
+	case e.ETag != ifMatch:
+		return ErrPrecondition
+	}
+	if err := check(e); err != nil {
+		return err
+	}
+	if err := r.o.Store.DeleteDeployment(ctx, id); err != nil && !errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("the deployment was not deleted: %w", err)
+	}
+	delete(r.deps, id)
+	r.routes.Delete(id)
+	r.publishLocked(id)
+	if e.Kind == apitype.KindVM {
+		r.removePoolLocked(ctx, id)
+	}
+	if r.o.Forget != nil {
+		r.o.Forget(id)
+	}
+	return nil
+}
+
 // Get returns the deployment with the given id.
 func (r *Registry) Get(id string) (*Entry, bool) {
 	r.mu.Lock()

@@ -32,6 +32,7 @@ import (
 	"github.com/berth-dev/berth/internal/certs"
 	"github.com/berth-dev/berth/internal/computer"
 	"github.com/berth-dev/berth/internal/computerapi"
+	"github.com/berth-dev/berth/internal/disks"
 	"github.com/berth-dev/berth/internal/egress"
 	"github.com/berth-dev/berth/internal/fleet"
 	"github.com/berth-dev/berth/internal/gate"
@@ -249,6 +250,15 @@ type Options struct {
 	// older than that at a quiet moment, keeping its workspace.
 	ComputerRecycleAfter time.Duration
 
+	// DiskTTL and DiskOrphanTTL are how long after its last change a
+	// stopped VM disk and an orphaned one are kept before the disk sweep
+	// removes them (package disks); zero: disks.DefaultTTL and
+	// disks.DefaultOrphanTTL, negative: never. DiskSweep is the sweep's
+	// period (zero: disks.DefaultSweepEvery); DiskArchiveOnExpire archives
+	// an expired disk into the artifact store before it is removed.
+	DiskTTL, DiskOrphanTTL, DiskSweep time.Duration
+	DiskArchiveOnExpire               bool
+
 	// HostUpdates lets fleet-wide admins start host-update jobs (POST
 	// /deployments/{id}/update), which run a deployment's update.commands
 	// on this host as berth's user (berth serve --host-updates,
@@ -296,6 +306,8 @@ type Server struct {
 	// inventory hands the sandboxes found at start-up to the fleet and
 	// the Computers, and destroys the orphans (its Run).
 	inventory *inventory.Inventory
+	// disks is the census of the VM disks on this host and its sweep.
+	disks *disks.Manager
 	// computers runs the Computers (package computer) on the fleet's
 	// drivers; its sandboxes are invisible to the fleet.
 	computers *computer.Manager
@@ -498,6 +510,8 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		}
 		o.Log.Info("Computer capacity", "host", computer.LocalHost, "max_active", o.ComputerCapacity.MaxActive, "reserved_headroom", o.ComputerCapacity.ReservedHeadroom)
 	}
+	s.disks = s.openDisks(ds)
+	undo = append(undo, s.disks.Close)
 	grants, grantKey, err := openGrants(ctx, st, o.DataDir)
 	if err != nil {
 		return nil, err
@@ -626,6 +640,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		Jobs: s.jobs, Workflows: s.workflows, Written: s.autoPull,
 		Confinement: confinement(o),
 		Upstreams:   admin.UpstreamGuard{Self: s.self, AllowLinkLocal: o.AllowLinkLocalUpstreams},
+		Disks:       s.disks, RetiredDir: filepath.Join(o.DataDir, "retired"),
 	})
 	// The Computer API shares the listener and the gate, and its brake
 	// counts bad grants with bad admin credentials.
@@ -759,6 +774,7 @@ func (s *Server) Run(ctx context.Context) error {
 		{"registry", s.registry.Run},
 		{"fleet", s.fleet.Run},
 		{"inventory", s.inventory.Run},
+		{"disk sweep", s.disks.Run},
 		{"host sampler", func(ctx context.Context) error { return s.host.Run(ctx, 2*time.Second) }},
 		{"certificates", s.runCerts},
 		{"certificate hosts", s.runFeedHosts},
@@ -834,6 +850,7 @@ func (s *Server) Run(ctx context.Context) error {
 	serving.Wait()
 	stopLoops()
 	loops.Wait()
+	s.disks.Close() // archives under way end, recorded failed
 	s.workspaces.close()
 	drivers.CloseAll(s.driverClosers, s.log)
 	s.gates.Close()

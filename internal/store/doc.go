@@ -49,6 +49,9 @@
 //	workflows(id PK, spec JSON, created_at, updated_at)
 //	pulls(PK (deployment → deployments.id ON DELETE CASCADE, path),
 //	          store, ref, strip_components, digest, tree, pulled_at)
+//	disk_records(sandbox_id PK, retain, note, archive_uri, archived_at,
+//	          archive_bytes, updated_at), disk_archives(id PK, sandbox_id,
+//	          started_at, view JSON)
 //	workspaces(deployment TEXT PK → deployments.id ON DELETE CASCADE,
 //	          digest, captured_at, captured_from, files, bytes, pushed,
 //	          pushed_store, pushed_at)

@@ -1,3 +1,3 @@
--- 0018: a placeholder, so that 0020 (workspaces) applies in order on this
--- branch; the integrator drops it for the branch whose 0018 lands.
+-- 0018: a placeholder for another branch's migration (the disks branch
+-- takes 0019); the integrator drops it when the real 0018 lands.
 SELECT 1;

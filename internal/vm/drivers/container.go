@@ -2,7 +2,6 @@ package drivers
 
 import (
 	"io"
-	"path/filepath"
 
 	"github.com/berth-dev/berth/internal/vm"
 	"github.com/berth-dev/berth/internal/vm/container"
@@ -16,7 +15,7 @@ var containerFactory = Factory{
 	Check: needNet,
 	Open: func(e *Env) (vm.Driver, io.Closer, error) {
 		d, err := container.New(container.Options{
-			Dir: filepath.Join(e.DataDir, "containers"), Images: e.Images, Net: e.Net, Log: e.Log,
+			Dir: StateDirs(e.DataDir)["container"], Images: e.Images, Net: e.Net, Log: e.Log,
 			Agent: e.ContainerAgent, Runtime: e.OCIRuntime,
 		})
 		if err != nil {

@@ -88,6 +88,27 @@ type Config struct {
 	Log *slog.Logger
 }
 
+// stateDirs names each driver's directory of replica state below the
+// data directory: <data>/<dir>/<replica id>/ (package replicadir).
+var stateDirs = map[string]string{
+	"process":     "replicas",
+	"container":   "containers",
+	"kvm":         "kvm",
+	"libvirt":     "libvirt",
+	"firecracker": "firecracker",
+}
+
+// StateDirs returns, by driver name, the directory under dataDir in which
+// each driver keeps one directory per replica: what the disk census
+// (package disks) walks, whether or not the driver can run here.
+func StateDirs(dataDir string) map[string]string {
+	out := make(map[string]string, len(stateDirs))
+	for name, dir := range stateDirs {
+		out[name] = filepath.Join(dataDir, dir)
+	}
+	return out
+}
+
 // Env is what a factory opens its driver with: the Config, and what the
 // drivers share.
 type Env struct {

@@ -4,7 +4,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 
 	"github.com/berth-dev/berth/internal/vm"
 	"github.com/berth-dev/berth/internal/vm/firecracker"
@@ -28,7 +27,7 @@ var firecrackerFactory = Factory{
 			return nil, nil, guest.Unavailablef("the guest agent %s is dynamically linked, which the firecracker driver cannot start yet: set BERTH_GUEST_AGENT to a static berth (CGO_ENABLED=0 go build ./cmd/berth)", disks.Agent())
 		}
 		d, err := firecracker.New(firecracker.Options{
-			Dir: filepath.Join(e.DataDir, "firecracker"), FirecrackerBin: e.FirecrackerBin, Kernel: e.FirecrackerKernel,
+			Dir: StateDirs(e.DataDir)["firecracker"], FirecrackerBin: e.FirecrackerBin, Kernel: e.FirecrackerKernel,
 			Images: disks, Net: e.Net, Log: e.Log,
 		})
 		if err != nil {

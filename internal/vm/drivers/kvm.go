@@ -18,7 +18,7 @@ var kvmFactory = Factory{
 	Name:  "kvm",
 	Check: kvmCheck,
 	Open: func(e *Env) (vm.Driver, io.Closer, error) {
-		o, boot, err := kvmOptions(e, filepath.Join(e.DataDir, "kvm"))
+		o, boot, err := kvmOptions(e, StateDirs(e.DataDir)["kvm"])
 		if err != nil {
 			return nil, nil, err
 		}

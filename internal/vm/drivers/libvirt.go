@@ -2,7 +2,6 @@ package drivers
 
 import (
 	"io"
-	"path/filepath"
 
 	"github.com/berth-dev/berth/internal/vm"
 	"github.com/berth-dev/berth/internal/vm/libvirt"
@@ -15,7 +14,7 @@ var libvirtFactory = Factory{
 	Name:  "libvirt",
 	Check: kvmCheck,
 	Open: func(e *Env) (vm.Driver, io.Closer, error) {
-		ko, boot, err := kvmOptions(e, filepath.Join(e.DataDir, "libvirt"))
+		ko, boot, err := kvmOptions(e, StateDirs(e.DataDir)["libvirt"])
 		if err != nil {
 			return nil, nil, err
 		}

@@ -2,7 +2,6 @@ package drivers
 
 import (
 	"io"
-	"path/filepath"
 
 	"github.com/berth-dev/berth/internal/vm"
 	"github.com/berth-dev/berth/internal/vm/process"
@@ -13,7 +12,7 @@ var processFactory = Factory{
 	Name: "process",
 	Open: func(e *Env) (vm.Driver, io.Closer, error) {
 		d, err := process.New(process.Options{
-			Dir: filepath.Join(e.DataDir, "replicas"), AgentCommand: e.AgentCommand, AgentEnv: e.AgentEnv, Log: e.Log,
+			Dir: StateDirs(e.DataDir)["process"], AgentCommand: e.AgentCommand, AgentEnv: e.AgentEnv, Log: e.Log,
 			AllowUnlimited: e.AllowUnlimited,
 			HideDirs:       []string{e.DataDir},
 		})
