@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 
@@ -539,5 +540,50 @@ func TestWorkspaceContainer(t *testing.T) {
 		if ws := h.status(id).Workspace; ws == nil || ws.Path != path || ws.CapturedFrom == nil || *ws.CapturedFrom != r1 || ws.Files != 1 {
 			t.Errorf("%s status %+v", id, ws)
 		}
+	}
+}
+
+// TestWorkspacePushFailure: a store that refuses the push leaves the
+// snapshot push_pending with last_error set, and the deployment's record
+// cannot be forgotten (DELETE …/record, 409) while its last snapshot is
+// only on this host.
+func TestWorkspacePushFailure(t *testing.T) {
+	backend := s3mem.New()
+	if err := backend.CreateBucket("flaky"); err != nil {
+		t.Fatal(err)
+	}
+	var down atomic.Bool
+	fake := gofakes3.New(backend).Server()
+	s3 := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if down.Load() {
+			http.Error(w, "unavailable", http.StatusServiceUnavailable)
+			return
+		}
+		fake.ServeHTTP(w, r)
+	}))
+	t.Cleanup(s3.Close)
+	h := startWith(t, "", func(o *Options) {
+		o.S3 = workspace.S3Options{Endpoint: s3.URL, Region: "us-east-1", AccessKey: "AK", SecretKey: "SK"}
+	})
+	doc := strings.Replace(wsSpec("fl", "s3://flaky", ""), `"min_replicas":1`, `"min_replicas":0`, 1)
+	if r := h.json("POST", "/deployments", doc); r.code != 201 {
+		t.Fatalf("%d %s", r.code, r.body)
+	}
+	out := h.exec("fl", "echo unpushed > u.txt")
+	down.Store(true)
+	if r := h.do("DELETE", "/deployments/fl/vms/"+out.SandboxID+"?force=true", "", ""); r.code != 200 {
+		t.Fatalf("evict: %d %s", r.code, r.body)
+	}
+	var ws *apitype.WorkspaceStatus
+	waitFor(t, "the push to fail", func() bool {
+		ws = h.status("fl").Workspace
+		return ws != nil && ws.Digest != nil && ws.LastError != ""
+	})
+	if !ws.PushPending || ws.Pushed != nil || !strings.Contains(ws.LastError, "pushing") {
+		t.Errorf("after a failed push: %+v", ws)
+	}
+	r := h.do("GET", "/deployments/fl", "", "")
+	if r := h.do("DELETE", "/deployments/fl/record", "", "", "If-Match", r.header.Get("ETag")); r.code != 409 || !strings.Contains(errMsg(t, r), "workspace is not settled") {
+		t.Errorf("forgetting the record: %d %s", r.code, r.body)
 	}
 }

@@ -283,6 +283,9 @@ func (d *Deployment) Seed(ctx context.Context, id string) (string, error) {
 	}
 	d.mu.Lock()
 	d.blocked = ""
+	if !strings.HasPrefix(d.lastError, "pushing ") && !strings.HasPrefix(d.lastError, "capturing ") {
+		d.lastError = "" // an earlier seed's failure, now over
+	}
 	d.mu.Unlock()
 	return dir, nil
 }
@@ -515,10 +518,14 @@ func (d *Deployment) capture(ctx context.Context, id string, then apitype.Retire
 	d.mu.Lock()
 	d.capturing--
 	delete(d.active, id)
+	prefix := fmt.Sprintf("capturing replica %s's workspace: ", id)
 	if err != nil {
-		d.lastError = fmt.Sprintf("capturing replica %s's workspace: %v", id, err)
+		d.lastError = prefix + err.Error()
 	} else {
 		d.dequeueLocked(id)
+		if strings.HasPrefix(d.lastError, prefix) {
+			d.lastError = ""
+		}
 	}
 	close(d.changed)
 	d.changed = make(chan struct{})
