@@ -308,6 +308,8 @@ func TestWorkspaceScaleToZero(t *testing.T) {
 // TestWorkspaceArchiveSeedsEveryReplica: vm.workspace_archive is unpacked
 // into /workspace of every replica of a pool of two, from the server's
 // archive bucket (a real S3 server on loopback); nothing is captured back.
+// The deployment had a durable workspace before: its last replica is
+// captured as it stops, and the archive's replicas see none of it.
 func TestWorkspaceArchiveSeedsEveryReplica(t *testing.T) {
 	backend := s3mem.New()
 	if err := backend.CreateBucket("archives"); err != nil {
@@ -334,11 +336,21 @@ func TestWorkspaceArchiveSeedsEveryReplica(t *testing.T) {
 		o.S3 = workspace.S3Options{Endpoint: s3.URL, Region: "us-east-1", AccessKey: "AK", SecretKey: "SK"}
 		o.WorkspaceArchiveBucket = "archives"
 	})
-	doc := `{"id":"arc","routes":[{"host":"arc.test"}],"vm":{"driver":"process","port":8080,"start_command":` + jsonString(appCommand()) +
-		`,"workspace_archive":{"archive_id":"ar-1","s3_key":"ar-1/ws.tar.gz","size_bytes":` + strconv.Itoa(tgz.Len()) + `}},"scaling":{"min_replicas":2,"max_replicas":2}}`
-	if r := h.json("POST", "/deployments", doc); r.code != 201 {
+	// First a durable workspace, then the spec switches to the archive:
+	// the old replica is still captured as it stops.
+	if r := h.json("POST", "/deployments", wsSpec("arc", "local", "")); r.code != 201 {
 		t.Fatalf("%d %s", r.code, r.body)
 	}
+	old := h.exec("arc", "echo durable > d.txt").SandboxID
+	doc := `{"id":"arc","routes":[{"host":"arc.test"}],"vm":{"driver":"process","port":8080,"start_command":` + jsonString(appCommand()) +
+		`,"workspace_archive":{"archive_id":"ar-1","s3_key":"ar-1/ws.tar.gz","size_bytes":` + strconv.Itoa(tgz.Len()) + `}},"scaling":{"min_replicas":2,"max_replicas":2}}`
+	if r := h.json("PUT", "/deployments/arc", doc); r.code != 200 {
+		t.Fatalf("%d %s", r.code, r.body)
+	}
+	waitFor(t, "the durable replica's capture", func() bool {
+		rec, ok, _ := h.s.store.Workspace(t.Context(), "arc")
+		return ok && rec.CapturedFrom == old
+	})
 	var ids []string
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -356,10 +368,10 @@ func TestWorkspaceArchiveSeedsEveryReplica(t *testing.T) {
 		return len(ids) == 2
 	})
 	for _, id := range ids {
-		r := h.json("POST", "/deployments/arc/exec", `{"command":"cat seed/hello.txt; echo scratch > mine","sandbox_id":"`+id+`"}`)
+		r := h.json("POST", "/deployments/arc/exec", `{"command":"cat seed/hello.txt; ls d.txt 2>/dev/null; echo scratch > mine","sandbox_id":"`+id+`"}`)
 		var out apitype.ExecOutput
 		json.Unmarshal(r.body, &out)
-		if r.code != 200 || out.Stdout != body {
+		if r.code != 200 || out.Stdout != body || id == old {
 			t.Errorf("replica %s: %d %s", id, r.code, r.body)
 		}
 	}

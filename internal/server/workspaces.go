@@ -37,8 +37,20 @@ type deploymentWorkspace struct {
 	durable *workspace.Deployment
 	archive *workspace.Archive
 	key     string // the archive's s3_key and size it was made for
-	off     bool   // the spec has no workspace now: Seed gives none
+	// mode is what the spec asks for now: new replicas are seeded from
+	// the durable workspace or the archive, or get none. Both stay open
+	// after the spec moves on, so the old replicas' directories are still
+	// captured (durable) or removed (archive) as they stop.
+	mode wsMode
 }
+
+type wsMode int
+
+const (
+	wsOff wsMode = iota
+	wsDurable
+	wsArchive
+)
 
 // hook is the registry's Workspace: the fleet hook of deployment s.
 func (w *workspaces) hook(s *apitype.DeploymentSpec) fleet.Workspace {
@@ -56,7 +68,7 @@ func (w *workspaces) hook(s *apitype.DeploymentSpec) fleet.Workspace {
 		// old ones are still captured (or, for an archive, cleaned up)
 		// as they stop.
 		d.mu.Lock()
-		d.off = true
+		d.mode = wsOff
 		d.mu.Unlock()
 		return d
 	}
@@ -128,13 +140,12 @@ func (d *deploymentWorkspace) close() {
 func (d *deploymentWorkspace) set(s *apitype.DeploymentSpec) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.off = false
 	v := s.VM
 	ns := spec.Namespace(s)
 	switch {
 	case v.Workspace != nil:
 		ws := v.Workspace
-		d.path, d.archive = ws.Path, nil
+		d.mode, d.path = wsDurable, ws.Path
 		if d.path == "" {
 			d.path = workspace.DefaultPath
 		}
@@ -166,11 +177,7 @@ func (d *deploymentWorkspace) set(s *apitype.DeploymentSpec) {
 		if wa.SizeBytes != nil {
 			size = *wa.SizeBytes
 		}
-		d.path = workspace.DefaultPath
-		if d.durable != nil {
-			d.durable.Close()
-			d.durable = nil
-		}
+		d.mode, d.path = wsArchive, workspace.DefaultPath
 		if d.archive != nil && d.key == fmt.Sprint(key, size) {
 			return
 		}
@@ -191,17 +198,16 @@ func (d *deploymentWorkspace) set(s *apitype.DeploymentSpec) {
 // elsewhere).
 func (d *deploymentWorkspace) Seed(ctx context.Context, sp *vm.Spec) error {
 	d.mu.Lock()
-	dw, a, p, off := d.durable, d.archive, d.path, d.off
+	dw, a, p, mode := d.durable, d.archive, d.path, d.mode
 	d.mu.Unlock()
-	if off {
-		return nil
-	}
 	var dir string
 	var err error
 	switch {
-	case dw != nil:
+	case mode == wsOff:
+		return nil
+	case mode == wsDurable && dw != nil:
 		dir, err = dw.Seed(ctx, sp.Name)
-	case a != nil:
+	case mode == wsArchive && a != nil:
 		dir, err = a.Seed(ctx, sp.Name)
 	default:
 		err = errors.New("the deployment's workspace could not be opened on this host (see berth's log)")
@@ -222,9 +228,9 @@ func (d *deploymentWorkspace) Seed(ctx context.Context, sp *vm.Spec) error {
 // failure is left to Seed, which waits again and reports it.
 func (d *deploymentWorkspace) Wait(ctx context.Context) {
 	d.mu.Lock()
-	dw, off := d.durable, d.off
+	dw, mode := d.durable, d.mode
 	d.mu.Unlock()
-	if dw != nil && !off {
+	if dw != nil && mode == wsDurable {
 		dw.Wait(ctx)
 	}
 }
@@ -234,13 +240,15 @@ func (d *deploymentWorkspace) Stopped(ctx context.Context, id string) {
 	d.mu.Lock()
 	dw, a := d.durable, d.archive
 	d.mu.Unlock()
-	switch {
-	case dw != nil:
+	// A replica has a directory of one kind at most; each call is a no-op
+	// for a replica without one of its kind.
+	if a != nil {
+		a.Retired(ctx, id)
+	}
+	if dw != nil {
 		if err := dw.Retired(ctx, id); errors.Is(err, store.ErrNotFound) {
 			os.RemoveAll(dw.Dir(id)) // the deployment is being deleted
 		}
-	case a != nil:
-		a.Retired(ctx, id)
 	}
 }
 

@@ -14,7 +14,7 @@ import (
 // ArchiveOptions configure an Archive.
 type ArchiveOptions struct {
 	ID  string // the deployment
-	Dir string // its workspace directory (replicas/ and archive/ under it)
+	Dir string // its workspace directory (archive/ under it)
 	// Key is the archive's object key (vm.workspace_archive.s3_key) and
 	// Size its size in bytes when the spec says (size_bytes; 0 unknown).
 	Key  string
@@ -28,8 +28,11 @@ type ArchiveOptions struct {
 // Archive seeds every replica of a deployment with vm.workspace_archive: a
 // tarball (gzipped or not) unpacked into a fresh directory per replica at
 // boot. Nothing is captured back; a retired replica's directory is
-// removed. The tarball is downloaded once per key and kept under
-// archive/ (written to a temporary file, fsynced, renamed).
+// removed. Its directories are archive/replicas/<id> (apart from a
+// durable workspace's replicas/, so a deployment switching between the
+// two never mistakes one kind for the other), and the tarball, downloaded
+// once per key, archive/<sha256 of the key> (written to a temporary file,
+// fsynced, renamed).
 type Archive struct {
 	o  ArchiveOptions
 	mu sync.Mutex // one download at a time
@@ -37,7 +40,7 @@ type Archive struct {
 
 // NewArchive returns the archive seeder of o.ID.
 func NewArchive(o ArchiveOptions) (*Archive, error) {
-	for _, d := range []string{filepath.Join(o.Dir, "replicas"), filepath.Join(o.Dir, "archive")} {
+	for _, d := range []string{filepath.Join(o.Dir, "archive", "replicas")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("workspace archive: %w", err)
 		}
@@ -47,7 +50,7 @@ func NewArchive(o ArchiveOptions) (*Archive, error) {
 	// retire): removed now, before the pool creates any (with several
 	// replicas creating at once, a seed cannot tell a gone replica from
 	// one that has not started yet).
-	if es, err := os.ReadDir(filepath.Join(o.Dir, "replicas")); err == nil {
+	if es, err := os.ReadDir(filepath.Join(o.Dir, "archive", "replicas")); err == nil {
 		for _, e := range es {
 			if o.Alive == nil || !o.Alive(context.Background(), e.Name()) {
 				os.RemoveAll(a.Dir(e.Name()))
@@ -58,7 +61,7 @@ func NewArchive(o ArchiveOptions) (*Archive, error) {
 }
 
 // Dir is replica id's directory.
-func (a *Archive) Dir(id string) string { return filepath.Join(a.o.Dir, "replicas", id) }
+func (a *Archive) Dir(id string) string { return filepath.Join(a.o.Dir, "archive", "replicas", id) }
 
 func (a *Archive) file() string {
 	sum := sha256.Sum256([]byte(a.o.Key))
