@@ -532,7 +532,7 @@ func (p *Pool) create(ctx context.Context) {
 	}
 	if err == nil && cfg.Workspace != nil {
 		if err = cfg.Workspace.Seed(ctx, &spec); err != nil {
-			public = "its workspace (vm.workspace) could not be restored"
+			public = "its workspace (vm.workspace or vm.workspace_archive) could not be readied"
 		}
 	}
 	if err == nil {
