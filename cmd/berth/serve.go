@@ -29,6 +29,7 @@ import (
 	"github.com/berth-dev/berth/internal/server"
 	"github.com/berth-dev/berth/internal/siem"
 	"github.com/berth-dev/berth/internal/spec"
+	"github.com/berth-dev/berth/internal/workspace"
 )
 
 const serveHelp = `usage: berth serve [flags]
@@ -46,6 +47,10 @@ Credentials (environment only, so they never show in the process list):
   BERTH_SECRET_KEY      seals the secret store (64 hex characters, or any
                         passphrase); unset: <data-dir>/secret.key, generated
                         0600 on first use — back it up with the data dir
+  AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN
+                        berth's own S3 credentials: the workspace archive
+                        bucket's, and s3:// workspace stores' that name no
+                        vm.workspace.auth
   BERTH_ACME_DNS        the DNS provider that answers DNS-01 for
                         --acme-wildcard bases, with its credential:
                         rfc2136://<tsig-key-name>:<base64-secret>@<server>:53
@@ -210,7 +215,7 @@ func env(name, def string) string {
 }
 
 // secretEnv are the environment variables holding berth's own secrets.
-var secretEnv = []string{"BERTH_ADMIN_PASSWORD", "BERTH_SECRET_KEY", "BERTH_ACME_DNS"}
+var secretEnv = []string{"BERTH_ADMIN_PASSWORD", "BERTH_SECRET_KEY", "BERTH_ACME_DNS", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"}
 
 // takeSecrets reads berth's secrets from the environment and removes them
 // from it, so no process berth starts inherits them whatever its driver
@@ -275,6 +280,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 	buildHTTP := fs.Bool("build-allow-http", envBool("BERTH_BUILD_ALLOW_HTTP"), "let build.repo be a plain http:// remote (a build.auth token sent to one travels in the clear); https only by default (BERTH_BUILD_ALLOW_HTTP)")
 	buildNetwork := fs.Bool("build-network", envBool("BERTH_BUILD_NETWORK"), "give image builds' RUN steps the host's network; off by default: RUN steps get none (BERTH_BUILD_NETWORK)")
 	buildTimeout := fs.Duration("build-timeout", durEnv("BERTH_BUILD_TIMEOUT", 0), "the longest one image build may take; 0: 30m (BERTH_BUILD_TIMEOUT)")
+	s3Endpoint := fs.String("s3-endpoint", env("BERTH_S3_ENDPOINT", ""), "URL of the S3-compatible service s3:// workspace stores and the workspace archive bucket live on; empty is AWS's (BERTH_S3_ENDPOINT)")
+	s3Region := fs.String("s3-region", env("BERTH_S3_REGION", ""), "the S3 region to sign for; empty lets the client find the bucket's (BERTH_S3_REGION)")
+	archiveBucket := fs.String("workspace-archive-bucket", env("BERTH_WORKSPACE_ARCHIVE_BUCKET", ""), "the S3 bucket vm.workspace_archive.s3_key names an object of; empty refuses vm.workspace_archive (BERTH_WORKSPACE_ARCHIVE_BUCKET)")
 	artifactRoots := fs.String("artifact-roots", env("BERTH_ARTIFACT_ROOTS", ""), "comma-separated directories an absolute local store root (a deployment's store: /path) may lie in; empty refuses absolute roots (BERTH_ARTIFACT_ROOTS)")
 	maxActive := fs.Int("computer-max-active", intEnv("BERTH_COMPUTER_MAX_ACTIVE", 0), "register this host in the Computer capacity registry with at most this many Computers starting or running at once; 0: keep the registry as stored (empty: 16 fleet slots) (BERTH_COMPUTER_MAX_ACTIVE)")
 	headroom := fs.Int("computer-reserved-headroom", intEnv("BERTH_COMPUTER_RESERVED_HEADROOM", 0), "of --computer-max-active, how many slots to hold back (below it) (BERTH_COMPUTER_RESERVED_HEADROOM)")
@@ -379,7 +387,10 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 		UpstreamResponseTimeout: *respTimeout, AllowLinkLocalUpstreams: *allowLinkLocal, HostUpdates: *hostUpdates,
 		AllowLocalRepos: allowLocal(stderr), WorkflowAllowHTTP: *wfHTTP,
 		ArtifactMaxBytes: *artifactMax, ArtifactAllowPrivate: *artifactPrivate, ArtifactRoots: splitList(*artifactRoots),
-		BuildAllowHTTP: *buildHTTP, BuildNetwork: *buildNetwork, BuildTimeout: *buildTimeout,
+		S3: workspace.S3Options{Endpoint: *s3Endpoint, Region: *s3Region, AccessKey: secrets["AWS_ACCESS_KEY_ID"],
+			SecretKey: secrets["AWS_SECRET_ACCESS_KEY"], SessionToken: secrets["AWS_SESSION_TOKEN"]},
+		WorkspaceArchiveBucket: *archiveBucket,
+		BuildAllowHTTP:         *buildHTTP, BuildNetwork: *buildNetwork, BuildTimeout: *buildTimeout,
 		RegistryCAFile: *registryCA, RegistryAllowInsecure: splitList(*registryInsecure), ImageBudget: *imageBudget << 20,
 		GuardDryRun: !*guardEnforce, SIEM: siemConfig,
 		// Credentials come from the environment only, never a flag: a

@@ -286,6 +286,12 @@ func namespace(e *registry.Entry) string {
 	return e.Spec.Namespace
 }
 
+// WorkspaceStatuser is a pool's workspace hook (fleet.Config.Workspace)
+// that reports a durable workspace's status: DeploymentStatus.workspace.
+type WorkspaceStatuser interface {
+	WorkspaceStatus() *apitype.WorkspaceStatus
+}
+
 // Status builds the DeploymentStatus of an entry.
 func Status(e *registry.Entry) apitype.DeploymentStatus {
 	st := apitype.DeploymentStatus{RolloutRevision: e.RolloutRevision(), Spec: e.Spec, Kind: e.Kind, VMs: []apitype.VmStatus{}}
@@ -309,6 +315,11 @@ func Status(e *registry.Entry) apitype.DeploymentStatus {
 			}
 		}
 		st.DesiredReplicas = len(e.Upstreams)
+	}
+	if e.VMPool != nil && e.Spec.VM != nil && e.Spec.VM.Workspace != nil {
+		if ws, ok := e.VMPool.Config().Workspace.(WorkspaceStatuser); ok {
+			st.Workspace = ws.WorkspaceStatus()
+		}
 	}
 	if e.Site != nil {
 		ss := e.Site.Inspect()

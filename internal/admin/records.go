@@ -73,6 +73,13 @@ func (a *API) idle(r *http.Request, e *registry.Entry, running bool) error {
 	if len(live) > 0 {
 		return web.Errorf(http.StatusConflict, "deployment %q still has replicas (%s): only a record with nothing live is forgotten; DELETE /deployments/%s tears it down", id, strings.Join(live, ", "), id)
 	}
+	if ws, ok := e.VMPool.Config().Workspace.(WorkspaceStatuser); ok {
+		// Forgetting the record removes the workspace from this host: not
+		// while a capture is owed or a snapshot is not in its store yet.
+		if w := ws.WorkspaceStatus(); w != nil && (w.Phase != apitype.WorkspaceIdle || len(w.Pending) > 0 || w.PushPending) {
+			return web.Errorf(http.StatusConflict, "deployment %q's workspace is not settled (phase %s, %d captures pending, push pending: %v): its record is forgotten once its last snapshot is in its store", id, w.Phase, len(w.Pending), w.PushPending)
+		}
+	}
 	return nil
 }
 

@@ -106,7 +106,7 @@ func (n nsSource) Resolve(_ context.Context, ref string) (string, error) {
 	}
 	rec, err := n.s.Tag(fullTag(n.ns, ref))
 	if errors.Is(err, ErrNotFound) {
-		return "", fmt.Errorf("no tag %q in namespace %q", ref, n.ns)
+		return "", notFound(fmt.Sprintf("no tag %q in namespace %q", ref, n.ns))
 	}
 	return rec.Digest, err
 }
@@ -156,7 +156,7 @@ func (rs rootSource) Resolve(_ context.Context, ref string) (string, error) {
 	}
 	rec, err := rs.s.Tag(ref)
 	if errors.Is(err, ErrNotFound) {
-		return "", fmt.Errorf("no tag %q in store %s", ref, rs.s.root)
+		return "", notFound(fmt.Sprintf("no tag %q in store %s", ref, rs.s.root))
 	}
 	return rec.Digest, err
 }

@@ -341,7 +341,10 @@ type Config struct {
 	// the same pull share it. nil means nothing to do. An error fails the
 	// create with that reason.
 	Prepare func(ctx context.Context, spec *vm.Spec) error
-	Metrics *metrics.Deployment
+	// Workspace seeds each replica's workspace at create and captures it
+	// when the replica stops (see Workspace); nil means none.
+	Workspace Workspace
+	Metrics   *metrics.Deployment
 	// Backends is where the pool publishes its ready replicas (required).
 	// It is read when the pool is created; a later Ensure keeps the first.
 	Backends Backends

@@ -262,6 +262,7 @@ func (p *Pool) stopAll(ctx context.Context, ids []string) {
 				p.m.log.Warn("could not forget a stopped replica's template", "deployment", p.id, "replica", id, "err", err)
 			}
 		}
+		p.workspaceStopped(ctx, id)
 	}
 }
 
@@ -585,6 +586,11 @@ func (p *Pool) create(ctx context.Context) {
 			public = "the mounts named in vm.mounts are not ready"
 		}
 	}
+	if err == nil && cfg.Workspace != nil {
+		if err = cfg.Workspace.Seed(ctx, &spec); err != nil {
+			public = "its workspace (vm.workspace or vm.workspace_archive) could not be readied"
+		}
+	}
 	if err == nil {
 		// Fail fast on a driver that its last re-check found broken.
 		err = p.m.DriverProblem(cfg.Driver)
@@ -829,6 +835,7 @@ func (p *Pool) reap(ctx context.Context, cfg *Config, r *replica) {
 	}
 	if s, ok := p.driver().(vm.Suspender); ok && cfg.Retain && r.key == cfg.Key {
 		if err := s.Suspend(ctx, r.id); err == nil {
+			p.workspaceSuspended(ctx, r.id)
 			p.mu.Lock()
 			p.suspended = append(p.suspended, r.id)
 			p.mu.Unlock()

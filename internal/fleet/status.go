@@ -165,6 +165,9 @@ func (p *Pool) Evict(ctx context.Context, id string, force bool) (killed bool, e
 	if errors.Is(err, vm.ErrNotFound) {
 		err = nil
 	}
+	if err == nil {
+		p.workspaceStopped(ctx, id)
+	}
 	p.Poke()
 	return true, err
 }

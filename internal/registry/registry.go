@@ -131,6 +131,14 @@ type Options struct {
 	// empty), Prefetch when a deployment is written, so the first request
 	// need not wait for the pull. nil: images are local only.
 	Images ImagePreparer
+	// Workspace returns the workspace hook of a vm deployment
+	// (fleet.Config.Workspace) at each activation, or nil for one that has
+	// none (it may return one for a deployment whose spec just dropped
+	// vm.workspace, so that the old replicas' directories are still
+	// captured); it keeps one workspace per deployment across spec writes.
+	// Nil fails the creates of deployments with vm.workspace or
+	// vm.workspace_archive, saying nothing keeps their workspaces.
+	Workspace func(s *apitype.DeploymentSpec) fleet.Workspace
 }
 
 // ImagePreparer readies the images of vm deployments (package server
@@ -491,11 +499,45 @@ func (r *Registry) poolConfig(s *apitype.DeploymentSpec) fleet.Config {
 			return nil, errors.New("this deployment names vm.mounts, but nothing on this server pulls them")
 		}
 	}
+	if r.o.Workspace != nil {
+		cfg.Workspace = r.o.Workspace(s)
+	}
+	if cfg.Workspace == nil && (v.Workspace != nil || v.WorkspaceArchive != nil) {
+		cfg.Workspace = noWorkspace{}
+	}
+	if w, ok := cfg.Workspace.(WorkspaceWaiter); ok {
+		// The wait for the replica a new one replaces (a rollout's
+		// drain) runs in Prepare, before the create takes a create slot.
+		prep := cfg.Prepare
+		cfg.Prepare = func(ctx context.Context, sp *vm.Spec) error {
+			w.Wait(ctx)
+			if prep != nil {
+				return prep(ctx, sp)
+			}
+			return nil
+		}
+	}
 	if r.o.Metrics != nil {
 		cfg.Metrics = r.o.Metrics(s.ID)
 	}
 	return cfg
 }
+
+// WorkspaceWaiter is a workspace hook (Options.Workspace) whose creates
+// first wait, outside the fleet's create slots, for the workspace to be
+// free: fleet.Config.Prepare calls Wait before anything else.
+type WorkspaceWaiter interface {
+	Wait(ctx context.Context)
+}
+
+// noWorkspace fails every create: nothing on this server keeps workspaces.
+type noWorkspace struct{}
+
+func (noWorkspace) Seed(context.Context, *vm.Spec) error {
+	return errors.New("this deployment names vm.workspace or vm.workspace_archive, but nothing on this server keeps workspaces")
+}
+func (noWorkspace) Stopped(context.Context, string)   {}
+func (noWorkspace) Suspended(context.Context, string) {}
 
 // DefaultTTL is a replica's lease when its spec sets no vm.ttl_seconds (the
 // default app-lb's code uses): berth renews it while it runs, and replicas of

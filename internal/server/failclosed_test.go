@@ -19,10 +19,9 @@ func TestUnsupportedSectionsRefused(t *testing.T) {
 	n, op, _ := limitsWorld(t, Options{DataDir: dir})
 	vm := `"vm":{"driver":"process","port":8080,"start_command":"true"`
 	for field, doc := range map[string]string{
-		"feed":                 `{"id":"u",` + vm + `},"feed":{"expose":"/feed"}}`,
-		"discovery":            `{"id":"u","routes":[{"host":"u.test"}],"discovery":{"service_id":"svc"}}`,
-		"vm.mounts":            `{"id":"u",` + vm + `,"mounts":[{"path":"/data","store":"local","ref":"r"}]}}`,
-		"vm.workspace_archive": `{"id":"u",` + vm + `,"workspace_archive":{"s3_key":"k"}}}`,
+		"feed":      `{"id":"u",` + vm + `},"feed":{"expose":"/feed"}}`,
+		"discovery": `{"id":"u","routes":[{"host":"u.test"}],"discovery":{"service_id":"svc"}}`,
+		"vm.mounts": `{"id":"u",` + vm + `,"mounts":[{"path":"/data","store":"local","ref":"r"}]}}`,
 	} {
 		r := n.call(nil, "POST", "/deployments", op, doc)
 		refused(t, r, 400, field)
@@ -37,9 +36,8 @@ func TestUnsupportedSectionsRefused(t *testing.T) {
 		}
 		n.must(404, "GET", "/deployments/u", op, "", nil)
 	}
-	// vm.workspace needs a firecracker host to pass its own checks; the
-	// host has none, so it is refused naming vm.driver or vm.workspace.
-	refused(t, n.call(nil, "POST", "/deployments", op, `{"id":"u","vm":{"driver":"process","port":8080,"workspace":{"store":"s"}},"scaling":{"max_replicas":1}}`), 400, "vm.workspace")
+	// A malformed vm.workspace is still refused naming the field.
+	refused(t, n.call(nil, "POST", "/deployments", op, `{"id":"u","vm":{"driver":"process","port":8080,"workspace":{"store":"s"}},"scaling":{"max_replicas":1}}`), 400, "vm.workspace.store")
 
 	var st apitype.DeploymentStatus
 	n.must(201, "POST", "/deployments", op, `{"id":"x","routes":[{"host":"x.test"}],"upstreams":["127.0.0.1:1"],"x-owner":{"team":"web"}}`, &st)

@@ -69,6 +69,7 @@ func (s *Server) forgetDeployment(id string) {
 	s.jobs.Cancel(id) // its job must not outlive it
 	s.metrics.Delete(id)
 	s.limits.Forget(id)
+	s.workspaces.forget(id)
 	if _, err := s.sessions.Invalidate(context.Background(), id, ""); err != nil {
 		s.o.Log.Warn("could not end a deleted deployment's sessions", "deployment", id, "err", err)
 	}

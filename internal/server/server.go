@@ -58,6 +58,7 @@ import (
 	"github.com/berth-dev/berth/internal/vm"
 	"github.com/berth-dev/berth/internal/vm/drivers"
 	"github.com/berth-dev/berth/internal/web"
+	"github.com/berth-dev/berth/internal/workspace"
 )
 
 // Options configure a Server. The zero value of every field has a usable
@@ -150,6 +151,18 @@ type Options struct {
 	// ArtifactRoots lists the directories an absolute store root may lie in.
 	ArtifactAllowPrivate bool
 	ArtifactRoots        []string
+	// S3 is how berth reaches S3-compatible buckets: vm.workspace stores
+	// s3://bucket[/prefix] (whose vm.workspace.auth, when set, replaces
+	// the credentials) and the workspace archive bucket. Endpoint empty is
+	// AWS's.
+	S3 workspace.S3Options
+	// WorkspaceArchiveBucket is the bucket vm.workspace_archive.s3_key
+	// names an object of (the whole key, as cloud resolved it); empty
+	// refuses vm.workspace_archive.
+	WorkspaceArchiveBucket string
+	// beforeSnapshotRename runs in each workspace capture between the
+	// fsync of its snapshot and the rename (tests: a crash there).
+	beforeSnapshotRename func(tmp string)
 	// AllowLinkLocalUpstreams lets upstreams reach link-local and cloud
 	// metadata addresses, which are otherwise refused when a static
 	// upstream is written and when the proxy dials.
@@ -337,13 +350,18 @@ type Server struct {
 	routesChanged chan struct{} // to feedHosts
 	adminTLS      bool          // the admin listener speaks TLS
 
-	adminSrv  *http.Server
-	artifacts *artifact.Store // <DataDir>/artifacts
-	trees     *artifact.Trees // <DataDir>/trees: unpacked artifacts replicas share
-	egress    *egress.Proxy   // nil when EgressAddr is "off"
-	egressLn  net.Listener
-	ports     *portRoutes   // Computers' exposed ports on the data plane
-	lock      *instanceLock // the data dir's, held until Run returns
+	adminSrv *http.Server
+	// workspaces keeps vm deployments' workspaces (<DataDir>/workspaces);
+	// wsAuth their stores' credentials, by deployment.
+	workspaces workspaces
+	wsAuthMu   sync.Mutex
+	wsAuth     map[string]workspaceAuth
+	artifacts  *artifact.Store // <DataDir>/artifacts
+	trees      *artifact.Trees // <DataDir>/trees: unpacked artifacts replicas share
+	egress     *egress.Proxy   // nil when EgressAddr is "off"
+	egressLn   net.Listener
+	ports      *portRoutes   // Computers' exposed ports on the data plane
+	lock       *instanceLock // the data dir's, held until Run returns
 	// self is berth's own listeners, which the proxy refuses to dial; filled
 	// as they are bound.
 	self *netguard.Self
@@ -532,8 +550,10 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		SitesDir: o.SitesDir, SiteRootsAllow: o.SiteRootsAllow, MaxReplicasCeiling: replicaCeiling(o),
 		StoreRootsAllow: o.ArtifactRoots,
 		BuildAllowLocal: o.AllowLocalRepos, BuildAllowHTTP: o.BuildAllowHTTP,
-		Mounter: s.fleet.Mounter,
+		Mounter:           s.fleet.Mounter,
+		WorkspaceArchives: o.WorkspaceArchiveBucket != "",
 	}
+	s.workspaces.s = s
 	if err := s.openJobs(ctx); err != nil {
 		return nil, err
 	}
@@ -555,6 +575,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		Gate:        s.compileGate,
 		Limit:       s.limiter,
 		Images:      images,
+		Workspace:   s.workspaces.hook,
 		Log:         o.Log,
 	})
 	s.rollouts.SetRegistry(s.registry)
@@ -850,6 +871,7 @@ func (s *Server) Run(ctx context.Context) error {
 	stopLoops()
 	loops.Wait()
 	s.disks.Close() // archives under way end, recorded failed
+	s.workspaces.close()
 	drivers.CloseAll(s.driverClosers, s.log)
 	s.gates.Close()
 	s.sessions.Close()
@@ -905,10 +927,15 @@ func (r recorder) ObservePhases(p proxy.Phases) {
 // its API key: what the fetch jobs read through, under the operator's
 // address and root policy.
 func (s *Server) ArtifactSource(store, ns, key string) (artifact.Source, error) {
-	return artifact.Open(store, ns, key, artifact.OpenOptions{
+	return artifact.Open(store, ns, key, s.artifactOptions())
+}
+
+// artifactOptions are what deployments' artifact stores may reach.
+func (s *Server) artifactOptions() artifact.OpenOptions {
+	return artifact.OpenOptions{
 		Local: s.artifacts, Self: s.self, AllowPrivate: s.o.ArtifactAllowPrivate,
 		AllowLinkLocal: s.o.AllowLinkLocalUpstreams, Roots: s.o.ArtifactRoots,
-	})
+	}
 }
 
 // ArtifactTrees is where fetched tarballs are unpacked, once per digest,

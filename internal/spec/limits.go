@@ -38,10 +38,6 @@ func notSupported(field, why string) *FieldError {
 // checks, so a malformed section is still named precisely.
 func (v validator) unsupported() *FieldError {
 	s := v.s
-	vm := s.VM
-	if vm == nil {
-		vm = &apitype.VmSpec{}
-	}
 	for _, u := range []struct {
 		set         bool
 		field, what string
@@ -49,8 +45,6 @@ func (v validator) unsupported() *FieldError {
 		{s.Feed != nil, "feed", "berth keeps no event feed"},
 		{s.Update != nil && s.Update.Auth != nil, "update.auth", "a host update uses no stored credential of its own; pass one to its commands with update.env_from"},
 		{s.Discovery != nil, "discovery", "berth does not discover upstreams (list them in upstreams)"},
-		{vm.Workspace != nil, "vm.workspace", "berth does not persist deployment workspaces"},
-		{vm.WorkspaceArchive != nil, "vm.workspace_archive", "berth does not restore workspace archives"},
 	} {
 		if u.set {
 			return notSupported(u.field, u.what)

@@ -75,6 +75,9 @@ type Options struct {
 	// none, or a read_only false on one that attaches only read-only
 	// ones, is refused rather than ignored. Nil skips both checks.
 	Mounter func(driver string) (attaches, writable bool)
+	// WorkspaceArchives says the server has a bucket to fetch
+	// vm.workspace_archive.s3_key from; false refuses the section.
+	WorkspaceArchives bool
 	// BuildAllowLocal lets build.repo be a local path or file:// URL
 	// (berth serve --allow-local-repos), for writers that cover the whole
 	// fleet (the registry clears it for confined ones: a local path reads

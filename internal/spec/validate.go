@@ -430,28 +430,8 @@ func (v validator) vm() *FieldError {
 	if err := v.mounts(vm); err != nil {
 		return err
 	}
-	if ws := vm.Workspace; ws != nil {
-		if vm.WorkspaceArchive != nil {
-			return fieldErr("vm.workspace_archive", "cannot be combined with vm.workspace")
-		}
-		if ws.Store == "" {
-			return fieldErr("vm.workspace.store", "required")
-		}
-		if ws.Path != "" && (!path.IsAbs(ws.Path) || path.Clean(ws.Path) != ws.Path) {
-			return fieldErr("vm.workspace.path", "%q must be a clean absolute path", ws.Path)
-		}
-		if err := secretRef("vm.workspace.auth", ws.Auth); err != nil {
-			return err
-		}
-		if vm.Driver != apitype.DriverFirecracker {
-			return fieldErr("vm.workspace", "requires the firecracker driver (got %q)", vm.Driver)
-		}
-		if p := Scaling(v.s.Scaling); p.MaxReplicas > 1 || p.WarmPool != 0 {
-			return fieldErr("vm.workspace", "requires scaling.max_replicas 1 and warm_pool 0 (got %d and %d)", p.MaxReplicas, p.WarmPool)
-		}
-	}
-	if wa := vm.WorkspaceArchive; wa != nil && wa.S3Key == "" {
-		return fieldErr("vm.workspace_archive.s3_key", "required: an archive_id alone must be resolved by the cloud API first")
+	if err := v.workspace(vm); err != nil {
+		return err
 	}
 	return nil
 }

@@ -369,23 +369,75 @@ func TestValidate(t *testing.T) {
 		}, nil, "vm.mounts[0].auth.secret: required"},
 		{"workspace ok", func() *apitype.DeploymentSpec {
 			s := vmSpec()
-			s.VM.Driver = apitype.DriverFirecracker
-			s.VM.Workspace = &apitype.WorkspaceSpec{Store: "/srv/ws"}
+			s.VM.Workspace = &apitype.WorkspaceSpec{Store: "s3://my-bucket/ws"}
 			s.Scaling = &apitype.ScalingPolicy{MaxReplicas: intp(1)}
 			return s
-		}, nil, "vm.workspace: not supported yet"},
-		{"workspace needs firecracker", func() *apitype.DeploymentSpec {
+		}, nil, ""},
+		{"workspace refused on firecracker", func() *apitype.DeploymentSpec {
 			s := vmSpec()
-			s.VM.Workspace = &apitype.WorkspaceSpec{Store: "/srv/ws"}
+			s.VM.Driver = apitype.DriverFirecracker
+			s.VM.Workspace = &apitype.WorkspaceSpec{Store: "local"}
 			s.Scaling = &apitype.ScalingPolicy{MaxReplicas: intp(1)}
 			return s
-		}, nil, "vm.workspace: requires the firecracker driver"},
+		}, nil, "vm.driver: vm.workspace needs a driver that shares a writable directory"},
+		{"workspace refused on kvm", func() *apitype.DeploymentSpec {
+			s := vmSpec()
+			s.VM.Driver = apitype.DriverKVM
+			s.VM.Workspace = &apitype.WorkspaceSpec{Store: "local"}
+			s.Scaling = &apitype.ScalingPolicy{MaxReplicas: intp(1)}
+			return s
+		}, nil, `vm.driver: vm.workspace needs a driver that shares a writable directory with its replicas (process, container or libvirt), not "kvm"`},
 		{"workspace needs one replica", func() *apitype.DeploymentSpec {
 			s := vmSpec()
-			s.VM.Driver = apitype.DriverFirecracker
-			s.VM.Workspace = &apitype.WorkspaceSpec{Store: "/srv/ws"}
+			s.VM.Workspace = &apitype.WorkspaceSpec{Store: "local"}
 			return s
-		}, nil, "vm.workspace: requires scaling.max_replicas 1 and warm_pool 0 (got 5 and 0)"},
+		}, nil, "scaling.max_replicas: 5: vm.workspace has one owner at a time"},
+		{"workspace needs no warm pool", func() *apitype.DeploymentSpec {
+			s := vmSpec()
+			s.VM.Workspace = &apitype.WorkspaceSpec{Store: "local"}
+			s.Scaling = &apitype.ScalingPolicy{MaxReplicas: intp(1), WarmPool: intp(1)}
+			return s
+		}, nil, "scaling.warm_pool: 1: vm.workspace requires warm_pool 0"},
+		{"workspace store form", func() *apitype.DeploymentSpec {
+			s := vmSpec()
+			s.VM.Workspace = &apitype.WorkspaceSpec{Store: "ftp://x"}
+			s.Scaling = &apitype.ScalingPolicy{MaxReplicas: intp(1)}
+			return s
+		}, nil, "vm.workspace.store: "},
+		{"workspace bucket name", func() *apitype.DeploymentSpec {
+			s := vmSpec()
+			s.VM.Workspace = &apitype.WorkspaceSpec{Store: "s3://A_B"}
+			s.Scaling = &apitype.ScalingPolicy{MaxReplicas: intp(1)}
+			return s
+		}, nil, "vm.workspace.store: s3://A_B: a bucket name"},
+		{"workspace ref", func() *apitype.DeploymentSpec {
+			s := vmSpec()
+			s.VM.Workspace = &apitype.WorkspaceSpec{Store: "local", Ref: "a/../b"}
+			s.Scaling = &apitype.ScalingPolicy{MaxReplicas: intp(1)}
+			return s
+		}, nil, "vm.workspace.ref: "},
+		{"workspace path on a driver without writable mounts", func() *apitype.DeploymentSpec {
+			s := vmSpec()
+			s.VM.Workspace = &apitype.WorkspaceSpec{Store: "local", Path: "/data"}
+			s.Scaling = &apitype.ScalingPolicy{MaxReplicas: intp(1)}
+			return s
+		}, &Options{Drivers: []string{"process"}, Mounter: func(string) (bool, bool) { return false, false }}, "vm.workspace.path: \"/data\": the process driver attaches the workspace at /workspace only"},
+		{"workspace path reserved", func() *apitype.DeploymentSpec {
+			s := vmSpec()
+			s.VM.Workspace = &apitype.WorkspaceSpec{Store: "local", Path: "/proc/x"}
+			s.Scaling = &apitype.ScalingPolicy{MaxReplicas: intp(1)}
+			return s
+		}, nil, "vm.workspace.path: \"/proc/x\" is reserved"},
+		{"archive without a bucket", func() *apitype.DeploymentSpec {
+			s := vmSpec()
+			s.VM.WorkspaceArchive = &apitype.WorkspaceArchive{S3Key: "a/b.tar.gz"}
+			return s
+		}, nil, "vm.workspace_archive: this server has no archive bucket"},
+		{"archive ok", func() *apitype.DeploymentSpec {
+			s := vmSpec()
+			s.VM.WorkspaceArchive = &apitype.WorkspaceArchive{S3Key: "a/b.tar.gz"}
+			return s
+		}, &Options{Drivers: []string{"process"}, WorkspaceArchives: true}, ""},
 		{"workspace and archive", func() *apitype.DeploymentSpec {
 			s := vmSpec()
 			s.VM.Workspace = &apitype.WorkspaceSpec{Store: "/srv/ws"}

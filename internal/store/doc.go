@@ -52,6 +52,9 @@
 //	disk_records(sandbox_id PK, retain, note, archive_uri, archived_at,
 //	          archive_bytes, updated_at), disk_archives(id PK, sandbox_id,
 //	          started_at, view JSON)
+//	workspaces(deployment TEXT PK → deployments.id ON DELETE CASCADE,
+//	          digest, captured_at, captured_from, files, bytes, pushed,
+//	          pushed_store, pushed_at)
 //
 // The Computer tables (package computer) keep its state machine, fleet
 // slots (ReserveComputerSlot counts and inserts in one transaction), the
@@ -73,6 +76,10 @@
 // entry of a deployment (and, path "", its artifact section) resolved to
 // on its last pull; the server stamps the digests
 // into the stored spec and mounts the trees from it.
+//
+// workspaces (package workspace) records, per vm deployment with
+// vm.workspace, the snapshot its pool runs from and what its store holds;
+// a row names a snapshot only once the file is durably in place.
 //
 // computer_grants (package grant) lists the grants issued, for listing and
 // revocation; a grant's token is never stored, only its signed payload, and
