@@ -344,6 +344,13 @@ type Config struct {
 	// Workspace seeds each replica's workspace at create and captures it
 	// when the replica stops (see Workspace); nil means none.
 	Workspace Workspace
+	// Recreate makes a template change switch at once, as a pool with
+	// nothing serving does: the previous replicas retire before the new
+	// template's start, instead of serving until candidates are ready.
+	// It is for replicas that take turns, such as the one owner of a
+	// durable workspace (vm.workspace), whose successor can only start
+	// from what the previous one left once it has stopped.
+	Recreate bool
 	Metrics   *metrics.Deployment
 	// Backends is where the pool publishes its ready replicas (required).
 	// It is read when the pool is created; a later Ensure keeps the first.

@@ -166,8 +166,8 @@ func (p *Pool) beginRolloutLocked(old, cfg *Config, now time.Time) []RolloutEven
 		}
 	}
 	ctx := context.Background()
-	if serving == 0 || cfg.Policy.Max == 0 {
-		// Nothing serves: switch at once, as before rollouts.
+	if serving == 0 || cfg.Policy.Max == 0 || cfg.Recreate {
+		// Nothing serves, or replicas take turns: switch at once.
 		for _, r := range p.replicas {
 			if r.key != cfg.Key {
 				p.retireLocked(ctx, r, now)

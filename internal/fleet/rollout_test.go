@@ -459,3 +459,42 @@ func TestRolloutFailsAfterRollingStep(t *testing.T) {
 		}
 	})
 }
+
+// TestRolloutRecreate: a pool whose replicas take turns (Config.Recreate,
+// a durable workspace's) switches at once on a template change: the
+// previous replicas retire before any of the new template is ready, and
+// the operation reports the switch, not a candidate phase.
+func TestRolloutRecreate(t *testing.T) {
+	addr := revisionServer(t)
+	synctest.Test(t, func(t *testing.T) {
+		p, d, dp, evs := rolloutWorld(t, addr)
+		before := readyIDs(p)
+		cfg := rolloutConfig("k2", "r2", "a")
+		cfg.Backends, cfg.Recreate = dp, true
+		p.m.Ensure(cfg)
+		ev, ok := evs.find("r2", RolloutSucceeded)
+		if !ok || ev.Phase != PhaseSwitched || !ev.PreviousStopped {
+			t.Fatalf("rollout events %+v, want an immediate switch", evs.evs)
+		}
+		if _, ok := evs.find("r2", RolloutRunning); ok {
+			t.Error("a recreate pool ran a candidate phase")
+		}
+		if got := serving(dp); len(got) != 0 {
+			t.Errorf("previous replicas %v still take new requests after the switch", got)
+		}
+		for len(readyIDs(p)) < 2 {
+			time.Sleep(100 * time.Millisecond)
+		}
+		for _, id := range before {
+			if slices.Contains(readyIDs(p), id) {
+				t.Errorf("previous replica %s serves after the switch", id)
+			}
+		}
+		synctest.Wait()
+		for _, id := range before {
+			for !d.Stopped(id) {
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+	})
+}

@@ -505,6 +505,10 @@ func (r *Registry) poolConfig(s *apitype.DeploymentSpec) fleet.Config {
 	if cfg.Workspace == nil && (v.Workspace != nil || v.WorkspaceArchive != nil) {
 		cfg.Workspace = noWorkspace{}
 	}
+	// A durable workspace has one owner at a time: the new template's
+	// replica starts from what the old one leaves, so it cannot be a
+	// candidate beside it.
+	cfg.Recreate = v.Workspace != nil
 	if w, ok := cfg.Workspace.(WorkspaceWaiter); ok {
 		// The wait for the replica a new one replaces (a rollout's
 		// drain) runs in Prepare, before the create takes a create slot.

@@ -163,13 +163,16 @@ func TestWorkspaceOutlivesItsReplicas(t *testing.T) {
 	if st := h.status("ws"); st.Workspace != nil {
 		t.Errorf("status still has a workspace: %+v", st.Workspace)
 	}
-	rec, ok, err := h.s.store.Workspace(t.Context(), "ws")
-	if err != nil || !ok || rec.CapturedFrom != r4 {
-		t.Errorf("the last replica with a workspace was not captured: %+v %v %v", rec, ok, err)
-	}
-	if es, _ := os.ReadDir(filepath.Join(h.dir, "workspaces/ws/replicas")); len(es) != 0 {
-		t.Errorf("replica directories left: %v", es)
-	}
+	// The new replica, which has no workspace, served as a candidate
+	// while the old one drained: the old one is captured once it stops.
+	waitFor(t, "the last replica with a workspace to be captured", func() bool {
+		rec, ok, err := h.s.store.Workspace(t.Context(), "ws")
+		return err == nil && ok && rec.CapturedFrom == r4
+	})
+	waitFor(t, "the old replica's directory to be removed", func() bool {
+		es, _ := os.ReadDir(filepath.Join(h.dir, "workspaces/ws/replicas"))
+		return len(es) == 0
+	})
 	// Put back, the workspace is restored from its last snapshot.
 	if r := h.json("PUT", "/deployments/ws", wsSpec("ws", "local", "")); r.code != 200 {
 		t.Fatalf("PUT: %d %s", r.code, r.body)
