@@ -351,7 +351,7 @@ type Config struct {
 	// durable workspace (vm.workspace), whose successor can only start
 	// from what the previous one left once it has stopped.
 	Recreate bool
-	Metrics   *metrics.Deployment
+	Metrics  *metrics.Deployment
 	// Backends is where the pool publishes its ready replicas (required).
 	// It is read when the pool is created; a later Ensure keeps the first.
 	Backends Backends
