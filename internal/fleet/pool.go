@@ -572,7 +572,7 @@ func (p *Pool) create(ctx context.Context) {
 	err := prepErr
 	public := "its replica could not be created"
 	if err != nil {
-		public = "its image (vm.image) could not be pulled from its registry"
+		public = "its image (vm.image) could not be readied: pulled from its registry, or its config (such as its user) applied"
 	} else if cfg.Env != nil {
 		var secret map[string]string
 		if secret, err = cfg.Env(ctx); err == nil {
