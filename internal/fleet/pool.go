@@ -475,6 +475,9 @@ func (p *Pool) observe(ctx context.Context, cfg *Config, now time.Time) {
 				m.Autoscale.BootTimeouts.Add(1)
 			}
 			reason := fmt.Sprintf("did not become ready within boot_timeout_secs (%s)", cfg.Policy.BootTimeout)
+			if r.bootErr != "" {
+				reason += "; last probe: " + r.bootErr
+			}
 			if tail := p.logTail(ctx, r.id); tail != "" {
 				reason += "; last output: " + tail
 			}
@@ -714,6 +717,7 @@ func (p *Pool) bootLocked(ctx context.Context, r *replica) {
 				t.Stop()
 			}
 		}()
+		var last string
 		for wait := time.Duration(0); ; {
 			pctx, pcancel := context.WithTimeout(ctx, max(cfg.Timeout, time.Second))
 			err := probe(pctx, cfg, r.addr)
@@ -721,6 +725,15 @@ func (p *Pool) bootLocked(ctx context.Context, r *replica) {
 			if err == nil {
 				p.promote(r)
 				return
+			}
+			if msg := err.Error(); msg != last {
+				// Kept for the boot timeout's reason: why the replica
+				// never became ready (a refused connection, a wrong
+				// status or expected_header), not only that it did not.
+				last = msg
+				p.mu.Lock()
+				r.bootErr = msg
+				p.mu.Unlock()
 			}
 			wait = nextBootProbe(wait, p.m.o.BootProbe)
 			if wait < time.Millisecond {

@@ -317,6 +317,10 @@ func TestRolloutBadCandidates(t *testing.T) {
 			if op.Status != "failed" || op.Error == nil || *op.Error == "" || len(op.FailureSettlement) == 0 || op.ReadinessVerified {
 				t.Fatalf("settled: %+v", op)
 			}
+			// The reason names why the candidate never became ready.
+			if why := map[string]string{"never ready": "connect", "wrong header": "x-heyo-revision"}[c.name]; !strings.Contains(*op.Error, why) {
+				t.Errorf("error %q does not say why (%q)", *op.Error, why)
+			}
 			var settle struct {
 				Stopped  []string `json:"candidates_stopped"`
 				Reverted string   `json:"spec_reverted_to"`
