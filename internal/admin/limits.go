@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/apitype"
+	"github.com/berth-dev/berth/internal/artifact"
 	"github.com/berth-dev/berth/internal/auth"
 	"github.com/berth-dev/berth/internal/netguard"
 	"github.com/berth-dev/berth/internal/registry"
@@ -26,6 +27,9 @@ import (
 // It runs on the normalized spec under the registry's lock (quota sums).
 func (a *API) admit(p *auth.Principal) func(s *apitype.DeploymentSpec, prev *registry.Entry, others iter.Seq[*registry.Entry]) error {
 	return func(s *apitype.DeploymentSpec, prev *registry.Entry, others iter.Seq[*registry.Entry]) error {
+		if err := a.checkStores(s); err != nil {
+			return err
+		}
 		if !p.Confined() || s.VM == nil {
 			return nil
 		}
@@ -166,6 +170,35 @@ func (g UpstreamGuard) check(ctx context.Context, ups []string) error {
 			if g.Self.Contains(netip.AddrPortFrom(ip, t.port)) {
 				return web.Invalid(fmt.Sprintf("upstreams[%d]", i), "%q is one of berth's own listeners%s; an upstream may not point the data plane at berth itself", ups[i], via)
 			}
+		}
+	}
+	return nil
+}
+
+// checkStores refuses, for every writer, a store field that names this
+// server's own artifact route for another namespace than the spec's
+// (artifact.CheckNamespace): using it would be refused anyway, at the
+// pull, build or workspace capture, after the write had been accepted.
+func (a *API) checkStores(s *apitype.DeploymentSpec) error {
+	ns := spec.Namespace(s)
+	var fields [][2]string
+	if v := s.VM; v != nil {
+		if v.Workspace != nil {
+			fields = append(fields, [2]string{"vm.workspace.store", v.Workspace.Store})
+		}
+		for i, m := range v.Mounts {
+			fields = append(fields, [2]string{fmt.Sprintf("vm.mounts[%d].store", i), m.Store})
+		}
+	}
+	if s.Build != nil {
+		fields = append(fields, [2]string{"build.store", s.Build.Store})
+	}
+	if s.Artifact != nil {
+		fields = append(fields, [2]string{"artifact.store", s.Artifact.Store})
+	}
+	for _, f := range fields {
+		if err := artifact.CheckNamespace(f[1], ns, a.o.Upstreams.Self); err != nil {
+			return web.Errorf(http.StatusForbidden, "%s: %v", f[0], err)
 		}
 	}
 	return nil

@@ -194,7 +194,7 @@ func openURL(store, ns, key string, o OpenOptions) (Source, error) {
 	// deployment's namespace whatever key the spec carries.
 	if urlNS, ok := adminNamespace(u.Path); ok && o.Self != nil && reachesSelf(o.Self, u) {
 		if urlNS != ns {
-			return nil, fmt.Errorf("store %q names namespace %q's artifacts; a deployment in %q reads only its own", store, urlNS, ns)
+			return nil, foreignNamespace(store, urlNS, ns)
 		}
 		if o.Local == nil {
 			return nil, errors.New("store names this server, which has no artifact store")
@@ -207,6 +207,30 @@ func openURL(store, ns, key string, o OpenOptions) (Source, error) {
 	}
 	return &httpSource{base: base, key: key, timeout: o.Timeout, client: &http.Client{Transport: rt,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}, nil
+}
+
+// CheckNamespace refuses a store that names this server's own artifact
+// route (its admin URL form, …/namespaces/N/artifacts, at one of its
+// listeners) for a namespace N other than ns: a deployment reads and
+// writes only its own namespace's artifacts. Open refuses the same store
+// when it is used; this lets a spec write be refused before it is stored.
+// It makes no request (host names are resolved, as reachesSelf does).
+func CheckNamespace(store, ns string, self *netguard.Self) error {
+	if self == nil || !(strings.HasPrefix(store, "http://") || strings.HasPrefix(store, "https://")) {
+		return nil
+	}
+	u, err := url.Parse(store)
+	if err != nil {
+		return nil // the form is spec.CheckStore's to judge
+	}
+	if urlNS, ok := adminNamespace(u.Path); ok && urlNS != ns && reachesSelf(self, u) {
+		return foreignNamespace(store, urlNS, ns)
+	}
+	return nil
+}
+
+func foreignNamespace(store, urlNS, ns string) error {
+	return fmt.Errorf("store %q names namespace %q's artifacts; a deployment in %q reads and writes only its own", store, urlNS, ns)
 }
 
 // adminNamespace reports whether p is a berth admin API's namespace

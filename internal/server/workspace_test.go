@@ -267,6 +267,21 @@ func TestWorkspaceBadSpecs(t *testing.T) {
 			t.Errorf("%s: %d %q", field, r.code, msg)
 		}
 	}
+	// A store naming this server's own artifact route of another
+	// namespace is refused at the write (as every store field is: mounts,
+	// build, artifact), not only when a capture would use it.
+	other := h.admin + "/namespaces/other/artifacts"
+	for field, doc := range map[string]string{
+		"vm.workspace.store": wsSpec("bad", other, ""),
+	} {
+		r := h.json("POST", "/deployments", doc)
+		if msg := errMsg(t, r); r.code != 403 || !strings.HasPrefix(msg, field+": ") || !strings.Contains(msg, `namespace "other"`) {
+			t.Errorf("%s naming another namespace's store: %d %q", field, r.code, msg)
+		}
+	}
+	if r := h.json("POST", "/deployments", wsSpec("own", h.admin+"/namespaces/default/artifacts", "")); r.code != 201 {
+		t.Errorf("a store naming the deployment's own namespace: %d %s", r.code, r.body)
+	}
 	// workspace_archive without an archive bucket on this server.
 	arch := `{"id":"arch","routes":[],"vm":{"driver":"process","port":8080,"start_command":"true","workspace_archive":{"s3_key":"a.tgz"}}}`
 	if r := h.json("POST", "/deployments", arch); r.code != 400 || !strings.HasPrefix(errMsg(t, r), "vm.workspace_archive: this server has no archive bucket") {
