@@ -37,6 +37,15 @@ func (a *API) admit(p *auth.Principal) func(s *apitype.DeploymentSpec, prev *reg
 		if d := string(s.VM.Driver); !c.AllowsDriver(p, ns, d) {
 			return web.Errorf(http.StatusForbidden, "vm.driver: %q is not allowed for namespace %q (allowed: %s); the operator allows drivers per namespace", d, ns, driverList(c.DriversFor(ns)))
 		}
+		// berth's own S3 credentials and its archive bucket are the
+		// operator's: a namespace reaches them only through what is its
+		// own (its secret; its namespace's prefix of the bucket).
+		if w := s.VM.Workspace; w != nil && strings.HasPrefix(w.Store, "s3://") && w.Auth == nil {
+			return web.Errorf(http.StatusForbidden, "vm.workspace.auth: required for an s3:// store written by a namespace credential (a secret of namespace %q with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY); berth's own S3 credentials serve fleet-wide writers only", ns)
+		}
+		if wa := s.VM.WorkspaceArchive; wa != nil && wa.S3Key != "" && !strings.HasPrefix(wa.S3Key, ns+"/") {
+			return web.Errorf(http.StatusForbidden, "vm.workspace_archive.s3_key: %q is outside namespace %q's part of the archive bucket: a namespace credential names keys under %q", wa.S3Key, ns, ns+"/")
+		}
 		if f := spec.LoaderEnv(s); f != "" {
 			return web.Invalid(f, "sets the dynamic loader or libc up to load what it names; a namespace credential may not set it")
 		}

@@ -301,3 +301,31 @@ func (w *tenants) mintNS(t *testing.T, ns string) string {
 	w.must(201, "POST", "/tokens", w.op, fmt.Sprintf(`{"name":%q,"admin":"admin","namespace":%q,"deployments":[]}`, ns, ns), &m)
 	return bearer(m.Token)
 }
+
+// TestWorkspaceStoresConfined: what is the operator's stays the operator's.
+// A namespace credential may not use berth's own S3 credentials (an
+// s3:// workspace store needs a secret of its own) nor name archive keys
+// outside its namespace's prefix of the archive bucket; a fleet
+// credential may do both.
+func TestWorkspaceStoresConfined(t *testing.T) {
+	w := startTenants(t, Options{ConfinedDrivers: []string{"process"}, WorkspaceArchiveBucket: "archives", BaseDomain: "apps.test"})
+	w.must(201, "POST", "/namespaces", w.op, `{"name":"team-a","domains":["a.test"]}`, nil)
+	vmBody := func(id, vmExtra string) string {
+		return `{"id":"` + id + `","namespace":"team-a","routes":[{"host":"` + id + `.a.test"}],"vm":{"driver":"process","port":8080,"start_command":"true"` + vmExtra + `},"scaling":{"max_replicas":1}}`
+	}
+	for _, c := range []struct{ field, extra string }{
+		{"vm.workspace.auth", `,"workspace":{"store":"s3://bucket/x"}`},
+		{"vm.workspace_archive.s3_key", `,"workspace_archive":{"s3_key":"team-b/data.tgz"}`},
+		{"vm.workspace_archive.s3_key", `,"workspace_archive":{"s3_key":"data.tgz"}`},
+	} {
+		r := w.call(nil, "POST", "/deployments", w.a, vmBody("ws", c.extra))
+		if msg := errorOf(t, r); r.code != 403 || !strings.HasPrefix(msg, c.field+": ") {
+			t.Errorf("team-a %s: %s, want 403 naming %s", c.extra, r, c.field)
+		}
+	}
+	if r := w.call(nil, "POST", "/deployments", w.a, vmBody("ws", `,"workspace_archive":{"s3_key":"team-a/../team-b/data.tgz"}`)); r.code != 400 {
+		t.Errorf("a key with .. segments: %s, want 400", r)
+	}
+	w.must(201, "POST", "/deployments", w.a, vmBody("own", `,"workspace_archive":{"s3_key":"team-a/data.tgz"}`), nil)
+	w.must(201, "POST", "/deployments", w.op, vmBody("fleet", `,"workspace":{"store":"s3://bucket/x"}`), nil)
+}

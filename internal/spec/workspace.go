@@ -112,6 +112,13 @@ func (v validator) workspace(vm *apitype.VmSpec) *FieldError {
 		if strings.HasPrefix(wa.S3Key, "/") || strings.Contains(wa.S3Key, "\x00") {
 			return fieldErr("vm.workspace_archive.s3_key", "%q must be an object key (no leading /)", wa.S3Key)
 		}
+		for _, seg := range strings.Split(wa.S3Key, "/") {
+			// Some S3 servers and proxies resolve dot segments, so a key
+			// with one could name an object outside the prefix it shows.
+			if seg == "." || seg == ".." || seg == "" {
+				return fieldErr("vm.workspace_archive.s3_key", "%q must be an object key without empty, . or .. segments", wa.S3Key)
+			}
+		}
 		if wa.SizeBytes != nil && *wa.SizeBytes < 0 {
 			return fieldErr("vm.workspace_archive.size_bytes", "must not be negative")
 		}
