@@ -74,7 +74,7 @@ func (s *Server) resolveMounts(ctx context.Context, id string, ms []apitype.Moun
 // template changes with them, so replicas boot with the new trees (and a
 // deployment that had no pool because a mount was unpulled gets one).
 func (s *Server) applyMountPulls(ctx context.Context, id string) error {
-	_, err := s.rewriteSpec(ctx, id, func(sp *apitype.DeploymentSpec) bool {
+	_, err := s.rewriteSpec(ctx, id, "", func(sp *apitype.DeploymentSpec) bool {
 		if sp.VM == nil {
 			return false
 		}
@@ -254,7 +254,7 @@ func (s *Server) artifactPullKind() (jobs.Kind, error) {
 	}
 	o := artifactpull.Options{
 		Open: s.ArtifactSource, Trees: s.trees, Images: s.images, Records: s.store, TempDir: tmp,
-		SwitchVMImage: s.switchVMImage,
+		SwitchVMImage: s.switchVMImage, CheckOperation: s.checkOperation,
 		SwitchSite: func(_ context.Context, id string) error {
 			if !s.registry.Refresh(id) {
 				return fmt.Errorf("deployment %q no longer exists", id)

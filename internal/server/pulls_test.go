@@ -384,7 +384,8 @@ func (h *harness) deleteQuietly(id string) {
 // TestArtifactPullSite: a site with an artifact answers 503 until the pull
 // its registration starts unpacks the bundle, then serves its index.html
 // from the bundle's tree; a pull of the same ref is reused; a new version
-// pulled with ref switches the site; operation_id is refused; a namespace
+// pulled with ref switches the site; operation_id is refused (a site has
+// no rollout); a namespace
 // cannot pull another's tag; the records validate.
 func TestArtifactPullSite(t *testing.T) {
 	h := start(t, "")
@@ -421,7 +422,7 @@ func TestArtifactPullSite(t *testing.T) {
 	v2 := h.push("default", "docs-v2", tarball(t, "dist", map[string]string{"index.html": "<h1>bundle two</h1>"}))
 	for body, want := range map[string]string{
 		`{"operation_id":"op-1"}`:              "operation_id: needs ref",
-		`{"ref":"docs-v2","operation_id":"x"}`: "operation_id: berth has no rollouts",
+		`{"ref":"docs-v2","operation_id":"x"}`: "operation_id: a site switches to its pulled bundle at once",
 		`{"nope":1}`:                           "the body must be {ref?, operation_id?, force?}",
 	} {
 		if r := h.json("POST", "/deployments/docs/pull", body); r.code != 400 || !strings.Contains(string(r.body), want) {
@@ -514,6 +515,41 @@ func TestArtifactPullVM(t *testing.T) {
 		t.Errorf("the second pull: %+v", rec)
 	}
 	h.checkJob(c, rec.ID)
+
+	// A new version pulled with an operation_id is the rollout of that
+	// id; the id cannot be used twice, nor be malformed.
+	os.WriteFile(filepath.Join(rootfs, "www", "index.html"), []byte("from the second rootfs\n"), 0o644)
+	tb.Reset()
+	cmd = exec.Command("tar", "-C", rootfs, "-czf", "-", ".")
+	cmd.Stdout = &tb
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	h.push("default", "app-rootfs-2", tb.Bytes())
+	before = h.jobIDs("art")
+	if r := h.json("POST", "/deployments/art/pull", `{"ref":"app-rootfs-2","operation_id":"pull-op-1"}`); r.code != 202 {
+		t.Fatalf("pull with an operation_id: %d %s", r.code, r.body)
+	}
+	rec = h.awaitJob("art", apitype.JobArtifactPull, before...)
+	if rec.Status != apitype.JobSucceeded || rec.RolledOut == nil || !*rec.RolledOut {
+		t.Fatalf("the pull with an operation_id: %+v", rec)
+	}
+	waitFor(t, "rollout pull-op-1 to settle", func() bool {
+		r := h.do("GET", "/deployments/art/rollouts/pull-op-1", "", "")
+		var op apitype.RolloutOperation
+		return r.code == 200 && json.Unmarshal(r.body, &op) == nil && op.Status == "succeeded"
+	})
+	if r := h.getEventually("art.test", "/www/index.html"); string(r.body) != "from the second rootfs\n" {
+		t.Errorf("after the rollout the replica served %q", r.body)
+	}
+	for body, want := range map[string]string{
+		`{"ref":"app-rootfs","operation_id":"pull-op-1"}`: "has a rollout \"pull-op-1\" already",
+		`{"ref":"app-rootfs","operation_id":"a b"}`:       "operation_id: ",
+	} {
+		if r := h.json("POST", "/deployments/art/pull", body); r.code/100 != 4 || !strings.Contains(errMsg(t, r), want) {
+			t.Errorf("pull %s: %d %s, want %q", body, r.code, r.body, want)
+		}
+	}
 }
 
 // TestMountPull100MiB measures a mount pull of a 100 MiB tarball (ten

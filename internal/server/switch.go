@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 
 	"github.com/berth-dev/berth/apitype"
+	"github.com/berth-dev/berth/internal/jobs"
 	"github.com/berth-dev/berth/internal/registry"
 	"github.com/berth-dev/berth/internal/rollout"
 )
@@ -25,7 +27,7 @@ import (
 // The put is the server's own, not the tenant's: the spec was accepted
 // from its writer already, and only what edit changes is new, so it runs
 // without the writer's restrictions (no Admit, no Restricted).
-func (s *Server) rewriteSpec(ctx context.Context, id string, edit func(*apitype.DeploymentSpec) bool) (bool, error) {
+func (s *Server) rewriteSpec(ctx context.Context, id, op string, edit func(*apitype.DeploymentSpec) bool) (bool, error) {
 	for attempt := 0; ; attempt++ {
 		e, ok := s.registry.Get(id)
 		if !ok {
@@ -47,7 +49,7 @@ func (s *Server) rewriteSpec(ctx context.Context, id string, edit func(*apitype.
 		}
 		// Through the rollout manager: a changed vm section is a
 		// rollout with an operation of its own, reverted if it fails.
-		_, _, err = s.rollouts.Write(ctx, rollout.Request{Spec: sp}, registry.PutOptions{MustExist: true, IfMatch: e.ETag})
+		_, _, err = s.rollouts.Write(ctx, rollout.Request{Spec: sp, OperationID: op}, registry.PutOptions{MustExist: true, IfMatch: e.ETag})
 		if errors.Is(err, registry.ErrPrecondition) && attempt == 0 {
 			continue
 		}
@@ -62,13 +64,27 @@ func (s *Server) rewriteSpec(ctx context.Context, id string, edit func(*apitype.
 // image store), replacing its pool as an edit of vm.image does: the
 // replicas of the old image drain while new ones boot. It reports whether
 // the deployment was switched (false: it already ran image). For jobs
-// that produce an image (artifact-pull, image-build).
-func (s *Server) switchVMImage(ctx context.Context, id, image string) (rolledOut bool, err error) {
-	return s.rewriteSpec(ctx, id, func(sp *apitype.DeploymentSpec) bool {
+// that produce an image (artifact-pull, image-build); op, when not "",
+// is the rollout's operation id (POST /deployments/{id}/pull's
+// operation_id).
+func (s *Server) switchVMImage(ctx context.Context, id, image, op string) (rolledOut bool, err error) {
+	return s.rewriteSpec(ctx, id, op, func(sp *apitype.DeploymentSpec) bool {
 		if sp.VM == nil || sp.VM.Image == image {
 			return false
 		}
 		sp.VM.Image = image
 		return true
 	})
+}
+
+// checkOperation is artifact-pull's CheckOperation: op's form, and no
+// rollout of deployment id named op yet.
+func (s *Server) checkOperation(ctx context.Context, id, op string) error {
+	if err := rollout.ValidOperationID(op); err != nil {
+		return jobs.Errorf(http.StatusBadRequest, "%v", err)
+	}
+	if _, err := s.rollouts.Get(ctx, id, op); err == nil {
+		return jobs.Errorf(http.StatusConflict, "operation_id: deployment %q has a rollout %q already", id, op)
+	}
+	return nil
 }

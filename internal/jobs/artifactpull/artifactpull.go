@@ -78,9 +78,14 @@ type Options struct {
 	Secrets Secrets
 	// TempDir holds a rootfs tarball while it is fetched and verified.
 	TempDir string
-	// SwitchVMImage points vm deployment id at image, replacing its pool,
-	// and reports whether it changed the spec.
-	SwitchVMImage func(ctx context.Context, id, image string) (bool, error)
+	// SwitchVMImage points vm deployment id at image, replacing its pool
+	// through a rollout (with operation id op when it is not ""), and
+	// reports whether it changed the spec.
+	SwitchVMImage func(ctx context.Context, id, image, op string) (bool, error)
+	// CheckOperation judges a pull's operation_id before the job starts:
+	// its form, and that deployment has no rollout of that id yet. It
+	// returns a *jobs.Error to answer with. nil: operation_id is refused.
+	CheckOperation func(ctx context.Context, deployment, op string) error
 	// SwitchSite makes site deployment id serve the tree its recorded pull
 	// names.
 	SwitchSite func(ctx context.Context, id string) error
@@ -137,10 +142,17 @@ func (o Options) prepare(ctx context.Context, req jobs.Request) (jobs.Run, error
 	switch {
 	case body.OperationID != "" && body.Ref == "":
 		return nil, jobs.Errorf(http.StatusBadRequest, "operation_id: needs ref")
-	case body.OperationID != "":
-		return nil, jobs.Errorf(http.StatusBadRequest, "operation_id: berth has no rollouts to attach a pull to; send ref alone")
+	case body.OperationID != "" && d.Kind != apitype.KindVM:
+		return nil, jobs.Errorf(http.StatusBadRequest, "operation_id: a site switches to its pulled bundle at once, with no rollout to name; send ref alone")
+	case body.OperationID != "" && o.CheckOperation == nil:
+		return nil, jobs.Errorf(http.StatusBadRequest, "operation_id: this server records no rollouts; send ref alone")
 	case body.Ref != "" && len(body.Ref) > 256:
 		return nil, jobs.Errorf(http.StatusBadRequest, "ref: longer than 256 bytes")
+	}
+	if body.OperationID != "" {
+		if err := o.CheckOperation(ctx, d.ID, body.OperationID); err != nil {
+			return nil, err
+		}
 	}
 	ref := cmp.Or(body.Ref, a.Ref)
 	var key string
@@ -161,11 +173,11 @@ func (o Options) prepare(ctx context.Context, req jobs.Request) (jobs.Run, error
 	}
 	return func(ctx context.Context, j *jobs.Job) error {
 		j.Redact(key)
-		return o.run(ctx, j, d, a, ref, key, body.Force)
+		return o.run(ctx, j, d, a, ref, key, body.OperationID, body.Force)
 	}, nil
 }
 
-func (o Options) run(ctx context.Context, j *jobs.Job, d jobs.Deployment, a *apitype.ArtifactSpec, ref, key string, force bool) error {
+func (o Options) run(ctx context.Context, j *jobs.Job, d jobs.Deployment, a *apitype.ArtifactSpec, ref, key, op string, force bool) error {
 	j.Set(func(r *apitype.JobRecord) { r.Store, r.Artifact = a.Store, ref })
 	src, err := o.Open(a.Store, d.Namespace, key)
 	if err != nil {
@@ -202,11 +214,14 @@ func (o Options) run(ctx context.Context, j *jobs.Job, d jobs.Deployment, a *api
 	if err := o.Records.PutArtifactPull(ctx, store.MountPull{Deployment: d.ID, Store: a.Store, Ref: ref, Digest: digest, Tree: name}); err != nil {
 		return err
 	}
-	rolled, err := o.SwitchVMImage(ctx, d.ID, name)
+	rolled, err := o.SwitchVMImage(ctx, d.ID, name, op)
 	if err != nil {
 		return fmt.Errorf("image %s was imported, but the deployment could not be switched to it: %w", name, err)
 	}
-	if rolled {
+	switch {
+	case rolled && op != "":
+		j.Logf("switched vm.image to %s: rollout %s replaces the replicas (GET /deployments/%s/rollouts/%s)", name, op, d.ID, op)
+	case rolled:
 		j.Logf("switched vm.image to %s: the replicas are being replaced", name)
 	}
 	j.Set(func(r *apitype.JobRecord) { r.RolledOut = &rolled })

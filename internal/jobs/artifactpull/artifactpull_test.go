@@ -85,7 +85,7 @@ func TestArtifactPull(t *testing.T) {
 			return artifact.Open(s, ns, key, artifact.OpenOptions{Local: arts})
 		},
 		Trees: trees, Images: ims, Records: st, TempDir: dir,
-		SwitchVMImage: func(_ context.Context, id, im string) (bool, error) {
+		SwitchVMImage: func(_ context.Context, id, im, _ string) (bool, error) {
 			switched = append(switched, im)
 			return len(switched) == 1, nil
 		},
@@ -134,7 +134,8 @@ func TestArtifactPull(t *testing.T) {
 		msg  string
 	}{
 		{vm, `{"operation_id":"o"}`, "operation_id: needs ref"},
-		{vm, `{"ref":"r","operation_id":"o"}`, "operation_id: berth has no rollouts"},
+		{vm, `{"ref":"r","operation_id":"o"}`, "operation_id: this server records no rollouts"},
+		{site, `{"ref":"r","operation_id":"o"}`, "operation_id: a site switches to its pulled bundle at once"},
 		{vm, `{"force":"yes"}`, "the body must be"},
 		{jobs.Deployment{ID: "x", Kind: apitype.KindVM}, ``, `deployment "x" has no artifact section to pull`},
 		{jobs.Deployment{ID: "x", Kind: apitype.KindVM, Spec: apitype.DeploymentSpec{Artifact: &apitype.ArtifactSpec{Store: "local", Ref: "r", Auth: &apitype.SecretRef{Secret: "s"}}}}, ``, "artifact.auth: secrets are not enabled"},

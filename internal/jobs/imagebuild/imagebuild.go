@@ -79,7 +79,7 @@ type Options struct {
 	Open func(store, ns, key string) (artifact.Source, error)
 	// SwitchVMImage points vm deployment id at image, replacing its pool,
 	// and reports whether it changed the spec.
-	SwitchVMImage func(ctx context.Context, id, image string) (bool, error)
+	SwitchVMImage func(ctx context.Context, id, image, op string) (bool, error)
 }
 
 // Kind returns the image-build kind, to register under
@@ -217,7 +217,7 @@ func (o Options) run(ctx context.Context, j *jobs.Job, d jobs.Deployment, b *api
 	if !reused {
 		j.Logf("imported %d bytes as image %s (fetch %s, build %s, import %s)", res.Bytes, name, res.Fetch.Round(1e6), res.Buildah.Round(1e6), res.Import.Round(1e6))
 	}
-	rolled, err := o.SwitchVMImage(ctx, d.ID, name)
+	rolled, err := o.SwitchVMImage(ctx, d.ID, name, "")
 	if err != nil {
 		return err
 	}

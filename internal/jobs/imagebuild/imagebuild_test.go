@@ -113,7 +113,7 @@ func TestImageBuild(t *testing.T) {
 		Open: func(s, ns, key string) (artifact.Source, error) {
 			return artifact.Open(s, ns, key, artifact.OpenOptions{Local: arts})
 		},
-		SwitchVMImage: func(_ context.Context, id, im string) (bool, error) {
+		SwitchVMImage: func(_ context.Context, id, im, _ string) (bool, error) {
 			switched = append(switched, im)
 			return true, nil
 		},
