@@ -1,14 +1,12 @@
 package server
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -368,32 +366,7 @@ func TestRolloutKillNine(t *testing.T) {
 	}
 	dir := t.TempDir()
 	t.Cleanup(func() { stopReplicas(t, dir) })
-	cmd := exec.Command(os.Args[0], "-test.run=^TestVMServerChild$")
-	cmd.Env = append(os.Environ(), "BERTH_VM_CHILD=1", "BERTH_CHILD_DIR="+dir)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	child := &harness{t: t, stopped: true}
-	guard := time.AfterFunc(60*time.Second, func() { cmd.Process.Kill() })
-	sc := bufio.NewScanner(out)
-	for (child.admin == "" || child.proxy == "") && sc.Scan() {
-		if a, ok := strings.CutPrefix(sc.Text(), "ADMIN "); ok {
-			child.admin = "http://" + a
-		}
-		if a, ok := strings.CutPrefix(sc.Text(), "PROXY "); ok {
-			child.proxy = "http://" + a
-		}
-	}
-	guard.Stop()
-	if child.admin == "" || child.proxy == "" {
-		t.Fatal("the child did not report its addresses")
-	}
+	child, cmd := startChild(t, "TestVMServerChild", dir, "BERTH_VM_CHILD=1", "BERTH_CHILD_DIR="+dir)
 	if r := child.json("POST", "/deployments", revSpec("web", "a", "a", "")); r.code != 201 {
 		t.Fatalf("%d %s", r.code, r.body)
 	}

@@ -33,33 +33,7 @@ func TestVMKillNineUnderLoad(t *testing.T) {
 	dir := t.TempDir()
 	// Whatever happens below, no replica outlives the test.
 	t.Cleanup(func() { stopReplicas(t, dir) })
-	cmd := exec.Command(os.Args[0], "-test.run=^TestVMServerChild$")
-	cmd.Env = append(os.Environ(), "BERTH_VM_CHILD=1", "BERTH_CHILD_DIR="+dir)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	child := &harness{t: t, stopped: true}
-	// Hang guard: a child that never reports is killed, which ends the scan.
-	guard := time.AfterFunc(60*time.Second, func() { cmd.Process.Kill() })
-	sc := bufio.NewScanner(out)
-	for (child.admin == "" || child.proxy == "") && sc.Scan() {
-		if a, ok := strings.CutPrefix(sc.Text(), "ADMIN "); ok {
-			child.admin = "http://" + a
-		}
-		if a, ok := strings.CutPrefix(sc.Text(), "PROXY "); ok {
-			child.proxy = "http://" + a
-		}
-	}
-	guard.Stop()
-	if child.admin == "" || child.proxy == "" {
-		t.Fatal("the child did not report its addresses")
-	}
+	child, cmd := startChild(t, "TestVMServerChild", dir, "BERTH_VM_CHILD=1", "BERTH_CHILD_DIR="+dir)
 	if r := child.json("POST", "/deployments", vmSpec("busy", `,"scaling":{"min_replicas":2,"max_replicas":2}`)); r.code != 201 {
 		t.Fatalf("%d %s", r.code, r.body)
 	}
@@ -204,4 +178,41 @@ func TestVMServerChild(t *testing.T) {
 	}
 	fmt.Printf("ADMIN %s\nPROXY %s\n", s.AdminAddr(), s.ProxyAddr())
 	s.Run(context.Background()) // until killed
+}
+
+// startChild runs a berth in a child process of this test binary (the
+// test named child, which serves on data directory dir and prints
+// "ADMIN addr" and "PROXY addr"), with env added to its environment, and
+// returns a harness on it and the process, for the test to kill with
+// SIGKILL. The process is killed when the test ends, whatever happened.
+func startChild(t *testing.T, child, dir string, env ...string) (*harness, *exec.Cmd) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+child+"$")
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	h := &harness{t: t, dir: dir, stopped: true}
+	// Hang guard: a child that never reports is killed, which ends the scan.
+	guard := time.AfterFunc(60*time.Second, func() { cmd.Process.Kill() })
+	sc := bufio.NewScanner(out)
+	for (h.admin == "" || h.proxy == "") && sc.Scan() {
+		if a, ok := strings.CutPrefix(sc.Text(), "ADMIN "); ok {
+			h.admin = "http://" + a
+		}
+		if a, ok := strings.CutPrefix(sc.Text(), "PROXY "); ok {
+			h.proxy = "http://" + a
+		}
+	}
+	guard.Stop()
+	if h.admin == "" || h.proxy == "" {
+		t.Fatal("the child did not report its addresses")
+	}
+	return h, cmd
 }

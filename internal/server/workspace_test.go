@@ -2,7 +2,6 @@ package server
 
 import (
 	"archive/tar"
-	"bufio"
 	"bytes"
 	"compress/gzip"
 	"context"
@@ -13,7 +12,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -435,28 +433,7 @@ func TestWorkspaceKillNineDuringCapture(t *testing.T) {
 	}
 	dir := t.TempDir()
 	t.Cleanup(func() { stopReplicas(t, dir) })
-	cmd := exec.Command(os.Args[0], "-test.run=^TestWorkspaceServerChild$")
-	cmd.Env = append(os.Environ(), "BERTH_WS_CHILD="+dir)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	sc := bufio.NewScanner(out)
-	child := &harness{t: t, dir: dir, stopped: true}
-	for sc.Scan() {
-		if a, ok := strings.CutPrefix(sc.Text(), "ADMIN "); ok {
-			child.admin = "http://" + a
-			break
-		}
-	}
-	if child.admin == "" {
-		t.Fatal("child did not report its admin address")
-	}
+	child, cmd := startChild(t, "TestWorkspaceServerChild", dir, "BERTH_WS_CHILD="+dir)
 	if r := child.json("POST", "/deployments", wsSpec("ws", "local", "")); r.code != 201 {
 		t.Fatalf("%d %s", r.code, r.body)
 	}
@@ -528,7 +505,7 @@ func TestWorkspaceServerChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fmt.Printf("ADMIN %s\n", s.AdminAddr())
+	fmt.Printf("ADMIN %s\nPROXY %s\n", s.AdminAddr(), s.ProxyAddr())
 	s.Run(context.Background()) // until killed
 }
 
