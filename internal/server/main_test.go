@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/coder/websocket"
+
 	"github.com/berth-dev/berth/internal/agent"
 	"github.com/berth-dev/berth/internal/hostnet/netnstest"
 )
@@ -45,6 +47,24 @@ func testApp() int {
 	fmt.Println("test app listening")
 	rev := os.Getenv("APP_REVISION")
 	http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/ws" {
+			// A websocket echoing each message with the revision that
+			// answered it (a rollout test holds one across the switch).
+			c, err := websocket.Accept(w, r, nil)
+			if err != nil {
+				return
+			}
+			defer c.CloseNow()
+			for {
+				typ, msg, err := c.Read(r.Context())
+				if err != nil {
+					return
+				}
+				if c.Write(r.Context(), typ, []byte(rev+":"+string(msg))) != nil {
+					return
+				}
+			}
+		}
 		if rev != "" {
 			w.Header().Set("X-Heyo-Revision", rev) // what a rollout's expected_header checks
 		}

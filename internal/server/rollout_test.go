@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
+
 	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/cli"
 	"github.com/berth-dev/berth/internal/contracttest"
@@ -552,5 +554,62 @@ func TestRolloutContainer(t *testing.T) {
 	slices.Sort(running)
 	if !slices.Equal(running, before) {
 		t.Errorf("the container driver runs %v, want only %v", running, before)
+	}
+}
+
+// TestRolloutKeepsWebsockets: a websocket open on a previous replica keeps
+// working while the rollout drains that replica — it is answered by the
+// previous revision while new requests go to the new one — and the
+// previous replica stops only when drain_timeout_secs ends it; only then
+// does the operation report the previous replicas stopped.
+func TestRolloutKeepsWebsockets(t *testing.T) {
+	h := start(t, "")
+	one := func(rev, want string) string {
+		return strings.Replace(strings.Replace(revSpec("web", rev, want, ""), `"min_replicas":2,"max_replicas":2`, `"min_replicas":1,"max_replicas":1`, 1),
+			`"drain_timeout_secs":5`, `"drain_timeout_secs":10`, 1)
+	}
+	if r := h.json("POST", "/deployments", one("a", "a")); r.code != 201 {
+		t.Fatalf("%d %s", r.code, r.body)
+	}
+	waitFor(t, "a ready replica", func() bool { return h.status("web").Ready == 1 })
+	st := h.status("web")
+	ctx := t.Context()
+	ws, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(h.proxy, "http")+"/ws", &websocket.DialOptions{Host: "web.test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.CloseNow()
+	echo := func(msg string) (string, error) {
+		if err := ws.Write(ctx, websocket.MessageText, []byte(msg)); err != nil {
+			return "", err
+		}
+		_, b, err := ws.Read(ctx)
+		return string(b), err
+	}
+	if got, err := echo("hello"); err != nil || got != "a:hello" {
+		t.Fatalf("before the rollout: %q %v", got, err)
+	}
+	if r := h.json("POST", "/deployments/web/rollouts", startRollout("web", "ws-op", st.RolloutRevision, one("b", "b"))); r.code != 202 {
+		t.Fatalf("start: %d %s", r.code, r.body)
+	}
+	waitFor(t, "the candidate to take new requests", func() bool {
+		r := get(t, h.proxy+"/", "web.test")
+		return r.code == 200 && r.header.Get("X-Heyo-Revision") == "b"
+	})
+	// The previous replica drains: the websocket it holds still works,
+	// answered by revision a, and the operation has not stopped it.
+	if got, err := echo("during"); err != nil || got != "a:during" {
+		t.Errorf("the websocket during the drain: %q %v", got, err)
+	}
+	if op, _ := h.rollout("web", "ws-op"); op.PreviousStopped {
+		t.Errorf("the previous replica was stopped with a websocket open: %+v", op)
+	}
+	op := h.settled("web", "ws-op")
+	if op.Status != "succeeded" || !op.PreviousStopped {
+		t.Errorf("settled: %+v", op)
+	}
+	// drain_timeout_secs ended the previous replica, and its websocket.
+	if _, err := echo("after"); err == nil {
+		t.Error("the websocket to the stopped replica still answers")
 	}
 }
