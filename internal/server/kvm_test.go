@@ -46,115 +46,8 @@ const kvmApp = `mkdir -p /www && { echo "hello from $(hostname)"; cat /proc/cmdl
 // The guest network (a bridge and a tap per replica) exists only in the
 // network namespace the package's tests run in (TestMain, netnstest.Main).
 func TestKVMGateway(t *testing.T) {
-	skipShort(t, "boots a guest (TCG here)")
-	if why := kvmSkip(); why != "" {
-		t.Skip(why)
-	}
-	netnstest.Require(t)
-	dir, err := os.MkdirTemp("", "bk") // short: QEMU's sockets live below
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-
-	// The guests' agent is built dynamically linked where there is a C
-	// compiler, as `go build` builds berth there: the guest then runs it
-	// through the interpreter and libc bundled into its disk, which the
-	// busybox image lacks. The static agent's way into a guest is the kvm
-	// package's tests' (and TestAgentDisks's).
-	agent := filepath.Join(dir, "agent")
-	cgo := vmtest.HaveCC()
-	if err := vmtest.BuildAgent(agent, cgo); err != nil {
-		t.Fatal(err)
-	}
-	dynamic := guest.CheckStatic(agent) != nil
-	if dynamic != cgo {
-		t.Fatalf("the agent built with cgo %v is dynamic: %v", cgo, dynamic)
-	}
-	t.Logf("guest agent dynamically linked: %v", dynamic)
-
-	// The host's side of the guest network, as `berth host setup` makes
-	// it, in this namespace.
-	data := filepath.Join(dir, "data")
-	t.Setenv("BERTH_GUEST_SUBNET", hostnet.DefaultSubnet)
-	cfg, err := hostnet.ConfigFromEnv(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := hostnet.Setup(context.Background(), cfg); err != nil {
-		t.Fatalf("guest network: %v", err)
-	}
-	t.Cleanup(func() { hostnet.Teardown(context.Background(), cfg) })
-
-	// The drivers' accelerator probe answers from the machine's cache that
-	// the vm/kvm and vm/libvirt tests share, so that it probes /boot's
-	// kernel once, not in every test package.
-	shared := filepath.Join(os.TempDir(), "berth-kvm-probe")
-	for _, d := range []string{shared, data} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.Symlink(shared, kvm.ProbeCacheDir(data)); err != nil {
-		t.Fatal(err)
-	}
-
-	var logs syncbuf.Buffer
-	o := Options{
-		ProxyAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", DataDir: data, RegistryAllowInsecure: []string{"127.0.0.1"},
-		Log: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-	}
-	agentOptions(&o)
-	o.Drivers.GuestAgent = agent
-	o.Drivers.GuestKernel.Path = os.Getenv("BERTH_KVM_KERNEL") // as the kvm package's tests
-	s, err := New(context.Background(), o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("server log:\n%s", logs.String())
-		}
-	})
-	if !slices.Contains(s.fleet.DriverNames(), "kvm") {
-		t.Fatalf("berth has no kvm driver (drivers %v); its log:\n%s", s.fleet.DriverNames(), logs.String())
-	}
-	rootfs := filepath.Join(dir, "rootfs")
-	if err := vmtest.BusyboxRoot(rootfs); err != nil {
-		t.Fatal(err)
-	}
-	// The image comes from a registry on loopback, as a user's would:
-	// the first replica's create pulls it (the cold start's pull phase)
-	// and the kvm driver makes its disk from the pulled tree.
-	reg := registrytest.Start(t, registrytest.Options{})
-	ref := reg.Push(t, "guests/busybox:1", registrytest.Image(t, v1.Config{}, registrytest.DirLayer(t, rootfs)))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	admin, proxy := "http://"+s.AdminAddr(), "http://"+s.ProxyAddr()
-	// Replicas outlive the server (QEMU is a daemon of its own); the
-	// deployment's deletion stops them, and whatever QEMU is left then is
-	// killed, so that none outlives the test.
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		killQEMUs(t, filepath.Join(data, "kvm"))
-	})
-
-	call := func(method, path, body string) (int, []byte) {
-		t.Helper()
-		req, _ := http.NewRequest(method, admin+path, strings.NewReader(body))
-		if body != "" {
-			req.Header.Set("Content-Type", "application/json")
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, b
-	}
+	k := startKVM(t, v1.Config{})
+	call, logs, data, ref, dynamic, proxy := k.call, k.logs, k.data, k.ref, k.dynamic, k.proxy
 	// A TCG boot takes 5 to 30 s depending on the host's load: the hold
 	// and the boot may take up to two minutes.
 	spec := fmt.Sprintf(`{"id":"kvmgw","routes":[{"host":"kvmgw.test"}],`+
@@ -263,6 +156,137 @@ func TestKVMGateway(t *testing.T) {
 	if len(left) > 0 {
 		t.Errorf("the deleted deployment left replicas %v", left)
 	}
+}
+
+// kvmServer is a berth server with the kvm driver, as startKVM makes it.
+type kvmServer struct {
+	s       *Server
+	logs    *syncbuf.Buffer
+	data    string // its DataDir
+	ref     string // the busybox guest image, in a registry on loopback
+	dynamic bool   // whether the guest agent is dynamically linked
+	proxy   string // the gateway's URL
+	// call makes a request of the admin API, returning its status and body.
+	call func(method, path, body string) (int, []byte)
+}
+
+// startKVM starts a server whose kvm driver boots the busybox image
+// (with image config config) from a registry on loopback, or skips t
+// where no guest can boot. The server and whatever QEMU is left stop
+// when t ends.
+func startKVM(t *testing.T, config v1.Config) *kvmServer {
+	t.Helper()
+	skipShort(t, "boots a guest (TCG here)")
+	if why := kvmSkip(); why != "" {
+		t.Skip(why)
+	}
+	netnstest.Require(t)
+	dir, err := os.MkdirTemp("", "bk") // short: QEMU's sockets live below
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+
+	// The guests' agent is built dynamically linked where there is a C
+	// compiler, as `go build` builds berth there: the guest then runs it
+	// through the interpreter and libc bundled into its disk, which the
+	// busybox image lacks. The static agent's way into a guest is the kvm
+	// package's tests' (and TestAgentDisks's).
+	agent := filepath.Join(dir, "agent")
+	cgo := vmtest.HaveCC()
+	if err := vmtest.BuildAgent(agent, cgo); err != nil {
+		t.Fatal(err)
+	}
+	dynamic := guest.CheckStatic(agent) != nil
+	if dynamic != cgo {
+		t.Fatalf("the agent built with cgo %v is dynamic: %v", cgo, dynamic)
+	}
+	t.Logf("guest agent dynamically linked: %v", dynamic)
+
+	// The host's side of the guest network, as `berth host setup` makes
+	// it, in this namespace.
+	data := filepath.Join(dir, "data")
+	t.Setenv("BERTH_GUEST_SUBNET", hostnet.DefaultSubnet)
+	cfg, err := hostnet.ConfigFromEnv(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hostnet.Setup(context.Background(), cfg); err != nil {
+		t.Fatalf("guest network: %v", err)
+	}
+	t.Cleanup(func() { hostnet.Teardown(context.Background(), cfg) })
+
+	// The drivers' accelerator probe answers from the machine's cache that
+	// the vm/kvm and vm/libvirt tests share, so that it probes /boot's
+	// kernel once, not in every test package.
+	shared := filepath.Join(os.TempDir(), "berth-kvm-probe")
+	for _, d := range []string{shared, data} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(shared, kvm.ProbeCacheDir(data)); err != nil {
+		t.Fatal(err)
+	}
+
+	var logs syncbuf.Buffer
+	o := Options{
+		ProxyAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", DataDir: data, RegistryAllowInsecure: []string{"127.0.0.1"},
+		Log: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	}
+	agentOptions(&o)
+	o.Drivers.GuestAgent = agent
+	o.Drivers.GuestKernel.Path = os.Getenv("BERTH_KVM_KERNEL") // as the kvm package's tests
+	s, err := New(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("server log:\n%s", logs.String())
+		}
+	})
+	if !slices.Contains(s.fleet.DriverNames(), "kvm") {
+		t.Fatalf("berth has no kvm driver (drivers %v); its log:\n%s", s.fleet.DriverNames(), logs.String())
+	}
+	rootfs := filepath.Join(dir, "rootfs")
+	if err := vmtest.BusyboxRoot(rootfs); err != nil {
+		t.Fatal(err)
+	}
+	// The image comes from a registry on loopback, as a user's would:
+	// the first replica's create pulls it (the cold start's pull phase)
+	// and the kvm driver makes its disk from the pulled tree.
+	reg := registrytest.Start(t, registrytest.Options{})
+	ref := reg.Push(t, "guests/busybox:1", registrytest.Image(t, config, registrytest.DirLayer(t, rootfs)))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	admin, proxy := "http://"+s.AdminAddr(), "http://"+s.ProxyAddr()
+	// Replicas outlive the server (QEMU is a daemon of its own); the
+	// deployment's deletion stops them, and whatever QEMU is left then is
+	// killed, so that none outlives the test.
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		killQEMUs(t, filepath.Join(data, "kvm"))
+	})
+
+	k := &kvmServer{s: s, logs: &logs, data: data, ref: ref, dynamic: dynamic, proxy: proxy}
+	k.call = func(method, path, body string) (int, []byte) {
+		t.Helper()
+		req, _ := http.NewRequest(method, admin+path, strings.NewReader(body))
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	return k
 }
 
 // replicaFailure is the first line of the server's log that says a
