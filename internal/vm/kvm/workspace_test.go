@@ -67,6 +67,14 @@ func TestWorkspace(t *testing.T) {
 			t.Errorf("the guest's file is uid %d, mode %v on the host; want uid %d, 0644", st.Uid, fi.Mode().Perm(), os.Geteuid())
 		}
 	}
+	// The guest's root cannot make a device node in the host directory
+	// (QEMU runs without CAP_MKNOD).
+	if r, err := c.Exec(ctx, agent.ExecRequest{Command: "mknod /workspace/null c 1 3"}); err != nil || r.ExitCode == 0 || !strings.Contains(r.Output, "not permitted") {
+		t.Errorf("mknod in /workspace: exit %d, %q, %v; want it refused", r.ExitCode, r.Output, err)
+	}
+	if fi, err := os.Lstat(filepath.Join(ws, "null")); err == nil {
+		t.Errorf("the guest made %s on the host (mode %v)", filepath.Join(ws, "null"), fi.Mode())
+	}
 	// The agent's file API is rooted in the workspace.
 	if _, err := c.WriteFile(ctx, "/made/api.txt", strings.NewReader("through the agent\n"), 0o600); err != nil {
 		t.Fatalf("WriteFile: %v", err)
