@@ -28,6 +28,7 @@ import (
 	"github.com/berth-dev/berth/internal/syncbuf"
 	"github.com/berth-dev/berth/internal/vm/guest"
 	"github.com/berth-dev/berth/internal/vm/kvm"
+	"github.com/berth-dev/berth/internal/vm/libvirt/libvirttest"
 	"github.com/berth-dev/berth/internal/vm/vmtest"
 )
 
@@ -158,11 +159,13 @@ func TestKVMGateway(t *testing.T) {
 	}
 }
 
-// kvmServer is a berth server with the kvm driver, as startKVM makes it.
+// kvmServer is a berth server with the kvm or the libvirt driver, as
+// startKVM or startGuests makes it.
 type kvmServer struct {
 	s       *Server
 	logs    *syncbuf.Buffer
 	data    string // its DataDir
+	driver  string // kvm or libvirt
 	ref     string // the busybox guest image, in a registry on loopback
 	dynamic bool   // whether the guest agent is dynamically linked
 	proxy   string // the gateway's URL
@@ -176,9 +179,25 @@ type kvmServer struct {
 // when t ends.
 func startKVM(t *testing.T, config v1.Config) *kvmServer {
 	t.Helper()
+	return startGuests(t, "kvm", config)
+}
+
+// startGuests is startKVM for driver kvm or libvirt. For libvirt it
+// starts a libvirtd of the test's own (libvirttest), which the server's
+// libvirt driver connects to, and stops it when t ends, killing any QEMU
+// of its domains left then.
+func startGuests(t *testing.T, driver string, config v1.Config) *kvmServer {
+	t.Helper()
 	skipShort(t, "boots a guest (TCG here)")
 	if why := kvmSkip(); why != "" {
 		t.Skip(why)
+	}
+	var libvirtd string
+	if driver == "libvirt" {
+		var err error
+		if libvirtd, err = libvirttest.Bin(); err != nil {
+			t.Skipf("no libvirtd (%v); scripts/test installs libvirt-daemon and libvirt-daemon-driver-qemu", err)
+		}
 	}
 	netnstest.Require(t)
 	dir, err := os.MkdirTemp("", "bk") // short: QEMU's sockets live below
@@ -229,6 +248,22 @@ func startKVM(t *testing.T, config v1.Config) *kvmServer {
 		t.Fatal(err)
 	}
 
+	var libvirtSocket string
+	if driver == "libvirt" {
+		stop, sock, err := libvirttest.Start(libvirtd, filepath.Join(dir, "libvirt"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		libvirtSocket = sock
+		// Registered before the server's cleanup, so run after it:
+		// the deployment's deletion has stopped its domains by then, and
+		// a QEMU left over (its disk under dir) is killed.
+		t.Cleanup(func() {
+			stop()
+			killQEMUsUnder(t, dir)
+		})
+	}
+
 	var logs syncbuf.Buffer
 	o := Options{
 		ProxyAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", DataDir: data, RegistryAllowInsecure: []string{"127.0.0.1"},
@@ -237,6 +272,7 @@ func startKVM(t *testing.T, config v1.Config) *kvmServer {
 	agentOptions(&o)
 	o.Drivers.GuestAgent = agent
 	o.Drivers.GuestKernel.Path = os.Getenv("BERTH_KVM_KERNEL") // as the kvm package's tests
+	o.Drivers.LibvirtSocket = libvirtSocket
 	s, err := New(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
@@ -246,8 +282,8 @@ func startKVM(t *testing.T, config v1.Config) *kvmServer {
 			t.Logf("server log:\n%s", logs.String())
 		}
 	})
-	if !slices.Contains(s.fleet.DriverNames(), "kvm") {
-		t.Fatalf("berth has no kvm driver (drivers %v); its log:\n%s", s.fleet.DriverNames(), logs.String())
+	if !slices.Contains(s.fleet.DriverNames(), driver) {
+		t.Fatalf("berth has no %s driver (drivers %v); its log:\n%s", driver, s.fleet.DriverNames(), logs.String())
 	}
 	rootfs := filepath.Join(dir, "rootfs")
 	if err := vmtest.BusyboxRoot(rootfs); err != nil {
@@ -271,7 +307,7 @@ func startKVM(t *testing.T, config v1.Config) *kvmServer {
 		killQEMUs(t, filepath.Join(data, "kvm"))
 	})
 
-	k := &kvmServer{s: s, logs: &logs, data: data, ref: ref, dynamic: dynamic, proxy: proxy}
+	k := &kvmServer{s: s, logs: &logs, data: data, driver: driver, ref: ref, dynamic: dynamic, proxy: proxy}
 	k.call = func(method, path, body string) (int, []byte) {
 		t.Helper()
 		req, _ := http.NewRequest(method, admin+path, strings.NewReader(body))
@@ -347,5 +383,23 @@ func killQEMUs(t *testing.T, dir string) {
 			t.Logf("killing the QEMU of %s (pid %d)", id, pid)
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
+	}
+}
+
+// killQEMUsUnder kills every QEMU whose command line names a path under
+// dir (libvirtd's domains of a test, whose disks live there).
+func killQEMUsUnder(t *testing.T, dir string) {
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		cmd, err := os.ReadFile(p)
+		if err != nil || !bytes.Contains(cmd, []byte("qemu")) || !bytes.Contains(cmd, []byte(dir+"/")) {
+			continue
+		}
+		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		if err != nil || pid <= 1 || pid == os.Getpid() {
+			continue
+		}
+		t.Logf("killing QEMU pid %d, left by libvirtd", pid)
+		syscall.Kill(pid, syscall.SIGKILL)
 	}
 }

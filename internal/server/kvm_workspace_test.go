@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/berth-dev/berth/apitype"
+	"github.com/berth-dev/berth/internal/vm/drivers"
 )
 
 // TestWorkspaceKVM: a kvm deployment's vm.workspace is the replica's
@@ -21,12 +21,18 @@ import (
 // still the user's. A set-user-ID bit the guest set is not carried into
 // the snapshot, and the guest mounts the share nosuid,nodev. Two guest
 // boots (TCG here).
-func TestWorkspaceKVM(t *testing.T) {
-	k := startKVM(t, v1.Config{User: "1000:1000"})
-	const id = "wskvm"
-	spec := fmt.Sprintf(`{"id":%q,"routes":[{"host":"wskvm.test"}],`+
-		`"vm":{"driver":"kvm","image":%q,"port":8080,"start_command":"exec httpd -f -p 8080 -h /","workspace":{"store":"local"}},`+
-		`"scaling":{"min_replicas":1,"max_replicas":1,"boot_timeout_secs":120}}`, id, k.ref)
+func TestWorkspaceKVM(t *testing.T) { testWorkspaceGuests(t, "kvm") }
+
+// TestWorkspaceLibvirt is TestWorkspaceKVM on the libvirt driver, with a
+// libvirtd of the test's own.
+func TestWorkspaceLibvirt(t *testing.T) { testWorkspaceGuests(t, "libvirt") }
+
+func testWorkspaceGuests(t *testing.T, driver string) {
+	k := startGuests(t, driver, v1.Config{User: "1000:1000"})
+	id := "ws" + driver
+	spec := fmt.Sprintf(`{"id":%q,"routes":[{"host":"%s.test"}],`+
+		`"vm":{"driver":%q,"image":%q,"port":8080,"start_command":"exec httpd -f -p 8080 -h /","workspace":{"store":"local"}},`+
+		`"scaling":{"min_replicas":1,"max_replicas":1,"boot_timeout_secs":120}}`, id, id, driver, k.ref)
 	if code, b := k.call("POST", "/deployments", spec); code != http.StatusCreated {
 		t.Fatalf("registering: %d %s", code, b)
 	}
@@ -107,7 +113,7 @@ func TestWorkspaceKVM(t *testing.T) {
 	}
 	var left []string
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if left = kvmReplicas(filepath.Join(k.data, "kvm")); len(left) == 0 {
+		if left = kvmReplicas(drivers.StateDirs(k.data)[driver]); len(left) == 0 {
 			break
 		}
 	}
