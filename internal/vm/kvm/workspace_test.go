@@ -86,6 +86,23 @@ func TestWorkspace(t *testing.T) {
 		t.Errorf("ReadFile(/hello.txt) = %q, %v", b, err)
 	}
 
+	// A renewed lease reaches the agent's lease file (/v1/lease), not the
+	// workspace its file endpoints are rooted in. Renew leaves the push
+	// to afterBoot while that has yet to reach the agent.
+	for d.bootPending(id) && ctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	until := time.Now().Add(time.Hour).Truncate(time.Second)
+	if err := d.Renew(ctx, id, until); err != nil {
+		t.Fatalf("Renew: %v", err)
+	}
+	if got := run("cat /run/berth/lease"); got != strconv.FormatInt(until.Unix(), 10)+"\n" {
+		t.Errorf("the guest's lease file holds %q after Renew to %d", got, until.Unix())
+	}
+	if _, err := os.Lstat(filepath.Join(ws, "run")); err == nil {
+		t.Errorf("the lease went into the workspace (%s)", filepath.Join(ws, "run"))
+	}
+
 	// What 9p costs, against the root disk (virtio-blk), for the log:
 	// 32 MiB written (fsynced) and read back with cold caches, timed from
 	// here (one exec each: the agent's round trip is in it).
