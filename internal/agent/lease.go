@@ -1,11 +1,15 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -84,4 +88,47 @@ func (m *mainRun) watchLease(ctx context.Context, path string, interval time.Dur
 		case <-t.C:
 		}
 	}
+}
+
+// handleLease is PUT /v1/lease: the body, a deadline as FormatLease
+// writes it (unix seconds), replaces the lease file's (Options.LeaseFile)
+// atomically, making its directory if need be.
+func (s *Server) handleLease(w http.ResponseWriter, r *http.Request) {
+	if s.opts.LeaseFile == "" {
+		writeError(w, http.StatusNotFound, "this agent has no lease file (--lease-file)")
+		return
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 64))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "reading the lease: "+err.Error())
+		return
+	}
+	sec, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil || sec <= 0 {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("the lease %q is not a deadline in unix seconds", truncate(string(b), 64)))
+		return
+	}
+	if err := replaceLease(s.opts.LeaseFile, FormatLease(time.Unix(sec, 0))); err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// replaceLease writes b to path through a temporary file and a rename, so
+// that the watcher never reads half a deadline.
+func replaceLease(path string, b []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// SetLease moves the agent's lease deadline to until (PUT /v1/lease).
+func (c *Client) SetLease(ctx context.Context, until time.Time) error {
+	return c.do(ctx, "PUT", "/v1/lease", nil, bytes.NewReader(FormatLease(until)), nil)
 }

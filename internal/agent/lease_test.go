@@ -3,6 +3,10 @@
 package agent_test
 
 import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -212,5 +216,43 @@ func TestMainLeaseUsage(t *testing.T) {
 		if code := exitCode(t, cmd, stderr); code != 2 || !strings.Contains(stderr.String(), "lease-") {
 			t.Errorf("agent %q: exit %d, stderr %q; want 2 and a message naming the flag", args, code, stderr)
 		}
+	}
+}
+
+// TestSetLease: PUT /v1/lease rewrites the agent's lease file, outside
+// the Root its files endpoints are confined to, making its directory; an
+// agent without a lease file answers 404, and a body that is no deadline
+// is refused.
+func TestSetLease(t *testing.T) {
+	dir := t.TempDir()
+	lease := filepath.Join(dir, "run", "berth", "lease")
+	root := filepath.Join(dir, "workspace")
+	if err := os.Mkdir(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c, sock := serve(t, agent.Options{Root: root, LeaseFile: lease})
+	until := time.Unix(1900000000, 0)
+	if err := c.SetLease(context.Background(), until); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(lease); err != nil || string(b) != "1900000000\n" {
+		t.Errorf("lease file %q (%v), want 1900000000", b, err)
+	}
+	if ents, _ := os.ReadDir(root); len(ents) != 0 {
+		t.Errorf("the root holds %v, want nothing", ents)
+	}
+	req, _ := http.NewRequest("PUT", "http://agent/v1/lease", strings.NewReader("soon"))
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	if resp, err := hc.Do(req); err != nil || resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("PUT /v1/lease \"soon\": %v %v, want 400", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	c2, _ := serve(t, agent.Options{})
+	var ae *agent.Error
+	if err := c2.SetLease(context.Background(), until); !errors.As(err, &ae) || ae.Status != http.StatusNotFound {
+		t.Errorf("SetLease without a lease file: %v, want a 404", err)
 	}
 }

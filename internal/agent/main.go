@@ -205,7 +205,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 			return m.exit(1, fmt.Sprintf("agent: %v", err))
 		}
 	}
-	srv := NewServer(Options{Root: *root, Dir: *workdir, StateDir: *stateDir, Logf: m.logf})
+	srv := NewServer(Options{Root: *root, Dir: *workdir, StateDir: *stateDir, LeaseFile: *lease, Logf: m.logf})
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	defer func() {

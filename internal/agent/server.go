@@ -31,6 +31,11 @@ type Options struct {
 	// Version is reported by /v1/info; empty means the build's module
 	// version.
 	Version string
+	// LeaseFile is the agent's --lease-file, which PUT /v1/lease
+	// rewrites: the host's way to move the lease deadline even when the
+	// files endpoints are confined to a Root the file lies outside (a VM
+	// guest with a workspace). Empty: /v1/lease answers 404.
+	LeaseFile string
 	// Logf, if set, receives one line per notable event (a command that
 	// could not start, a session that ended badly). Nil discards them.
 	Logf func(format string, args ...any)
@@ -152,6 +157,7 @@ func (s *Server) Handler() http.Handler {
 	route("/v1/files/patch", map[string]http.HandlerFunc{"POST": serveJSON(s.patch)})
 	route("/v1/processes", map[string]http.HandlerFunc{"GET": s.handleListProcesses, "POST": s.handleStartProcess})
 	route("/v1/processes/", map[string]http.HandlerFunc{"GET": s.handleProcessGet, "DELETE": s.handleKillProcess})
+	route("/v1/lease", map[string]http.HandlerFunc{"PUT": s.handleLease})
 	// Only a spare (spare.go) takes assignments; every other agent has
 	// its replica.
 	route("/v1/assign", map[string]http.HandlerFunc{"POST": func(w http.ResponseWriter, r *http.Request) {

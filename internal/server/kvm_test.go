@@ -28,6 +28,7 @@ import (
 	"github.com/berth-dev/berth/internal/syncbuf"
 	"github.com/berth-dev/berth/internal/vm/guest"
 	"github.com/berth-dev/berth/internal/vm/kvm"
+	"github.com/berth-dev/berth/internal/vm/libvirt/libvirttest"
 	"github.com/berth-dev/berth/internal/vm/vmtest"
 )
 
@@ -46,115 +47,8 @@ const kvmApp = `mkdir -p /www && { echo "hello from $(hostname)"; cat /proc/cmdl
 // The guest network (a bridge and a tap per replica) exists only in the
 // network namespace the package's tests run in (TestMain, netnstest.Main).
 func TestKVMGateway(t *testing.T) {
-	skipShort(t, "boots a guest (TCG here)")
-	if why := kvmSkip(); why != "" {
-		t.Skip(why)
-	}
-	netnstest.Require(t)
-	dir, err := os.MkdirTemp("", "bk") // short: QEMU's sockets live below
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-
-	// The guests' agent is built dynamically linked where there is a C
-	// compiler, as `go build` builds berth there: the guest then runs it
-	// through the interpreter and libc bundled into its disk, which the
-	// busybox image lacks. The static agent's way into a guest is the kvm
-	// package's tests' (and TestAgentDisks's).
-	agent := filepath.Join(dir, "agent")
-	cgo := vmtest.HaveCC()
-	if err := vmtest.BuildAgent(agent, cgo); err != nil {
-		t.Fatal(err)
-	}
-	dynamic := guest.CheckStatic(agent) != nil
-	if dynamic != cgo {
-		t.Fatalf("the agent built with cgo %v is dynamic: %v", cgo, dynamic)
-	}
-	t.Logf("guest agent dynamically linked: %v", dynamic)
-
-	// The host's side of the guest network, as `berth host setup` makes
-	// it, in this namespace.
-	data := filepath.Join(dir, "data")
-	t.Setenv("BERTH_GUEST_SUBNET", hostnet.DefaultSubnet)
-	cfg, err := hostnet.ConfigFromEnv(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := hostnet.Setup(context.Background(), cfg); err != nil {
-		t.Fatalf("guest network: %v", err)
-	}
-	t.Cleanup(func() { hostnet.Teardown(context.Background(), cfg) })
-
-	// The drivers' accelerator probe answers from the machine's cache that
-	// the vm/kvm and vm/libvirt tests share, so that it probes /boot's
-	// kernel once, not in every test package.
-	shared := filepath.Join(os.TempDir(), "berth-kvm-probe")
-	for _, d := range []string{shared, data} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.Symlink(shared, kvm.ProbeCacheDir(data)); err != nil {
-		t.Fatal(err)
-	}
-
-	var logs syncbuf.Buffer
-	o := Options{
-		ProxyAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", DataDir: data, RegistryAllowInsecure: []string{"127.0.0.1"},
-		Log: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-	}
-	agentOptions(&o)
-	o.Drivers.GuestAgent = agent
-	o.Drivers.GuestKernel.Path = os.Getenv("BERTH_KVM_KERNEL") // as the kvm package's tests
-	s, err := New(context.Background(), o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("server log:\n%s", logs.String())
-		}
-	})
-	if !slices.Contains(s.fleet.DriverNames(), "kvm") {
-		t.Fatalf("berth has no kvm driver (drivers %v); its log:\n%s", s.fleet.DriverNames(), logs.String())
-	}
-	rootfs := filepath.Join(dir, "rootfs")
-	if err := vmtest.BusyboxRoot(rootfs); err != nil {
-		t.Fatal(err)
-	}
-	// The image comes from a registry on loopback, as a user's would:
-	// the first replica's create pulls it (the cold start's pull phase)
-	// and the kvm driver makes its disk from the pulled tree.
-	reg := registrytest.Start(t, registrytest.Options{})
-	ref := reg.Push(t, "guests/busybox:1", registrytest.Image(t, v1.Config{}, registrytest.DirLayer(t, rootfs)))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	admin, proxy := "http://"+s.AdminAddr(), "http://"+s.ProxyAddr()
-	// Replicas outlive the server (QEMU is a daemon of its own); the
-	// deployment's deletion stops them, and whatever QEMU is left then is
-	// killed, so that none outlives the test.
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		killQEMUs(t, filepath.Join(data, "kvm"))
-	})
-
-	call := func(method, path, body string) (int, []byte) {
-		t.Helper()
-		req, _ := http.NewRequest(method, admin+path, strings.NewReader(body))
-		if body != "" {
-			req.Header.Set("Content-Type", "application/json")
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, b
-	}
+	k := startKVM(t, v1.Config{})
+	call, logs, data, ref, dynamic, proxy := k.call, k.logs, k.data, k.ref, k.dynamic, k.proxy
 	// A TCG boot takes 5 to 30 s depending on the host's load: the hold
 	// and the boot may take up to two minutes.
 	spec := fmt.Sprintf(`{"id":"kvmgw","routes":[{"host":"kvmgw.test"}],`+
@@ -265,6 +159,172 @@ func TestKVMGateway(t *testing.T) {
 	}
 }
 
+// kvmServer is a berth server with the kvm or the libvirt driver, as
+// startKVM or startGuests makes it.
+type kvmServer struct {
+	s       *Server
+	logs    *syncbuf.Buffer
+	data    string // its DataDir
+	driver  string // kvm or libvirt
+	ref     string // the busybox guest image, in a registry on loopback
+	dynamic bool   // whether the guest agent is dynamically linked
+	proxy   string // the gateway's URL
+	// call makes a request of the admin API, returning its status and body.
+	call func(method, path, body string) (int, []byte)
+}
+
+// startKVM starts a server whose kvm driver boots the busybox image
+// (with image config config) from a registry on loopback, or skips t
+// where no guest can boot. The server and whatever QEMU is left stop
+// when t ends.
+func startKVM(t *testing.T, config v1.Config) *kvmServer {
+	t.Helper()
+	return startGuests(t, "kvm", config)
+}
+
+// startGuests is startKVM for driver kvm or libvirt. For libvirt it
+// starts a libvirtd of the test's own (libvirttest), which the server's
+// libvirt driver connects to, and stops it when t ends, killing any QEMU
+// of its domains left then.
+func startGuests(t *testing.T, driver string, config v1.Config) *kvmServer {
+	t.Helper()
+	skipShort(t, "boots a guest (TCG here)")
+	if why := kvmSkip(); why != "" {
+		t.Skip(why)
+	}
+	var libvirtd string
+	if driver == "libvirt" {
+		var err error
+		if libvirtd, err = libvirttest.Bin(); err != nil {
+			t.Skipf("no libvirtd (%v); scripts/test installs libvirt-daemon and libvirt-daemon-driver-qemu", err)
+		}
+	}
+	netnstest.Require(t)
+	dir, err := os.MkdirTemp("", "bk") // short: QEMU's sockets live below
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+
+	// The guests' agent is built dynamically linked where there is a C
+	// compiler, as `go build` builds berth there: the guest then runs it
+	// through the interpreter and libc bundled into its disk, which the
+	// busybox image lacks. The static agent's way into a guest is the kvm
+	// package's tests' (and TestAgentDisks's).
+	agent := filepath.Join(dir, "agent")
+	cgo := vmtest.HaveCC()
+	if err := vmtest.BuildAgent(agent, cgo); err != nil {
+		t.Fatal(err)
+	}
+	dynamic := guest.CheckStatic(agent) != nil
+	if dynamic != cgo {
+		t.Fatalf("the agent built with cgo %v is dynamic: %v", cgo, dynamic)
+	}
+	t.Logf("guest agent dynamically linked: %v", dynamic)
+
+	// The host's side of the guest network, as `berth host setup` makes
+	// it, in this namespace.
+	data := filepath.Join(dir, "data")
+	t.Setenv("BERTH_GUEST_SUBNET", hostnet.DefaultSubnet)
+	cfg, err := hostnet.ConfigFromEnv(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hostnet.Setup(context.Background(), cfg); err != nil {
+		t.Fatalf("guest network: %v", err)
+	}
+	t.Cleanup(func() { hostnet.Teardown(context.Background(), cfg) })
+
+	// The drivers' accelerator probe answers from the machine's cache that
+	// the vm/kvm and vm/libvirt tests share, so that it probes /boot's
+	// kernel once, not in every test package.
+	shared := filepath.Join(os.TempDir(), "berth-kvm-probe")
+	for _, d := range []string{shared, data} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(shared, kvm.ProbeCacheDir(data)); err != nil {
+		t.Fatal(err)
+	}
+
+	var libvirtSocket string
+	if driver == "libvirt" {
+		stop, sock, err := libvirttest.Start(libvirtd, filepath.Join(dir, "libvirt"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		libvirtSocket = sock
+		// Registered before the server's cleanup, so run after it:
+		// the deployment's deletion has stopped its domains by then, and
+		// a QEMU left over (its disk under dir) is killed.
+		t.Cleanup(func() {
+			stop()
+			killQEMUsUnder(t, dir)
+		})
+	}
+
+	var logs syncbuf.Buffer
+	o := Options{
+		ProxyAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", DataDir: data, RegistryAllowInsecure: []string{"127.0.0.1"},
+		Log: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	}
+	agentOptions(&o)
+	o.Drivers.GuestAgent = agent
+	o.Drivers.GuestKernel.Path = os.Getenv("BERTH_KVM_KERNEL") // as the kvm package's tests
+	o.Drivers.LibvirtSocket = libvirtSocket
+	s, err := New(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("server log:\n%s", logs.String())
+		}
+	})
+	if !slices.Contains(s.fleet.DriverNames(), driver) {
+		t.Fatalf("berth has no %s driver (drivers %v); its log:\n%s", driver, s.fleet.DriverNames(), logs.String())
+	}
+	rootfs := filepath.Join(dir, "rootfs")
+	if err := vmtest.BusyboxRoot(rootfs); err != nil {
+		t.Fatal(err)
+	}
+	// The image comes from a registry on loopback, as a user's would:
+	// the first replica's create pulls it (the cold start's pull phase)
+	// and the kvm driver makes its disk from the pulled tree.
+	reg := registrytest.Start(t, registrytest.Options{})
+	ref := reg.Push(t, "guests/busybox:1", registrytest.Image(t, config, registrytest.DirLayer(t, rootfs)))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	admin, proxy := "http://"+s.AdminAddr(), "http://"+s.ProxyAddr()
+	// Replicas outlive the server (QEMU is a daemon of its own); the
+	// deployment's deletion stops them, and whatever QEMU is left then is
+	// killed, so that none outlives the test.
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		killQEMUs(t, filepath.Join(data, "kvm"))
+	})
+
+	k := &kvmServer{s: s, logs: &logs, data: data, driver: driver, ref: ref, dynamic: dynamic, proxy: proxy}
+	k.call = func(method, path, body string) (int, []byte) {
+		t.Helper()
+		req, _ := http.NewRequest(method, admin+path, strings.NewReader(body))
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	return k
+}
+
 // replicaFailure is the first line of the server's log that says a
 // replica could not be created or failed to boot, or "".
 func replicaFailure(log string) string {
@@ -323,5 +383,23 @@ func killQEMUs(t *testing.T, dir string) {
 			t.Logf("killing the QEMU of %s (pid %d)", id, pid)
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
+	}
+}
+
+// killQEMUsUnder kills every QEMU whose command line names a path under
+// dir (libvirtd's domains of a test, whose disks live there).
+func killQEMUsUnder(t *testing.T, dir string) {
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		cmd, err := os.ReadFile(p)
+		if err != nil || !bytes.Contains(cmd, []byte("qemu")) || !bytes.Contains(cmd, []byte(dir+"/")) {
+			continue
+		}
+		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		if err != nil || pid <= 1 || pid == os.Getpid() {
+			continue
+		}
+		t.Logf("killing QEMU pid %d, left by libvirtd", pid)
+		syscall.Kill(pid, syscall.SIGKILL)
 	}
 }

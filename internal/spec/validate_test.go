@@ -380,13 +380,27 @@ func TestValidate(t *testing.T) {
 			s.Scaling = &apitype.ScalingPolicy{MaxReplicas: intp(1)}
 			return s
 		}, nil, "vm.driver: vm.workspace needs a driver that shares a writable directory"},
-		{"workspace refused on kvm", func() *apitype.DeploymentSpec {
+		{"workspace on kvm", func() *apitype.DeploymentSpec {
 			s := vmSpec()
 			s.VM.Driver = apitype.DriverKVM
 			s.VM.Workspace = &apitype.WorkspaceSpec{Store: "local"}
 			s.Scaling = &apitype.ScalingPolicy{MaxReplicas: intp(1)}
 			return s
-		}, nil, `vm.driver: vm.workspace needs a driver that shares a writable directory with its replicas (process, container or libvirt), not "kvm"`},
+		}, nil, ""},
+		{"workspace on kvm elsewhere than /workspace", func() *apitype.DeploymentSpec {
+			s := vmSpec()
+			s.VM.Driver = apitype.DriverKVM
+			s.VM.Workspace = &apitype.WorkspaceSpec{Store: "local", Path: "/data"}
+			s.Scaling = &apitype.ScalingPolicy{MaxReplicas: intp(1)}
+			return s
+		}, nil, `vm.workspace.path: "/data": the kvm driver attaches the workspace at /workspace only`},
+		{"workspace refused on firecracker, naming the drivers", func() *apitype.DeploymentSpec {
+			s := vmSpec()
+			s.VM.Driver = apitype.DriverFirecracker
+			s.VM.Workspace = &apitype.WorkspaceSpec{Store: "local"}
+			s.Scaling = &apitype.ScalingPolicy{MaxReplicas: intp(1)}
+			return s
+		}, nil, `vm.driver: vm.workspace needs a driver that shares a writable directory with its replicas (process, container, kvm or libvirt), not "firecracker"`},
 		{"workspace needs one replica", func() *apitype.DeploymentSpec {
 			s := vmSpec()
 			s.VM.Workspace = &apitype.WorkspaceSpec{Store: "local"}

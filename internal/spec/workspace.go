@@ -11,10 +11,12 @@ import (
 // WorkspaceDrivers are the drivers that hand a replica a host directory
 // it can write, which a durable workspace (vm.workspace) or an archive
 // (vm.workspace_archive) needs: the process driver runs the app in it,
-// the container and libvirt drivers attach it at /workspace. The kvm
-// driver's 9p share is not offered (berth's kvm mounts are read-only, and
-// its workspace share is untested for deployments); firecracker has none.
-var WorkspaceDrivers = []apitype.Driver{apitype.DriverProcess, apitype.DriverContainer, apitype.DriverLibvirt}
+// the container driver bind-mounts it at /workspace, the kvm and libvirt
+// drivers share it into the guest over virtio 9p, which the guest mounts
+// at /workspace. Another vm.workspace.path needs a driver with writable
+// mounts (Options.Mounter: the container driver; kvm and libvirt attach
+// it at /workspace only). Firecracker has no share.
+var WorkspaceDrivers = []apitype.Driver{apitype.DriverProcess, apitype.DriverContainer, apitype.DriverKVM, apitype.DriverLibvirt}
 
 // DefaultWorkspacePath is vm.workspace.path's default.
 const DefaultWorkspacePath = "/workspace"
@@ -127,7 +129,7 @@ func (v validator) workspace(vm *apitype.VmSpec) *FieldError {
 		}
 	}
 	if !slices.Contains(WorkspaceDrivers, vm.Driver) {
-		return fieldErr("vm.driver", "%s needs a driver that shares a writable directory with its replicas (process, container or libvirt), not %q", field, vm.Driver)
+		return fieldErr("vm.driver", "%s needs a driver that shares a writable directory with its replicas (process, container, kvm or libvirt), not %q", field, vm.Driver)
 	}
 	if ws != nil && ws.Path != "" && ws.Path != DefaultWorkspacePath {
 		writable := false

@@ -33,7 +33,11 @@ type Stats struct {
 // that equal trees give equal bytes and so equal digests. Directories,
 // regular files and symbolic links are kept; sockets, devices and fifos
 // are left out (nothing a replica could hand on through a file). A file
-// whose size changes while it is read fails the capture.
+// whose size changes while it is read fails the capture. Set-user-ID and
+// set-group-ID bits of files are left out: a replica may set them (a guest
+// of the kvm or libvirt driver through its 9p share, as root or as the
+// file's owner), and Extract, run as berth's user (root), would make them
+// set-ID bits of that user's files on the host.
 func WriteTar(w io.Writer, dir string) (Stats, error) {
 	h := sha256.New()
 	cw := &countWriter{w: io.MultiWriter(w, h)}
@@ -61,10 +65,9 @@ func WriteTar(w io.Writer, dir string) (Stats, error) {
 			Mode:    int64(fi.Mode().Perm()),
 			ModTime: fi.ModTime().Truncate(time.Second).UTC(),
 		}
-		if fi.Mode()&fs.ModeSetuid != 0 {
-			hdr.Mode |= 0o4000
-		}
-		if fi.Mode()&fs.ModeSetgid != 0 {
+		// A directory keeps its set-group-ID bit (its files' group); no
+		// file keeps set-user-ID or set-group-ID (see above).
+		if fi.IsDir() && fi.Mode()&fs.ModeSetgid != 0 {
 			hdr.Mode |= 0o2000
 		}
 		if fi.Mode()&fs.ModeSticky != 0 {
@@ -170,7 +173,8 @@ func ExtractArchive(r io.Reader, dir string) error {
 // Extract unpacks tar stream r into dir, an existing directory, through
 // an os.Root: no entry is written outside dir, whatever its name or the
 // symbolic links before it say. Entries other than directories, regular
-// files and symbolic links are skipped.
+// files and symbolic links are skipped, and so are the set-user-ID bits of
+// all and the set-group-ID bits of files (a directory keeps its own).
 func Extract(r io.Reader, dir string) error {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
@@ -200,11 +204,8 @@ func Extract(r io.Reader, dir string) error {
 			return fmt.Errorf("entry %q leaves the workspace", hdr.Name)
 		}
 		mode := fs.FileMode(hdr.Mode).Perm()
-		if hdr.Mode&0o4000 != 0 {
-			mode |= fs.ModeSetuid
-		}
-		if hdr.Mode&0o2000 != 0 {
-			mode |= fs.ModeSetgid
+		if hdr.Mode&0o2000 != 0 && hdr.Typeflag == tar.TypeDir {
+			mode |= fs.ModeSetgid // no set-ID file, whatever the tar says (see WriteTar)
 		}
 		if hdr.Mode&0o1000 != 0 {
 			mode |= fs.ModeSticky

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io/fs"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -471,4 +472,44 @@ func crashChild(t *testing.T) {
 	}
 	d.Retired(context.Background(), "r2")
 	t.Fatal("the capture returned")
+}
+
+// TestTarDropsSetIDBits: a snapshot keeps no file's set-user-ID or
+// set-group-ID bit, nor does Extract restore one from a tar that has them;
+// a directory keeps its set-group-ID bit, a file its other mode bits.
+func TestTarDropsSetIDBits(t *testing.T) {
+	src := t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "s"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(src, "g"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, mode := range map[string]fs.FileMode{"s": 0o755 | fs.ModeSetuid | fs.ModeSetgid, "g": 0o775 | fs.ModeDir | fs.ModeSetgid} {
+		if err := os.Chmod(filepath.Join(src, name), mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var snap bytes.Buffer
+	if _, err := workspace.WriteTar(&snap, src); err != nil {
+		t.Fatal(err)
+	}
+	// The same entries with every set-ID bit, as another tar may have them.
+	var crafted bytes.Buffer
+	tw := tar.NewWriter(&crafted)
+	tw.WriteHeader(&tar.Header{Name: "g/", Typeflag: tar.TypeDir, Mode: 0o6775})
+	tw.WriteHeader(&tar.Header{Name: "s", Typeflag: tar.TypeReg, Mode: 0o6755, Size: 1})
+	tw.Write([]byte("x"))
+	tw.Close()
+	for what, tarball := range map[string][]byte{"a snapshot": snap.Bytes(), "a tar with set-ID bits": crafted.Bytes()} {
+		dst := t.TempDir()
+		if err := workspace.Extract(bytes.NewReader(tarball), dst); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		for name, want := range map[string]fs.FileMode{"s": 0o755, "g": 0o775 | fs.ModeDir | fs.ModeSetgid} {
+			if fi, err := os.Lstat(filepath.Join(dst, name)); err != nil || fi.Mode() != want {
+				t.Errorf("%s: %s extracted with mode %v (%v), want %v", what, name, fi.Mode(), err, want)
+			}
+		}
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -273,20 +274,35 @@ func (d *Driver) bootPending(id string) bool {
 }
 
 // pushLease writes the host's lease deadline into the guest through the
-// agent, making the file's directory first (a guest started without a TTL
-// has none). The deadline is read once the agent has answered, so that a
-// push that waited for a booting guest carries the latest one.
+// agent (PUT /v1/lease, which rewrites the agent's --lease-file). The
+// deadline is read once the agent has answered, so that a push that
+// waited for a booting guest carries the latest one.
+//
+// Not through the files endpoints: with a workspace they are confined to
+// /workspace, where the file would land in the workspace (and its
+// snapshots) instead of where the agent reads it. An agent older than
+// /v1/lease (a replica adopted from an earlier berth) answers 404; one
+// without a workspace then gets the file as before, making its directory
+// first (a guest started without a TTL has none).
 func (d *Driver) pushLease(ctx context.Context, st state) error {
 	c := agent.NewClient(func(ctx context.Context) (net.Conn, error) { return d.dialAgent(ctx, st) })
 	defer c.Close()
-	if _, err := c.Mkdir(ctx, filepath.Dir(guestLease), 0o700, true); err != nil {
-		return err
+	if _, err := c.Info(ctx); err != nil {
+		return err // the agent answers first, so the deadline is the latest
 	}
 	until, ok := d.hostLease(st.ID)
 	if !ok {
 		return nil
 	}
-	_, err := c.WriteFile(ctx, guestLease, bytes.NewReader(agent.FormatLease(until)), 0o600)
+	err := c.SetLease(ctx, until)
+	var ae *agent.Error
+	if !errors.As(err, &ae) || ae.Status != http.StatusNotFound || st.Workspace != "" {
+		return err
+	}
+	if _, err := c.Mkdir(ctx, filepath.Dir(guestLease), 0o700, true); err != nil {
+		return err
+	}
+	_, err = c.WriteFile(ctx, guestLease, bytes.NewReader(agent.FormatLease(until)), 0o600)
 	return err
 }
 

@@ -75,7 +75,7 @@
 // 9p, QEMU's local file system driver, under the tag berth.workspace
 // (WorkspaceTag), and the initramfs mounts it at /workspace before it
 // switches to the root disk (WorkspaceModules, WorkspaceMountOptions:
-// 9p2000.L, msize 256 KiB, cache=mmap). The agent is rooted there
+// 9p2000.L, msize 256 KiB, cache=mmap, nosuid, nodev). The agent is rooted there
 // (--root /workspace), and /workspace is HOME and the base of a relative
 // WorkDir, as in the container driver, so a Computer sees the same tree on
 // every backing.
@@ -85,7 +85,24 @@
 // which rules out an image; virtiofs needs virtiofsd and shared memory
 // backing for the guest's RAM. Decision: security_model=passthrough: QEMU
 // runs as root and files get the owners and modes the guest gives them,
-// as through a container's bind mount. Decision: cache=mmap, not loose:
+// as through a container's bind mount. Not mapped-xattr: berth captures a
+// deployment's workspace (vm.workspace) from the host directory, which
+// must then be the tree the guest sees, and under mapped-xattr every host
+// file is QEMU's, 0600 (directories 0700), with the guest's owner and mode
+// in user.virtfs.* attributes and symlinks stored as regular files; files
+// berth restores into the next replica's directory, having no attributes,
+// would be root's 0600 in the guest. Not none either: it is passthrough
+// that ignores failed chowns. What passthrough would let a guest's root do
+// to the host is taken away elsewhere: QEMU starts without CAP_MKNOD
+// (runWithoutMknod), so the guest can make no device node there; the
+// guest mounts the share nosuid,nodev; and a snapshot keeps no file's
+// set-user-ID or set-group-ID bit (package workspace), so a set-ID file a
+// guest made stays in its replica's directory (under berth's data
+// directory) until the capture. With an image user (Spec.User) the
+// replica's directory is chowned to it before boot, so the app can write
+// its workspace, the restored files included. The host's lease deadline
+// reaches such a guest through the agent's /v1/lease, since its file
+// endpoints are rooted in /workspace. Decision: cache=mmap, not loose:
 // no page cache but for mapped files (shared writable mappings, such as
 // SQLite's, need it), so each write reaches the host file at once and
 // survives a guest killed at Stop; berth's file API writes through the

@@ -13,12 +13,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/berth-dev/berth/internal/agent"
 	"github.com/berth-dev/berth/internal/vm"
@@ -472,6 +475,14 @@ func (d *Driver) launch(ctx context.Context, spec vm.Spec, st state, size vm.Siz
 	if err := replicadir.WriteState(d.replicaDir(st.ID), st); err != nil {
 		return st, err
 	}
+	if st.Workspace != "" && spec.User != nil {
+		// The share passes owners through (security_model=passthrough),
+		// so the image's user can write its workspace only if it owns
+		// it: the replica's own copy, seeded by berth as root.
+		if err := chownTree(st.Workspace, int(spec.User.UID), int(spec.User.GID)); err != nil {
+			return st, fmt.Errorf("handing the workspace to user %s: %w", spec.User.AgentFlag(), err)
+		}
+	}
 	if err := microvm.CopyRootDisk(ctx, d.images, spec, d.path(st.ID, rootfsFile)); err != nil {
 		return st, err
 	}
@@ -513,6 +524,17 @@ func (d *Driver) launch(ctx context.Context, spec vm.Spec, st state, size vm.Siz
 	d.mu.Unlock()
 	go d.afterBoot(context.WithoutCancel(ctx), st)
 	return st, nil
+}
+
+// chownTree gives dir and everything under it (symbolic links themselves,
+// not what they name) to uid:gid.
+func chownTree(dir string, uid, gid int) error {
+	return filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, uid, gid)
+	})
 }
 
 func validMAC(s string) bool {
@@ -699,7 +721,7 @@ func (d *Driver) spawn(ctx context.Context, st state, size vm.Size) (state, erro
 	// Setsid: the daemon must not share berth's session or process group,
 	// so the VM survives berth's death and its terminal's signals.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Run(); err != nil {
+	if err := runWithoutMknod(cmd); err != nil {
 		// Daemonized, QEMU writes its errors to the -D log, not to its
 		// stderr; the replica's files are removed after a failed start.
 		return st, fmt.Errorf("qemu: %v%s", err, d.startFailure(st.ID, out.String()))
@@ -713,6 +735,24 @@ func (d *Driver) spawn(ctx context.Context, st state, size vm.Size) (state, erro
 		return st, fmt.Errorf("qemu pid file holds %q", b)
 	}
 	return d.recordPID(st, pid)
+}
+
+// runWithoutMknod runs cmd (QEMU) from an OS thread of its own whose
+// capability bounding set lacks CAP_MKNOD, so that QEMU, root as berth
+// is, cannot make device nodes: through a workspace's 9p share
+// (security_model=passthrough) a guest's mknod would otherwise make a real
+// one in the host directory. Fifos and sockets need no capability and
+// stay possible. The thread is never unlocked, so it ends with its
+// goroutine and no other goroutine runs on it. Where the drop fails (berth
+// without CAP_SETPCAP, not root) QEMU has no CAP_MKNOD to lose.
+func runWithoutMknod(cmd *exec.Cmd) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		_ = unix.Prctl(unix.PR_CAPBSET_DROP, unix.CAP_MKNOD, 0, 0, 0)
+		errc <- cmd.Run()
+	}()
+	return <-errc
 }
 
 // startFailure is what says why QEMU did not start: its output, its log

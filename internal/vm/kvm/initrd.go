@@ -57,12 +57,18 @@ const WorkspaceTag = "berth.workspace"
 // such as SQLite's, need), so the guest always sees the directory as it
 // is: the guest is the only writer while it runs (berth's file API goes
 // through the agent in the guest), and the host reads the directory only
-// while the guest is stopped.
-const WorkspaceMountOptions = "trans=virtio,version=9p2000.L,msize=262144,cache=mmap"
+// while the guest is stopped. nosuid and nodev: the workspace is data a
+// guest hands on to the next replica (and to other drivers' replicas), so
+// no set-user-ID file or device node in it counts for anything in the
+// guest; the host side keeps them out of the snapshots (see doc.go).
+const WorkspaceMountOptions = shareOptions + ",nosuid,nodev"
+
+// shareOptions are the 9p options every share of the driver is mounted with.
+const shareOptions = "trans=virtio,version=9p2000.L,msize=262144,cache=mmap"
 
 // MountOptions are the 9p mount options of a guest's mounts (Spec.Mounts):
-// read-only, and otherwise the workspace's.
-const MountOptions = "ro," + WorkspaceMountOptions
+// read-only, and otherwise the workspace's transport and cache options.
+const MountOptions = "ro," + shareOptions
 
 // initScript is the initramfs's /init. The kernel passes it the command
 // line's unknown name=value parameters as environment variables

@@ -67,6 +67,14 @@ func TestWorkspace(t *testing.T) {
 			t.Errorf("the guest's file is uid %d, mode %v on the host; want uid %d, 0644", st.Uid, fi.Mode().Perm(), os.Geteuid())
 		}
 	}
+	// The guest's root cannot make a device node in the host directory
+	// (QEMU runs without CAP_MKNOD).
+	if r, err := c.Exec(ctx, agent.ExecRequest{Command: "mknod /workspace/null c 1 3"}); err != nil || r.ExitCode == 0 || !strings.Contains(r.Output, "not permitted") {
+		t.Errorf("mknod in /workspace: exit %d, %q, %v; want it refused", r.ExitCode, r.Output, err)
+	}
+	if fi, err := os.Lstat(filepath.Join(ws, "null")); err == nil {
+		t.Errorf("the guest made %s on the host (mode %v)", filepath.Join(ws, "null"), fi.Mode())
+	}
 	// The agent's file API is rooted in the workspace.
 	if _, err := c.WriteFile(ctx, "/made/api.txt", strings.NewReader("through the agent\n"), 0o600); err != nil {
 		t.Fatalf("WriteFile: %v", err)
@@ -76,6 +84,23 @@ func TestWorkspace(t *testing.T) {
 	}
 	if b, err := c.ReadFile(ctx, "/hello.txt"); err != nil || string(b) != "hello from the host\n" {
 		t.Errorf("ReadFile(/hello.txt) = %q, %v", b, err)
+	}
+
+	// A renewed lease reaches the agent's lease file (/v1/lease), not the
+	// workspace its file endpoints are rooted in. Renew leaves the push
+	// to afterBoot while that has yet to reach the agent.
+	for d.bootPending(id) && ctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	until := time.Now().Add(time.Hour).Truncate(time.Second)
+	if err := d.Renew(ctx, id, until); err != nil {
+		t.Fatalf("Renew: %v", err)
+	}
+	if got := run("cat /run/berth/lease"); got != strconv.FormatInt(until.Unix(), 10)+"\n" {
+		t.Errorf("the guest's lease file holds %q after Renew to %d", got, until.Unix())
+	}
+	if _, err := os.Lstat(filepath.Join(ws, "run")); err == nil {
+		t.Errorf("the lease went into the workspace (%s)", filepath.Join(ws, "run"))
 	}
 
 	// What 9p costs, against the root disk (virtio-blk), for the log:

@@ -62,7 +62,11 @@
 // berth's files left as they are (the static DAC label): the replica's
 // directory is berth's (mode 0700), and relabelling would hand it to
 // libvirt-qemu. Hosts with AppArmor or SELinux confinement of libvirt's
-// QEMU may need the replica directory allowed.
+// QEMU may need the replica directory allowed. The workspace share is
+// passthrough for the kvm driver's reasons (see its doc); the kvm driver
+// takes CAP_MKNOD from its QEMU, here qemu.conf decides, and with its
+// default clear_emulator_capabilities a guest's mknod through the share
+// is refused (TestWorkspace checks it with the tests' libvirtd).
 //
 // # Host requirements
 //
