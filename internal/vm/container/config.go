@@ -46,7 +46,7 @@ func (d *Driver) config(spec vm.Spec, st state, wd string, size vm.Size) *specs.
 		mounts = append(mounts, specs.Mount{Destination: libInside, Type: "bind", Source: d.agent.LibDir, Options: []string{"bind", "ro", "nosuid", "nodev"}})
 	}
 	if spec.Workspace != "" {
-		mounts = append(mounts, specs.Mount{Destination: workspaceInside, Type: "bind", Source: spec.Workspace, Options: []string{"rbind", "rw"}})
+		mounts = append(mounts, specs.Mount{Destination: workspaceInside, Type: "bind", Source: spec.Workspace, Options: []string{"rbind", "rw", "nosuid", "nodev"}})
 	}
 	for _, m := range spec.Mounts {
 		// "ro" in a bind mount's options has the runtime remount it

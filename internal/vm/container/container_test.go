@@ -535,3 +535,38 @@ func TestStopSuspendedAsksFirst(t *testing.T) {
 		t.Fatalf("the suspended app did not handle SIGTERM (mark: %q, %v)", b, err)
 	}
 }
+
+// TestWorkspaceNoSuidNoDev: the replica's /workspace, a host directory
+// (a deployment's durable workspace, a Computer's files), is mounted
+// nosuid and nodev, as the other writable mounts are: a setuid file or a
+// device node made there confers nothing inside, and the host directory
+// is captured and restored by berth as root.
+func TestWorkspaceNoSuidNoDev(t *testing.T) {
+	d := newDriver(t)
+	ws := t.TempDir()
+	s := spec("wsopts", `grep ' /workspace ' /proc/mounts > /workspace/mnt; mkdir -p /www && echo ok > /www/index.html && exec httpd -f -p $PORT -h /www`)
+	s.Workspace = ws
+	inst := start(t, d, s)
+	eventually(t, "the app to serve", func() bool {
+		resp, err := http.Get("http://" + inst.Addr + "/")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	b, err := os.ReadFile(filepath.Join(ws, "mnt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields := strings.Fields(string(b))
+	if len(fields) < 4 {
+		t.Fatalf("/workspace in the replica's /proc/mounts: %q", b)
+	}
+	opts := "," + fields[3] + ","
+	for _, o := range []string{"nosuid", "nodev", "rw"} {
+		if !strings.Contains(opts, ","+o+",") {
+			t.Errorf("/workspace is mounted %s, without %s", fields[3], o)
+		}
+	}
+}
