@@ -492,6 +492,14 @@ func (d *Driver) check(spec vm.Spec) (state, vm.Size, error) {
 		if err := replicadir.CheckWorkspace(spec.Workspace); err != nil {
 			return fail("%v", err)
 		}
+		if spec.User != nil {
+			// The bind mount keeps owners: the image's user can write
+			// its workspace (the replica's own copy, seeded by berth as
+			// root) only if it owns it.
+			if err := replicadir.ChownTree(spec.Workspace, int(spec.User.UID), int(spec.User.GID)); err != nil {
+				return fail("handing the workspace to user %s: %v", spec.User.AgentFlag(), err)
+			}
+		}
 	}
 	if err := replicadir.CheckMounts(spec, true, workspaceInside); err != nil {
 		return fail("%v", err)

@@ -570,3 +570,38 @@ func TestWorkspaceNoSuidNoDev(t *testing.T) {
 		}
 	}
 }
+
+// TestWorkspaceHandedToUser: a replica that runs as a user (Spec.User, an
+// image's config user) owns its workspace copy, seeded by berth as root,
+// so it can write it and the files berth restored into it.
+func TestWorkspaceHandedToUser(t *testing.T) {
+	d := newDriver(t)
+	ws := t.TempDir()
+	if err := os.WriteFile(filepath.Join(ws, "restored"), []byte("from a snapshot\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := spec("wsuser", `echo more >> /workspace/restored && echo new > /workspace/new && mkdir -p /tmp/www && echo ok > /tmp/www/index.html && exec httpd -f -p $PORT -h /tmp/www`)
+	s.Workspace = ws
+	s.User = &vm.User{UID: 1000, GID: 1000}
+	inst := start(t, d, s)
+	eventually(t, "the app to serve", func() bool {
+		resp, err := http.Get("http://" + inst.Addr + "/")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	for name, want := range map[string]string{"restored": "from a snapshot\nmore\n", "new": "new\n"} {
+		p := filepath.Join(ws, name)
+		b, err := os.ReadFile(p)
+		if err != nil || string(b) != want {
+			t.Errorf("%s: %q %v, want %q written by the user", name, b, err, want)
+			continue
+		}
+		fi, _ := os.Stat(p)
+		if st := fi.Sys().(*syscall.Stat_t); st.Uid != 1000 || st.Gid != 1000 {
+			t.Errorf("%s is owned by %d:%d, want the user 1000:1000", name, st.Uid, st.Gid)
+		}
+	}
+}

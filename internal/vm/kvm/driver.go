@@ -479,7 +479,7 @@ func (d *Driver) launch(ctx context.Context, spec vm.Spec, st state, size vm.Siz
 		// The share passes owners through (security_model=passthrough),
 		// so the image's user can write its workspace only if it owns
 		// it: the replica's own copy, seeded by berth as root.
-		if err := chownTree(st.Workspace, int(spec.User.UID), int(spec.User.GID)); err != nil {
+		if err := replicadir.ChownTree(st.Workspace, int(spec.User.UID), int(spec.User.GID)); err != nil {
 			return st, fmt.Errorf("handing the workspace to user %s: %w", spec.User.AgentFlag(), err)
 		}
 	}
@@ -524,17 +524,6 @@ func (d *Driver) launch(ctx context.Context, spec vm.Spec, st state, size vm.Siz
 	d.mu.Unlock()
 	go d.afterBoot(context.WithoutCancel(ctx), st)
 	return st, nil
-}
-
-// chownTree gives dir and everything under it (symbolic links themselves,
-// not what they name) to uid:gid.
-func chownTree(dir string, uid, gid int) error {
-	return filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		return os.Lchown(p, uid, gid)
-	})
 }
 
 func validMAC(s string) bool {

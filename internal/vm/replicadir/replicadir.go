@@ -558,3 +558,16 @@ func AgentExit(inst *vm.Instance, exitPath, logPath string, alive bool) bool {
 	}
 	return false
 }
+
+// ChownTree gives dir and everything under it (symbolic links themselves,
+// not what they name) to uid:gid: a replica's own workspace copy, seeded
+// by berth as root, handed to the user its sandbox runs as (Spec.User),
+// who could not write it otherwise.
+func ChownTree(dir string, uid, gid int) error {
+	return filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, uid, gid)
+	})
+}
