@@ -516,14 +516,7 @@ func TestStopSuspendedAsksFirst(t *testing.T) {
 	s := spec("termapp", `trap 'echo term > /workspace/mark; exit 0' TERM; mkdir -p /www && echo ok > /www/index.html && httpd -f -p $PORT -h /www & wait`)
 	s.Workspace = ws
 	inst := start(t, d, s)
-	eventually(t, "the app to serve", func() bool {
-		resp, err := http.Get("http://" + inst.Addr + "/")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
+	awaitServing(t, inst)
 	if err := d.Suspend(t.Context(), s.Name); err != nil {
 		t.Fatal(err)
 	}
@@ -547,14 +540,7 @@ func TestWorkspaceNoSuidNoDev(t *testing.T) {
 	s := spec("wsopts", `grep ' /workspace ' /proc/mounts > /workspace/mnt; mkdir -p /www && echo ok > /www/index.html && exec httpd -f -p $PORT -h /www`)
 	s.Workspace = ws
 	inst := start(t, d, s)
-	eventually(t, "the app to serve", func() bool {
-		resp, err := http.Get("http://" + inst.Addr + "/")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
+	awaitServing(t, inst)
 	b, err := os.ReadFile(filepath.Join(ws, "mnt"))
 	if err != nil {
 		t.Fatal(err)
@@ -584,14 +570,7 @@ func TestWorkspaceHandedToUser(t *testing.T) {
 	s.Workspace = ws
 	s.User = &vm.User{UID: 1000, GID: 1000}
 	inst := start(t, d, s)
-	eventually(t, "the app to serve", func() bool {
-		resp, err := http.Get("http://" + inst.Addr + "/")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
+	awaitServing(t, inst)
 	for name, want := range map[string]string{"restored": "from a snapshot\nmore\n", "new": "new\n"} {
 		p := filepath.Join(ws, name)
 		b, err := os.ReadFile(p)
@@ -604,4 +583,17 @@ func TestWorkspaceHandedToUser(t *testing.T) {
 			t.Errorf("%s is owned by %d:%d, want the user 1000:1000", name, st.Uid, st.Gid)
 		}
 	}
+}
+
+// awaitServing waits until inst's app answers GET / with 200.
+func awaitServing(t *testing.T, inst vm.Instance) {
+	t.Helper()
+	eventually(t, "the app to serve", func() bool {
+		resp, err := http.Get("http://" + inst.Addr + "/")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
 }
