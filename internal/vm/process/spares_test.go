@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -276,12 +277,49 @@ func TestListening(t *testing.T) {
 		t.Fatal(err)
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
-	if !listening(port) {
+	// Many other sockets, so the tables span more than one read, and a
+	// connected socket on the port, which is not a listener.
+	var conns []net.Conn
+	for range 200 {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	up, buf := listening(port, nil)
+	if !up {
 		t.Errorf("listening(%d) = false with a listener", port)
 	}
+	if up, _ := listening(port+1, buf); up && port+1 < 65536 {
+		if l2, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port+1)); err == nil {
+			l2.Close()
+			t.Errorf("listening(%d) = true with no listener there", port+1)
+		}
+	}
 	ln.Close()
-	if listening(port) {
+	for _, c := range conns {
+		c.Close()
+	}
+	if up, _ := listening(port, buf); up {
 		t.Errorf("listening(%d) = true after the listener closed", port)
+	}
+	// An IPv6 listener is found too.
+	if l6, err := net.Listen("tcp6", "[::1]:0"); err == nil {
+		p6 := l6.Addr().(*net.TCPAddr).Port
+		if up, _ := listening(p6, nil); !up {
+			t.Errorf("listening(%d) = false with an IPv6 listener", p6)
+		}
+		l6.Close()
+	}
+}
+
+// BenchmarkListening is one look for a listener.
+func BenchmarkListening(b *testing.B) {
+	var buf []byte
+	b.ReportAllocs()
+	for b.Loop() {
+		_, buf = listening(1, buf)
 	}
 }
 
