@@ -23,6 +23,7 @@ import (
 	"os"
 	"path"
 	"strings"
+	"time"
 
 	"github.com/klauspost/compress/gzip"
 )
@@ -40,7 +41,8 @@ const (
 )
 
 // Options qualify Unpack. The zero value takes directories, regular files,
-// symbolic links and hard links, with their permission bits alone, owned
+// symbolic links and hard links, with their permission bits (and the
+// sticky bit, and a directory's set-group-ID bit) but no set-ID file, owned
 // by berth's user: what a build context needs.
 type Options struct {
 	// StripComponents drops that many leading path components from every
@@ -65,6 +67,11 @@ type Options struct {
 	// names nothing or is not a regular file (or a hard link) is refused. Without it a
 	// ".wh." name is an ordinary file.
 	Layer bool
+	// Times keeps each entry's modification time (a directory's is set
+	// last, once its entries are written): for a snapshot that must come
+	// back as it was captured (a workspace). Symbolic links keep theirs
+	// from the time they are made.
+	Times bool
 }
 
 // Stats count what Unpack wrote.
@@ -99,8 +106,9 @@ func Unpack(ctx context.Context, r io.Reader, dir string, o Options) (Stats, err
 	defer root.Close()
 	tr := tar.NewReader(r)
 	type dirMode struct {
-		name string
-		mode int64
+		name  string
+		mode  int64
+		mtime time.Time
 	}
 	var dirs []dirMode
 	for n := 0; ; n++ {
@@ -143,7 +151,7 @@ func Unpack(ctx context.Context, r io.Reader, dir string, o Options) (Stats, err
 		}
 		if name == "." {
 			if hdr.Typeflag == tar.TypeDir {
-				dirs = append(dirs, dirMode{name, hdr.Mode})
+				dirs = append(dirs, dirMode{name, hdr.Mode, hdr.ModTime})
 			}
 			continue
 		}
@@ -162,7 +170,7 @@ func Unpack(ctx context.Context, r io.Reader, dir string, o Options) (Stats, err
 		case tar.TypeXGlobalHeader:
 		case tar.TypeDir:
 			st.Files++
-			dirs = append(dirs, dirMode{name, hdr.Mode})
+			dirs = append(dirs, dirMode{name, hdr.Mode, hdr.ModTime})
 		case tar.TypeReg, tar.TypeRegA:
 			st.Files++
 			st.Bytes += hdr.Size
@@ -173,19 +181,35 @@ func Unpack(ctx context.Context, r io.Reader, dir string, o Options) (Stats, err
 	// Directory modes last: a read-only directory must still take its
 	// entries while unpacking.
 	for i := len(dirs) - 1; i >= 0; i-- {
-		if err := root.Chmod(dirs[i].name, o.mode(dirs[i].mode)); err != nil {
+		if err := root.Chmod(dirs[i].name, o.mode(dirs[i].mode, true)); err != nil {
 			return st, fmt.Errorf("tar entry %q: %w", dirs[i].name, err)
+		}
+		if o.Times {
+			if err := root.Chtimes(dirs[i].name, dirs[i].mtime, dirs[i].mtime); err != nil {
+				return st, fmt.Errorf("tar entry %q: %w", dirs[i].name, err)
+			}
 		}
 	}
 	return st, nil
 }
 
 // mode is the fs.FileMode an entry of mode bits p gets.
-func (o Options) mode(p int64) fs.FileMode {
-	if !o.Tree {
-		return fs.FileMode(p & 0o777)
+//
+// Without Tree, no set-user-ID or set-group-ID file is made, whatever the
+// archive says; the sticky bit and a directory's set-group-ID bit (which
+// only pass a group on to new entries) are kept.
+func (o Options) mode(p int64, dir bool) fs.FileMode {
+	if o.Tree {
+		return Mode(p)
 	}
-	return Mode(p)
+	m := fs.FileMode(p & 0o777)
+	if p&0o1000 != 0 {
+		m |= fs.ModeSticky
+	}
+	if dir && p&0o2000 != 0 {
+		m |= fs.ModeSetgid
+	}
+	return m
 }
 
 // checkWhiteout refuses a layer's whiteout that is not a regular file or
@@ -286,7 +310,13 @@ func extract(root *os.Root, tr *tar.Reader, hdr *tar.Header, name string, o Opti
 				return err
 			}
 		}
-		return root.Chmod(name, o.mode(hdr.Mode))
+		if err := root.Chmod(name, o.mode(hdr.Mode, false)); err != nil {
+			return err
+		}
+		if o.Times {
+			return root.Chtimes(name, hdr.ModTime, hdr.ModTime)
+		}
+		return nil
 	case tar.TypeSymlink:
 		root.Remove(name)
 		if err := root.Symlink(hdr.Linkname, name); err != nil {

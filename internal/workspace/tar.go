@@ -3,20 +3,18 @@ package workspace
 import (
 	"archive/tar"
 	"bufio"
-	"compress/gzip"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
-	"slices"
-	"strings"
 	"syscall"
 	"time"
+
+	"github.com/berth-dev/berth/internal/untar"
 )
 
 // Stats describe one snapshot.
@@ -157,106 +155,17 @@ func Restore(r io.Reader, want, dir string) error {
 }
 
 // ExtractArchive unpacks a tar, gzipped or not, into dir.
-func ExtractArchive(r io.Reader, dir string) error {
-	br := bufio.NewReaderSize(r, 64<<10)
-	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
-		zr, err := gzip.NewReader(br)
-		if err != nil {
-			return err
-		}
-		defer zr.Close()
-		return Extract(zr, dir)
-	}
-	return Extract(br, dir)
-}
+func ExtractArchive(r io.Reader, dir string) error { return Extract(r, dir) }
 
-// Extract unpacks tar stream r into dir, an existing directory, through
-// an os.Root: no entry is written outside dir, whatever its name or the
-// symbolic links before it say. Entries other than directories, regular
-// files and symbolic links are skipped, and so are the set-user-ID bits of
-// all and the set-group-ID bits of files (a directory keeps its own).
+// Extract unpacks tar stream r (gzipped or not) into dir, an existing
+// empty directory, with berth's one extractor (package untar): no entry is
+// written outside dir, whatever its name or the symbolic links before it
+// say, an entry whose name leaves dir is refused, and so is a device node
+// or fifo; no set-user-ID or set-group-ID file is made (a directory keeps
+// its set-group-ID bit), and modification times are kept.
 func Extract(r io.Reader, dir string) error {
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		return err
-	}
-	defer root.Close()
-	type dirTime struct {
-		name string
-		t    time.Time
-	}
-	var dirs []dirTime
-	buf := make([]byte, 1<<20)
-	tr := tar.NewReader(r)
-	for {
-		hdr, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return err
-		}
-		name := path.Clean(strings.TrimPrefix(hdr.Name, "./"))
-		if name == "." || name == "/" {
-			continue
-		}
-		if path.IsAbs(name) || name == ".." || strings.HasPrefix(name, "../") {
-			return fmt.Errorf("entry %q leaves the workspace", hdr.Name)
-		}
-		mode := fs.FileMode(hdr.Mode).Perm()
-		if hdr.Mode&0o2000 != 0 && hdr.Typeflag == tar.TypeDir {
-			mode |= fs.ModeSetgid // no set-ID file, whatever the tar says (see WriteTar)
-		}
-		if hdr.Mode&0o1000 != 0 {
-			mode |= fs.ModeSticky
-		}
-		if d := path.Dir(name); d != "." {
-			if err := root.MkdirAll(d, 0o755); err != nil {
-				return err
-			}
-		}
-		switch hdr.Typeflag {
-		case tar.TypeDir:
-			if err := root.Mkdir(name, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-				return err
-			}
-			if err := root.Chmod(name, mode); err != nil {
-				return err
-			}
-			dirs = append(dirs, dirTime{name, hdr.ModTime})
-		case tar.TypeReg:
-			f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-			if err != nil {
-				return err
-			}
-			_, err = io.CopyBuffer(f, tr, buf)
-			if err == nil {
-				err = f.Chmod(mode)
-			}
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				return err
-			}
-			if err := root.Chtimes(name, hdr.ModTime, hdr.ModTime); err != nil {
-				return err
-			}
-		case tar.TypeSymlink:
-			if err := root.Symlink(hdr.Linkname, name); err != nil {
-				return err
-			}
-		}
-	}
-	// Directory times last, deepest first: writing into a directory
-	// moves its time.
-	slices.Reverse(dirs)
-	for _, d := range dirs {
-		if err := root.Chtimes(d.name, d.t, d.t); err != nil {
-			return err
-		}
-	}
-	return nil
+	_, err := untar.Unpack(context.Background(), r, dir, untar.Options{RefuseOutside: true, Times: true})
+	return err
 }
 
 // hashFile is the sha256 of a file, hex.
@@ -272,5 +181,3 @@ func hashFile(p string) (string, error) {
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
-
-func newTarReader(r io.Reader) *tar.Reader { return tar.NewReader(r) }

@@ -36,6 +36,7 @@
 package workspace
 
 import (
+	"archive/tar"
 	"context"
 	"errors"
 	"fmt"
@@ -808,7 +809,7 @@ func ptr[T any](v T) *T { return &v }
 func countTar(r io.Reader) (int, int64) {
 	var files int
 	var bytes int64
-	tr := newTarReader(r)
+	tr := tar.NewReader(r)
 	for {
 		h, err := tr.Next()
 		if err != nil {
