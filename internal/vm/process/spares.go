@@ -105,6 +105,12 @@ func (d *Driver) refillAfter(port int) {
 	}()
 }
 
+// init settles the netlink package's byte order before any goroutine asks:
+// nl.NativeEndian fills a package variable on its first call without a
+// lock, and listening runs in a goroutine per Start, so concurrent first
+// calls raced (seen by -race in CI).
+func init() { nl.NativeEndian() }
+
 // refillPoll is how often refillAfter looks for the app's socket.
 const refillPoll = 2 * time.Millisecond
 
