@@ -56,7 +56,8 @@ func startLoad(t *testing.T, proxy, host string, clients, max int) *load {
 
 func startLoadPath(t *testing.T, proxy, path, host string, clients, max int) *load {
 	l := &load{revs: map[string]int{}, after: map[string]int{}, stop: make(chan struct{})}
-	client := &http.Client{Timeout: 20 * time.Second}
+	// A kept-alive connection per client (http.DefaultTransport keeps 2).
+	client := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: clients}}
 	for range clients {
 		l.wg.Go(func() {
 			for range max {
