@@ -254,9 +254,9 @@ func (r *Registry) probeRound(ctx context.Context, ps map[health.Check]*health.P
 					}
 					if t.issues && r.o.Issues != nil {
 						if err != nil {
-							r.o.Issues.Issue(t.ns, t.id, "upstream unhealthy", fmt.Sprintf("upstream %s failed its health check: %v", t.b.ID, err))
+							r.o.Issues.Issue(t.ns, t.id, "upstream unhealthy", "upstream "+t.b.ID+" failed its health check; it is out of rotation until it passes again")
 						} else {
-							r.o.Issues.Issue(t.ns, t.id, "upstream recovered", fmt.Sprintf("upstream %s passes its health check again", t.b.ID))
+							r.o.Issues.Issue(t.ns, t.id, "upstream recovered", "upstream "+t.b.ID+" passes its health check again; it is back in rotation")
 						}
 					}
 				}
