@@ -199,3 +199,44 @@ func TestFeedExposeRefused(t *testing.T) {
 	}
 	w.must(404, "GET", "/deployments/f", w.op, "", nil)
 }
+
+// TestFeedIssuesFromReplicas: a vm deployment with feed.issues whose
+// replicas fail to boot publishes the failure, folded; its twin without
+// feed.issues fails the same way and publishes nothing.
+func TestFeedIssuesFromReplicas(t *testing.T) {
+	h := start(t, "")
+	crash := func(id, feed string) string {
+		return `{"id":"` + id + `","routes":[{"host":"` + id + `.test"}],"vm":{"driver":"process","port":8080,"start_command":"exit 3"},` +
+			`"scaling":{"min_replicas":1,"max_replicas":1}` + feed + `}`
+	}
+	for _, body := range []string{crash("loud", `,"feed":{"issues":true}`), crash("mute", "")} {
+		if r := h.json("POST", "/deployments", body); r.code != 201 {
+			t.Fatalf("POST: %d %s", r.code, r.body)
+		}
+	}
+	failures := func(id string) int {
+		var m apitype.MetricsResponse
+		if err := json.Unmarshal(h.do("GET", "/metrics?deployment="+id, "", "").body, &m); err != nil || len(m.Deployments) != 1 {
+			t.Fatalf("metrics of %s: %v", id, err)
+		}
+		return m.Deployments[0].Metrics.Autoscale.CreateFailures
+	}
+	waitFor(t, "both deployments' boot failures", func() bool { return failures("loud") >= 1 && failures("mute") >= 1 })
+	var evs []apitype.FeedEvent
+	waitFor(t, "loud's issue", func() bool {
+		evs = nil
+		json.Unmarshal(h.do("GET", "/feeds/default?format=json", "", "").body, &evs)
+		return len(evs) > 0
+	})
+	if len(evs) != 1 {
+		t.Errorf("events %+v, want loud's boot failures folded into one", evs)
+	}
+	for _, e := range evs {
+		if e.Deployment != "loud" || e.Kind != apitype.FeedIssue || e.Title != "loud: replica failed to boot" || e.Count < 1 {
+			t.Errorf("event %+v, want only loud's boot failures", e)
+		}
+		if strings.Contains(e.Detail, "exit") {
+			t.Errorf("detail %q carries the replica's own words", e.Detail)
+		}
+	}
+}
