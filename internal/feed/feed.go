@@ -74,9 +74,11 @@ type Feed struct {
 	mu     sync.Mutex
 	rings  map[string][]*store.FeedEvent // by namespace, least recently active first
 	nextID int64
-	dirty  map[int64]store.FeedEvent // changed since the last save
-	drop   map[int64]bool            // dropped since the last save
-	kick   chan struct{}
+	// nextSeq orders the entries by their last activity (store.FeedEvent.Seq).
+	nextSeq int64
+	dirty   map[int64]store.FeedEvent // changed since the last save
+	drop    map[int64]bool            // dropped since the last save
+	kick    chan struct{}
 }
 
 // Open returns the feed, with the events the store kept.
@@ -90,7 +92,7 @@ func Open(ctx context.Context, o Options) (*Feed, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	f := &Feed{o: o, rings: map[string][]*store.FeedEvent{}, nextID: 1,
+	f := &Feed{o: o, rings: map[string][]*store.FeedEvent{}, nextID: 1, nextSeq: 1,
 		dirty: map[int64]store.FeedEvent{}, drop: map[int64]bool{}, kick: make(chan struct{}, 1)}
 	if o.Store == nil {
 		return f, nil
@@ -99,17 +101,13 @@ func Open(ctx context.Context, o Options) (*Feed, error) {
 	if err != nil {
 		return nil, fmt.Errorf("feed: %w", err)
 	}
-	// Least recently active first, as the rings keep them.
-	sort.SliceStable(evs, func(i, j int) bool {
-		if evs[i].LastTs != evs[j].LastTs {
-			return evs[i].LastTs < evs[j].LastTs
-		}
-		return evs[i].ID < evs[j].ID
-	})
+	// Least recently active first (by Seq), as the rings keep them.
+	sort.SliceStable(evs, func(i, j int) bool { return evs[i].Seq < evs[j].Seq })
 	for i := range evs {
 		e := evs[i]
 		f.rings[e.Namespace] = append(f.rings[e.Namespace], &e)
 		f.nextID = max(f.nextID, e.ID+1)
+		f.nextSeq = max(f.nextSeq, e.Seq+1)
 	}
 	for ns := range f.rings {
 		f.trimLocked(ns) // a smaller Size than the last run's
@@ -148,6 +146,8 @@ func (f *Feed) Issue(ns, dep, what, detail string) {
 			e.Count++
 			e.LastTs = max(e.LastTs, now)
 			e.Detail = clip(detail, maxDetail)
+			e.Seq = f.nextSeq
+			f.nextSeq++
 			// Now the most recently active.
 			copy(ring[i:], ring[i+1:])
 			ring[len(ring)-1] = e
@@ -161,9 +161,10 @@ func (f *Feed) Issue(ns, dep, what, detail string) {
 
 func (f *Feed) addLocked(e *store.FeedEvent) {
 	now := f.o.Now().Unix()
-	e.ID, e.Ts, e.LastTs, e.Count = f.nextID, now, now, 1
+	e.ID, e.Seq, e.Ts, e.LastTs, e.Count = f.nextID, f.nextSeq, now, now, 1
 	e.Title, e.Detail = clip(e.Title, maxTitle), clip(e.Detail, maxDetail)
 	f.nextID++
+	f.nextSeq++
 	f.rings[e.Namespace] = append(f.rings[e.Namespace], e)
 	f.touchLocked(e)
 	f.trimLocked(e.Namespace)
@@ -332,6 +333,11 @@ func (f *Feed) Exposed(ns string) http.Handler {
 			return
 		}
 		w.Header().Set("Cache-Control", "public, max-age=300")
+		if r.Method == http.MethodHead {
+			w.Header().Set("Content-Type", RSSType)
+			w.WriteHeader(http.StatusOK)
+			return
+		}
 		scheme := "http"
 		if r.TLS != nil {
 			scheme = "https"

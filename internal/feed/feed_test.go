@@ -108,15 +108,19 @@ func TestSurvivesRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := open(t, Options{Store: st, Size: 2})
+	f := open(t, Options{Store: st, Size: 3})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- f.Run(ctx) }()
 	f.Lifecycle("team", "gone", apitype.FeedDeployed, "dropped by the bound")
 	f.Lifecycle("team", "web", apitype.FeedDeployed, "serving at https://web.test")
 	f.Issue("team", "web", "upstream unhealthy", "first")
-	f.Issue("team", "web", "upstream unhealthy", "second")
+	f.Lifecycle("team", "api", apitype.FeedDeployed, "serving at https://api.test")
+	f.Issue("team", "web", "upstream unhealthy", "second") // the most recent again, in the same second
 	want := f.Events("team")
+	if len(want) != 3 || want[0].Title != "web: upstream unhealthy" || want[1].Title != "api: deployed" {
+		t.Fatalf("before restart %+v", want)
+	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -128,7 +132,7 @@ func TestSurvivesRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	f = open(t, Options{Store: st, Size: 2})
+	f = open(t, Options{Store: st, Size: 3})
 	got := f.Events("team")
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("after restart %+v, want %+v", got, want)
@@ -136,15 +140,15 @@ func TestSurvivesRestart(t *testing.T) {
 	f.Issue("team", "web", "upstream unhealthy", "third")
 	f.Lifecycle("team", "new", apitype.FeedDeployed, "d")
 	got = f.Events("team")
-	if got[1].Count != 3 || got[0].ID <= want[0].ID || got[0].ID <= want[1].ID {
+	if len(got) != 3 || got[1].Count != 3 || got[0].ID <= want[1].ID || got[2].Title != "api: deployed" {
 		t.Errorf("after restart, a repeat folds and ids go on: %+v (before: %+v)", got, want)
 	}
 	if err := f.Save(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	rows, err := st.FeedEvents(context.Background())
-	if err != nil || len(rows) != 2 {
-		t.Errorf("stored rows %+v %v, want the 2 in the ring", rows, err)
+	if err != nil || len(rows) != 3 {
+		t.Errorf("stored rows %+v %v, want the 3 in the ring", rows, err)
 	}
 }
 
@@ -211,6 +215,14 @@ func TestExposed(t *testing.T) {
 	r.Body.Close()
 	if err != nil || r.StatusCode != 200 || r.Header.Get("Cache-Control") != "public, max-age=300" || len(doc.Items) != 1 {
 		t.Errorf("GET: %d %v %q", r.StatusCode, err, r.Header.Get("Cache-Control"))
+	}
+	r, err = http.Head(srv.URL + "/feed.xml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Body.Close()
+	if r.StatusCode != 200 || r.Header.Get("Content-Type") != RSSType {
+		t.Errorf("HEAD: %d %q", r.StatusCode, r.Header.Get("Content-Type"))
 	}
 	r, err = http.Post(srv.URL+"/feed.xml", "text/plain", nil)
 	if err != nil {

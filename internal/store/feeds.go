@@ -9,7 +9,7 @@ import (
 // FeedEvent is one entry of a namespace's event feed (package feed keeps
 // the rings; this is their persistence). Ts and LastTs are Unix seconds;
 // Fold is the key a repeat of the same issue folds into it by, "" for
-// none.
+// none; Seq orders entries by their last activity.
 type FeedEvent struct {
 	ID                    int64
 	Namespace, Deployment string
@@ -17,12 +17,13 @@ type FeedEvent struct {
 	Ts, LastTs            int64
 	Count                 int
 	Fold                  string
+	Seq                   int64
 }
 
-// FeedEvents returns every stored feed event, in id order.
+// FeedEvents returns every stored feed event, by Seq.
 func (s *Store) FeedEvents(ctx context.Context) ([]FeedEvent, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT id, namespace, deployment, kind, title, detail, ts, last_ts, count, fold
-		FROM feed_events ORDER BY id`)
+	rows, err := s.r.QueryContext(ctx, `SELECT id, namespace, deployment, kind, title, detail, ts, last_ts, count, fold, seq
+		FROM feed_events ORDER BY seq`)
 	if err != nil {
 		return nil, fmt.Errorf("store: list feed events: %w", err)
 	}
@@ -30,7 +31,7 @@ func (s *Store) FeedEvents(ctx context.Context) ([]FeedEvent, error) {
 	var out []FeedEvent
 	for rows.Next() {
 		var e FeedEvent
-		if err := rows.Scan(&e.ID, &e.Namespace, &e.Deployment, &e.Kind, &e.Title, &e.Detail, &e.Ts, &e.LastTs, &e.Count, &e.Fold); err != nil {
+		if err := rows.Scan(&e.ID, &e.Namespace, &e.Deployment, &e.Kind, &e.Title, &e.Detail, &e.Ts, &e.LastTs, &e.Count, &e.Fold, &e.Seq); err != nil {
 			return nil, fmt.Errorf("store: read feed event: %w", err)
 		}
 		out = append(out, e)
@@ -49,12 +50,12 @@ func (s *Store) SaveFeedEvents(ctx context.Context, put []FeedEvent, drop []int6
 	}
 	return s.write(ctx, func(tx *sql.Tx) error {
 		for _, e := range put {
-			if _, err := tx.ExecContext(ctx, `INSERT INTO feed_events (id, namespace, deployment, kind, title, detail, ts, last_ts, count, fold)
-				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			if _, err := tx.ExecContext(ctx, `INSERT INTO feed_events (id, namespace, deployment, kind, title, detail, ts, last_ts, count, fold, seq)
+				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 				ON CONFLICT (id) DO UPDATE SET namespace = excluded.namespace, deployment = excluded.deployment,
 				kind = excluded.kind, title = excluded.title, detail = excluded.detail, ts = excluded.ts,
-				last_ts = excluded.last_ts, count = excluded.count, fold = excluded.fold`,
-				e.ID, e.Namespace, e.Deployment, e.Kind, e.Title, e.Detail, e.Ts, e.LastTs, e.Count, e.Fold); err != nil {
+				last_ts = excluded.last_ts, count = excluded.count, fold = excluded.fold, seq = excluded.seq`,
+				e.ID, e.Namespace, e.Deployment, e.Kind, e.Title, e.Detail, e.Ts, e.LastTs, e.Count, e.Fold, e.Seq); err != nil {
 				return fmt.Errorf("store: save feed event %d: %w", e.ID, err)
 			}
 		}
