@@ -39,6 +39,9 @@ func (a *API) putOptions(r *http.Request, s *apitype.DeploymentSpec) (registry.P
 	if err := a.mayWrite(p, s); err != nil {
 		return registry.PutOptions{}, err
 	}
+	if err := mayExpose(p, s); err != nil {
+		return registry.PutOptions{}, err
+	}
 	if err := a.defaultDriver(p, s); err != nil {
 		return registry.PutOptions{}, err
 	}

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/berth-dev/berth/apitype"
+	"github.com/berth-dev/berth/internal/auth"
 	"github.com/berth-dev/berth/internal/feed"
 	"github.com/berth-dev/berth/internal/registry"
 	"github.com/berth-dev/berth/internal/spec"
@@ -71,4 +72,14 @@ func (a *API) announce(e *registry.Entry, kind apitype.FeedEventKind) {
 		}
 	}
 	a.o.Feed.Lifecycle(spec.Namespace(&e.Spec), e.Spec.ID, kind, detail)
+}
+
+// mayExpose refuses a feed.expose by a caller who could not read the
+// namespace's feed itself (a token scoped to deployments, which reaches no
+// namespace): serving it on a route would read it for them.
+func mayExpose(p *auth.Principal, s *apitype.DeploymentSpec) error {
+	if f := s.Feed; f == nil || f.Expose == "" || p.Reaches(spec.Namespace(s)) {
+		return nil
+	}
+	return web.Errorf(http.StatusForbidden, "feed.expose: this credential cannot read the %q namespace's feed, so it cannot serve it on a route", spec.Namespace(s))
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/mmcdole/gofeed"
 
 	"github.com/berth-dev/berth/apitype"
+	"github.com/berth-dev/berth/internal/auth"
 	"github.com/berth-dev/berth/internal/contracttest"
 )
 
@@ -196,6 +197,17 @@ func TestFeedExposeRefused(t *testing.T) {
 		if r.code != 400 || !strings.Contains(errorOf(t, r), want) {
 			t.Errorf("%s: %s, want 400 naming %s", body, r, want)
 		}
+	}
+	// A token scoped to deployments reaches no namespace's feed: it may
+	// not serve one on a route either.
+	var m auth.MintedView
+	w.must(201, "POST", "/tokens", w.op, `{"name":"f","admin":"admin","deployments":["f"]}`, &m)
+	r := w.call(nil, "POST", "/deployments", bearer(m.Token), `{"id":"f","routes":[{"host":"f.test"}],"upstreams":["127.0.0.1:1"],"feed":{"expose":"/feed"}}`)
+	if r.code != 403 || !strings.HasPrefix(errorOf(t, r), "feed.expose: ") {
+		t.Errorf("scoped token's feed.expose: %s, want 403 naming feed.expose", r)
+	}
+	if r := w.call(nil, "GET", "/feeds/default", bearer(m.Token), ""); r.code != 404 {
+		t.Errorf("scoped token read the default feed: %s", r)
 	}
 	w.must(404, "GET", "/deployments/f", w.op, "", nil)
 }
