@@ -147,6 +147,16 @@ func TestFeeds(t *testing.T) {
 	if resp, body := proxyGetAuth(t, w.node, "loud.test", "/other", w.a); resp.StatusCode != 200 || body != "app" {
 		t.Errorf("the rest of the route: %d %q", resp.StatusCode, body)
 	}
+	// feed.expose is the path the client sends, before strip_prefix; the
+	// feed is served without a gate when the deployment has none.
+	w.must(201, "POST", "/deployments", w.op, `{"id":"strip","namespace":"team-a","routes":[{"host":"strip.test","path_prefix":"/app","strip_prefix":true}],`+
+		`"upstreams":["`+up+`"],"feed":{"expose":"/app/feed"}}`, nil)
+	if resp, body := proxyGetAuth(t, w.node, "strip.test", "/app/feed", ""); resp.StatusCode != 200 || !strings.Contains(body, "<rss") || !strings.Contains(body, "loud: deployed") {
+		t.Errorf("feed.expose under a stripped prefix: %d %q", resp.StatusCode, body)
+	}
+	if resp, body := proxyGetAuth(t, w.node, "strip.test", "/app/x", ""); resp.StatusCode != 200 || body != "app" {
+		t.Errorf("the rest of the stripped route: %d %q", resp.StatusCode, body)
+	}
 	if resp, body := proxyGetAuth(t, w.node, "quiet.test", "/events.xml", ""); resp.StatusCode != 200 || body != "app" {
 		t.Errorf("a deployment without feed.expose: %d %q, want its upstream", resp.StatusCode, body)
 	}
