@@ -44,7 +44,7 @@ func (a *API) namespaceFeed(w http.ResponseWriter, r *http.Request) error {
 	case xml && format == "json":
 		return web.Invalid("format", "/feeds/%s.xml is the RSS document; GET /feeds/%s?format=json for JSON", ns, ns)
 	}
-	if !caller(r).Reaches(ns) {
+	if ns == "" || !caller(r).Reaches(ns) {
 		return web.Errorf(http.StatusNotFound, "no feed for namespace %q that this credential can read", ns)
 	}
 	if format == "json" {
