@@ -18,6 +18,7 @@ import (
 	"github.com/berth-dev/berth/internal/artifact"
 	"github.com/berth-dev/berth/internal/auth"
 	"github.com/berth-dev/berth/internal/disks"
+	"github.com/berth-dev/berth/internal/feed"
 	"github.com/berth-dev/berth/internal/fleet"
 	"github.com/berth-dev/berth/internal/guard"
 	"github.com/berth-dev/berth/internal/image"
@@ -102,6 +103,10 @@ type Options struct {
 	// it. Nil: writes go to the registry alone and the rollout routes
 	// answer 503.
 	Rollouts *rollout.Manager
+	// Feed is the namespaces' event feeds (/feeds); deployment writes and
+	// deletes publish their lifecycle events to it when the spec asks
+	// (feed.announce). Nil answers 503 on /feeds.
+	Feed *feed.Feed
 }
 
 // API is the admin http.Handler.
@@ -194,6 +199,7 @@ func New(o Options) *API {
 	a.routeDisks()
 	a.routeRecords()
 	a.routeRollouts()
+	a.routeFeeds()
 
 	return a
 }
