@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/artifact"
 	"github.com/berth-dev/berth/internal/auth"
 	"github.com/berth-dev/berth/internal/disks"
@@ -102,6 +103,12 @@ type Options struct {
 	// it. Nil: writes go to the registry alone and the rollout routes
 	// answer 503.
 	Rollouts *rollout.Manager
+	// Obs serves the obs plugin's API (package obs' Handler) under
+	// /namespaces/{ns}/plugins/obs/api/; nil answers 503 there.
+	Obs http.Handler
+	// ObsStats is the telemetry queue's counters, in /metrics' obs for
+	// fleet callers; nil leaves obs out.
+	ObsStats func() apitype.ObsStats
 }
 
 // API is the admin http.Handler.
@@ -194,6 +201,7 @@ func New(o Options) *API {
 	a.routeDisks()
 	a.routeRecords()
 	a.routeRollouts()
+	a.routeObs()
 
 	return a
 }
