@@ -109,6 +109,9 @@ func (s *Server) obsStats() apitype.ObsStats {
 // recordAccess hands a finished request to the telemetry store. The
 // Completion's strings are copied by Access.
 func (s *Server) recordAccess(c *proxy.Completion) {
+	if s.telemetry == nil {
+		return
+	}
 	ns := c.Namespace
 	if c.Deployment != "" && ns == "" {
 		ns = "default"

@@ -80,3 +80,28 @@ func BenchmarkAccess(b *testing.B) {
 		s.Access(&a)
 	}
 }
+
+// BenchmarkWriter is the writer's cost of one access record: queued,
+// batched and committed (with its index entry and metric bucket); the
+// op is one record.
+func BenchmarkWriter(b *testing.B) {
+	s, err := Open(Options{Dir: b.TempDir(), QueueSize: 1 << 16})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	a := Access{Time: time.Now(), Method: "GET", Path: "/api/items/42", Status: 200, Duration: time.Millisecond, Bytes: 512,
+		Host: "web.example.com", Client: netip.MustParseAddr("192.0.2.7"), Backend: "127.0.0.1:40123", Deployment: "web", Namespace: "default"}
+	b.ReportAllocs()
+	n := 0
+	for b.Loop() {
+		s.Access(&a)
+		if n++; n%1000 == 0 {
+			s.Flush(context.Background())
+		}
+	}
+	s.Flush(context.Background())
+	if st := s.Stats(); st.Dropped > 0 {
+		b.Fatalf("%d dropped", st.Dropped)
+	}
+}

@@ -7,10 +7,13 @@ import (
 
 // schemaVersion is the file's user_version. Telemetry is lossy: a file of
 // another version is emptied and recreated rather than migrated.
-const schemaVersion = 1
+const schemaVersion = 2
 
 var schema = []string{
 	`PRAGMA auto_vacuum = INCREMENTAL`,
+	// Ids are in time order as far as the writer's batches go (a batch is
+	// sorted by ts): retention walks them oldest first, and a search
+	// newest first, with no index on ts of their own.
 	`CREATE TABLE IF NOT EXISTS logs (
 		id      INTEGER PRIMARY KEY,
 		ts      INTEGER NOT NULL, -- epoch ms
@@ -24,7 +27,6 @@ var schema = []string{
 		fields  TEXT NOT NULL
 	)`,
 	`CREATE INDEX IF NOT EXISTS logs_dep_ts ON logs (ns, dep, ts)`,
-	`CREATE INDEX IF NOT EXISTS logs_ts ON logs (ts)`,
 	// k is the deployment's key token (depKey), so one MATCH finds a
 	// deployment's lines with the words, newest rowid first.
 	`CREATE VIRTUAL TABLE IF NOT EXISTS logs_fts USING fts5 (k, message, content='', contentless_delete=1)`,

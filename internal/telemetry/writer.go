@@ -2,11 +2,13 @@ package telemetry
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -36,6 +38,8 @@ type writer struct {
 	s     *Store
 	batch []row
 	open  map[bucketKey]*bucket
+	// nextID is the next log row's id; 0 until read from the file.
+	nextID int64
 }
 
 func (s *Store) run() {
@@ -204,6 +208,7 @@ func (w *writer) commit(all bool) {
 	err := w.write(closed)
 	w.s.pending.Add(-n)
 	if err != nil {
+		w.nextID = 0 // read again: the batch's ids were not taken
 		w.s.failed.Add(n)
 		if !w.s.unhealthy.Swap(true) {
 			w.s.o.Log.Warn("telemetry: a batch was not written (dropped)", "records", n, "err", err)
@@ -233,40 +238,8 @@ func (w *writer) write(closed []bucketKey) (err error) {
 	// newest first.
 	slices.SortStableFunc(w.batch, func(a, b row) int { return int(a.ts - b.ts) })
 	if len(w.batch) > 0 {
-		ins, err := tx.PrepareContext(ctx, `INSERT INTO logs (ts, ns, dep, level, source, message, backend, host, fields) VALUES (?,?,?,?,?,?,?,?,?)`)
-		if err != nil {
+		if err := w.insertLogs(ctx, tx); err != nil {
 			return err
-		}
-		defer ins.Close()
-		fts, err := tx.PrepareContext(ctx, `INSERT INTO logs_fts (rowid, k, message) VALUES (?,?,?)`)
-		if err != nil {
-			return err
-		}
-		defer fts.Close()
-		type bk struct{ ns, dep, backend string }
-		backends := map[bk]int64{}
-		for _, r := range w.batch {
-			res, err := ins.ExecContext(ctx, r.ts, r.ns, r.dep, r.level, r.source, r.msg, r.backend, r.host, r.flds)
-			if err != nil {
-				return err
-			}
-			id, err := res.LastInsertId()
-			if err != nil {
-				return err
-			}
-			if _, err := fts.ExecContext(ctx, id, depKey(r.ns, r.dep), r.msg); err != nil {
-				return err
-			}
-			if r.backend != "" {
-				k := bk{r.ns, r.dep, r.backend}
-				backends[k] = max(backends[k], r.ts)
-			}
-		}
-		for k, ts := range backends {
-			if _, err := tx.ExecContext(ctx, `INSERT INTO backends (ns, dep, backend, last_ts) VALUES (?,?,?,?)
-				ON CONFLICT DO UPDATE SET last_ts = max(last_ts, excluded.last_ts)`, k.ns, k.dep, k.backend, ts); err != nil {
-				return err
-			}
 		}
 	}
 	for _, k := range closed {
@@ -292,6 +265,88 @@ func (w *writer) write(closed []bucketKey) (err error) {
 	return tx.Commit()
 }
 
+// insertRows is how many log rows one INSERT statement carries: one
+// statement per row costs the driver's per-statement work (binding,
+// stepping) per row, the larger part of a row's cost.
+const insertRows = 64
+
+// insertLogs inserts the batch's rows and their index entries, with ids
+// the writer assigns (so the index's rowids are known without asking).
+func (w *writer) insertLogs(ctx context.Context, tx *sql.Tx) error {
+	if w.nextID == 0 {
+		if err := tx.QueryRowContext(ctx, `SELECT coalesce(max(id), 0) + 1 FROM logs`).Scan(&w.nextID); err != nil {
+			return err
+		}
+	}
+	id := w.nextID
+	type bk struct{ ns, dep, backend string }
+	backends := map[bk]int64{}
+	var logArgs, ftsArgs []any
+	var stmts [2]*sql.Stmt // for a full chunk
+	defer func() {
+		for _, st := range stmts {
+			if st != nil {
+				st.Close()
+			}
+		}
+	}()
+	for start := 0; start < len(w.batch); start += insertRows {
+		chunk := w.batch[start:min(start+insertRows, len(w.batch))]
+		logArgs, ftsArgs = logArgs[:0], ftsArgs[:0]
+		for _, r := range chunk {
+			logArgs = append(logArgs, id, r.ts, r.ns, r.dep, r.level, r.source, r.msg, r.backend, r.host, r.flds)
+			ftsArgs = append(ftsArgs, id, depKey(r.ns, r.dep), r.msg)
+			id++
+			if r.backend != "" {
+				k := bk{r.ns, r.dep, r.backend}
+				backends[k] = max(backends[k], r.ts)
+			}
+		}
+		logQ := `INSERT INTO logs (id, ts, ns, dep, level, source, message, backend, host, fields) VALUES ` + placeholders(len(chunk), 10)
+		ftsQ := `INSERT INTO logs_fts (rowid, k, message) VALUES ` + placeholders(len(chunk), 3)
+		for i, q := range [2]string{logQ, ftsQ} {
+			args := [2][]any{logArgs, ftsArgs}[i]
+			if len(chunk) < insertRows {
+				if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+					return err
+				}
+				continue
+			}
+			if stmts[i] == nil {
+				st, err := tx.PrepareContext(ctx, q)
+				if err != nil {
+					return err
+				}
+				stmts[i] = st
+			}
+			if _, err := stmts[i].ExecContext(ctx, args...); err != nil {
+				return err
+			}
+		}
+	}
+	for k, ts := range backends {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO backends (ns, dep, backend, last_ts) VALUES (?,?,?,?)
+			ON CONFLICT DO UPDATE SET last_ts = max(last_ts, excluded.last_ts)`, k.ns, k.dep, k.backend, ts); err != nil {
+			return err
+		}
+	}
+	w.nextID = id
+	return nil
+}
+
+// placeholders is "(?,…),(?,…)…": rows groups of cols.
+func placeholders(rows, cols int) string {
+	var b strings.Builder
+	one := "(" + strings.TrimSuffix(strings.Repeat("?,", cols), ",") + ")"
+	for i := range rows {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(one)
+	}
+	return b.String()
+}
+
 // depKey is the token a deployment's lines carry in the index's k column.
 func depKey(ns, dep string) string {
 	h := fnv.New64a()
@@ -315,12 +370,15 @@ const sweepChunk = 5000
 // returns the freed pages to the file system.
 func (s *Store) Sweep(ctx context.Context) error {
 	cutoff := s.o.Now().Add(-s.o.Retention).UnixMilli()
+	// The oldest ids first, a chunk at a time, until a chunk holds none
+	// past the retention: ids are in time order but for the skew of
+	// batches, so a late row may outlive its retention by that much.
 	for {
-		n, err := s.deleteLogs(ctx, `SELECT id FROM logs WHERE ts < ? LIMIT ?`, cutoff, sweepChunk)
+		n, err := s.deleteLogs(ctx, `SELECT id FROM (SELECT id, ts FROM logs ORDER BY id LIMIT ?) WHERE ts < ?`, sweepChunk, cutoff)
 		if err != nil {
 			return err
 		}
-		if n < sweepChunk {
+		if n == 0 {
 			break
 		}
 	}
@@ -343,7 +401,7 @@ func (s *Store) Sweep(ctx context.Context) error {
 			return err
 		}
 		if count > 0 {
-			if _, err := s.deleteLogs(ctx, `SELECT id FROM logs ORDER BY ts LIMIT ?`, max(count/10, 1)); err != nil {
+			if _, err := s.deleteLogs(ctx, `SELECT id FROM logs ORDER BY id LIMIT ?`, max(count/10, 1)); err != nil {
 				return err
 			}
 		} else {
