@@ -114,3 +114,23 @@ func TestObsThroughBerth(t *testing.T) {
 		t.Errorf("a namespace token sees /metrics' obs %+v", ma.Obs)
 	}
 }
+
+// TestReplicaOutputInTelemetry: what a vm deployment's replica prints
+// reaches the telemetry store, under the replica as its backend.
+func TestReplicaOutputInTelemetry(t *testing.T) {
+	h := start(t, "")
+	if r := h.json("POST", "/deployments", vmSpec("web", `,"scaling":{"min_replicas":1,"max_replicas":1}`)); r.code != 201 {
+		t.Fatalf("%d %s", r.code, r.body)
+	}
+	waitFor(t, "a ready replica", func() bool { return h.status("web").Ready == 1 })
+	vmID := h.status("web").VMs[0].SandboxID
+	var logs apitype.ObsLogs
+	waitFor(t, "the replica's output in the telemetry store", func() bool {
+		r := h.do("GET", "/namespaces/default/plugins/obs/api/deployments/web/logs?q=listening", "", "")
+		return r.code == 200 && json.Unmarshal(r.body, &logs) == nil && len(logs.Rows) > 0
+	})
+	row := logs.Rows[0]
+	if row.Message != "test app listening" || row.Source != "stdout" || row.Backend == nil || *row.Backend != vmID {
+		t.Errorf("row %+v (backend %v), want the app's line from %s", row, row.Backend, vmID)
+	}
+}

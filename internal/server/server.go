@@ -824,6 +824,7 @@ func (s *Server) Run(ctx context.Context) error {
 		{"certificate hosts", s.runFeedHosts},
 		{"siem", func(ctx context.Context) error { s.siem.Run(ctx); return nil }},
 		{"obs alerts", func(ctx context.Context) error { s.obs.Run(ctx); return nil }},
+		{"replica logs", s.runReplicaLogs},
 	} {
 		loops.Go(func() {
 			if err := l.run(loopCtx); err != nil && loopCtx.Err() == nil {
