@@ -139,6 +139,18 @@ func TestShapes(t *testing.T) {
 			t.Errorf("%s: %v", q.path, err)
 		}
 	}
+	a := f.do(t, "team-a", "POST", "/api/alerts", map[string]any{"deployment": "web", "threshold": 2, "webhook_url": "https://example.com/h"})
+	if err := c.CheckJSON("ObsAlert", a.body); a.status != 201 || err != nil {
+		t.Errorf("POST /api/alerts: %d %s %v", a.status, a.body, err)
+	}
+	var list []json.RawMessage
+	json.Unmarshal(f.do(t, "team-a", "GET", "/api/alerts", nil).body, &list)
+	if len(list) != 1 {
+		t.Fatalf("%d alert rules listed", len(list))
+	}
+	if err := c.CheckJSON("ObsAlert", list[0]); err != nil {
+		t.Error(err)
+	}
 	var fl apitype.ObsFleet
 	json.Unmarshal(f.do(t, "team-a", "GET", "/api/fleet?window=15m", nil).body, &fl)
 	if len(fl.Deployments) != 1 || fl.Deployments[0].ID != "web" || fl.Deployments[0].LogLines != 7 || fl.Deployments[0].ErrorLogs != 2 || fl.StepSecs != 10 {
