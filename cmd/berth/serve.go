@@ -29,6 +29,7 @@ import (
 	"github.com/berth-dev/berth/internal/server"
 	"github.com/berth-dev/berth/internal/siem"
 	"github.com/berth-dev/berth/internal/spec"
+	"github.com/berth-dev/berth/internal/telemetry"
 	"github.com/berth-dev/berth/internal/workspace"
 )
 
@@ -270,6 +271,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 	replicaQuota := fs.Int("namespace-replica-quota", intEnv("BERTH_NAMESPACE_REPLICA_QUOTA", auth.DefaultNamespaceReplicaQuota), "the most max_replicas a namespace token's vm deployments may add up to in its namespace; negative: no quota (BERTH_NAMESPACE_REPLICA_QUOTA)")
 	guardEnforce := fs.Bool("guard-enforce", envBoolDefault("BERTH_GUARD_ENFORCE", true), "refuse the requests guard rules block (403); false only counts and logs them (BERTH_GUARD_ENFORCE)")
 	siemOn := fs.Bool("siem", envBoolDefault("BERTH_SIEM", true), "detect attacks in the data plane's and the admin API's traffic (GET /security); false turns detection off, guard rules still apply (BERTH_SIEM)")
+	telRetention := fs.String("telemetry-retention", env("BERTH_TELEMETRY_RETENTION", "7d"), "how long the telemetry store (<data-dir>/telemetry.db: access records, job output, events, metrics, read by the obs API and `berth logs --since`/`berth top`) keeps rows: days as 7d, or a duration such as 36h (BERTH_TELEMETRY_RETENTION)")
+	telMax := fs.Int64("telemetry-max-bytes", int64(intEnv("BERTH_TELEMETRY_MAX_BYTES", telemetry.DefaultMaxBytes)), "the size the telemetry store is kept under, the oldest logs deleted first (BERTH_TELEMETRY_MAX_BYTES)")
 	siemTune := fs.String("siem-tune", env("BERTH_SIEM_TUNE", ""), "the SIEM's thresholds, comma-separated key=value: "+siemTuneKeys+" (BERTH_SIEM_TUNE)")
 	hostUpdates := fs.Bool("host-updates", envBool("BERTH_HOST_UPDATES"), "let fleet-wide admins start host-update jobs (POST /deployments/{id}/update), which run a static or site deployment's update.commands on this host as berth's user; off by default (BERTH_HOST_UPDATES)")
 	allowLocal := allowLocalReposFlag(fs)
@@ -335,6 +338,15 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "berth serve: --trusted-proxies: %v\n", err)
 		return 2
 	}
+	retention, err := parseRetention(*telRetention)
+	if err != nil {
+		fmt.Fprintf(stderr, "berth serve: --telemetry-retention: %v\n", err)
+		return 2
+	}
+	if *telMax < 1<<20 {
+		fmt.Fprintf(stderr, "berth serve: --telemetry-max-bytes: %d is below 1 MiB\n", *telMax)
+		return 2
+	}
 	siemConfig := siem.Config{Disabled: !*siemOn}
 	if err := parseSIEMTune(*siemTune, &siemConfig); err != nil {
 		fmt.Fprintf(stderr, "berth serve: %v\n", err)
@@ -393,6 +405,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 		BuildAllowHTTP:         *buildHTTP, BuildNetwork: *buildNetwork, BuildTimeout: *buildTimeout,
 		RegistryCAFile: *registryCA, RegistryAllowInsecure: splitList(*registryInsecure), ImageBudget: *imageBudget << 20,
 		GuardDryRun: !*guardEnforce, SIEM: siemConfig,
+		TelemetryRetention: retention, TelemetryMaxBytes: *telMax,
 		// Credentials come from the environment only, never a flag: a
 		// flag's value is visible to every user in the process list.
 		AdminUser: *adminUser, AdminPassword: secrets["BERTH_ADMIN_PASSWORD"],
@@ -533,6 +546,23 @@ func parsePrefixes(s string) ([]netip.Prefix, error) {
 		out = append(out, netip.PrefixFrom(a, a.BitLen()))
 	}
 	return out, nil
+}
+
+// parseRetention reads --telemetry-retention: whole days as "7d", or a
+// Go duration of at least an hour.
+func parseRetention(v string) (time.Duration, error) {
+	if d, ok := strings.CutSuffix(v, "d"); ok {
+		n, err := strconv.Atoi(d)
+		if err != nil || n < 1 || n > 3650 {
+			return 0, fmt.Errorf("%q: want whole days from 1d to 3650d, or a duration such as 36h", v)
+		}
+		return time.Duration(n) * 24 * time.Hour, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < time.Hour {
+		return 0, fmt.Errorf("%q: want whole days such as 7d, or a duration of at least 1h such as 36h", v)
+	}
+	return d, nil
 }
 
 func intEnv(name string, def int) int {

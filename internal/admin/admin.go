@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/artifact"
 	"github.com/berth-dev/berth/internal/auth"
 	"github.com/berth-dev/berth/internal/disks"
@@ -107,6 +108,12 @@ type Options struct {
 	// deletes publish their lifecycle events to it when the spec asks
 	// (feed.announce). Nil answers 503 on /feeds.
 	Feed *feed.Feed
+	// Obs serves the obs plugin's API (package obs' Handler) under
+	// /namespaces/{ns}/plugins/obs/api/; nil answers 503 there.
+	Obs http.Handler
+	// ObsStats is the telemetry queue's counters, in /metrics' obs for
+	// fleet callers; nil leaves obs out.
+	ObsStats func() apitype.ObsStats
 }
 
 // API is the admin http.Handler.
@@ -200,6 +207,7 @@ func New(o Options) *API {
 	a.routeRecords()
 	a.routeRollouts()
 	a.routeFeeds()
+	a.routeObs()
 
 	return a
 }

@@ -135,6 +135,10 @@ func (a *API) metrics(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	resp.Security = a.securitySummary(p)
+	if a.o.ObsStats != nil && p.Fleet() {
+		st := a.o.ObsStats()
+		resp.Obs = &st
+	}
 	if !p.Fleet() {
 		// A caller below the fleet sees its own deployments only: not the
 		// host, the daemon or the whole gateway's traffic.

@@ -68,6 +68,7 @@ var logsCmd = &command{
 	name:    "logs",
 	summary: "Print the output of a vm deployment's VMs",
 	help: `Usage: berth logs ID [-f] [--limit N]
+       berth logs ID --since DURATION [--grep TEXT] [--level LEVEL] [--backend B] [-n NS] [--limit N]
        berth logs job JOB_ID [-f]
 
 Print the recent output of every VM of a vm deployment, as lines of
@@ -79,6 +80,16 @@ the job failed.
 Flags:
   -f, --follow   keep printing new lines
   --limit N      the most recent lines per VM, 0 to 10000 (default 100)
+
+With --since, --grep or --level, logs reads the telemetry store instead
+(the obs API: access records, job output, events, for any deployment kind)
+and prints "<time> <level> <source> [<backend>] <text>", oldest first, the
+newest --limit lines of the span:
+  --since D      how far back: a duration (90m, 1h) or days (7d); default 1h
+  --grep TEXT    only lines containing TEXT (case-insensitive)
+  --level L      only lines of level debug, info, warn or error
+  --backend B    only lines of backend B (a sandbox id or upstream)
+  -n NS          the deployment's namespace (default: the deployment's own)
 `,
 	run: runLogs,
 }
@@ -348,6 +359,7 @@ func runLogs(ctx context.Context, e *env, args []string) error {
 	follow := fs.Bool("f", false, "")
 	fs.BoolVar(follow, "follow", false, "")
 	limit := fs.Int("limit", 100, "")
+	tf := telemetryLogFlags(fs)
 	if pos, err := e.parse(e.logsProbe(), args); err == nil && len(pos) > 0 && (pos[0] == "job" || strings.HasPrefix(pos[0], "job/")) {
 		pos, err := e.parse(fs, args)
 		if err != nil {
@@ -366,6 +378,12 @@ func runLogs(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if tf.set() {
+		if *follow {
+			return usagef("-f does not go with --since, --grep or --level: the telemetry store is read a page at a time")
+		}
+		return telemetryLogs(ctx, e, c, id, tf, *limit)
+	}
 	return c.Logs(ctx, id, *limit, *follow, e.stdout)
 }
 
@@ -376,6 +394,7 @@ func (e *env) logsProbe() *flag.FlagSet {
 	fs.Bool("f", false, "")
 	fs.Bool("follow", false, "")
 	fs.Int("limit", 100, "")
+	telemetryLogFlags(fs)
 	return fs
 }
 

@@ -105,6 +105,10 @@ type Options struct {
 	PerDeployment int // history kept per deployment (20)
 	Total         int // history kept in all (2,000)
 	LogLines      int // log lines kept per job (400)
+	// OnLog, when set, is handed every line a job logs, redacted, after
+	// the job's own log has it (the telemetry store's job output). It
+	// must not block.
+	OnLog func(namespace, deployment, jobID, line string)
 }
 
 // Manager runs jobs, one per deployment at a time.
@@ -495,6 +499,7 @@ func (j *Job) Log(text string) {
 	text = strings.TrimSuffix(text, "\n")
 	j.mu.Lock()
 	text = j.redact(text) // whole first: a secret may span lines
+	var lines []string
 	for l := range strings.SplitSeq(text, "\n") {
 		l = j.redact(strings.TrimSuffix(l, "\r"))
 		if len(l) > maxLine {
@@ -502,9 +507,16 @@ func (j *Job) Log(text string) {
 		}
 		j.rec.Log = appendCapped(j.rec.Log, j.m.o.LogLines, l)
 		j.total++
+		if j.m.o.OnLog != nil {
+			lines = append(lines, l)
+		}
 	}
+	dep := j.rec.Deployment
 	j.changedLocked()
 	j.mu.Unlock()
+	for _, l := range lines {
+		j.m.o.OnLog(j.ns, dep, j.id, l)
+	}
 }
 
 // Logf appends a formatted line (or lines) to the job's log.

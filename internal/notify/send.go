@@ -110,7 +110,7 @@ func (n *Notifier) post(h *hook, j job) error {
 	ts := strconv.FormatInt(now.Unix(), 10)
 	req, err := http.NewRequestWithContext(h.ctx, http.MethodPost, h.url, bytes.NewReader(body))
 	if err != nil {
-		return fmt.Errorf("bad webhook URL: %v", scrub(err))
+		return fmt.Errorf("bad webhook URL: %v", Scrub(err))
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "berth-webhooks/1")
@@ -120,7 +120,7 @@ func (n *Notifier) post(h *hook, j job) error {
 	req.Header.Set(HeaderSignature, Sign(h.secret, ts, body))
 	resp, err := n.client.Do(req)
 	if err != nil {
-		return scrub(err)
+		return Scrub(err)
 	}
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // so the connection is reused
 	resp.Body.Close()
@@ -130,9 +130,9 @@ func (n *Notifier) post(h *hook, j job) error {
 	return nil
 }
 
-// scrub drops the URL from a client error: the URL may be a credential,
+// Scrub drops the URL from a client error: the URL may be a credential,
 // and the error is shown and stored as last_error.
-func scrub(err error) error {
+func Scrub(err error) error {
 	var ue *url.Error
 	if errors.As(err, &ue) {
 		if ue.Timeout() {
@@ -218,45 +218,60 @@ func checkSpec(spec *apitype.WebhookSpec, self *netguard.Self, allowLinkLocal bo
 	if spec.URL == "" {
 		return &web.FieldError{Field: "url", Msg: "required"}
 	}
-	if len(spec.URL) > maxURLLen {
-		return &web.FieldError{Field: "url", Msg: fmt.Sprintf("longer than %d bytes", maxURLLen)}
+	if err := CheckURL(spec.URL, self, allowLinkLocal, true); err != nil {
+		return &web.FieldError{Field: "url", Msg: err.Error()}
 	}
-	u, err := url.Parse(spec.URL)
+	return nil
+}
+
+// CheckURL says why raw may not be a webhook URL, or nil: it must be an
+// https URL (or, with httpLoopback, plain http to a loopback host) naming
+// a host, without user info or a fragment, and a literal address must not
+// be one Refuse refuses (berth's own listeners; link-local and metadata
+// addresses unless allowLinkLocal). Names are checked again at dial time
+// by the guarded client. Package obs checks its alerts' webhooks with it.
+func CheckURL(raw string, self *netguard.Self, allowLinkLocal, httpLoopback bool) error {
+	if len(raw) > maxURLLen {
+		return fmt.Errorf("longer than %d bytes", maxURLLen)
+	}
+	u, err := url.Parse(raw)
 	if err != nil {
-		return &web.FieldError{Field: "url", Msg: "not a URL"}
+		return errors.New("not a URL")
+	}
+	want := "must be an https:// URL"
+	if httpLoopback {
+		want = "must be an https:// URL (or http:// to a loopback host)"
 	}
 	switch {
-	case u.Scheme != "http" && u.Scheme != "https":
-		return &web.FieldError{Field: "url", Msg: "must be an https:// URL (or http:// to a loopback host)"}
+	case u.Scheme != "https" && (u.Scheme != "http" || !httpLoopback):
+		return errors.New(want)
 	case u.Host == "" || u.Hostname() == "":
-		return &web.FieldError{Field: "url", Msg: "names no host"}
+		return errors.New("names no host")
 	case u.User != nil:
-		return &web.FieldError{Field: "url", Msg: "must not carry user info; authenticate the request by its signature"}
-	case u.Fragment != "" || strings.Contains(spec.URL, "#"):
-		return &web.FieldError{Field: "url", Msg: "must not carry a fragment"}
+		return errors.New("must not carry user info")
+	case u.Fragment != "" || strings.Contains(raw, "#"):
+		return errors.New("must not carry a fragment")
 	}
 	host := u.Hostname()
 	addr, literal := netip.ParseAddr(host)
 	loopback := strings.EqualFold(host, "localhost") || literal == nil && addr.IsLoopback()
 	if u.Scheme == "http" && !loopback {
-		return &web.FieldError{Field: "url", Msg: "must be https (plain http only to a loopback host): the alerts and their signatures would cross the network in the clear"}
+		return errors.New("must be https (plain http only to a loopback host): the alerts would cross the network in the clear")
+	}
+	port := uint16(443)
+	if u.Scheme == "http" {
+		port = 80
 	}
 	if p := u.Port(); p != "" {
-		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-			return &web.FieldError{Field: "url", Msg: fmt.Sprintf("port %q is not a port", p)}
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("port %q is not a port", p)
 		}
+		port = uint16(n)
 	}
 	if literal == nil {
-		port := uint16(443)
-		if u.Scheme == "http" {
-			port = 80
-		}
-		if p := u.Port(); p != "" {
-			n, _ := strconv.Atoi(p)
-			port = uint16(n)
-		}
 		if err := refuse(netip.AddrPortFrom(addr, port), self, allowLinkLocal); err != nil {
-			return &web.FieldError{Field: "url", Msg: err.Error()}
+			return err
 		}
 	}
 	return nil

@@ -33,6 +33,10 @@ type Completion struct {
 	Deployment string
 	Namespace  string
 	Unrouted   bool
+	// Backend is what served it: the replica's sandbox id or the static
+	// upstream as written (what X-Vm-Id answered); empty when no backend
+	// answered.
+	Backend string
 	// Credentialed: the request carried a valid credential for its
 	// deployment (a sign-in session, a JWT, an app-token, a Computer
 	// grant), so none of its misses are an attacker's probing.
@@ -241,6 +245,9 @@ func (h *Handler) complete(w http.ResponseWriter, r *http.Request, path, rawQuer
 	}
 	if o.dep != nil {
 		c.Deployment, c.Namespace = o.dep.ID, o.dep.Namespace
+	}
+	if v := w.Header()["X-Vm-Id"]; len(v) > 0 { // set by relay, from the backend
+		c.Backend = v[0]
 	}
 	h.observe(c)
 	o.comp = Completion{} // keep no reference to the request's strings

@@ -19,7 +19,7 @@ import (
 // failed) and registers the job kinds this server runs. A new kind is
 // one more Register here: its start route (admin's jobRoutes) then works.
 func (s *Server) openJobs(ctx context.Context) error {
-	m, err := jobs.New(ctx, jobs.Options{Store: s.store, Log: s.log})
+	m, err := jobs.New(ctx, jobs.Options{Store: s.store, Log: s.log, OnLog: s.jobLine})
 	if err != nil {
 		return err
 	}

@@ -35,9 +35,6 @@ func (s *Server) openSecurity(ctx context.Context, st *store.Store, popts *proxy
 	s.guard, s.siem = g, e
 	s.wouldBlockLog.Interval = 200 * time.Millisecond // at most 5 lines a second
 	popts.Guard = s.guardCheck
-	if e.Enabled() {
-		popts.Observe = s.observe
-	}
 	return nil
 }
 
@@ -61,12 +58,14 @@ func (s *Server) guardCheck(client netip.Addr, host, dep, method, path, ua strin
 	return proxy.GuardPass
 }
 
-// observe is the proxy's Observe: every finished request, to the SIEM.
-// A request a guard rule refused is not: the rule already answers its
-// source (the guard counts it), and berth's own 403s must not raise alerts
-// of their own — alerts about traffic that is already refused are noise.
+// observe is the proxy's Observe: every finished request, to the
+// telemetry store and the SIEM. A request a guard rule refused is not
+// the SIEM's: the rule already answers its source (the guard counts it),
+// and berth's own 403s must not raise alerts of their own — alerts about
+// traffic that is already refused are noise.
 func (s *Server) observe(c *proxy.Completion) {
-	if c.Blocked {
+	s.recordAccess(c)
+	if c.Blocked || !s.siem.Enabled() {
 		return
 	}
 	s.siem.ObserveRequest(&siem.Request{
@@ -92,6 +91,7 @@ func (s *Server) gatePath(dep string) string {
 func (s *Server) gateEvent(e gate.Event) {
 	s.o.Log.Warn("sign-in gate", "event", e.Kind, "deployment", e.Deployment, "namespace", e.Namespace,
 		"host", e.Host, "source", e.Source.String(), "reason", e.Reason)
+	s.eventLine("gate", "warn", e.Namespace, e.Deployment, e.Host, e.Kind+": "+e.Reason)
 	if s.siem == nil {
 		return
 	}
@@ -126,6 +126,11 @@ func (s *Server) adminEvent(e auth.Event) {
 
 // onAlert is the SIEM's OnAlert: each new alert (siem logs it).
 func (s *Server) onAlert(a apitype.SecurityAlert) {
+	level := "warn"
+	if a.Severity == apitype.SeverityHigh || a.Severity == apitype.SeverityCritical {
+		level = "error"
+	}
+	s.eventLine("security", level, "", a.Deployment, "", string(a.Severity)+" "+a.Rule+": "+a.Title)
 	if s.webhooks != nil {
 		s.webhooks.Alert(a)
 	}

@@ -10,6 +10,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -47,6 +48,7 @@ import (
 	"github.com/berth-dev/berth/internal/namespaces"
 	"github.com/berth-dev/berth/internal/netguard"
 	"github.com/berth-dev/berth/internal/notify"
+	"github.com/berth-dev/berth/internal/obs"
 	"github.com/berth-dev/berth/internal/proxy"
 	"github.com/berth-dev/berth/internal/ratelimit"
 	"github.com/berth-dev/berth/internal/registry"
@@ -56,6 +58,7 @@ import (
 	"github.com/berth-dev/berth/internal/siem"
 	"github.com/berth-dev/berth/internal/spec"
 	"github.com/berth-dev/berth/internal/store"
+	"github.com/berth-dev/berth/internal/telemetry"
 	"github.com/berth-dev/berth/internal/vm"
 	"github.com/berth-dev/berth/internal/vm/drivers"
 	"github.com/berth-dev/berth/internal/web"
@@ -186,6 +189,17 @@ type Options struct {
 	// SIEM configures detection (package siem): zero fields take app-lb's
 	// thresholds; Disabled turns detection off (the guard still applies).
 	SIEM siem.Config
+
+	// TelemetryRetention is how long the telemetry store (access records,
+	// job output, events, metrics; <DataDir>/telemetry.db) keeps rows;
+	// TelemetryMaxBytes caps its used size, the oldest logs going first.
+	// Zero takes telemetry.DefaultRetention (7 days) and
+	// telemetry.DefaultMaxBytes (1 GiB).
+	TelemetryRetention time.Duration
+	TelemetryMaxBytes  int64
+	// ObsWebhookRoots, when set, are the CAs obs alert webhooks'
+	// certificates are checked against instead of the system's (tests).
+	ObsWebhookRoots *x509.CertPool
 
 	// AgentCommand and AgentEnv override how the process driver starts the
 	// in-sandbox agent (default: this executable's "agent" mode); tests use
@@ -372,6 +386,10 @@ type Server struct {
 	// queued is the pulls and builds an edit wanted while the
 	// deployment's job ran (queuePull).
 	queued pullQueue
+
+	// telemetry is the embedded telemetry store; obs serves its API.
+	telemetry *telemetry.Store
+	obs       *obs.Handler
 }
 
 // New opens the store, restores deployments and binds the listeners.
@@ -473,6 +491,11 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	}
 	s.notifier, s.webhooks = wh, wh
 	undo = append(undo, func() { wh.Close() })
+	if err := s.openTelemetry(ctx, st, key); err != nil {
+		return nil, err
+	}
+	undo = append(undo, s.closeTelemetry)
+	popts.Observe = s.observe
 	if s.limits, err = ratelimit.NewManager(ctx, st, ratelimit.Options{Log: o.Log, Changed: func(id string) { s.registry.Refresh(id) }}); err != nil {
 		return nil, err
 	}
@@ -668,6 +691,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		Upstreams:   admin.UpstreamGuard{Self: s.self, AllowLinkLocal: o.AllowLinkLocalUpstreams},
 		Disks:       s.disks, RetiredDir: filepath.Join(o.DataDir, "retired"),
 		Feed: s.feed,
+		Obs: s.obs, ObsStats: s.obsStats,
 	})
 	// The Computer API shares the listener and the gate, and its brake
 	// counts bad grants with bad admin credentials.
@@ -808,6 +832,8 @@ func (s *Server) Run(ctx context.Context) error {
 		{"certificates", s.runCerts},
 		{"certificate hosts", s.runFeedHosts},
 		{"siem", func(ctx context.Context) error { s.siem.Run(ctx); return nil }},
+		{"obs alerts", func(ctx context.Context) error { s.obs.Run(ctx); return nil }},
+		{"replica logs", s.runReplicaLogs},
 	} {
 		loops.Go(func() {
 			if err := l.run(loopCtx); err != nil && loopCtx.Err() == nil {
@@ -888,6 +914,7 @@ func (s *Server) Run(ctx context.Context) error {
 		s.log.Error("some security alerts were not stored", "err", serr)
 	}
 	s.guard.Close()
+	s.closeTelemetry()
 	fctx, fcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	s.notifier.Flush(fctx) // let queued alerts go out, briefly
 	fcancel()
