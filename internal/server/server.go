@@ -691,7 +691,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		Upstreams:   admin.UpstreamGuard{Self: s.self, AllowLinkLocal: o.AllowLinkLocalUpstreams},
 		Disks:       s.disks, RetiredDir: filepath.Join(o.DataDir, "retired"),
 		Feed: s.feed,
-		Obs: s.obs, ObsStats: s.obsStats,
+		Obs:  s.obs, ObsStats: s.obsStats,
 	})
 	// The Computer API shares the listener and the gate, and its brake
 	// counts bad grants with bad admin credentials.
