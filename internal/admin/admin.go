@@ -25,6 +25,7 @@ import (
 	"github.com/berth-dev/berth/internal/metrics"
 	"github.com/berth-dev/berth/internal/namespaces"
 	"github.com/berth-dev/berth/internal/notify"
+	"github.com/berth-dev/berth/internal/plugin"
 	"github.com/berth-dev/berth/internal/ratelimit"
 	"github.com/berth-dev/berth/internal/registry"
 	"github.com/berth-dev/berth/internal/rollout"
@@ -102,6 +103,9 @@ type Options struct {
 	// it. Nil: writes go to the registry alone and the rollout routes
 	// answer 503.
 	Rollouts *rollout.Manager
+	// Plugins hosts the compiled-in plugins (/api/plugins,
+	// /namespaces/{name}/plugins); nil answers 503 there.
+	Plugins *plugin.Host
 }
 
 // API is the admin http.Handler.
@@ -194,6 +198,7 @@ func New(o Options) *API {
 	a.routeDisks()
 	a.routeRecords()
 	a.routeRollouts()
+	a.routePlugins()
 
 	return a
 }

@@ -642,6 +642,10 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	if s.tlsLn != nil {
 		s.serveTLS()
 	}
+	plugins, err := openPlugins(ctx, st)
+	if err != nil {
+		return nil, err
+	}
 	brake := auth.NewBrake(o.Brake)
 	adminGate := auth.New(auth.Config{
 		User: o.AdminUser, Password: o.AdminPassword, Tokens: tokens,
@@ -660,6 +664,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		Confinement: confinement(o),
 		Upstreams:   admin.UpstreamGuard{Self: s.self, AllowLinkLocal: o.AllowLinkLocalUpstreams},
 		Disks:       s.disks, RetiredDir: filepath.Join(o.DataDir, "retired"),
+		Plugins: plugins,
 	})
 	// The Computer API shares the listener and the gate, and its brake
 	// counts bad grants with bad admin credentials.
