@@ -14,14 +14,11 @@ import (
 // envelopeOf decodes the error envelope of r, with its code.
 func envelopeOf(t *testing.T, r reply) (msg, code string) {
 	t.Helper()
-	var e struct {
-		Error string `json:"error"`
-		Code  string `json:"code"`
-	}
-	if err := json.Unmarshal(r.body, &e); err != nil || e.Error == "" {
+	var e apitype.Error
+	if err := json.Unmarshal(r.body, &e); err != nil || e.Message == "" {
 		t.Fatalf("%s: not the error envelope", r)
 	}
-	return e.Error, e.Code
+	return e.Message, e.Code
 }
 
 // TestPlugins: the plugin routes answer the contract's PluginView,
