@@ -487,7 +487,7 @@ func (a *API) declareNamespace(w http.ResponseWriter, r *http.Request) error {
 	}
 	if a.o.Plugins != nil {
 		// A namespace gets the enabled per-namespace plugins (app-lb).
-		if err := a.o.Plugins.NamespaceDeclared(r.Context(), n.Name); err != nil {
+		if err := a.o.Plugins.NamespaceKnown(r.Context(), n.Name); err != nil {
 			return &web.Error{Status: http.StatusInternalServerError, Message: "the namespace was declared, but its plugins were not installed", Err: err}
 		}
 	}

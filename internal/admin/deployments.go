@@ -69,9 +69,7 @@ func (a *API) put(w http.ResponseWriter, r *http.Request, s apitype.DeploymentSp
 		writeDryRun(w, e)
 		return nil
 	}
-	if a.o.Written != nil {
-		a.o.Written(r.Context(), e)
-	}
+	a.written(r.Context(), e)
 	web.WriteJSON(w, status, Status(e))
 	return nil
 }

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"context"
 	"encoding/json"
 	"maps"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"github.com/berth-dev/berth/internal/auth"
 	"github.com/berth-dev/berth/internal/namespaces"
 	"github.com/berth-dev/berth/internal/plugin"
+	"github.com/berth-dev/berth/internal/registry"
 	"github.com/berth-dev/berth/internal/web"
 )
 
@@ -31,6 +33,41 @@ func (a *API) routePlugins() {
 	// admin tier (app-lb: V,N for GET, C,N for the rest).
 	a.handle("GET /namespaces/{name}/plugins/{id}/{rest...}", tierView, wallNarrow, a.dispatchPlugin)
 	a.handle("/namespaces/{name}/plugins/{id}/{rest...}", tierCRUD, wallNarrow, a.dispatchPlugin)
+}
+
+// written is told of every deployment write that was stored (not a dry
+// run): the server's hook (Options.Written) runs, and a namespace the
+// write brought into being — its first deployment, not declared — gets the
+// enabled per-namespace plugins (app-lb installs them on register). Only
+// then: a namespace that uninstalled a plugin does not get it back with its
+// next deploy. The write has happened, so a failed install is logged, not
+// the write's error.
+func (a *API) written(ctx context.Context, e *registry.Entry) {
+	if a.o.Written != nil {
+		a.o.Written(ctx, e)
+	}
+	if a.o.Plugins == nil {
+		return
+	}
+	ns := namespace(e)
+	for _, o := range a.o.Registry.List() {
+		if o.Spec.ID != e.Spec.ID && namespace(o) == ns {
+			return
+		}
+	}
+	if a.o.Namespaces != nil {
+		decl, err := a.o.Namespaces.List(ctx)
+		if err != nil {
+			a.o.Log.Error("the enabled plugins were not installed in a new namespace", "deployment", e.Spec.ID, "namespace", ns, "err", err)
+			return
+		}
+		if slices.ContainsFunc(decl, func(n namespaces.Namespace) bool { return n.Name == ns }) {
+			return // declared: it got them then
+		}
+	}
+	if err := a.o.Plugins.NamespaceKnown(ctx, ns); err != nil {
+		a.o.Log.Error("the enabled plugins were not installed in a new namespace", "deployment", e.Spec.ID, "namespace", ns, "err", err)
+	}
 }
 
 func (a *API) plugins() (*plugin.Host, error) {

@@ -367,9 +367,10 @@ func (h *Host) Uninstall(ctx context.Context, ns, id string) (apitype.NamespaceP
 	return h.nsView(e, ns), nil
 }
 
-// NamespaceDeclared installs every enabled per-namespace plugin in ns
-// where it is not installed yet (app-lb: a new namespace gets them).
-func (h *Host) NamespaceDeclared(ctx context.Context, ns string) error {
+// NamespaceKnown installs every enabled per-namespace plugin in ns
+// where it is not installed yet: a namespace new to the fleet (declared,
+// or given its first deployment) gets them, as in app-lb.
+func (h *Host) NamespaceKnown(ctx context.Context, ns string) error {
 	h.write.Lock()
 	defer h.write.Unlock()
 	for _, id := range h.ids {

@@ -265,7 +265,7 @@ func TestRecordsSurviveRestart(t *testing.T) {
 	if _, err := h.Install(t.Context(), "team-a", "probe", "token:abc", json.RawMessage(`{"level":"info"}`)); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.NamespaceDeclared(t.Context(), "team-c"); err != nil {
+	if err := h.NamespaceKnown(t.Context(), "team-c"); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.NamespaceRemoved(t.Context(), "team-b"); err != nil {
