@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -57,6 +58,7 @@ func (a *API) putOptions(r *http.Request, s *apitype.DeploymentSpec) (registry.P
 // put stores s with o and answers its status with the HTTP status given
 // (or, for a dry run, what would have been stored), with its ETag.
 func (a *API) put(w http.ResponseWriter, r *http.Request, s apitype.DeploymentSpec, o registry.PutOptions, status int) error {
+	fresh := a.newNamespace(r.Context(), cmp.Or(s.Namespace, "default"))
 	e, op, err := a.write(r, s, o)
 	if err != nil {
 		return errorFor(err, s.ID)
@@ -69,7 +71,12 @@ func (a *API) put(w http.ResponseWriter, r *http.Request, s apitype.DeploymentSp
 		writeDryRun(w, e)
 		return nil
 	}
-	a.written(r.Context(), e)
+	if a.o.Written != nil {
+		a.o.Written(r.Context(), e)
+	}
+	if fresh {
+		a.installPlugins(r.Context(), namespace(e), e.Spec.ID)
+	}
 	web.WriteJSON(w, status, Status(e))
 	return nil
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/berth-dev/berth/internal/auth"
 	"github.com/berth-dev/berth/internal/namespaces"
 	"github.com/berth-dev/berth/internal/plugin"
-	"github.com/berth-dev/berth/internal/registry"
 	"github.com/berth-dev/berth/internal/web"
 )
 
@@ -35,38 +34,40 @@ func (a *API) routePlugins() {
 	a.handle("/namespaces/{name}/plugins/{id}/{rest...}", tierCRUD, wallNarrow, a.dispatchPlugin)
 }
 
-// written is told of every deployment write that was stored (not a dry
-// run): the server's hook (Options.Written) runs, and a namespace the
-// write brought into being — its first deployment, not declared — gets the
-// enabled per-namespace plugins (app-lb installs them on register). Only
-// then: a namespace that uninstalled a plugin does not get it back with its
-// next deploy. The write has happened, so a failed install is logged, not
-// the write's error.
-func (a *API) written(ctx context.Context, e *registry.Entry) {
-	if a.o.Written != nil {
-		a.o.Written(ctx, e)
-	}
+// newNamespace reports whether ns is new to the fleet: no deployment
+// lives there and it is not declared. A deployment write that brings it
+// into being installs the enabled per-namespace plugins there
+// (installPlugins; app-lb installs them on register) — only then, so a
+// namespace that uninstalled a plugin does not get it back with its next
+// deploy.
+func (a *API) newNamespace(ctx context.Context, ns string) bool {
 	if a.o.Plugins == nil {
-		return
+		return false
 	}
-	ns := namespace(e)
-	for _, o := range a.o.Registry.List() {
-		if o.Spec.ID != e.Spec.ID && namespace(o) == ns {
-			return
+	for _, e := range a.o.Registry.List() {
+		if namespace(e) == ns {
+			return false
 		}
 	}
 	if a.o.Namespaces != nil {
 		decl, err := a.o.Namespaces.List(ctx)
 		if err != nil {
-			a.o.Log.Error("the enabled plugins were not installed in a new namespace", "deployment", e.Spec.ID, "namespace", ns, "err", err)
-			return
+			a.o.Log.Error("could not read the namespaces; the enabled plugins are not installed in a new one", "namespace", ns, "err", err)
+			return false
 		}
 		if slices.ContainsFunc(decl, func(n namespaces.Namespace) bool { return n.Name == ns }) {
-			return // declared: it got them then
+			return false // declared: it got them then
 		}
 	}
+	return true
+}
+
+// installPlugins installs the enabled per-namespace plugins in ns, new to
+// the fleet with deployment id. The write has happened, so a failure is
+// logged, not the write's error.
+func (a *API) installPlugins(ctx context.Context, ns, id string) {
 	if err := a.o.Plugins.NamespaceKnown(ctx, ns); err != nil {
-		a.o.Log.Error("the enabled plugins were not installed in a new namespace", "deployment", e.Spec.ID, "namespace", ns, "err", err)
+		a.o.Log.Error("the enabled plugins were not installed in a new namespace", "deployment", id, "namespace", ns, "err", err)
 	}
 }
 

@@ -73,13 +73,14 @@ func TestPluginDispatchRoutes(t *testing.T) {
 	}
 
 	// A new namespace's first deployment installs the plugin there; after
-	// an uninstall, the next deployment does not.
+	// an uninstall, neither replacing that deployment nor adding one does.
 	want(t, r.do("POST", "/deployments", operator, `{"id": "c1", "namespace": "team-c", "routes": [{"host": "c1.example"}], "upstreams": ["127.0.0.1:9"]}`), http.StatusCreated)
 	ins := decode[apitype.PluginInstalls](t, r.do("GET", "/api/plugins/echo/installs", operator, ""))
 	if strings.Join(ins.Namespaces, ",") != "team-a,team-c" || ins.Installs["team-a"].InstalledBy == nil || ins.Installs["team-c"].InstalledBy != nil {
 		t.Errorf("installs after team-c's first deployment: %+v", ins)
 	}
 	want(t, r.do("DELETE", "/namespaces/team-c/plugins/echo", operator, ""), http.StatusOK)
+	want(t, r.do("POST", "/deployments", operator, `{"id": "c1", "namespace": "team-c", "routes": [{"host": "c1.example"}], "upstreams": ["127.0.0.1:8"]}`), http.StatusCreated)
 	want(t, r.do("POST", "/deployments", operator, `{"id": "c2", "namespace": "team-c", "routes": [{"host": "c2.example"}], "upstreams": ["127.0.0.1:9"]}`), http.StatusCreated)
 	ins = decode[apitype.PluginInstalls](t, r.do("GET", "/api/plugins/echo/installs", operator, ""))
 	if strings.Join(ins.Namespaces, ",") != "team-a" {

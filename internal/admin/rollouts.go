@@ -92,8 +92,8 @@ func (a *API) startRollout(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return errorFor(err, id)
 	}
-	if e != nil {
-		a.written(r.Context(), e)
+	if e != nil && a.o.Written != nil {
+		a.o.Written(r.Context(), e)
 	}
 	if op == nil {
 		return &web.Error{Status: http.StatusInternalServerError, Message: "the spec was written but its rollout could not be recorded"}
@@ -199,8 +199,8 @@ func (a *API) undoRollout(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return errorFor(err, id)
 	}
-	if ne != nil {
-		a.written(r.Context(), ne)
+	if ne != nil && a.o.Written != nil {
+		a.o.Written(r.Context(), ne)
 	}
 	if op == nil {
 		return &web.Error{Status: http.StatusInternalServerError, Message: "the spec was written but its rollout could not be recorded"}
