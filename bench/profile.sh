@@ -106,8 +106,12 @@ if step perf; then
 	else
 		url="http://127.0.0.1:$P_BERTH/"
 		timeout $((WARMUP + 30)) wrk -t1 -c"$CONNS" -d"${WARMUP}s" "$url" >/dev/null
+		# System calls under load (the tracepoint counts every one, all
+		# threads), where the kernel has it.
+		sysev=
+		perf stat -e raw_syscalls:sys_enter -o /dev/null true 2>/dev/null && sysev=,raw_syscalls:sys_enter
 		timeout $((DURATION + 30)) perf stat -x, -o "$OUTDIR/perf-stat.csv" \
-			-e task-clock,context-switches,cpu-migrations,page-faults,cycles,instructions \
+			-e task-clock,context-switches,cpu-migrations,page-faults,cycles,instructions$sysev \
 			-p "$PID_BERTH" -- sleep "$((DURATION + 1))" &
 		pst=$!
 		sleep 0.5

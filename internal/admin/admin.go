@@ -18,6 +18,7 @@ import (
 	"github.com/berth-dev/berth/internal/artifact"
 	"github.com/berth-dev/berth/internal/auth"
 	"github.com/berth-dev/berth/internal/disks"
+	"github.com/berth-dev/berth/internal/feed"
 	"github.com/berth-dev/berth/internal/fleet"
 	"github.com/berth-dev/berth/internal/guard"
 	"github.com/berth-dev/berth/internal/image"
@@ -103,6 +104,10 @@ type Options struct {
 	// it. Nil: writes go to the registry alone and the rollout routes
 	// answer 503.
 	Rollouts *rollout.Manager
+	// Feed is the namespaces' event feeds (/feeds); deployment writes and
+	// deletes publish their lifecycle events to it when the spec asks
+	// (feed.announce). Nil answers 503 on /feeds.
+	Feed *feed.Feed
 	// Plugins hosts the compiled-in plugins (/api/plugins,
 	// /namespaces/{name}/plugins); nil answers 503 there.
 	Plugins *plugin.Host
@@ -198,6 +203,7 @@ func New(o Options) *API {
 	a.routeDisks()
 	a.routeRecords()
 	a.routeRollouts()
+	a.routeFeeds()
 	a.routePlugins()
 
 	return a

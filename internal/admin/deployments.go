@@ -40,6 +40,9 @@ func (a *API) putOptions(r *http.Request, s *apitype.DeploymentSpec) (registry.P
 	if err := a.mayWrite(p, s); err != nil {
 		return registry.PutOptions{}, err
 	}
+	if err := mayExpose(p, s); err != nil {
+		return registry.PutOptions{}, err
+	}
 	if err := a.defaultDriver(p, s); err != nil {
 		return registry.PutOptions{}, err
 	}
@@ -73,6 +76,11 @@ func (a *API) put(w http.ResponseWriter, r *http.Request, s apitype.DeploymentSp
 	}
 	if a.o.Written != nil {
 		a.o.Written(r.Context(), e)
+	}
+	if e.Revision == 1 { // a new row: created, not replaced
+		a.announce(e, apitype.FeedDeployed)
+	} else {
+		a.announce(e, apitype.FeedUpdated)
 	}
 	if fresh {
 		a.installPlugins(r.Context(), namespace(e), e.Spec.ID)
@@ -185,8 +193,12 @@ func (a *API) update(w http.ResponseWriter, r *http.Request) error {
 
 func (a *API) delete(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
+	e, _ := a.o.Registry.Get(id)
 	if err := a.o.Registry.Delete(r.Context(), id); err != nil {
 		return errorFor(err, id)
+	}
+	if e != nil {
+		a.announce(e, apitype.FeedRemoved)
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil

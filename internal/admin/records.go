@@ -115,10 +115,12 @@ func (a *API) forget(w http.ResponseWriter, r *http.Request, keep func(*registry
 	if err != nil {
 		return err
 	}
+	var gone *registry.Entry
 	err = a.o.Registry.Forget(r.Context(), id, tag, func(e *registry.Entry) error {
 		if err := a.idle(r, e, running); err != nil {
 			return err
 		}
+		gone = e
 		if keep != nil {
 			return keep(e)
 		}
@@ -133,6 +135,9 @@ func (a *API) forget(w http.ResponseWriter, r *http.Request, keep func(*registry
 			return web.Errorf(http.StatusPreconditionFailed, "If-Match does not match the current deployment spec")
 		}
 		return errorFor(err, id)
+	}
+	if gone != nil {
+		a.announce(gone, apitype.FeedRemoved)
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil

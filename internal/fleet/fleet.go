@@ -355,7 +355,28 @@ type Config struct {
 	// Backends is where the pool publishes its ready replicas (required).
 	// It is read when the pool is created; a later Ensure keeps the first.
 	Backends Backends
+	// Issues hears the pool's operational issues (its namespace's event
+	// feed, when the spec asks for it); nil: nobody listens. It is called
+	// with the pool's lock held: it must not block or call the pool.
+	Issues func(Issue)
 }
+
+// Issue is an operational problem of a pool, for Config.Issues. What is
+// its short name, one of the Issue* constants; Detail is berth's own words
+// for it, never the driver's error or the app's output (which may name
+// host paths or print a secret), since a feed can be served on the
+// deployment's public routes (feed.expose).
+type Issue struct {
+	What, Detail string
+}
+
+// The issues a pool reports.
+const (
+	IssueCreateFailed    = "replica create failed"
+	IssueBootFailed      = "replica failed to boot"
+	IssueBootTimeout     = "replica boot timed out"
+	IssueColdStartExpiry = "cold start timed out"
+)
 
 // Ensure creates the pool for cfg.Deployment or updates it. A changed Key
 // replaces the replicas; any other change (scaling, health) applies to the

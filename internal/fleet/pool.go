@@ -459,6 +459,7 @@ func (p *Pool) observe(ctx context.Context, cfg *Config, now time.Time) {
 				r.missing = now
 			}
 			if now.Sub(r.missing) >= p.m.o.MissingGrace {
+				p.bootFailedLocked(cfg, r, "its replica disappeared before it became ready")
 				p.failLocked(cfg, r, now, "the replica disappeared", "its replica disappeared before it became ready")
 			}
 		case err != nil:
@@ -468,6 +469,7 @@ func (p *Pool) observe(ctx context.Context, cfg *Config, now time.Time) {
 			if reason == "" {
 				reason = string(in.State)
 			}
+			p.bootFailedLocked(cfg, r, "its replica stopped before it became ready")
 			p.failLocked(cfg, r, now, reason, "its replica stopped before it became ready")
 			p.tasks.Go(func() { p.stopAll(ctx, []string{r.id}) })
 		case r.phase == pending && autoscale.BootExpired(r.created, cfg.Policy.BootTimeout, now):
@@ -481,6 +483,7 @@ func (p *Pool) observe(ctx context.Context, cfg *Config, now time.Time) {
 			if tail := p.logTail(ctx, r.id); tail != "" {
 				reason += "; last output: " + tail
 			}
+			p.issue(cfg, IssueBootTimeout, fmt.Sprintf("replica %s did not become ready within boot_timeout_secs (%s)", r.id, cfg.Policy.BootTimeout))
 			p.failLocked(cfg, r, now, reason, "its replica did not become ready within boot_timeout_secs")
 			p.tasks.Go(func() { p.stopAll(ctx, []string{r.id}) })
 		default:
@@ -512,6 +515,21 @@ func (p *Pool) failLocked(cfg *Config, r *replica, now time.Time, reason, public
 	} else {
 		p.m.log.Warn("replica stopped serving", "deployment", p.id, "replica", r.id, "reason", reason)
 		p.backends.Remove(r.id)
+	}
+}
+
+// bootFailedLocked reports a replica that ended before it became ready
+// (one that stopped serving is no boot failure).
+func (p *Pool) bootFailedLocked(cfg *Config, r *replica, public string) {
+	if r.phase == pending {
+		p.issue(cfg, IssueBootFailed, fmt.Sprintf("replica %s: %s", r.id, public))
+	}
+}
+
+// issue hands an issue to cfg.Issues, if anyone listens.
+func (p *Pool) issue(cfg *Config, what, detail string) {
+	if cfg.Issues != nil {
+		cfg.Issues(Issue{What: what, Detail: detail})
 	}
 }
 
@@ -645,6 +663,7 @@ func (p *Pool) create(ctx context.Context) {
 			return // berth is stopping or the deployment went away: not the deployment's failure
 		}
 		p.tasks.Go(func() { p.stopAll(ctx, []string{r.id}) }) // the outcome is unknown: make sure
+		p.issue(cfg, IssueCreateFailed, "this deployment cannot start a replica: "+public+" (the admin API has the full error: berth describe deployment "+p.id+")")
 		if p.candidateFailedLocked(r, "create failed: "+err.Error()) {
 			return
 		}
@@ -962,6 +981,7 @@ func (p *Pool) Await(ctx context.Context, since time.Time, first bool) error {
 		if m != nil {
 			m.Autoscale.ColdStartTimeouts.Add(1)
 		}
+		p.issue(cfg, IssueColdStartExpiry, fmt.Sprintf("a request was refused: %d requests were already waiting and no replica became available", MaxWaiters))
 		return ErrColdStartTimeout
 	}
 	defer p.waiters.Add(-1)
@@ -971,6 +991,7 @@ func (p *Pool) Await(ctx context.Context, since time.Time, first bool) error {
 		if m != nil {
 			m.Autoscale.ColdStartTimeouts.Add(1)
 		}
+		p.coldStartExpired(cfg)
 		return ErrColdStartTimeout
 	}
 	t := time.NewTimer(left)
@@ -996,11 +1017,18 @@ func (p *Pool) Await(ctx context.Context, since time.Time, first bool) error {
 			if m != nil {
 				m.Autoscale.ColdStartTimeouts.Add(1)
 			}
+			p.coldStartExpired(cfg)
 			return ErrColdStartTimeout
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
+}
+
+// coldStartExpired reports a request that waited cold_start_timeout_secs
+// for a replica in vain.
+func (p *Pool) coldStartExpired(cfg *Config) {
+	p.issue(cfg, IssueColdStartExpiry, fmt.Sprintf("a request waited %s and no replica became available", cfg.Policy.ColdStartTimeout))
 }
 
 // RetryAfter is the Retry-After a timed-out hold answers with.

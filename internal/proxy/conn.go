@@ -36,7 +36,16 @@ type upstreamConn struct {
 	wait waitTimer // bounds the wait for each response head
 	rs   respState // the response being read (h1resp.go)
 	rio  rawIO     // the socket's reads and writes (rawio_linux.go)
+	// unchecked: taken from the pool without the check of its socket,
+	// which the request's own first read does instead (connPool.get).
+	unchecked bool
 }
+
+// errStaleIdle: an idle connection taken from the pool without its check
+// (connPool.get) was closed by the backend, or holds bytes nobody asked for,
+// which its first read found before the request was written. Nothing was
+// sent: any request may go elsewhere.
+var errStaleIdle = errors.New("idle backend connection closed or sent unasked bytes")
 
 // connPool holds a backend's idle connections, most recently used last: the
 // hot connections are reused and the cold ones age out. Its zero value is an
@@ -54,7 +63,12 @@ type connPool struct {
 // one non-blocking peek at the socket, on every reuse: a connection reused
 // a microsecond after its last response may still have unasked bytes behind
 // it.
-func (p *connPool) get(now time.Time) *upstreamConn {
+//
+// With deferCheck (a request without a body is coming), a connection whose
+// writes can be held (rawIO.holdWrite) skips the peek: the request's first
+// read makes the same check just before its head is written, a system call
+// fewer (await).
+func (p *connPool) get(now time.Time, deferCheck bool) *upstreamConn {
 	for {
 		p.mu.Lock()
 		n := len(p.idle)
@@ -66,7 +80,15 @@ func (p *connPool) get(now time.Time) *upstreamConn {
 		p.idle[n-1] = nil
 		p.idle = p.idle[:n-1]
 		p.mu.Unlock()
-		if now.Sub(c.idleSince) < idleTimeout && c.alive() {
+		if now.Sub(c.idleSince) >= idleTimeout {
+			c.Close()
+			continue
+		}
+		if deferCheck && c.br.Buffered() == 0 && c.rio.canHold() {
+			c.unchecked = true
+			return c
+		}
+		if c.alive() {
 			return c
 		}
 		c.Close()

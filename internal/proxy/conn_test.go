@@ -18,14 +18,27 @@ import (
 // TestIdleConnClosedByBackend checks the liveness check on reuse: a backend
 // that closes each connection after one response makes the pooled connection
 // dead, and a POST (which is never replayed) must still get through on a
-// fresh one instead of failing on the dead one.
+// fresh one instead of failing on the dead one, and reach the backend once.
+// With a body the pool peeks at the socket; without one the check is the
+// request's own first read, before its head is written (connPool.get).
 func TestIdleConnClosedByBackend(t *testing.T) {
+	for _, body := range []string{"data", ""} {
+		name := "with a body"
+		if body == "" {
+			name = "without a body"
+		}
+		t.Run(name, func(t *testing.T) { idleConnClosedByBackend(t, body) })
+	}
+}
+
+func idleConnClosedByBackend(t *testing.T, body string) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
 	closed := make(chan struct{}, 4)
+	var served atomic.Int32
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -39,6 +52,7 @@ func TestIdleConnClosedByBackend(t *testing.T) {
 					return
 				}
 				io.Copy(io.Discard, req.Body)
+				served.Add(1)
 				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 			}()
 		}
@@ -50,7 +64,11 @@ func TestIdleConnClosedByBackend(t *testing.T) {
 	h := New(Options{})
 	h.Swap(rb.Build())
 	for i := range 3 {
-		req := httptest.NewRequest(http.MethodPost, "http://app.test/", strings.NewReader("data"))
+		var rd io.Reader
+		if body != "" {
+			rd = strings.NewReader(body)
+		}
+		req := httptest.NewRequest(http.MethodPost, "http://app.test/", rd)
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, req)
 		if w.Code != http.StatusOK || w.Body.String() != "ok" {
@@ -61,6 +79,9 @@ func TestIdleConnClosedByBackend(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("backend never closed the connection")
 		}
+	}
+	if n := served.Load(); n != 3 {
+		t.Fatalf("the backend served %d POSTs, want 3 (each sent once)", n)
 	}
 }
 

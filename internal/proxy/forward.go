@@ -87,7 +87,7 @@ func (h *Handler) exchange(w http.ResponseWriter, r *http.Request, d *Deployment
 			break
 		}
 		tried[attempt] = b
-		c, reused := b.conns.get(now), true
+		c, reused := b.conns.get(now, r.Body == nil || r.Body == http.NoBody), true
 		if c == nil {
 			reused = false
 			if c, err = h.dial.dial(ctx, b); err != nil {
@@ -166,6 +166,15 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request, d *Deployment, b
 		}
 		link.unlink()
 		c.Close()
+		if errors.Is(err, errStaleIdle) && ctx.Err() == nil {
+			// Found before anything was sent (connPool.get): any
+			// request goes on a fresh connection.
+			reused = false
+			if c, err = h.dial.dial(ctx, b); err != nil {
+				return h.fail(w, r, d, err), time.Now(), true, false
+			}
+			continue
+		}
 		// A kept-alive connection may have been closed by the backend just
 		// as it was reused, before the request arrived. An idempotent
 		// request without a body is then sent once more on a fresh
@@ -308,8 +317,16 @@ func (h *Handler) await(w http.ResponseWriter, r *http.Request, c *upstreamConn,
 		// deadlock or turn its answer into a write error.
 		wdone = make(chan error, 1)
 		go func() { wdone <- writeBody(c, r, chunked) }()
-	} else if err := c.bw.Flush(); err != nil {
-		return nil, nil, err
+	} else {
+		if c.unchecked {
+			// The pool left the idle connection's check to the first
+			// read, which sends the head once the socket is found quiet.
+			c.unchecked = false
+			c.rio.holdWrite()
+		}
+		if err := c.bw.Flush(); err != nil {
+			return nil, nil, err
+		}
 	}
 	// Wait for the first byte apart: ReadResponse reports a connection
 	// closed before anything arrived as io.ErrUnexpectedEOF, which would

@@ -87,6 +87,12 @@ type Deployment struct {
 	// client before the gate (berth's own per-client rate and concurrency
 	// limits: package ratelimit).
 	Limit Limiter
+	// Feed, when set, answers the requests for FeedPath (the path the
+	// client sent, before any prefix is stripped) after the gate, instead
+	// of the site or the backends: the namespace's event feed at the
+	// spec's feed.expose.
+	Feed     http.Handler
+	FeedPath string
 }
 
 // Limiter is a deployment's per-client limit. Enter runs on every request
@@ -581,6 +587,12 @@ func (h *Handler) route(w http.ResponseWriter, r *http.Request) {
 		if cred && h.observe != nil {
 			Credentialed(w)
 		}
+	}
+	if d.Feed != nil && r.URL.Path == d.FeedPath {
+		sw := &statusWriter{ResponseWriter: w}
+		d.Feed.ServeHTTP(sw, r)
+		d.observe(sw.code(), start, false)
+		return
 	}
 	if m.Strip != "" {
 		if d.Site != nil && r.URL.Path == m.Strip && !strings.HasSuffix(m.Strip, "/") {

@@ -9,3 +9,8 @@ import "net"
 type rawIO struct{ net.Conn }
 
 func (r *rawIO) init(nc net.Conn) bool { r.Conn = nc; return true }
+
+// canHold: no write is held here (see rawio_linux.go).
+func (r *rawIO) canHold() bool { return false }
+
+func (r *rawIO) holdWrite() {}

@@ -16,6 +16,7 @@ import (
 	"iter"
 	"log/slog"
 	"maps"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -139,6 +140,20 @@ type Options struct {
 	// Nil fails the creates of deployments with vm.workspace or
 	// vm.workspace_archive, saying nothing keeps their workspaces.
 	Workspace func(s *apitype.DeploymentSpec) fleet.Workspace
+	// Feed returns the handler that serves namespace ns's event feed at
+	// a deployment's feed.expose path; nil refuses specs that set one.
+	Feed func(ns string) http.Handler
+	// Issues hears the operational issues (replica create and boot
+	// failures, boot and cold-start timeouts, static upstreams' health
+	// flips) of the deployments whose spec asks for it (feed.issues); nil:
+	// nobody listens.
+	Issues Issues
+}
+
+// Issues hears deployments' operational issues (package feed). Issue may be
+// called under a pool's lock: it must not block or call back.
+type Issues interface {
+	Issue(namespace, deployment, what, detail string)
 }
 
 // ImagePreparer readies the images of vm deployments (package server
@@ -333,6 +348,12 @@ func (r *Registry) build(s apitype.DeploymentSpec, prev *Entry, dry bool) (*Entr
 	if s.Maintenance != nil {
 		dp.Maintenance = *s.Maintenance
 	}
+	if f := s.Feed; f != nil && f.Expose != "" {
+		if r.o.Feed == nil {
+			return nil, &spec.FieldError{Field: "feed.expose", Msg: "this server serves no event feeds"}
+		}
+		dp.Feed, dp.FeedPath = r.o.Feed(spec.Namespace(&s)), f.Expose
+	}
 	dp.Limit = r.limit(s.ID)
 	if e.Site != nil {
 		dp.Site = site.New(*e.Site)
@@ -524,7 +545,15 @@ func (r *Registry) poolConfig(s *apitype.DeploymentSpec) fleet.Config {
 	if r.o.Metrics != nil {
 		cfg.Metrics = r.o.Metrics(s.ID)
 	}
+	if is, ns, id := r.o.Issues, spec.Namespace(s), s.ID; is != nil && wantsIssues(s) {
+		cfg.Issues = func(i fleet.Issue) { is.Issue(ns, id, i.What, i.Detail) }
+	}
 	return cfg
+}
+
+// wantsIssues reports a spec that publishes its issues (feed.issues).
+func wantsIssues(s *apitype.DeploymentSpec) bool {
+	return s.Feed != nil && s.Feed.Issues != nil && *s.Feed.Issues
 }
 
 // WorkspaceWaiter is a workspace hook (Options.Workspace) whose creates

@@ -162,8 +162,9 @@ type probeJob struct {
 }
 
 type probeTarget struct {
-	id string
-	b  *proxy.Backend
+	id, ns string
+	issues bool // the deployment publishes its issues (feed.issues)
+	b      *proxy.Backend
 }
 
 // probeJobs groups the static upstreams by their check, in the order of
@@ -187,7 +188,7 @@ func (r *Registry) probeJobs() []*probeJob {
 				byCheck[c] = j
 				jobs = append(jobs, j)
 			}
-			j.targets = append(j.targets, probeTarget{e.Spec.ID, b})
+			j.targets = append(j.targets, probeTarget{e.Spec.ID, spec.Namespace(&e.Spec), wantsIssues(&e.Spec), b})
 		}
 	}
 	return jobs
@@ -250,6 +251,13 @@ func (r *Registry) probeRound(ctx context.Context, ps map[health.Check]*health.P
 						r.o.Log.Warn("upstream unhealthy", "deployment", t.id, "upstream", t.b.ID, "err", err)
 					} else {
 						r.o.Log.Info("upstream recovered", "deployment", t.id, "upstream", t.b.ID)
+					}
+					if t.issues && r.o.Issues != nil {
+						if err != nil {
+							r.o.Issues.Issue(t.ns, t.id, "upstream unhealthy", "upstream "+t.b.ID+" failed its health check; it is out of rotation until it passes again")
+						} else {
+							r.o.Issues.Issue(t.ns, t.id, "upstream recovered", "upstream "+t.b.ID+" passes its health check again; it is back in rotation")
+						}
 					}
 				}
 			}

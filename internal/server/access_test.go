@@ -225,6 +225,9 @@ func TestWallMatrix(t *testing.T) {
 		{"GET", "/auth-providers", "", [10]int{401, 200, 200, 200, 200, 200, 200, 401, 401, 401}},
 		{"POST", "/auth-providers", `{"name":"p","namespace":"team-a"}`, [10]int{401, 400, 400, 403, 403, 400, 403, 401, 401, 401}},
 		{"GET", "/auth-providers/team-a/none", "", [10]int{401, 404, 404, 403, 403, 404, 403, 401, 401, 401}},
+		{"GET", "/feeds", "", [10]int{401, 200, 200, 200, 200, 200, 200, 401, 401, 401}},
+		{"GET", "/feeds/team-a?format=json", "", [10]int{401, 200, 200, 200, 404, 200, 200, 401, 401, 401}},
+		{"GET", "/feeds/team-b.xml", "", [10]int{401, 200, 200, 200, 404, 404, 404, 401, 401, 401}},
 	}
 	for _, rt := range routes {
 		for i, c := range callers {

@@ -19,7 +19,6 @@ func TestUnsupportedSectionsRefused(t *testing.T) {
 	n, op, _ := limitsWorld(t, Options{DataDir: dir})
 	vm := `"vm":{"driver":"process","port":8080,"start_command":"true"`
 	for field, doc := range map[string]string{
-		"feed":      `{"id":"u",` + vm + `},"feed":{"expose":"/feed"}}`,
 		"discovery": `{"id":"u","routes":[{"host":"u.test"}],"discovery":{"service_id":"svc"}}`,
 		"vm.mounts": `{"id":"u",` + vm + `,"mounts":[{"path":"/data","store":"local","ref":"r"}]}}`,
 	} {
@@ -50,7 +49,7 @@ func TestUnsupportedSectionsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw := `{"id":"fed","routes":[{"host":"fed.test"}],"upstreams":["127.0.0.1:1"],"feed":{"expose":"/feed"}}`
+	raw := `{"id":"fed","routes":[{"host":"fed.test"}],"upstreams":["127.0.0.1:1"],"discovery":{"service_id":"svc"}}`
 	if _, err := s.PutDeployment(context.Background(), store.Deployment{ID: "fed", Spec: []byte(raw)}, true, 0); err != nil {
 		t.Fatal(err)
 	}

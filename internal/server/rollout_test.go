@@ -56,7 +56,8 @@ func startLoad(t *testing.T, proxy, host string, clients, max int) *load {
 
 func startLoadPath(t *testing.T, proxy, path, host string, clients, max int) *load {
 	l := &load{revs: map[string]int{}, after: map[string]int{}, stop: make(chan struct{})}
-	client := &http.Client{Timeout: 20 * time.Second}
+	// A kept-alive connection per client (http.DefaultTransport keeps 2).
+	client := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: clients}}
 	for range clients {
 		l.wg.Go(func() {
 			for range max {
@@ -359,9 +360,12 @@ func TestRolloutBadCandidates(t *testing.T) {
 }
 
 // TestRolloutKillNine: berth killed with SIGKILL while a rollout's
-// candidates boot settles the operation at the next start: it fails, the
-// spec is back at the source revision, the previous replicas are adopted
-// and the candidates stopped, and only the previous revision serves.
+// candidates boot, under load, settles the operation at the next start: it
+// fails, the spec is back at the source revision, the previous replicas are
+// adopted and the candidates stopped, and only the previous revision
+// serves. Until the kill, and from the restart on (the settling included),
+// every request is a 2xx from the previous revision: only the requests in
+// flight at the kill itself may fail.
 func TestRolloutKillNine(t *testing.T) {
 	if os.Getenv("BERTH_VM_CHILD") == "1" {
 		return
@@ -386,12 +390,19 @@ func TestRolloutKillNine(t *testing.T) {
 		insts, _ := listReplicas(dir)
 		return len(insts) > len(before)
 	})
+	pre := startLoad(t, child.proxy, "web.test", 4, 200)
+	waitFor(t, "the load under way", func() bool { return pre.ok.Load() >= 20 })
+	pre.check(t)
+	if pre.revs["b"] != 0 {
+		t.Errorf("a candidate that never passed its probe served %d requests", pre.revs["b"])
+	}
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	cmd.Wait()
 
 	h := start(t, dir)
+	post := startLoad(t, h.proxy, "web.test", 4, 1_000_000)
 	op, r := h.rollout("web", "op-k")
 	t.Logf("previous replicas %v; after the restart: %s", before, r.body)
 	if r.code != 200 || op.Status != "failed" || op.Error == nil || !strings.Contains(*op.Error, "berth stopped") {
@@ -411,6 +422,11 @@ func TestRolloutKillNine(t *testing.T) {
 	})
 	if stray := replicaProcesses(t, dir, before); len(stray) != 0 {
 		t.Errorf("orphaned candidate processes: %v", stray)
+	}
+	waitFor(t, "the load served after the restart", func() bool { return post.ok.Load() >= 40 })
+	post.check(t)
+	if len(post.revs) != 1 || post.revs["a"] == 0 {
+		t.Errorf("after the restart the load was answered by revisions %v, want only a", post.revs)
 	}
 	for range 40 {
 		r := get(t, h.proxy+"/", "web.test")

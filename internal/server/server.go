@@ -34,6 +34,7 @@ import (
 	"github.com/berth-dev/berth/internal/computerapi"
 	"github.com/berth-dev/berth/internal/disks"
 	"github.com/berth-dev/berth/internal/egress"
+	"github.com/berth-dev/berth/internal/feed"
 	"github.com/berth-dev/berth/internal/fleet"
 	"github.com/berth-dev/berth/internal/gate"
 	"github.com/berth-dev/berth/internal/grant"
@@ -296,6 +297,7 @@ type Options struct {
 type Server struct {
 	o        Options
 	rollouts *rollout.Manager   // rollout operations
+	feed     *feed.Feed         // the namespaces' event feeds, kept in the store
 	gates    *gate.Manager      // deployments' sign-in gates
 	guard    *guard.Guard       // the operator's guard rules
 	siem     *siem.Engine       // detection over the data plane's traffic
@@ -506,6 +508,9 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	}
 	// Rollouts a killed berth left running are settled before anything
 	// reads the deployments (the registry's Load, the pools' adoption).
+	if s.feed, err = feed.Open(ctx, feed.Options{Store: st, Log: o.Log}); err != nil {
+		return nil, err
+	}
 	s.rollouts = rollout.New(st, o.Log)
 	if err := s.rollouts.Settle(ctx); err != nil {
 		return nil, fmt.Errorf("server: settling rollouts: %w", err)
@@ -576,6 +581,8 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		Limit:       s.limiter,
 		Images:      images,
 		Workspace:   s.workspaces.hook,
+		Feed:        s.feed.Exposed,
+		Issues:      s.feed,
 		Log:         o.Log,
 	})
 	s.rollouts.SetRegistry(s.registry)
@@ -664,6 +671,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		Confinement: confinement(o),
 		Upstreams:   admin.UpstreamGuard{Self: s.self, AllowLinkLocal: o.AllowLinkLocalUpstreams},
 		Disks:       s.disks, RetiredDir: filepath.Join(o.DataDir, "retired"),
+		Feed:    s.feed,
 		Plugins: plugins,
 	})
 	// The Computer API shares the listener and the gate, and its brake
@@ -798,6 +806,7 @@ func (s *Server) Run(ctx context.Context) error {
 		{"registry", s.registry.Run},
 		{"fleet", s.fleet.Run},
 		{"rollouts", s.rollouts.Run},
+		{"feed", s.feed.Run},
 		{"inventory", s.inventory.Run},
 		{"disk sweep", s.disks.Run},
 		{"host sampler", func(ctx context.Context) error { return s.host.Run(ctx, 2*time.Second) }},

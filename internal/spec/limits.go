@@ -34,7 +34,7 @@ func notSupported(field, why string) *FieldError {
 
 // unsupported refuses the sections berth checks field by field (so a later
 // issue can implement one by deleting its line here) but does not act on:
-// nothing builds, fetches, mounts, discovers or feeds. It runs after the field
+// a stored credential for host updates, upstream discovery. It runs after the field
 // checks, so a malformed section is still named precisely.
 func (v validator) unsupported() *FieldError {
 	s := v.s
@@ -42,7 +42,6 @@ func (v validator) unsupported() *FieldError {
 		set         bool
 		field, what string
 	}{
-		{s.Feed != nil, "feed", "berth keeps no event feed"},
 		{s.Update != nil && s.Update.Auth != nil, "update.auth", "a host update uses no stored credential of its own; pass one to its commands with update.env_from"},
 		{s.Discovery != nil, "discovery", "berth does not discover upstreams (list them in upstreams)"},
 	} {

@@ -12,7 +12,6 @@ import (
 // UnsupportedSpecs are well-formed specs that each set one section berth
 // validates but does not act on, keyed by the field the refusal names.
 var unsupportedSpecs = map[string]string{
-	"feed":        `{"id":"a","routes":[{"host":"a.test"}],"vm":{"driver":"process","port":8080},"feed":{"expose":"/feed"}}`,
 	"update.auth": `{"id":"a","routes":[{"host":"a.test"}],"upstreams":["127.0.0.1:9000"],"update":{"working_dir":"/srv/a","commands":["make"],"auth":{"secret":"git"}}}`,
 	"discovery":   `{"id":"a","routes":[{"host":"a.test"}],"discovery":{"service_id":"svc"}}`,
 }

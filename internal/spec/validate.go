@@ -1047,13 +1047,30 @@ func (v validator) cookieDomain(a *apitype.AuthGate) *FieldError {
 	return nil
 }
 
+// feed checks feed.expose: a path the client sends (compared before any
+// prefix is stripped), on one of the deployment's own routes, so that the
+// feed is reachable where the spec says.
 func (v validator) feed() *FieldError {
-	if f := v.s.Feed; f != nil && f.Expose != "" {
-		if msg := pathProblem(f.Expose); msg != "" {
-			return fieldErr("feed.expose", "%s", msg)
+	f := v.s.Feed
+	if f == nil || f.Expose == "" {
+		return nil
+	}
+	p := f.Expose
+	if msg := pathProblem(p); msg != "" {
+		return fieldErr("feed.expose", "%s", msg)
+	}
+	if strings.Contains(p, "//") || slices.Contains(strings.Split(p, "/"), "..") || slices.Contains(strings.Split(p, "/"), ".") {
+		return fieldErr("feed.expose", "%q must be a clean path (no empty, . or .. segments)", p)
+	}
+	if len(v.s.Routes) == 0 {
+		return fieldErr("feed.expose", "the deployment has no routes to serve its feed on")
+	}
+	for _, r := range v.s.Routes {
+		if r.Redirect == nil && strings.HasPrefix(p, r.PathPrefix) {
+			return nil
 		}
 	}
-	return nil
+	return fieldErr("feed.expose", "%q lies on none of the deployment's routes (no route without a redirect has a path_prefix it starts with)", p)
 }
 
 // sortedMap iterates a map in key order, so that the first error reported

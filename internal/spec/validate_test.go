@@ -861,7 +861,36 @@ func TestValidate(t *testing.T) {
 			s := vmSpec()
 			s.Feed = &apitype.FeedSpec{Expose: "feed.xml"}
 			return s
-		}, nil, "feed.expose: "},
+		}, nil, "feed.expose: \"feed.xml\" must start with /"},
+		{"feed expose query", func() *apitype.DeploymentSpec {
+			s := vmSpec()
+			s.Feed = &apitype.FeedSpec{Expose: "/feed?x=1"}
+			return s
+		}, nil, "feed.expose: \"/feed?x=1\" must not contain ?"},
+		{"feed expose dot segment", func() *apitype.DeploymentSpec {
+			s := vmSpec()
+			s.Feed = &apitype.FeedSpec{Expose: "/a/../feed"}
+			return s
+		}, nil, "feed.expose: \"/a/../feed\" must be a clean path"},
+		{"feed expose no routes", func() *apitype.DeploymentSpec {
+			s := vmSpec()
+			s.Routes = nil
+			s.Feed = &apitype.FeedSpec{Expose: "/feed"}
+			return s
+		}, nil, "feed.expose: the deployment has no routes"},
+		{"feed expose off the routes", func() *apitype.DeploymentSpec {
+			s := vmSpec()
+			s.Routes = []apitype.RouteRule{{Host: "app.example.com", PathPrefix: "/app"}}
+			s.Feed = &apitype.FeedSpec{Expose: "/feed"}
+			return s
+		}, nil, "feed.expose: \"/feed\" lies on none of the deployment's routes"},
+		{"feed ok", func() *apitype.DeploymentSpec {
+			s := vmSpec()
+			s.Routes = []apitype.RouteRule{{Host: "app.example.com", PathPrefix: "/app"}}
+			yes := true
+			s.Feed = &apitype.FeedSpec{Announce: &yes, Issues: &yes, Expose: "/app/feed.xml"}
+			return s
+		}, nil, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
