@@ -485,6 +485,12 @@ func (a *API) declareNamespace(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return namespaceError(err)
 	}
+	if a.o.Plugins != nil {
+		// A namespace gets the enabled per-namespace plugins (app-lb).
+		if err := a.o.Plugins.NamespaceKnown(r.Context(), n.Name); err != nil {
+			return &web.Error{Status: http.StatusInternalServerError, Message: "the namespace was declared, but its plugins were not installed", Err: err}
+		}
+	}
 	count := 0
 	for _, e := range a.o.Registry.List() {
 		if namespace(e) == n.Name {
@@ -528,6 +534,11 @@ func (a *API) deleteNamespace(w http.ResponseWriter, r *http.Request) error {
 	}
 	if err := a.o.Namespaces.Remove(r.Context(), name); err != nil {
 		return namespaceError(err)
+	}
+	if a.o.Plugins != nil {
+		if err := a.o.Plugins.NamespaceRemoved(r.Context(), name); err != nil {
+			return &web.Error{Status: http.StatusInternalServerError, Message: "the namespace was removed, but its plugin installs were not", Err: err}
+		}
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil

@@ -27,6 +27,7 @@ import (
 	"github.com/berth-dev/berth/internal/metrics"
 	"github.com/berth-dev/berth/internal/namespaces"
 	"github.com/berth-dev/berth/internal/notify"
+	"github.com/berth-dev/berth/internal/plugin"
 	"github.com/berth-dev/berth/internal/ratelimit"
 	"github.com/berth-dev/berth/internal/registry"
 	"github.com/berth-dev/berth/internal/rollout"
@@ -108,12 +109,12 @@ type Options struct {
 	// deletes publish their lifecycle events to it when the spec asks
 	// (feed.announce). Nil answers 503 on /feeds.
 	Feed *feed.Feed
-	// Obs serves the obs plugin's API (package obs' Handler) under
-	// /namespaces/{ns}/plugins/obs/api/; nil answers 503 there.
-	Obs http.Handler
 	// ObsStats is the telemetry queue's counters, in /metrics' obs for
 	// fleet callers; nil leaves obs out.
 	ObsStats func() apitype.ObsStats
+	// Plugins hosts the compiled-in plugins (/api/plugins,
+	// /namespaces/{name}/plugins); nil answers 503 there.
+	Plugins *plugin.Host
 }
 
 // API is the admin http.Handler.
@@ -207,7 +208,7 @@ func New(o Options) *API {
 	a.routeRecords()
 	a.routeRollouts()
 	a.routeFeeds()
-	a.routeObs()
+	a.routePlugins()
 
 	return a
 }

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -60,6 +61,7 @@ func (a *API) putOptions(r *http.Request, s *apitype.DeploymentSpec) (registry.P
 // put stores s with o and answers its status with the HTTP status given
 // (or, for a dry run, what would have been stored), with its ETag.
 func (a *API) put(w http.ResponseWriter, r *http.Request, s apitype.DeploymentSpec, o registry.PutOptions, status int) error {
+	fresh := a.newNamespace(r.Context(), cmp.Or(s.Namespace, "default"))
 	e, op, err := a.write(r, s, o)
 	if err != nil {
 		return errorFor(err, s.ID)
@@ -79,6 +81,9 @@ func (a *API) put(w http.ResponseWriter, r *http.Request, s apitype.DeploymentSp
 		a.announce(e, apitype.FeedDeployed)
 	} else {
 		a.announce(e, apitype.FeedUpdated)
+	}
+	if fresh {
+		a.installPlugins(r.Context(), namespace(e), e.Spec.ID)
 	}
 	web.WriteJSON(w, status, Status(e))
 	return nil

@@ -672,6 +672,14 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	if s.tlsLn != nil {
 		s.serveTLS()
 	}
+	var obsAPI http.Handler
+	if s.obs != nil {
+		obsAPI = s.obs
+	}
+	plugins, err := openPlugins(ctx, st, obsAPI)
+	if err != nil {
+		return nil, err
+	}
 	brake := auth.NewBrake(o.Brake)
 	adminGate := auth.New(auth.Config{
 		User: o.AdminUser, Password: o.AdminPassword, Tokens: tokens,
@@ -690,8 +698,9 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		Confinement: confinement(o),
 		Upstreams:   admin.UpstreamGuard{Self: s.self, AllowLinkLocal: o.AllowLinkLocalUpstreams},
 		Disks:       s.disks, RetiredDir: filepath.Join(o.DataDir, "retired"),
-		Feed: s.feed,
-		Obs:  s.obs, ObsStats: s.obsStats,
+		Feed:     s.feed,
+		ObsStats: s.obsStats,
+		Plugins:  plugins,
 	})
 	// The Computer API shares the listener and the gate, and its brake
 	// counts bad grants with bad admin credentials.

@@ -1,0 +1,29 @@
+package server
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/berth-dev/berth/internal/obs"
+	"github.com/berth-dev/berth/internal/plugin"
+	"github.com/berth-dev/berth/internal/plugin/obsplugin"
+	"github.com/berth-dev/berth/internal/store"
+)
+
+// openPlugins is the host of berth's compiled-in plugins, their records in
+// the store. obs serves api, the telemetry API (nil: obsplugin's 409 "the
+// obs plugin is not configured").
+func openPlugins(ctx context.Context, st *store.Store, api http.Handler) (*plugin.Host, error) {
+	if api != nil {
+		api = obsNamespace(api)
+	}
+	return plugin.New(ctx, plugin.Options{Records: st, Plugins: []plugin.Plugin{obsplugin.New(api)}})
+}
+
+// obsNamespace hands the plugin host's namespace of a request to package
+// obs' handler, which reads it from its own context key.
+func obsNamespace(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r.WithContext(obs.WithNamespace(r.Context(), plugin.Namespace(r.Context()))))
+	})
+}
