@@ -84,10 +84,10 @@ func (a *API) events(w http.ResponseWriter, r *http.Request) error {
 			return nil
 		case <-tick.C:
 		}
-		if np, err := a.gate().Authenticate(r, false); err != nil || !np.Satisfies(apitype.ScopeView) {
-			return nil
-		} else {
-			p = np
+		np, err := a.gate().Authenticate(r, false)
+		if err != nil || !np.Satisfies(apitype.ScopeView) {
+			return nil // signed out, revoked, expired, or no longer allowed
 		}
+		p = np
 	}
 }

@@ -61,6 +61,10 @@ func TestBrowserUI(t *testing.T) {
 			Page, ID, Impact, Help string
 			Nodes                  []string
 		}
+		AxeRuns []struct {
+			Page  string
+			Rules int
+		}
 		Shots              []string
 		Steps              []string
 		LoginURL           string
@@ -130,6 +134,14 @@ func TestBrowserUI(t *testing.T) {
 			t.Errorf("axe on %s: %s (%s) %s at %v", v.Page, v.ID, v.Impact, v.Help, v.Nodes)
 		} else {
 			t.Logf("axe on %s: %s (%s) %s at %v", v.Page, v.ID, v.Impact, v.Help, v.Nodes)
+		}
+	}
+	if len(got.AxeRuns) != 9 {
+		t.Errorf("axe ran on %d pages, want 9 (4 pages × 2 themes, and the edit dialog)", len(got.AxeRuns))
+	}
+	for _, r := range got.AxeRuns {
+		if r.Rules < 10 {
+			t.Errorf("axe applied %d rules to %s", r.Rules, r.Page)
 		}
 	}
 	if len(got.Shots) != 16 {
