@@ -163,12 +163,18 @@ func (s *Sessions) create(ctx context.Context, w http.ResponseWriter, r *http.Re
 
 // end signs r's browser out: its session ends and its cookie is cleared.
 func (s *Sessions) end(ctx context.Context, w http.ResponseWriter, r *http.Request) error {
-	if _, ses, ok := s.live(r); ok {
-		if err := s.m.Revoke(ctx, ses.ID); err != nil {
-			return err
-		}
+	if err := s.revoke(ctx, r); err != nil {
+		return err
 	}
 	http.SetCookie(w, s.cookie(r, "", -1))
+	return nil
+}
+
+// revoke ends the session r's cookie names, if it is live.
+func (s *Sessions) revoke(ctx context.Context, r *http.Request) error {
+	if _, ses, ok := s.live(r); ok {
+		return s.m.Revoke(ctx, ses.ID)
+	}
 	return nil
 }
 

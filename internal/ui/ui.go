@@ -37,6 +37,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/internal/auth"
+	"github.com/berth-dev/berth/internal/web"
 )
 
 //go:embed assets
@@ -103,7 +104,7 @@ func Patterns() []string {
 }
 
 func (u *UI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	u.mux.ServeHTTP(w, r)
+	web.ServeMux(u.o.Log, u.mux, w, r)
 }
 
 func contentType(p string) string {
@@ -133,7 +134,7 @@ func headers(w http.ResponseWriter) {
 func (u *UI) static(w http.ResponseWriter, r *http.Request) {
 	a, ok := u.files[r.PathValue("file")]
 	if !ok {
-		http.NotFound(w, r)
+		web.WriteError(u.o.Log, w, r, web.Errorf(http.StatusNotFound, "no UI asset %q", r.PathValue("file")))
 		return
 	}
 	headers(w)
@@ -243,7 +244,13 @@ func (u *UI) login(w http.ResponseWriter, r *http.Request) {
 		c.SetBasicAuth(user, cred)
 	}
 	var started bool
+	signedIn := r
 	admitted := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// A new secret at every sign-in, and the session the browser
+		// held before ends: no session outlives a sign-in over it.
+		if err := u.o.Sessions.revoke(r.Context(), signedIn); err != nil {
+			u.o.Log.Warn("ui: ending the session signed in over", "err", err)
+		}
 		if err := u.o.Sessions.create(r.Context(), w, r, auth.FromContext(r.Context())); err != nil {
 			u.o.Log.Error("ui: starting a session", "err", err)
 			http.Error(w, "the session could not be started", http.StatusInternalServerError)

@@ -156,6 +156,18 @@ func TestSignInCookie(t *testing.T) {
 		if p := do(t, c, "GET", w.srv.URL+"/probe", ""); p.code != 200 || p.body != "user:admin confined=no" {
 			t.Errorf("tls=%v: the session acts as %d %q", tls, p.code, p.body)
 		}
+		// Signing in again gives a new secret and ends the old session.
+		old := strings.SplitN(set[0], ";", 2)[0]
+		again := w.signIn(t, c, "admin", "pw")
+		if s := again.header.Get("Set-Cookie"); s == "" || strings.HasPrefix(s, old+";") {
+			t.Errorf("tls=%v: a second sign-in kept the secret: %q", tls, s)
+		}
+		if p := do(t, w.browser(t), "GET", w.srv.URL+"/probe", "", "Cookie", old); p.code != 401 {
+			t.Errorf("tls=%v: the session signed in over still works: %d", tls, p.code)
+		}
+		if p := do(t, c, "GET", w.srv.URL+"/probe", ""); p.code != 200 {
+			t.Errorf("tls=%v: the new session: %d", tls, p.code)
+		}
 	}
 }
 
