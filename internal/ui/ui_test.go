@@ -305,6 +305,22 @@ func TestConfinedSession(t *testing.T) {
 	if a := do(t, c, "GET", w.srv.URL+"/probe", ""); a.code != 401 {
 		t.Errorf("after the token was revoked: %d %s", a.code, a.body)
 	}
+	// A token's expiry ends its sessions too.
+	secs := int64(60)
+	short, err := w.tokens.Mint(context.Background(), &auth.Principal{Kind: auth.Operator, User: "admin"},
+		apitype.NewToken{Name: "short", Admin: apitype.ScopeView, Namespace: "team", Deployments: []string{}, ExpiresInSecs: &secs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c = w.browser(t)
+	w.signIn(t, c, "", short.Token)
+	if a := do(t, c, "GET", w.srv.URL+"/dashboard", ""); a.code != 200 {
+		t.Fatalf("signed in with a view token: %d", a.code)
+	}
+	w.clk.Add(61 * time.Second)
+	if a := do(t, c, "GET", w.srv.URL+"/dashboard", ""); a.code != 303 {
+		t.Errorf("after the token expired, the dashboard: %d", a.code)
+	}
 }
 
 // TestAssets: the assets are served with an ETag (304 on a match), the
