@@ -20,7 +20,8 @@ import (
 // zero goes from idle to ready after a request to it; the browser scales
 // it (an invalid policy's error shown on the field first), is refused an
 // invalid edit, switches the theme and signs out. A token confined to a
-// namespace then signs in and sees only its namespace's deployment. Every
+// namespace then signs in and sees only its namespace's deployment, in a
+// browser whose event stream fails, so the pages poll /metrics instead. Every
 // page passes axe-core without serious or critical violations and logs no
 // console error. Screenshots (light, dark; 360 px, wide) go to
 // BERTH_SCREENSHOT_DIR, else the test's temp dir.
@@ -84,6 +85,7 @@ func TestBrowserUI(t *testing.T) {
 		AfterLogoutURL     string
 		TeamCards          []string
 		TeamWho            string
+		TeamLive           string
 		TeamDirectory      []string
 	}
 	if err := json.Unmarshal(out, &got); err != nil {
@@ -125,6 +127,9 @@ func TestBrowserUI(t *testing.T) {
 	}
 	if strings.Join(got.TeamCards, ",") != "teamapp" || strings.Join(got.TeamDirectory, ",") != "teamapp" || !strings.Contains(got.TeamWho, "namespace team") {
 		t.Errorf("the team's token sees cards %v, directory %v, as %q", got.TeamCards, got.TeamDirectory, got.TeamWho)
+	}
+	if !strings.HasPrefix(got.TeamLive, "Updated every 2 s") {
+		t.Errorf("without the event stream the dashboard says %q, want polling", got.TeamLive)
 	}
 	for _, e := range got.ConsoleErrors {
 		t.Errorf("console: %s", e)

@@ -3,7 +3,7 @@
 // zero go from idle to ready on the dashboard after a request to it, scale
 // it (an invalid scale first, its error shown on the field), an invalid
 // edit, the theme toggle, sign out; then a namespace-confined token's
-// view. Every page is checked with axe-core and screenshotted in light and
+// view, on a browser whose event stream fails (the pages poll). Every page is checked with axe-core and screenshotted in light and
 // dark, at 360 px and wide. It prints one JSON object of what it saw; the
 // Go test asserts.
 //
@@ -180,6 +180,9 @@ async function main() {
     const tpage = await tctx.newPage();
     tpage.setDefaultTimeout(60000);
     watch(tpage, 'token');
+    // This browser cannot use the event stream: the pages poll instead.
+    await tpage.route('**/ui/events*', (route) => route.abort());
+    expected = /ERR_FAILED/;
     await tpage.goto(admin + '/login');
     await tpage.fill('#secret', teamToken);
     await Promise.all([tpage.waitForURL(admin + '/dashboard'), tpage.click('#signin')]);
@@ -187,10 +190,13 @@ async function main() {
     await tpage.locator('[data-tile="deployments"] dd', { hasText: '1' }).waitFor();
     out.teamCards = await tpage.$$eval('#deployments li.card', (ls) => ls.map((l) => l.dataset.deployment));
     out.teamWho = (await tpage.textContent('.who')).trim();
+    await tpage.locator('#live', { hasText: 'Updated every 2 s' }).waitFor();
+    out.teamLive = await tpage.textContent('#live');
     await tpage.goto(admin + '/');
     await tpage.locator('#urls li.card').first().waitFor();
     out.teamDirectory = await tpage.$$eval('#urls li.card', (ls) => ls.map((l) => l.dataset.deployment));
     await Promise.all([tpage.waitForURL(/\/login$/), tpage.click('#signout')]);
+    expected = null;
     await tctx.close();
   } finally {
     await browser.close();
