@@ -35,7 +35,9 @@ import (
 
 const serveHelp = `usage: berth serve [flags]
 
-Runs the gateway: the data plane (proxy) and the admin API.
+Runs the gateway: the data plane (proxy) and the admin API, which also
+serves the web UI (open http://<admin-addr>/ in a browser; with
+BERTH_ADMIN_PASSWORD set, sign in with it or with an app-token).
 
 Flags (each also read from the environment variable shown):
 `

@@ -122,6 +122,8 @@ type API struct {
 	o      Options
 	mux    *http.ServeMux
 	agents agentClients // kept-alive clients of the replicas' agents
+	// streams holds a token per open event stream (GET /ui/events).
+	streams chan struct{}
 }
 
 // New returns the admin API handler.
@@ -132,7 +134,7 @@ func New(o Options) *API {
 	if o.Started.IsZero() {
 		o.Started = time.Now()
 	}
-	a := &API{o: o, mux: http.NewServeMux()}
+	a := &API{o: o, mux: http.NewServeMux(), streams: make(chan struct{}, maxEventStreams)}
 
 	a.handle("GET /healthz", tierOpen, wallNone, a.healthz)
 	a.handle("GET /ingress", tierView, wallNarrow, a.ingress)
@@ -140,6 +142,7 @@ func New(o Options) *API {
 	a.handle("GET /security", tierView, wallNarrow, a.security)
 	a.handleHTTP("GET /metrics/prometheus", tierView, wallFleet, metrics.Handler(o.Metrics, o.Host, o.Collectors...))
 	a.handle("GET /metrics/cold-start", tierView, wallFleet, a.coldStarts)
+	a.handle("GET /ui/events", tierView, wallNarrow, a.events) // berth's own
 
 	a.handle("POST /deployments", tierCRUD, wallNarrow, a.register)
 	a.handle("GET /deployments", tierCRUD, wallNarrow, a.list)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/apitype"
+	"github.com/berth-dev/berth/internal/auth"
 	"github.com/berth-dev/berth/internal/metrics"
 	"github.com/berth-dev/berth/internal/registry"
 	"github.com/berth-dev/berth/internal/spec"
@@ -73,8 +74,13 @@ func (a *API) metrics(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	web.WriteJSON(w, http.StatusOK, a.metricsSnapshot(r, caller(r), q))
+	return nil
+}
+
+// metricsSnapshot is the MetricsResponse p sees for q.
+func (a *API) metricsSnapshot(r *http.Request, p *auth.Principal, q metricsQuery) apitype.MetricsResponse {
 	now := time.Now()
-	p := caller(r)
 	entries := slices.DeleteFunc(a.o.Registry.List(), func(e *registry.Entry) bool { return !visible(p, e) })
 	resp := apitype.MetricsResponse{
 		GeneratedAt:        now.Unix(),
@@ -145,8 +151,7 @@ func (a *API) metrics(w http.ResponseWriter, r *http.Request) error {
 		resp.Host, resp.Daemon = apitype.HostUsage{}, apitype.DaemonSnapshot{}
 		resp.Global = deploymentMetrics(metrics.DeploymentSnapshot{})
 	}
-	web.WriteJSON(w, http.StatusOK, resp)
-	return nil
+	return resp
 }
 
 func (a *API) view(ctx context.Context, e *registry.Entry, now time.Time, summary bool) apitype.DeploymentView {

@@ -13,6 +13,14 @@
 //     parameter `?app_token=` is accepted only on routes registered with
 //     [AllowQueryToken] (the shell websocket: browsers cannot set headers on
 //     a websocket).
+//   - A browser signed in to the web UI (package ui, through
+//     [BrowserSessions]): no Authorization header, a session cookie. It
+//     acts as the credential it signed in with — the operator, or the
+//     app-token while the token still verifies — and every request it
+//     makes that changes state must carry the session's CSRF token
+//     ([ErrCSRF], 403). A 401 to a page's script (Sec-Fetch-Mode other
+//     than navigate) or to a browser whose session ended carries no Basic
+//     challenge, so no password dialog covers the page.
 //   - Ungated: no credential, on a server with no operator password. berth
 //     refuses to serve the admin API on a non-loopback address in that state
 //     (package server), so an ungated caller is always local.

@@ -82,6 +82,11 @@ type Config struct {
 	Brake *Brake
 	Now   func() time.Time
 	Log   *slog.Logger
+	// Sessions resolves the browser sessions of the web UI (package ui):
+	// a request with no Authorization header that carries a session
+	// cookie acts as the credential the session was signed in with. Nil:
+	// no browser sessions.
+	Sessions BrowserSessions
 	// Event receives every refused admin request (the SIEM's admin-plane
 	// observations); nil drops them. It runs on the request path and must
 	// not block.
@@ -120,6 +125,30 @@ func scheme(r *http.Request) string {
 	}
 	return web.AuthScheme(h)
 }
+
+// BrowserSessions are the signed-in browsers of the web UI, as the gate
+// sees them (implemented by package ui).
+type BrowserSessions interface {
+	// Session resolves the session cookie r carries. present is false
+	// when r carries none. Otherwise err is nil for a live session (whose
+	// CSRF token r presents, on a method that changes state), ErrNoCredential
+	// for an unknown or ended one, or an error wrapping ErrCSRF.
+	Session(r *http.Request) (c SessionCredential, present bool, err error)
+}
+
+// SessionCredential is what a browser session was signed in with: the
+// operator's password (User) or an app-token (TokenID). It holds no
+// secret: the session acts as the credential while the credential itself
+// would still be accepted.
+type SessionCredential struct {
+	User    string
+	TokenID string
+}
+
+// ErrCSRF: a browser session's request that changes state did not
+// present the session's CSRF token. Answered 403; it counts as no failed
+// guess (the session cookie was genuine).
+var ErrCSRF = errors.New("this request changes state, so it needs the session's CSRF token in the X-CSRF-Token header (reload the page)")
 
 // Gate authenticates admin requests and enforces tiers and walls.
 type Gate struct {
@@ -206,6 +235,14 @@ func (g *Gate) Authenticate(r *http.Request, allowQuery bool) (*Principal, error
 			return g.token(r, t)
 		}
 	}
+	if h == "" && g.cfg.Sessions != nil {
+		if c, present, err := g.cfg.Sessions.Session(r); present && (err == nil || g.gated || errors.Is(err, ErrCSRF)) {
+			if err != nil {
+				return nil, err
+			}
+			return g.session(r, c)
+		}
+	}
 	if h == "" {
 		if g.gated {
 			return nil, ErrNoCredential
@@ -232,6 +269,27 @@ func (g *Gate) Authenticate(r *http.Request, allowQuery bool) (*Principal, error
 		return nil, fmt.Errorf("%w: wrong operator user or password", ErrBadCredential)
 	}
 	return &Principal{Kind: Operator, User: g.cfg.User}, nil
+}
+
+// session is the principal of a live browser session: the operator, or
+// the app-token it was signed in with while the token verifies.
+func (g *Gate) session(r *http.Request, c SessionCredential) (*Principal, error) {
+	if c.TokenID == "" {
+		if !g.gated || c.User != g.cfg.User {
+			return nil, ErrNoCredential // the operator's credential changed
+		}
+		return &Principal{Kind: Operator, User: g.cfg.User}, nil
+	}
+	if g.cfg.Tokens == nil {
+		return nil, ErrNoCredential
+	}
+	t, err := g.cfg.Tokens.Live(r.Context(), c.TokenID)
+	if err != nil {
+		// Revoked or expired since sign-in: signed out, not a failed
+		// guess.
+		return nil, ErrNoCredential
+	}
+	return &Principal{Kind: AppToken, Token: t}, nil
 }
 
 func (g *Gate) token(r *http.Request, raw string) (*Principal, error) {
@@ -320,6 +378,9 @@ func (g *Gate) admit(w http.ResponseWriter, r *http.Request, allowQuery bool) (*
 			b.Succeeded(src, keyed, target, g.cfg.Now())
 		}
 		return p, true
+	case errors.Is(err, ErrCSRF):
+		g.refuse(w, r, &Principal{Kind: Nobody}, web.Errorf(http.StatusForbidden, "%s", err.Error()))
+		return nil, false
 	case errors.Is(err, ErrOpenAdminToken):
 		// A genuine token, refused for when it was minted: no guess, so
 		// no failure; its holder is told why.
@@ -404,7 +465,7 @@ func (g *Gate) unauthorized(w http.ResponseWriter, r *http.Request, why string) 
 	}
 	g.event(r, "admin-rejected", reason)
 	h := w.Header()
-	if g.gated {
+	if g.gated && !fromScript(r) {
 		h.Add("WWW-Authenticate", `Basic realm="berth admin", charset="UTF-8"`)
 	}
 	h.Add("WWW-Authenticate", "Bearer")
@@ -416,6 +477,29 @@ func (g *Gate) unauthorized(w http.ResponseWriter, r *http.Request, why string) 
 		msg += why + "\n"
 	}
 	w.Write([]byte(msg))
+}
+
+// fromScript reports whether r is a page script's request (fetch,
+// EventSource: Sec-Fetch-Mode other than navigate) or a signed-in
+// browser's whose session ended. Its 401 carries no Basic challenge, so
+// the browser shows no password dialog over the page, which signs in by
+// itself (app-lb: "fetches get Bearer only").
+func fromScript(r *http.Request) bool {
+	if m := r.Header.Get("Sec-Fetch-Mode"); m != "" && m != "navigate" {
+		return true
+	}
+	return r.Header.Get("Authorization") == "" && hasSessionCookie(r)
+}
+
+// The web UI's session cookies (package ui names them): __Host-berth_ui
+// over TLS, berth_ui on plain HTTP, where a __Host- cookie cannot be set.
+const (
+	SessionCookieTLS   = "__Host-berth_ui"
+	SessionCookiePlain = "berth_ui"
+)
+
+func hasSessionCookie(r *http.Request) bool {
+	return len(r.CookiesNamed(SessionCookieTLS)) > 0 || len(r.CookiesNamed(SessionCookiePlain)) > 0
 }
 
 func (g *Gate) refuse(w http.ResponseWriter, r *http.Request, p *Principal, err error) {

@@ -140,10 +140,24 @@ func (ts *Tokens) Verify(ctx context.Context, raw string) (*Token, error) {
 		return nil, err
 	}
 	got := hashSecret(secret)
+	return ts.use(ctx, id, func(hash string) bool { return subtle.ConstantTimeCompare([]byte(got), []byte(hash)) == 1 })
+}
+
+// Live returns token id as Verify returns it to the token's holder, but
+// without its secret: a browser session of the web UI (package ui)
+// signed in with a token holds its id, and acts as the token for as long
+// as Verify would accept it (not revoked, not expired).
+func (ts *Tokens) Live(ctx context.Context, id string) (*Token, error) {
+	return ts.use(ctx, id, func(string) bool { return true })
+}
+
+// use returns token id when proven accepts its stored hash, marking it
+// used.
+func (ts *Tokens) use(ctx context.Context, id string, proven func(hash string) bool) (*Token, error) {
 	now := ts.cfg.Now()
 	ts.mu.Lock()
 	e := ts.byID[id]
-	if e == nil || subtle.ConstantTimeCompare([]byte(got), []byte(e.hash)) != 1 {
+	if e == nil || !proven(e.hash) {
 		ts.mu.Unlock()
 		return nil, ErrUnknownToken
 	}

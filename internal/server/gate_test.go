@@ -229,15 +229,7 @@ func TestGateThroughBerth(t *testing.T) {
 // real image. scripts/test installs Chromium and playwright-core and sets
 // BERTH_PLAYWRIGHT and BERTH_REQUIRE_BROWSER; without them it is skipped.
 func TestBrowserSignIn(t *testing.T) {
-	skipShort(t, "drives a real browser")
-	nodeModules := os.Getenv("BERTH_PLAYWRIGHT")
-	_, chromeErr := os.Stat("/usr/bin/chromium")
-	if _, err := os.Stat(filepath.Join(nodeModules, "playwright-core")); nodeModules == "" || err != nil || chromeErr != nil {
-		if os.Getenv("BERTH_REQUIRE_BROWSER") != "" {
-			t.Fatalf("BERTH_REQUIRE_BROWSER is set, but Chromium or playwright-core (BERTH_PLAYWRIGHT=%q) is missing", nodeModules)
-		}
-		t.Skip("needs /usr/bin/chromium and BERTH_PLAYWRIGHT (a node_modules with playwright-core): scripts/test installs both")
-	}
+	nodeModules := needBrowser(t, "playwright-core")
 	op := oidctest.Start(t)
 	h := start(t, "")
 	gatedApp(t, h, op, identityEcho(t))
@@ -316,6 +308,28 @@ func TestBrowserSignIn(t *testing.T) {
 	if b := img.Bounds(); b.Dx() < 200 || b.Dy() < 200 {
 		t.Errorf("screenshot is %v", b)
 	}
+}
+
+// needBrowser skips the test (or fails it, under BERTH_REQUIRE_BROWSER)
+// without Debian's Chromium and a node_modules (BERTH_PLAYWRIGHT) holding
+// the packages named, and returns that node_modules.
+func needBrowser(t *testing.T, packages ...string) string {
+	t.Helper()
+	skipShort(t, "drives a real browser")
+	nodeModules := os.Getenv("BERTH_PLAYWRIGHT")
+	_, err := os.Stat("/usr/bin/chromium")
+	for _, p := range packages {
+		if err == nil {
+			_, err = os.Stat(filepath.Join(nodeModules, p))
+		}
+	}
+	if nodeModules == "" || err != nil {
+		if os.Getenv("BERTH_REQUIRE_BROWSER") != "" {
+			t.Fatalf("BERTH_REQUIRE_BROWSER is set, but Chromium or %v (BERTH_PLAYWRIGHT=%q) is missing: %v", packages, nodeModules, err)
+		}
+		t.Skipf("needs /usr/bin/chromium and BERTH_PLAYWRIGHT (a node_modules with %v): scripts/test installs them", packages)
+	}
+	return nodeModules
 }
 
 // TestIssuerClientGuard: the gates' client for identity providers refuses

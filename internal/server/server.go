@@ -59,6 +59,7 @@ import (
 	"github.com/berth-dev/berth/internal/spec"
 	"github.com/berth-dev/berth/internal/store"
 	"github.com/berth-dev/berth/internal/telemetry"
+	"github.com/berth-dev/berth/internal/ui"
 	"github.com/berth-dev/berth/internal/vm"
 	"github.com/berth-dev/berth/internal/vm/drivers"
 	"github.com/berth-dev/berth/internal/web"
@@ -313,6 +314,7 @@ type Server struct {
 	rollouts *rollout.Manager   // rollout operations
 	feed     *feed.Feed         // the namespaces' event feeds, kept in the store
 	gates    *gate.Manager      // deployments' sign-in gates
+	browsers *ui.Sessions       // the web UI's signed-in browsers
 	guard    *guard.Guard       // the operator's guard rules
 	siem     *siem.Engine       // detection over the data plane's traffic
 	webhooks alertNotifier      // security alert webhooks; nil: none
@@ -572,6 +574,10 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		return nil, err
 	}
 	undo = append(undo, func() { s.gates.Close(); s.sessions.Close() })
+	if s.browsers, err = ui.NewSessions(ui.SessionOptions{}); err != nil {
+		return nil, err
+	}
+	undo = append(undo, s.browsers.Close)
 	s.ports.gates = s.gates
 	specOpts := spec.Options{
 		BaseDomain: o.BaseDomain, Drivers: s.fleet.DriverNames(), ImageExists: s.imageExists,
@@ -683,7 +689,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	brake := auth.NewBrake(o.Brake)
 	adminGate := auth.New(auth.Config{
 		User: o.AdminUser, Password: o.AdminPassword, Tokens: tokens,
-		Brake: brake, Log: o.Log, Event: s.adminEvent,
+		Brake: brake, Log: o.Log, Event: s.adminEvent, Sessions: s.browsers,
 	})
 	api := admin.New(admin.Options{
 		Registry: s.registry, Fleet: s.fleet, Metrics: s.metrics, Host: s.host, Rollouts: s.rollouts,
@@ -720,6 +726,12 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	computers := computerapi.New(capi)
 	adminMux := http.NewServeMux()
 	adminMux.Handle("/", api)
+	// The web UI's pages, sign-in and assets; their scripts call the
+	// admin API with the browser's session as the credential.
+	pages := ui.New(ui.Options{Gate: adminGate, Sessions: s.browsers, Log: o.Log})
+	for _, p := range ui.Patterns() {
+		adminMux.Handle(p, pages)
+	}
 	adminMux.Handle("/computers", computers)
 	adminMux.Handle("/computers/", computers)
 	s.adminSrv = &http.Server{
@@ -919,6 +931,7 @@ func (s *Server) Run(ctx context.Context) error {
 	drivers.CloseAll(s.driverClosers, s.log)
 	s.gates.Close()
 	s.sessions.Close()
+	s.browsers.Close()
 	if serr := s.siem.Close(); serr != nil {
 		s.log.Error("some security alerts were not stored", "err", serr)
 	}

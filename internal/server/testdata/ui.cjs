@@ -1,0 +1,210 @@
+// ui.cjs drives headless Chromium through berth's web UI (TestBrowserUI):
+// sign in (a wrong password first), watch a deployment that scales from
+// zero go from idle to ready on the dashboard after a request to it, scale
+// it (an invalid scale first, its error shown on the field), an invalid
+// edit, the theme toggle, sign out; then a namespace-confined token's
+// view, on a browser whose event stream fails (the pages poll). Every page is checked with axe-core and screenshotted in light and
+// dark, at 360 px and wide. It prints one JSON object of what it saw; the
+// Go test asserts.
+//
+// usage: node ui.cjs <admin origin> <proxy host:port> <team token> <screenshot dir>
+// NODE_PATH must name a node_modules holding playwright-core and axe-core.
+const { chromium } = require('playwright-core');
+const http = require('node:http');
+const path = require('node:path');
+
+const fs = require('node:fs');
+
+// axe-core is evaluated in the page (devtools evaluation is not subject to
+// the pages' CSP, which refuses injected scripts: the run keeps the CSP on,
+// so a page that breaks it logs the console error this run fails on).
+const axeSource = fs.readFileSync(require.resolve('axe-core/axe.min.js'), 'utf8');
+
+async function main() {
+  const [admin, proxy, teamToken, shots] = process.argv.slice(2);
+  const browser = await chromium.launch({
+    executablePath: process.env.BERTH_CHROMIUM || '/usr/bin/chromium',
+    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+      '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+    timeout: 60000,
+  });
+  const out = { consoleErrors: [], axe: [], axeRuns: [], shots: [], steps: [] };
+  // Errors the browser logs for answers the run asked for on purpose (a
+  // wrong password, an invalid scale) are not the page's errors.
+  let expected = null;
+  const watch = (page, who) => {
+    page.on('console', (m) => {
+      if (m.type() !== 'error') return;
+      const text = m.text();
+      if (expected && expected.test(text)) return;
+      out.consoleErrors.push(`${who} ${page.url()}: ${text}`);
+    });
+    page.on('pageerror', (e) => out.consoleErrors.push(`${who} ${page.url()}: ${e}`));
+    page.on('dialog', (d) => { out.consoleErrors.push(`${who}: unexpected dialog ${d.type()} ${d.message()}`); d.dismiss(); });
+  };
+  const step = (s) => out.steps.push(s);
+  const axe = async (page, name) => {
+    await page.evaluate(axeSource);
+    const r = await page.evaluate(async () => await window.axe.run(document, { resultTypes: ['violations'] }));
+    out.axeRuns.push({ page: name, rules: r.passes.length + r.violations.length + r.incomplete.length });
+    for (const v of r.violations) {
+      out.axe.push({ page: name, id: v.id, impact: v.impact, help: v.help, nodes: v.nodes.slice(0, 3).map((n) => n.target.join(' ')) });
+    }
+  };
+  // shoot saves the page in light and dark at 360 px and wide (1920 px
+  // at device scale 2: a 4K screen).
+  const shoot = async (page, name) => {
+    for (const scheme of ['light', 'dark']) {
+      await page.emulateMedia({ colorScheme: scheme });
+      for (const [w, h, label] of [[360, 760, '360'], [1920, 1080, 'wide']]) {
+        await page.setViewportSize({ width: w, height: h });
+        const file = path.join(shots, `${name}-${scheme}-${label}.png`);
+        await page.screenshot({ path: file, fullPage: true });
+        out.shots.push(file);
+      }
+      await axe(page, `${name} (${scheme})`);
+    }
+    await page.emulateMedia({ colorScheme: 'light' });
+    await page.setViewportSize({ width: 1280, height: 900 });
+  };
+  const hit = () => new Promise((resolve, reject) => {
+    const [host, port] = [proxy.slice(0, proxy.lastIndexOf(':')), proxy.slice(proxy.lastIndexOf(':') + 1)];
+    const req = http.request({ host, port, path: '/hello', headers: { Host: 'web.test' } }, (res) => {
+      let body = '';
+      res.on('data', (c) => { body += c; });
+      res.on('end', () => resolve({ status: res.statusCode, body }));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+
+  try {
+    // deviceScaleFactor 2 makes the wide shots 3840 px: how a 4K screen
+    // draws it.
+    const ctx = await browser.newContext({ viewport: { width: 1280, height: 900 }, deviceScaleFactor: 2 });
+    const page = await ctx.newPage();
+    page.setDefaultTimeout(60000);
+    watch(page, 'operator');
+
+    // 1. Not signed in: the dashboard sends the browser to sign in.
+    await page.goto(admin + '/dashboard');
+    out.loginURL = page.url();
+    await shoot(page, 'login');
+
+    // 2. A wrong password: the sign-in page again, saying so, with no
+    // password dialog of the browser's (watch fails the run on one).
+    expected = /status of 401/;
+    await page.fill('#secret', 'wrong');
+    await Promise.all([page.waitForNavigation(), page.click('#signin')]);
+    expected = null;
+    out.wrongPassword = (await page.textContent('#login-error')).trim();
+
+    // 3. The right one: the dashboard.
+    await page.fill('#secret', 'pw');
+    await Promise.all([page.waitForURL(admin + '/dashboard'), page.click('#signin')]);
+    out.cookies = (await ctx.cookies()).map((c) => ({ name: c.name, httpOnly: c.httpOnly, sameSite: c.sameSite, secure: c.secure, path: c.path }));
+    const web = page.locator('li.card[data-deployment="web"]');
+    await web.locator('[data-state="idle"]').waitFor();
+    step('idle');
+    await page.locator('#live', { hasText: 'Live.' }).waitFor();
+    out.live = await page.textContent('#live');
+    await page.locator('[data-tile="deployments"] dd', { hasText: '2' }).waitFor();
+    await shoot(page, 'dashboard-idle');
+
+    // 4. A request to the deployment starts a replica; the dashboard
+    // shows it ready.
+    out.request = await hit();
+    await web.locator('[data-state="ready"]').waitFor();
+    step('ready');
+    out.readyTile = await page.$eval('[data-tile="ready"] dd', (dd) => dd.firstChild.textContent.trim());
+
+    // 5. Scale: an invalid policy is refused and the error shown on the
+    // field, then a valid one is saved and shown on the card.
+    await web.locator('button[data-action="scale"]').click();
+    await page.fill('#scale-min', '3');
+    await page.fill('#scale-max', '2');
+    expected = /status of 400/;
+    await page.click('#scale-save');
+    await page.locator('#scale-error:not([hidden])').waitFor();
+    expected = null;
+    out.scaleError = (await page.textContent('#scale-error')).trim();
+    out.scaleInvalid = await page.getAttribute('#scale-max', 'aria-invalid');
+    await page.fill('#scale-min', '1');
+    await page.fill('#scale-max', '3');
+    await page.click('#scale-save');
+    await page.locator('#scale').waitFor({ state: 'hidden' });
+    await web.locator('[data-replicas]', { hasText: 'min 1' }).waitFor();
+    out.replicas = (await web.locator('[data-replicas]').textContent()).trim();
+    step('scaled');
+
+    // 6. Edit: an invalid spec is refused with the validation error on
+    // the JSON field.
+    await web.locator('button[data-action="edit"]').click();
+    await page.locator('#edit-json').waitFor();
+    await page.waitForFunction(() => document.getElementById('edit-json').value.includes('"id"'));
+    const spec = JSON.parse(await page.inputValue('#edit-json'));
+    spec.scaling.max_replicas = -1;
+    await page.fill('#edit-json', JSON.stringify(spec, null, 2));
+    expected = /status of 400/;
+    await page.click('#edit-save');
+    await page.locator('#edit-error:not([hidden])').waitFor();
+    expected = null;
+    out.editError = (await page.textContent('#edit-error')).trim();
+    out.editInvalid = await page.getAttribute('#edit-json', 'aria-invalid');
+    await axe(page, 'dashboard edit dialog');
+    await page.click('#edit [data-close]');
+    await shoot(page, 'dashboard');
+
+    // 7. The directory.
+    await page.click('nav a[href="/"]');
+    await page.locator('li.card[data-deployment="web"] [data-state="ready"]').waitFor();
+    out.directory = await page.$$eval('#urls li.card h2', (hs) => hs.map((h) => h.textContent.trim()));
+    await shoot(page, 'directory');
+
+    // 8. The theme toggle is kept across a reload.
+    await page.click('#theme'); // system → light
+    await page.click('#theme'); // light → dark
+    await page.reload();
+    out.theme = await page.evaluate(() => document.documentElement.dataset.theme || '');
+
+    // 9. Sign out: back to sign-in, and the pages want it again.
+    await Promise.all([page.waitForURL(/\/login$/), page.click('#signout')]);
+    out.cookiesAfterLogout = (await ctx.cookies()).map((c) => c.name);
+    await page.goto(admin + '/dashboard');
+    out.afterLogoutURL = page.url();
+    step('signed out');
+    await ctx.close();
+
+    // 10. A namespace-confined token sees its namespace only.
+    const tctx = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+    const tpage = await tctx.newPage();
+    tpage.setDefaultTimeout(60000);
+    watch(tpage, 'token');
+    // This browser cannot use the event stream: the pages poll instead.
+    await tpage.route('**/ui/events*', (route) => route.abort());
+    expected = /ERR_FAILED/;
+    await tpage.goto(admin + '/login');
+    await tpage.fill('#secret', teamToken);
+    await Promise.all([tpage.waitForURL(admin + '/dashboard'), tpage.click('#signin')]);
+    await tpage.locator('li.card[data-deployment="teamapp"]').waitFor();
+    await tpage.locator('[data-tile="deployments"] dd', { hasText: '1' }).waitFor();
+    out.teamCards = await tpage.$$eval('#deployments li.card', (ls) => ls.map((l) => l.dataset.deployment));
+    out.teamWho = (await tpage.textContent('.who')).trim();
+    await tpage.locator('#live', { hasText: 'Updated every 2 s' }).waitFor();
+    out.teamLive = await tpage.textContent('#live');
+    await tpage.goto(admin + '/');
+    await tpage.locator('#urls li.card').first().waitFor();
+    out.teamDirectory = await tpage.$$eval('#urls li.card', (ls) => ls.map((l) => l.dataset.deployment));
+    await Promise.all([tpage.waitForURL(/\/login$/), tpage.click('#signout')]);
+    expected = null;
+    await tctx.close();
+  } finally {
+    await browser.close();
+  }
+  process.stdout.write(JSON.stringify(out) + '\n');
+}
+
+main().catch((err) => {
+  process.stderr.write(String(err && err.stack || err) + '\n');
+  process.exit(1);
+});
