@@ -275,6 +275,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 	siemOn := fs.Bool("siem", envBoolDefault("BERTH_SIEM", true), "detect attacks in the data plane's and the admin API's traffic (GET /security); false turns detection off, guard rules still apply (BERTH_SIEM)")
 	telRetention := fs.String("telemetry-retention", env("BERTH_TELEMETRY_RETENTION", "7d"), "how long the telemetry store (<data-dir>/telemetry.db: access records, job output, events, metrics, read by the obs API and `berth logs --since`/`berth top`) keeps rows: days as 7d, or a duration such as 36h (BERTH_TELEMETRY_RETENTION)")
 	telMax := fs.Int64("telemetry-max-bytes", int64(intEnv("BERTH_TELEMETRY_MAX_BYTES", telemetry.DefaultMaxBytes)), "the size the telemetry store is kept under, the oldest logs deleted first (BERTH_TELEMETRY_MAX_BYTES)")
+	telRows := fs.Int("telemetry-access-rows", intEnv("BERTH_TELEMETRY_ACCESS_ROWS", telemetry.DefaultAccessRows), "access records of one deployment stored as log rows per second, and as many again at level error; the metrics count every request; negative: store every one (BERTH_TELEMETRY_ACCESS_ROWS)")
 	siemTune := fs.String("siem-tune", env("BERTH_SIEM_TUNE", ""), "the SIEM's thresholds, comma-separated key=value: "+siemTuneKeys+" (BERTH_SIEM_TUNE)")
 	hostUpdates := fs.Bool("host-updates", envBool("BERTH_HOST_UPDATES"), "let fleet-wide admins start host-update jobs (POST /deployments/{id}/update), which run a static or site deployment's update.commands on this host as berth's user; off by default (BERTH_HOST_UPDATES)")
 	allowLocal := allowLocalReposFlag(fs)
@@ -345,6 +346,10 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "berth serve: --telemetry-retention: %v\n", err)
 		return 2
 	}
+	if *telRows == 0 {
+		fmt.Fprintln(stderr, "berth serve: --telemetry-access-rows: 0 would store no access record; give a positive number, or a negative one to store every one")
+		return 2
+	}
 	if *telMax < 1<<20 {
 		fmt.Fprintf(stderr, "berth serve: --telemetry-max-bytes: %d is below 1 MiB\n", *telMax)
 		return 2
@@ -407,7 +412,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 		BuildAllowHTTP:         *buildHTTP, BuildNetwork: *buildNetwork, BuildTimeout: *buildTimeout,
 		RegistryCAFile: *registryCA, RegistryAllowInsecure: splitList(*registryInsecure), ImageBudget: *imageBudget << 20,
 		GuardDryRun: !*guardEnforce, SIEM: siemConfig,
-		TelemetryRetention: retention, TelemetryMaxBytes: *telMax,
+		TelemetryRetention: retention, TelemetryMaxBytes: *telMax, TelemetryAccessRows: *telRows,
 		// Credentials come from the environment only, never a flag: a
 		// flag's value is visible to every user in the process list.
 		AdminUser: *adminUser, AdminPassword: secrets["BERTH_ADMIN_PASSWORD"],

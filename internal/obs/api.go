@@ -1,6 +1,7 @@
 package obs
 
 import (
+	"encoding/json"
 	"math"
 	"net/http"
 	"strconv"
@@ -72,7 +73,11 @@ func (h *Handler) retainDays() int {
 
 func (h *Handler) freshness() apitype.ObsFreshness {
 	st := h.o.Telemetry.Stats()
-	return apitype.ObsFreshness{BufferedRows: st.Buffered, FlushSecs: max(int(math.Ceil(h.o.Telemetry.FlushEvery().Seconds())), 1), Dropped: int(st.Dropped)}
+	// sampled (berth's own key): access records counted in the metrics
+	// but not stored as rows (--telemetry-access-rows).
+	sampled, _ := json.Marshal(st.Sampled)
+	return apitype.ObsFreshness{BufferedRows: st.Buffered, FlushSecs: max(int(math.Ceil(h.o.Telemetry.FlushEvery().Seconds())), 1), Dropped: int(st.Dropped),
+		Extra: map[string]json.RawMessage{"sampled": sampled}}
 }
 
 // fleet is GET /api/fleet: every deployment of the namespace the caller

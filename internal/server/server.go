@@ -198,6 +198,10 @@ type Options struct {
 	// telemetry.DefaultMaxBytes (1 GiB).
 	TelemetryRetention time.Duration
 	TelemetryMaxBytes  int64
+	// TelemetryAccessRows bounds each deployment's access records stored
+	// as rows per second (telemetry.Options.AccessRows); zero takes
+	// telemetry.DefaultAccessRows.
+	TelemetryAccessRows int
 	// ObsWebhookRoots, when set, are the CAs obs alert webhooks'
 	// certificates are checked against instead of the system's (tests).
 	ObsWebhookRoots *x509.CertPool

@@ -21,7 +21,7 @@ import (
 // it. The proxy's Observe feeds it every finished request.
 func (s *Server) openTelemetry(ctx context.Context, st *store.Store, key secrets.Key) error {
 	t, err := telemetry.Open(telemetry.Options{
-		Dir: s.o.DataDir, Retention: s.o.TelemetryRetention, MaxBytes: s.o.TelemetryMaxBytes,
+		Dir: s.o.DataDir, Retention: s.o.TelemetryRetention, MaxBytes: s.o.TelemetryMaxBytes, AccessRows: s.o.TelemetryAccessRows,
 		Sample: s.sampleGauges, Log: s.o.Log,
 	})
 	if err != nil {

@@ -28,6 +28,9 @@ const (
 	DefaultQueueSize  = 16384
 	DefaultBatch      = 1000
 	DefaultFlushEvery = time.Second
+	// DefaultAccessRows is how many access records of one deployment are
+	// stored as log rows per second, by default (Options.AccessRows).
+	DefaultAccessRows = 50
 	// Step is the finest metric bucket.
 	Step = 10 * time.Second
 	// SweepEvery is how often retention and the size cap are enforced.
@@ -47,6 +50,16 @@ type Options struct {
 	QueueSize  int           // records waiting for the writer; default 16384
 	Batch      int           // records per transaction at most; default 1000
 	FlushEvery time.Duration // the writer's idle flush; default 1 s
+	// AccessRows bounds the access records of one deployment stored as log
+	// rows in each second (default DefaultAccessRows; negative: every one),
+	// and, apart, its access records at level error (5xx, or no answer).
+	// The metrics count every request whatever the bound: storing and
+	// indexing a row costs the writer about 10 µs of CPU, several times
+	// what the proxy spends on the request itself, so a deployment
+	// serving thousands of requests a second would otherwise cost more in
+	// telemetry than in traffic. Records past the bound are counted
+	// (Stats.Sampled).
+	AccessRows int
 	// Sample, when set, is called once per Step for the deployments'
 	// gauges (CPU, memory, in-flight, ready, pending, draining).
 	Sample func() []Gauge
@@ -101,6 +114,7 @@ type Stats struct {
 	Queued   int64 // records accepted into the queue
 	Dropped  int64 // records dropped because the queue was full
 	Written  int64 // records committed to the file
+	Sampled  int64 // access records counted in the metrics but not stored as rows (Options.AccessRows)
 	Failed   int64 // records lost with a batch that did not commit
 	Buffered int   // records accepted but not yet queryable
 	Healthy  bool  // the last write committed
@@ -119,6 +133,7 @@ type Store struct {
 	w, r *sql.DB
 	q    chan entry
 	kick chan chan struct{} // Flush's requests
+	wake chan struct{}      // the queue is half full: drain it now
 	stop chan struct{}
 	done chan struct{}
 	once sync.Once
@@ -126,9 +141,9 @@ type Store struct {
 	// without one).
 	started bool
 
-	queued, dropped, written, failed atomic.Int64
-	pending                          atomic.Int64 // taken from the queue, not yet committed
-	unhealthy                        atomic.Bool
+	queued, dropped, written, failed, sampled atomic.Int64
+	pending                                   atomic.Int64 // taken from the queue, not yet committed
+	unhealthy                                 atomic.Bool
 }
 
 // Open opens (creating) Dir/telemetry.db and starts the writer.
@@ -160,6 +175,9 @@ func open(o Options) (*Store, error) {
 	}
 	if o.FlushEvery <= 0 {
 		o.FlushEvery = DefaultFlushEvery
+	}
+	if o.AccessRows == 0 {
+		o.AccessRows = DefaultAccessRows
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -194,7 +212,7 @@ func open(o Options) (*Store, error) {
 		return nil, fmt.Errorf("telemetry: %w", err)
 	}
 	r.SetMaxOpenConns(4)
-	return &Store{o: o, w: w, r: r, q: make(chan entry, o.QueueSize), kick: make(chan chan struct{}),
+	return &Store{o: o, w: w, r: r, q: make(chan entry, o.QueueSize), kick: make(chan chan struct{}), wake: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{})}, nil
 }
 
@@ -238,6 +256,12 @@ func (s *Store) enqueue(e entry) {
 	select {
 	case s.q <- e:
 		s.queued.Add(1)
+		if len(s.q) >= cap(s.q)/2 {
+			select {
+			case s.wake <- struct{}{}:
+			default:
+			}
+		}
 	default:
 		s.dropped.Add(1)
 	}
@@ -246,7 +270,7 @@ func (s *Store) enqueue(e entry) {
 // Stats returns the counters.
 func (s *Store) Stats() Stats {
 	return Stats{
-		Queued: s.queued.Load(), Dropped: s.dropped.Load(), Written: s.written.Load(), Failed: s.failed.Load(),
+		Queued: s.queued.Load(), Dropped: s.dropped.Load(), Written: s.written.Load(), Failed: s.failed.Load(), Sampled: s.sampled.Load(),
 		Buffered: len(s.q) + int(s.pending.Load()), Healthy: !s.unhealthy.Load(),
 	}
 }

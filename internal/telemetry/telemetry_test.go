@@ -178,3 +178,70 @@ func TestSizeCapDeletesOldestLogs(t *testing.T) {
 		t.Errorf("the newest line is gone: %+v", rows)
 	}
 }
+
+// TestAccessRowsBound: past Options.AccessRows in one second, a
+// deployment's access records are counted in its metrics (and its log
+// volume) but not stored as rows; records at level error have a bound of
+// their own, so an error is kept beside a flood of successes; the next
+// second stores again, another deployment has its own bound, and a
+// negative bound stores every record.
+func TestAccessRowsBound(t *testing.T) {
+	ctx := context.Background()
+	send := func(s *Store, dep string, sec, n, status int) {
+		for i := range n {
+			a := Access{Time: base().Add(time.Duration(sec)*time.Second + time.Duration(i)*time.Millisecond), Method: "GET", Path: "/",
+				Status: status, Duration: time.Millisecond, Host: "web.example", Deployment: dep, Namespace: "team-a"}
+			s.Access(&a)
+		}
+	}
+	count := func(s *Store, dep string) (rows int, errs int) {
+		t.Helper()
+		got, _, err := s.Logs(ctx, LogQuery{Namespace: "team-a", Deployment: dep, From: 0, To: base().Add(time.Hour).UnixMilli(), Limit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range got {
+			if r.Level != nil && *r.Level == "error" {
+				errs++
+			}
+		}
+		return len(got), errs
+	}
+	c := newClock(base().Add(time.Hour))
+	s := openT(t, Options{Now: c.now, AccessRows: 3})
+	send(s, "web", 0, 10, 200)
+	send(s, "web", 0, 5, 503)
+	send(s, "web", 1, 10, 200)
+	send(s, "api", 0, 4, 200)
+	if err := s.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rows, errs := count(s, "web"); rows != 3+3+3 || errs != 3 {
+		t.Errorf("web: %d rows (%d errors), want 9 (3 successes and 3 errors in second 0, 3 in second 1)", rows, errs)
+	}
+	if rows, _ := count(s, "api"); rows != 3 {
+		t.Errorf("api: %d rows, want its own 3", rows)
+	}
+	ser, err := s.Series(ctx, "team-a", "web", base(), base().Add(59*time.Second), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ser.Buckets) != 1 || *ser.Buckets[0].RequestsPerSec != 25.0/60 || *ser.Buckets[0].ErrorsPerSec != 5.0/60 {
+		t.Errorf("web's metrics %+v, want every one of its 25 requests and 5 errors", ser.Buckets)
+	}
+	if ser.LogLines != 25 || ser.ErrorLogs != 5 {
+		t.Errorf("web's log volume %d lines, %d errors; want 25 and 5", ser.LogLines, ser.ErrorLogs)
+	}
+	if st := s.Stats(); st.Sampled != 29-12 || st.Written != 12 {
+		t.Errorf("stats %+v, want 17 sampled and 12 written", st)
+	}
+
+	all := openT(t, Options{Now: c.now, AccessRows: -1})
+	send(all, "web", 0, 50, 200)
+	if err := all.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rows, _ := count(all, "web"); rows != 50 {
+		t.Errorf("unbounded: %d rows, want 50", rows)
+	}
+}

@@ -33,18 +33,26 @@ type row struct {
 	ns, dep, level, source, msg, backend, host, flds string
 }
 
+// rowBudget is one deployment's access rows stored in the current second
+// (Options.AccessRows), apart for those at level error.
+type rowBudget struct {
+	sec         int64 // epoch seconds
+	rows, error int
+}
+
 // writer is the state of the writer goroutine.
 type writer struct {
-	s     *Store
-	batch []row
-	open  map[bucketKey]*bucket
+	s      *Store
+	batch  []row
+	open   map[bucketKey]*bucket
+	budget map[[2]string]*rowBudget // by namespace and deployment
 	// nextID is the next log row's id; 0 until read from the file.
 	nextID int64
 }
 
 func (s *Store) run() {
 	defer close(s.done)
-	w := &writer{s: s, open: map[bucketKey]*bucket{}}
+	w := &writer{s: s, open: map[bucketKey]*bucket{}, budget: map[[2]string]*rowBudget{}}
 	flush := time.NewTicker(s.o.FlushEvery)
 	defer flush.Stop()
 	sample := time.NewTicker(Step)
@@ -52,10 +60,18 @@ func (s *Store) run() {
 	sweep := time.NewTicker(SweepEvery)
 	defer sweep.Stop()
 	s.sweepLogged()
+	// The queue is drained on a tick, not as each record arrives: a
+	// writer waiting on the queue would be woken by every request, and
+	// waking a goroutine costs the request path several times what
+	// copying its record does. A queue half full wakes it early (enqueue).
+	tick := time.NewTicker(drainEvery)
+	defer tick.Stop()
 	for {
 		select {
-		case e := <-s.q:
-			w.add(e)
+		case <-tick.C:
+			w.drain()
+		case <-s.wake:
+			w.drain()
 		case <-flush.C:
 			w.commit(false)
 		case <-sample.C:
@@ -73,6 +89,9 @@ func (s *Store) run() {
 		}
 	}
 }
+
+// drainEvery is how often the writer takes what is queued.
+const drainEvery = 100 * time.Millisecond
 
 func (w *writer) drain() {
 	for {
@@ -123,6 +142,25 @@ func (w *writer) add(e entry) {
 			dep = Unrouted
 		}
 		ms := float64(a.Duration) / float64(time.Millisecond)
+		ts := a.Time.UnixMilli()
+		b := w.bucket(a.Namespace, dep, ts)
+		b.requests++
+		if a.Status >= 500 || a.Status == 0 {
+			b.errors++
+		}
+		b.latSum += ms
+		b.h.add(ms)
+		if !w.keep(a.Namespace, dep, ts, a.Status >= 500 || a.Status == 0) {
+			// Counted as a line of its bucket all the same: the log
+			// volume is what happened, not what was kept.
+			b.lines++
+			if levelOf(a.Status) == "error" {
+				b.errLines++
+			}
+			w.s.pending.Add(-1)
+			w.s.sampled.Add(1)
+			return
+		}
 		f := accessFields{Method: a.Method, Path: a.Path, Status: a.Status, DurationMs: ms, Bytes: a.Bytes,
 			Host: a.Host, Backend: a.Backend, Unrouted: a.Unrouted}
 		if a.Client.IsValid() {
@@ -138,15 +176,8 @@ func (w *writer) add(e entry) {
 		msg = append(msg, ' ')
 		msg = strconv.AppendFloat(msg, ms, 'f', 1, 64)
 		msg = append(msg, "ms"...)
-		r = row{ts: a.Time.UnixMilli(), ns: a.Namespace, dep: dep, level: levelOf(a.Status), source: "access",
+		r = row{ts: ts, ns: a.Namespace, dep: dep, level: levelOf(a.Status), source: "access",
 			msg: string(msg), backend: a.Backend, host: a.Host, flds: string(fj)}
-		b := w.bucket(a.Namespace, dep, r.ts)
-		b.requests++
-		if a.Status >= 500 || a.Status == 0 {
-			b.errors++
-		}
-		b.latSum += ms
-		b.h.add(ms)
 	}
 	b := w.bucket(r.ns, r.dep, r.ts)
 	b.lines++
@@ -157,6 +188,37 @@ func (w *writer) add(e entry) {
 	if len(w.batch) >= w.s.o.Batch {
 		w.commit(false)
 	}
+}
+
+// keep reports whether an access record of deployment dep at ts (epoch
+// ms; isErr: at level error) is stored as a row: within
+// Options.AccessRows of its second.
+func (w *writer) keep(ns, dep string, ts int64, isErr bool) bool {
+	limit := w.s.o.AccessRows
+	if limit < 0 {
+		return true
+	}
+	k := [2]string{ns, dep}
+	rb := w.budget[k]
+	if rb == nil {
+		if len(w.budget) >= 4096 {
+			clear(w.budget) // bounded; a second's counts are all it keeps
+		}
+		rb = new(rowBudget)
+		w.budget[k] = rb
+	}
+	if sec := ts / 1000; sec != rb.sec {
+		*rb = rowBudget{sec: sec}
+	}
+	n := &rb.rows
+	if isErr {
+		n = &rb.error
+	}
+	if *n >= limit {
+		return false
+	}
+	*n++
+	return true
 }
 
 func (w *writer) bucket(ns, dep string, ts int64) *bucket {

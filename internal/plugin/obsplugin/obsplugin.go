@@ -68,9 +68,9 @@ func New(api http.Handler) *Plugin {
 // Info implements plugin.Plugin.
 func (*Plugin) Info() plugin.Info {
 	return plugin.Info{
-		ID:            ID,
-		Name:          "Observability",
-		Description:   "Per-namespace telemetry: request rates, latencies, logs and alerts of the namespace's deployments.",
+		ID:           ID,
+		Name:         "Observability",
+		Description:  "Per-namespace telemetry: request rates, latencies, logs and alerts of the namespace's deployments.",
 		ConfigSchema: json.RawMessage(closed),
 		// Every namespace's telemetry is recorded whatever the switch
 		// says (berth's own store, nothing to install): obs serves every
