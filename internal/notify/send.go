@@ -2,6 +2,7 @@ package notify
 
 import (
 	"bytes"
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -86,16 +87,21 @@ func (n *Notifier) deliver(h *hook, j job) {
 	}
 }
 
-// backoff is the wait after failed attempt n (1-based): Backoff doubling
-// per attempt up to MaxBackoff, drawn uniformly from its upper half, so
+// backoff is the wait after failed attempt n (1-based): Backoff.
+func (n *Notifier) backoff(attempt int) time.Duration {
+	return Backoff(n.o.Backoff, n.o.MaxBackoff, attempt)
+}
+
+// Backoff is a delivery's wait after failed attempt n (1-based): base
+// doubling per attempt up to max, drawn uniformly from its upper half, so
 // the senders of many berths a receiver's outage failed do not retry in
 // step.
-func (n *Notifier) backoff(attempt int) time.Duration {
-	d := n.o.Backoff
-	for i := 1; i < attempt && d < n.o.MaxBackoff; i++ {
+func Backoff(base, max time.Duration, attempt int) time.Duration {
+	d := base
+	for i := 1; i < attempt && d < max; i++ {
 		d *= 2
 	}
-	d = min(d, n.o.MaxBackoff)
+	d = min(d, max)
 	half := d / 2
 	return half + rand.N(d-half+1)
 }
@@ -108,21 +114,31 @@ func (n *Notifier) post(h *hook, j job) error {
 		return fmt.Errorf("could not encode the alert: %v", err)
 	}
 	ts := strconv.FormatInt(now.Unix(), 10)
-	req, err := http.NewRequestWithContext(h.ctx, http.MethodPost, h.url, bytes.NewReader(body))
+	return Post(h.ctx, n.client, h.url, "berth-webhooks/1", body, func(hd http.Header) {
+		hd.Set(HeaderEvent, EventSecurityAlert)
+		hd.Set(HeaderDelivery, j.delivery)
+		hd.Set(HeaderTimestamp, ts)
+		hd.Set(HeaderSignature, Sign(h.secret, ts, body))
+	})
+}
+
+// Post makes one delivery attempt: body, JSON, POSTed to url as agent with
+// the headers header sets (X-Berth-Event and the like), the answer drained
+// so that the connection is reused; an answer outside 2xx is an error. No
+// error carries the URL (Scrub): it may be a credential.
+func Post(ctx context.Context, client *http.Client, url, agent string, body []byte, header func(http.Header)) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return fmt.Errorf("bad webhook URL: %v", Scrub(err))
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("User-Agent", "berth-webhooks/1")
-	req.Header.Set(HeaderEvent, EventSecurityAlert)
-	req.Header.Set(HeaderDelivery, j.delivery)
-	req.Header.Set(HeaderTimestamp, ts)
-	req.Header.Set(HeaderSignature, Sign(h.secret, ts, body))
-	resp, err := n.client.Do(req)
+	req.Header.Set("User-Agent", agent)
+	header(req.Header)
+	resp, err := client.Do(req)
 	if err != nil {
 		return Scrub(err)
 	}
-	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // so the connection is reused
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	resp.Body.Close()
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return fmt.Errorf("the receiver answered %s", resp.Status)

@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"slices"
@@ -236,10 +235,15 @@ func (h *Handler) deliver(a apitype.ObsAlert, value float64, at time.Time) {
 	url := a.WebhookURL
 	a.WebhookURL = ""
 	delivery := newID()
-	backoff := h.o.Backoff
 	for attempt := 1; ; attempt++ {
-		err := h.post(url, delivery, Delivery{SentAt: h.o.Now().UnixMilli(), Alert: a, Value: value,
+		body, err := json.Marshal(Delivery{SentAt: h.o.Now().UnixMilli(), Alert: a, Value: value,
 			WindowSecs: int(Trailing.Seconds()), FiredAt: at.UnixMilli()})
+		if err == nil {
+			err = notify.Post(h.ctx, h.client, url, "berth-obs/1", body, func(hd http.Header) {
+				hd.Set(notify.HeaderEvent, EventObsAlert)
+				hd.Set(notify.HeaderDelivery, delivery)
+			})
+		}
 		if err == nil {
 			return
 		}
@@ -247,34 +251,8 @@ func (h *Handler) deliver(a apitype.ObsAlert, value float64, at time.Time) {
 			h.o.Log.Warn("obs alert: every webhook attempt failed", "alert", a.ID, "deployment", a.Deployment, "attempts", attempt, "err", err)
 			return
 		}
-		if h.o.Sleep(h.ctx, backoff) != nil {
+		if h.o.Sleep(h.ctx, notify.Backoff(h.o.Backoff, h.o.MaxBackoff, attempt)) != nil {
 			return
 		}
-		backoff = min(backoff*2, h.o.MaxBackoff)
 	}
-}
-
-func (h *Handler) post(url, delivery string, d Delivery) error {
-	body, err := json.Marshal(d)
-	if err != nil {
-		return err
-	}
-	req, err := http.NewRequestWithContext(h.ctx, http.MethodPost, url, bytes.NewReader(body))
-	if err != nil {
-		return errors.New("bad webhook URL")
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("User-Agent", "berth-obs/1")
-	req.Header.Set(notify.HeaderEvent, EventObsAlert)
-	req.Header.Set(notify.HeaderDelivery, delivery)
-	resp, err := h.client.Do(req)
-	if err != nil {
-		return notify.Scrub(err) // the URL may be a credential: not in the log
-	}
-	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	resp.Body.Close()
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return fmt.Errorf("the receiver answered %s", resp.Status)
-	}
-	return nil
 }
