@@ -25,7 +25,7 @@ const FileName = "telemetry.db"
 const (
 	DefaultRetention  = 7 * 24 * time.Hour
 	DefaultMaxBytes   = 1 << 30 // 1 GiB
-	DefaultQueueSize  = 16384
+	DefaultQueueSize  = 8192
 	DefaultBatch      = 1000
 	DefaultFlushEvery = time.Second
 	// DefaultAccessRows is how many access records of one deployment are
@@ -47,7 +47,7 @@ type Options struct {
 	Dir        string        // the data directory; the file is Dir/telemetry.db
 	Retention  time.Duration // rows older than this are deleted; default 7 days
 	MaxBytes   int64         // the file's used pages are kept under this; default 1 GiB
-	QueueSize  int           // records waiting for the writer; default 16384
+	QueueSize  int           // records waiting for the writer; default 8192
 	Batch      int           // records per transaction at most; default 1000
 	FlushEvery time.Duration // the writer's idle flush; default 1 s
 	// AccessRows bounds the access records of one deployment stored as log
@@ -125,7 +125,15 @@ type entry struct {
 	line bool
 	a    Access
 	l    Line
+	// An Access's strings, one after another (method, host, backend,
+	// deployment, namespace, path), and their lengths.
+	text [accessText]byte
+	lens [6]uint16
 }
+
+// accessText is the room for an access record's strings in its queued
+// entry: a path that does not fit is cut.
+const accessText = 256
 
 // Store is the telemetry store. Safe for concurrent use.
 type Store struct {
@@ -223,22 +231,29 @@ func (s *Store) Retention() time.Duration { return s.o.Retention }
 func (s *Store) FlushEvery() time.Duration { return s.o.FlushEvery }
 
 // Access queues a copy of a. It never blocks: with the queue full the
-// record is dropped and counted.
+// record is dropped and counted. It allocates nothing: the strings are
+// copied into the queued entry's own array (accessText bytes; a longer
+// path is cut there), made strings again by the writer.
 func (s *Store) Access(a *Access) {
 	e := entry{a: *a}
-	// One allocation for all of the record's strings.
-	var b strings.Builder
-	b.Grow(len(a.Method) + len(a.Path) + len(a.Host) + len(a.Backend) + len(a.Deployment) + len(a.Namespace))
-	for _, p := range [...]string{a.Method, a.Path, a.Host, a.Backend, a.Deployment, a.Namespace} {
-		b.WriteString(p)
+	n := 0
+	for i, p := range [...]string{a.Method, a.Host, a.Backend, a.Deployment, a.Namespace, a.Path} {
+		c := copy(e.text[n:], p)
+		e.lens[i] = uint16(c)
+		n += c
 	}
-	all, at := b.String(), 0
-	for _, p := range [...]*string{&e.a.Method, &e.a.Path, &e.a.Host, &e.a.Backend, &e.a.Deployment, &e.a.Namespace} {
-		n := len(*p)
-		*p = all[at : at+n]
-		at += n
-	}
+	e.a.Method, e.a.Host, e.a.Backend, e.a.Deployment, e.a.Namespace, e.a.Path = "", "", "", "", "", ""
 	s.enqueue(e)
+}
+
+// unpack gives e's Access its strings back from e.text (Access).
+func (e *entry) unpack() {
+	n := 0
+	for i, p := range [...]*string{&e.a.Method, &e.a.Host, &e.a.Backend, &e.a.Deployment, &e.a.Namespace, &e.a.Path} {
+		l := int(e.lens[i])
+		*p = string(e.text[n : n+l])
+		n += l
+	}
 }
 
 // Line queues a copy of l; like Access it never blocks.

@@ -136,6 +136,7 @@ func (w *writer) add(e entry) {
 		r = row{ts: l.Time.UnixMilli(), ns: l.Namespace, dep: l.Deployment, level: l.Level, source: l.Source,
 			msg: l.Message, backend: l.Backend, host: l.Host, flds: l.Fields}
 	} else {
+		e.unpack()
 		a := &e.a
 		dep := a.Deployment
 		if a.Unrouted || dep == "" {
