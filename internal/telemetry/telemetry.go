@@ -247,6 +247,16 @@ func (s *Store) Access(a *Access) {
 }
 
 // unpack gives e's Access its strings back from e.text (Access).
+// field is the bytes of an access record's i'th string (in the order
+// of text), without making a string of them.
+func (e *entry) field(i int) []byte {
+	n := 0
+	for _, l := range e.lens[:i] {
+		n += int(l)
+	}
+	return e.text[n : n+int(e.lens[i])]
+}
+
 func (e *entry) unpack() {
 	n := 0
 	for i, p := range [...]*string{&e.a.Method, &e.a.Host, &e.a.Backend, &e.a.Deployment, &e.a.Namespace, &e.a.Path} {

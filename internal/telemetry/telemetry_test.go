@@ -245,3 +245,32 @@ func TestAccessRowsBound(t *testing.T) {
 		t.Errorf("unbounded: %d rows, want 50", rows)
 	}
 }
+
+// TestCountedAccessAllocatesNothing pins the writer's cost for an access
+// record over its second's row budget: it is counted in its bucket and
+// makes no string (at full request rate most records are only counted).
+func TestCountedAccessAllocatesNothing(t *testing.T) {
+	s := &Store{o: Options{AccessRows: 1}}
+	w := &writer{s: s, open: map[bucketKey]*bucket{}, budget: map[[2]string]*rowBudget{}, interned: map[string]map[string][2]string{}}
+	s.o.Batch = 1 << 30
+	a := Access{Time: base(), Method: "GET", Path: "/x", Status: 200, Duration: time.Millisecond, Host: "web.example", Deployment: "web", Namespace: "team-a"}
+	var e entry
+	pack := func() entry {
+		s2 := &Store{q: make(chan entry, 1)}
+		s2.Access(&a)
+		return <-s2.q
+	}
+	e = pack()
+	w.add(e) // the second's one row, and the names interned
+	allocs := testing.AllocsPerRun(100, func() { w.add(e) })
+	if allocs != 0 {
+		t.Errorf("%v allocations per counted access record, want 0", allocs)
+	}
+	b := w.open[bucketKey{"team-a", "web", base().UnixMilli()}]
+	if b == nil || b.requests != 102 || b.lines != 102 {
+		t.Fatalf("bucket %+v, want 102 requests and lines counted", b)
+	}
+	if len(w.batch) != 1 || w.batch[0].ns != "team-a" || w.batch[0].dep != "web" || !strings.Contains(w.batch[0].msg, "GET /x 200") {
+		t.Errorf("batch %+v, want the one kept row of team-a/web", w.batch)
+	}
+}

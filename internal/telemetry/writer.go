@@ -46,13 +46,16 @@ type writer struct {
 	batch  []row
 	open   map[bucketKey]*bucket
 	budget map[[2]string]*rowBudget // by namespace and deployment
+	// interned holds one copy of each namespace and deployment name, by
+	// deployment then namespace (writer.names).
+	interned map[string]map[string][2]string
 	// nextID is the next log row's id; 0 until read from the file.
 	nextID int64
 }
 
 func (s *Store) run() {
 	defer close(s.done)
-	w := &writer{s: s, open: map[bucketKey]*bucket{}, budget: map[[2]string]*rowBudget{}}
+	w := &writer{s: s, open: map[bucketKey]*bucket{}, budget: map[[2]string]*rowBudget{}, interned: map[string]map[string][2]string{}}
 	flush := time.NewTicker(s.o.FlushEvery)
 	defer flush.Stop()
 	sample := time.NewTicker(Step)
@@ -136,22 +139,23 @@ func (w *writer) add(e entry) {
 		r = row{ts: l.Time.UnixMilli(), ns: l.Namespace, dep: l.Deployment, level: l.Level, source: l.Source,
 			msg: l.Message, backend: l.Backend, host: l.Host, flds: l.Fields}
 	} else {
-		e.unpack()
+		// Only a record kept as a row is made strings of: one that is
+		// only counted allocates nothing.
 		a := &e.a
-		dep := a.Deployment
+		ns, dep := w.names(&e)
 		if a.Unrouted || dep == "" {
 			dep = Unrouted
 		}
 		ms := float64(a.Duration) / float64(time.Millisecond)
 		ts := a.Time.UnixMilli()
-		b := w.bucket(a.Namespace, dep, ts)
+		b := w.bucket(ns, dep, ts)
 		b.requests++
 		if a.Status >= 500 || a.Status == 0 {
 			b.errors++
 		}
 		b.latSum += ms
 		b.h.add(ms)
-		if !w.keep(a.Namespace, dep, ts, a.Status >= 500 || a.Status == 0) {
+		if !w.keep(ns, dep, ts, a.Status >= 500 || a.Status == 0) {
 			// Counted as a line of its bucket all the same: the log
 			// volume is what happened, not what was kept.
 			b.lines++
@@ -162,6 +166,7 @@ func (w *writer) add(e entry) {
 			w.s.sampled.Add(1)
 			return
 		}
+		e.unpack()
 		f := accessFields{Method: a.Method, Path: a.Path, Status: a.Status, DurationMs: ms, Bytes: a.Bytes,
 			Host: a.Host, Backend: a.Backend, Unrouted: a.Unrouted}
 		if a.Client.IsValid() {
@@ -177,7 +182,7 @@ func (w *writer) add(e entry) {
 		msg = append(msg, ' ')
 		msg = strconv.AppendFloat(msg, ms, 'f', 1, 64)
 		msg = append(msg, "ms"...)
-		r = row{ts: ts, ns: a.Namespace, dep: dep, level: levelOf(a.Status), source: "access",
+		r = row{ts: ts, ns: ns, dep: dep, level: levelOf(a.Status), source: "access",
 			msg: string(msg), backend: a.Backend, host: a.Host, flds: string(fj)}
 	}
 	b := w.bucket(r.ns, r.dep, r.ts)
@@ -189,6 +194,29 @@ func (w *writer) add(e entry) {
 	if len(w.batch) >= w.s.o.Batch {
 		w.commit(false)
 	}
+}
+
+// names is the writer's one copy of an access record's namespace and
+// deployment names: a lookup by their bytes makes no string.
+func (w *writer) names(e *entry) (ns, dep string) {
+	depB, nsB := e.field(3), e.field(4)
+	byNS := w.interned[string(depB)]
+	if byNS == nil {
+		if len(w.interned) >= 4096 {
+			clear(w.interned) // bounded; names are made again when needed
+		}
+		byNS = make(map[string][2]string, 1)
+		w.interned[string(depB)] = byNS
+	}
+	p, ok := byNS[string(nsB)]
+	if !ok {
+		if len(byNS) >= 4096 {
+			clear(byNS)
+		}
+		p = [2]string{string(nsB), string(depB)}
+		byNS[p[0]] = p
+	}
+	return p[0], p[1]
 }
 
 // keep reports whether an access record of deployment dep at ts (epoch
