@@ -30,6 +30,7 @@ import (
 	"github.com/berth-dev/berth/internal/siem"
 	"github.com/berth-dev/berth/internal/spec"
 	"github.com/berth-dev/berth/internal/telemetry"
+	"github.com/berth-dev/berth/internal/tracing"
 	"github.com/berth-dev/berth/internal/workspace"
 )
 
@@ -311,6 +312,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 	adminTLSCert := fs.String("admin-tls-cert", env("BERTH_ADMIN_TLS_CERT", ""), "serve the admin API over TLS with this PEM certificate; with --admin-tls-key (BERTH_ADMIN_TLS_CERT)")
 	adminTLSKey := fs.String("admin-tls-key", env("BERTH_ADMIN_TLS_KEY", ""), "PEM private key of --admin-tls-cert (BERTH_ADMIN_TLS_KEY)")
 	adminACMEHost := fs.String("admin-acme-host", env("BERTH_ADMIN_ACME_HOST", ""), "serve the admin API over TLS with an ACME certificate for this name (needs --acme-email) (BERTH_ADMIN_ACME_HOST)")
+	otlpEndpoint := fs.String("otlp-endpoint", env("BERTH_OTLP_ENDPOINT", ""), "export the data plane's traces (one span per request, with its stages and upstream attempts) over OTLP/HTTP to this collector: host:port, or an https:// URL (http:// with --otlp-insecure) whose path replaces /v1/traces; empty: no tracing (BERTH_OTLP_ENDPOINT)")
+	otlpInsecure := fs.Bool("otlp-insecure", envBool("BERTH_OTLP_INSECURE"), "send traces to --otlp-endpoint in plaintext, for a collector on loopback or a private network (BERTH_OTLP_INSECURE)")
+	traceSample := fs.Float64("trace-sample", floatEnv("BERTH_TRACE_SAMPLE", 1), "the share (0 to 1) of the traces berth starts that it records; a request with a traceparent follows its sampled flag (BERTH_TRACE_SAMPLE)")
 	withDemo := fs.Bool("demo", false, "register demo deployments (a vm app that scales from zero, and a site) and print how to reach them")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -388,6 +392,11 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "berth serve: %v\n", err)
 		return 2
 	}
+	traces := tracing.Config{Endpoint: *otlpEndpoint, Insecure: *otlpInsecure, Sample: *traceSample, ServiceVersion: buildVersion(), Log: log}
+	if err := traces.Validate(); err != nil {
+		fmt.Fprintf(stderr, "berth serve: %v\n", err)
+		return 2
+	}
 	guestNet, err := hostnet.ConfigFromEnv(*dataDir)
 	if err != nil {
 		fmt.Fprintf(stderr, "berth serve: %v\n", err)
@@ -413,6 +422,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 		RegistryCAFile: *registryCA, RegistryAllowInsecure: splitList(*registryInsecure), ImageBudget: *imageBudget << 20,
 		GuardDryRun: !*guardEnforce, SIEM: siemConfig,
 		TelemetryRetention: retention, TelemetryMaxBytes: *telMax, TelemetryAccessRows: *telRows,
+		Tracing: traces,
 		// Credentials come from the environment only, never a flag: a
 		// flag's value is visible to every user in the process list.
 		AdminUser: *adminUser, AdminPassword: secrets["BERTH_ADMIN_PASSWORD"],
@@ -616,6 +626,23 @@ func never(d time.Duration) time.Duration {
 		return -1
 	}
 	return d
+}
+
+func floatEnv(name string, def float64) float64 {
+	if v := os.Getenv(name); v != "" {
+		if f, err := strconv.ParseFloat(v, 64); err == nil {
+			return f
+		}
+	}
+	return def
+}
+
+// buildVersion is the main module's version, as the build recorded it.
+func buildVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		return bi.Main.Version
+	}
+	return ""
 }
 
 func durEnv(name string, def time.Duration) time.Duration {

@@ -266,3 +266,23 @@ func TestServeRefusesBadGuestNetwork(t *testing.T) {
 		t.Errorf("serve with BERTH_GUEST_SUBNET=not-a-subnet = %d, %q; want 2 naming it", code, stderr.String())
 	}
 }
+
+// TestServeRefusesBadOTLPEndpoint: an --otlp-endpoint (or trace flag) that
+// does not parse stops berth serve at once, naming the flag.
+func TestServeRefusesBadOTLPEndpoint(t *testing.T) {
+	for _, args := range [][]string{
+		{"--otlp-endpoint", "collector"},
+		{"--otlp-endpoint", "http://127.0.0.1:4318"},
+		{"--otlp-endpoint", "127.0.0.1:4318", "--trace-sample", "2"},
+	} {
+		var stderr strings.Builder
+		code := serve(t.Context(), append([]string{"--proxy-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--egress-addr", "off", "--data-dir", t.TempDir(), "--no-host-setup"}, args...), &stderr)
+		flag := args[0]
+		if len(args) > 2 {
+			flag = args[2]
+		}
+		if code != 2 || !strings.Contains(stderr.String(), "berth serve: "+flag) {
+			t.Errorf("serve %q = %d, %q; want 2 naming %s", args, code, stderr.String(), flag)
+		}
+	}
+}

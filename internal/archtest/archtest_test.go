@@ -95,6 +95,7 @@ var rules = []struct {
 	{mod + "/internal/untar", []string{mod + "/"}, "berth's one tar extractor is a leaf: the image store, artifact trees and the image builder share it"},
 	{mod + "/internal/mountinfo", []string{mod + "/"}, "reading the host's mount table is a leaf: the image store and the image builder share it"},
 	{mod + "/internal/netguard", []string{mod + "/"}, "address walls are a leaf, shared by the proxy and spec validation"},
+	{mod + "/internal/tracing", []string{mod + "/"}, "the span export is a leaf: the data plane traces through the OpenTelemetry API, and the composition root hands it the tracer"},
 	{mod + "/internal/artifact", []string{mod + "/internal/admin", mod + "/internal/server", mod + "/internal/registry", mod + "/internal/store", mod + "/internal/fleet", mod + "/internal/proxy"}, "the artifact store and its fetch client are below the API that serves them and the jobs that fetch with them (the form of a store string is spec's to check)"},
 	{mod + "/internal/workspace", []string{mod + "/internal/admin", mod + "/internal/server", mod + "/internal/registry", mod + "/internal/store", mod + "/internal/fleet", mod + "/internal/proxy", mod + "/internal/vm", mod + "/internal/secrets", mod + "/internal/jobs"}, "durable workspaces reach their records, stores and replicas only through the interfaces they declare (Records, Remote, Alive), below the fleet hook and the server that wire them"},
 	{mod + "/internal/feed", []string{mod + "/internal/admin", mod + "/internal/server", mod + "/internal/registry", mod + "/internal/fleet", mod + "/internal/proxy", mod + "/internal/health"}, "the event feeds are handed what happened (Lifecycle, Issue): they know nothing of the registry, the pools, the probes or the data plane that report it, below the API that serves them"},
@@ -138,7 +139,7 @@ var rules = []struct {
 }
 
 // testHelpers are packages only tests import.
-var testHelpers = []string{mod + "/internal/vm/vmtest", mod + "/internal/vm/vmfake", mod + "/internal/server/servertest", mod + "/internal/proxy/proxytest", mod + "/internal/contracttest", mod + "/internal/archtest", mod + "/internal/certs/rfc2136/bindtest", mod + "/internal/certs/pebbletest", mod + "/internal/oidc/oidctest"}
+var testHelpers = []string{mod + "/internal/vm/vmtest", mod + "/internal/vm/vmfake", mod + "/internal/server/servertest", mod + "/internal/proxy/proxytest", mod + "/internal/contracttest", mod + "/internal/archtest", mod + "/internal/certs/rfc2136/bindtest", mod + "/internal/certs/pebbletest", mod + "/internal/oidc/oidctest", mod + "/internal/tracing/otlptest"}
 
 // allowed: by a rule's importer, the leaves it may import although the rule
 // forbids them (all of berth).

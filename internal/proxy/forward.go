@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // This file is the data plane's fast path: a purpose-built HTTP/1.1 forwarder
@@ -44,6 +46,11 @@ import (
 // carries one more of.
 func (h *Handler) forward(w http.ResponseWriter, r *http.Request, d *Deployment, start time.Time, hop int) {
 	status, end, failed, abort := h.exchange(w, r, d, start, hop)
+	if h.tracer != nil {
+		if t := traceOf(w, r); t != nil {
+			t.status = status // (499 is written nowhere)
+		}
+	}
 	if d.Metrics != nil {
 		d.Metrics.Observe(status, end.Sub(start), failed)
 	}
@@ -66,12 +73,20 @@ func (h *Handler) exchange(w http.ResponseWriter, r *http.Request, d *Deployment
 	var tried [maxAttempts]*Backend
 	var err error = errNoBackend
 	var heldSince time.Time
+	var t *reqTrace
+	var span trace.Span // the hold's, then each attempt's
+	if h.tracer != nil {
+		t = traceOf(w, r)
+	}
 	for attempt := 0; attempt < maxAttempts; attempt++ {
 		b := d.Pool.acquire(tried[:attempt], now)
 		for b == nil && attempt == 0 && d.Hold != nil {
 			first := heldSince.IsZero()
 			if first {
 				heldSince = now
+				if t != nil {
+					span = t.childAt("hold", now)
+				}
 			}
 			if herr := d.Hold.Await(ctx, heldSince, first); herr != nil {
 				err = errColdStart
@@ -83,14 +98,23 @@ func (h *Handler) exchange(w http.ResponseWriter, r *http.Request, d *Deployment
 			now = time.Now()
 			b = d.Pool.acquire(nil, now)
 		}
+		if span != nil && attempt == 0 && !heldSince.IsZero() {
+			t.holdDone(span, heldSince, b, err)
+		}
 		if b == nil {
 			break
 		}
 		tried[attempt] = b
+		if t != nil {
+			span = t.attempt(r.Header, r.Method, b, attempt)
+		}
 		c, reused := b.conns.get(now, r.Body == nil || r.Body == http.NoBody), true
 		if c == nil {
 			reused = false
 			if c, err = h.dial.dial(ctx, b); err != nil {
+				if t != nil {
+					attemptDone(span, 0, true, err)
+				}
 				b.releaseAt(time.Now())
 				if isConnectError(err) && ctx.Err() == nil {
 					if !isRefusedDial(err) {
@@ -102,6 +126,9 @@ func (h *Handler) exchange(w http.ResponseWriter, r *http.Request, d *Deployment
 			}
 		}
 		status, end, failed, abort = h.relay(w, r, d, b, c, reused, heldSince, now, hop)
+		if t != nil {
+			attemptDone(span, status, failed, nil)
+		}
 		b.releaseAt(end)
 		return status, end, failed, abort
 	}

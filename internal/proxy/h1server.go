@@ -437,6 +437,7 @@ type h1conn struct {
 	rs       respScratch // backend response heads (h1resp.go)
 	look     lookup      // the current request's (see forSite)
 	obs      reqObs      // the current request's, when requests are observed (observe.go)
+	trace    reqTrace    // the current request's, when requests are traced (trace.go)
 	// upstream is the backend connection of the exchange under way, which
 	// the end of ctx aborts (see abortLink); unlinkCtx stops that watch.
 	upstream  atomic.Pointer[upstreamConn]

@@ -41,6 +41,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/berth-dev/berth/internal/netguard"
 	"github.com/berth-dev/berth/internal/route"
 )
@@ -277,6 +279,11 @@ type Options struct {
 	// runs on the request path: it must not block, and must copy what it
 	// keeps of the Completion.
 	Observe func(*Completion)
+	// Tracer, when set, traces every request (trace.go): a server span
+	// with children for its stages and upstream attempts, and the
+	// attempt's span as the upstream's traceparent. Nil traces nothing
+	// and leaves traceparent to pass through as any other field.
+	Tracer trace.Tracer
 }
 
 // ACMEChallengePrefix is the path prefix of ACME HTTP-01 challenges (RFC
@@ -298,6 +305,7 @@ type Handler struct {
 	resolve func(w http.ResponseWriter, r *http.Request, host string) (*Deployment, func(), bool)
 	guard   func(client netip.Addr, host, deployment, method, path, userAgent string) GuardVerdict
 	observe func(*Completion)
+	tracer  trace.Tracer
 	nactive atomic.Int64
 	// respTimeout is Options.UpstreamResponseTimeout (0: none).
 	respTimeout time.Duration
@@ -336,7 +344,7 @@ func New(o Options) *Handler {
 	}
 	g := &dialGuard{self: o.Self, allowLinkLocal: o.AllowLinkLocal}
 	h := &Handler{log: o.Log, trusted: o.TrustedProxies, fast: o.Transport == nil, dial: newDialer(o.TLSClientConfig, g), resolve: o.Resolve,
-		guard: o.Guard, observe: o.Observe, respTimeout: o.UpstreamResponseTimeout}
+		guard: o.Guard, observe: o.Observe, tracer: o.Tracer, respTimeout: o.UpstreamResponseTimeout}
 	switch {
 	case o.BodyReadTimeout == 0:
 		h.bodyTimeout = DefaultBodyReadTimeout
@@ -439,6 +447,7 @@ type reqState struct {
 	dep     *Deployment
 	backend *Backend
 	body    *releaseBody // returns the backend slot; set with backend
+	trace   *reqTrace    // the request's, when traced
 	failed  bool
 	status  int
 }
@@ -450,6 +459,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.observe != nil {
 		w = h.observed(w)
 		defer h.complete(w, r, r.URL.Path, r.URL.RawQuery, requestTime(w))
+	}
+	if h.tracer != nil {
+		var t *reqTrace
+		w, r, t = h.startTrace(w, r)
+		defer endTrace(w, t)
 	}
 	if r.TLS == nil {
 		if h.plainHook && h.plaintext(w, r) {
@@ -506,7 +520,21 @@ func normalizedHost(w http.ResponseWriter, host string) string {
 func (h *Handler) route(w http.ResponseWriter, r *http.Request) {
 	start := requestTime(w)
 	host := normalizedHost(w, r.Host)
+	var t *reqTrace
+	var span trace.Span
+	if h.tracer != nil {
+		if t = traceOf(w, r); t != nil {
+			span = t.child("route")
+		}
+	}
 	m, ok := h.lookup(w, host, r.URL.Path)
+	if t != nil {
+		var d *Deployment
+		if ok {
+			d = m.Target
+		}
+		t.routed(span, d)
+	}
 	if ok && h.observe != nil {
 		if o := obsOf(w); o != nil {
 			o.dep = m.Target
@@ -517,7 +545,14 @@ func (h *Handler) route(w http.ResponseWriter, r *http.Request) {
 		if ok {
 			dep = m.Target.ID
 		}
-		if h.guarded(w, r, host, dep) {
+		if t != nil {
+			span = t.child("guard")
+		}
+		blocked := h.guarded(w, r, host, dep)
+		if t != nil {
+			guardDone(span, blocked)
+		}
+		if blocked {
 			if ok {
 				m.Target.observe(http.StatusForbidden, start, false)
 			}
@@ -539,6 +574,9 @@ func (h *Handler) route(w http.ResponseWriter, r *http.Request) {
 				if o := obsOf(w); o != nil {
 					o.dep = d
 				}
+			}
+			if t != nil {
+				t.serving(d)
 			}
 			h.serve(w, r, d, time.Now())
 			return
@@ -579,7 +617,13 @@ func (h *Handler) route(w http.ResponseWriter, r *http.Request) {
 		defer d.Limit.Leave(ip)
 	}
 	if d.Gate != nil {
+		if t != nil {
+			span = t.child("gate")
+		}
 		status, cred := d.Gate.Admit(w, r, r.TLS != nil)
+		if t != nil {
+			gateDone(span, status, cred)
+		}
 		if status != 0 {
 			d.observe(status, start, false)
 			return
@@ -633,6 +677,9 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, d *Deployment, s
 	case d.Pool != nil:
 		sw := &statusWriter{ResponseWriter: w}
 		st := &reqState{dep: d}
+		if h.tracer != nil {
+			st.trace = traceOf(w, r)
+		}
 		r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, st))
 		h.rp.ServeHTTP(sw, r)
 		if st.body != nil {

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // maxAttempts bounds how many backends one request tries (app-lb: 3).
@@ -61,7 +63,18 @@ func (t *pickTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		tried[attempt] = b
 		req.URL.Scheme, req.URL.Host = b.Scheme, b.Addr
+		var span trace.Span
+		if st.trace != nil {
+			span = st.trace.attempt(req.Header, req.Method, b, attempt)
+		}
 		resp, err := t.base.RoundTrip(req)
+		if span != nil {
+			status := 0
+			if err == nil {
+				status = resp.StatusCode
+			}
+			attemptDone(span, status, err != nil, err)
+		}
 		if err == nil {
 			st.backend = b
 			resp.Header.Set("X-Vm-Id", b.ID)
@@ -100,8 +113,14 @@ func held(d *Deployment, b *Backend, since time.Time, resp *http.Response) {
 	if !ok {
 		return
 	}
+	pr.ObservePhases(phasesOf(b, since, now))
+}
+
+// phasesOf is how a request held since then spent its time until now, when
+// b (the replica it waited for) answered or became available.
+func phasesOf(b *Backend, since, now time.Time) Phases {
 	tl := b.Timeline
-	ph := Phases{Total: total}
+	ph := Phases{Total: now.Sub(since)}
 	if !tl.Ready.IsZero() {
 		created := tl.Created
 		if created.Before(since) {
@@ -118,7 +137,7 @@ func held(d *Deployment, b *Backend, since time.Time, resp *http.Response) {
 		}
 		ph.FirstByte = now.Sub(tl.Ready)
 	}
-	pr.ObservePhases(ph)
+	return ph
 }
 
 // isConnectError reports whether err means no connection was established.

@@ -179,6 +179,13 @@ func (s *Server) collectors() []prometheus.Collector {
 	if s.certs != nil {
 		cs = append(cs, s.certs.Collector())
 	}
+	if t := s.tracing; t != nil {
+		cs = append(cs,
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "berth_trace_spans_exported_total",
+				Help: "Spans of the data plane's traces the OTLP collector took."}, func() float64 { return float64(t.Exported()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "berth_trace_spans_dropped_total",
+				Help: "Spans of the data plane's traces dropped because the OTLP collector did not take their batch (down, refusing, or past the export timeout)."}, func() float64 { return float64(t.Dropped()) }))
+	}
 	return cs
 }
 

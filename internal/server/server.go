@@ -59,6 +59,7 @@ import (
 	"github.com/berth-dev/berth/internal/spec"
 	"github.com/berth-dev/berth/internal/store"
 	"github.com/berth-dev/berth/internal/telemetry"
+	"github.com/berth-dev/berth/internal/tracing"
 	"github.com/berth-dev/berth/internal/ui"
 	"github.com/berth-dev/berth/internal/vm"
 	"github.com/berth-dev/berth/internal/vm/drivers"
@@ -190,6 +191,9 @@ type Options struct {
 	// SIEM configures detection (package siem): zero fields take app-lb's
 	// thresholds; Disabled turns detection off (the guard still applies).
 	SIEM siem.Config
+	// Tracing exports the data plane's spans (berth serve --otlp-endpoint
+	// and after); no Endpoint traces nothing.
+	Tracing tracing.Config
 
 	// TelemetryRetention is how long the telemetry store (access records,
 	// job output, events, metrics; <DataDir>/telemetry.db) keeps rows;
@@ -321,6 +325,7 @@ type Server struct {
 	browsers *ui.Sessions       // the web UI's signed-in browsers
 	guard    *guard.Guard       // the operator's guard rules
 	siem     *siem.Engine       // detection over the data plane's traffic
+	tracing  *tracing.Tracing   // the data plane's span export; nil: off
 	webhooks alertNotifier      // security alert webhooks; nil: none
 	notifier *notify.Notifier   // the same, for the admin API
 	limits   *ratelimit.Manager // deployments' per-client limits
@@ -491,6 +496,16 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		return nil, err
 	}
 	undo = append(undo, func() { s.siem.Close(); s.guard.Close() })
+	if o.Tracing.Log == nil {
+		o.Tracing.Log = o.Log
+	}
+	if s.tracing, err = tracing.New(o.Tracing); err != nil {
+		return nil, err
+	}
+	if s.tracing != nil {
+		popts.Tracer = s.tracing.Tracer()
+		undo = append(undo, func() { s.closeTracing() })
+	}
 	wh, err := notify.New(ctx, notify.Options{Store: st, Key: key, Self: s.self, AllowLinkLocal: o.AllowLinkLocalUpstreams, Log: o.Log})
 	if err != nil {
 		return nil, err
@@ -941,6 +956,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.guard.Close()
 	s.closeTelemetry()
+	s.closeTracing()
 	fctx, fcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	s.notifier.Flush(fctx) // let queued alerts go out, briefly
 	fcancel()
@@ -1003,3 +1019,19 @@ func (s *Server) artifactOptions() artifact.OpenOptions {
 // ArtifactTrees is where fetched tarballs are unpacked, once per digest,
 // for every replica that mounts them.
 func (s *Server) ArtifactTrees() *artifact.Trees { return s.trees }
+
+// closeTracing exports the spans still queued, for a few seconds at most,
+// and stops the export.
+func (s *Server) closeTracing() {
+	if s.tracing == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.tracing.Close(ctx); err != nil {
+		s.log.Warn("spans left unexported at shutdown", "err", err)
+	}
+	if n := s.tracing.Dropped(); n > 0 {
+		s.log.Warn("spans dropped: the collector did not take them", "dropped", n, "exported", s.tracing.Exported())
+	}
+}
