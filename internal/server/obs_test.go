@@ -8,6 +8,7 @@ import (
 
 	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/contracttest"
+	"github.com/berth-dev/berth/internal/telemetry"
 )
 
 // TestObsThroughBerth: a request proxied by a real berth shows up in its
@@ -132,5 +133,29 @@ func TestReplicaOutputInTelemetry(t *testing.T) {
 	row := logs.Rows[0]
 	if row.Message != "test app listening" || row.Source != "stdout" || row.Backend == nil || *row.Backend != vmID {
 		t.Errorf("row %+v (backend %v), want the app's line from %s", row, row.Backend, vmID)
+	}
+}
+
+// TestSampledUsagePerDeployment: the telemetry sample carries a
+// deployment's CPU and memory, summed over its replicas as the driver
+// reads them, and none for a deployment with no replica.
+func TestSampledUsagePerDeployment(t *testing.T) {
+	h := start(t, "")
+	if r := h.json("POST", "/deployments", vmSpec("web", `,"scaling":{"min_replicas":1,"max_replicas":1}`)); r.code != 201 {
+		t.Fatalf("%d %s", r.code, r.body)
+	}
+	if r := h.json("POST", "/deployments", vmSpec("idle", `,"scaling":{"min_replicas":0,"max_replicas":1}`)); r.code != 201 {
+		t.Fatalf("%d %s", r.code, r.body)
+	}
+	waitFor(t, "a ready replica", func() bool { return h.status("web").Ready == 1 })
+	got := map[string]telemetry.Gauge{}
+	for _, g := range h.s.sampleGauges() {
+		got[g.Deployment] = g
+	}
+	if g := got["web"]; g.Ready != 1 || g.MemoryBytes <= 0 || g.CPUPercent < 0 {
+		t.Errorf("web's gauge %+v, want one ready replica with its memory and CPU read", g)
+	}
+	if g, ok := got["idle"]; !ok || g.MemoryBytes != -1 || g.CPUPercent != -1 {
+		t.Errorf("idle's gauge %+v (present %v), want no usage (-1) with no replica", g, ok)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/admin"
@@ -14,6 +15,7 @@ import (
 	"github.com/berth-dev/berth/internal/secrets"
 	"github.com/berth-dev/berth/internal/store"
 	"github.com/berth-dev/berth/internal/telemetry"
+	"github.com/berth-dev/berth/internal/vm"
 )
 
 // openTelemetry opens the telemetry store (<data>/telemetry.db, apart
@@ -75,12 +77,18 @@ func (s *Server) obsDeployments(r *http.Request, ns string) []string {
 	return out
 }
 
-// sampleGauges is the telemetry store's Sample: every deployment's pool.
-// CPU and memory are not sampled per deployment (null in the buckets).
+// sampleGauges is the telemetry store's Sample: every deployment's pool,
+// and the CPU and memory of its replicas summed where the driver reads
+// them (vm.UsageReader; null in the buckets where it does not, or for a
+// deployment with no replica to read).
 func (s *Server) sampleGauges() []telemetry.Gauge {
 	if s.registry == nil {
 		return nil
 	}
+	// The writer goroutine waits on this: a driver slow to answer costs
+	// its deployments' usage for the sample, not the queue's drain.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
 	var out []telemetry.Gauge
 	for _, e := range s.registry.List() {
 		st := admin.Status(e)
@@ -89,6 +97,22 @@ func (s *Server) sampleGauges() []telemetry.Gauge {
 		for _, v := range st.VMs {
 			if v.Draining {
 				g.Draining++
+			}
+		}
+		if e.VMPool != nil && len(st.VMs) > 0 && ctx.Err() == nil {
+			if ur, ok := e.VMPool.Driver().(vm.UsageReader); ok {
+				var cpu, mem float64
+				n := 0
+				for _, v := range st.VMs {
+					if u, err := ur.Usage(ctx, v.SandboxID); err == nil {
+						cpu += u.CPUPercent
+						mem += float64(u.MemoryBytes)
+						n++
+					}
+				}
+				if n > 0 {
+					g.CPUPercent, g.MemoryBytes = cpu, mem
+				}
 			}
 		}
 		out = append(out, g)
