@@ -93,6 +93,10 @@ function fill(li, d) {
 function renderCards(m) {
   const q = filter.value.trim().toLowerCase();
   const shown = m.deployments.filter((d) => !q || d.id.toLowerCase().includes(q));
+  // A card is refilled in place: the button that had the focus has it
+  // again afterwards (a keyboard user's place is kept).
+  const f = document.activeElement;
+  const had = f && f.dataset && f.dataset.action && f.closest('li.card') ? [f.closest('li.card').dataset.deployment, f.dataset.action] : null;
   const have = new Map([...cards.children].map((li) => [li.dataset.deployment, li]));
   const order = [];
   for (const d of shown) {
@@ -105,6 +109,10 @@ function renderCards(m) {
   none.hidden = m.deployments.length > 0;
 }
 
+  if (had && !cards.contains(document.activeElement)) {
+    const b = [...cards.children].find((li) => li.dataset.deployment === had[0])?.querySelector(`[data-action="${had[1]}"]`);
+    if (b) b.focus();
+  }
 function render(m) {
   latest = m;
   renderTiles(m);
