@@ -1,17 +1,22 @@
 // Package ui serves berth's web UI on the admin listener: the directory of
-// public URLs (/), the dashboard (/dashboard), sign-in (/login) and
-// sign-out (/logout), and their static assets under /__ui/ (app-lb.md
-// §11). The assets are embedded in the binary; there is no build step.
+// public URLs (/), the dashboard (/dashboard, with a deployment's shell in
+// a terminal), security alerts and guard rules (/siem), the disk census
+// (/storage), sign-in (/login) and sign-out (/logout), and their static
+// assets under /__ui/ (app-lb.md §11). The assets are embedded in the
+// binary; there is no build step (xterm.js is vendored: THIRD_PARTY.md).
 //
 // The pages hold no data: their scripts read the admin API (GET /metrics,
-// /whoami, berth's own event stream GET /ui/events) and write through it
-// (PATCH /deployments/{id}/scaling, PUT /deployments/{id}), with the
-// browser's session as the credential. A session acts as the credential
-// it was signed in with (the operator's password or an app-token; see
-// Sessions and auth.BrowserSessions), so the admin API's tiers and walls
-// apply to the pages unchanged: a namespace-confined token signed in sees
-// its namespace only. API clients keep presenting Basic or Bearer
-// credentials; a request with an Authorization header ignores the cookie.
+// /whoami, /security, /disks, berth's own event stream GET /ui/events) and
+// write through it (PATCH /deployments/{id}/scaling, PUT /deployments/{id},
+// POST and DELETE /security/rules, PATCH and DELETE /disks/{id}, POST
+// /disks/{id}/archive; the shell is the websocket GET
+// /deployments/{id}/shell), with the browser's session as the credential.
+// A session acts as the credential it was signed in with (the operator's
+// password or an app-token; see Sessions and auth.BrowserSessions), so the
+// admin API's tiers and walls apply to the pages unchanged: a
+// namespace-confined token signed in sees its namespace only. API clients
+// keep presenting Basic or Bearer credentials; a request with an
+// Authorization header ignores the cookie.
 //
 // CSRF: the cookie is SameSite=Strict and HttpOnly; the admin listener's
 // guard refuses a foreign Origin on every request (auth.Guard); every
@@ -91,6 +96,8 @@ func New(o Options) *UI {
 	})
 	u.mux.Handle("GET /{$}", u.page("directory.html", "Directory"))
 	u.mux.Handle("GET /dashboard", u.page("dashboard.html", "Dashboard"))
+	u.mux.Handle("GET /siem", u.page("siem.html", "Security"))
+	u.mux.Handle("GET /storage", u.page("storage.html", "Storage"))
 	u.mux.HandleFunc("GET /login", u.loginPage)
 	u.mux.HandleFunc("POST /login", u.login)
 	u.mux.HandleFunc("POST /logout", u.logout)
@@ -100,7 +107,9 @@ func New(o Options) *UI {
 
 // Patterns are the paths the UI serves, for the admin listener's mux.
 func Patterns() []string {
-	return []string{"GET /{$}", "GET /dashboard", "/login", "POST /logout", "GET /__ui/"}
+	return []string{"GET /{$}", "GET /dashboard", "/login", "POST /logout", "GET /__ui/",
+		"GET /siem", "GET /storage",
+	}
 }
 
 func (u *UI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
