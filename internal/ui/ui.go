@@ -28,8 +28,10 @@ package ui
 
 import (
 	"bytes"
+	"crypto/rand"
 	"crypto/sha256"
 	"embed"
+	"encoding/base64"
 	"encoding/hex"
 	"html/template"
 	"io/fs"
@@ -129,10 +131,17 @@ func contentType(p string) string {
 }
 
 // headers are every UI answer's: no framing, no inline script or style,
-// connections to the admin listener only.
-func headers(w http.ResponseWriter) {
+// connections to the admin listener only. A page's style-src also admits
+// the <style> elements that carry its nonce: the terminal (xterm.js)
+// builds its own, and the page's script stamps them with the nonce (see
+// shell.js); a style attribute is still refused.
+func headers(w http.ResponseWriter, nonce string) {
 	h := w.Header()
-	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	style := "'self'"
+	if nonce != "" {
+		style += " 'nonce-" + nonce + "'"
+	}
+	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src "+style+"; img-src 'self' data:; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("X-Content-Type-Options", "nosniff")
 	// same-origin, not no-referrer: under no-referrer a form POST is sent
@@ -146,7 +155,7 @@ func (u *UI) static(w http.ResponseWriter, r *http.Request) {
 		web.WriteError(u.o.Log, w, r, web.Errorf(http.StatusNotFound, "no UI asset %q", r.PathValue("file")))
 		return
 	}
-	headers(w)
+	headers(w, "")
 	w.Header().Set("Content-Type", a.ctype)
 	w.Header().Set("ETag", a.etag)
 	w.Header().Set("Cache-Control", "no-cache")
@@ -160,17 +169,23 @@ type view struct {
 	Error, User      string
 	Next             string
 	Gated            bool
+	// Nonce is the page's style nonce (a fresh one every answer), for
+	// the <style> elements its script makes.
+	Nonce string
 }
 
 func (u *UI) render(w http.ResponseWriter, status int, name string, v view) {
 	v.App = u.o.AppName
+	var n [18]byte
+	rand.Read(n[:])
+	v.Nonce = base64.RawURLEncoding.EncodeToString(n[:])
 	var b bytes.Buffer
 	if err := u.pages.ExecuteTemplate(&b, name, v); err != nil {
 		u.o.Log.Error("ui: rendering a page", "page", name, "err", err)
 		http.Error(w, "the page could not be rendered", http.StatusInternalServerError)
 		return
 	}
-	headers(w)
+	headers(w, v.Nonce)
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
@@ -326,7 +341,7 @@ func (u *UI) logout(w http.ResponseWriter, r *http.Request) {
 			tok = r.Header.Get(CSRFHeader)
 		}
 		if r.Header.Get("Origin") == "" || !validCSRF(sec, tok) {
-			headers(w)
+			headers(w, "")
 			http.Error(w, "signing out needs the session's CSRF token (reload the page)", http.StatusForbidden)
 			return
 		}

@@ -369,6 +369,8 @@ func TestAssets(t *testing.T) {
 	t.Logf("the UI is %d bytes gzipped", total)
 }
 
+var cspNonce = regexp.MustCompile(`style-src 'self' 'nonce-([A-Za-z0-9_-]+)'`)
+
 // TestSecurityAndStoragePages: /siem and /storage are served to a
 // signed-in browser (the nav marking the page, its script, the session's
 // CSRF token for the script's writes), with the pages' CSP; a browser not
@@ -422,6 +424,37 @@ func TestSecurityAndStoragePages(t *testing.T) {
 	}
 }
 
+// TestStyleNonce: every page answer has a fresh style nonce, in its CSP
+// and on the dashboard's terminal stylesheet link, where shell.js reads it
+// to admit the <style> elements xterm.js makes; nothing else is admitted.
+func TestStyleNonce(t *testing.T) {
+	w := newWorld(t, false)
+	c := w.browser(t)
+	w.signIn(t, c, "admin", "pw")
+	seen := map[string]bool{}
+	for range 3 {
+		a := do(t, c, "GET", w.srv.URL+"/dashboard", "")
+		m := cspNonce.FindStringSubmatch(a.header.Get("Content-Security-Policy"))
+		if m == nil {
+			t.Fatalf("no style nonce in %q", a.header.Get("Content-Security-Policy"))
+		}
+		if len(m[1]) < 22 || seen[m[1]] {
+			t.Errorf("nonce %q: short or seen before", m[1])
+		}
+		seen[m[1]] = true
+		if !strings.Contains(a.body, `<link rel="stylesheet" href="/__ui/xterm.css" data-style-nonce nonce="`+m[1]+`">`) {
+			t.Errorf("the dashboard's terminal stylesheet does not carry the answer's nonce %q", m[1])
+		}
+		if !strings.Contains(a.body, `<dialog id="shell"`) {
+			t.Error("the dashboard has no shell dialog")
+		}
+	}
+	// Assets carry no nonce: nothing they contain is admitted by one.
+	if a := do(t, c, "GET", w.srv.URL+"/__ui/shell.js", ""); strings.Contains(a.header.Get("Content-Security-Policy"), "nonce") {
+		t.Errorf("an asset's CSP %q", a.header.Get("Content-Security-Policy"))
+	}
+}
+
 var assetRef = regexp.MustCompile(`(?:src|href)="/__ui/([^"]+)"|from '\./([^']+)'|import\('\./([^']+)'\)`)
 
 // TestAssetReferences: every /__ui/ file a page names, and every module a
@@ -446,7 +479,7 @@ func TestAssetReferences(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"siem.js", "storage.js", "format.js"} {
+	for _, want := range []string{"siem.js", "storage.js", "shell.js", "xterm.js", "xterm-addon-fit.js", "xterm.css", "format.js"} {
 		if refs[want] == "" {
 			t.Errorf("nothing refers to %s", want)
 		}
