@@ -1,17 +1,22 @@
 // Package ui serves berth's web UI on the admin listener: the directory of
-// public URLs (/), the dashboard (/dashboard), sign-in (/login) and
-// sign-out (/logout), and their static assets under /__ui/ (app-lb.md
-// §11). The assets are embedded in the binary; there is no build step.
+// public URLs (/), the dashboard (/dashboard, with a deployment's shell in
+// a terminal), security alerts and guard rules (/siem), the disk census
+// (/storage), sign-in (/login) and sign-out (/logout), and their static
+// assets under /__ui/ (app-lb.md §11). The assets are embedded in the
+// binary; there is no build step (xterm.js is vendored: THIRD_PARTY.md).
 //
 // The pages hold no data: their scripts read the admin API (GET /metrics,
-// /whoami, berth's own event stream GET /ui/events) and write through it
-// (PATCH /deployments/{id}/scaling, PUT /deployments/{id}), with the
-// browser's session as the credential. A session acts as the credential
-// it was signed in with (the operator's password or an app-token; see
-// Sessions and auth.BrowserSessions), so the admin API's tiers and walls
-// apply to the pages unchanged: a namespace-confined token signed in sees
-// its namespace only. API clients keep presenting Basic or Bearer
-// credentials; a request with an Authorization header ignores the cookie.
+// /whoami, /security, /disks, berth's own event stream GET /ui/events) and
+// write through it (PATCH /deployments/{id}/scaling, PUT /deployments/{id},
+// POST and DELETE /security/rules, PATCH and DELETE /disks/{id}, POST
+// /disks/{id}/archive; the shell is the websocket GET
+// /deployments/{id}/shell), with the browser's session as the credential.
+// A session acts as the credential it was signed in with (the operator's
+// password or an app-token; see Sessions and auth.BrowserSessions), so the
+// admin API's tiers and walls apply to the pages unchanged: a
+// namespace-confined token signed in sees its namespace only. API clients
+// keep presenting Basic or Bearer credentials; a request with an
+// Authorization header ignores the cookie.
 //
 // CSRF: the cookie is SameSite=Strict and HttpOnly; the admin listener's
 // guard refuses a foreign Origin on every request (auth.Guard); every
@@ -23,8 +28,10 @@ package ui
 
 import (
 	"bytes"
+	"crypto/rand"
 	"crypto/sha256"
 	"embed"
+	"encoding/base64"
 	"encoding/hex"
 	"html/template"
 	"io/fs"
@@ -91,6 +98,8 @@ func New(o Options) *UI {
 	})
 	u.mux.Handle("GET /{$}", u.page("directory.html", "Directory"))
 	u.mux.Handle("GET /dashboard", u.page("dashboard.html", "Dashboard"))
+	u.mux.Handle("GET /siem", u.page("siem.html", "Security"))
+	u.mux.Handle("GET /storage", u.page("storage.html", "Storage"))
 	u.mux.HandleFunc("GET /login", u.loginPage)
 	u.mux.HandleFunc("POST /login", u.login)
 	u.mux.HandleFunc("POST /logout", u.logout)
@@ -100,7 +109,9 @@ func New(o Options) *UI {
 
 // Patterns are the paths the UI serves, for the admin listener's mux.
 func Patterns() []string {
-	return []string{"GET /{$}", "GET /dashboard", "/login", "POST /logout", "GET /__ui/"}
+	return []string{"GET /{$}", "GET /dashboard", "/login", "POST /logout", "GET /__ui/",
+		"GET /siem", "GET /storage",
+	}
 }
 
 func (u *UI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -120,10 +131,17 @@ func contentType(p string) string {
 }
 
 // headers are every UI answer's: no framing, no inline script or style,
-// connections to the admin listener only.
-func headers(w http.ResponseWriter) {
+// connections to the admin listener only. A page's style-src also admits
+// the <style> elements that carry its nonce: the terminal (xterm.js)
+// builds its own, and the page's script stamps them with the nonce (see
+// shell.js); a style attribute is still refused.
+func headers(w http.ResponseWriter, nonce string) {
 	h := w.Header()
-	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	style := "'self'"
+	if nonce != "" {
+		style += " 'nonce-" + nonce + "'"
+	}
+	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src "+style+"; img-src 'self' data:; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("X-Content-Type-Options", "nosniff")
 	// same-origin, not no-referrer: under no-referrer a form POST is sent
@@ -137,7 +155,7 @@ func (u *UI) static(w http.ResponseWriter, r *http.Request) {
 		web.WriteError(u.o.Log, w, r, web.Errorf(http.StatusNotFound, "no UI asset %q", r.PathValue("file")))
 		return
 	}
-	headers(w)
+	headers(w, "")
 	w.Header().Set("Content-Type", a.ctype)
 	w.Header().Set("ETag", a.etag)
 	w.Header().Set("Cache-Control", "no-cache")
@@ -151,17 +169,23 @@ type view struct {
 	Error, User      string
 	Next             string
 	Gated            bool
+	// Nonce is the page's style nonce (a fresh one every answer), for
+	// the <style> elements its script makes.
+	Nonce string
 }
 
 func (u *UI) render(w http.ResponseWriter, status int, name string, v view) {
 	v.App = u.o.AppName
+	var n [18]byte
+	rand.Read(n[:])
+	v.Nonce = base64.RawURLEncoding.EncodeToString(n[:])
 	var b bytes.Buffer
 	if err := u.pages.ExecuteTemplate(&b, name, v); err != nil {
 		u.o.Log.Error("ui: rendering a page", "page", name, "err", err)
 		http.Error(w, "the page could not be rendered", http.StatusInternalServerError)
 		return
 	}
-	headers(w)
+	headers(w, v.Nonce)
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
@@ -317,7 +341,7 @@ func (u *UI) logout(w http.ResponseWriter, r *http.Request) {
 			tok = r.Header.Get(CSRFHeader)
 		}
 		if r.Header.Get("Origin") == "" || !validCSRF(sec, tok) {
-			headers(w)
+			headers(w, "")
 			http.Error(w, "signing out needs the session's CSRF token (reload the page)", http.StatusForbidden)
 			return
 		}

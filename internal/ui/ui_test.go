@@ -368,3 +368,127 @@ func TestAssets(t *testing.T) {
 	}
 	t.Logf("the UI is %d bytes gzipped", total)
 }
+
+var cspNonce = regexp.MustCompile(`style-src 'self' 'nonce-([A-Za-z0-9_-]+)'`)
+
+// TestSecurityAndStoragePages: /siem and /storage are served to a
+// signed-in browser (the nav marking the page, its script, the session's
+// CSRF token for the script's writes), with the pages' CSP; a browser not
+// signed in is sent to sign in first and comes back to the page; a write
+// to a page's path is not a page.
+func TestSecurityAndStoragePages(t *testing.T) {
+	w := newWorld(t, false)
+	anon := w.browser(t)
+	for _, p := range []struct{ path, title, script string }{
+		{"/siem", "Security", "/__ui/siem.js"},
+		{"/storage", "Storage", "/__ui/storage.js"},
+	} {
+		if a := do(t, anon, "GET", w.srv.URL+p.path, ""); a.code != 303 || a.header.Get("Location") != "/login?next="+url.QueryEscape(p.path) {
+			t.Errorf("%s not signed in: %d %q", p.path, a.code, a.header.Get("Location"))
+		}
+		c := w.browser(t)
+		form := url.Values{"secret": {"pw"}, "next": {p.path}}.Encode()
+		if a := do(t, c, "POST", w.srv.URL+"/login", form, "Content-Type", "application/x-www-form-urlencoded", "Origin", w.srv.URL); a.code != 303 || a.header.Get("Location") != p.path {
+			t.Fatalf("sign-in for %s: %d %q", p.path, a.code, a.header.Get("Location"))
+		}
+		a := do(t, c, "GET", w.srv.URL+p.path, "")
+		if a.code != 200 || a.header.Get("Cache-Control") != "no-store" {
+			t.Fatalf("%s: %d %v", p.path, a.code, a.header)
+		}
+		for _, want := range []string{
+			`<a href="` + p.path + `" aria-current="page">` + p.title + `</a>`,
+			`<script type="module" src="` + p.script + `"></script>`,
+			`<title>` + p.title + ` · berth</title>`,
+		} {
+			if !strings.Contains(a.body, want) {
+				t.Errorf("%s lacks %s", p.path, want)
+			}
+		}
+		if m := csrfMeta.FindStringSubmatch(a.body); m == nil || m[1] != w.csrf(t, c) {
+			t.Errorf("%s: no CSRF token for its script, or not the session's", p.path)
+		}
+		csp := a.header.Get("Content-Security-Policy")
+		if !strings.Contains(csp, "script-src 'self';") || strings.Contains(csp, "unsafe") || !strings.Contains(csp, "connect-src 'self'") {
+			t.Errorf("%s: CSP %q", p.path, csp)
+		}
+		if b := do(t, c, "POST", w.srv.URL+p.path, "", ui.CSRFHeader, w.csrf(t, c)); b.code != http.StatusMethodNotAllowed || strings.Contains(b.body, "<html") {
+			t.Errorf("POST %s: %d %.80s", p.path, b.code, b.body)
+		}
+	}
+	// An app-token's session gets the pages too (the API narrows what
+	// their scripts read).
+	c := w.browser(t)
+	w.signIn(t, c, "", w.team)
+	if a := do(t, c, "GET", w.srv.URL+"/storage", ""); a.code != 200 || !strings.Contains(a.body, "token "+w.teamID) {
+		t.Errorf("/storage for a token's session: %d", a.code)
+	}
+}
+
+// TestStyleNonce: every page answer has a fresh style nonce, in its CSP
+// and on the dashboard's terminal stylesheet link, where shell.js reads it
+// to admit the <style> elements xterm.js makes; nothing else is admitted.
+func TestStyleNonce(t *testing.T) {
+	w := newWorld(t, false)
+	c := w.browser(t)
+	w.signIn(t, c, "admin", "pw")
+	seen := map[string]bool{}
+	for range 3 {
+		a := do(t, c, "GET", w.srv.URL+"/dashboard", "")
+		m := cspNonce.FindStringSubmatch(a.header.Get("Content-Security-Policy"))
+		if m == nil {
+			t.Fatalf("no style nonce in %q", a.header.Get("Content-Security-Policy"))
+		}
+		if len(m[1]) < 22 || seen[m[1]] {
+			t.Errorf("nonce %q: short or seen before", m[1])
+		}
+		seen[m[1]] = true
+		if !strings.Contains(a.body, `<link rel="stylesheet" href="/__ui/xterm.css" data-style-nonce nonce="`+m[1]+`">`) {
+			t.Errorf("the dashboard's terminal stylesheet does not carry the answer's nonce %q", m[1])
+		}
+		if !strings.Contains(a.body, `<dialog id="shell"`) {
+			t.Error("the dashboard has no shell dialog")
+		}
+	}
+	// Assets carry no nonce: nothing they contain is admitted by one.
+	if a := do(t, c, "GET", w.srv.URL+"/__ui/shell.js", ""); strings.Contains(a.header.Get("Content-Security-Policy"), "nonce") {
+		t.Errorf("an asset's CSP %q", a.header.Get("Content-Security-Policy"))
+	}
+}
+
+var assetRef = regexp.MustCompile(`(?:src|href)="/__ui/([^"]+)"|from '\./([^']+)'|import\('\./([^']+)'\)`)
+
+// TestAssetReferences: every /__ui/ file a page names, and every module a
+// script imports, is served with its type (a module served as anything
+// but JavaScript is refused under nosniff), so no page loads a 404.
+func TestAssetReferences(t *testing.T) {
+	w := newWorld(t, false)
+	c := w.browser(t)
+	refs := map[string]string{}
+	for _, dir := range []string{"assets", "assets/static"} {
+		files, _ := filepath.Glob(filepath.Join(dir, "*.*"))
+		for _, f := range files {
+			if !strings.HasSuffix(f, ".html") && !strings.HasSuffix(f, ".js") {
+				continue
+			}
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range assetRef.FindAllStringSubmatch(string(b), -1) {
+				refs[m[1]+m[2]+m[3]] = f
+			}
+		}
+	}
+	for _, want := range []string{"siem.js", "storage.js", "shell.js", "xterm.js", "xterm-addon-fit.js", "xterm.css", "format.js"} {
+		if refs[want] == "" {
+			t.Errorf("nothing refers to %s", want)
+		}
+	}
+	for ref, from := range refs {
+		a := do(t, c, "GET", w.srv.URL+"/__ui/"+ref, "")
+		want := map[string]string{".js": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml"}[filepath.Ext(ref)]
+		if a.code != 200 || want == "" || !strings.HasPrefix(a.header.Get("Content-Type"), want) {
+			t.Errorf("%s (named in %s): %d %q", ref, from, a.code, a.header.Get("Content-Type"))
+		}
+	}
+}

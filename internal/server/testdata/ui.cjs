@@ -3,11 +3,14 @@
 // zero go from idle to ready on the dashboard after a request to it, scale
 // it (an invalid scale first, its error shown on the field), an invalid
 // edit, the theme toggle, sign out; then a namespace-confined token's
-// view, on a browser whose event stream fails (the pages poll). Every page is checked with axe-core and screenshotted in light and
-// dark, at 360 px and wide. It prints one JSON object of what it saw; the
-// Go test asserts.
+// view, on a browser whose event stream fails (the pages poll); then the
+// operator again: on /siem, block an alert's client for 15 minutes, see
+// the rule, its hit, and delete it; on /storage, archive a disk and purge
+// a retained one; on the dashboard, a shell in a terminal. Every page is
+// checked with axe-core and screenshotted in light and dark, at 360 px and
+// wide. It prints one JSON object of what it saw; the Go test asserts.
 //
-// usage: node ui.cjs <admin origin> <proxy host:port> <team token> <screenshot dir>
+// usage: node ui.cjs <admin origin> <proxy host:port> <team token> <screenshot dir> <alert id> <retained disk> <disk to archive>
 // NODE_PATH must name a node_modules holding playwright-core and axe-core.
 const { chromium } = require('playwright-core');
 const http = require('node:http');
@@ -21,7 +24,7 @@ const fs = require('node:fs');
 const axeSource = fs.readFileSync(require.resolve('axe-core/axe.min.js'), 'utf8');
 
 async function main() {
-  const [admin, proxy, teamToken, shots] = process.argv.slice(2);
+  const [admin, proxy, teamToken, shots, alertID, retainedDisk, archiveDisk] = process.argv.slice(2);
   const browser = await chromium.launch({
     executablePath: process.env.BERTH_CHROMIUM || '/usr/bin/chromium',
     args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
@@ -67,9 +70,11 @@ async function main() {
     await page.emulateMedia({ colorScheme: 'light' });
     await page.setViewportSize({ width: 1280, height: 900 });
   };
-  const hit = () => new Promise((resolve, reject) => {
+  // hit asks web.test for /hello, from the loopback address from
+  // (default 127.0.0.1).
+  const hit = (from) => new Promise((resolve, reject) => {
     const [host, port] = [proxy.slice(0, proxy.lastIndexOf(':')), proxy.slice(proxy.lastIndexOf(':') + 1)];
-    const req = http.request({ host, port, path: '/hello', headers: { Host: 'web.test' } }, (res) => {
+    const req = http.request({ host, port, path: '/hello', headers: { Host: 'web.test' }, localAddress: from }, (res) => {
       let body = '';
       res.on('data', (c) => { body += c; });
       res.on('end', () => resolve({ status: res.statusCode, body }));
@@ -198,6 +203,88 @@ async function main() {
     await Promise.all([tpage.waitForURL(/\/login$/), tpage.click('#signout')]);
     expected = null;
     await tctx.close();
+
+    // 11. The operator again, on /siem: the scanner's alert with its
+    // runbook; block its client for 15 minutes from the alert, see the
+    // rule appear, the client refused and its hit on the rule's sparkline.
+    const octx = await browser.newContext({ viewport: { width: 1280, height: 900 }, deviceScaleFactor: 2 });
+    const opage = await octx.newPage();
+    opage.setDefaultTimeout(60000);
+    watch(opage, 'operator');
+    await opage.goto(admin + '/siem');
+    await opage.fill('#secret', 'pw');
+    await Promise.all([opage.waitForURL(admin + '/siem'), opage.click('#signin')]);
+    const card = opage.locator(`li.card[data-alert="${alertID}"]`);
+    await card.waitFor();
+    out.alertClient = (await card.locator('[data-client]').textContent()).trim();
+    out.runbook = await card.locator('details ol li').allTextContents();
+    await card.locator('select[name="lifetime"]').selectOption('900');
+    await card.locator('button[data-action="block"]').click();
+    const rule = opage.locator('#rules li.card', { hasText: '127.0.0.2' });
+    await rule.waitFor();
+    out.ruleSummary = (await rule.locator('h3').textContent()).trim();
+    await card.locator('[data-blocked]:not([hidden])').waitFor();
+    out.alertBlocked = (await card.locator('[data-blocked]').textContent()).trim();
+    out.ruleLifetimeSecs = await opage.evaluate(async () => {
+      const s = await (await fetch('/security')).json();
+      const r = s.rules.find((x) => x.match.client === '127.0.0.2');
+      return r && r.expires_at - r.created_at;
+    });
+    out.blockedHit = await hit('127.0.0.2');
+    await rule.locator('svg.spark:not([data-total="0"])').waitFor();
+    out.sparkTotal = Number(await rule.locator('svg.spark').getAttribute('data-total'));
+    out.sparkLabel = await rule.locator('svg.spark').getAttribute('aria-label');
+    step('blocked');
+    await shoot(opage, 'siem');
+    await rule.locator('button[data-action="delete"]').click();
+    await rule.waitFor({ state: 'detached' });
+    await opage.locator('#no-rules:not([hidden])').waitFor();
+    out.rulesAfterDelete = await opage.$$eval('#rules li.card', (ls) => ls.map((l) => l.dataset.rule));
+    step('rule deleted');
+
+    // 12. /storage: archive a disk (its progress until it succeeds), then
+    // purge the retained one, which the dialog asks to force.
+    await opage.click('nav a[href="/storage"]');
+    const kept = opage.locator(`li.card[data-disk="${retainedDisk}"]`);
+    const old = opage.locator(`li.card[data-disk="${archiveDisk}"]`);
+    await kept.waitFor();
+    out.retainedBadge = (await kept.locator('[data-retained]').textContent()).trim();
+    await old.locator('button[data-action="archive"]').click();
+    const done = opage.locator(`#archives li.card:has(code:text-is("${archiveDisk}")) [data-status="succeeded"], #archives li.card:has(code:text-is("${archiveDisk}")) [data-status="failed"]`);
+    await done.first().waitFor();
+    out.archiveStatus = (await done.first().textContent()).trim();
+    await old.locator('[data-fate]', { hasText: 'Archived' }).waitFor();
+    step('archived');
+    await shoot(opage, 'storage');
+    await kept.locator('button[data-action="purge"]').click();
+    await opage.locator('#purge[open]').waitFor();
+    out.purgeForce = (await opage.textContent('#purge-force-label')).trim();
+    out.purgeFocus = await opage.evaluate(() => document.activeElement && document.activeElement.id);
+    await axe(opage, 'storage purge dialog');
+    await opage.check('#purge-force');
+    await opage.click('#purge-confirm');
+    await opage.locator('#purge').waitFor({ state: 'hidden' });
+    await kept.waitFor({ state: 'detached' });
+    out.disksAfterPurge = await opage.$$eval('#disks li.card', (ls) => ls.map((l) => l.dataset.disk));
+    step('purged');
+
+    // 13. The dashboard: a shell in web's replica, in a terminal.
+    await opage.click('nav a[href="/dashboard"]');
+    const webCard = opage.locator('li.card[data-deployment="web"]');
+    await webCard.locator('[data-state="ready"]').waitFor();
+    await webCard.locator('button[data-action="shell"]').click();
+    await opage.locator('#shell-state', { hasText: 'Connected to' }).waitFor();
+    out.shellState = (await opage.textContent('#shell-state')).trim();
+    await opage.locator('#shell-term .xterm-helper-textarea:focus').waitFor();
+    await opage.keyboard.type('echo hi-$((40+2))\n');
+    await opage.locator('#shell-term .xterm-rows', { hasText: 'hi-42' }).waitFor();
+    out.shellText = await opage.evaluate(() => [...document.querySelectorAll('#shell-term .xterm-rows > div')].map((d) => d.textContent.trimEnd()).filter(Boolean).join('\n'));
+    step('shell');
+    await shoot(opage, 'dashboard-shell');
+    await opage.click('#shell-close');
+    await opage.locator('#shell').waitFor({ state: 'hidden' });
+    out.shellClosedFocus = await opage.evaluate(() => document.activeElement && document.activeElement.dataset.action);
+    await octx.close();
   } finally {
     await browser.close();
   }

@@ -1,6 +1,7 @@
 // The dashboard (/dashboard): fleet tiles and deployment cards, updated in
 // place from the live metrics feed, with Scale (PATCH
-// /deployments/{id}/scaling) and Edit (PUT /deployments/{id}).
+// /deployments/{id}/scaling), Edit (PUT /deployments/{id}) and Shell (a
+// terminal on GET /deployments/{id}/shell, shell.js).
 import { api, el, live, stateBadge } from './app.js';
 
 const tiles = document.getElementById('tiles');
@@ -86,11 +87,16 @@ function fill(li, d) {
     pct === null ? null : el('div', { class: 'gauge' + (pct >= 100 ? ' crit' : pct >= 80 ? ' warn' : ''), role: 'meter', 'aria-label': 'Utilization of ' + d.id, 'aria-valuemin': '0', 'aria-valuemax': '100', 'aria-valuenow': String(Math.min(pct, 100)) }, bar(pct)),
     el('div', { class: 'row actions' },
       d.kind === 'vm' ? el('button', { type: 'button', class: 'ghost', 'data-action': 'scale', 'aria-describedby': name, onclick: () => openScale(d.id) }, 'Scale') : null,
-      el('button', { type: 'button', class: 'ghost', 'data-action': 'edit', 'aria-describedby': name, onclick: () => openEdit(d.id) }, 'Edit')),
+      el('button', { type: 'button', class: 'ghost', 'data-action': 'edit', 'aria-describedby': name, onclick: () => openEdit(d.id) }, 'Edit'),
+      d.kind === 'vm' ? el('button', { type: 'button', class: 'ghost', 'data-action': 'shell', 'aria-describedby': name, onclick: (ev) => openShell(d.id, ev.currentTarget) }, 'Shell') : null),
   ].filter(Boolean));
 }
 
 function renderCards(m) {
+  // A card is refilled in place: the button that had the focus has it
+  // again afterwards (a keyboard user's place is kept).
+  const f = document.activeElement;
+  const had = f && f.dataset && f.dataset.action && f.closest('li.card') ? [f.closest('li.card').dataset.deployment, f.dataset.action] : null;
   const q = filter.value.trim().toLowerCase();
   const shown = m.deployments.filter((d) => !q || d.id.toLowerCase().includes(q));
   const have = new Map([...cards.children].map((li) => [li.dataset.deployment, li]));
@@ -103,6 +109,10 @@ function renderCards(m) {
   for (const li of have.values()) li.remove();
   order.forEach((li, i) => { if (cards.children[i] !== li) cards.insertBefore(li, cards.children[i] || null); });
   none.hidden = m.deployments.length > 0;
+  if (had && !cards.contains(document.activeElement)) {
+    const b = [...cards.children].find((li) => li.dataset.deployment === had[0])?.querySelector(`[data-action="${had[1]}"]`);
+    if (b) b.focus();
+  }
 }
 
 function render(m) {
@@ -184,6 +194,14 @@ editForm.addEventListener('submit', async (ev) => {
     editJSON.focus();
   }
 });
+
+// Shell: a terminal in a replica (shell.js, loaded with xterm.js on the
+// first use).
+let shellModule = null;
+async function openShell(id, opener) {
+  shellModule ||= import('./shell.js');
+  (await shellModule).openShell(id, opener);
+}
 
 // showError shows the API's message under the form, and marks the inputs
 // it names (its messages name the field they refuse).
