@@ -1,12 +1,17 @@
 // Package ui serves berth's web UI on the admin listener: the directory of
-// public URLs (/), the dashboard (/dashboard), sign-in (/login) and
-// sign-out (/logout), and their static assets under /__ui/ (app-lb.md
-// §11). The assets are embedded in the binary; there is no build step.
+// public URLs (/), the dashboard (/dashboard), the network topology
+// (/network), the plugins (/plugins), the Computers (/ui/computers: the
+// Computer API has /computers), sign-in (/login) and sign-out (/logout),
+// and their static assets under /__ui/ (app-lb.md §11). The assets are
+// embedded in the binary; there is no build step.
 //
 // The pages hold no data: their scripts read the admin API (GET /metrics,
-// /whoami, berth's own event stream GET /ui/events) and write through it
-// (PATCH /deployments/{id}/scaling, PUT /deployments/{id}), with the
-// browser's session as the credential. A session acts as the credential
+// /whoami, /deployments, /ingress, /certs, /api/plugins, berth's own event
+// stream GET /ui/events) and the Computer API (GET /computers, a
+// Computer's facts stream, the usage ledger), and write through them
+// (PATCH /deployments/{id}/scaling, PUT /deployments/{id}, the plugin
+// switches, configs and installs), with the browser's session as the
+// credential. A session acts as the credential
 // it was signed in with (the operator's password or an app-token; see
 // Sessions and auth.BrowserSessions), so the admin API's tiers and walls
 // apply to the pages unchanged: a namespace-confined token signed in sees
@@ -91,6 +96,9 @@ func New(o Options) *UI {
 	})
 	u.mux.Handle("GET /{$}", u.page("directory.html", "Directory"))
 	u.mux.Handle("GET /dashboard", u.page("dashboard.html", "Dashboard"))
+	u.mux.Handle("GET /network", u.page("network.html", "Network"))
+	u.mux.Handle("GET /plugins", u.page("plugins.html", "Plugins"))
+	u.mux.Handle("GET "+ComputersPath, u.page("computers.html", "Computers"))
 	u.mux.HandleFunc("GET /login", u.loginPage)
 	u.mux.HandleFunc("POST /login", u.login)
 	u.mux.HandleFunc("POST /logout", u.logout)
@@ -100,8 +108,16 @@ func New(o Options) *UI {
 
 // Patterns are the paths the UI serves, for the admin listener's mux.
 func Patterns() []string {
-	return []string{"GET /{$}", "GET /dashboard", "/login", "POST /logout", "GET /__ui/"}
+	return []string{"GET /{$}", "GET /dashboard", "/login", "POST /logout", "GET /__ui/",
+		"GET /network",
+		"GET /plugins",
+		"GET " + ComputersPath,
+	}
 }
+
+// ComputersPath is the Computers page's path: not /computers, which is the
+// Computer API's (GET /computers lists them as JSON) on the same listener.
+const ComputersPath = "/ui/computers"
 
 func (u *UI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	web.ServeMux(u.o.Log, u.mux, w, r)
