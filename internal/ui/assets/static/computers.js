@@ -71,12 +71,12 @@ function renderList() {
     const sel = chosen && chosen.id === c.id;
     return el('tr', { 'data-computer': c.id, 'data-selected': sel ? 'true' : 'false' },
       el('th', { scope: 'row', id: 'c-' + c.id }, c.id, c.image ? el('div', { class: 'muted' }, c.image + (c.size ? ' · ' + c.size : '')) : null),
-      el('td', {}, c.namespace || 'default'),
-      el('td', {}, stateBadge(c.state)),
-      el('td', { 'data-backing': '' }, c.active ? backing(c.active) : el('span', { class: 'muted' }, 'none (asleep)'),
+      el('td', { 'data-label': 'Namespace' }, c.namespace || 'default'),
+      el('td', { 'data-label': 'State' }, stateBadge(c.state)),
+      el('td', { 'data-label': 'Backing', 'data-backing': '' }, c.active ? backing(c.active) : el('span', { class: 'muted' }, 'none (asleep)'),
         el('div', { class: 'muted' }, 'order: ' + ((c.backings || []).map(backing).join(' → ') || 'fleet default'))),
-      el('td', {}, u === null ? el('span', { class: 'muted' }, '—') : u.n ? `${dur(u.ms)} · ${u.n} interval${u.n === 1 ? '' : 's'}` : 'none'),
-      el('td', {}, time(c.updatedAt)),
+      el('td', { 'data-label': 'Pending usage' }, u === null ? el('span', { class: 'muted' }, '—') : u.n ? `${dur(u.ms)} · ${u.n} interval${u.n === 1 ? '' : 's'}` : 'none'),
+      el('td', { 'data-label': 'Updated' }, time(c.updatedAt)),
       el('td', {}, el('button', { type: 'button', class: sel ? '' : 'ghost', 'data-action': 'facts', 'aria-describedby': 'c-' + c.id, 'aria-controls': 'facts-panel', 'aria-pressed': sel ? 'true' : 'false', onclick: () => follow(c.id) }, 'Facts')));
   }));
   none.hidden = computers.length > 0;
@@ -93,8 +93,15 @@ function factText(f) {
   return JSON.stringify(f);
 }
 
+// renderUsage sums the chosen Computer's runtimes: its interval facts,
+// and the ledger's newer observations of runtimes still open.
 function renderUsage() {
-  const rs = [...chosen.runtimes.values()];
+  const byRuntime = new Map(chosen.runtimes);
+  for (const f of pending || []) {
+    const had = byRuntime.get(f.runtimeId);
+    if (f.computerId === chosen.id && (!had || f.observedAt > had.observedAt)) byRuntime.set(f.runtimeId, f);
+  }
+  const rs = [...byRuntime.values()];
   const total = rs.reduce((t, r) => t + (r.observedAt - r.startedAt), 0);
   const open = rs.filter((r) => !r.ended).length;
   factsUsage.hidden = false;
@@ -111,10 +118,8 @@ function addFact(seq, f) {
   factsList.prepend(el('li', { value: String(seq), 'data-kind': f.kind, 'data-seq': String(seq) },
     el('span', { class: 'seq' }, '#' + seq), el('span', { class: 'kind' }, f.kind), ' ', factText(f), el('span', { class: 'muted' }, prov)));
   while (factsList.children.length > MAX_FACTS) factsList.lastElementChild.remove();
-  if (f.kind === 'interval') {
-    chosen.runtimes.set(f.runtimeId, f);
-    renderUsage();
-  } else if (chosen.count === 1 || chosen.count % 10 === 0) renderUsage();
+  if (f.kind === 'interval') chosen.runtimes.set(f.runtimeId, f);
+  renderUsage();
 }
 
 function stop() {
@@ -179,10 +184,12 @@ async function loadUsage() {
   try {
     pending = (await api('GET', '/computers/usage/pending')).intervals;
     usageBody.replaceChildren(...(pending.length ? pending.map((f) => el('tr', { 'data-runtime': f.runtimeId },
-      el('th', { scope: 'row' }, f.computerId), el('td', {}, el('code', {}, f.runtimeId)), el('td', {}, backing(f.backing)),
-      el('td', {}, time(f.startedAt)), el('td', {}, time(f.observedAt)), el('td', {}, dur(f.observedAt - f.startedAt)), el('td', {}, f.ended ? 'yes' : 'no')))
+      el('th', { scope: 'row' }, f.computerId), el('td', { 'data-label': 'Runtime' }, el('code', {}, f.runtimeId)), el('td', { 'data-label': 'Backing' }, backing(f.backing)),
+      el('td', { 'data-label': 'Started' }, time(f.startedAt)), el('td', { 'data-label': 'Observed' }, time(f.observedAt)),
+      el('td', { 'data-label': 'Duration' }, dur(f.observedAt - f.startedAt)), el('td', { 'data-label': 'Ended' }, f.ended ? 'yes' : 'no')))
       : [el('tr', {}, el('td', { colspan: '7', class: 'muted' }, 'Nothing pending: every interval has been acknowledged, or no Computer has run.'))]));
     renderList();
+    if (chosen && chosen.count) renderUsage();
   } catch (e) {
     if (e.status !== 401) usageNote.textContent = 'Could not read the usage ledger: ' + e.message;
   }

@@ -69,7 +69,7 @@ function model() {
   const ips = ingress ? [...ingress.ipv4, ...ingress.ipv6] : [];
   const listeners = [
     { id: 'http', label: 'Proxy · HTTP', sub: ips.length ? ips.join(', ') : 'the data plane', key: 'ready' },
-    { id: 'https', label: 'Proxy · HTTPS', sub: certs === null ? 'certificates not visible' : certs.length ? `${certs.length} certificate${certs.length === 1 ? '' : 's'}` : 'no certificates', key: certs && certs.length ? 'ready' : 'idle' },
+    { id: 'https', label: 'Proxy · HTTPS', sub: certs === null ? 'certificates not visible' : certs.length ? `${certs.length} certificate${certs.length === 1 ? '' : 's'}` : 'no certificates', key: certs && certs.length ? 'ready' : 'none' },
     { id: 'admin', label: 'Admin API', sub: location.host + ' · this page', key: 'ready' },
   ];
   return { deps, listeners };
@@ -160,10 +160,10 @@ function tables(mod) {
     for (const r of routes) {
       rows.push(el('tr', { 'data-deployment': d.id },
         el('th', { scope: 'row' }, r ? r.label : el('span', { class: 'muted' }, 'not routed')),
-        el('td', {}, r ? (r.tls ? 'HTTP, HTTPS' : 'HTTP') : '—'),
-        el('td', {}, ...dep),
-        el('td', {}, stateBadge(d)),
-        el('td', {}, backs.cloneNode(true))));
+        el('td', { 'data-label': 'Listeners' }, r ? (r.tls ? 'HTTP, HTTPS' : 'HTTP') : '—'),
+        el('td', { 'data-label': 'Deployment' }, ...dep),
+        el('td', { 'data-label': 'State' }, stateBadge(d)),
+        el('td', { 'data-label': 'Backends' }, backs.cloneNode(true))));
     }
   }
   routesBody.replaceChildren(...rows);

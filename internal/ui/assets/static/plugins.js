@@ -46,7 +46,11 @@ function fill(li, p) {
   const toggle = el('button', { type: 'button', 'data-action': p.enabled ? 'disable' : 'enable', 'aria-describedby': h, onclick: async () => {
     busy(true);
     try {
-      replace(await api('POST', `/api/plugins/${encodeURIComponent(id)}/${p.enabled ? 'disable' : 'enable'}`));
+      await api('POST', `/api/plugins/${encodeURIComponent(id)}/${p.enabled ? 'disable' : 'enable'}`);
+      // Enabling a per-namespace plugin installs it: its installs are
+      // read again with it.
+      await load(true);
+      list.querySelector(`li[data-plugin="${CSS.escape(id)}"] [data-action="enable"], li[data-plugin="${CSS.escape(id)}"] [data-action="disable"]`)?.focus();
       status.textContent = `${p.name} ${p.enabled ? 'disabled' : 'enabled'}.`;
     } catch (e) {
       status.textContent = e.message;
@@ -108,9 +112,9 @@ function installPanel(p) {
   const rows = el('ul', { class: 'plain', 'data-install-list': '' });
   const draw = () => {
     const inst = installs.get(id);
-    const names = inst ? inst.namespaces : p.installed_in || [];
+    const names = (inst ? inst.namespaces : p.installed_in) || [];
     rows.replaceChildren(...(names.length ? names.map((n) => {
-      const rec = inst && inst.installs[n];
+      const rec = inst && inst.installs && inst.installs[n];
       return el('li', { 'data-namespace': n }, el('strong', {}, n),
         el('span', { class: 'muted' }, rec ? ` · installed ${when(rec.installed_at * 1000)}${rec.installed_by ? ' by ' + rec.installed_by : ''}` : ''),
         ' ', el('button', { type: 'button', class: 'ghost', 'data-action': 'uninstall', 'aria-label': `Uninstall ${p.name} from ${n}`, onclick: () => change('DELETE', n) }, 'Uninstall'));
@@ -143,14 +147,10 @@ function installPanel(p) {
   return box;
 }
 
-// replace redraws one card with the plugin the API answered, keeping the
-// keyboard focus on its switch.
+// replace redraws one card with the plugin the API answered.
 function replace(p) {
   const li = list.querySelector(`li[data-plugin="${CSS.escape(p.id)}"]`);
-  if (!li) return;
-  const hadFocus = li.contains(document.activeElement) && document.activeElement.matches('[data-action="enable"], [data-action="disable"]');
-  fill(li, p);
-  if (hadFocus) li.querySelector('[data-action="enable"], [data-action="disable"]').focus();
+  if (li) fill(li, p);
 }
 
 // load reads the plugins and draws them; unless forced, not while the
