@@ -26,6 +26,7 @@ var getCmd = &command{
        berth get tokens [ID]       (as 'berth token list')
        berth get images [NAME]     (as 'berth image list')
        berth get computers [ID] [-n NAMESPACE]   (as 'berth computer list|get')
+       berth get feeds [NAMESPACE] (as 'berth feed NAMESPACE')
 
 List deployments as a table: NAME KIND ROUTES DESIRED READY PENDING IN-FLIGHT.
 -o wide adds NAMESPACE MIN MAX WARM TARGET BACKEND, where BACKEND is the

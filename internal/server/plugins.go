@@ -12,12 +12,12 @@ import (
 
 // openPlugins is the host of berth's compiled-in plugins, their records in
 // the store. obs serves api, the telemetry API (nil: obsplugin's 409 "the
-// obs plugin is not configured").
-func openPlugins(ctx context.Context, st *store.Store, api http.Handler) (*plugin.Host, error) {
+// obs plugin is not configured"); extra are hosted besides it.
+func openPlugins(ctx context.Context, st *store.Store, api http.Handler, extra ...plugin.Plugin) (*plugin.Host, error) {
 	if api != nil {
 		api = obsNamespace(api)
 	}
-	return plugin.New(ctx, plugin.Options{Records: st, Plugins: []plugin.Plugin{obsplugin.New(api)}})
+	return plugin.New(ctx, plugin.Options{Records: st, Plugins: append([]plugin.Plugin{obsplugin.New(api)}, extra...)})
 }
 
 // obsNamespace hands the plugin host's namespace of a request to package

@@ -49,6 +49,7 @@ import (
 	"github.com/berth-dev/berth/internal/netguard"
 	"github.com/berth-dev/berth/internal/notify"
 	"github.com/berth-dev/berth/internal/obs"
+	"github.com/berth-dev/berth/internal/plugin"
 	"github.com/berth-dev/berth/internal/proxy"
 	"github.com/berth-dev/berth/internal/ratelimit"
 	"github.com/berth-dev/berth/internal/registry"
@@ -312,6 +313,10 @@ type Options struct {
 	// WorkflowAllowHTTP lets a workflow's repo be a plain http:// remote
 	// (the image builder's AllowHTTP). berth serve --workflow-allow-http.
 	WorkflowAllowHTTP bool
+
+	// ExtraPlugins are compiled-in plugins hosted besides obs (tests give
+	// a per-namespace one; berth serve gives none).
+	ExtraPlugins []plugin.Plugin
 
 	Log *slog.Logger
 }
@@ -701,7 +706,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	if s.obs != nil {
 		obsAPI = s.obs
 	}
-	plugins, err := openPlugins(ctx, st, obsAPI)
+	plugins, err := openPlugins(ctx, st, obsAPI, o.ExtraPlugins...)
 	if err != nil {
 		return nil, err
 	}

@@ -1,22 +1,27 @@
 // Package ui serves berth's web UI on the admin listener: the directory of
 // public URLs (/), the dashboard (/dashboard, with a deployment's shell in
 // a terminal), security alerts and guard rules (/siem), the disk census
-// (/storage), sign-in (/login) and sign-out (/logout), and their static
-// assets under /__ui/ (app-lb.md §11). The assets are embedded in the
-// binary; there is no build step (xterm.js is vendored: THIRD_PARTY.md).
+// (/storage), the network topology (/network), the plugins (/plugins), the
+// Computers (/ui/computers: the Computer API has /computers), sign-in
+// (/login) and sign-out (/logout), and their static assets under /__ui/
+// (app-lb.md §11). The assets are embedded in the binary; there is no
+// build step (xterm.js is vendored: THIRD_PARTY.md).
 //
 // The pages hold no data: their scripts read the admin API (GET /metrics,
-// /whoami, /security, /disks, berth's own event stream GET /ui/events) and
-// write through it (PATCH /deployments/{id}/scaling, PUT /deployments/{id},
-// POST and DELETE /security/rules, PATCH and DELETE /disks/{id}, POST
-// /disks/{id}/archive; the shell is the websocket GET
-// /deployments/{id}/shell), with the browser's session as the credential.
-// A session acts as the credential it was signed in with (the operator's
-// password or an app-token; see Sessions and auth.BrowserSessions), so the
-// admin API's tiers and walls apply to the pages unchanged: a
-// namespace-confined token signed in sees its namespace only. API clients
-// keep presenting Basic or Bearer credentials; a request with an
-// Authorization header ignores the cookie.
+// /whoami, /deployments, /ingress, /certs, /security, /disks,
+// /api/plugins, berth's own event stream GET /ui/events) and the Computer
+// API (GET /computers, a Computer's facts stream, the usage ledger), and
+// write through them (PATCH /deployments/{id}/scaling, PUT
+// /deployments/{id}, POST and DELETE /security/rules, PATCH and DELETE
+// /disks/{id}, POST /disks/{id}/archive, the plugin switches, configs and
+// installs; the shell is the websocket GET /deployments/{id}/shell), with
+// the browser's session as the credential. A session acts as the
+// credential it was signed in with (the operator's password or an
+// app-token; see Sessions and auth.BrowserSessions), so the admin API's
+// tiers and walls apply to the pages unchanged: a namespace-confined token
+// signed in sees its namespace only. API clients keep presenting Basic or
+// Bearer credentials; a request with an Authorization header ignores the
+// cookie.
 //
 // CSRF: the cookie is SameSite=Strict and HttpOnly; the admin listener's
 // guard refuses a foreign Origin on every request (auth.Guard); every
@@ -100,6 +105,9 @@ func New(o Options) *UI {
 	u.mux.Handle("GET /dashboard", u.page("dashboard.html", "Dashboard"))
 	u.mux.Handle("GET /siem", u.page("siem.html", "Security"))
 	u.mux.Handle("GET /storage", u.page("storage.html", "Storage"))
+	u.mux.Handle("GET /network", u.page("network.html", "Network"))
+	u.mux.Handle("GET /plugins", u.page("plugins.html", "Plugins"))
+	u.mux.Handle("GET "+ComputersPath, u.page("computers.html", "Computers"))
 	u.mux.HandleFunc("GET /login", u.loginPage)
 	u.mux.HandleFunc("POST /login", u.login)
 	u.mux.HandleFunc("POST /logout", u.logout)
@@ -111,8 +119,15 @@ func New(o Options) *UI {
 func Patterns() []string {
 	return []string{"GET /{$}", "GET /dashboard", "/login", "POST /logout", "GET /__ui/",
 		"GET /siem", "GET /storage",
+		"GET /network",
+		"GET /plugins",
+		"GET " + ComputersPath,
 	}
 }
+
+// ComputersPath is the Computers page's path: not /computers, which is the
+// Computer API's (GET /computers lists them as JSON) on the same listener.
+const ComputersPath = "/ui/computers"
 
 func (u *UI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	web.ServeMux(u.o.Log, u.mux, w, r)

@@ -492,3 +492,67 @@ func TestAssetReferences(t *testing.T) {
 		}
 	}
 }
+
+// TestPages: the network, plugins and Computers pages are served to a
+// signed-in session with its CSRF token, their own script and the nav
+// marking the page; not signed in, each sends the browser to sign in and
+// back; the UI does not claim /computers, the Computer API's path.
+func TestPages(t *testing.T) {
+	w := newWorld(t, false)
+	anon := w.browser(t)
+	c := w.browser(t)
+	w.signIn(t, c, "admin", "pw")
+	for _, p := range []struct{ path, title, script string }{
+		{"/network", "Network", "/__ui/network.js"},
+		{"/plugins", "Plugins", "/__ui/plugins.js"},
+		{ui.ComputersPath, "Computers", "/__ui/computers.js"},
+	} {
+		a := do(t, anon, "GET", w.srv.URL+p.path, "")
+		if a.code != http.StatusSeeOther || a.header.Get("Location") != "/login?next="+url.QueryEscape(p.path) {
+			t.Errorf("%s not signed in: %d to %q", p.path, a.code, a.header.Get("Location"))
+		}
+		a = do(t, c, "GET", w.srv.URL+p.path, "")
+		if a.code != 200 || !strings.Contains(a.body, "<title>"+p.title+" · berth</title>") || !csrfMeta.MatchString(a.body) ||
+			!strings.Contains(a.body, `<script type="module" src="`+p.script+`"></script>`) ||
+			!strings.Contains(a.body, `<a href="`+p.path+`" aria-current="page">`+p.title+`</a>`) {
+			t.Errorf("%s: %d %s", p.path, a.code, a.body)
+		}
+		if a.header.Get("Cache-Control") != "no-store" || !strings.Contains(a.header.Get("Content-Security-Policy"), "script-src 'self'") {
+			t.Errorf("%s headers %v", p.path, a.header)
+		}
+		if s := do(t, c, "GET", w.srv.URL+p.script, ""); s.code != 200 || !strings.HasPrefix(s.header.Get("Content-Type"), "text/javascript") {
+			t.Errorf("%s: %d %v", p.script, s.code, s.header)
+		}
+	}
+	// A token confined to a namespace may open the pages (what it sees
+	// there is the API's to narrow).
+	tc := w.browser(t)
+	w.signIn(t, tc, "", w.team)
+	if a := do(t, tc, "GET", w.srv.URL+ui.ComputersPath, ""); a.code != 200 || !strings.Contains(a.body, "(namespace team)") {
+		t.Errorf("the team's token on the Computers page: %d", a.code)
+	}
+	for _, p := range ui.Patterns() {
+		if strings.HasSuffix(p, " /computers") || p == "/computers" || strings.HasPrefix(strings.TrimPrefix(p, "GET "), "/computers/") {
+			t.Errorf("the UI claims %q, the Computer API's", p)
+		}
+	}
+}
+
+// TestPagesUngated: without an operator password the pages are served to
+// a browser that has not signed in (the API is open on loopback).
+func TestPagesUngated(t *testing.T) {
+	sess, err := ui.NewSessions(ui.SessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sess.Close)
+	gate := auth.New(auth.Config{Sessions: sess})
+	pages := ui.New(ui.Options{Gate: gate, Sessions: sess})
+	for _, path := range []string{"/network", "/plugins", ui.ComputersPath} {
+		rec := httptest.NewRecorder()
+		pages.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+		if rec.Code != 200 || strings.Contains(rec.Body.String(), "csrf-token") {
+			t.Errorf("%s ungated: %d", path, rec.Code)
+		}
+	}
+}

@@ -89,3 +89,17 @@ export function stateBadge(d) {
   const s = state(d);
   return el('span', { class: 'state', 'data-state': s.key }, el('span', { class: 'dot ' + s.key, 'aria-hidden': 'true' }), s.label);
 }
+
+// whoami is GET /whoami, read once per page: what the session may do, so
+// a page does not ask for what it would be refused (a refused request is
+// a console error).
+let who = null;
+export function whoami() {
+  if (!who) who = api('GET', '/whoami').catch(() => ({ fleet: false, confined: true, may: {} }));
+  return who;
+}
+
+// sseState says how a live page is fed, for its status line.
+export function liveText(s) {
+  return s === 'live' ? 'Live.' : s === 'polling' ? 'Updated every 2 s (the event stream is unavailable).' : s;
+}
