@@ -58,8 +58,8 @@ type FleetOptions struct {
 
 func (f FleetOptions) enabled() bool { return f.Dev || len(f.Endpoints) > 0 }
 
-// check refuses fleet settings that would be ignored.
-func (f FleetOptions) check() error {
+// Check refuses fleet settings that would be ignored or contradict.
+func (f FleetOptions) Check() error {
 	switch {
 	case f.Dev && len(f.Endpoints) > 0:
 		return errors.New("server: --etcd-dev embeds its own etcd member; give either it or --etcd, not both")
@@ -91,7 +91,7 @@ type fleetMember struct {
 // this host (its address is filled once the listeners are bound).
 func (s *Server) openFleet(ctx context.Context, driverNames []string) (err error) {
 	f := s.o.Fleet
-	if err := f.check(); err != nil {
+	if err := f.Check(); err != nil {
 		return err
 	}
 	if !f.enabled() {

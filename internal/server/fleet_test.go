@@ -4,6 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -178,4 +182,52 @@ func TestNoFleet(t *testing.T) {
 			t.Fatalf("fleet options %+v were accepted", f)
 		}
 	}
+}
+
+// TestFleetDevMode: --etcd-dev embeds an etcd member in <data-dir>/etcd;
+// the berth registers itself under the host id it keeps in the data dir,
+// and after a restart it has the same id, and etcd still holds the state
+// it was given.
+func TestFleetDevMode(t *testing.T) {
+	ports, err := freeTCPPorts(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	dev := func(o *Options) {
+		o.Fleet = FleetOptions{Dev: true, DevClientURL: "http://127.0.0.1:" + ports[0], DevPeerURL: "http://127.0.0.1:" + ports[1], Slots: 2}
+	}
+	h := startWith(t, dir, dev)
+	hs := fleetHostsOf(t, h)
+	if len(hs.Hosts) != 1 || hs.Hosts[0].ID != hs.Self || hs.Slots.Limit != 2 {
+		t.Fatalf("hosts in dev mode: %+v", hs)
+	}
+	id := hs.Self
+	if b, err := os.ReadFile(filepath.Join(dir, "host-id")); err != nil || strings.TrimSpace(string(b)) != id {
+		t.Fatalf("host-id file: %q %v, want %q", b, err, id)
+	}
+	if r := h.do("POST", "/fleet/hosts/"+id+"/cordon", "", ""); r.code != 200 {
+		t.Fatalf("cordon: %d %s", r.code, r.body)
+	}
+	h.stop()
+	if _, err := os.Stat(filepath.Join(dir, "etcd", "member")); err != nil {
+		t.Fatalf("the dev member's data: %v", err)
+	}
+	h = startWith(t, dir, dev)
+	if hs := fleetHostsOf(t, h); hostIDsOf(hs) != id+":cordoned" {
+		t.Fatalf("hosts after a restart: %+v", hs)
+	}
+}
+
+func freeTCPPorts(n int) ([]string, error) {
+	var out []string
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		out = append(out, strconv.Itoa(l.Addr().(*net.TCPAddr).Port))
+	}
+	return out, nil
 }

@@ -421,6 +421,9 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	if o.DataDir == "" {
 		return nil, errors.New("server: a data directory is required")
 	}
+	if err := o.Fleet.Check(); err != nil {
+		return nil, err
+	}
 	// Absolute from here on: the default (./berth-data) is relative, and
 	// what is derived from it (Computer workspaces, replica and site
 	// directories) must not depend on the working directory — the
