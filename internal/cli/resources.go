@@ -74,6 +74,8 @@ func init() {
 		{kind: "job", aliases: []string{"jobs"}, flags: "-d DEPLOYMENT", get: getJobs},
 		{kind: "disk", aliases: []string{"disks"},
 			get: namedVerb("get", func(ctx context.Context, e *env, ids []string) error { return e.listDisks(ctx, one(ids)) })},
+		{kind: "host", aliases: []string{"hosts"},
+			get: namedVerb("get", func(ctx context.Context, e *env, ids []string) error { return e.listHosts(ctx, one(ids)) })},
 	}
 }
 
