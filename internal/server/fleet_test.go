@@ -53,7 +53,8 @@ func waitForCond(t *testing.T, what string, cond func() bool) {
 // TestFleetHosts: two berths on one etcd see each other in GET
 // /fleet/hosts; a cordon through one shows in the other's list and stops
 // Computer starts on the cordoned host; the fleet's one Computer slot is
-// held by one host at a time (429 with Retry-After on the other); a
+// held by one host at a time (429 with Retry-After on the other, or a
+// queued start that runs once the slot is free); a
 // namespace token is refused; a berth that stops leaves the list and frees
 // its slot.
 func TestFleetHosts(t *testing.T) {
@@ -93,12 +94,18 @@ func TestFleetHosts(t *testing.T) {
 	if got := fleetHostsOf(t, b); got.Slots.Held != 1 || got.Hosts[0].Slots != 1 || got.Hosts[1].Slots != 0 {
 		t.Fatalf("slots while alpha holds one: %+v", got)
 	}
+	// With wait the start queues on beta, and starts by itself once
+	// alpha's Computer gives the fleet slot back.
+	if r := b.json("POST", "/computers/two/start?wait=true", `{}`); r.code != 202 || !strings.Contains(string(r.body), `"queued"`) {
+		t.Fatalf("start with wait on a full fleet: %d %s", r.code, r.body)
+	}
 	if err := a.s.computers.Stop(ctx, "one"); err != nil {
 		t.Fatal(err)
 	}
-	if r := b.json("POST", "/computers/two/start", `{}`); r.code != 200 {
-		t.Fatalf("start after alpha's Computer stopped: %d %s", r.code, r.body)
-	}
+	waitForCond(t, "beta's queued Computer to run", func() bool {
+		c, err := b.s.computers.Get(ctx, "two")
+		return err == nil && c.State.State == computer.StateRunning
+	})
 	var ce *computer.CapacityError
 	if _, err := a.s.computers.Start(ctx, "one", false); !errors.As(err, &ce) || ce.Limit != 1 {
 		t.Fatalf("alpha's start while beta holds the slot: %v", err)

@@ -411,3 +411,47 @@ func TestLeaderLoss(t *testing.T) {
 	}
 	t.Logf("%d kept, %d failed during the election", len(held), failed)
 }
+
+// TestRejoinAfterLeaseLoss: a live host whose lease is revoked under it
+// (as when etcd lost it) registers again under a new lease and claims
+// again the slots its Computers held.
+func TestRejoinAfterLeaseLoss(t *testing.T) {
+	c := etcdtest.Start(t, 1)
+	o := etcdfleet.Options{SlotLimit: 3}
+	a := join(t, c, "a", o)
+	for _, id := range []string{"x", "y"} {
+		if r, err := a.Reserve(ctxT(t), id); err != nil || r.Kind != etcdfleet.Reserved {
+			t.Fatal(r, err)
+		}
+	}
+	raw := c.Client(t)
+	g, err := raw.Get(ctxT(t), etcdfleet.DefaultPrefix+"hosts/a")
+	if err != nil || len(g.Kvs) != 1 {
+		t.Fatal(g, err)
+	}
+	old := clientv3.LeaseID(g.Kvs[0].Lease)
+	if _, err := raw.Revoke(ctxT(t), old); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a to register again with its two slots", func() bool {
+		g, err := raw.Get(ctxT(t), etcdfleet.DefaultPrefix+"hosts/a")
+		if err != nil || len(g.Kvs) != 1 || clientv3.LeaseID(g.Kvs[0].Lease) == old {
+			return false
+		}
+		hs, err := a.Hosts(ctxT(t))
+		return err == nil && len(hs) == 1 && hs[0].Slots == 2
+	})
+	// Re-reserving is free again, and the slots are on the new lease.
+	if r, err := a.Reserve(ctxT(t), "x"); err != nil || r.Kind != etcdfleet.Reserved || r.Running != 2 {
+		t.Fatalf("re-reserve after the rejoin: %+v %v", r, err)
+	}
+	s, err := raw.Get(ctxT(t), etcdfleet.DefaultPrefix+"slots/", clientv3.WithPrefix())
+	if err != nil || len(s.Kvs) != 2 {
+		t.Fatal(s, err)
+	}
+	for _, kv := range s.Kvs {
+		if clientv3.LeaseID(kv.Lease) == old || kv.Lease == 0 {
+			t.Fatalf("slot %s on lease %x", kv.Key, kv.Lease)
+		}
+	}
+}
