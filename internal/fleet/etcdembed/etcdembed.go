@@ -9,13 +9,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // Config is one member.
@@ -49,6 +54,7 @@ type Server struct {
 	e    *embed.Etcd
 	cfg  Config
 	once sync.Once
+	logs *gatedWriter
 }
 
 // Start starts a member and waits until it serves clients.
@@ -81,7 +87,15 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 		cfg.InitialCluster = c.Name + "=" + pu.String()
 	}
 	cfg.InitialClusterToken = c.ClusterToken
-	cfg.Logger, cfg.LogLevel, cfg.LogOutputs = "zap", c.LogLevel, []string{"stderr"}
+	// etcd's own log, on stderr, silenced while Close runs: its listeners
+	// report being closed as errors.
+	var level zapcore.Level
+	if err := level.UnmarshalText([]byte(c.LogLevel)); err != nil {
+		return nil, fmt.Errorf("etcdembed: log level: %w", err)
+	}
+	logs := &gatedWriter{w: os.Stderr}
+	lg := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(logs), level))
+	cfg.Logger, cfg.LogLevel, cfg.ZapLoggerBuilder = "zap", c.LogLevel, embed.NewZapLoggerBuilder(lg)
 	cfg.UnsafeNoFsync = c.NoFsync
 	// No metrics listener, no gateway: clients and peers only.
 	cfg.ListenMetricsUrls = nil
@@ -93,7 +107,7 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 	defer t.Stop()
 	select {
 	case <-e.Server.ReadyNotify():
-		return &Server{e: e, cfg: c}, nil
+		return &Server{e: e, cfg: c, logs: logs}, nil
 	case err := <-e.Err():
 		e.Close()
 		return nil, fmt.Errorf("etcdembed: %s: %w", c.Name, err)
@@ -116,7 +130,25 @@ func (s *Server) Endpoints() []string { return []string{s.cfg.ClientURL} }
 func (s *Server) IsLeader() bool { return s.e.Server.Leader() == s.e.Server.MemberID() }
 
 // Close stops the member; it is safe to call twice.
-func (s *Server) Close() { s.once.Do(s.e.Close) }
+func (s *Server) Close() {
+	s.once.Do(func() {
+		s.logs.closed.Store(true)
+		s.e.Close()
+	})
+}
+
+// gatedWriter writes to w until closed.
+type gatedWriter struct {
+	w      io.Writer
+	closed atomic.Bool
+}
+
+func (g *gatedWriter) Write(p []byte) (int, error) {
+	if g.closed.Load() {
+		return len(p), nil
+	}
+	return g.w.Write(p)
+}
 
 func parseURL(s string, allowNonLoopback bool) (*url.URL, error) {
 	u, err := url.Parse(s)
