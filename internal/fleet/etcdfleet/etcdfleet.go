@@ -43,6 +43,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -503,26 +504,12 @@ func (m *Member) Reserve(ctx context.Context, computerID string) (Reservation, e
 		if running >= m.o.SlotLimit {
 			return Reservation{Kind: AtCapacity, Running: running, Limit: m.o.SlotLimit, RetryAfterSeconds: int((m.o.RetryAfter + time.Second - 1) / time.Second)}, nil
 		}
-		taken := map[int]bool{}
-		for _, kv := range slots {
-			if n, err := strconv.Atoi(strings.TrimPrefix(string(kv.Key), m.slotsPrefix())); err == nil {
-				taken[n] = true
-			}
-		}
-		var free []int
-		for n := range m.o.SlotLimit {
-			if !taken[n] {
-				free = append(free, n)
-			}
-		}
-		if len(free) == 0 {
+		n, ok := pickFree(slots, m.slotsPrefix(), m.o.SlotLimit)
+		if !ok {
 			// Every slot below our limit is held, some by keys above it (a
 			// host with a larger limit).
 			return Reservation{Kind: AtCapacity, Running: running, Limit: m.o.SlotLimit, RetryAfterSeconds: int((m.o.RetryAfter + time.Second - 1) / time.Second)}, nil
 		}
-		// A random free slot: hosts reserving at once mostly pick different
-		// ones, so few transactions fail.
-		n := free[rand.N(len(free))]
 		sk := m.slotKey(n)
 		body, _ := json.Marshal(holder{Host: self, Slot: n, Lease: int64(lease)})
 		c, err := m.cli.Txn(ctx).
@@ -557,6 +544,36 @@ func (m *Member) Reserve(ctx context.Context, computerID string) (Reservation, e
 		}
 		return Reservation{Kind: Reserved, Running: int(c.Responses[2].GetResponseRange().Count), Limit: m.o.SlotLimit}, nil
 	}
+}
+
+// pickFree picks a random slot below limit that no key of slots holds:
+// hosts reserving at once mostly pick different ones, so few claims fail.
+// While most slots are free it samples (a few tries), else it lists the
+// free ones.
+func pickFree(slots []*mvccpb.KeyValue, prefix string, limit int) (int, bool) {
+	taken := make(map[int]bool, len(slots))
+	for _, kv := range slots {
+		if n, err := strconv.Atoi(strings.TrimPrefix(string(kv.Key), prefix)); err == nil {
+			taken[n] = true
+		}
+	}
+	if 2*len(slots) < limit {
+		for range 32 {
+			if n := rand.N(limit); !taken[n] {
+				return n, true
+			}
+		}
+	}
+	var free []int
+	for n := range limit {
+		if !taken[n] {
+			free = append(free, n)
+		}
+	}
+	if len(free) == 0 {
+		return 0, false
+	}
+	return free[rand.N(len(free))], true
 }
 
 // hold records a slot of this host's, unless the lease it was claimed
