@@ -21,7 +21,11 @@
 // computers/<id> only if neither exists (CreateRevision == 0), so two
 // hosts can never take one slot and a Computer never holds two; at most
 // limit slot keys can exist at once. Every slot lives on its host's lease:
-// a host that dies frees its slots when its lease lapses. A host that
+// a host that dies frees its slots when its lease lapses. A claim runs
+// to its answer even when its caller gives up (which then releases it),
+// and a sweep frees the slots etcd holds for this host that none of its
+// Computers holds (a claim whose answer never came, a failed release). A
+// host that
 // loses its lease while it lives (etcd unreachable for longer than the
 // TTL) registers again under a new lease and claims again the slots its
 // Computers held, as far as there is room.
@@ -150,7 +154,11 @@ type Options struct {
 	// OpTimeout bounds each call whose context has no deadline; default
 	// DefaultOpTimeout.
 	OpTimeout time.Duration
-	Log       *slog.Logger
+	// SweepEvery is how often the member frees the slots etcd holds for
+	// this host that none of its Computers holds (a claim whose outcome
+	// its caller never learnt, a release that failed); default 30 s.
+	SweepEvery time.Duration
+	Log        *slog.Logger
 }
 
 // Member is this host in the fleet: its registration, kept alive, and its
@@ -161,11 +169,14 @@ type Member struct {
 	stop context.CancelFunc
 	done chan struct{}
 
-	mu     sync.Mutex
-	host   Host
-	lease  clientv3.LeaseID
-	held   map[string]int // Computer id → slot, of this host
-	closed bool
+	mu    sync.Mutex
+	host  Host
+	lease clientv3.LeaseID
+	held  map[string]int // Computer id → slot, of this host
+	// pending counts the Reserve calls under way, by Computer id: the
+	// sweep leaves their keys alone.
+	pending map[string]int
+	closed  bool
 }
 
 type holder struct {
@@ -194,6 +205,9 @@ func (o *Options) defaults() {
 	}
 	if o.OpTimeout <= 0 {
 		o.OpTimeout = DefaultOpTimeout
+	}
+	if o.SweepEvery <= 0 {
+		o.SweepEvery = 30 * time.Second
 	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
@@ -231,7 +245,7 @@ func Join(ctx context.Context, cli *clientv3.Client, h Host, o Options) (*Member
 	if h.StartedAt.IsZero() {
 		h.StartedAt = time.Now()
 	}
-	m := &Member{cli: cli, o: o, host: h, held: map[string]int{}, done: make(chan struct{})}
+	m := &Member{cli: cli, o: o, host: h, held: map[string]int{}, pending: map[string]int{}, done: make(chan struct{})}
 	ctx, cancel := m.opctx(ctx)
 	defer cancel()
 	lease, err := m.grant(ctx)
@@ -245,7 +259,13 @@ func Join(ctx context.Context, cli *clientv3.Client, h Host, o Options) (*Member
 	m.lease = lease
 	rctx, stop := context.WithCancel(context.Background())
 	m.stop = stop
-	go m.keepAlive(rctx)
+	go func() {
+		var wg sync.WaitGroup
+		wg.Go(func() { m.keepAlive(rctx) })
+		wg.Go(func() { m.sweepLoop(rctx) })
+		wg.Wait()
+		close(m.done)
+	}()
 	return m, nil
 }
 
@@ -314,7 +334,6 @@ func (m *Member) register(ctx context.Context, lease clientv3.LeaseID) error {
 // keepAlive keeps the lease alive; when it is lost, it registers again
 // under a new one and claims the held slots again.
 func (m *Member) keepAlive(ctx context.Context) {
-	defer close(m.done)
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		m.mu.Lock()
@@ -455,6 +474,16 @@ func (m *Member) Reserve(ctx context.Context, computerID string) (Reservation, e
 	}
 	ctx, cancel := m.opctx(ctx)
 	defer cancel()
+	m.mu.Lock()
+	m.pending[computerID]++
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		if m.pending[computerID]--; m.pending[computerID] <= 0 {
+			delete(m.pending, computerID)
+		}
+		m.mu.Unlock()
+	}()
 	ck := m.compKey(computerID)
 	for attempt := 0; ; attempt++ {
 		m.mu.Lock()
@@ -485,7 +514,18 @@ func (m *Member) Reserve(ctx context.Context, computerID string) (Reservation, e
 				return fail(fmt.Errorf("%w: %s holds it", ErrHeldElsewhere, h.Host))
 			}
 			if clientv3.LeaseID(kvs[0].Lease) == lease {
-				m.hold(computerID, h.Slot, lease)
+				// Held already. Rewritten, so that a sweep that read the key
+				// before this call began cannot delete it after (its
+				// delete compares the revision it read).
+				t, err := m.cli.Txn(ctx).
+					If(clientv3.Compare(clientv3.ModRevision(ck), "=", kvs[0].ModRevision)).
+					Then(clientv3.OpPut(ck, string(kvs[0].Value), clientv3.WithLease(lease))).Commit()
+				if err != nil {
+					return fail(fmt.Errorf("etcdfleet: confirming %s's slot: %w", computerID, err))
+				}
+				if !t.Succeeded || !m.hold(computerID, h.Slot, lease) {
+					continue
+				}
 				return Reservation{Kind: Reserved, Running: running, Limit: m.o.SlotLimit}, nil
 			}
 			// Ours under a lease on its way out (re-registered meanwhile):
@@ -512,13 +552,18 @@ func (m *Member) Reserve(ctx context.Context, computerID string) (Reservation, e
 		}
 		sk := m.slotKey(n)
 		body, _ := json.Marshal(holder{Host: self, Slot: n, Lease: int64(lease)})
-		c, err := m.cli.Txn(ctx).
+		// The claim runs to its answer even when the caller gives up
+		// meanwhile (a canceled request may still commit, after a release
+		// would have looked): bounded by OpTimeout, not by ctx.
+		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), m.o.OpTimeout)
+		c, err := m.cli.Txn(cctx).
 			If(clientv3.Compare(clientv3.CreateRevision(sk), "=", 0), clientv3.Compare(clientv3.CreateRevision(ck), "=", 0)).
 			Then(
 				clientv3.OpPut(sk, computerID, clientv3.WithLease(lease)),
 				clientv3.OpPut(ck, string(body), clientv3.WithLease(lease)),
 				clientv3.OpGet(m.slotsPrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly()),
 			).Commit()
+		ccancel()
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			// The lease lapsed under us; keepAlive registers again.
 			if err := m.pause(ctx, attempt); err != nil {
@@ -527,8 +572,16 @@ func (m *Member) Reserve(ctx context.Context, computerID string) (Reservation, e
 			continue
 		}
 		if err != nil {
-			// The claim may or may not have committed: a later Reserve of
-			// the same id finds out; Release undoes it either way.
+			// etcd did not answer in OpTimeout: the claim may or may not
+			// have committed. The Computer held no slot before it, so undo
+			// it: a caller told "unavailable" must not hold a slot. What
+			// this misses (etcd unreachable, or the claim committing after
+			// the release looked) the sweep frees.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.o.OpTimeout)
+			if rerr := m.Release(rctx, computerID); rerr != nil {
+				m.o.Log.Warn("fleet: undoing a claim of unknown outcome", "computer", computerID, "err", rerr)
+			}
+			cancel()
 			return fail(fmt.Errorf("etcdfleet: claiming slot %d: %w", n, err))
 		}
 		if !c.Succeeded {
@@ -541,6 +594,15 @@ func (m *Member) Reserve(ctx context.Context, computerID string) (Reservation, e
 		}
 		if !m.hold(computerID, n, lease) {
 			continue // the lease changed meanwhile: claim again under the new one
+		}
+		if ctx.Err() != nil {
+			// The caller gave up: it will not run the Computer.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.o.OpTimeout)
+			if rerr := m.Release(rctx, computerID); rerr != nil {
+				m.o.Log.Warn("fleet: releasing a slot its caller gave up on", "computer", computerID, "err", rerr)
+			}
+			cancel()
+			return fail(fmt.Errorf("etcdfleet: reserving a slot: %w", ctx.Err()))
 		}
 		return Reservation{Kind: Reserved, Running: int(c.Responses[2].GetResponseRange().Count), Limit: m.o.SlotLimit}, nil
 	}
@@ -636,6 +698,63 @@ func (m *Member) Release(ctx context.Context, computerID string) error {
 			return nil
 		}
 	}
+}
+
+// sweepLoop frees, every SweepEvery, the slots etcd holds for this host
+// that none of its Computers holds.
+func (m *Member) sweepLoop(ctx context.Context) {
+	t := time.NewTicker(m.o.SweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if n, err := m.sweep(ctx); err != nil && ctx.Err() == nil {
+				m.o.Log.Warn("fleet: sweeping this host's slots", "err", err)
+			} else if n > 0 {
+				m.o.Log.Info("fleet: freed slots no Computer of this host holds", "slots", n)
+			}
+		}
+	}
+}
+
+// sweep deletes this host's computers/ keys (and their slots) that no
+// Reserve under way and no held slot accounts for. Each delete compares
+// the revision it read: a Reserve that confirmed or claimed the key since
+// wins.
+func (m *Member) sweep(ctx context.Context) (int, error) {
+	ctx, cancel := m.opctx(ctx)
+	defer cancel()
+	g, err := m.cli.Get(ctx, m.o.Prefix+"computers/", clientv3.WithPrefix())
+	if err != nil {
+		return 0, err
+	}
+	freed := 0
+	for _, kv := range g.Kvs {
+		var h holder
+		if json.Unmarshal(kv.Value, &h) != nil || h.Host != m.host.ID {
+			continue
+		}
+		id := strings.TrimPrefix(string(kv.Key), m.o.Prefix+"computers/")
+		m.mu.Lock()
+		_, held := m.held[id]
+		busy := m.pending[id] > 0
+		m.mu.Unlock()
+		if held || busy {
+			continue
+		}
+		r, err := m.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)).
+			Then(clientv3.OpDelete(string(kv.Key)), clientv3.OpDelete(m.slotKey(h.Slot))).Commit()
+		if err != nil {
+			return freed, err
+		}
+		if r.Succeeded {
+			freed++
+		}
+	}
+	return freed, nil
 }
 
 // Count is the number of fleet slots held, by every host.

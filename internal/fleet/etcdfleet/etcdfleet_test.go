@@ -225,6 +225,11 @@ func TestLeaseLossFreesSlots(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { // its keep-alive loop, retrying on a closed client
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		dead.Leave(ctx)
+	})
 	if r, err := dead.Reserve(ctxT(t), "c-0"); err != nil || r.Kind != etcdfleet.Reserved {
 		t.Fatalf("reserve on c: %+v %v", r, err)
 	}
@@ -456,4 +461,48 @@ func TestRejoinAfterLeaseLoss(t *testing.T) {
 			t.Fatalf("slot %s on lease %x", kv.Key, kv.Lease)
 		}
 	}
+}
+
+// TestGivenUpReserveHoldsNothing: a Reserve whose caller gives up (a
+// deadline that ends mid-call, at any step) answers an error and leaves
+// no slot behind once the sweep has run; only the reservations answered
+// reserved hold one, and none of them is swept.
+func TestGivenUpReserveHoldsNothing(t *testing.T) {
+	c := etcdtest.Start(t, 1)
+	m := join(t, c, "a", etcdfleet.Options{SlotLimit: 1000, SweepEvery: 100 * time.Millisecond})
+	reserved, failed := 0, 0
+	var ids []string
+	for i := range 300 {
+		d := time.Duration(200+i*13) * time.Microsecond // 0.2 ms to 4 ms
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		r, err := m.Reserve(ctx, fmt.Sprintf("c%d", i))
+		cancel()
+		switch {
+		case err != nil:
+			failed++
+		case r.Kind == etcdfleet.Reserved:
+			reserved++
+			ids = append(ids, fmt.Sprintf("c%d", i))
+		default:
+			t.Fatalf("reserve: %+v", r)
+		}
+	}
+	if n, err := m.Count(ctxT(t)); err != nil || n < reserved {
+		t.Fatalf("%d slots held, %d reservations answered reserved: %v", n, reserved, err)
+	}
+	waitFor(t, "the given-up claims to be swept", func() bool {
+		n, err := m.Count(ctxT(t))
+		if err == nil && n < reserved {
+			t.Fatalf("the sweep freed an acknowledged slot: %d held, %d reserved", n, reserved)
+		}
+		return err == nil && n == reserved
+	})
+	// Every acknowledged one is still there, and reserving it again is
+	// free.
+	for _, id := range ids {
+		if r, err := m.Reserve(ctxT(t), id); err != nil || r.Kind != etcdfleet.Reserved || r.Running != reserved {
+			t.Fatalf("re-reserve of %s: %+v %v, want reserved with %d running", id, r, err, reserved)
+		}
+	}
+	t.Logf("%d reserved, %d given up", reserved, failed)
 }
