@@ -516,6 +516,16 @@ func (m *Manager) admitAndLaunch(ctx context.Context, l *live, rec store.Compute
 	if fr, err := m.reserveFleet(ctx, id); err != nil {
 		return rec, err
 	} else if !fr.Reserved {
+		if rec.State == StateRunning || rec.State == StateStarting {
+			// Recorded as running with no sandbox here (a restart
+			// without a fleet slot, a recycle): it sleeps until there is
+			// room, rather than keep this host's slot.
+			// (A recycle records its own sleeping fact.)
+			m.releaseTo(ctx, id, StateSleeping)
+			if via != "recycle" {
+				m.emitLifecycle(ctx, id, State{State: StateSleeping}, via+": the fleet is full")
+			}
+		}
 		if wait {
 			pos, queued, err := m.st.EnqueueComputer(ctx, id, func(c *store.Computer) { c.State = StateQueued })
 			if err != nil {

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/computer"
 	"github.com/berth-dev/berth/internal/fleet/etcdtest"
@@ -237,4 +239,43 @@ func freeTCPPorts(n int) ([]string, error) {
 		out = append(out, strconv.Itoa(l.Addr().(*net.TCPAddr).Port))
 	}
 	return out, nil
+}
+
+// TestFleetSlotAfterRestart: a berth that stops leaves the fleet (its
+// lease revoked, its Computers' fleet slots freed) while its Computers run
+// on; started again, it re-adopts them and takes their slots again.
+func TestFleetSlotAfterRestart(t *testing.T) {
+	c := etcdtest.Start(t, 1)
+	dir := t.TempDir()
+	fleet := func(o *Options) {
+		o.Fleet = FleetOptions{Endpoints: c.Endpoints(), HostID: "alpha", Slots: 2, LeaseTTL: 2 * time.Second}
+	}
+	h := startWith(t, dir, fleet)
+	ctx := context.Background()
+	if _, err := h.s.computers.Create(ctx, computer.CreateRequest{ID: "desk", Start: true}); err != nil {
+		t.Fatal(err)
+	}
+	if hs := fleetHostsOf(t, h); hs.Slots.Held != 1 || hs.Hosts[0].Slots != 1 {
+		t.Fatalf("slots while desk runs: %+v", hs)
+	}
+	h.stop()
+	cli := c.Client(t)
+	g, err := cli.Get(ctx, "/berth/fleet/slots/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil || g.Count != 0 {
+		t.Fatalf("fleet slots after alpha stopped: %v %v, want 0", g, err)
+	}
+	h = startWith(t, dir, fleet)
+	got, err := h.s.computers.Get(ctx, "desk")
+	if err != nil || got.State.State != computer.StateRunning {
+		t.Fatalf("desk after the restart: %+v %v", got, err)
+	}
+	if hs := fleetHostsOf(t, h); hs.Slots.Held != 1 || hs.Hosts[0].Slots != 1 {
+		t.Fatalf("slots after the restart: %+v", hs)
+	}
+	if err := h.s.computers.Stop(ctx, "desk"); err != nil {
+		t.Fatal(err)
+	}
+	if hs := fleetHostsOf(t, h); hs.Slots.Held != 0 {
+		t.Fatalf("slots after desk stopped: %+v", hs)
+	}
 }
