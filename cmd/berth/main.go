@@ -29,6 +29,9 @@ func main() {
 			// The in-sandbox agent: runs inside each replica.
 			os.Exit(agent.Main(ctx, args[1:], os.Stderr))
 		case "host":
+			if len(args) > 1 && (args[1] == "cordon" || args[1] == "drain" || args[1] == "uncordon") {
+				break // a host of the server's fleet: the CLI's
+			}
 			// Checks and prepares this machine; needs no server.
 			os.Exit(hostcheck.Main(ctx, args[1:], driverOptions(), os.Stdout, os.Stderr))
 		}

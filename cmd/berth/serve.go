@@ -315,6 +315,14 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 	otlpEndpoint := fs.String("otlp-endpoint", env("BERTH_OTLP_ENDPOINT", ""), "export the data plane's traces (one span per request, with its stages and upstream attempts) over OTLP/HTTP to this collector: host:port, or an https:// URL (http:// with --otlp-insecure) whose path replaces /v1/traces; empty: no tracing (BERTH_OTLP_ENDPOINT)")
 	otlpInsecure := fs.Bool("otlp-insecure", envBool("BERTH_OTLP_INSECURE"), "send traces to --otlp-endpoint in plaintext, for a collector on loopback or a private network (BERTH_OTLP_INSECURE)")
 	traceSample := fs.Float64("trace-sample", floatEnv("BERTH_TRACE_SAMPLE", 1), "the share (0 to 1) of the traces berth starts that it records; a request with a traceparent follows its sampled flag (BERTH_TRACE_SAMPLE)")
+	storeURL := fs.String("store", env("BERTH_STORE", "sqlite"), "where deployments, tokens, secrets and the rest are kept: sqlite, the embedded store in --data-dir (the only backend yet; etcd:// is refused) (BERTH_STORE)")
+	etcdEndpoints := fs.String("etcd", env("BERTH_ETCD", ""), "comma-separated etcd client URLs: join the fleet of berths on that cluster (host membership, fleet-wide Computer slots); empty: this berth runs alone and no etcd code runs (BERTH_ETCD)")
+	etcdCA := fs.String("etcd-ca", env("BERTH_ETCD_CA", ""), "PEM file of the CA etcd's certificates are checked with (BERTH_ETCD_CA)")
+	etcdCert := fs.String("etcd-cert", env("BERTH_ETCD_CERT", ""), "PEM client certificate this host presents to etcd; with --etcd-key (BERTH_ETCD_CERT)")
+	etcdKey := fs.String("etcd-key", env("BERTH_ETCD_KEY", ""), "PEM private key of --etcd-cert (BERTH_ETCD_KEY)")
+	etcdDev := fs.Bool("etcd-dev", envBool("BERTH_ETCD_DEV"), "dev mode: embed a single etcd member in <data-dir>/etcd (clients on 127.0.0.1:2379, peers on 127.0.0.1:2380) and join the fleet on it; other berths on this machine join with --etcd http://127.0.0.1:2379 (BERTH_ETCD_DEV)")
+	hostID := fs.String("host-id", env("BERTH_HOST_ID", ""), "this host's id in the fleet; default an id made on first use and kept in <data-dir>/host-id (BERTH_HOST_ID)")
+	fleetSlots := fs.Int("fleet-slots", intEnv("BERTH_FLEET_SLOTS", 0), "the fleet-wide limit of Computers starting or running, across every host on --etcd (each host still applies its own); give every host the same; 0: no fleet limit (BERTH_FLEET_SLOTS)")
 	withDemo := fs.Bool("demo", false, "register demo deployments (a vm app that scales from zero, and a site) and print how to reach them")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -397,6 +405,18 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "berth serve: %v\n", err)
 		return 2
 	}
+	if err := checkStore(*storeURL); err != nil {
+		fmt.Fprintf(stderr, "berth serve: --store: %v\n", err)
+		return 2
+	}
+	fleetOpts := server.FleetOptions{
+		Endpoints: splitList(*etcdEndpoints), CAFile: *etcdCA, CertFile: *etcdCert, KeyFile: *etcdKey,
+		Dev: *etcdDev, HostID: *hostID, Slots: *fleetSlots,
+	}
+	if err := fleetOpts.Check(); err != nil {
+		fmt.Fprintf(stderr, "berth serve: %v\n", strings.TrimPrefix(err.Error(), "server: "))
+		return 2
+	}
 	guestNet, err := hostnet.ConfigFromEnv(*dataDir)
 	if err != nil {
 		fmt.Fprintf(stderr, "berth serve: %v\n", err)
@@ -417,8 +437,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 		ArtifactMaxBytes: *artifactMax, ArtifactAllowPrivate: *artifactPrivate, ArtifactRoots: splitList(*artifactRoots),
 		S3: workspace.S3Options{Endpoint: *s3Endpoint, Region: *s3Region, AccessKey: secrets["AWS_ACCESS_KEY_ID"],
 			SecretKey: secrets["AWS_SECRET_ACCESS_KEY"], SessionToken: secrets["AWS_SESSION_TOKEN"]},
-		WorkspaceArchiveBucket: *archiveBucket,
-		BuildAllowHTTP:         *buildHTTP, BuildNetwork: *buildNetwork, BuildTimeout: *buildTimeout,
+		WorkspaceArchiveBucket: *archiveBucket, Fleet: fleetOpts,
+		BuildAllowHTTP: *buildHTTP, BuildNetwork: *buildNetwork, BuildTimeout: *buildTimeout,
 		RegistryCAFile: *registryCA, RegistryAllowInsecure: splitList(*registryInsecure), ImageBudget: *imageBudget << 20,
 		GuardDryRun: !*guardEnforce, SIEM: siemConfig,
 		TelemetryRetention: retention, TelemetryMaxBytes: *telMax, TelemetryAccessRows: *telRows,
@@ -652,4 +672,17 @@ func durEnv(name string, def time.Duration) time.Duration {
 		}
 	}
 	return def
+}
+
+// checkStore accepts the store backends berth has: sqlite, the embedded
+// store in the data directory. An etcd:// store (deployments, tokens and
+// the rest in etcd) is refused rather than ignored: it is not built yet.
+func checkStore(v string) error {
+	switch {
+	case v == "" || v == "sqlite":
+		return nil
+	case strings.HasPrefix(v, "etcd://"):
+		return fmt.Errorf("%s: the etcd store backend is not supported yet: deployments, tokens, secrets and the rest stay in this host's SQLite store (--store sqlite); --etcd joins a fleet for host membership and Computer slots only", v)
+	}
+	return fmt.Errorf("%q: unknown store backend; the one there is is sqlite", v)
 }

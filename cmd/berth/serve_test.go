@@ -286,3 +286,28 @@ func TestServeRefusesBadOTLPEndpoint(t *testing.T) {
 		}
 	}
 }
+
+// TestServeRefusesFleetFlags: --store etcd:// is refused (the etcd store
+// backend is not built), and so are fleet flags without a fleet and
+// contradictory ones, at once, exit 2, naming what is wrong.
+func TestServeRefusesFleetFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--store", "etcd://127.0.0.1:2379"}, "the etcd store backend is not supported yet"},
+		{[]string{"--store", "postgres://x"}, "unknown store backend"},
+		{[]string{"--fleet-slots", "3"}, "need a fleet: give --etcd ENDPOINTS or --etcd-dev"},
+		{[]string{"--host-id", "a"}, "need a fleet"},
+		{[]string{"--etcd-ca", "/x.pem"}, "need a fleet"},
+		{[]string{"--etcd-dev", "--etcd", "http://127.0.0.1:2379"}, "either it or --etcd, not both"},
+		{[]string{"--etcd", "http://127.0.0.1:2379", "--etcd-cert", "/c.pem"}, "--etcd-cert and --etcd-key go together"},
+		{[]string{"--etcd", "http://127.0.0.1:2379", "--host-id", "a/b"}, "--host-id"},
+	} {
+		var stderr strings.Builder
+		code := serve(t.Context(), append([]string{"--proxy-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--egress-addr", "off", "--data-dir", t.TempDir(), "--no-host-setup"}, c.args...), &stderr)
+		if code != 2 || !strings.Contains(stderr.String(), c.want) {
+			t.Errorf("serve %q = %d, %q; want 2 and %q", c.args, code, stderr.String(), c.want)
+		}
+	}
+}

@@ -112,6 +112,9 @@ type Options struct {
 	// ObsStats is the telemetry queue's counters, in /metrics' obs for
 	// fleet callers; nil leaves obs out.
 	ObsStats func() apitype.ObsStats
+	// FleetHosts is the fleet this berth belongs to (/fleet/hosts); nil,
+	// when it runs alone, answers 409 fleet_not_configured there.
+	FleetHosts FleetHosts
 	// Plugins hosts the compiled-in plugins (/api/plugins,
 	// /namespaces/{name}/plugins); nil answers 503 there.
 	Plugins *plugin.Host
@@ -208,6 +211,7 @@ func New(o Options) *API {
 	a.handle("POST /security/webhooks/{id}/test", tierCRUD, wallFleet, a.testWebhook) // berth's own
 	a.routeJobs()
 	a.routeDisks()
+	a.routeFleetHosts()
 	a.routeRecords()
 	a.routeRollouts()
 	a.routeFeeds()

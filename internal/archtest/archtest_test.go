@@ -84,6 +84,9 @@ var rules = []struct {
 	{mod + "/internal/vm/spares", []string{mod + "/"}, "the spare-pool skeleton knows nothing of what its spares are"},
 	{mod + "/internal/vm/replicadir", []string{mod + "/internal/vm/process", mod + "/internal/vm/container", mod + "/internal/vm/kvm", mod + "/internal/vm/firecracker", mod + "/internal/vm/libvirt", mod + "/internal/vm/vmtest", mod + "/internal/hostnet", mod + "/internal/image"}, "the replica state directory is below the drivers that keep one"},
 	{mod + "/internal/fleet", []string{mod + "/internal/registry", mod + "/internal/admin", mod + "/internal/server", mod + "/internal/store", mod + "/internal/vm/"}, "the pool manager uses drivers only through the vm contract"},
+	{mod + "/internal/fleet/etcdfleet", []string{mod + "/"}, "fleet membership and slots know only etcd: the Computer manager and the admin API reach them through interfaces they declare, which the composition root connects"},
+	{mod + "/internal/fleet/etcdembed", []string{mod + "/"}, "the embedded etcd member is a leaf"},
+	{mod + "/internal/fleet/etcdtest", []string{mod + "/internal/fleet/etcdfleet", mod + "/internal/server", mod + "/internal/admin", mod + "/internal/computer"}, "the test clusters start etcd members and know nothing of what runs on them"},
 	{mod + "/internal/fleet", []string{mod + "/internal/proxy"}, "the control plane does not depend on the data plane: a pool publishes its replicas through fleet.Backends, which package registry connects to the data plane's pool"},
 	{mod + "/internal/admin", []string{mod + "/internal/server", mod + "/internal/store"}, "handlers reach storage through the registry"},
 	{mod + "/internal/rollout", []string{mod + "/internal/admin", mod + "/internal/server", mod + "/internal/proxy"}, "rollout records sit below the API that starts them and above the registry and the fleet that carry them out"},
@@ -139,7 +142,7 @@ var rules = []struct {
 }
 
 // testHelpers are packages only tests import.
-var testHelpers = []string{mod + "/internal/vm/vmtest", mod + "/internal/vm/vmfake", mod + "/internal/server/servertest", mod + "/internal/proxy/proxytest", mod + "/internal/contracttest", mod + "/internal/archtest", mod + "/internal/certs/rfc2136/bindtest", mod + "/internal/certs/pebbletest", mod + "/internal/oidc/oidctest", mod + "/internal/tracing/otlptest"}
+var testHelpers = []string{mod + "/internal/vm/vmtest", mod + "/internal/vm/vmfake", mod + "/internal/server/servertest", mod + "/internal/proxy/proxytest", mod + "/internal/contracttest", mod + "/internal/archtest", mod + "/internal/certs/rfc2136/bindtest", mod + "/internal/certs/pebbletest", mod + "/internal/oidc/oidctest", mod + "/internal/tracing/otlptest", mod + "/internal/fleet/etcdtest"}
 
 // allowed: by a rule's importer, the leaves it may import although the rule
 // forbids them (all of berth).

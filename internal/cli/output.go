@@ -182,7 +182,7 @@ var nameKeys = []string{"id", "sandbox_id", "name", "namespace"}
 // listKeys are the fields of a reply that hold its resources when the
 // reply itself names none (GET /images' {"images": [...]}, get vms'
 // {"vms": [...], "pending_vms": [...]}, GET /disks' {"disks": [...]}).
-var listKeys = []string{"images", "vms", "pending_vms", "deployments", "items", "disks"}
+var listKeys = []string{"images", "vms", "pending_vms", "deployments", "items", "disks", "hosts"}
 
 // docNames returns the names of the resources in one JSON document: an
 // object names itself, a list each element.

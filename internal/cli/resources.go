@@ -76,6 +76,8 @@ func init() {
 			get: namedVerb("get", func(ctx context.Context, e *env, ids []string) error { return e.listDisks(ctx, one(ids)) })},
 		{kind: "feed", aliases: []string{"feeds"},
 			get: namedVerb("get", func(ctx context.Context, e *env, ids []string) error { return e.listFeeds(ctx, one(ids)) })},
+		{kind: "host", aliases: []string{"hosts"},
+			get: namedVerb("get", func(ctx context.Context, e *env, ids []string) error { return e.listHosts(ctx, one(ids)) })},
 	}
 }
 

@@ -21,6 +21,9 @@ var (
 	ErrInvalid = errors.New("computer: invalid")
 	// ErrUnavailable: the store failed; the operation may be retried (503).
 	ErrUnavailable = errors.New("computer: unavailable")
+	// ErrFleetUnavailable: the fleet's slots could not be reserved (etcd
+	// unreachable, this host cordoned); a start may be retried (503).
+	ErrFleetUnavailable = errors.New("computer: the fleet's slots are unavailable")
 )
 
 // CapacityError is the answer to a start when every fleet slot (or every

@@ -56,6 +56,14 @@
 // for), and drained whenever a slot frees. A store failure is
 // ErrUnavailable (503).
 //
+// On a host of a fleet (Options.FleetSlots: berth serve --etcd and
+// --fleet-slots), a start also reserves a fleet-wide slot, before this
+// host's: a full fleet answers as a full host does (CapacityError, or the
+// queue), a fleet that cannot be reached or a cordoned host is
+// ErrFleetUnavailable (503), and every release of this host's slot
+// releases the fleet's. A berth that restarts takes the fleet slots of the
+// Computers it re-adopts again.
+//
 // # Usage ledger and facts
 //
 // Each sandbox lifetime is a runtime with an interval in the ledger

@@ -242,6 +242,12 @@ func (m *Manager) reconcile(ctx context.Context) error {
 		if ok && in.State == vm.StateRunning && m.adopt(ctx, rec, in) {
 			claimed[rec.Sandbox] = true
 			current[rec.RuntimeID] = true
+			// Its fleet slot went with the lease this berth revoked when
+			// it stopped: take it again. A fleet filled meanwhile leaves it
+			// running beyond the limit (it was running first).
+			if fr, err := m.reserveFleet(ctx, rec.ID); err != nil || !fr.Reserved {
+				m.log.Warn("computer: an adopted Computer runs without a fleet slot", "computer", rec.ID, "limit", fr.Limit, "err", err)
+			}
 			continue
 		}
 		m.log.Info("computer: sandbox gone after restart; sleeping", "computer", rec.ID, "sandbox", rec.Sandbox)

@@ -1,6 +1,7 @@
 package computer
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -96,6 +97,12 @@ type Options struct {
 	// RetryAfter is what a capacity answer tells callers to wait; default
 	// 5s.
 	RetryAfter time.Duration
+	// FleetSlots, when set, are the fleet-wide Computer slots of a fleet
+	// of hosts (berth serve --fleet-slots): a start reserves one before it
+	// takes this host's slot, and gives it back with it. A full fleet
+	// answers *CapacityError (or queues the start) as a full host does;
+	// one that cannot be reached, ErrFleetUnavailable.
+	FleetSlots FleetSlots
 
 	// Tick is the period of the idle, exit, recycle and queue loop;
 	// default 1s.
@@ -129,6 +136,24 @@ type Options struct {
 	// Now is the clock; tests replace it. Default time.Now.
 	Now func() time.Time
 	Log *slog.Logger
+}
+
+// FleetSlots are fleet-wide Computer slots, held beside this host's own
+// (createFleetSlots across hosts): Reserve is atomic across the fleet and
+// free for a Computer that holds a slot already; Release is idempotent.
+type FleetSlots interface {
+	Reserve(ctx context.Context, computerID string) (FleetReservation, error)
+	Release(ctx context.Context, computerID string) error
+}
+
+// FleetReservation is a fleet's answer to Reserve: reserved, or capacity
+// with its limit and how long to wait. An unavailable fleet is Reserve's
+// error.
+type FleetReservation struct {
+	Reserved   bool
+	Running    int
+	Limit      int
+	RetryAfter time.Duration
 }
 
 // LocalHost is the host id of this host when Options.HostID is empty.
@@ -486,6 +511,31 @@ func (m *Manager) admitAndLaunch(ctx context.Context, l *live, rec store.Compute
 	if err != nil {
 		return rec, m.storeErr(err)
 	}
+	// The fleet's slot first (free when it is held already): a full fleet
+	// is answered before anything is written here.
+	if fr, err := m.reserveFleet(ctx, id); err != nil {
+		return rec, err
+	} else if !fr.Reserved {
+		if rec.State == StateRunning || rec.State == StateStarting {
+			// Recorded as running with no sandbox here (a restart
+			// without a fleet slot, a recycle): it sleeps until there is
+			// room, rather than keep this host's slot.
+			// (A recycle records its own sleeping fact.)
+			m.releaseTo(ctx, id, StateSleeping)
+			if via != "recycle" {
+				m.emitLifecycle(ctx, id, State{State: StateSleeping}, via+": the fleet is full")
+			}
+		}
+		if wait {
+			pos, queued, err := m.st.EnqueueComputer(ctx, id, func(c *store.Computer) { c.State = StateQueued })
+			if err != nil {
+				return rec, m.storeErr(err)
+			}
+			m.emitLifecycle(ctx, id, State{State: StateQueued, Position: &pos}, via)
+			return queued, nil
+		}
+		return rec, &CapacityError{Limit: fr.Limit, RetryAfter: cmp.Or(fr.RetryAfter, m.o.RetryAfter)}
+	}
 	var (
 		unusable []string // backings this host cannot run, with why
 		hostFull bool
@@ -538,11 +588,14 @@ func (m *Manager) admitAndLaunch(ctx context.Context, l *live, rec store.Compute
 		}
 		return rec, fmt.Errorf("%w: backings: none can run on this host: %s", ErrInvalid, strings.Join(unusable, "; "))
 	case err != nil && !errors.Is(err, errNoHost):
+		m.releaseFleet(ctx, id)
 		return rec, m.storeErr(err)
 	case err != nil || !res.Reserved:
 		if len(failed) > 0 {
 			// Fell back onto full hosts: give the slot back.
 			m.releaseTo(ctx, id, StateSleeping)
+		} else {
+			m.releaseFleet(ctx, id)
 		}
 		if wait {
 			pos, queued, err := m.st.EnqueueComputer(ctx, id, func(c *store.Computer) { c.State = StateQueued })
@@ -696,7 +749,32 @@ func (m *Manager) releaseTo(ctx context.Context, id, state string) {
 	if err != nil {
 		m.log.Error("computer: releasing a slot", "computer", id, "err", err)
 	}
+	m.releaseFleet(ctx, id)
 	m.poke()
+}
+
+// reserveFleet reserves Computer id's fleet slot, when there is a fleet.
+func (m *Manager) reserveFleet(ctx context.Context, id string) (FleetReservation, error) {
+	if m.o.FleetSlots == nil {
+		return FleetReservation{Reserved: true}, nil
+	}
+	r, err := m.o.FleetSlots.Reserve(ctx, id)
+	if err != nil {
+		return r, fmt.Errorf("%w: %w", ErrFleetUnavailable, err)
+	}
+	return r, nil
+}
+
+// releaseFleet gives Computer id's fleet slot back, when there is a fleet.
+// A release that fails leaves the slot to the host's lease: it is freed
+// when this host leaves the fleet or dies.
+func (m *Manager) releaseFleet(ctx context.Context, id string) {
+	if m.o.FleetSlots == nil {
+		return
+	}
+	if err := m.o.FleetSlots.Release(context.WithoutCancel(ctx), id); err != nil {
+		m.log.Error("computer: releasing a fleet slot", "computer", id, "err", err)
+	}
 }
 
 // endRuntime destroys the sandbox of rec (if any), closes its usage

@@ -434,6 +434,8 @@ func managerError(err error, id string) error {
 		return web.Errorf(http.StatusConflict, "Computer %q already exists", id)
 	case errors.Is(err, computer.ErrInvalid):
 		return web.Errorf(http.StatusBadRequest, "%s", strings.TrimPrefix(err.Error(), "computer: "))
+	case errors.Is(err, computer.ErrFleetUnavailable):
+		return &web.Error{Status: http.StatusServiceUnavailable, Message: strings.TrimPrefix(err.Error(), "computer: "), Err: err, Header: http.Header{"Retry-After": {"5"}}}
 	case errors.Is(err, computer.ErrUnavailable):
 		return &web.Error{Status: http.StatusServiceUnavailable, Message: "the Computer store is unavailable", Err: err, Header: http.Header{"Retry-After": {"5"}}}
 	}

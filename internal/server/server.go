@@ -318,6 +318,10 @@ type Options struct {
 	// a per-namespace one; berth serve gives none).
 	ExtraPlugins []plugin.Plugin
 
+	// Fleet joins this host to a fleet of berths on etcd (berth serve
+	// --etcd, --etcd-dev); the zero value runs no etcd code.
+	Fleet FleetOptions
+
 	Log *slog.Logger
 }
 
@@ -406,6 +410,9 @@ type Server struct {
 	// telemetry is the embedded telemetry store; obs serves its API.
 	telemetry *telemetry.Store
 	obs       *obs.Handler
+	// fleetHost is this host in its fleet of berths (Options.Fleet);
+	// nil when it runs alone.
+	fleetHost *fleetMember
 }
 
 // New opens the store, restores deployments and binds the listeners.
@@ -418,6 +425,9 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	}
 	if o.DataDir == "" {
 		return nil, errors.New("server: a data directory is required")
+	}
+	if err := o.Fleet.Check(); err != nil {
+		return nil, err
 	}
 	// Absolute from here on: the default (./berth-data) is relative, and
 	// what is derived from it (Computer workspaces, replica and site
@@ -569,9 +579,15 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	// sandboxes: a registry reference is pulled (or its use by the
 	// namespace proved) the same way for both.
 	images := &imagePreparer{s: s, log: o.Log, started: map[string]bool{}}
+	// The fleet (if any) before the Computers: a start, and the adoption
+	// of the Computers still running, reserve its slots.
+	if err := s.openFleet(ctx, s.fleet.DriverNames()); err != nil {
+		return nil, err
+	}
+	undo = append(undo, s.closeFleet)
 	s.computers, err = computer.New(ctx, computer.Options{
 		Store: st, Drivers: ds, Inventory: s.inventory, DataDir: o.DataDir, BaseDomain: portDomain(o), Log: o.Log,
-		RecycleAfter: o.ComputerRecycleAfter, Prepare: images.prepareComputer,
+		RecycleAfter: o.ComputerRecycleAfter, Prepare: images.prepareComputer, FleetSlots: s.computerSlots(),
 	})
 	if err != nil {
 		return nil, err
@@ -731,6 +747,8 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		Feed:     s.feed,
 		ObsStats: s.obsStats,
 		Plugins:  plugins,
+
+		FleetHosts: s.adminFleet(),
 	})
 	// The Computer API shares the listener and the gate, and its brake
 	// counts bad grants with bad admin credentials.
@@ -767,6 +785,9 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		IdleTimeout:       o.IdleTimeout,
 		MaxHeaderBytes:    1 << 20,
 		ErrorLog:          slog.NewLogLogger(o.Log.Handler(), slog.LevelDebug),
+	}
+	if err := s.advertise(ctx); err != nil {
+		return nil, err
 	}
 	o.Log.Info("berth listening", "proxy", s.ProxyAddr(), "proxy_tls", s.ProxyTLSAddr(), "admin", s.AdminAddr(), "admin_tls", s.adminTLS, "data_dir", o.DataDir, "deployments", s.registry.Len())
 	return s, nil
@@ -950,6 +971,10 @@ func (s *Server) Run(ctx context.Context) error {
 	serving.Wait()
 	stopLoops()
 	loops.Wait()
+	// Leaving the fleet revokes this host's lease: it leaves the host list
+	// and its Computers' fleet slots are freed (they keep running, and
+	// the next start of berth takes their slots again).
+	s.closeFleet()
 	s.disks.Close() // archives under way end, recorded failed
 	s.workspaces.close()
 	drivers.CloseAll(s.driverClosers, s.log)

@@ -1,0 +1,55 @@
+package apitype
+
+// FleetHosts is GET /fleet/hosts (berth's own): the live hosts of the fleet
+// this berth belongs to (berth serve --etcd), by id, and the fleet's
+// Computer slots.
+type FleetHosts struct {
+	// Self is the id of the host that answered.
+	Self  string      `json:"self"`
+	Hosts []FleetHost `json:"hosts"`
+	Slots FleetSlots  `json:"slots"`
+}
+
+// FleetHost is one live host: what it registered, its state and the fleet
+// slots its Computers hold.
+type FleetHost struct {
+	ID string `json:"id"`
+	// Address is the host's admin API address as it advertises it.
+	Address  string            `json:"address"`
+	Drivers  []string          `json:"drivers"`
+	Capacity FleetHostCapacity `json:"capacity"`
+	Version  string            `json:"version"`
+	// StartedAt is when its berth started, in Unix seconds.
+	StartedAt int64 `json:"started_at"`
+	// State is active, cordoned or draining; StateSince (Unix seconds)
+	// is when it was cordoned or drained, absent while active.
+	State      string `json:"state"`
+	StateSince int64  `json:"state_since,omitempty"`
+	// Slots is the fleet slots its Computers hold.
+	Slots int `json:"slots"`
+}
+
+// FleetHostCapacity is a host's capacity: the Computer contract's
+// hostCapacitySchema (maxActive, reservedHeadroom; 0 when the host
+// registers none) and its CPUs and memory.
+type FleetHostCapacity struct {
+	MaxActive        int   `json:"max_active"`
+	ReservedHeadroom int   `json:"reserved_headroom"`
+	CPUs             int   `json:"cpus"`
+	MemoryBytes      int64 `json:"memory_bytes"`
+}
+
+// FleetSlots are the fleet's Computer slots: Held across every host, out
+// of Limit (0: the fleet has no limit of its own).
+type FleetSlots struct {
+	Held  int `json:"held"`
+	Limit int `json:"limit"`
+}
+
+// Host states (FleetHost.State; POST /fleet/hosts/{id}/cordon, /drain,
+// /uncordon).
+const (
+	HostActive   = "active"
+	HostCordoned = "cordoned"
+	HostDraining = "draining"
+)
