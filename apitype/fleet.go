@@ -53,3 +53,25 @@ const (
 	HostCordoned = "cordoned"
 	HostDraining = "draining"
 )
+
+// FleetTokens is GET /fleet/tokens: the fleet tokens (`fleet: true`,
+// valid on every host), by id, each with the hex SHA-256 of its secret
+// and never the secret (app-lb.md §7.6's `{tokens:[{name, secret_sha256,
+// …}]}`; the contract declares no shape for it).
+type FleetTokens struct {
+	Tokens []FleetToken `json:"tokens"`
+}
+
+// FleetToken is one fleet token as GET /fleet/tokens exports it: its
+// grants, the hash of its secret, and Host, the host that minted it.
+type FleetToken struct {
+	ID           string     `json:"id"`
+	Name         string     `json:"name"`
+	Admin        AdminScope `json:"admin"`
+	Namespace    string     `json:"namespace,omitempty"`
+	Deployments  []string   `json:"deployments"`
+	CreatedAt    int64      `json:"created_at"`
+	ExpiresAt    *int64     `json:"expires_at,omitempty"`
+	SecretSHA256 string     `json:"secret_sha256"`
+	Host         string     `json:"host"`
+}

@@ -32,6 +32,21 @@ func (a *API) routeFleetHosts() {
 	a.handle("POST /fleet/hosts/{id}/cordon", tierCRUD, wallFleet, a.setHostState(apitype.HostCordoned))
 	a.handle("POST /fleet/hosts/{id}/drain", tierCRUD, wallFleet, a.setHostState(apitype.HostDraining))
 	a.handle("POST /fleet/hosts/{id}/uncordon", tierCRUD, wallFleet, a.setHostState(apitype.HostActive))
+	// The fleet tokens, hashes only (app-lb.md §7.6): fleet-wide, view.
+	a.handle("GET /fleet/tokens", tierView, wallFleet, a.listFleetTokens)
+}
+
+func (a *API) listFleetTokens(w http.ResponseWriter, r *http.Request) error {
+	if a.o.Tokens == nil {
+		return unavailable("app-tokens")
+	}
+	ts, err := a.o.Tokens.FleetTokens()
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	web.WriteJSON(w, http.StatusOK, ts)
+	return nil
 }
 
 func (a *API) fleetHosts() (FleetHosts, error) {

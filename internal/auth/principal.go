@@ -35,6 +35,11 @@ type Token struct {
 	// OpenAdmin: minted or last changed while the admin API had no
 	// operator password (see TokensConfig.Open).
 	OpenAdmin bool
+	// Fleet: a fleet token, valid on every host of the fleet (kept in
+	// etcd, not in this host's store; see Tokens.UseFleet). MirroredFrom
+	// is the host that minted it when that is another host.
+	Fleet        bool
+	MirroredFrom string
 }
 
 // Summary is the token's wire form.
@@ -53,6 +58,10 @@ func (t *Token) Summary() apitype.TokenSummary {
 	if !t.LastUsedAt.IsZero() {
 		v := t.LastUsedAt.Unix()
 		s.LastUsedAt = &v
+	}
+	if t.Fleet {
+		yes := true
+		s.Fleet, s.MirroredFrom = &yes, t.MirroredFrom
 	}
 	return s
 }

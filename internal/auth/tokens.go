@@ -73,14 +73,26 @@ type Tokens struct {
 
 	wmu sync.Mutex // serialises writes (store first, then memory)
 
-	mu   sync.Mutex // guards byID
+	mu   sync.Mutex // guards byID and the fleet fields below
 	byID map[string]*tokenEntry
+
+	// The fleet (UseFleet; nil without one), this host's id in it, the
+	// fleet revision the mirror has reached, and a channel closed (and
+	// replaced) each time it moves on.
+	fleet     FleetTokenStore
+	self      string
+	mirrorRev int64
+	mirrored  chan struct{}
 }
 
 type tokenEntry struct {
 	tok     Token
 	hash    string
 	flushed time.Time // last_used_at as last written to the store
+	// fleet: a fleet token, held as the fleet reports it and not in the
+	// store; host minted it.
+	fleet bool
+	host  string
 }
 
 // NewTokens loads the stored tokens.
@@ -101,7 +113,7 @@ func NewTokens(ctx context.Context, cfg TokensConfig) (*Tokens, error) {
 	if err != nil {
 		return nil, fmt.Errorf("auth: load tokens: %w", err)
 	}
-	ts := &Tokens{cfg: cfg, byID: map[string]*tokenEntry{}}
+	ts := &Tokens{cfg: cfg, byID: map[string]*tokenEntry{}, mirrored: make(chan struct{})}
 	refused := 0
 	for _, r := range rows {
 		ts.byID[r.ID] = &tokenEntry{tok: fromRow(r), hash: r.SecretSHA256, flushed: r.LastUsedAt}
@@ -170,7 +182,8 @@ func (ts *Tokens) use(ctx context.Context, id string, proven func(hash string) b
 		return nil, ErrOpenAdminToken
 	}
 	e.tok.LastUsedAt = now
-	flush := now.Sub(e.flushed) >= touchEvery
+	// A fleet token's use is this host's to know: it is not in the store.
+	flush := !e.fleet && now.Sub(e.flushed) >= touchEvery
 	if flush {
 		e.flushed = now
 	}
@@ -208,8 +221,15 @@ func (ts *Tokens) Mint(ctx context.Context, by *Principal, req apitype.NewToken)
 	if err := checkToken(&t); err != nil {
 		return MintedView{}, err
 	}
-	if req.Fleet != nil && *req.Fleet {
-		return MintedView{}, web.Errorf(http.StatusConflict, "fleet tokens are minted on a control plane: this berth has no gateways configured")
+	fleet, self := ts.fleetStore()
+	isFleet := req.Fleet != nil && *req.Fleet
+	if isFleet {
+		if fleet == nil {
+			return MintedView{}, errNoFleet()
+		}
+		if !by.Fleet() {
+			return MintedView{}, web.Errorf(http.StatusForbidden, "only a fleet-wide credential mints fleet tokens: this one is confined to a namespace or scoped to specific deployments")
+		}
 	}
 	if req.ExpiresInSecs != nil {
 		if *req.ExpiresInSecs <= 0 {
@@ -230,6 +250,13 @@ func (ts *Tokens) Mint(ctx context.Context, by *Principal, req apitype.NewToken)
 	t.ID = id
 	ts.wmu.Lock()
 	defer ts.wmu.Unlock()
+	if isFleet {
+		if err := ts.publish(ctx, fleet, FleetToken{Token: t, SecretSHA256: hash, Host: self}); err != nil {
+			return MintedView{}, err
+		}
+		t.Fleet = true
+		return MintedView{TokenView: t.View(), Token: raw}, nil
+	}
 	if err := ts.cfg.Store.PutToken(ctx, toRow(t, hash)); err != nil {
 		return MintedView{}, &web.Error{Status: http.StatusInternalServerError, Message: "the token was not saved", Err: err}
 	}
@@ -337,8 +364,9 @@ func (ts *Tokens) List(ctx context.Context, by *Principal) ([]TokenView, error) 
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	out := []TokenView{}
+	now := ts.cfg.Now()
 	for _, e := range ts.byID {
-		if manages(by, &e.tok) {
+		if manages(by, &e.tok) && !e.tok.expired(now) {
 			out = append(out, e.tok.View())
 		}
 	}
@@ -352,13 +380,24 @@ func (ts *Tokens) sweep(ctx context.Context) {
 	ts.wmu.Lock()
 	defer ts.wmu.Unlock()
 	ts.mu.Lock()
-	var dead []string
+	var dead, deadFleet []string
 	for id, e := range ts.byID {
-		if e.tok.expired(now) {
+		switch {
+		case e.tok.expired(now) && e.fleet:
+			deadFleet = append(deadFleet, id)
+		case e.tok.expired(now):
 			dead = append(dead, id)
 		}
 	}
+	fleet := ts.fleet
 	ts.mu.Unlock()
+	// An expired fleet token is removed from the fleet, and leaves here
+	// when the fleet reports it gone (refused meanwhile: it is expired).
+	for _, id := range deadFleet {
+		if _, err := fleet.DeleteFleetToken(ctx, id); err != nil && !errors.Is(err, ErrNoFleetToken) {
+			ts.cfg.Log.Warn("could not remove an expired fleet token", "token", id, "err", err)
+		}
+	}
 	for _, id := range dead {
 		if err := ts.cfg.Store.DeleteToken(ctx, id); err != nil && !errors.Is(err, store.ErrNotFound) {
 			ts.cfg.Log.Warn("could not remove an expired token", "token", id, "err", err)
@@ -394,8 +433,12 @@ func (ts *Tokens) Patch(ctx context.Context, by *Principal, id string, p apitype
 		ts.mu.Unlock()
 		return TokenView{}, noToken(id)
 	}
-	t, hash := clone(e.tok), e.hash
+	t, hash, isFleet, origin := clone(e.tok), e.hash, e.fleet, e.host
+	fleet, self := ts.fleet, ts.self
 	ts.mu.Unlock()
+	if isFleet && origin != self {
+		return TokenView{}, web.Errorf(http.StatusConflict, "%s is a fleet token mirrored from %s; change it there (or revoke it, which any host of the fleet can)", id, origin)
+	}
 
 	if p.Name != "" {
 		t.Name = strings.TrimSpace(p.Name)
@@ -425,6 +468,14 @@ func (ts *Tokens) Patch(ctx context.Context, by *Principal, id string, p apitype
 	// A token widened while anyone could widen it is no better than one
 	// minted then.
 	t.OpenAdmin = t.OpenAdmin || ts.cfg.Open
+	if isFleet {
+		pub := clone(t)
+		pub.Fleet, pub.MirroredFrom = false, ""
+		if err := ts.publish(ctx, fleet, FleetToken{Token: pub, SecretSHA256: hash, Host: origin}); err != nil {
+			return TokenView{}, err
+		}
+		return t.View(), nil
+	}
 	if err := ts.cfg.Store.PutToken(ctx, toRow(t, hash)); err != nil {
 		return TokenView{}, &web.Error{Status: http.StatusInternalServerError, Message: "the token was not saved", Err: err}
 	}
@@ -444,9 +495,20 @@ func (ts *Tokens) Revoke(ctx context.Context, by *Principal, id string) error {
 	ts.mu.Lock()
 	e := ts.byID[id]
 	ok := e != nil && manages(by, &e.tok)
+	isFleet, fleet := ok && e.fleet, ts.fleet
 	ts.mu.Unlock()
 	if !ok {
 		return noToken(id)
+	}
+	if isFleet {
+		// Revoked on every host: the fleet deletes it, and each host's
+		// mirror drops it.
+		rev, err := fleet.DeleteFleetToken(ctx, id)
+		if err != nil && !errors.Is(err, ErrNoFleetToken) {
+			return &web.Error{Status: http.StatusServiceUnavailable, Message: "the fleet token was not revoked: etcd could not be written", Err: err, Header: http.Header{"Retry-After": {"5"}}}
+		}
+		ts.awaitMirror(ctx, rev)
+		return nil
 	}
 	if err := ts.cfg.Store.DeleteToken(ctx, id); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return &web.Error{Status: http.StatusInternalServerError, Message: "the token was not revoked", Err: err}

@@ -85,6 +85,8 @@ type fleetMember struct {
 	m    *etcdfleet.Member
 	cli  *clientv3.Client
 	etcd *etcdembed.Server // the --etcd-dev member; nil otherwise
+	// stopWatch stops following the fleet tokens (mirrorFleetTokens).
+	stopWatch func()
 }
 
 // openFleet starts the --etcd-dev member, connects to etcd and registers
@@ -173,6 +175,9 @@ func (s *Server) closeFleet() {
 }
 
 func (fm *fleetMember) close(s *Server) {
+	if fm.stopWatch != nil {
+		fm.stopWatch()
+	}
 	if fm.m != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		if err := fm.m.Leave(ctx); err != nil {

@@ -585,6 +585,9 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		return nil, err
 	}
 	undo = append(undo, s.closeFleet)
+	if err := s.mirrorFleetTokens(ctx, tokens); err != nil {
+		return nil, err
+	}
 	s.computers, err = computer.New(ctx, computer.Options{
 		Store: st, Drivers: ds, Inventory: s.inventory, DataDir: o.DataDir, BaseDomain: portDomain(o), Log: o.Log,
 		RecycleAfter: o.ComputerRecycleAfter, Prepare: images.prepareComputer, FleetSlots: s.computerSlots(),
