@@ -75,3 +75,23 @@ type FleetToken struct {
 	SecretSHA256 string     `json:"secret_sha256"`
 	Host         string     `json:"host"`
 }
+
+// FleetJoinRequest is POST /fleet/join's body (berth fleet join): the
+// one-time join token `berth fleet init` printed, and a PEM certificate
+// request for this host's key, which never leaves the host.
+type FleetJoinRequest struct {
+	Token string `json:"token"`
+	CSR   string `json:"csr"`
+}
+
+// FleetJoinResponse is what a joining host receives: its client
+// certificate signed by the fleet CA, the CA (the joiner checks it
+// against the fingerprint it was given before trusting anything else),
+// and the etcd endpoints to reach the fleet at.
+type FleetJoinResponse struct {
+	CA          string   `json:"ca"`
+	Certificate string   `json:"certificate"`
+	Endpoints   []string `json:"endpoints"`
+	HostID      string   `json:"host_id"`
+	NotAfter    int64    `json:"not_after"`
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/berth-dev/berth/internal/agent"
 	"github.com/berth-dev/berth/internal/cli"
 	"github.com/berth-dev/berth/internal/demo"
+	"github.com/berth-dev/berth/internal/fleet/fleetca"
 	"github.com/berth-dev/berth/internal/hostcheck"
 )
 
@@ -28,6 +29,10 @@ func main() {
 		case "agent":
 			// The in-sandbox agent: runs inside each replica.
 			os.Exit(agent.Main(ctx, args[1:], os.Stderr))
+		case "fleet":
+			// Sets this machine up for a fleet (its CA, certificates and
+			// fleet.json in the data dir); join asks the first host.
+			os.Exit(fleetca.Main(ctx, args[1:], os.Stdout, os.Stderr))
 		case "host":
 			if len(args) > 1 && (args[1] == "cordon" || args[1] == "drain" || args[1] == "uncordon") {
 				break // a host of the server's fleet: the CLI's

@@ -413,7 +413,10 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 		Endpoints: splitList(*etcdEndpoints), CAFile: *etcdCA, CertFile: *etcdCert, KeyFile: *etcdKey,
 		Dev: *etcdDev, HostID: *hostID, Slots: *fleetSlots,
 	}
-	if err := fleetOpts.Check(); err != nil {
+	if fo, err := fleetOpts.FromDataDir(*dataDir); err != nil {
+		fmt.Fprintf(stderr, "berth serve: %v\n", strings.TrimPrefix(err.Error(), "server: "))
+		return 2
+	} else if err := fo.Check(); err != nil {
 		fmt.Fprintf(stderr, "berth serve: %v\n", strings.TrimPrefix(err.Error(), "server: "))
 		return 2
 	}

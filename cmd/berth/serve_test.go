@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/internal/fleet/fleetca"
 	"github.com/berth-dev/berth/internal/hostcheck"
 	"github.com/berth-dev/berth/internal/hostnet"
 	"github.com/berth-dev/berth/internal/hostnet/netnstest"
@@ -309,5 +310,20 @@ func TestServeRefusesFleetFlags(t *testing.T) {
 		if code != 2 || !strings.Contains(stderr.String(), c.want) {
 			t.Errorf("serve %q = %d, %q; want 2 and %q", c.args, code, stderr.String(), c.want)
 		}
+	}
+}
+
+// TestServeRefusesDevOverFleetConfig: a data dir berth fleet init set up
+// runs its fleet from fleet.json; --etcd-dev contradicts it: exit 2.
+func TestServeRefusesDevOverFleetConfig(t *testing.T) {
+	dir := t.TempDir()
+	var out, errb strings.Builder
+	if code := fleetca.Main(t.Context(), []string{"init", "--data-dir", dir, "--advertise", "127.0.0.1:1"}, &out, &errb); code != 0 {
+		t.Fatalf("fleet init: %d %s", code, errb.String())
+	}
+	var stderr strings.Builder
+	code := serve(t.Context(), []string{"--proxy-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--egress-addr", "off", "--data-dir", dir, "--no-host-setup", "--etcd-dev"}, &stderr)
+	if code != 2 || !strings.Contains(stderr.String(), "--etcd-dev contradicts") || !strings.Contains(stderr.String(), "fleet.json") {
+		t.Fatalf("serve --etcd-dev over fleet.json = %d, %q", code, stderr.String())
 	}
 }

@@ -115,6 +115,9 @@ type Options struct {
 	// FleetHosts is the fleet this berth belongs to (/fleet/hosts); nil,
 	// when it runs alone, answers 409 fleet_not_configured there.
 	FleetHosts FleetHosts
+	// FleetJoin signs joining hosts' certificates (POST /fleet/join) on
+	// the host holding the fleet CA; nil answers 409 there.
+	FleetJoin FleetJoiner
 	// Plugins hosts the compiled-in plugins (/api/plugins,
 	// /namespaces/{name}/plugins); nil answers 503 there.
 	Plugins *plugin.Host
@@ -212,6 +215,7 @@ func New(o Options) *API {
 	a.routeJobs()
 	a.routeDisks()
 	a.routeFleetHosts()
+	a.routeFleetJoin()
 	a.routeRecords()
 	a.routeRollouts()
 	a.routeFeeds()

@@ -86,6 +86,7 @@ var rules = []struct {
 	{mod + "/internal/fleet", []string{mod + "/internal/registry", mod + "/internal/admin", mod + "/internal/server", mod + "/internal/store", mod + "/internal/vm/"}, "the pool manager uses drivers only through the vm contract"},
 	{mod + "/internal/fleet/etcdfleet", []string{mod + "/"}, "fleet membership and slots know only etcd: the Computer manager and the admin API reach them through interfaces they declare, which the composition root connects"},
 	{mod + "/internal/fleet/etcdembed", []string{mod + "/"}, "the embedded etcd member is a leaf"},
+	{mod + "/internal/fleet/fleetca", []string{mod + "/internal/", mod + "/client", mod + "/cmd/"}, "the fleet CA and its files know only the wire types of the join (apitype): berth serve reads its fleet.json through the composition root"},
 	{mod + "/internal/fleet/etcdtest", []string{mod + "/internal/fleet/etcdfleet", mod + "/internal/server", mod + "/internal/admin", mod + "/internal/computer"}, "the test clusters start etcd members and know nothing of what runs on them"},
 	{mod + "/internal/fleet", []string{mod + "/internal/proxy"}, "the control plane does not depend on the data plane: a pool publishes its replicas through fleet.Backends, which package registry connects to the data plane's pool"},
 	{mod + "/internal/admin", []string{mod + "/internal/server", mod + "/internal/store"}, "handlers reach storage through the registry"},

@@ -141,6 +141,7 @@ Usage:
 Commands:
 `)
 	fmt.Fprintf(&b, "  %-10s %s\n", "serve", "Run the gateway server (see 'berth serve -h')")
+	fmt.Fprintf(&b, "  %-10s %s\n", "fleet", "Set up a fleet of berths: fleet init, fleet join, fleet status (see 'berth fleet -h')")
 	for _, c := range commands {
 		fmt.Fprintf(&b, "  %-10s %s\n", c.name, c.summary)
 	}

@@ -54,6 +54,10 @@ type FleetOptions struct {
 	LeaseTTL time.Duration
 	// Prefix is the fleet's key prefix; default etcdfleet.DefaultPrefix.
 	Prefix string
+
+	// member is the embedded etcd member of the fleet's first host, with
+	// mutual TLS (FromDataDir: berth fleet init).
+	member *etcdembed.Config
 }
 
 func (f FleetOptions) enabled() bool { return f.Dev || len(f.Endpoints) > 0 }
@@ -92,7 +96,10 @@ type fleetMember struct {
 // openFleet starts the --etcd-dev member, connects to etcd and registers
 // this host (its address is filled once the listeners are bound).
 func (s *Server) openFleet(ctx context.Context, driverNames []string) (err error) {
-	f := s.o.Fleet
+	f, err := s.o.Fleet.FromDataDir(s.o.DataDir)
+	if err != nil {
+		return err
+	}
 	if err := f.Check(); err != nil {
 		return err
 	}
@@ -115,6 +122,12 @@ func (s *Server) openFleet(ctx context.Context, driverNames []string) (err error
 		}
 		endpoints = fm.etcd.Endpoints()
 		s.log.Info("fleet: embedded etcd member (dev mode)", "dir", filepath.Join(s.o.DataDir, "etcd"), "endpoints", strings.Join(endpoints, ","))
+	}
+	if f.member != nil {
+		if fm.etcd, err = etcdembed.Start(ctx, *f.member); err != nil {
+			return fmt.Errorf("server: the fleet's etcd member (berth fleet init): %w", err)
+		}
+		s.log.Info("fleet: embedded etcd member (mutual TLS)", "dir", f.member.Dir, "client_url", f.member.ClientURL, "peer_url", f.member.PeerURL)
 	}
 	tlsConf, err := etcdTLS(f)
 	if err != nil {

@@ -752,6 +752,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		Plugins:  plugins,
 
 		FleetHosts: s.adminFleet(),
+		FleetJoin:  s.adminFleetJoin(),
 	})
 	// The Computer API shares the listener and the gate, and its brake
 	// counts bad grants with bad admin credentials.

@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -34,6 +35,11 @@ type Config struct {
 	// must be loopback addresses unless AllowNonLoopback.
 	ClientURL, PeerURL string
 	AllowNonLoopback   bool
+	// TLS, when set, serves clients and peers over https with mutual
+	// TLS: a client or peer must present a certificate of TLS.CAFile
+	// (ClientURL and PeerURL are then https://, and need not be
+	// loopback: without a certificate of the fleet CA nothing connects).
+	TLS *TLSFiles
 	// InitialCluster is name=peerURL,… for every member of a new cluster;
 	// empty: this member alone.
 	InitialCluster string
@@ -47,6 +53,12 @@ type Config struct {
 	// StartTimeout bounds the wait for the member to be ready (for a
 	// cluster: for a quorum to form); default 60s.
 	StartTimeout time.Duration
+}
+
+// TLSFiles are the member's certificate, its key and the CA clients and
+// peers are checked with.
+type TLSFiles struct {
+	CertFile, KeyFile, CAFile string
 }
 
 // Server is a running member.
@@ -70,18 +82,27 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 	if c.Dir == "" {
 		return nil, errors.New("etcdembed: a data directory is required")
 	}
-	cu, err := parseURL(c.ClientURL, c.AllowNonLoopback)
+	scheme := "http"
+	if c.TLS != nil {
+		scheme = "https"
+	}
+	cu, err := parseURL(c.ClientURL, scheme, c.AllowNonLoopback || c.TLS != nil)
 	if err != nil {
 		return nil, fmt.Errorf("etcdembed: client URL: %w", err)
 	}
-	pu, err := parseURL(c.PeerURL, c.AllowNonLoopback)
+	pu, err := parseURL(c.PeerURL, scheme, c.AllowNonLoopback || c.TLS != nil)
 	if err != nil {
 		return nil, fmt.Errorf("etcdembed: peer URL: %w", err)
 	}
 	cfg := embed.NewConfig()
 	cfg.Name, cfg.Dir = c.Name, c.Dir
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{listenURL(cu)}, []url.URL{*cu}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{listenURL(pu)}, []url.URL{*pu}
+	if c.TLS != nil {
+		for _, ti := range []*transport.TLSInfo{&cfg.ClientTLSInfo, &cfg.PeerTLSInfo} {
+			ti.CertFile, ti.KeyFile, ti.TrustedCAFile, ti.ClientCertAuth = c.TLS.CertFile, c.TLS.KeyFile, c.TLS.CAFile, true
+		}
+	}
 	cfg.InitialCluster = c.InitialCluster
 	if cfg.InitialCluster == "" {
 		cfg.InitialCluster = c.Name + "=" + pu.String()
@@ -150,13 +171,13 @@ func (g *gatedWriter) Write(p []byte) (int, error) {
 	return g.w.Write(p)
 }
 
-func parseURL(s string, allowNonLoopback bool) (*url.URL, error) {
+func parseURL(s, scheme string, allowNonLoopback bool) (*url.URL, error) {
 	u, err := url.Parse(s)
 	if err != nil {
 		return nil, err
 	}
-	if u.Scheme != "http" || u.Port() == "" || u.Path != "" && u.Path != "/" {
-		return nil, fmt.Errorf("%q: want http://host:port", s)
+	if u.Scheme != scheme || u.Port() == "" || u.Path != "" && u.Path != "/" {
+		return nil, fmt.Errorf("%q: want %s://host:port", s, scheme)
 	}
 	u.Path = ""
 	if !allowNonLoopback {
@@ -166,6 +187,21 @@ func parseURL(s string, allowNonLoopback bool) (*url.URL, error) {
 		}
 	}
 	return u, nil
+}
+
+// listenURL is where a member advertised at u listens: u itself when it
+// names an IP address, every address at its port when it names a host
+// (etcd binds IP addresses only; a host name other than localhost is
+// allowed only with TLS, whose client certificates guard every address).
+func listenURL(u *url.URL) url.URL {
+	l := *u
+	switch {
+	case strings.EqualFold(u.Hostname(), "localhost"):
+		l.Host = net.JoinHostPort("127.0.0.1", u.Port())
+	case net.ParseIP(u.Hostname()) == nil:
+		l.Host = net.JoinHostPort("0.0.0.0", u.Port())
+	}
+	return l
 }
 
 func defaultString(s, d string) string {

@@ -1,0 +1,61 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"github.com/berth-dev/berth/apitype"
+	"github.com/berth-dev/berth/internal/web"
+)
+
+// FleetJoiner signs a joining host's certificate request (berth fleet
+// join) on the host that holds the fleet CA (berth fleet init; package
+// fleetca, which the composition root adapts).
+type FleetJoiner interface {
+	// Join spends req.Token and answers the host's certificate;
+	// ErrJoinRefused for a token that is not good (unknown, used or
+	// expired), ErrJoinBadRequest for a malformed request.
+	Join(ctx context.Context, req apitype.FleetJoinRequest) (apitype.FleetJoinResponse, error)
+}
+
+// FleetJoiner's refusals; the error's text says why.
+var (
+	ErrJoinRefused    = errors.New("admin: join refused")
+	ErrJoinBadRequest = errors.New("admin: bad join request")
+)
+
+// POST /fleet/join takes no credential: the one-time join token in the
+// body is one (compared in constant time, good once, for an hour by
+// default). The answer is a certificate for a key the joiner keeps and
+// the CA the joiner checks against the fingerprint it was given, so the
+// route may be served in plaintext (README, Fleet).
+func (a *API) routeFleetJoin() {
+	a.handle("POST /fleet/join", tierOpen, wallNone, a.fleetJoin)
+}
+
+func (a *API) fleetJoin(w http.ResponseWriter, r *http.Request) error {
+	if a.o.FleetJoin == nil {
+		return &web.Error{Status: http.StatusConflict, Code: "fleet_ca_not_here",
+			Message: "this berth holds no fleet CA: hosts join the fleet through its first host, the one berth fleet init ran on"}
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+	var req apitype.FleetJoinRequest
+	if err := web.ReadJSON(w, r, &req); err != nil {
+		return err
+	}
+	if req.Token == "" || req.CSR == "" {
+		return web.Errorf(http.StatusBadRequest, "token and csr are required")
+	}
+	resp, err := a.o.FleetJoin.Join(r.Context(), req)
+	switch {
+	case errors.Is(err, ErrJoinRefused):
+		return &web.Error{Status: http.StatusForbidden, Code: "join_refused", Message: err.Error()}
+	case errors.Is(err, ErrJoinBadRequest):
+		return &web.Error{Status: http.StatusBadRequest, Message: err.Error()}
+	case err != nil:
+		return &web.Error{Status: http.StatusInternalServerError, Message: "the join could not be signed", Err: err}
+	}
+	web.WriteJSON(w, http.StatusOK, resp)
+	return nil
+}

@@ -1,0 +1,291 @@
+package fleetca
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// InitOptions are berth fleet init's.
+type InitOptions struct {
+	DataDir string
+	// Advertise is host:port of the embedded etcd member's client
+	// listener, as the other hosts reach it; PeerAdvertise is its peer
+	// listener's, default the same host and port+1.
+	Advertise, PeerAdvertise string
+	// HostID is this host's fleet id; default the one kept in
+	// <DataDir>/host-id, made on first use.
+	HostID string
+	// TokenTTL is the printed join token's lifetime; default TokenLifetime.
+	TokenTTL time.Duration
+	Now      func() time.Time
+}
+
+// InitResult is what berth fleet init prints.
+type InitResult struct {
+	// Created is false when the data directory already held the fleet
+	// (berth fleet init again only makes a new join token).
+	Created   bool
+	Token     string
+	Expires   time.Time
+	Pin       string
+	Endpoints []string
+}
+
+// Init makes the fleet CA and this host's certificate and fleet.json in
+// o.DataDir, or, when they exist, keeps them; either way it adds a new
+// join token.
+func Init(o InitOptions) (InitResult, error) {
+	now := time.Now
+	if o.Now != nil {
+		now = o.Now
+	}
+	if o.DataDir == "" {
+		return InitResult{}, errors.New("fleetca: a data directory is required")
+	}
+	res := InitResult{}
+	c, ok, err := LoadConfig(o.DataDir)
+	if err != nil {
+		return InitResult{}, err
+	}
+	if ok && c.Member == nil {
+		return InitResult{}, fmt.Errorf("fleetca: %s joined a fleet (berth fleet join): it holds no fleet CA; run berth fleet init on the fleet's first host", o.DataDir)
+	}
+	if !ok {
+		if c, err = create(o, now()); err != nil {
+			return InitResult{}, err
+		}
+		res.Created = true
+	} else if o.Advertise != "" && c.Member.ClientURL != "https://"+o.Advertise {
+		return InitResult{}, fmt.Errorf("fleetca: %s already advertises its etcd member at %s; --advertise %s contradicts it", o.DataDir, c.Member.ClientURL, o.Advertise)
+	}
+	ca, err := readCert(filepath.Join(Dir(o.DataDir), CACert))
+	if err != nil {
+		return InitResult{}, err
+	}
+	ttl := o.TokenTTL
+	if ttl == 0 {
+		ttl = TokenLifetime
+	}
+	if res.Token, res.Expires, err = AddToken(o.DataDir, ttl, now()); err != nil {
+		return InitResult{}, err
+	}
+	res.Pin, res.Endpoints = Fingerprint(ca.Raw), c.Endpoints
+	return res, nil
+}
+
+func create(o InitOptions, now time.Time) (Config, error) {
+	if o.Advertise == "" {
+		return Config{}, errors.New("fleetca: --advertise HOST:PORT is required: the address the other hosts reach this host's etcd member at")
+	}
+	host, port, err := net.SplitHostPort(o.Advertise)
+	if err != nil || host == "" {
+		return Config{}, fmt.Errorf("fleetca: --advertise %q: want HOST:PORT", o.Advertise)
+	}
+	peer := o.PeerAdvertise
+	if peer == "" {
+		p, err := strconv.Atoi(port)
+		if err != nil || p <= 0 || p >= 65535 {
+			return Config{}, fmt.Errorf("fleetca: --advertise %q: bad port", o.Advertise)
+		}
+		peer = net.JoinHostPort(host, strconv.Itoa(p+1))
+	}
+	phost, _, err := net.SplitHostPort(peer)
+	if err != nil || phost == "" {
+		return Config{}, fmt.Errorf("fleetca: --peer-advertise %q: want HOST:PORT", peer)
+	}
+	if err := mkdir(o.DataDir); err != nil {
+		return Config{}, err
+	}
+	id, err := loadOrMakeHostID(o.DataDir, o.HostID)
+	if err != nil {
+		return Config{}, err
+	}
+	// The CA.
+	caKey, err := newKey()
+	if err != nil {
+		return Config{}, err
+	}
+	sn, err := serial()
+	if err != nil {
+		return Config{}, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: sn, Subject: pkix.Name{CommonName: "berth fleet CA", Organization: []string{"berth fleet"}},
+		NotBefore: now.Add(-5 * time.Minute), NotAfter: now.Add(CALifetime),
+		IsCA: true, BasicConstraintsValid: true, MaxPathLenZero: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		return Config{}, fmt.Errorf("fleetca: CA: %w", err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	// This host's certificate: the etcd member's server and peer
+	// certificate, and the client certificate berth presents to it.
+	hostKey, err := newKey()
+	if err != nil {
+		return Config{}, err
+	}
+	hostDER, err := issue(ca, caKey, &hostKey.PublicKey, id,
+		[]x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		[]string{host, phost, "127.0.0.1", "::1", "localhost"}, now)
+	if err != nil {
+		return Config{}, fmt.Errorf("fleetca: host certificate: %w", err)
+	}
+	caKeyPEM, err := keyPEM(caKey)
+	if err != nil {
+		return Config{}, err
+	}
+	hostKeyPEM, err := keyPEM(hostKey)
+	if err != nil {
+		return Config{}, err
+	}
+	d := Dir(o.DataDir)
+	for _, f := range []struct {
+		name string
+		b    []byte
+		perm os.FileMode
+	}{
+		{CAKey, caKeyPEM, 0o600}, {CACert, certPEM(caDER), 0o644},
+		{HostKey, hostKeyPEM, 0o600}, {HostCert, certPEM(hostDER), 0o644},
+	} {
+		if err := writeFile(filepath.Join(d, f.name), f.b, f.perm); err != nil {
+			return Config{}, err
+		}
+	}
+	c := Config{
+		Endpoints: []string{"https://" + o.Advertise}, CA: CACert, Cert: HostCert, Key: HostKey,
+		Member: &Member{Name: id, ClientURL: "https://" + o.Advertise, PeerURL: "https://" + peer},
+	}
+	return c, saveConfig(o.DataDir, c)
+}
+
+// --- join tokens
+
+type tokenRecord struct {
+	Hash    string    `json:"sha256"`
+	Expires time.Time `json:"expires"`
+	Used    time.Time `json:"used,omitzero"`
+	UsedBy  string    `json:"used_by,omitempty"`
+}
+
+// Errors of a join token.
+var (
+	ErrTokenInvalid = errors.New("the join token is not one this fleet issued")
+	ErrTokenUsed    = errors.New("the join token was already used (each is good for one host): make a new one with berth fleet init on the fleet's first host")
+	ErrTokenExpired = errors.New("the join token has expired: make a new one with berth fleet init on the fleet's first host")
+)
+
+// mu serializes this process's token file changes; withTokens' flock
+// serializes them with other processes (berth fleet init while berth
+// serve runs).
+var mu sync.Mutex
+
+func withTokens(dataDir string, fn func([]tokenRecord) ([]tokenRecord, error)) error {
+	mu.Lock()
+	defer mu.Unlock()
+	d := Dir(dataDir)
+	lf, err := os.OpenFile(filepath.Join(d, TokensFile+".lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("fleetca: %w", err)
+	}
+	defer lf.Close()
+	if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX); err != nil {
+		return fmt.Errorf("fleetca: %w", err)
+	}
+	defer syscall.Flock(int(lf.Fd()), syscall.LOCK_UN)
+	path := filepath.Join(d, TokensFile)
+	var recs []tokenRecord
+	b, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		if err := json.Unmarshal(b, &recs); err != nil {
+			return fmt.Errorf("fleetca: %s: %w", path, err)
+		}
+	case !errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("fleetca: %w", err)
+	}
+	out, ferr := fn(recs)
+	if out == nil {
+		return ferr
+	}
+	b, err = json.MarshalIndent(out, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := writeFile(path, append(b, '\n'), 0o600); err != nil {
+		return err
+	}
+	return ferr
+}
+
+func hashToken(t string) string {
+	sum := sha256.Sum256([]byte(t))
+	return hex.EncodeToString(sum[:])
+}
+
+// AddToken makes a join token good for ttl from now and keeps its hash.
+func AddToken(dataDir string, ttl time.Duration, now time.Time) (string, time.Time, error) {
+	var rnd [32]byte
+	if _, err := rand.Read(rnd[:]); err != nil {
+		return "", time.Time{}, err
+	}
+	tok := "bfj_" + hex.EncodeToString(rnd[:])
+	exp := now.Add(ttl).UTC().Truncate(time.Second)
+	err := withTokens(dataDir, func(recs []tokenRecord) ([]tokenRecord, error) {
+		// Forget tokens a day past their expiry.
+		keep := recs[:0]
+		for _, r := range recs {
+			if now.Before(r.Expires.Add(24 * time.Hour)) {
+				keep = append(keep, r)
+			}
+		}
+		return append(keep, tokenRecord{Hash: hashToken(tok), Expires: exp}), nil
+	})
+	return tok, exp, err
+}
+
+// useToken spends a join token for host: the hashes are compared in
+// constant time, and a token is good once.
+func useToken(dataDir, tok, host string, now time.Time) error {
+	h := []byte(hashToken(tok))
+	return withTokens(dataDir, func(recs []tokenRecord) ([]tokenRecord, error) {
+		found := -1
+		for i, r := range recs {
+			if subtle.ConstantTimeCompare(h, []byte(r.Hash)) == 1 {
+				found = i
+			}
+		}
+		switch {
+		case found < 0:
+			return nil, ErrTokenInvalid
+		case !recs[found].Used.IsZero():
+			return nil, ErrTokenUsed
+		case !now.Before(recs[found].Expires):
+			return nil, ErrTokenExpired
+		}
+		recs[found].Used, recs[found].UsedBy = now.UTC(), host
+		return recs, nil
+	})
+}
+
+// IsAuthority reports whether dataDir holds the fleet CA's key: this host
+// signs joining hosts' certificates (POST /fleet/join).
+func IsAuthority(dataDir string) bool {
+	_, err := os.Stat(filepath.Join(Dir(dataDir), CAKey))
+	return err == nil
+}

@@ -1,0 +1,136 @@
+package fleetca
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+const usage = `Usage:
+  berth fleet init [--data-dir DIR] --advertise HOST:PORT [--peer-advertise HOST:PORT]
+                   [--server URL] [--host-id ID] [--token-ttl 1h]
+      On the fleet's first host: make the fleet CA and this host's etcd
+      certificate in <data-dir>/fleet, so that berth serve on DIR runs an
+      embedded etcd member on HOST:PORT (peers on HOST:PORT+1) with client
+      certificates required, and print a join command with a one-time
+      token. Run again to print a new join command (one per host).
+  berth fleet join --server URL --token TOKEN --ca-sha256 FINGERPRINT
+                   [--data-dir DIR] [--host-id ID] [--force]
+      On a new host: get a client certificate of the fleet CA for a key
+      made here (it never leaves the host), so that berth serve on DIR
+      joins the fleet over mutual TLS with no further flags.
+  berth fleet status [--data-dir DIR]
+      Print the fleet configuration and its certificates' expiry.
+`
+
+// Main runs berth fleet ARGS; it needs no running server except for join.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		io.WriteString(stderr, usage)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	fs := flag.NewFlagSet("berth fleet "+args[0], flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { io.WriteString(stderr, usage) }
+	def := os.Getenv("BERTH_DATA_DIR")
+	if def == "" {
+		def = "./berth-data"
+	}
+	dataDir := fs.String("data-dir", def, "berth's data directory, as berth serve --data-dir (BERTH_DATA_DIR)")
+	hostID := fs.String("host-id", "", "this host's id in the fleet; default the one kept in <data-dir>/host-id, made on first use")
+	var run func() error
+	switch args[0] {
+	case "init":
+		adv := fs.String("advertise", "", "HOST:PORT the other hosts reach this host's etcd member at (its client listener)")
+		peer := fs.String("peer-advertise", "", "HOST:PORT of the member's peer listener; default HOST:PORT+1")
+		server := fs.String("server", "", "this host's admin API URL as the joining hosts reach it, for the printed command; default http://HOST:9090")
+		ttl := fs.Duration("token-ttl", TokenLifetime, "how long the join token is good for")
+		run = func() error {
+			if *ttl <= 0 {
+				return errors.New("--token-ttl: want a positive duration")
+			}
+			r, err := Init(InitOptions{DataDir: *dataDir, Advertise: *adv, PeerAdvertise: *peer, HostID: *hostID, TokenTTL: *ttl})
+			if err != nil {
+				return err
+			}
+			srv := *server
+			if srv == "" {
+				c, _, _ := LoadConfig(*dataDir)
+				h := strings.TrimPrefix(c.Member.ClientURL, "https://")
+				if i := strings.LastIndex(h, ":"); i >= 0 {
+					h = h[:i]
+				}
+				srv = "http://" + h + ":9090"
+			}
+			if r.Created {
+				fmt.Fprintf(stdout, "Made the fleet CA and this host's etcd certificate in %s.\n", Dir(*dataDir))
+				fmt.Fprintf(stdout, "Start this host with: berth serve --data-dir %s (its admin API reachable by the other hosts)\n", *dataDir)
+			}
+			fmt.Fprintf(stdout, "etcd endpoints: %s\nCA fingerprint: %s\n", strings.Join(r.Endpoints, ","), r.Pin)
+			fmt.Fprintf(stdout, "On a new host, within %s (until %s), the token good for one host:\n\n", ttl.String(), r.Expires.Format(time.RFC3339))
+			fmt.Fprintf(stdout, "  berth fleet join --server %s --token %s --ca-sha256 %s\n", srv, r.Token, r.Pin)
+			return nil
+		}
+	case "join":
+		server := fs.String("server", "", "the first host's admin API URL (printed by berth fleet init)")
+		token := fs.String("token", "", "the one-time join token")
+		pin := fs.String("ca-sha256", "", "the fleet CA's fingerprint: the CA the server returns must match it")
+		force := fs.Bool("force", false, "replace the fleet configuration the data directory holds")
+		run = func() error {
+			r, err := Join(ctx, JoinOptions{DataDir: *dataDir, Server: *server, Token: *token, Pin: *pin, HostID: *hostID, Force: *force})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "Joined as host %s (certificate good until %s); etcd endpoints: %s\n", r.HostID, r.NotAfter.UTC().Format(time.RFC3339), strings.Join(r.Endpoints, ","))
+			fmt.Fprintf(stdout, "Start this host with: berth serve --data-dir %s\n", *dataDir)
+			return nil
+		}
+	case "status":
+		run = func() error {
+			c, certs, err := Status(*dataDir)
+			if err != nil {
+				return err
+			}
+			role := "joined host"
+			if c.Member != nil {
+				role = "first host (fleet CA, embedded etcd member " + c.Member.ClientURL + ")"
+			}
+			fmt.Fprintf(stdout, "fleet:      %s\nrole:       %s\nendpoints:  %s\n", filepath.Join(Dir(*dataDir), ConfigFile), role, strings.Join(c.Endpoints, ","))
+			for _, ci := range certs {
+				fmt.Fprintf(stdout, "%-11s %s, %s, expires %s (in %d days)\n", filepath.Base(ci.Path)+":", ci.Path, ci.Subject, ci.NotAfter.UTC().Format(time.RFC3339), int(time.Until(ci.NotAfter).Hours()/24))
+			}
+			return nil
+		}
+	default:
+		fmt.Fprintf(stderr, "berth fleet: unknown command %q\n", args[0])
+		io.WriteString(stderr, usage)
+		return 2
+	}
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "berth fleet %s: unexpected argument %q\n", args[0], fs.Arg(0))
+		return 2
+	}
+	if abs, err := filepath.Abs(*dataDir); err == nil {
+		*dataDir = abs
+	}
+	if err := run(); err != nil {
+		fmt.Fprintf(stderr, "berth fleet %s: %s\n", args[0], strings.TrimPrefix(err.Error(), "fleetca: "))
+		return 1
+	}
+	return 0
+}

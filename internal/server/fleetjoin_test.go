@@ -1,0 +1,181 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/berth-dev/berth/apitype"
+	"github.com/berth-dev/berth/internal/fleet/fleetca"
+)
+
+func freeLoopbackPorts(t *testing.T, n int) []string {
+	t.Helper()
+	var out []string
+	var ls []net.Listener
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+		out = append(out, l.Addr().String())
+	}
+	for _, l := range ls {
+		l.Close()
+	}
+	return out
+}
+
+func nodeFleetHosts(t *testing.T, n *node) apitype.FleetHosts {
+	t.Helper()
+	var hs apitype.FleetHosts
+	n.must(200, "GET", "/fleet/hosts", "", "", &hs)
+	return hs
+}
+
+// TestFleetInitJoin: berth fleet init makes a data dir whose berth runs
+// an embedded etcd member with mutual TLS; berth fleet join against its
+// admin API sets a second data dir up, whose berth joins the fleet with
+// no fleet flags; both list both hosts. A reused, an expired and a wrong
+// token and a wrong CA pin are refused, and a client without a fleet
+// certificate cannot talk to etcd.
+func TestFleetInitJoin(t *testing.T) {
+	ports := freeLoopbackPorts(t, 2)
+	d1 := t.TempDir()
+	ir, err := fleetca.Init(fleetca.InitOptions{DataDir: d1, Advertise: ports[0], PeerAdvertise: ports[1], HostID: "alpha"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ir.Created || !strings.HasPrefix(ir.Pin, "sha256:") || ir.Endpoints[0] != "https://"+ports[0] {
+		t.Fatalf("init: %+v", ir)
+	}
+	a := startNode(t, Options{DataDir: d1, Fleet: FleetOptions{LeaseTTL: 2 * time.Second}})
+
+	ctx := context.Background()
+	join := func(dir, tok, pin, id string) (fleetca.JoinResult, error) {
+		return fleetca.Join(ctx, fleetca.JoinOptions{DataDir: dir, Server: a.admin, Token: tok, Pin: pin, HostID: id})
+	}
+	d2 := t.TempDir()
+	jr, err := join(d2, ir.Token, ir.Pin, "beta")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if jr.HostID != "beta" || len(jr.Endpoints) != 1 || jr.Endpoints[0] != "https://"+ports[0] || jr.NotAfter.Before(time.Now().Add(300*24*time.Hour)) {
+		t.Fatalf("join: %+v", jr)
+	}
+	b := startNode(t, Options{DataDir: d2, Fleet: FleetOptions{LeaseTTL: 2 * time.Second}})
+
+	for _, n := range []*node{a, b} {
+		hs := nodeFleetHosts(t, n)
+		if hostIDsOf(hs) != "alpha:active beta:active" {
+			t.Fatalf("hosts through %s: %+v", n.admin, hs)
+		}
+	}
+
+	// The refusals, each with its reason, and nothing written.
+	refused := func(what, tok, pin, want string) {
+		t.Helper()
+		dir := t.TempDir()
+		_, err := join(dir, tok, pin, "gamma")
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("%s: %v, want an error containing %q", what, err, want)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "fleet", "fleet.json")); !os.IsNotExist(err) {
+			t.Fatalf("%s: fleet.json written: %v", what, err)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "fleet", "host.crt")); !os.IsNotExist(err) {
+			t.Fatalf("%s: host.crt written: %v", what, err)
+		}
+	}
+	refused("a reused token", ir.Token, ir.Pin, "already used")
+	refused("a wrong token", "bfj_"+strings.Repeat("0", 64), ir.Pin, "not one this fleet issued")
+	expired, _, err := fleetca.AddToken(d1, time.Hour, time.Now().Add(-2*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused("an expired token", expired, ir.Pin, "expired")
+	fresh, _, err := fleetca.AddToken(d1, time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused("a wrong CA pin", fresh, "sha256:"+strings.Repeat("ab", 32), "not the pinned")
+
+	// etcd's client port: a client with the fleet CA but no certificate
+	// of its own is refused at the TLS handshake.
+	caPEM, err := os.ReadFile(filepath.Join(d2, "fleet", "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(caPEM)
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", ports[0], &tls.Config{RootCAs: roots, ServerName: "127.0.0.1"})
+	if err == nil {
+		conn.SetDeadline(time.Now().Add(5 * time.Second))
+		// TLS 1.3 reports the server's refusal on the first read.
+		_, err = conn.Read(make([]byte, 1))
+		conn.Close()
+	}
+	if err == nil || !strings.Contains(err.Error(), "certificate required") && !strings.Contains(err.Error(), "bad certificate") {
+		t.Fatalf("TLS to etcd without a client certificate: %v", err)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"https://" + ports[0]}, DialTimeout: 3 * time.Second, TLS: &tls.Config{RootCAs: roots}, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	_, err = cli.Get(gctx, "/")
+	cancel()
+	cli.Close()
+	if err == nil {
+		t.Fatal("an etcd client without a fleet certificate read the store")
+	}
+	// And in plaintext nothing answers either.
+	hc := &http.Client{Timeout: 5 * time.Second}
+	if resp, err := hc.Get("http://" + ports[0] + "/version"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == 200 {
+			t.Fatal("etcd answered plain HTTP")
+		}
+	}
+
+	// A berth that did not init holds no CA: its /fleet/join says so.
+	var e map[string]any
+	b.must(409, "POST", "/fleet/join", "", `{"token":"x","csr":"y"}`, &e)
+	if s, _ := json.Marshal(e); !strings.Contains(string(s), "holds no fleet CA") {
+		t.Fatalf("join on a host without the CA: %s", s)
+	}
+}
+
+// TestFleetConfigContradicts: --etcd-dev on a data dir berth fleet init
+// set up is refused, and flags given override the file.
+func TestFleetConfigContradicts(t *testing.T) {
+	d := t.TempDir()
+	if _, err := fleetca.Init(fleetca.InitOptions{DataDir: d, Advertise: "127.0.0.1:1", HostID: "alpha"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := (FleetOptions{Dev: true}).FromDataDir(d); err == nil || !strings.Contains(err.Error(), "--etcd-dev contradicts") {
+		t.Fatalf("--etcd-dev over fleet.json: %v", err)
+	}
+	f, err := (FleetOptions{Endpoints: []string{"https://10.0.0.9:2379"}}).FromDataDir(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Endpoints[0] != "https://10.0.0.9:2379" || f.CAFile != filepath.Join(d, "fleet", "ca.crt") || f.member == nil || f.member.TLS == nil {
+		t.Fatalf("merged: %+v", f)
+	}
+	if f, err := (FleetOptions{}).FromDataDir(t.TempDir()); err != nil || f.enabled() {
+		t.Fatalf("no fleet.json: %+v %v", f, err)
+	}
+}
