@@ -107,3 +107,20 @@ func TestMainUsage(t *testing.T) {
 		t.Fatalf("frob: %d", code)
 	}
 }
+
+// TestInitKeepsServer: the admin URL given to the first berth fleet init is
+// the one the next init's join command names (a token for a further host).
+func TestInitKeepsServer(t *testing.T) {
+	dir := t.TempDir()
+	var out, errb bytes.Buffer
+	if code := Main(context.Background(), []string{"init", "--data-dir", dir, "--advertise", "127.0.0.1:23790", "--server", "http://10.0.0.1:9090"}, &out, &errb); code != 0 {
+		t.Fatalf("init: %d %s", code, errb.String())
+	}
+	out.Reset()
+	if code := Main(context.Background(), []string{"init", "--data-dir", dir}, &out, &errb); code != 0 {
+		t.Fatalf("init again: %d %s", code, errb.String())
+	}
+	if !strings.Contains(out.String(), "berth fleet join --server http://10.0.0.1:9090 --token ") {
+		t.Errorf("the second init's join command: %s", out.String())
+	}
+}

@@ -62,7 +62,17 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			if err != nil {
 				return err
 			}
+			// The admin URL given once is kept for the next tokens' commands
+			// (berth fleet init again, for each further host).
+			srvFile := filepath.Join(Dir(*dataDir), "join-server")
 			srv := *server
+			if srv != "" {
+				if err := os.WriteFile(srvFile, []byte(srv+"\n"), 0o600); err != nil {
+					return err
+				}
+			} else if b, err := os.ReadFile(srvFile); err == nil {
+				srv = strings.TrimSpace(string(b))
+			}
 			if srv == "" {
 				c, _, _ := LoadConfig(*dataDir)
 				h := strings.TrimPrefix(c.Member.ClientURL, "https://")
