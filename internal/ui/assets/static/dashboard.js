@@ -239,8 +239,17 @@ function showError(p, msg, form, fields) {
 // Charts. history keeps a sample of each snapshot for the last 5 minutes:
 // its time, the request count (for requests/s) and each vm deployment's
 // desired and ready replicas.
+// It is kept in sessionStorage too, so a reload does not empty the charts
+// (under who is signed in: another sign-in in the tab starts afresh).
 const WINDOW = 5 * 60 * 1000;
-const history = [];
+const KEEP = 'berth.dashboard.history:' + (document.querySelector('.who')?.textContent.trim() || '');
+const history = (() => {
+  try {
+    const h = JSON.parse(sessionStorage.getItem(KEEP) || '[]');
+    return Array.isArray(h) ? h.filter((x) => x && x.at > Date.now() - WINDOW && x.pools) : [];
+  } catch { return []; }
+})();
+let saved = 0;
 function record(m) {
   const now = Date.now();
   const t = fleetWide ? m.global : null;
@@ -251,6 +260,10 @@ function record(m) {
   for (const d of m.deployments) if (d.kind === 'vm') pools[d.id] = [d.pool.desired_replicas, d.pool.ready];
   history.push({ at: now, total, rps, pools });
   while (history.length && history[0].at < now - WINDOW) history.shift();
+  if (now - saved > 5000) {
+    saved = now;
+    try { sessionStorage.setItem(KEEP, JSON.stringify(history)); } catch { /* full or refused: the charts start afresh */ }
+  }
 }
 
 const panel = (id) => {
