@@ -95,11 +95,12 @@ export function bars(label, rows, cls, unit, H = HEIGHT) {
 }
 
 // table is a chart's numbers: head is the column names, rows the cells.
+// It scrolls sideways in its own region when it is wider than the panel.
 export function table(caption, head, rows) {
-  return el('table', { class: 'nums' },
+  return el('div', { class: 'table-wrap', role: 'region', 'aria-label': caption, tabindex: '0' }, el('table', { class: 'nums' },
     el('caption', { class: 'sr-only' }, caption),
     el('thead', {}, el('tr', {}, head.map((x) => el('th', { scope: 'col' }, x)))),
-    el('tbody', {}, rows.length ? rows.map((r) => el('tr', {}, r.map((c, i) => (i === 0 ? el('th', { scope: 'row' }, c) : el('td', {}, c))))) : el('tr', {}, el('td', { colspan: String(head.length) }, 'No data yet.'))));
+    el('tbody', {}, rows.length ? rows.map((r) => el('tr', {}, r.map((c, i) => (i === 0 ? el('th', { scope: 'row' }, c) : el('td', {}, c))))) : el('tr', {}, el('td', { colspan: String(head.length) }, 'No data yet.')))));
 }
 
 // legend names a chart's series by their classes.
