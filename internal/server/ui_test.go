@@ -59,6 +59,8 @@ func TestBrowserUI(t *testing.T) {
 	must(201, "POST", "/deployments", vmSpec("teamapp", `,"namespace":"team","scaling":{"min_replicas":0,"max_replicas":1}`))
 	var minted struct{ Token string }
 	json.Unmarshal(must(201, "POST", "/tokens", `{"name":"team","admin":"admin","namespace":"team","deployments":[]}`), &minted)
+	// For the dashboard's operator sections: a secret, listed by name only.
+	must(201, "POST", "/secrets", `{"id":"db-password","data":{"password":"hunter2-value"}}`)
 	// For /siem: an alert with a client to block (a scanner at
 	// 127.0.0.2, asking for 40 missing pages of a host nobody serves).
 	alert := uiScannerAlert(t, h, basic)
@@ -111,6 +113,17 @@ func TestBrowserUI(t *testing.T) {
 		TeamWho            string
 		TeamLive           string
 		TeamDirectory      []string
+		// The dashboard's charts and sections.
+		Charts struct {
+			RpsLabel, LatencyLabel, ColdLabel, ScaleLabel, Certs, Jobs, SecretText string
+			LatencyBars, ColdParts, Tables                                         int
+			ColdTable, Secrets, Tokens, Namespaces                                 []string
+		}
+		DrainButtons   int
+		EvictAsk       string
+		TeamNamespaces []string
+		TeamCerts      string
+		TeamCold       string
 		// /siem, /storage and the shell.
 		AlertClient      string
 		Runbook          []string
@@ -173,6 +186,28 @@ func TestBrowserUI(t *testing.T) {
 	if !strings.HasPrefix(got.TeamLive, "Updated every 2 s") {
 		t.Errorf("without the event stream the dashboard says %q, want polling", got.TeamLive)
 	}
+	c := got.Charts
+	if !strings.HasPrefix(c.RpsLabel, "Throughput over the last 5 minutes") || c.LatencyBars < 1 || !strings.Contains(c.LatencyLabel, "p99") {
+		t.Errorf("the throughput and latency charts: %q; %d bars, %q", c.RpsLabel, c.LatencyBars, c.LatencyLabel)
+	}
+	if c.ColdParts < 1 || !strings.Contains(c.ColdLabel, "web") || len(c.ColdTable) == 0 || !strings.HasPrefix(c.ColdTable[0], "web") {
+		t.Errorf("the cold-start chart: %d parts for web, %q, table %q", c.ColdParts, c.ColdLabel, c.ColdTable)
+	}
+	if !strings.Contains(c.ScaleLabel, "ready now") || c.Tables != 4 {
+		t.Errorf("the autoscale chart %q; %d tables of numbers, want 4", c.ScaleLabel, c.Tables)
+	}
+	if !slices.Contains(c.Secrets, "db-password") || strings.Contains(c.SecretText, "hunter2") || !slices.Contains(c.Tokens, "team") || !slices.Contains(c.Namespaces, "team") {
+		t.Errorf("the sections: secrets %v, tokens %v, namespaces %v", c.Secrets, c.Tokens, c.Namespaces)
+	}
+	if c.Certs == "" || strings.Contains(c.Certs, "Loading") || c.Jobs == "" || strings.Contains(c.Jobs, "Loading") {
+		t.Errorf("the certificates section says %q, jobs %q", c.Certs, c.Jobs)
+	}
+	if got.DrainButtons < 1 || !strings.Contains(got.EvictAsk, "berth-web-") {
+		t.Errorf("web's replicas: %d drain buttons, evict asks %q", got.DrainButtons, got.EvictAsk)
+	}
+	if !slices.Equal(got.TeamNamespaces, []string{"team"}) || !strings.Contains(got.TeamCerts, "Not available") || !strings.Contains(got.TeamCold, "fleet-wide") {
+		t.Errorf("the team's sections: namespaces %v, certificates %q, cold starts %q", got.TeamNamespaces, got.TeamCerts, got.TeamCold)
+	}
 	checkBrowserSecurityStorageShell(t, h, basic, alert, retained, archived, got.AlertClient, got.Runbook, got.RuleSummary,
 		got.RuleLifetimeSecs, got.AlertBlocked, got.BlockedHit.Status, got.SparkTotal, got.SparkLabel, got.RulesAfterDelete)
 	if got.RetainedBadge != "retained" || !strings.Contains(got.PurgeForce, "retained") || got.PurgeFocus != "purge-force" {
@@ -208,8 +243,8 @@ func TestBrowserUI(t *testing.T) {
 			t.Logf("axe on %s: %s (%s) %s at %v", v.Page, v.ID, v.Impact, v.Help, v.Nodes)
 		}
 	}
-	if len(got.AxeRuns) != 16 {
-		t.Errorf("axe ran on %d pages, want 16 (7 pages or dialogs × 2 themes, the edit and purge dialogs)", len(got.AxeRuns))
+	if len(got.AxeRuns) != 17 {
+		t.Errorf("axe ran on %d pages, want 17 (7 pages or dialogs × 2 themes, the edit, evict and purge dialogs)", len(got.AxeRuns))
 	}
 	for _, r := range got.AxeRuns {
 		if r.Rules < 10 {

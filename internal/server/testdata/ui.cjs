@@ -123,6 +123,48 @@ async function main() {
     step('ready');
     out.readyTile = await page.$eval('[data-tile="ready"] dd', (dd) => dd.firstChild.textContent.trim());
 
+    // 4b. The charts: the request on the throughput line, web's boot in
+    // the cold-start phases, its replicas on the autoscale chart, each an
+    // image with a name and a table of its numbers; the operator's
+    // sections list what the test made (a secret, a token, a namespace).
+    await page.locator('#chart-rps svg.chart path.line').waitFor();
+    await page.locator('#chart-cold svg.chart rect[data-bar="web"]').first().waitFor();
+    await page.locator('#chart-scale [data-autoscale="web"] path[data-series="ready"]').waitFor();
+    await page.locator('#chart-latency svg.chart rect').first().waitFor();
+    await page.locator('#sec-secrets [data-secret="db-password"]').waitFor();
+    await page.locator('#sec-tokens [data-token="team"]').waitFor();
+    await page.locator('#sec-namespaces [data-namespace="team"]').waitFor();
+    out.charts = await page.evaluate(() => {
+      const label = (sel) => document.querySelector(sel)?.getAttribute('aria-label') || '';
+      return {
+        rpsLabel: label('#chart-rps svg.chart'),
+        latencyLabel: label('#chart-latency svg.chart'),
+        latencyBars: document.querySelectorAll('#chart-latency svg.chart rect').length,
+        coldLabel: label('#chart-cold svg.chart'),
+        coldParts: document.querySelectorAll('#chart-cold svg.chart rect[data-bar="web"]').length,
+        coldTable: [...document.querySelectorAll('#chart-cold table tbody tr')].map((r) => r.textContent),
+        scaleLabel: label('#chart-scale [data-autoscale="web"] svg.chart'),
+        tables: document.querySelectorAll('#charts details table').length,
+        secrets: [...document.querySelectorAll('#sec-secrets [data-secret]')].map((e) => e.dataset.secret),
+        tokens: [...document.querySelectorAll('#sec-tokens [data-token]')].map((e) => e.dataset.token),
+        namespaces: [...document.querySelectorAll('#sec-namespaces [data-namespace]')].map((e) => e.dataset.namespace),
+        certs: document.querySelector('#sec-certs [data-body]').textContent.trim(),
+        jobs: document.querySelector('#sec-jobs [data-body]').textContent.trim(),
+        secretText: document.querySelector('#sec-secrets').textContent,
+      };
+    });
+    step('charts');
+
+    // 4c. Evict asks first: the confirmation names the replica; cancelled.
+    await web.locator('button[data-action="evict"]').first().waitFor();
+    out.drainButtons = await web.locator('button[data-action="drain"]').count();
+    await web.locator('button[data-action="evict"]').first().click();
+    await page.locator('#evict[open]').waitFor();
+    out.evictAsk = (await page.textContent('#evict-what')).trim();
+    await axe(page, 'dashboard evict dialog');
+    await page.click('#evict [data-close]');
+    await page.locator('#evict').waitFor({ state: 'hidden' });
+
     // 5. Scale: an invalid policy is refused and the error shown on the
     // field, then a valid one is saved and shown on the card.
     await web.locator('button[data-action="scale"]').click();
@@ -158,7 +200,15 @@ async function main() {
     out.editInvalid = await page.getAttribute('#edit-json', 'aria-invalid');
     await axe(page, 'dashboard edit dialog');
     await page.click('#edit [data-close]');
+    // The charts' numbers open, so that axe and the shots see their tables.
+    await page.$$eval('#charts details', (ds) => ds.forEach((d) => { d.open = true; }));
     await shoot(page, 'dashboard');
+    await page.$$eval('#charts details', (ds) => ds.forEach((d) => { d.open = false; }));
+    // The README's picture: 1280 × 800 CSS pixels, at one pixel each.
+    await page.setViewportSize({ width: 1280, height: 800 });
+    await page.evaluate(() => window.scrollTo(0, 0));
+    await page.screenshot({ path: path.join(shots, 'dashboard-1280.png'), scale: 'css' });
+    await page.setViewportSize({ width: 1280, height: 900 });
 
     // 7. The directory.
     await page.click('nav a[href="/"]');
@@ -194,6 +244,10 @@ async function main() {
     await tpage.locator('li.card[data-deployment="teamapp"]').waitFor();
     await tpage.locator('[data-tile="deployments"] dd', { hasText: '1' }).waitFor();
     out.teamCards = await tpage.$$eval('#deployments li.card', (ls) => ls.map((l) => l.dataset.deployment));
+    await tpage.locator('#sec-namespaces [data-namespace="team"]').waitFor();
+    out.teamNamespaces = await tpage.$$eval('#sec-namespaces [data-namespace]', (es) => es.map((e) => e.dataset.namespace));
+    out.teamCerts = (await tpage.textContent('#sec-certs [data-body]')).trim();
+    out.teamCold = (await tpage.textContent('#chart-cold [data-plot]')).trim();
     out.teamWho = (await tpage.textContent('.who')).trim();
     await tpage.locator('#live', { hasText: 'Updated every 2 s' }).waitFor();
     out.teamLive = await tpage.textContent('#live');
