@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"image/png"
 	"net/http"
 	"os"
 	"os/exec"
@@ -92,16 +91,7 @@ func TestBrowserUIPages(t *testing.T) {
 		t.Fatalf("the browser run failed: %v\n%s", err, out)
 	}
 	var got struct {
-		ConsoleErrors []string
-		Axe           []struct {
-			Page, ID, Impact, Help string
-			Nodes                  []string
-		}
-		AxeRuns []struct {
-			Page  string
-			Rules int
-		}
-		Shots                   []string
+		browserRun
 		Steps                   []string
 		NetworkURL              string
 		RouteRows               [][]string
@@ -196,39 +186,5 @@ func TestBrowserUIPages(t *testing.T) {
 		t.Errorf("the team's token on /plugins: %q", got.TeamPlugins)
 	}
 
-	for _, e := range got.ConsoleErrors {
-		t.Errorf("console: %s", e)
-	}
-	for _, v := range got.Axe {
-		if v.Impact == "serious" || v.Impact == "critical" {
-			t.Errorf("axe on %s: %s (%s) %s at %v", v.Page, v.ID, v.Impact, v.Help, v.Nodes)
-		} else {
-			t.Logf("axe on %s: %s (%s) %s at %v", v.Page, v.ID, v.Impact, v.Help, v.Nodes)
-		}
-	}
-	if len(got.AxeRuns) != 8 {
-		t.Errorf("axe ran on %d pages, want 8 (3 pages × 2 themes, and the team's 2 pages)", len(got.AxeRuns))
-	}
-	for _, r := range got.AxeRuns {
-		if r.Rules < 10 {
-			t.Errorf("axe applied %d rules to %s", r.Rules, r.Page)
-		}
-	}
-	if len(got.Shots) != 12 {
-		t.Errorf("%d screenshots, want 3 pages × 2 themes × 2 widths", len(got.Shots))
-	}
-	for _, p := range got.Shots {
-		f, err := os.Open(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		img, err := png.Decode(f)
-		f.Close()
-		if err != nil {
-			t.Fatalf("screenshot %s: %v", p, err)
-		}
-		if b := img.Bounds(); b.Dx() < 360 || b.Dy() < 300 {
-			t.Errorf("screenshot %s is %v", p, b)
-		}
-	}
+	got.check(t, 8, "3 pages × 2 themes, and the team's 2 pages", 12, "3 pages × 2 themes × 2 widths")
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"image/png"
 	"net/http"
 	"net/url"
 	"os"
@@ -83,16 +82,7 @@ func TestBrowserUI(t *testing.T) {
 		t.Fatalf("the browser run failed: %v\n%s", err, out)
 	}
 	var got struct {
-		ConsoleErrors []string
-		Axe           []struct {
-			Page, ID, Impact, Help string
-			Nodes                  []string
-		}
-		AxeRuns []struct {
-			Page  string
-			Rules int
-		}
-		Shots              []string
+		browserRun
 		Steps              []string
 		LoginURL           string
 		WrongPassword      string
@@ -233,41 +223,7 @@ func TestBrowserUI(t *testing.T) {
 	if !strings.HasPrefix(got.ShellState, "Connected to berth-web-") || !strings.Contains(got.ShellText, "hi-42") || got.ShellClosedFocus != "shell" {
 		t.Errorf("the shell: state %q, terminal %q, focus after closing on %q", got.ShellState, got.ShellText, got.ShellClosedFocus)
 	}
-	for _, e := range got.ConsoleErrors {
-		t.Errorf("console: %s", e)
-	}
-	for _, v := range got.Axe {
-		if v.Impact == "serious" || v.Impact == "critical" {
-			t.Errorf("axe on %s: %s (%s) %s at %v", v.Page, v.ID, v.Impact, v.Help, v.Nodes)
-		} else {
-			t.Logf("axe on %s: %s (%s) %s at %v", v.Page, v.ID, v.Impact, v.Help, v.Nodes)
-		}
-	}
-	if len(got.AxeRuns) != 17 {
-		t.Errorf("axe ran on %d pages, want 17 (7 pages or dialogs × 2 themes, the edit, evict and purge dialogs)", len(got.AxeRuns))
-	}
-	for _, r := range got.AxeRuns {
-		if r.Rules < 10 {
-			t.Errorf("axe applied %d rules to %s", r.Rules, r.Page)
-		}
-	}
-	if len(got.Shots) != 28 {
-		t.Errorf("%d screenshots, want 7 pages or dialogs × 2 themes × 2 widths", len(got.Shots))
-	}
-	for _, p := range got.Shots {
-		f, err := os.Open(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		img, err := png.Decode(f)
-		f.Close()
-		if err != nil {
-			t.Fatalf("screenshot %s: %v", p, err)
-		}
-		if b := img.Bounds(); b.Dx() < 360 || b.Dy() < 300 {
-			t.Errorf("screenshot %s is %v", p, b)
-		}
-	}
+	got.check(t, 17, "7 pages or dialogs × 2 themes, the edit, evict and purge dialogs", 28, "7 pages or dialogs × 2 themes × 2 widths")
 }
 
 // uiScannerAlert makes 127.0.0.2 a scanner to the SIEM (40 missing pages

@@ -12,64 +12,14 @@
 //
 // usage: node ui.cjs <admin origin> <proxy host:port> <team token> <screenshot dir> <alert id> <retained disk> <disk to archive>
 // NODE_PATH must name a node_modules holding playwright-core and axe-core.
-const { chromium } = require('playwright-core');
+const { start } = require('./browser.cjs');
 const http = require('node:http');
 const path = require('node:path');
 
-const fs = require('node:fs');
-
-// axe-core is evaluated in the page (devtools evaluation is not subject to
-// the pages' CSP, which refuses injected scripts: the run keeps the CSP on,
-// so a page that breaks it logs the console error this run fails on).
-const axeSource = fs.readFileSync(require.resolve('axe-core/axe.min.js'), 'utf8');
-
 async function main() {
   const [admin, proxy, teamToken, shots, alertID, retainedDisk, archiveDisk] = process.argv.slice(2);
-  const browser = await chromium.launch({
-    executablePath: process.env.BERTH_CHROMIUM || '/usr/bin/chromium',
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-      '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-    timeout: 60000,
-  });
-  const out = { consoleErrors: [], axe: [], axeRuns: [], shots: [], steps: [] };
-  // Errors the browser logs for answers the run asked for on purpose (a
-  // wrong password, an invalid scale) are not the page's errors.
-  let expected = null;
-  const watch = (page, who) => {
-    page.on('console', (m) => {
-      if (m.type() !== 'error') return;
-      const text = m.text();
-      if (expected && expected.test(text)) return;
-      out.consoleErrors.push(`${who} ${page.url()}: ${text}`);
-    });
-    page.on('pageerror', (e) => out.consoleErrors.push(`${who} ${page.url()}: ${e}`));
-    page.on('dialog', (d) => { out.consoleErrors.push(`${who}: unexpected dialog ${d.type()} ${d.message()}`); d.dismiss(); });
-  };
-  const step = (s) => out.steps.push(s);
-  const axe = async (page, name) => {
-    await page.evaluate(axeSource);
-    const r = await page.evaluate(async () => await window.axe.run(document, { resultTypes: ['violations'] }));
-    out.axeRuns.push({ page: name, rules: r.passes.length + r.violations.length + r.incomplete.length });
-    for (const v of r.violations) {
-      out.axe.push({ page: name, id: v.id, impact: v.impact, help: v.help, nodes: v.nodes.slice(0, 3).map((n) => n.target.join(' ')) });
-    }
-  };
-  // shoot saves the page in light and dark at 360 px and wide (1920 px
-  // at device scale 2: a 4K screen).
-  const shoot = async (page, name) => {
-    for (const scheme of ['light', 'dark']) {
-      await page.emulateMedia({ colorScheme: scheme });
-      for (const [w, h, label] of [[360, 760, '360'], [1920, 1080, 'wide']]) {
-        await page.setViewportSize({ width: w, height: h });
-        const file = path.join(shots, `${name}-${scheme}-${label}.png`);
-        await page.screenshot({ path: file, fullPage: true });
-        out.shots.push(file);
-      }
-      await axe(page, `${name} (${scheme})`);
-    }
-    await page.emulateMedia({ colorScheme: 'light' });
-    await page.setViewportSize({ width: 1280, height: 900 });
-  };
+  const run = await start(shots);
+  const { browser, out, watch, step, axe, shoot } = run;
   // hit asks web.test for /hello, from the loopback address from
   // (default 127.0.0.1).
   const hit = (from) => new Promise((resolve, reject) => {
@@ -98,10 +48,10 @@ async function main() {
 
     // 2. A wrong password: the sign-in page again, saying so, with no
     // password dialog of the browser's (watch fails the run on one).
-    expected = /status of 401/;
+    run.expected = /status of 401/;
     await page.fill('#secret', 'wrong');
     await Promise.all([page.waitForNavigation(), page.click('#signin')]);
-    expected = null;
+    run.expected = null;
     out.wrongPassword = (await page.textContent('#login-error')).trim();
 
     // 3. The right one: the dashboard.
@@ -170,10 +120,10 @@ async function main() {
     await web.locator('button[data-action="scale"]').click();
     await page.fill('#scale-min', '3');
     await page.fill('#scale-max', '2');
-    expected = /status of 400/;
+    run.expected = /status of 400/;
     await page.click('#scale-save');
     await page.locator('#scale-error:not([hidden])').waitFor();
-    expected = null;
+    run.expected = null;
     out.scaleError = (await page.textContent('#scale-error')).trim();
     out.scaleInvalid = await page.getAttribute('#scale-max', 'aria-invalid');
     await page.fill('#scale-min', '1');
@@ -192,10 +142,10 @@ async function main() {
     const spec = JSON.parse(await page.inputValue('#edit-json'));
     spec.scaling.max_replicas = -1;
     await page.fill('#edit-json', JSON.stringify(spec, null, 2));
-    expected = /status of 400/;
+    run.expected = /status of 400/;
     await page.click('#edit-save');
     await page.locator('#edit-error:not([hidden])').waitFor();
-    expected = null;
+    run.expected = null;
     out.editError = (await page.textContent('#edit-error')).trim();
     out.editInvalid = await page.getAttribute('#edit-json', 'aria-invalid');
     await axe(page, 'dashboard edit dialog');
@@ -237,7 +187,7 @@ async function main() {
     watch(tpage, 'token');
     // This browser cannot use the event stream: the pages poll instead.
     await tpage.route('**/ui/events*', (route) => route.abort());
-    expected = /ERR_FAILED/;
+    run.expected = /ERR_FAILED/;
     await tpage.goto(admin + '/login');
     await tpage.fill('#secret', teamToken);
     await Promise.all([tpage.waitForURL(admin + '/dashboard'), tpage.click('#signin')]);
@@ -255,7 +205,7 @@ async function main() {
     await tpage.locator('#urls li.card').first().waitFor();
     out.teamDirectory = await tpage.$$eval('#urls li.card', (ls) => ls.map((l) => l.dataset.deployment));
     await Promise.all([tpage.waitForURL(/\/login$/), tpage.click('#signout')]);
-    expected = null;
+    run.expected = null;
     await tctx.close();
 
     // 11. The operator again, on /siem: the scanner's alert with its

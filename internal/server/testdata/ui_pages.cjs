@@ -11,62 +11,13 @@
 //
 // usage: node ui_pages.cjs <admin origin> <team token> <screenshot dir>
 // NODE_PATH must name a node_modules holding playwright-core and axe-core.
-const { chromium } = require('playwright-core');
-const path = require('node:path');
-const fs = require('node:fs');
-
-// axe-core is evaluated in the page (devtools evaluation is not subject to
-// the pages' CSP; see ui.cjs).
-const axeSource = fs.readFileSync(require.resolve('axe-core/axe.min.js'), 'utf8');
+const { start } = require('./browser.cjs');
 
 async function main() {
   const [admin, teamToken, shots] = process.argv.slice(2);
-  const browser = await chromium.launch({
-    executablePath: process.env.BERTH_CHROMIUM || '/usr/bin/chromium',
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-      '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-    timeout: 60000,
-  });
-  const out = { consoleErrors: [], axe: [], axeRuns: [], shots: [], steps: [] };
+  const run = await start(shots);
+  const { browser, out, watch, step, axe, shoot } = run;
   let current = null; // the page in use, whose status line a failure reports
-  // Errors the browser logs for answers the run asked for on purpose (an
-  // invalid config, a bad namespace) are not the page's errors.
-  let expected = null;
-  const watch = (page, who) => {
-    page.on('console', (m) => {
-      if (m.type() !== 'error') return;
-      const text = m.text();
-      if (expected && expected.test(text)) return;
-      out.consoleErrors.push(`${who} ${page.url()}: ${text}`);
-    });
-    page.on('pageerror', (e) => out.consoleErrors.push(`${who} ${page.url()}: ${e}`));
-    page.on('dialog', (d) => { out.consoleErrors.push(`${who}: unexpected dialog ${d.type()} ${d.message()}`); d.dismiss(); });
-  };
-  const step = (s) => out.steps.push(s);
-  const axe = async (page, name) => {
-    await page.evaluate(axeSource);
-    const r = await page.evaluate(async () => await window.axe.run(document, { resultTypes: ['violations'] }));
-    out.axeRuns.push({ page: name, rules: r.passes.length + r.violations.length + r.incomplete.length });
-    for (const v of r.violations) {
-      out.axe.push({ page: name, id: v.id, impact: v.impact, help: v.help, nodes: v.nodes.slice(0, 3).map((n) => n.target.join(' ')) });
-    }
-  };
-  // shoot saves the page in light and dark at 360 px and wide (1920 px at
-  // device scale 2: a 4K screen), and runs axe in each theme.
-  const shoot = async (page, name) => {
-    for (const scheme of ['light', 'dark']) {
-      await page.emulateMedia({ colorScheme: scheme });
-      for (const [w, h, label] of [[360, 760, '360'], [1920, 1080, 'wide']]) {
-        await page.setViewportSize({ width: w, height: h });
-        const file = path.join(shots, `${name}-${scheme}-${label}.png`);
-        await page.screenshot({ path: file, fullPage: true });
-        out.shots.push(file);
-      }
-      await axe(page, `${name} (${scheme})`);
-    }
-    await page.emulateMedia({ colorScheme: 'light' });
-    await page.setViewportSize({ width: 1280, height: 900 });
-  };
   const basic = 'Basic ' + Buffer.from('admin:pw').toString('base64');
   // adminAPI calls the admin API as the operator, outside the page.
   const adminAPI = async (method, p, body) => {
@@ -111,7 +62,7 @@ async function main() {
     step('obs switched');
 
     // An invalid config: the server's error on the field.
-    expected = /status of 400/;
+    run.expected = /status of 400/;
     await page.fill('#cfg-obs', '{"nope": 1}');
     await obs.locator('button[data-action="save"]').click();
     await page.locator('#cfg-obs-error:not([hidden])').waitFor();
@@ -136,7 +87,7 @@ async function main() {
     await demo.locator('button[data-action="install"]').click();
     await page.locator('#ns-demo-error:not([hidden])').waitFor();
     out.namespaceError = (await page.textContent('#ns-demo-error')).trim();
-    expected = null;
+    run.expected = null;
     await page.fill('#ns-demo', 'team');
     await demo.locator('button[data-action="install"]').click();
     await page.locator('li.card[data-plugin="demo"] li[data-namespace="team"]').waitFor();
