@@ -229,11 +229,7 @@ func (e *env) showFeed(ctx context.Context, ns string) error {
 		return err
 	}
 	if e.structured() {
-		var raw json.RawMessage
-		if _, err := c.Do(ctx, "GET", "/feeds/"+url.PathEscape(ns)+"?format=json", nil, &raw); err != nil {
-			return err
-		}
-		return e.printDocs("", []json.RawMessage{raw}, false)
+		return e.fetchAndPrint(ctx, c, "GET", "/feeds/"+url.PathEscape(ns)+"?format=json", nil, nil)
 	}
 	evs, err := c.Feed(ctx, ns)
 	if err != nil {
@@ -266,11 +262,7 @@ func (e *env) listFeeds(ctx context.Context, ns string) error {
 		return err
 	}
 	if e.structured() {
-		var raw json.RawMessage
-		if _, err := c.Do(ctx, "GET", "/feeds", nil, &raw); err != nil {
-			return err
-		}
-		return e.printDocs("", []json.RawMessage{raw}, false)
+		return e.fetchAndPrint(ctx, c, "GET", "/feeds", nil, nil)
 	}
 	idx, err := c.Feeds(ctx)
 	if err != nil {
