@@ -95,7 +95,7 @@ func init() {
 		cordonCmd, drainCmd, uncordonCmd, execCmd, shellCmd, logsCmd, updateCmd, pullCmd, mountsCmd, buildCmd,
 		statusCmd, createCmd, loginCmd, logoutCmd, whoamiCmd, configCmd, tokenCmd,
 		blockCmd, allowCmd, respondCmd,
-		computerCmd, versionCmd, helpCmd,
+		computerCmd, artifactCmd, diskCmd, imageCmd, hostCmd, pluginsCmd, feedCmd, versionCmd, helpCmd,
 	}
 }
 

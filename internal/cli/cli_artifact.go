@@ -12,21 +12,6 @@ import (
 	"github.com/berth-dev/berth/client"
 )
 
-// The artifact command registers itself before version and help, as the
-// image command does, so that adding it touched no other file. The file's
-// name sorts after cli.go, whose init fills commands first (Go runs a
-// package's init functions in the order its files are given, by name).
-func init() {
-	at := len(commands)
-	for i, c := range commands {
-		if c.name == "version" {
-			at = i
-			break
-		}
-	}
-	commands = append(commands[:at], append([]*command{artifactCmd}, commands[at:]...)...)
-}
-
 var artifactCmd = &command{
 	name:    "artifact",
 	summary: "Push, fetch and list a namespace's artifacts",

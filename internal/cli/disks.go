@@ -9,19 +9,6 @@ import (
 	"github.com/berth-dev/berth/apitype"
 )
 
-// The disk command registers itself here, before version and help (`get
-// disks` is in the resource table).
-func init() {
-	at := len(commands)
-	for i, c := range commands {
-		if c.name == "version" {
-			at = i
-			break
-		}
-	}
-	commands = append(commands[:at], append([]*command{diskCmd}, commands[at:]...)...)
-}
-
 var diskCmd = &command{
 	name:    "disk",
 	summary: "Retain, purge and archive VM disks (see also 'berth get disks')",

@@ -10,19 +10,6 @@ import (
 	"github.com/berth-dev/berth/apitype"
 )
 
-// The image and host commands register themselves here, before version and
-// help, so that adding them touched no other file.
-func init() {
-	at := len(commands)
-	for i, c := range commands {
-		if c.name == "version" {
-			at = i
-			break
-		}
-	}
-	commands = append(commands[:at], append([]*command{imageCmd, hostCmd}, commands[at:]...)...)
-}
-
 var imageCmd = &command{
 	name:    "image",
 	summary: "Import, list, pin and delete root filesystem images",

@@ -11,19 +11,6 @@ import (
 	"github.com/berth-dev/berth/apitype"
 )
 
-// The plugins and feed commands register themselves before version (`get
-// feeds` is in the resource table).
-func init() {
-	at := len(commands)
-	for i, c := range commands {
-		if c.name == "version" {
-			at = i
-			break
-		}
-	}
-	commands = append(commands[:at], append([]*command{pluginsCmd, feedCmd}, commands[at:]...)...)
-}
-
 var pluginsCmd = &command{
 	name:    "plugins",
 	summary: "List, enable, disable, install and uninstall the server's plugins",
