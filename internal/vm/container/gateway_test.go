@@ -72,8 +72,13 @@ func startGatewayAt(t testing.TB, dir string) *gateway {
 	go func() { done <- s.Run(ctx) }()
 	var once sync.Once
 	stop := func() { once.Do(func() { cancel(); <-done }) }
-	// After stop (cleanups run last first): the server leaves its
-	// driver's spare containers running.
+	// Cleanups run last first. Last of all: the server's addresses come
+	// from its own allocator, so the driver tests' next replica may get one
+	// of them, and the host's neighbour entry for it would still name the
+	// gone replica's MAC (unreachable until the entry aged out): forget
+	// them. Before that, after stop: the server leaves its driver's spare
+	// containers running.
+	t.Cleanup(func() { exec.Command("ip", "neigh", "flush", "dev", hostnet.DefaultBridge).Run() })
 	t.Cleanup(func() { container.ReapSpares(t, filepath.Join(dir, "containers")) })
 	t.Cleanup(stop)
 	return &gateway{s: s, admin: "http://" + s.AdminAddr(), proxy: "http://" + s.ProxyAddr(), dir: dir, stop: stop}
