@@ -793,7 +793,11 @@ func (m *Manager) endRuntime(ctx context.Context, rec store.Computer, via string
 		d = m.o.Drivers[rec.Driver]
 	}
 	if d != nil && rec.Sandbox != "" {
-		if err := d.Stop(ctx, rec.Sandbox, m.o.StopGrace); err != nil && !errors.Is(err, vm.ErrNotFound) {
+		grace := m.o.StopGrace
+		if via == viaFence {
+			grace = 0
+		}
+		if err := d.Stop(ctx, rec.Sandbox, grace); err != nil && !errors.Is(err, vm.ErrNotFound) {
 			m.log.Error("computer: stopping a sandbox", "computer", rec.ID, "sandbox", rec.Sandbox, "err", err)
 		}
 	}
@@ -854,6 +858,20 @@ func (m *Manager) Stop(ctx context.Context, id string) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return m.sleepLocked(ctx, l, id, "stop")
+}
+
+// viaFence is how Fence stops a Computer.
+const viaFence = "fleet fence"
+
+// Fence stops Computer id at once, its processes killed with no grace:
+// its host lost the Computer's fleet slot (the fleet's lease), and another
+// host may start a Computer in it before a graceful stop would end. Its
+// workspace stays, as after Stop.
+func (m *Manager) Fence(ctx context.Context, id string) error {
+	l := m.live(id)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return m.sleepLocked(ctx, l, id, viaFence)
 }
 
 // Delete stops Computer id and removes it with its workspace and ports.

@@ -8,11 +8,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -91,6 +94,35 @@ type fleetMember struct {
 	etcd *etcdembed.Server // the --etcd-dev member; nil otherwise
 	// stopWatch stops following the fleet tokens (mirrorFleetTokens).
 	stopWatch func()
+	// computers is the Computer manager, once made: the one a fence
+	// stops Computers through.
+	computers atomic.Pointer[computer.Manager]
+}
+
+// fenced stops the Computers whose fleet slots this host may have lost
+// (etcdfleet.Options.OnFenced): another host may run Computers in those
+// slots by now, and the fleet's limit must hold. Their workspaces stay;
+// starting one again reserves a slot anew.
+func (fm *fleetMember) fenced(log *slog.Logger, ids []string) {
+	m := fm.computers.Load()
+	if m == nil {
+		return
+	}
+	// At once and all together: the fence is up before the lease can lapse,
+	// and the Computers must be gone by then too.
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := m.Fence(ctx, id); err != nil {
+				log.Error("fleet: stopping a Computer whose fleet slot this host lost", "computer", id, "err", err)
+			} else {
+				log.Warn("fleet: stopped a Computer: this host lost its fleet lease, and with it the Computer's fleet slot", "computer", id)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // openFleet starts the --etcd-dev member, connects to etcd and registers
@@ -158,6 +190,7 @@ func (s *Server) openFleet(ctx context.Context, driverNames []string) (err error
 	if fm.m, err = etcdfleet.Join(jctx, fm.cli, host, etcdfleet.Options{
 		Prefix: f.Prefix, LeaseTTL: f.LeaseTTL, SlotLimit: f.Slots, RetryAfter: 5 * time.Second,
 		OpTimeout: 5 * time.Second, Log: s.log,
+		OnFenced: func(ids []string) { fm.fenced(s.log, ids) },
 	}); err != nil {
 		return fmt.Errorf("server: joining the fleet at %s: %w", strings.Join(endpoints, ","), err)
 	}

@@ -595,6 +595,9 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if s.fleetHost != nil {
+		s.fleetHost.computers.Store(s.computers)
+	}
 	if o.ComputerCapacity != (computer.HostCapacity{}) {
 		if err := s.computers.SetHostCapacity(ctx, computer.LocalHost, o.ComputerCapacity); err != nil {
 			return nil, fmt.Errorf("server: Computer capacity: %w", err)

@@ -25,10 +25,13 @@
 // to its answer even when its caller gives up (which then releases it),
 // and a sweep frees the slots etcd holds for this host that none of its
 // Computers holds (a claim whose answer never came, a failed release). A
-// host that
-// loses its lease while it lives (etcd unreachable for longer than the
-// TTL) registers again under a new lease and claims again the slots its
-// Computers held, as far as there is room.
+// host is fenced when it cannot be sure its lease lives: once the TTL,
+// less a margin, has passed since it sent the last renewal etcd
+// acknowledged (a partition, or etcd without a quorum), it stops counting
+// its Computers' slots and tells its caller to stop them (OnFenced) —
+// before etcd can expire the lease and give the slots to another host, so
+// a fleet never runs more Computers than its limit. It then registers
+// again under a new lease, holding nothing.
 //
 // Package etcdfleet knows nothing of Computers beyond their ids: the
 // Computer manager reserves through an interface it declares.
@@ -158,7 +161,15 @@ type Options struct {
 	// this host that none of its Computers holds (a claim whose outcome
 	// its caller never learnt, a release that failed); default 30 s.
 	SweepEvery time.Duration
-	Log        *slog.Logger
+	// OnFenced is called, on a goroutine of its own, with the Computers
+	// this host held slots for when it can no longer be sure its lease
+	// lives: the lease's time to live has passed since the last renewal
+	// etcd acknowledged was sent (a partition, or etcd without a quorum),
+	// so etcd may have expired it and handed the slots to other hosts. The
+	// caller must stop those Computers; the member no longer counts them,
+	// and registers again as soon as etcd answers. Nil: nobody is told.
+	OnFenced func(computers []string)
+	Log      *slog.Logger
 }
 
 // Member is this host in the fleet: its registration, kept alive, and its
@@ -172,6 +183,10 @@ type Member struct {
 	mu    sync.Mutex
 	host  Host
 	lease clientv3.LeaseID
+	// validUntil is when lease may have lapsed at the latest: the send
+	// time of the last grant or renewal etcd acknowledged, plus the TTL
+	// it acknowledged. etcd cannot expire the lease before then.
+	validUntil time.Time
 	held  map[string]int // Computer id → slot, of this host
 	// pending counts the Reserve calls under way, by Computer id: the
 	// sweep leaves their keys alone.
@@ -248,7 +263,7 @@ func Join(ctx context.Context, cli *clientv3.Client, h Host, o Options) (*Member
 	m := &Member{cli: cli, o: o, host: h, held: map[string]int{}, pending: map[string]int{}, done: make(chan struct{})}
 	ctx, cancel := m.opctx(ctx)
 	defer cancel()
-	lease, err := m.grant(ctx)
+	lease, valid, err := m.grant(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -256,7 +271,7 @@ func Join(ctx context.Context, cli *clientv3.Client, h Host, o Options) (*Member
 		m.revoke(lease)
 		return nil, err
 	}
-	m.lease = lease
+	m.lease, m.validUntil = lease, valid
 	rctx, stop := context.WithCancel(context.Background())
 	m.stop = stop
 	go func() {
@@ -276,13 +291,14 @@ func (m *Member) opctx(ctx context.Context) (context.Context, context.CancelFunc
 	return context.WithTimeout(ctx, m.o.OpTimeout)
 }
 
-func (m *Member) grant(ctx context.Context) (clientv3.LeaseID, error) {
+func (m *Member) grant(ctx context.Context) (clientv3.LeaseID, time.Time, error) {
 	ttl := int64((m.o.LeaseTTL + time.Second - 1) / time.Second)
+	sent := time.Now()
 	g, err := m.cli.Grant(ctx, max(ttl, 1))
 	if err != nil {
-		return 0, fmt.Errorf("etcdfleet: granting a lease: %w", err)
+		return 0, time.Time{}, fmt.Errorf("etcdfleet: granting a lease: %w", err)
 	}
-	return g.ID, nil
+	return g.ID, sent.Add(time.Duration(g.TTL) * time.Second), nil
 }
 
 func (m *Member) revoke(lease clientv3.LeaseID) {
@@ -331,8 +347,8 @@ func (m *Member) register(ctx context.Context, lease clientv3.LeaseID) error {
 	}
 }
 
-// keepAlive keeps the lease alive; when it is lost, it registers again
-// under a new one and claims the held slots again.
+// keepAlive keeps the lease alive; when it is lost (or may be), it
+// fences the host and registers again under a new lease.
 func (m *Member) keepAlive(ctx context.Context) {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
@@ -340,21 +356,12 @@ func (m *Member) keepAlive(ctx context.Context) {
 		lease := m.lease
 		m.mu.Unlock()
 		if lease != 0 {
-			ch, err := m.cli.KeepAlive(ctx, lease)
-			if err == nil {
-				for range ch {
-					backoff = 100 * time.Millisecond
-				}
-			}
+			err := m.renew(ctx, lease)
 			if ctx.Err() != nil {
 				return
 			}
 			m.o.Log.Warn("fleet: lost the host's lease; registering again", "host", m.host.ID, "err", err)
-			m.mu.Lock()
-			if m.lease == lease {
-				m.lease = 0
-			}
-			m.mu.Unlock()
+			m.fence(lease)
 		}
 		if err := m.rejoin(ctx); err != nil {
 			m.o.Log.Warn("fleet: registering again", "host", m.host.ID, "err", err)
@@ -368,10 +375,85 @@ func (m *Member) keepAlive(ctx context.Context) {
 	}
 }
 
+// errFenced ends renew when the lease may have lapsed.
+var errFenced = errors.New("etcdfleet: no renewal acknowledged within the lease's time to live")
+
+// renew renews lease every third of its TTL until etcd says it is gone,
+// or until it may be (validUntil passes with no acknowledged renewal).
+// Each renewal is one KeepAliveOnce, timed from its sending: the lease
+// then lives at least TTL past that instant, whatever the answer's delay.
+func (m *Member) renew(ctx context.Context, lease clientv3.LeaseID) error {
+	every := max(m.o.LeaseTTL/3, 100*time.Millisecond)
+	for {
+		m.mu.Lock()
+		valid := m.validUntil
+		m.mu.Unlock()
+		// A margin before the lease may lapse: the fence must be up before
+		// etcd could hand the slots out, however late this goroutine runs.
+		left := time.Until(valid) - min(time.Second, m.o.LeaseTTL/5)
+		if left <= 0 {
+			return errFenced
+		}
+		sent := time.Now()
+		rctx, cancel := context.WithTimeout(ctx, min(left, every))
+		r, err := m.cli.KeepAliveOnce(rctx, lease)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			return err
+		case err == nil && r.TTL > 0:
+			m.mu.Lock()
+			if until := sent.Add(time.Duration(r.TTL) * time.Second); m.lease == lease && until.After(m.validUntil) {
+				m.validUntil = until
+			}
+			m.mu.Unlock()
+		case err == nil:
+			return rpctypes.ErrLeaseNotFound
+		}
+		wait := every - time.Since(sent)
+		if err != nil {
+			wait = min(wait, 200*time.Millisecond)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(max(wait, 10*time.Millisecond)):
+		}
+	}
+}
+
+// fence drops lease and the slots held under it, and tells OnFenced
+// which Computers held them. The lease is revoked if etcd still answers,
+// so that its slots free at once rather than when it lapses.
+func (m *Member) fence(lease clientv3.LeaseID) {
+	m.mu.Lock()
+	if m.lease != lease {
+		m.mu.Unlock()
+		return
+	}
+	m.lease = 0
+	ids := make([]string, 0, len(m.held))
+	for id := range m.held {
+		ids = append(ids, id)
+	}
+	m.held = map[string]int{}
+	m.mu.Unlock()
+	slices.Sort(ids)
+	if len(ids) > 0 {
+		m.o.Log.Warn("fleet: this host may have lost its lease: its Computers' fleet slots are no longer its own", "host", m.host.ID, "computers", strings.Join(ids, ","))
+		if m.o.OnFenced != nil {
+			go m.o.OnFenced(ids)
+		}
+	}
+	go m.revoke(lease)
+}
+
 func (m *Member) rejoin(ctx context.Context) error {
 	octx, cancel := m.opctx(ctx)
 	defer cancel()
-	lease, err := m.grant(octx)
+	lease, valid, err := m.grant(octx)
 	if err != nil {
 		return err
 	}
@@ -380,19 +462,8 @@ func (m *Member) rejoin(ctx context.Context) error {
 		return err
 	}
 	m.mu.Lock()
-	m.lease = lease
-	held := make([]string, 0, len(m.held))
-	for id := range m.held {
-		held = append(held, id)
-	}
+	m.lease, m.validUntil = lease, valid
 	m.mu.Unlock()
-	slices.Sort(held)
-	for _, id := range held {
-		r, err := m.Reserve(octx, id)
-		if err != nil || r.Kind != Reserved {
-			m.o.Log.Warn("fleet: a Computer's slot could not be claimed again", "computer", id, "kind", r.Kind, "err", err)
-		}
-	}
 	m.o.Log.Info("fleet: registered again", "host", m.host.ID)
 	return nil
 }
@@ -669,8 +740,13 @@ func (m *Member) Release(ctx context.Context, computerID string) error {
 	defer cancel()
 	m.mu.Lock()
 	delete(m.held, computerID)
-	self := m.host.ID
+	self, lease := m.host.ID, m.lease
 	m.mu.Unlock()
+	if lease == 0 {
+		// Fenced: every key of this host's is on a lease that is gone or
+		// going (and revoked if etcd answers); there is nothing to free.
+		return nil
+	}
 	ck := m.compKey(computerID)
 	for {
 		g, err := m.cli.Get(ctx, ck)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -420,11 +421,13 @@ func TestLeaderLoss(t *testing.T) {
 }
 
 // TestRejoinAfterLeaseLoss: a live host whose lease is revoked under it
-// (as when etcd lost it) registers again under a new lease and claims
-// again the slots its Computers held.
+// (as when etcd expired it) registers again under a new lease, and holds
+// no slot: its Computers' slots may be another host's by then, so it tells
+// its caller to stop them (OnFenced) instead of claiming them again.
 func TestRejoinAfterLeaseLoss(t *testing.T) {
 	c := etcdtest.Start(t, 1)
-	o := etcdfleet.Options{SlotLimit: 3}
+	fenced := make(chan []string, 1)
+	o := etcdfleet.Options{SlotLimit: 3, OnFenced: func(ids []string) { fenced <- ids }}
 	a := join(t, c, "a", o)
 	for _, id := range []string{"x", "y"} {
 		if r, err := a.Reserve(ctxT(t), id); err != nil || r.Kind != etcdfleet.Reserved {
@@ -440,20 +443,28 @@ func TestRejoinAfterLeaseLoss(t *testing.T) {
 	if _, err := raw.Revoke(ctxT(t), old); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a to register again with its two slots", func() bool {
+	select {
+	case ids := <-fenced:
+		if strings.Join(ids, ",") != "x,y" {
+			t.Fatalf("fenced %v, want [x y]", ids)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the host was never fenced")
+	}
+	waitFor(t, "a to register again, holding nothing", func() bool {
 		g, err := raw.Get(ctxT(t), etcdfleet.DefaultPrefix+"hosts/a")
 		if err != nil || len(g.Kvs) != 1 || clientv3.LeaseID(g.Kvs[0].Lease) == old {
 			return false
 		}
 		hs, err := a.Hosts(ctxT(t))
-		return err == nil && len(hs) == 1 && hs[0].Slots == 2
+		return err == nil && len(hs) == 1 && hs[0].Slots == 0
 	})
-	// Re-reserving is free again, and the slots are on the new lease.
-	if r, err := a.Reserve(ctxT(t), "x"); err != nil || r.Kind != etcdfleet.Reserved || r.Running != 2 {
-		t.Fatalf("re-reserve after the rejoin: %+v %v", r, err)
+	// Reserving again takes a new slot, on the new lease.
+	if r, err := a.Reserve(ctxT(t), "x"); err != nil || r.Kind != etcdfleet.Reserved || r.Running != 1 {
+		t.Fatalf("reserve after the rejoin: %+v %v", r, err)
 	}
 	s, err := raw.Get(ctxT(t), etcdfleet.DefaultPrefix+"slots/", clientv3.WithPrefix())
-	if err != nil || len(s.Kvs) != 2 {
+	if err != nil || len(s.Kvs) != 1 {
 		t.Fatal(s, err)
 	}
 	for _, kv := range s.Kvs {

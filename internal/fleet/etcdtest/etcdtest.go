@@ -28,6 +28,10 @@ type Options struct {
 	// Fsync keeps etcd's fsyncs (benchmarks of the real write path);
 	// tests skip them.
 	Fsync bool
+	// Host is the address the members listen on; default 127.0.0.1. A
+	// test's own network namespaces reach members on their bridge's
+	// address (package fleetnet).
+	Host string
 }
 
 // Start starts a cluster of n members and waits for its quorum. It fails t
@@ -51,7 +55,11 @@ func Start(t testing.TB, n int, o ...Options) *Cluster {
 }
 
 func start(t testing.TB, n int, opt Options) (*Cluster, error) {
-	ports, err := freePorts(2 * n)
+	host := opt.Host
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	ports, err := freePorts(host, 2*n)
 	if err != nil {
 		return nil, err
 	}
@@ -60,14 +68,15 @@ func start(t testing.TB, n int, opt Options) (*Cluster, error) {
 	var initial []string
 	for i := range n {
 		cfgs[i] = etcdembed.Config{
-			Name:         fmt.Sprintf("m%d", i),
-			Dir:          t.TempDir(),
-			ClientURL:    fmt.Sprintf("http://127.0.0.1:%d", ports[2*i]),
-			PeerURL:      fmt.Sprintf("http://127.0.0.1:%d", ports[2*i+1]),
-			ClusterToken: token,
-			NoFsync:      !opt.Fsync,
-			StartTimeout: 90 * time.Second,
-			LogLevel:     "fatal", // its shutdown and election noise; a failure to start is an error returned
+			Name:             fmt.Sprintf("m%d", i),
+			Dir:              t.TempDir(),
+			ClientURL:        fmt.Sprintf("http://%s:%d", host, ports[2*i]),
+			PeerURL:          fmt.Sprintf("http://%s:%d", host, ports[2*i+1]),
+			AllowNonLoopback: host != "127.0.0.1",
+			ClusterToken:     token,
+			NoFsync:          !opt.Fsync,
+			StartTimeout:     90 * time.Second,
+			LogLevel:         "fatal", // its shutdown and election noise; a failure to start is an error returned
 		}
 		initial = append(initial, cfgs[i].Name+"="+cfgs[i].PeerURL)
 	}
@@ -132,7 +141,7 @@ func (c *Cluster) Close() {
 	}
 }
 
-func freePorts(n int) ([]int, error) {
+func freePorts(host string, n int) ([]int, error) {
 	var out []int
 	var lns []net.Listener
 	defer func() {
@@ -141,7 +150,7 @@ func freePorts(n int) ([]int, error) {
 		}
 	}()
 	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 		if err != nil {
 			return nil, err
 		}
