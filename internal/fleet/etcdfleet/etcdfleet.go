@@ -187,7 +187,7 @@ type Member struct {
 	// time of the last grant or renewal etcd acknowledged, plus the TTL
 	// it acknowledged. etcd cannot expire the lease before then.
 	validUntil time.Time
-	held  map[string]int // Computer id → slot, of this host
+	held       map[string]int // Computer id → slot, of this host
 	// pending counts the Reserve calls under way, by Computer id: the
 	// sweep leaves their keys alone.
 	pending map[string]int
