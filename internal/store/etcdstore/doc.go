@@ -10,7 +10,9 @@
 //
 // Under the prefix given to Open (default /berth/store/), each key
 // component path-escaped (url.PathEscape, so a '/' inside an id cannot
-// alias another key), every value JSON:
+// alias another key), every value the JSON encoding of package store's
+// record type (byte fields such as a spec base64, so they come back
+// verbatim; times RFC 3339 in UTC with nanoseconds):
 //
 //	deployments/<id>                deployment: id, namespace, spec, revision, created and updated times
 //	namespaces/<name>               namespace: name, description, domains, created time
