@@ -3,8 +3,9 @@
 // and errors (wrapping store.ErrNotFound and store.ErrConflict) as the
 // SQLite *store.Store, kept in an etcd cluster so that several berth hosts
 // can share it. It covers deployments, namespaces and auth providers,
-// tokens, sealed secrets (and the secret key check) and guard rules; the
-// other entities of package store stay SQLite-only for now.
+// tokens, sealed secrets (and the secret key check), guard rules and
+// Computer grants; the other entities of package store stay SQLite-only
+// for now.
 //
 // # Keys
 //
@@ -21,6 +22,7 @@
 //	secrets/<ns>/<id>               sealed secret: namespace, id, the sealed blob, updated time
 //	secretkeycheck                  the sealed secret key check (written once)
 //	guardrules/<id>                 guard rule: every store.GuardRule field, hit counters included
+//	grants/<id>                     Computer grant: its Computer, the signed payload, expiry, issue and revocation times
 //
 // # Writes
 //
@@ -38,9 +40,10 @@
 // id). Each call whose context has no deadline is bounded by
 // DefaultOpTimeout.
 //
-// Two multi-key writes are split when they exceed etcd's default limit of
-// 128 operations per transaction: DeleteGuardRules and AddGuardHits with
-// more than 128 ids commit in several transactions of at most 128 each.
+// Multi-key writes are split when they exceed etcd's default limit of 128
+// operations per transaction: DeleteGuardRules, AddGuardHits,
+// RevokeGrants and PruneGrants over more than 128 keys commit in several
+// transactions of at most 128 each (each one whole or not at all).
 //
 // DeleteDeployment deletes only the deployment: the upstream drains, rate
 // limits and pulls that the SQLite store deletes with it are not kept here.

@@ -17,7 +17,8 @@ import (
 )
 
 // Backend is the slice of a store the suite covers: deployments,
-// namespaces and auth providers, tokens, sealed secrets and guard rules.
+// namespaces and auth providers, tokens, sealed secrets, guard rules and
+// Computer grants.
 type Backend interface {
 	Deployments(ctx context.Context) ([]store.Deployment, error)
 	Deployment(ctx context.Context, id string) (store.Deployment, error)
@@ -47,6 +48,11 @@ type Backend interface {
 	PutGuardRule(ctx context.Context, x store.GuardRule) error
 	DeleteGuardRules(ctx context.Context, ids []string) error
 	AddGuardHits(ctx context.Context, hits map[string]store.GuardHits) error
+
+	Grants(ctx context.Context, notBefore int64) ([]store.Grant, error)
+	PutGrant(ctx context.Context, g store.Grant) error
+	RevokeGrants(ctx context.Context, computerID string, at time.Time, ids ...string) ([]string, error)
+	PruneGrants(ctx context.Context, before int64) (int64, error)
 }
 
 // Run runs the suite; open returns a fresh, empty backend for each
@@ -67,6 +73,7 @@ func Run(t *testing.T, open func(t *testing.T) Backend) {
 		{"Tokens", testTokens},
 		{"Secrets", testSecrets},
 		{"GuardRules", testGuardRules},
+		{"Grants", testGrants},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
 	}
@@ -594,5 +601,85 @@ func testGuardRules(t *testing.T, s Backend) {
 	}
 	if got, err = s.GuardRules(ctx); err != nil || len(got) != 2 || got[0].ID != b.ID {
 		t.Errorf("after deleting a: %+v, %v", got, err)
+	}
+}
+
+func testGrants(t *testing.T, s Backend) {
+	ctx := t.Context()
+	at := time.Date(2026, 5, 1, 12, 0, 0, 5, time.UTC)
+	put := []store.Grant{
+		{ID: "g2", ComputerID: "c1", Payload: []byte(`{"gid": "g2"}`), ExpiresAt: 3000, IssuedAt: at},
+		{ID: "g1", ComputerID: "c1", Payload: []byte(`{"gid":"g1"}`), ExpiresAt: 1000, IssuedAt: at},
+		{ID: "g3", ComputerID: "c2", Payload: []byte(`{"gid":"g3"}`), ExpiresAt: 3000, IssuedAt: at},
+	}
+	for _, g := range put {
+		if err := s.PutGrant(ctx, g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.PutGrant(ctx, store.Grant{ID: "g1", ComputerID: "c1", Payload: []byte(`{}`), ExpiresAt: 5}); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("reusing a grant id = %v, want ErrConflict", err)
+	}
+	for _, bad := range []store.Grant{{ID: "g9", ComputerID: "c1", Payload: []byte(`{`)}, {ComputerID: "c1", Payload: []byte(`{}`)}, {ID: "g9", Payload: []byte(`{}`)}} {
+		if err := s.PutGrant(ctx, bad); err == nil {
+			t.Errorf("PutGrant(%+v) succeeded", bad)
+		}
+	}
+	gs, err := s.Grants(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]store.Grant{put[1], put[0], put[2]}, gs); diff != "" {
+		t.Errorf("Grants, by id, verbatim (-want +got):\n%s", diff)
+	}
+	ids := func(gs []store.Grant) []string {
+		var out []string
+		for _, g := range gs {
+			out = append(out, g.ID)
+		}
+		return out
+	}
+	if gs, err := s.Grants(ctx, 2000); err != nil || !cmp.Equal(ids(gs), []string{"g2", "g3"}) {
+		t.Errorf("Grants(notBefore 2000) = %v, %v; want g2, g3", ids(gs), err)
+	}
+	// By id: only the Computer's own grants, and the first revocation time
+	// is kept.
+	if _, err := s.RevokeGrants(ctx, "c2", at, "g1"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("revoking c1's grant under c2 = %v, want ErrNotFound", err)
+	}
+	if _, err := s.RevokeGrants(ctx, "c1", at, "nope"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("revoking a missing grant = %v, want ErrNotFound", err)
+	}
+	if got, err := s.RevokeGrants(ctx, "c1", at, "g2"); err != nil || !cmp.Equal(got, []string{"g2"}) {
+		t.Errorf("RevokeGrants(g2) = %v, %v", got, err)
+	}
+	if got, err := s.RevokeGrants(ctx, "c1", at.Add(time.Hour), "g2"); err != nil || !cmp.Equal(got, []string{"g2"}) {
+		t.Errorf("revoking again = %v, %v; want g2", got, err)
+	}
+	// All of a Computer's: the ones still standing.
+	if got, err := s.RevokeGrants(ctx, "c1", at); err != nil || !cmp.Equal(got, []string{"g1"}) {
+		t.Errorf("RevokeGrants(c1) = %v, %v; want g1", got, err)
+	}
+	if got, err := s.RevokeGrants(ctx, "c1", at); err != nil || len(got) != 0 {
+		t.Errorf("RevokeGrants(c1) with none standing = %v, %v; want none", got, err)
+	}
+	gs, _ = s.Grants(ctx, 0)
+	for _, g := range gs {
+		switch g.ID {
+		case "g1", "g2":
+			if !g.RevokedAt.Equal(at) {
+				t.Errorf("%s revoked at %v, want %v", g.ID, g.RevokedAt, at)
+			}
+		case "g3":
+			if !g.RevokedAt.IsZero() {
+				t.Errorf("g3 of another Computer was revoked")
+			}
+		}
+	}
+	if n, err := s.PruneGrants(ctx, 2000); err != nil || n != 1 {
+		t.Errorf("PruneGrants = %d, %v; want 1", n, err)
+	}
+	if gs, _ := s.Grants(ctx, 0); !cmp.Equal(ids(gs), []string{"g2", "g3"}) {
+		t.Errorf("after prune: %v", ids(gs))
 	}
 }
