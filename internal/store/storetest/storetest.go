@@ -74,6 +74,8 @@ func Run(t *testing.T, open func(t *testing.T) Backend) {
 		{"Secrets", testSecrets},
 		{"GuardRules", testGuardRules},
 		{"Grants", testGrants},
+		{"ConcurrentCreatedFlags", testConcurrentCreatedFlags},
+		{"ConcurrentGuardHits", testConcurrentGuardHits},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
 	}
@@ -681,5 +683,78 @@ func testGrants(t *testing.T, s Backend) {
 	}
 	if gs, _ := s.Grants(ctx, 0); !cmp.Equal(ids(gs), []string{"g2", "g3"}) {
 		t.Errorf("after prune: %v", ids(gs))
+	}
+}
+
+// testConcurrentCreatedFlags: of writers racing to create one namespace,
+// auth provider or secret, exactly one is told it created it.
+func testConcurrentCreatedFlags(t *testing.T, s Backend) {
+	ctx := t.Context()
+	const writers = 8
+	for _, tc := range []struct {
+		name string
+		put  func(i int) (bool, error)
+	}{
+		{"namespace", func(i int) (bool, error) {
+			_, created, err := s.PutNamespace(ctx, store.Namespace{Name: "race", Description: fmt.Sprint(i)})
+			return created, err
+		}},
+		{"auth provider", func(i int) (bool, error) {
+			_, created, err := s.PutAuthProvider(ctx, store.AuthProvider{Namespace: "race", Name: "p", Spec: spec(i)})
+			return created, err
+		}},
+		{"secret", func(i int) (bool, error) {
+			return s.PutSealedSecret(ctx, store.SealedSecret{Namespace: "race", ID: "s", Sealed: []byte{byte(i + 1)}})
+		}},
+	} {
+		var mu sync.Mutex
+		var creators []int
+		errs := race(writers, func(i int) error {
+			created, err := tc.put(i)
+			if created {
+				mu.Lock()
+				creators = append(creators, i)
+				mu.Unlock()
+			}
+			return err
+		})
+		for i, err := range errs {
+			if err != nil {
+				t.Errorf("%s writer %d: %v", tc.name, i, err)
+			}
+		}
+		if len(creators) != 1 {
+			t.Errorf("%s: writers %v were told they created it, want exactly one", tc.name, creators)
+		}
+	}
+}
+
+// testConcurrentGuardHits: batches of hits added at once are all counted.
+func testConcurrentGuardHits(t *testing.T, s Backend) {
+	ctx := t.Context()
+	t0 := time.Date(2025, 3, 4, 5, 6, 7, 8, time.UTC)
+	if err := s.PutGuardRule(ctx, store.GuardRule{ID: "r", Action: "block", CreatedAt: t0}); err != nil {
+		t.Fatal(err)
+	}
+	const writers, batches = 4, 10
+	errs := race(writers, func(w int) error {
+		for i := range batches {
+			if err := s.AddGuardHits(ctx, map[string]store.GuardHits{"r": {Delta: 1, LastHit: t0.Add(time.Duration(w*batches+i) * time.Second)}}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	for _, err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	rules, err := s.GuardRules(ctx)
+	if err != nil || len(rules) != 1 {
+		t.Fatalf("GuardRules = %+v, %v", rules, err)
+	}
+	if want := t0.Add((writers*batches - 1) * time.Second); rules[0].Hits != writers*batches || !rules[0].LastHit.Equal(want) {
+		t.Errorf("after %d concurrent batches: hits %d, last hit %v; want %d, %v", writers*batches, rules[0].Hits, rules[0].LastHit, writers*batches, want)
 	}
 }
