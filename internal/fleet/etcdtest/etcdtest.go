@@ -134,6 +134,13 @@ func (c *Cluster) Leader() int {
 	return -1
 }
 
+// StopMember stops member i and leaves the others running, as a crash of
+// that member would (a test of failover stops the Leader). Its data
+// directory is kept until the test ends; Close skips it.
+func (c *Cluster) StopMember(i int) {
+	c.Members[i].Close()
+}
+
 // Close stops every member.
 func (c *Cluster) Close() {
 	for _, m := range c.Members {
