@@ -292,12 +292,56 @@ type ServiceSnapshot struct {
 // ends, the latest only when the reader falls behind; the first at once.
 // The channel is closed when ctx ends.
 func (m *Member) WatchService(ctx context.Context, id string) <-chan ServiceSnapshot {
-	out := make(chan ServiceSnapshot, 1)
+	return watchPrefix(ctx, m, m.servicesPrefix()+id+"/", func(ctx context.Context) (ServiceSnapshot, int64, error) {
+		ms, rev, err := m.ServiceMembers(ctx, id)
+		return ServiceSnapshot{Members: ms, Revision: rev}, rev, err
+	})
+}
+
+// ServicesSnapshot is every service with members at a revision.
+type ServicesSnapshot struct {
+	Services []Service
+	Revision int64
+}
+
+// WatchServices is WatchService for every service at once.
+func (m *Member) WatchServices(ctx context.Context) <-chan ServicesSnapshot {
+	return watchPrefix(ctx, m, m.servicesPrefix(), func(ctx context.Context) (ServicesSnapshot, int64, error) {
+		ss, rev, err := m.Services(ctx, "", 0)
+		return ServicesSnapshot{Services: ss, Revision: rev}, rev, err
+	})
+}
+
+// watchPrefix sends list's answer at once and after every change under
+// prefix until ctx ends (retrying a second after a failure), the latest
+// only when the reader falls behind; the channel is closed when ctx ends.
+func watchPrefix[T any](ctx context.Context, m *Member, prefix string, list func(context.Context) (T, int64, error)) <-chan T {
+	out := make(chan T, 1)
+	once := func() error {
+		v, rev, err := list(ctx)
+		if err != nil {
+			return err
+		}
+		sendLatest(out, v)
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		defer cancel()
+		for w := range m.cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
+			if err := w.Err(); err != nil {
+				return err
+			}
+			v, _, err := list(ctx)
+			if err != nil {
+				return err
+			}
+			sendLatest(out, v)
+		}
+		return ctx.Err()
+	}
 	go func() {
 		defer close(out)
 		for ctx.Err() == nil {
-			if err := m.watchServiceOnce(ctx, id, out); err != nil && ctx.Err() == nil {
-				m.o.Log.Warn("fleet: watching a service", "service", id, "err", err)
+			if err := once(); err != nil && ctx.Err() == nil {
+				m.o.Log.Warn("fleet: watching", "prefix", prefix, "err", err)
 				select {
 				case <-ctx.Done():
 				case <-time.After(time.Second):
@@ -306,32 +350,6 @@ func (m *Member) WatchService(ctx context.Context, id string) <-chan ServiceSnap
 		}
 	}()
 	return out
-}
-
-func (m *Member) watchServiceOnce(ctx context.Context, id string, out chan ServiceSnapshot) error {
-	list := func() (int64, error) {
-		ms, rev, err := m.ServiceMembers(ctx, id)
-		if err != nil {
-			return 0, err
-		}
-		sendLatest(out, ServiceSnapshot{Members: ms, Revision: rev})
-		return rev, nil
-	}
-	rev, err := list()
-	if err != nil {
-		return err
-	}
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	for w := range m.cli.Watch(wctx, m.servicesPrefix()+id+"/", clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
-		if err := w.Err(); err != nil {
-			return err
-		}
-		if _, err := list(); err != nil {
-			return err
-		}
-	}
-	return ctx.Err()
 }
 
 func sendLatest[T any](out chan T, v T) {
