@@ -64,6 +64,7 @@ func TestServices(t *testing.T) {
 	a, b := join(t, c, "a", etcdfleet.Options{}), join(t, c, "b", etcdfleet.Options{})
 	ctx := ctxT(t)
 	w := a.WatchService(ctx, "web")
+	all := b.WatchServices(ctx)
 	if s := <-w; len(s.Members) != 0 || s.Revision == 0 {
 		t.Fatalf("first snapshot = %+v, want no members at a revision", s)
 	}
@@ -76,6 +77,10 @@ func TestServices(t *testing.T) {
 	waitFor(t, "the watcher to see both web members", func() bool {
 		s := <-w
 		return len(s.Members) == 2
+	})
+	waitFor(t, "WatchServices to see the three services", func() bool {
+		s := <-all
+		return len(s.Services) == 3 && s.Revision > 0
 	})
 	ss, rev, err := a.Services(ctx, "", 0)
 	if err != nil {
