@@ -95,3 +95,184 @@ type FleetJoinResponse struct {
 	HostID      string   `json:"host_id"`
 	NotAfter    int64    `json:"not_after"`
 }
+
+// FleetSummary is GET /fleet (berth's own shape; the contract declares
+// none): every live host of the fleet with what its last report said, and
+// Pool, the contract's FleetPool rolled up over every host's
+// deployments (a deployment served by two hosts counts once in
+// Deployments; its replicas count on each host).
+type FleetSummary struct {
+	// Self is the id of the host that answered.
+	Self        string         `json:"self"`
+	GeneratedAt int64          `json:"generated_at"`
+	Gateways    []FleetGateway `json:"gateways"`
+	Pool        FleetPool      `json:"pool"`
+}
+
+// FleetGateway is one live host in GET /fleet: its registration's id,
+// address and state, and what its last report said (ReportedAt, in Unix
+// milliseconds, is 0 and Host and Pool are zero until it reports).
+type FleetGateway struct {
+	ID         string    `json:"id"`
+	Address    string    `json:"address"`
+	State      string    `json:"state"`
+	ReportedAt int64     `json:"reported_at_ms"`
+	Host       HostUsage `json:"host"`
+	Pool       FleetPool `json:"pool"`
+}
+
+// FleetDeploymentPool is a deployment's pool numbers, on one host or
+// summed over the hosts that serve it.
+type FleetDeploymentPool struct {
+	Ready         int `json:"ready"`
+	Draining      int `json:"draining"`
+	Pending       int `json:"pending"`
+	TotalInFlight int `json:"total_in_flight"`
+}
+
+// FleetDeployments is GET /fleet/deployments?namespace=&offset=&limit=
+// (berth's own shape): the deployments the fleet's hosts serve, by id,
+// Matched counting those the query matched before Offset and Limit
+// (default 100) cut the page, as /metrics pages.
+type FleetDeployments struct {
+	Deployments []FleetDeployment `json:"deployments"`
+	Matched     int               `json:"matched"`
+	Offset      int               `json:"offset"`
+}
+
+// FleetDeployment is one deployment across the fleet: Hosts are the ids
+// of the hosts serving it, Pool its pool numbers summed over them, and
+// Gateways each host's own numbers.
+type FleetDeployment struct {
+	ID        string                `json:"id"`
+	Namespace string                `json:"namespace"`
+	Kind      string                `json:"kind"`
+	Hosts     []string              `json:"hosts"`
+	Pool      FleetDeploymentPool   `json:"pool"`
+	Gateways  []FleetDeploymentHost `json:"gateways"`
+}
+
+// FleetDeploymentHost is one host's share of a [FleetDeployment].
+type FleetDeploymentHost struct {
+	Host string              `json:"host"`
+	Pool FleetDeploymentPool `json:"pool"`
+}
+
+// FleetGatewayMetrics is GET /fleet/gateways/{id}/metrics (berth's own
+// shape): host id's last report. Host is the contract's HostUsage (zero
+// for a namespace-confined caller), Fleet its FleetPool over the
+// deployments listed before paging; Matched and Offset page Deployments
+// as /fleet/deployments does.
+type FleetGatewayMetrics struct {
+	ID          string                   `json:"id"`
+	Address     string                   `json:"address"`
+	ReportedAt  int64                    `json:"reported_at_ms"`
+	Host        HostUsage                `json:"host"`
+	Fleet       FleetPool                `json:"fleet"`
+	Deployments []FleetGatewayDeployment `json:"deployments"`
+	Matched     int                      `json:"matched"`
+	Offset      int                      `json:"offset"`
+}
+
+// FleetGatewayDeployment is one deployment a host reports: its pool there
+// and its routes as "host/path-prefix" ("" host: any).
+type FleetGatewayDeployment struct {
+	ID        string              `json:"id"`
+	Namespace string              `json:"namespace"`
+	Kind      string              `json:"kind"`
+	Pool      FleetDeploymentPool `json:"pool"`
+	Routes    []string            `json:"routes"`
+}
+
+// FleetNetwork is GET /fleet/network (berth's own shape): each live
+// host's address and what it serves.
+type FleetNetwork struct {
+	Gateways []FleetNetworkGateway `json:"gateways"`
+}
+
+// FleetNetworkGateway is one host of [FleetNetwork]: the routes it serves
+// ("host/path-prefix"), the route hosts among them, and its deployments'
+// ids.
+type FleetNetworkGateway struct {
+	ID          string   `json:"id"`
+	Address     string   `json:"address"`
+	State       string   `json:"state"`
+	Routes      []string `json:"routes"`
+	RouteHosts  []string `json:"route_hosts"`
+	Deployments []string `json:"deployments"`
+}
+
+// FleetServices is GET /services?after=&limit= (berth's own shape): the
+// services with members in the fleet, by id, after the id given; Next is
+// the after= of the next page, absent on the last; Revision the etcd
+// revision read at.
+type FleetServices struct {
+	Services []FleetService `json:"services"`
+	Next     string         `json:"next,omitempty"`
+	Revision int64          `json:"revision"`
+}
+
+// FleetService is one service and its members, by peer.
+type FleetService struct {
+	ID      string               `json:"id"`
+	Members []FleetServiceMember `json:"members"`
+}
+
+// FleetServiceMember is one member of a service: its peer ("host:port"),
+// whether it drains, its requests in flight, and the host that
+// publishes it.
+type FleetServiceMember struct {
+	Peer     string `json:"peer"`
+	Draining bool   `json:"draining"`
+	InFlight int    `json:"in_flight"`
+	Host     string `json:"host"`
+}
+
+// ControlPlaneConfig is GET /control-plane/config and PUT's answer
+// (app-lb.md §2.3's `{revision, config, externally_managed,
+// token_sync}`): the fleet's configuration as kept in etcd, at Revision
+// (0 before the first PUT).
+type ControlPlaneConfig struct {
+	Revision int64           `json:"revision"`
+	Config   ControlPlaneDoc `json:"config"`
+	// ExternallyManaged is false: berth keeps the configuration in etcd
+	// and this API writes it.
+	ExternallyManaged bool      `json:"externally_managed"`
+	TokenSync         TokenSync `json:"token_sync"`
+}
+
+// ControlPlaneDoc is the configuration itself (berth's own fields under
+// app-lb's two keys): the gateways the fleet knows of beyond its live
+// hosts, and the services the control plane names.
+type ControlPlaneDoc struct {
+	Gateways     []ControlPlaneGateway `json:"gateways"`
+	ControlPlane []ControlPlaneService `json:"control_plane"`
+}
+
+// ControlPlaneGateway is a gateway the configuration names: its id (a
+// host id) and its admin URL (http or https).
+type ControlPlaneGateway struct {
+	ID  string `json:"id"`
+	URL string `json:"url"`
+}
+
+// ControlPlaneService is a service the configuration names, and the
+// description operators give it.
+type ControlPlaneService struct {
+	ServiceID   string `json:"service_id"`
+	Description string `json:"description,omitempty"`
+}
+
+// TokenSync says how fleet tokens reach every host: in berth, through
+// etcd (Source "etcd"), each host following them as they change.
+type TokenSync struct {
+	Source string `json:"source"`
+}
+
+// ControlPlaneConfigPut is PUT /control-plane/config's body: the new
+// configuration, written only while the stored one is still at
+// ExpectedRevision (0: none stored yet), else 409.
+type ControlPlaneConfigPut struct {
+	ExpectedRevision *int64           `json:"expected_revision"`
+	Config           *ControlPlaneDoc `json:"config"`
+}

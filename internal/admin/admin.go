@@ -115,6 +115,11 @@ type Options struct {
 	// FleetHosts is the fleet this berth belongs to (/fleet/hosts); nil,
 	// when it runs alone, answers 409 fleet_not_configured there.
 	FleetHosts FleetHosts
+	// FleetViews is what the fleet's hosts publish (/fleet,
+	// /fleet/deployments, /fleet/gateways/{id}/metrics, /fleet/network,
+	// /services, /control-plane/config, discovery-status); nil, when
+	// berth runs alone, answers 409 fleet_not_configured there.
+	FleetViews FleetViews
 	// FleetJoin signs joining hosts' certificates (POST /fleet/join) on
 	// the host holding the fleet CA; nil answers 409 there.
 	FleetJoin FleetJoiner
@@ -215,6 +220,7 @@ func New(o Options) *API {
 	a.routeJobs()
 	a.routeDisks()
 	a.routeFleetHosts()
+	a.routeFleetViews()
 	a.routeFleetJoin()
 	a.routeRecords()
 	a.routeRollouts()

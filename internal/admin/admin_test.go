@@ -42,7 +42,10 @@ type rig struct {
 
 var operator = "Basic " + base64.StdEncoding.EncodeToString([]byte("admin:pw"))
 
-func newRig(t *testing.T, conf auth.Confinement) *rig {
+func newRig(t *testing.T, conf auth.Confinement) *rig { t.Helper(); return newRigWith(t, conf, nil) }
+
+// newRigWith is newRig with the registry's options changed by mod.
+func newRigWith(t *testing.T, conf auth.Confinement, mod func(*registry.Options)) *rig {
 	t.Helper()
 	ctx := context.Background()
 	st, err := store.Open(t.TempDir())
@@ -70,7 +73,7 @@ func newRig(t *testing.T, conf auth.Confinement) *rig {
 	if r.rl, err = ratelimit.NewManager(ctx, st, ratelimit.Options{Changed: func(id string) { r.reg.Refresh(id) }}); err != nil {
 		t.Fatal(err)
 	}
-	r.reg = registry.New(registry.Options{
+	ro := registry.Options{
 		Store: st, Pools: r.fleet, Domains: ns.Domains,
 		Spec: spec.Options{BaseDomain: "apps.test", Drivers: r.fleet.DriverNames()},
 		Limit: func(id string) proxy.Limiter {
@@ -80,7 +83,11 @@ func newRig(t *testing.T, conf auth.Confinement) *rig {
 			return nil
 		},
 		Forget: r.rl.Forget,
-	})
+	}
+	if mod != nil {
+		mod(&ro)
+	}
+	r.reg = registry.New(ro)
 	if err := r.reg.Load(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -78,6 +78,11 @@ type Options struct {
 	Recorder func(id string) proxy.Recorder
 	// Forget is called when a deployment is deleted (e.g. to drop metrics).
 	Forget func(id string)
+	// Discovered returns a service's current upstreams ("host:port", the
+	// members that are not draining): a static deployment with
+	// discovery is served by them, rebuilt on Refresh. Nil serves such a
+	// deployment with no upstreams.
+	Discovered func(serviceID string) []string
 	// Pools runs vm deployments; nil refuses them at activation.
 	Pools Pools
 	// ResolveEnv resolves vm.env_from at each replica create.
@@ -289,12 +294,22 @@ func (r *Registry) build(s apitype.DeploymentSpec, prev *Entry, dry bool) (*Entr
 	switch e.Kind {
 	case apitype.KindStatic:
 		e.Upstreams = slices.Clone(s.Upstreams)
+		if s.Discovery != nil {
+			// The service's current members, not the spec's.
+			e.Upstreams = nil
+			if r.o.Discovered != nil {
+				e.Upstreams = slices.DeleteFunc(r.o.Discovered(s.Discovery.ServiceID), func(u string) bool {
+					_, _, err := spec.Upstream(u)
+					return err != nil // a peer no backend can be made of
+				})
+			}
+		}
 		if prev != nil && prev.Pool != nil && slices.Equal(prev.Upstreams, e.Upstreams) {
 			e.Pool = prev.Pool
 			break
 		}
 		var bs []*proxy.Backend
-		for _, u := range s.Upstreams {
+		for _, u := range e.Upstreams {
 			addr, tls, err := spec.Upstream(u)
 			if err != nil {
 				return nil, err
@@ -775,7 +790,8 @@ func (r *Registry) limit(id string) proxy.Limiter {
 
 // Refresh recompiles the data plane's view of deployment id from what is
 // kept outside its spec (its per-client limit: Options.Limit; the tree a
-// site with an artifact serves: Options.SiteRoot) and
+// site with an artifact serves: Options.SiteRoot; a discovery-backed
+// deployment's upstreams: Options.Discovered) and
 // publishes the routing table; call it after such a thing changed. It
 // reports whether the deployment exists. Requests in flight finish under
 // the view they started with.
@@ -786,13 +802,13 @@ func (r *Registry) Refresh(id string) bool {
 	if e == nil {
 		return false
 	}
-	if e.Kind == apitype.KindSite && e.Spec.Artifact != nil {
+	if e.Kind == apitype.KindSite && e.Spec.Artifact != nil || e.Spec.Discovery != nil {
 		// The tree it serves (Options.SiteRoot) may have changed: a new
 		// entry, published whole, so requests in flight finish on the
 		// tree they started with.
 		ne, err := r.build(e.Spec, e, false)
 		if err != nil {
-			r.o.Log.Error("could not refresh a site", "id", id, "err", err)
+			r.o.Log.Error("could not refresh a deployment", "id", id, "err", err)
 			return true
 		}
 		ne.Revision, ne.CreatedAt, ne.UpdatedAt = e.Revision, e.CreatedAt, e.UpdatedAt

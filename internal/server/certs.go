@@ -128,14 +128,20 @@ func (s *Server) feedHosts(ctx context.Context) error {
 // publisher hands each routing table to the proxy and tells feedHosts.
 type publisher struct {
 	proxy   *proxy.Handler
-	changed chan struct{}
+	changed chan struct{} // to feedHosts; nil: none
+	fleet   chan struct{} // to the fleet report's publisher; nil: none
 }
 
 func (p publisher) Swap(t *proxy.Table) {
 	p.proxy.Swap(t)
-	select {
-	case p.changed <- struct{}{}:
-	default:
+	for _, c := range []chan struct{}{p.changed, p.fleet} {
+		if c == nil {
+			continue
+		}
+		select {
+		case c <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -159,10 +165,10 @@ func (c certSource) Pending() []apitype.CertPending {
 // publisher is what the registry publishes routing tables to: the proxy,
 // and with the certificate manager feedHosts too.
 func (s *Server) publisher() registry.Publisher {
-	if s.routesChanged == nil {
+	if s.routesChanged == nil && s.fleetChanged == nil {
 		return s.proxy
 	}
-	return publisher{s.proxy, s.routesChanged}
+	return publisher{s.proxy, s.routesChanged, s.fleetChanged}
 }
 
 // certSource is the admin API's view of the manager; nil without one.

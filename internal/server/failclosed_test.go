@@ -25,6 +25,10 @@ func TestUnsupportedSectionsRefused(t *testing.T) {
 		r := n.call(nil, "POST", "/deployments", op, doc)
 		refused(t, r, 400, field)
 		want := field + ": not supported yet"
+		if field == "discovery" {
+			// Served in a fleet only.
+			want = "discovery: discovery needs a fleet: start berth with --etcd"
+		}
 		if field == "vm.mounts" {
 			// Before that: the process driver attaches no mounts (it
 			// is no vm.Mounter), and this host has no driver that does.

@@ -195,6 +195,14 @@ func (s *Server) openFleet(ctx context.Context, driverNames []string) (err error
 		return fmt.Errorf("server: joining the fleet at %s: %w", strings.Join(endpoints, ","), err)
 	}
 	s.fleetHost = fm
+	s.fleetChanged = make(chan struct{}, 1)
+	// The services' members before the deployments load, so that a
+	// discovery-backed one starts with its upstreams.
+	lctx, lcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer lcancel()
+	if err := s.discovered.load(lctx, fm.m); err != nil {
+		s.log.Warn("fleet: reading the services; discovery-backed deployments start without upstreams", "err", err)
+	}
 	s.log.Info("fleet: joined", "host", id, "endpoints", strings.Join(endpoints, ","), "fleet_slots", f.Slots)
 	return nil
 }

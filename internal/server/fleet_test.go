@@ -183,6 +183,20 @@ func TestNoFleet(t *testing.T) {
 	if h.s.fleetHost != nil {
 		t.Fatal("a fleet member without --etcd")
 	}
+	// The fleet views too, to a caller with a credential.
+	var minted apitype.MintedToken
+	if r := h.json("POST", "/tokens", `{"name":"v","admin":"admin","deployments":["*"]}`); r.code != 201 || json.Unmarshal(r.body, &minted) != nil {
+		t.Fatalf("mint: %d %s", r.code, r.body)
+	}
+	for _, route := range []string{"GET /fleet", "GET /fleet/deployments", "GET /fleet/gateways/x/metrics", "GET /fleet/network", "GET /services", "GET /control-plane/config", "PUT /control-plane/config"} {
+		method, path, _ := strings.Cut(route, " ")
+		r := h.json(method, path, `{"expected_revision":0,"config":{}}`, "Authorization", "Bearer "+minted.Token)
+		var env struct{ Error, Code string }
+		json.Unmarshal(r.body, &env)
+		if r.code != 409 || env.Code != "fleet_not_configured" {
+			t.Fatalf("%s without a fleet: %d %s", route, r.code, r.body)
+		}
+	}
 	for _, f := range []FleetOptions{{Slots: 3}, {HostID: "x"}, {Dev: true, Endpoints: []string{"http://127.0.0.1:1"}}, {Endpoints: []string{"http://127.0.0.1:1"}, Slots: -1}} {
 		o := Options{DataDir: t.TempDir(), ProxyAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", Fleet: f}
 		agentOptions(&o)

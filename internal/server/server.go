@@ -384,7 +384,13 @@ type Server struct {
 	// caller's TLSConfig or none serves the TLS listeners.
 	certs         *certs.Manager
 	routesChanged chan struct{} // to feedHosts
-	adminTLS      bool          // the admin listener speaks TLS
+	// fleetChanged tells the fleet report's publisher that the routes
+	// changed (runFleetViews); nil without a fleet.
+	fleetChanged chan struct{}
+	// discovered is the fleet's services' upstreams, as discovery-backed
+	// deployments take them (registry.Options.Discovered).
+	discovered discoveredPeers
+	adminTLS   bool // the admin listener speaks TLS
 
 	adminSrv *http.Server
 	// workspaces keeps vm deployments' workspaces (<DataDir>/workspaces);
@@ -632,6 +638,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		BuildAllowLocal: o.AllowLocalRepos, BuildAllowHTTP: o.BuildAllowHTTP,
 		Mounter:           s.fleet.Mounter,
 		WorkspaceArchives: o.WorkspaceArchiveBucket != "",
+		Discovery:         s.fleetHost != nil,
 	}
 	s.workspaces.s = s
 	if err := s.openJobs(ctx); err != nil {
@@ -658,6 +665,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		Workspace:   s.workspaces.hook,
 		Feed:        s.feed.Exposed,
 		Issues:      s.feed,
+		Discovered:  s.discovered.get,
 		Log:         o.Log,
 	})
 	s.rollouts.SetRegistry(s.registry)
@@ -755,6 +763,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		Plugins:  plugins,
 
 		FleetHosts: s.adminFleet(),
+		FleetViews: s.adminFleetViews(),
 		FleetJoin:  s.adminFleetJoin(),
 	})
 	// The Computer API shares the listener and the gate, and its brake
@@ -907,6 +916,7 @@ func (s *Server) Run(ctx context.Context) error {
 		{"siem", func(ctx context.Context) error { s.siem.Run(ctx); return nil }},
 		{"obs alerts", func(ctx context.Context) error { s.obs.Run(ctx); return nil }},
 		{"replica logs", s.runReplicaLogs},
+		{"fleet views", s.runFleetViews},
 	} {
 		loops.Go(func() {
 			if err := l.run(loopCtx); err != nil && loopCtx.Err() == nil {

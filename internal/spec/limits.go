@@ -34,16 +34,25 @@ func notSupported(field, why string) *FieldError {
 
 // unsupported refuses the sections berth checks field by field (so a later
 // issue can implement one by deleting its line here) but does not act on:
-// a stored credential for host updates, upstream discovery. It runs after the field
-// checks, so a malformed section is still named precisely.
+// a stored credential for host updates. It runs after the field checks,
+// so a malformed section is still named precisely. Discovery is served
+// in a fleet only (Options.Discovery), and takes every upstream from its
+// service.
 func (v validator) unsupported() *FieldError {
 	s := v.s
+	if s.Discovery != nil {
+		if !v.o.Discovery {
+			return fieldErr("discovery", "discovery needs a fleet: start berth with --etcd (its service's members are published there); or list the upstreams in upstreams")
+		}
+		if len(s.Upstreams) > 0 {
+			return fieldErr("discovery", "takes the deployment's upstreams from service %q; remove upstreams", s.Discovery.ServiceID)
+		}
+	}
 	for _, u := range []struct {
 		set         bool
 		field, what string
 	}{
 		{s.Update != nil && s.Update.Auth != nil, "update.auth", "a host update uses no stored credential of its own; pass one to its commands with update.env_from"},
-		{s.Discovery != nil, "discovery", "berth does not discover upstreams (list them in upstreams)"},
 	} {
 		if u.set {
 			return notSupported(u.field, u.what)

@@ -75,6 +75,10 @@ type Options struct {
 	// none, or a read_only false on one that attaches only read-only
 	// ones, is refused rather than ignored. Nil skips both checks.
 	Mounter func(driver string) (attaches, writable bool)
+	// Discovery says the server is in a fleet whose service membership
+	// it follows: a static spec may then take its upstreams from a
+	// service (discovery.service_id); false refuses discovery.
+	Discovery bool
 	// WorkspaceArchives says the server has a bucket to fetch
 	// vm.workspace_archive.s3_key from; false refuses the section.
 	WorkspaceArchives bool

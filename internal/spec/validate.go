@@ -347,6 +347,8 @@ func (v validator) upstreams() *FieldError {
 	}
 	if d := s.Discovery; d != nil && strings.TrimSpace(d.ServiceID) == "" {
 		return fieldErr("discovery.service_id", "required")
+	} else if d != nil && (len(d.ServiceID) > 253 || strings.ContainsFunc(d.ServiceID, func(r rune) bool { return r == '/' || r < 0x20 || r == 0x7f })) {
+		return fieldErr("discovery.service_id", "%q: want at most 253 characters, no '/' or control characters", d.ServiceID)
 	}
 	return nil
 }

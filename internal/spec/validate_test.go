@@ -111,13 +111,13 @@ func TestValidate(t *testing.T) {
 			s := staticSpec()
 			s.Discovery = &apitype.DiscoverySpec{ServiceID: "svc"}
 			return s
-		}, nil, "discovery: not supported yet"},
+		}, nil, "discovery: discovery needs a fleet"},
 		{"discovery only", func() *apitype.DeploymentSpec {
 			s := staticSpec()
 			s.Upstreams = nil
 			s.Discovery = &apitype.DiscoverySpec{ServiceID: "svc"}
 			return s
-		}, nil, "discovery: not supported yet"},
+		}, nil, "discovery: discovery needs a fleet"},
 		{"discovery service_id", func() *apitype.DeploymentSpec {
 			s := staticSpec()
 			s.Discovery = &apitype.DiscoverySpec{}

@@ -16,6 +16,9 @@
 //	                    the holder's host's lease
 //	computers/<id>      which host and slot hold Computer id (JSON), on the
 //	                    same lease
+//	reports/<id>        the host's gateway report (views.go), on its lease
+//	services/<s>/<peer> a member of service s, on its publisher's lease
+//	config/control-plane the control-plane configuration, on no lease
 //
 // A slot is claimed in one transaction that creates slots/<n> and
 // computers/<id> only if neither exists (CreateRevision == 0), so two
