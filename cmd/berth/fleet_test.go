@@ -133,6 +133,27 @@ func (h *fleetHost) hostIDs(t *testing.T) string {
 	return strings.Join(ids, " ")
 }
 
+// fleetDeployments is GET /fleet/deployments through h: id@hosts each.
+func (h *fleetHost) fleetDeployments(t *testing.T) string {
+	t.Helper()
+	code, b := h.do(t, "GET", "/fleet/deployments", "")
+	if code != 200 {
+		return fmt.Sprintf("%d %s", code, b)
+	}
+	var v struct {
+		Deployments []struct {
+			ID    string
+			Hosts []string
+		}
+	}
+	json.Unmarshal(b, &v)
+	var out []string
+	for _, d := range v.Deployments {
+		out = append(out, d.ID+"@"+strings.Join(d.Hosts, ","))
+	}
+	return strings.Join(out, " ")
+}
+
 // running is how many of h's Computers are running, as h lists them.
 func (h *fleetHost) running(t *testing.T) int {
 	t.Helper()
@@ -226,10 +247,11 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 // cluster, with a fleet-wide limit of 10 Computers.
 //   - 100 concurrent Computer starts spread over the three hosts: exactly
 //     10 run.
+//   - Every gateway's fleet view shows every host's deployment.
 //   - Under continuous load through every gateway, one host's berth and
 //     everything it runs are killed (kill -9): the other gateways answer
-//     every request, the dead host leaves the list, and its Computers'
-//     slots go back to the fleet.
+//     every request, the dead host leaves the list and the fleet view, and
+//     its Computers' slots go back to the fleet.
 //   - A host is partitioned: it stops its own Computers before the fleet
 //     hands their slots out, so the fleet never runs more than 10 (counted
 //     on every host, the partitioned one too, through its namespace); healed,
@@ -261,6 +283,13 @@ func TestFleetThreeHosts(t *testing.T) {
 		if code, b := h.do(t, "POST", "/deployments", spec); code != 201 {
 			t.Fatalf("deployment on %s: %d %s", h.id, code, b)
 		}
+	}
+
+	// Every gateway sees every host's deployment (the hosts' reports).
+	for _, h := range hosts {
+		waitUntil(t, h.id+"'s fleet view to show every deployment", func() bool {
+			return h.fleetDeployments(t) == "web-h0@h0 web-h1@h1 web-h2@h2"
+		})
 	}
 
 	// 100 concurrent starts against a fleet-wide limit of 10.
@@ -329,6 +358,9 @@ func TestFleetThreeHosts(t *testing.T) {
 		t.Fatal("nothing was running in host 2's namespace")
 	}
 	waitUntil(t, "the dead host to leave the list", func() bool { return hosts[0].hostIDs(t) == "h0 h1" })
+	waitUntil(t, "the dead host's deployment to leave the fleet view", func() bool {
+		return hosts[1].fleetDeployments(t) == "web-h0@h0 web-h1@h1"
+	})
 	before := [2]int64{tallies[0].ok.Load(), tallies[1].ok.Load()}
 	waitUntil(t, "more load through the live gateways", func() bool {
 		return tallies[0].ok.Load() > before[0]+50 && tallies[1].ok.Load() > before[1]+50
