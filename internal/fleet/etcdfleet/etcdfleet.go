@@ -89,10 +89,13 @@ type Capacity struct {
 
 // Host is what a berth registers of itself.
 type Host struct {
-	ID        string    `json:"id"`
-	Address   string    `json:"address"`
-	Drivers   []string  `json:"drivers"`
-	Capacity  Capacity  `json:"capacity"`
+	ID       string   `json:"id"`
+	Address  string   `json:"address"`
+	Drivers  []string `json:"drivers"`
+	Capacity Capacity `json:"capacity"`
+	// Images are the images the host has locally (placement prefers a
+	// host that has a unit's image).
+	Images    []string  `json:"images,omitempty"`
 	Version   string    `json:"version"`
 	StartedAt time.Time `json:"started_at"`
 }
