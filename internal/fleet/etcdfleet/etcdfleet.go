@@ -103,8 +103,8 @@ type Host struct {
 // State is a host's scheduling state.
 type State string
 
-// The states. Cordoned and draining hosts take no new Computer slots; in
-// this version, without placement, draining does nothing more.
+// The states. Cordoned and draining hosts take no new Computer slots nor
+// units; a scheduler moves a draining host's units (see scheduler.go).
 const (
 	Active   State = "active"
 	Cordoned State = "cordoned"

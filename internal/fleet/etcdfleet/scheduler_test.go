@@ -268,3 +268,74 @@ func TestRescheduleAfterHostLoss(t *testing.T) {
 		return !ok
 	})
 }
+
+// TestPartitionedHostComesBack: host c's lease is lost while its berth
+// lives (as when it was cut off from etcd for longer than the TTL): its
+// units move; when it registers again its watch has delivered their loss
+// and Holds says no, and the units stay where they moved.
+func TestPartitionedHostComesBack(t *testing.T) {
+	cl := etcdtest.Start(t, 1)
+	o := etcdfleet.Options{LeaseTTL: 2 * time.Second}
+	a, _, c := join(t, cl, "a", o), join(t, cl, "b", o), join(t, cl, "c", o)
+	startScheduler(t, a)
+	for i := range 3 {
+		if err := a.Submit(ctxT(t), placement.Request{Unit: fmt.Sprintf("deployment/api/%d", i), Group: "api", Driver: "process"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var onC string
+	waitFor(t, "one replica on each host", func() bool {
+		w := placed(t, a)
+		n := perHost(w)
+		for u, h := range w {
+			if h == "c" {
+				onC = u
+			}
+		}
+		return len(w) == 3 && n["a"] == 1 && n["b"] == 1 && n["c"] == 1
+	})
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	cw := c.WatchAssignments(ctx, "c")
+	waitFor(t, "c's watch to list its unit", func() bool {
+		as, ok := recv(cw)
+		return ok && len(as) == 1 && as[0].Unit == onC
+	})
+	raw := cl.Client(t)
+	g, err := raw.Get(ctxT(t), etcdfleet.DefaultPrefix+"hosts/c")
+	if err != nil || len(g.Kvs) != 1 {
+		t.Fatal(g, err)
+	}
+	old := clientv3.LeaseID(g.Kvs[0].Lease)
+	if _, err := raw.Revoke(ctxT(t), old); err != nil {
+		t.Fatal(err)
+	}
+	var moved string
+	waitFor(t, "c's unit to move", func() bool {
+		moved = placed(t, a)[onC]
+		return moved != "" && moved != "c"
+	})
+	waitFor(t, "c's watch to deliver the move", func() bool {
+		as, ok := recv(cw)
+		return ok && len(as) == 0
+	})
+	waitFor(t, "c to register again", func() bool {
+		g, err := raw.Get(ctxT(t), etcdfleet.DefaultPrefix+"hosts/c")
+		return err == nil && len(g.Kvs) == 1 && clientv3.LeaseID(g.Kvs[0].Lease) != old
+	})
+	if ok, _, err := c.Holds(ctxT(t), onC, "c"); err != nil || ok {
+		t.Fatalf("c holds %s after it moved: %v", onC, err)
+	}
+	// c's return is a change the scheduler sees; a unit it then places
+	// lands on c, and the moved one stays where it went.
+	if err := a.Submit(ctxT(t), placement.Request{Unit: "deployment/api/3", Group: "api", Driver: "process"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the new replica on c", func() bool { return placed(t, a)["deployment/api/3"] == "c" })
+	if h := placed(t, a)[onC]; h != moved {
+		t.Fatalf("%s went from %s to %s", onC, moved, h)
+	}
+	if as, ok := recv(cw); !ok || len(as) != 1 || as[0].Unit != "deployment/api/3" {
+		t.Fatalf("c's watch: %+v %v", as, ok)
+	}
+}

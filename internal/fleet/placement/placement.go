@@ -12,8 +12,9 @@
 //   - a unit that runs on a host where it may stay is not moved;
 //   - among the hosts that fit: fewest units of the same group first
 //     (replicas spread over distinct hosts while there are enough), then a
-//     host that has the unit's image, then the most free capacity, then
-//     the lowest host id. The same input always gives the same answer.
+//     host that has the unit's image, then the most free capacity (the
+//     fraction left of its tightest dimension), then the fewest units
+//     (hosts that declare no capacity), then the lowest host id. The same input always gives the same answer.
 package placement
 
 import (
@@ -267,7 +268,7 @@ func Place(hosts []Host, requests []Request, current map[string]string) ([]Assig
 			continue
 		}
 		g := count(r)
-		best, bestSpread, bestImage, bestFree := -1, int32(0), false, 0.0
+		best, bestSpread, bestImage, bestFree, bestUnits := -1, int32(0), false, 0.0, 0
 		active, withDriver := 0, 0
 		for i, h := range hs {
 			if h.state() != Active {
@@ -284,8 +285,9 @@ func Place(hosts []Host, requests []Request, current map[string]string) ([]Assig
 			spread, image, free := g[i], r.Image != "" && h.images[r.Image], h.free(r)
 			if best < 0 || spread < bestSpread ||
 				spread == bestSpread && (image && !bestImage ||
-					image == bestImage && free > bestFree) {
-				best, bestSpread, bestImage, bestFree = i, spread, image, free
+					image == bestImage && (free > bestFree ||
+						free == bestFree && h.units < bestUnits)) {
+				best, bestSpread, bestImage, bestFree, bestUnits = i, spread, image, free, h.units
 			}
 		}
 		switch {

@@ -212,6 +212,12 @@ func TestMostFreeAndTies(t *testing.T) {
 	if where(as)["u"] != "a" {
 		t.Fatalf("placed %v: want a, the lowest id", as)
 	}
+	// Hosts that declare no capacity: the one with the fewest units.
+	hs = []placement.Host{{ID: "a", Drivers: []string{"process"}}, {ID: "b", Drivers: []string{"process"}, Load: placement.Load{Units: 1}}}
+	as, _ = placement.Place(hs, []placement.Request{req("u1", ""), req("u2", ""), req("u3", "")}, nil)
+	if w := where(as); w["u1"] != "a" || w["u2"] != "a" || w["u3"] != "b" {
+		t.Fatalf("placed %v over hosts without limits: want a, a (a tie, the lower id), b", w)
+	}
 	var reqs []placement.Request
 	for i := range 40 {
 		reqs = append(reqs, req(fmt.Sprintf("d%d/%d", i%7, i), fmt.Sprintf("d%d", i%7)))
