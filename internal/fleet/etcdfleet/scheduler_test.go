@@ -339,3 +339,58 @@ func TestPartitionedHostComesBack(t *testing.T) {
 		t.Fatalf("c's watch: %+v %v", as, ok)
 	}
 }
+
+// TestSchedulingAcrossEtcdLeaderLoss: in a 3-member cluster the etcd
+// leader stops while two schedulers and a host's assignment watch run
+// (their watches resumed by the client, or failed and listed again);
+// afterwards a lost host's units still move and its watch still delivers
+// the loss. (c's Leave may fail mid-election; its lease then lapses.)
+func TestSchedulingAcrossEtcdLeaderLoss(t *testing.T) {
+	cl := etcdtest.Start(t, 3)
+	o := etcdfleet.Options{OpTimeout: 15 * time.Second}
+	a, b, c := join(t, cl, "a", o), join(t, cl, "b", o), join(t, cl, "c", o)
+	startScheduler(t, a)
+	startScheduler(t, b)
+	for i := range 6 {
+		if err := b.Submit(ctxT(t), placement.Request{Unit: fmt.Sprintf("deployment/web/%d", i), Group: "web", Driver: "process"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "two replicas on each host", func() bool {
+		n := perHost(placed(t, a))
+		return n["a"] == 2 && n["b"] == 2 && n["c"] == 2
+	})
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	cw := c.WatchAssignments(ctx, "c")
+	waitFor(t, "c's watch to list its 2 units", func() bool {
+		as, ok := recv(cw)
+		return ok && len(as) == 2
+	})
+	leader := cl.Leader()
+	if leader < 0 {
+		t.Fatal("no etcd leader")
+	}
+	cl.Members[leader].Close()
+	waitFor(t, "a new etcd leader", func() bool {
+		for i, m := range cl.Members {
+			if i != leader && m.IsLeader() {
+				return true
+			}
+		}
+		return false
+	})
+	waitFor(t, "c to leave", func() bool { return c.Leave(ctxT(t)) == nil })
+	waitFor(t, "c's replicas to move", func() bool {
+		w := placed(t, a)
+		n := perHost(w)
+		return len(w) == 6 && n["a"] == 3 && n["b"] == 3
+	})
+	waitFor(t, "c's watch to deliver the loss", func() bool {
+		as, ok := recv(cw)
+		return ok && len(as) == 0
+	})
+	if _, err := a.Leader(ctxT(t)); err != nil {
+		t.Fatalf("no scheduler leads after the etcd election: %v", err)
+	}
+}
