@@ -240,6 +240,9 @@ func (m *Member) watchAssignmentsOnce(ctx context.Context, hostID string, emit f
 		}
 	}
 	emit(sorted(mine))
+	if h := testHookAssignWatch; h != nil {
+		h(g.Header.Revision)
+	}
 	wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer wcancel()
 	for w := range m.cli.Watch(wctx, m.assignPrefix(), clientv3.WithPrefix(), clientv3.WithRev(g.Header.Revision+1)) {
@@ -265,6 +268,10 @@ func (m *Member) watchAssignmentsOnce(ctx context.Context, hostID string, emit f
 	}
 	return ctx.Err()
 }
+
+// testHookAssignWatch, when set (by tests), runs between the assignment
+// watch's list, at revision rev, and its watch.
+var testHookAssignWatch func(rev int64)
 
 func sorted(m map[string]Assignment) []Assignment {
 	out := make([]Assignment, 0, len(m))
