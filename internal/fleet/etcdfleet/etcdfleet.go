@@ -856,9 +856,10 @@ func (m *Member) SetState(ctx context.Context, id string, s State) error {
 	return fmt.Errorf("%w: %q", ErrNoHost, id)
 }
 
-// Watch sends the host list after every change to the fleet's keys until
-// ctx ends, the latest only when the reader falls behind; the first list
-// is sent at once. The channel is closed when ctx ends.
+// Watch sends the host list after every change to the hosts, their
+// states or their Computers' slots until ctx ends, the latest only when
+// the reader falls behind; the first list is sent at once. The channel is
+// closed when ctx ends.
 func (m *Member) Watch(ctx context.Context) <-chan []HostView {
 	out := make(chan []HostView, 1)
 	go func() {
@@ -899,11 +900,26 @@ func (m *Member) watchOnce(ctx context.Context, out chan []HostView) error {
 		if err := w.Err(); err != nil {
 			return err
 		}
+		if !m.listed(w.Events) {
+			continue // assignments, the scheduler's election: not in the list
+		}
 		if _, err := list(); err != nil {
 			return err
 		}
 	}
 	return ctx.Err()
+}
+
+// listed: some of evs change the host list (hosts, states, Computers'
+// slots).
+func (m *Member) listed(evs []*clientv3.Event) bool {
+	for _, ev := range evs {
+		k := strings.TrimPrefix(string(ev.Kv.Key), m.o.Prefix)
+		if strings.HasPrefix(k, "hosts/") || strings.HasPrefix(k, "state/") || strings.HasPrefix(k, "computers/") {
+			return true
+		}
+	}
+	return false
 }
 
 func send(out chan []HostView, hs []HostView) {
