@@ -16,6 +16,9 @@
 //	                    the holder's host's lease
 //	computers/<id>      which host and slot hold Computer id (JSON), on the
 //	                    same lease
+//	units/, assign/,    the units asked for, the host each is assigned to
+//	unplaced/,          and why some have none, and the election of the
+//	scheduler/          scheduler that writes them: see assign.go
 //
 // A slot is claimed in one transaction that creates slots/<n> and
 // computers/<id> only if neither exists (CreateRevision == 0), so two
