@@ -19,6 +19,9 @@
 //	reports/<id>        the host's gateway report (views.go), on its lease
 //	services/<s>/<peer> a member of service s, on its publisher's lease
 //	config/control-plane the control-plane configuration, on no lease
+//	units/, assign/,    the units asked for, the host each is assigned to
+//	unplaced/,          and why some have none, and the election of the
+//	scheduler/          scheduler that writes them: see assign.go
 //
 // A slot is claimed in one transaction that creates slots/<n> and
 // computers/<id> only if neither exists (CreateRevision == 0), so two
@@ -95,10 +98,13 @@ type Capacity struct {
 
 // Host is what a berth registers of itself.
 type Host struct {
-	ID        string    `json:"id"`
-	Address   string    `json:"address"`
-	Drivers   []string  `json:"drivers"`
-	Capacity  Capacity  `json:"capacity"`
+	ID       string   `json:"id"`
+	Address  string   `json:"address"`
+	Drivers  []string `json:"drivers"`
+	Capacity Capacity `json:"capacity"`
+	// Images are the images the host has locally (placement prefers a
+	// host that has a unit's image).
+	Images    []string  `json:"images,omitempty"`
 	Version   string    `json:"version"`
 	StartedAt time.Time `json:"started_at"`
 }
@@ -106,8 +112,8 @@ type Host struct {
 // State is a host's scheduling state.
 type State string
 
-// The states. Cordoned and draining hosts take no new Computer slots; in
-// this version, without placement, draining does nothing more.
+// The states. Cordoned and draining hosts take no new Computer slots nor
+// units; a scheduler moves a draining host's units (see scheduler.go).
 const (
 	Active   State = "active"
 	Cordoned State = "cordoned"
@@ -932,9 +938,10 @@ func (m *Member) SetState(ctx context.Context, id string, s State) error {
 	return fmt.Errorf("%w: %q", ErrNoHost, id)
 }
 
-// Watch sends the host list after every change to the fleet's keys until
-// ctx ends, the latest only when the reader falls behind; the first list
-// is sent at once. The channel is closed when ctx ends.
+// Watch sends the host list after every change to the hosts, their
+// states or their Computers' slots until ctx ends, the latest only when
+// the reader falls behind; the first list is sent at once. The channel is
+// closed when ctx ends.
 func (m *Member) Watch(ctx context.Context) <-chan []HostView {
 	out := make(chan []HostView, 1)
 	go func() {
@@ -962,7 +969,7 @@ func (m *Member) watchOnce(ctx context.Context, out chan []HostView) error {
 		if err != nil {
 			return 0, err
 		}
-		send(out, hs)
+		sendLatest(out, hs)
 		return rev, nil
 	}
 	rev, err := list()
@@ -975,6 +982,9 @@ func (m *Member) watchOnce(ctx context.Context, out chan []HostView) error {
 		if err := w.Err(); err != nil {
 			return err
 		}
+		if !m.listed(w.Events) {
+			continue // assignments, the scheduler's election: not in the list
+		}
 		if _, err := list(); err != nil {
 			return err
 		}
@@ -982,16 +992,14 @@ func (m *Member) watchOnce(ctx context.Context, out chan []HostView) error {
 	return ctx.Err()
 }
 
-func send(out chan []HostView, hs []HostView) {
-	for {
-		select {
-		case out <- hs:
-			return
-		default:
-			select {
-			case <-out:
-			default:
-			}
+// listed: some of evs change the host list (hosts, states, Computers'
+// slots).
+func (m *Member) listed(evs []*clientv3.Event) bool {
+	for _, ev := range evs {
+		k := strings.TrimPrefix(string(ev.Kv.Key), m.o.Prefix)
+		if strings.HasPrefix(k, "hosts/") || strings.HasPrefix(k, "state/") || strings.HasPrefix(k, "computers/") {
+			return true
 		}
 	}
+	return false
 }

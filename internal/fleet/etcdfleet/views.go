@@ -352,20 +352,6 @@ func watchPrefix[T any](ctx context.Context, m *Member, prefix string, list func
 	return out
 }
 
-func sendLatest[T any](out chan T, v T) {
-	for {
-		select {
-		case out <- v:
-			return
-		default:
-			select {
-			case <-out:
-			default:
-			}
-		}
-	}
-}
-
 // Config reads the control-plane configuration: its JSON (nil when none
 // was ever put) and its revision (0 then).
 func (m *Member) Config(ctx context.Context) (json.RawMessage, int64, error) {
