@@ -33,7 +33,8 @@ type FleetViews interface {
 	// DiscoveryStatus is service id's members as the contract's
 	// DiscoveryStatus: its source, the revision read at (version) and its
 	// members by peer.
-	DiscoveryStatus(ctx context.Context, id string) (apitype.DiscoveryStatus, error)
+	// Only the members serving deployments of namespace are listed.
+	DiscoveryStatus(ctx context.Context, namespace, id string) (apitype.DiscoveryStatus, error)
 	// ControlPlaneConfig reads the stored configuration (revision 0 and
 	// empty lists before the first write).
 	ControlPlaneConfig(ctx context.Context) (apitype.ControlPlaneConfig, error)
@@ -450,7 +451,7 @@ func (a *API) discoveryStatus(w http.ResponseWriter, r *http.Request) error {
 	if a.o.FleetViews == nil {
 		return notInFleet()
 	}
-	out, err := a.o.FleetViews.DiscoveryStatus(r.Context(), e.Spec.Discovery.ServiceID)
+	out, err := a.o.FleetViews.DiscoveryStatus(r.Context(), e.Spec.Namespace, e.Spec.Discovery.ServiceID)
 	if err != nil {
 		return etcdUnavailable("the service's members", err)
 	}

@@ -45,7 +45,7 @@ func (f *fakeFleet) Services(_ context.Context, after string, limit int) (apityp
 	}
 	return out, nil
 }
-func (f *fakeFleet) DiscoveryStatus(_ context.Context, id string) (apitype.DiscoveryStatus, error) {
+func (f *fakeFleet) DiscoveryStatus(_ context.Context, _, id string) (apitype.DiscoveryStatus, error) {
 	v, src := 42, "etcd:///berth/fleet/services/"+id
 	out := apitype.DiscoveryStatus{ServiceID: id, SourceURL: &src, Version: &v}
 	for _, s := range f.svcs {
@@ -262,7 +262,7 @@ func TestFleetViewWalls(t *testing.T) {
 func TestDiscoveryStatus(t *testing.T) {
 	r := newRigWith(t, auth.Confinement{}, func(o *registry.Options) {
 		o.Spec.Discovery = true
-		o.Discovered = func(id string) []string { return []string{"127.0.0.1:9", "bad peer"} }
+		o.Discovered = func(_, id string) []string { return []string{"127.0.0.1:9", "bad peer"} }
 	})
 	ff := newFakeFleet()
 	r.api.o.FleetHosts, r.api.o.FleetViews = ff, ff

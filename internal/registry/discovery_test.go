@@ -21,7 +21,7 @@ func TestDiscoveryUpstreams(t *testing.T) {
 	reg := New(Options{
 		Store: r.st, Publisher: r.tables, Pools: r.fleet,
 		Spec: spec.Options{BaseDomain: "apps.test", Drivers: []string{"process"}, Discovery: true},
-		Discovered: func(id string) []string {
+		Discovered: func(_, id string) []string {
 			mu.Lock()
 			defer mu.Unlock()
 			return slices.Clone(peers[id])

@@ -79,10 +79,11 @@ type Options struct {
 	// Forget is called when a deployment is deleted (e.g. to drop metrics).
 	Forget func(id string)
 	// Discovered returns a service's current upstreams ("host:port", the
-	// members that are not draining): a static deployment with
-	// discovery is served by them, rebuilt on Refresh. Nil serves such a
-	// deployment with no upstreams.
-	Discovered func(serviceID string) []string
+	// members that are not draining) among the members serving
+	// deployments of namespace: a static deployment with discovery is
+	// served by them, rebuilt on Refresh. Nil serves such a deployment
+	// with no upstreams.
+	Discovered func(namespace, serviceID string) []string
 	// Pools runs vm deployments; nil refuses them at activation.
 	Pools Pools
 	// ResolveEnv resolves vm.env_from at each replica create.
@@ -298,7 +299,7 @@ func (r *Registry) build(s apitype.DeploymentSpec, prev *Entry, dry bool) (*Entr
 			// The service's current members, not the spec's.
 			e.Upstreams = nil
 			if r.o.Discovered != nil {
-				e.Upstreams = slices.DeleteFunc(r.o.Discovered(s.Discovery.ServiceID), func(u string) bool {
+				e.Upstreams = slices.DeleteFunc(r.o.Discovered(s.Namespace, s.Discovery.ServiceID), func(u string) bool {
 					_, _, err := spec.Upstream(u)
 					return err != nil // a peer no backend can be made of
 				})

@@ -20,27 +20,41 @@ import (
 const reportEvery = 3 * time.Second
 
 // discoveredPeers is the fleet's services' upstreams: each service's
-// members that are not draining, by peer.
+// members that are not draining, by namespace and service, then peer.
 type discoveredPeers struct {
 	mu    sync.Mutex
-	peers map[string][]string
+	peers map[string][]string // key: serviceKey
+}
+
+// serviceKey is a service's key among a namespace's: a member serves
+// deployments of its own namespace only.
+func serviceKey(namespace, service string) string {
+	return nsOrDefault(namespace) + "\x00" + service
+}
+
+func nsOrDefault(ns string) string {
+	if ns == "" {
+		return "default"
+	}
+	return ns
 }
 
 // get is registry.Options.Discovered.
-func (d *discoveredPeers) get(service string) []string {
+func (d *discoveredPeers) get(namespace, service string) []string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return slices.Clone(d.peers[service])
+	return slices.Clone(d.peers[serviceKey(namespace, service)])
 }
 
 // set replaces the peers from ss, answering the services whose upstreams
-// changed.
+// changed (as serviceKeys).
 func (d *discoveredPeers) set(ss []etcdfleet.Service) []string {
 	next := map[string][]string{}
 	for _, s := range ss {
 		for _, m := range s.Members {
 			if !m.Draining {
-				next[s.ID] = append(next[s.ID], m.Peer)
+				k := serviceKey(m.Namespace, s.ID)
+				next[k] = append(next[k], m.Peer)
 			}
 		}
 	}
@@ -85,7 +99,7 @@ func (s *Server) runFleetViews(ctx context.Context) error {
 		for snap := range m.WatchServices(ctx) {
 			for _, svc := range s.discovered.set(snap.Services) {
 				for _, e := range s.registry.List() {
-					if d := e.Spec.Discovery; d != nil && d.ServiceID == svc {
+					if d := e.Spec.Discovery; d != nil && serviceKey(e.Spec.Namespace, d.ServiceID) == svc {
 						s.registry.Refresh(e.Spec.ID)
 					}
 				}
@@ -158,6 +172,7 @@ func (s *Server) publishFleetViews(ctx context.Context, m *etcdfleet.Member) {
 			// a host would route the service back to itself.
 			members = append(members, etcdfleet.ServiceMember{
 				Service: e.Spec.ID, Peer: gw, Draining: self.State == etcdfleet.Draining, InFlight: d.Pool.TotalInFlight,
+				Namespace: d.Namespace,
 			})
 		}
 	}
@@ -277,7 +292,7 @@ func (f fleetViews) Services(ctx context.Context, after string, limit int) (apit
 	return out, nil
 }
 
-func (f fleetViews) DiscoveryStatus(ctx context.Context, id string) (apitype.DiscoveryStatus, error) {
+func (f fleetViews) DiscoveryStatus(ctx context.Context, namespace, id string) (apitype.DiscoveryStatus, error) {
 	ms, rev, err := f.m.ServiceMembers(ctx, id)
 	if err != nil {
 		return apitype.DiscoveryStatus{}, err
@@ -285,6 +300,9 @@ func (f fleetViews) DiscoveryStatus(ctx context.Context, id string) (apitype.Dis
 	src, ver := "etcd://"+f.prefix+"services/"+id, int(rev)
 	out := apitype.DiscoveryStatus{ServiceID: id, SourceURL: &src, Version: &ver, Upstreams: []apitype.DiscoveryUpstream{}}
 	for _, m := range ms {
+		if nsOrDefault(m.Namespace) != nsOrDefault(namespace) {
+			continue // another namespace's: not this deployment's to see
+		}
 		out.Upstreams = append(out.Upstreams, apitype.DiscoveryUpstream{Peer: m.Peer, Draining: m.Draining, InFlight: m.InFlight})
 	}
 	return out, nil

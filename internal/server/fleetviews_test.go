@@ -63,6 +63,27 @@ func TestFleetDiscovery(t *testing.T) {
 	if ds.ServiceID != "api" || len(ds.Upstreams) != 1 || ds.Upstreams[0].Peer != gw || ds.Upstreams[0].Draining || ds.Version == nil || *ds.Version == 0 {
 		t.Errorf("discovery status = %s, want beta's gateway %s", r.body, gw)
 	}
+	// Another namespace's deployment naming the same service gets none of
+	// its members, and learns nothing of it.
+	if r := a.json("POST", "/namespaces", `{"name":"team-a"}`); r.code != 201 && r.code != 200 {
+		t.Fatalf("namespace: %d %s", r.code, r.body)
+	}
+	if r := a.json("POST", "/deployments", `{"id":"spy","namespace":"team-a","routes":[{"host":"spy.test"}],"discovery":{"service_id":"api"}}`); r.code != 201 {
+		t.Fatalf("register spy on alpha: %d %s", r.code, r.body)
+	}
+	if e, ok := a.s.registry.Get("spy"); !ok || len(e.Upstreams) != 0 {
+		t.Fatalf("team-a's spy got another namespace's members: %+v", e.Upstreams)
+	}
+	r = a.do("GET", "/deployments/spy/discovery-status", "", "")
+	if r.code != 200 || !strings.Contains(string(r.body), `"upstreams":[]`) {
+		t.Fatalf("spy's discovery status: %d %s", r.code, r.body)
+	}
+	if r := get(t, a.proxy+"/", "spy.test"); r.code == 200 {
+		t.Fatalf("spy served through another namespace's members: %d %s", r.code, r.body)
+	}
+	if r := a.do("DELETE", "/deployments/spy", "", ""); r.code != 204 && r.code != 200 {
+		t.Fatalf("delete spy: %d %s", r.code, r.body)
+	}
 	if r := a.do("GET", "/deployments/nope/discovery-status", "", ""); r.code != 404 {
 		t.Errorf("discovery status of no deployment: %d %s", r.code, r.body)
 	}

@@ -74,6 +74,11 @@ type ServiceMember struct {
 	InFlight int    `json:"in_flight"`
 	// Host is the publishing host.
 	Host string `json:"host"`
+	// Namespace is the namespace of the deployment the member serves: a
+	// discovery-backed deployment takes members of its own namespace only,
+	// so a tenant can neither route to another's deployments nor learn
+	// whether one exists.
+	Namespace string `json:"namespace"`
 }
 
 // Service is a service's members, by peer.
