@@ -8,13 +8,12 @@ import (
 
 	"github.com/berth-dev/berth/internal/auth"
 	"github.com/berth-dev/berth/internal/secrets"
-	"github.com/berth-dev/berth/internal/store"
 )
 
 // openAccess loads the app-tokens and opens the secret store. A secret key
 // that does not open the stored secrets fails here, before anything is
 // served or written.
-func openAccess(ctx context.Context, st *store.Store, o Options) (*auth.Tokens, *secrets.Store, secrets.Key, error) {
+func openAccess(ctx context.Context, st Store, o Options) (*auth.Tokens, *secrets.Store, secrets.Key, error) {
 	tokens, err := auth.NewTokens(ctx, auth.TokensConfig{Store: st, TenantMaxTTL: o.TenantTokenMaxTTL, Open: o.AdminPassword == "", Log: o.Log})
 	if err != nil {
 		return nil, nil, secrets.Key{}, err

@@ -201,7 +201,7 @@ func TestNoFleet(t *testing.T) {
 		o := Options{DataDir: t.TempDir(), ProxyAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", Fleet: f}
 		agentOptions(&o)
 		if s, err := New(context.Background(), o); err == nil {
-			s.store.Close()
+			s.closeStore()
 			t.Fatalf("fleet options %+v were accepted", f)
 		}
 	}

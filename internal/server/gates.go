@@ -14,13 +14,12 @@ import (
 	"github.com/berth-dev/berth/internal/proxy"
 	"github.com/berth-dev/berth/internal/secrets"
 	"github.com/berth-dev/berth/internal/sessions"
-	"github.com/berth-dev/berth/internal/store"
 )
 
 // openGates opens the sign-in sessions and the gate manager that compiles
 // deployments' auth gates. The provider snapshot is reloaded after every
 // auth provider write.
-func (s *Server) openGates(ctx context.Context, st *store.Store, tokens *auth.Tokens, sec *secrets.Store, key secrets.Key, ns *namespaces.Store) error {
+func (s *Server) openGates(ctx context.Context, st Store, tokens *auth.Tokens, sec *secrets.Store, key secrets.Key, ns *namespaces.Store) error {
 	var gates *gate.Manager
 	sess, err := sessions.New(ctx, st, sessions.Options{
 		Log: s.o.Log,

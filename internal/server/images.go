@@ -33,7 +33,7 @@ const DefaultImageBudget = 20 << 30
 // an image is asked of the registry (deployments whose vm.image it is)
 // once it exists. Pulls use the namespaces' registry credentials
 // (registryAuth) and the operator's CA file and insecure hosts.
-func (s *Server) openImages(ctx context.Context, st *store.Store) (*image.Store, error) {
+func (s *Server) openImages(ctx context.Context, st Store) (*image.Store, error) {
 	ro := image.RegistryOptions{Insecure: s.o.RegistryAllowInsecure, Auth: s.registryAuth(st)}
 	if f := s.o.RegistryCAFile; f != "" {
 		pem, err := os.ReadFile(f)
@@ -60,7 +60,7 @@ func (s *Server) openImages(ctx context.Context, st *store.Store) (*image.Store,
 // /namespaces/{ns}/registry-credentials/{host}), whose keys are username
 // and password, or a docker config.json (.dockerconfigjson or
 // config.json). No mapping means anonymous.
-func (s *Server) registryAuth(st *store.Store) func(ctx context.Context, ns, host string) (authn.Authenticator, error) {
+func (s *Server) registryAuth(st Store) func(ctx context.Context, ns, host string) (authn.Authenticator, error) {
 	return func(ctx context.Context, ns, host string) (authn.Authenticator, error) {
 		c, err := st.RegistryCredential(ctx, ns, host)
 		if errors.Is(err, store.ErrNotFound) && host == dockerHubHost {
@@ -303,7 +303,7 @@ func imageBudget(o Options) int64 {
 
 // registryCreds answers the admin API's registry-credentials routes from
 // the store (admin.RegistryCredentials).
-type registryCreds struct{ st *store.Store }
+type registryCreds struct{ st Store }
 
 func (c registryCreds) List(ctx context.Context, ns string) ([]apitype.RegistryCredential, error) {
 	list, err := c.st.RegistryCredentials(ctx, ns)

@@ -7,13 +7,12 @@ import (
 	"github.com/berth-dev/berth/internal/obs"
 	"github.com/berth-dev/berth/internal/plugin"
 	"github.com/berth-dev/berth/internal/plugin/obsplugin"
-	"github.com/berth-dev/berth/internal/store"
 )
 
 // openPlugins is the host of berth's compiled-in plugins, their records in
 // the store. obs serves api, the telemetry API (nil: obsplugin's 409 "the
 // obs plugin is not configured"); extra are hosted besides it.
-func openPlugins(ctx context.Context, st *store.Store, api http.Handler, extra ...plugin.Plugin) (*plugin.Host, error) {
+func openPlugins(ctx context.Context, st Store, api http.Handler, extra ...plugin.Plugin) (*plugin.Host, error) {
 	if api != nil {
 		api = obsNamespace(api)
 	}

@@ -12,13 +12,12 @@ import (
 	"github.com/berth-dev/berth/internal/guard"
 	"github.com/berth-dev/berth/internal/proxy"
 	"github.com/berth-dev/berth/internal/siem"
-	"github.com/berth-dev/berth/internal/store"
 )
 
 // openSecurity opens the guard rules and the SIEM, and installs them in
 // the proxy's options: the guard is asked about every data-plane request
 // once its route is known, and the SIEM is handed every finished one.
-func (s *Server) openSecurity(ctx context.Context, st *store.Store, popts *proxy.Options) error {
+func (s *Server) openSecurity(ctx context.Context, st Store, popts *proxy.Options) error {
 	g, err := guard.New(ctx, guard.Options{Store: st, Enforce: !s.o.GuardDryRun, Log: s.o.Log})
 	if err != nil {
 		return err

@@ -111,6 +111,11 @@ type Options struct {
 	// DataDir is where the store lives; created 0700. A relative path is
 	// taken from the working directory at New and made absolute there.
 	DataDir string
+	// Store is the store backend (see Store); nil opens the SQLite store
+	// in DataDir. A store given here stays the caller's: the server never
+	// closes it, and the caller closes it once Run has returned (or New
+	// has failed).
+	Store Store
 
 	// SitesDir is where site deployments' roots live, one subtree per
 	// namespace (<SitesDir>/<namespace>); default <DataDir>/sites. A site
@@ -343,7 +348,8 @@ type Server struct {
 	wouldBlockLog rate.Sometimes
 	sessions      *sessions.Manager // their sign-in sessions
 	log           *slog.Logger
-	store         *store.Store
+	store         Store
+	closeStore    func() error // closes the store New opened; nil: Options.Store's, the caller's
 	registry      *registry.Registry
 	proxy         *proxy.Handler
 	metrics       *metrics.Registry
@@ -480,16 +486,21 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	if err := siteDirs(&o); err != nil {
 		return nil, err
 	}
-	st, err := store.Open(o.DataDir)
-	if err != nil {
-		return nil, err
+	st := o.Store
+	var closeStore func() error
+	if st == nil {
+		db, err := store.Open(o.DataDir)
+		if err != nil {
+			return nil, err
+		}
+		undo = append(undo, func() { db.Close() })
+		st, closeStore = db, db.Close
 	}
-	undo = append(undo, func() { st.Close() })
 	tokens, sec, key, err := openAccess(ctx, st, o)
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{o: o, log: o.Log, store: st, lock: lock, metrics: metrics.NewRegistry(), host: metrics.NewHostSampler("/proc"), secrets: sec}
+	s := &Server{o: o, log: o.Log, store: st, closeStore: closeStore, lock: lock, metrics: metrics.NewRegistry(), host: metrics.NewHostSampler("/proc"), secrets: sec}
 	s.ports = &portRoutes{}
 	s.self = new(netguard.Self)
 	popts := proxy.Options{
@@ -891,7 +902,8 @@ func (s *Server) ImportImage(ctx context.Context, name, src string) error {
 }
 
 // Run serves until ctx ends, then drains: it stops accepting, lets in-flight
-// requests and websockets finish up to DrainTimeout, and closes the store.
+// requests and websockets finish up to DrainTimeout, and closes the store
+// (the one New opened: not Options.Store).
 func (s *Server) Run(ctx context.Context) error {
 	// The background loops outlive ctx until the listeners have drained
 	// (requests use the registry, fleet and Computers); Run starts each
@@ -1008,8 +1020,10 @@ func (s *Server) Run(ctx context.Context) error {
 	s.notifier.Flush(fctx) // let queued alerts go out, briefly
 	fcancel()
 	s.notifier.Close()
-	if cerr := s.store.Close(); cerr != nil && err == nil {
-		err = cerr
+	if s.closeStore != nil {
+		if cerr := s.closeStore(); cerr != nil && err == nil {
+			err = cerr
+		}
 	}
 	s.lock.release()
 	if errors.Is(err, http.ErrServerClosed) {
@@ -1022,7 +1036,7 @@ func (s *Server) Run(ctx context.Context) error {
 // openGrants opens the Computer grant issuer: the signing key in the data
 // directory (generated on first use) and the issued grants in the store.
 // It returns the key too, from which the egress proxy's is derived.
-func openGrants(ctx context.Context, st *store.Store, dataDir string) (*grant.Issuer, []byte, error) {
+func openGrants(ctx context.Context, st Store, dataDir string) (*grant.Issuer, []byte, error) {
 	key, err := grant.LoadKey(dataDir)
 	if err != nil {
 		return nil, nil, err

@@ -13,7 +13,6 @@ import (
 	"github.com/berth-dev/berth/internal/obs"
 	"github.com/berth-dev/berth/internal/proxy"
 	"github.com/berth-dev/berth/internal/secrets"
-	"github.com/berth-dev/berth/internal/store"
 	"github.com/berth-dev/berth/internal/telemetry"
 	"github.com/berth-dev/berth/internal/vm"
 )
@@ -21,7 +20,7 @@ import (
 // openTelemetry opens the telemetry store (<data>/telemetry.db, apart
 // from the main store: telemetry is lossy) and the obs plugin's API over
 // it. The proxy's Observe feeds it every finished request.
-func (s *Server) openTelemetry(ctx context.Context, st *store.Store, key secrets.Key) error {
+func (s *Server) openTelemetry(ctx context.Context, st Store, key secrets.Key) error {
 	t, err := telemetry.Open(telemetry.Options{
 		Dir: s.o.DataDir, Retention: s.o.TelemetryRetention, MaxBytes: s.o.TelemetryMaxBytes, AccessRows: s.o.TelemetryAccessRows,
 		Sample: s.sampleGauges, Log: s.o.Log,

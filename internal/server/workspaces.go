@@ -373,7 +373,7 @@ func (s *Server) fetchArchive(ctx context.Context, key string) (io.ReadCloser, i
 }
 
 // workspaceRecords adapts the store to workspace.Records.
-type workspaceRecords struct{ s *store.Store }
+type workspaceRecords struct{ s Store }
 
 func (r workspaceRecords) Workspace(ctx context.Context, id string) (workspace.Record, bool, error) {
 	w, ok, err := r.s.Workspace(ctx, id)
