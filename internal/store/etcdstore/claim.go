@@ -1,0 +1,84 @@
+package etcdstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+)
+
+// ErrClaimed is Claim's answer when another berth holds the store.
+var ErrClaimed = errors.New("etcdstore: the store is in use by another berth")
+
+// Claim is one berth's hold on a store: the key prefix+"holder", naming
+// it, on a lease a session keeps alive. Berth's hosts do not share one
+// store yet (each would serve and change the same deployments without
+// knowing of the others' changes), so a second berth on a store is refused
+// rather than left to diverge.
+type Claim struct {
+	sess   *concurrency.Session
+	key    string
+	holder string
+}
+
+// Claim makes holder the store's one user, its hold on a lease of ttl
+// (at least a second) kept alive until Release or until etcd cannot be
+// reached for that long (Done). A key left by the same holder (a berth
+// restarted before its old lease lapsed) is taken over; another holder's
+// is refused with ErrClaimed, naming it.
+func (s *Store) Claim(ctx context.Context, holder string, ttl time.Duration) (*Claim, error) {
+	if holder == "" {
+		return nil, errors.New("etcdstore: a holder is required")
+	}
+	secs := max(int((ttl+time.Second-1)/time.Second), 1)
+	ctx, cancel := opctx(ctx)
+	defer cancel()
+	sess, err := concurrency.NewSession(s.cli, concurrency.WithTTL(secs), concurrency.WithContext(context.WithoutCancel(ctx)))
+	if err != nil {
+		return nil, fmt.Errorf("etcdstore: claiming the store: %w", err)
+	}
+	c := &Claim{sess: sess, key: s.prefix + "holder", holder: holder}
+	for {
+		r, err := s.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(c.key), "=", 0)).
+			Then(clientv3.OpPut(c.key, holder, clientv3.WithLease(sess.Lease()))).
+			Else(clientv3.OpGet(c.key)).Commit()
+		if err != nil {
+			sess.Close()
+			return nil, fmt.Errorf("etcdstore: claiming the store: %w", err)
+		}
+		if r.Succeeded {
+			return c, nil
+		}
+		kvs := r.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 0 {
+			continue // gone meanwhile
+		}
+		if string(kvs[0].Value) != holder {
+			sess.Close()
+			return nil, fmt.Errorf("%w: %s holds %s (one berth per store: give this one another prefix, etcd://…/prefix)", ErrClaimed, kvs[0].Value, s.prefix)
+		}
+		// Our own, from before a restart: move it to this session's lease.
+		t, err := s.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(c.key), "=", kvs[0].ModRevision)).
+			Then(clientv3.OpPut(c.key, holder, clientv3.WithLease(sess.Lease()))).Commit()
+		if err != nil {
+			sess.Close()
+			return nil, fmt.Errorf("etcdstore: claiming the store: %w", err)
+		}
+		if t.Succeeded {
+			return c, nil
+		}
+	}
+}
+
+// Done is closed when the hold is lost: its lease lapsed (etcd could not
+// be reached for its TTL) or was revoked. Another berth may claim the
+// store from then on; Claim again to know.
+func (c *Claim) Done() <-chan struct{} { return c.sess.Done() }
+
+// Release gives the store up: the holder key goes with the lease.
+func (c *Claim) Release() error { return c.sess.Close() }
