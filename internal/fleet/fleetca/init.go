@@ -135,14 +135,15 @@ func create(o InitOptions, now time.Time) (Config, error) {
 	}
 	ca, _ := x509.ParseCertificate(caDER)
 	// This host's certificate: the etcd member's server and peer
-	// certificate, and the client certificate berth presents to it.
+	// certificate, the client certificate berth presents to it, and the
+	// hop's (server and client, a subject alternative name of the host id).
 	hostKey, err := newKey()
 	if err != nil {
 		return Config{}, err
 	}
 	hostDER, err := issue(ca, caKey, &hostKey.PublicKey, id,
-		[]x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		[]string{host, phost, "127.0.0.1", "::1", "localhost"}, now)
+		HostUsages,
+		[]string{id, host, phost, "127.0.0.1", "::1", "localhost"}, now)
 	if err != nil {
 		return Config{}, fmt.Errorf("fleetca: host certificate: %w", err)
 	}

@@ -22,7 +22,7 @@ const usage = `Usage:
       token. Run again to print a new join command (one per host).
   berth fleet join --server URL --token TOKEN --ca-sha256 FINGERPRINT
                    [--data-dir DIR] [--host-id ID] [--force]
-      On a new host: get a client certificate of the fleet CA for a key
+      On a new host: get a host certificate of the fleet CA for a key
       made here (it never leaves the host), so that berth serve on DIR
       joins the fleet over mutual TLS with no further flags.
   berth fleet status [--data-dir DIR]
