@@ -23,12 +23,18 @@ import (
 // the others' certificates signed as POST /fleet/join signs them.
 type testFleet struct {
 	cfg map[string]Config
+	pem map[string][2][]byte // the joined hosts' certificate and key
 	dir string
 }
 
 func newFleet(tb testing.TB, ids ...string) *testFleet {
 	tb.Helper()
-	d := tb.TempDir()
+	return newFleetAt(tb, tb.TempDir(), ids...)
+}
+
+// newFleetAt is newFleet with the first host's data directory d.
+func newFleetAt(tb testing.TB, d string, ids ...string) *testFleet {
+	tb.Helper()
 	r, err := fleetca.Init(fleetca.InitOptions{DataDir: d, Advertise: "127.0.0.1:23790", HostID: ids[0]})
 	if err != nil {
 		tb.Fatal(err)
@@ -38,7 +44,7 @@ func newFleet(tb testing.TB, ids ...string) *testFleet {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	f := &testFleet{cfg: map[string]Config{ids[0]: first}, dir: d}
+	f := &testFleet{cfg: map[string]Config{ids[0]: first}, pem: map[string][2][]byte{}, dir: d}
 	tok := r.Token
 	for i, id := range ids[1:] {
 		if i > 0 {
@@ -66,6 +72,7 @@ func newFleet(tb testing.TB, ids ...string) *testFleet {
 			tb.Fatal(err)
 		}
 		f.cfg[id] = Config{HostID: id, Cert: pair, CAs: first.CAs}
+		f.pem[id] = [2][]byte{[]byte(resp.Certificate), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})}
 	}
 	return f
 }

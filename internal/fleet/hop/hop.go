@@ -53,9 +53,12 @@ type Config struct {
 	Cert tls.Certificate
 	// CAs holds the fleet CA: the only issuer of the peers' certificates.
 	CAs *x509.CertPool
-	// DisableHTTP2 limits the hop to HTTP/1.1 keep-alive connections;
-	// by default both sides offer h2 (ALPN) and HTTP/1.1.
-	DisableHTTP2 bool
+	// HTTP2 has the client offer h2 (ALPN) as well as HTTP/1.1. By
+	// default the client speaks HTTP/1.1 over keep-alive connections,
+	// which BenchmarkHop measured faster one request at a time (on
+	// loopback, p50 +4 µs over a direct GET against +14 µs for h2). The
+	// server accepts both.
+	HTTP2 bool
 
 	// Server: the read timeouts (defaults above).
 	ReadHeaderTimeout, IdleTimeout time.Duration
@@ -126,10 +129,10 @@ func (c Config) check() (Config, error) {
 	return c, nil
 }
 
-func (c Config) protocols() *http.Protocols {
+func protocols(h2 bool) *http.Protocols {
 	p := new(http.Protocols)
 	p.SetHTTP1(true)
-	p.SetHTTP2(!c.DisableHTTP2)
+	p.SetHTTP2(h2)
 	return p
 }
 

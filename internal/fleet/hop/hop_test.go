@@ -41,14 +41,14 @@ func front(t *testing.T, fw *Forwarder, peer, addr string) *httptest.Server {
 	return srv
 }
 
-func protocols(t *testing.T, fn func(t *testing.T, mod func(*Config), proto string)) {
+func eachProtocol(t *testing.T, fn func(t *testing.T, mod func(*Config), proto string)) {
 	for _, p := range []struct {
 		name  string
 		h1    bool
 		proto string
 	}{{"h2", false, "HTTP/2.0"}, {"http1", true, "HTTP/1.1"}} {
 		t.Run(p.name, func(t *testing.T) {
-			fn(t, func(c *Config) { c.DisableHTTP2 = p.h1 }, p.proto)
+			fn(t, func(c *Config) { c.HTTP2 = !p.h1 }, p.proto)
 		})
 	}
 }
@@ -60,7 +60,7 @@ func protocols(t *testing.T, fn func(t *testing.T, mod func(*Config), proto stri
 // connection reused.
 func TestHopReachesPeer(t *testing.T) {
 	f := newFleet(t, "alpha", "beta")
-	protocols(t, func(t *testing.T, mod func(*Config), proto string) {
+	eachProtocol(t, func(t *testing.T, mod func(*Config), proto string) {
 		addr := f.serve(t, "beta", echo, mod)
 		fw := NewForwarder(f.transport(t, "alpha", mod), nil)
 		fr := front(t, fw, "beta", addr)
@@ -253,7 +253,7 @@ func TestHopStreams(t *testing.T) {
 			}
 		}
 	})
-	protocols(t, func(t *testing.T, mod func(*Config), _ string) {
+	eachProtocol(t, func(t *testing.T, mod func(*Config), _ string) {
 		addr := f.serve(t, "beta", local, mod)
 		fr := front(t, NewForwarder(f.transport(t, "alpha", mod), nil), "beta", addr)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

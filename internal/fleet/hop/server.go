@@ -50,7 +50,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		ReadHeaderTimeout: c.ReadHeaderTimeout,
 		IdleTimeout:       c.IdleTimeout,
 		MaxHeaderBytes:    1 << 20,
-		Protocols:         c.protocols(),
+		Protocols:         protocols(true),
 		HTTP2:             &http.HTTP2Config{SendPingTimeout: c.ReadHeaderTimeout, PingTimeout: c.ReadHeaderTimeout},
 		TLSConfig:         serverTLS(c),
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),

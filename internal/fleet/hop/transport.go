@@ -96,8 +96,8 @@ func (t *Transport) transport(id, addr string) *http.Transport {
 				return nil
 			},
 		},
-		Protocols:             t.c.protocols(),
-		ForceAttemptHTTP2:     !t.c.DisableHTTP2,
+		Protocols:             protocols(t.c.HTTP2),
+		ForceAttemptHTTP2:     t.c.HTTP2,
 		TLSHandshakeTimeout:   t.c.TLSHandshakeTimeout,
 		ResponseHeaderTimeout: t.c.ResponseHeaderTimeout,
 		IdleConnTimeout:       t.c.IdleTimeout,
