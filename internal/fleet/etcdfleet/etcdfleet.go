@@ -89,12 +89,16 @@ type Capacity struct {
 
 // Host is what a berth registers of itself.
 type Host struct {
-	ID        string    `json:"id"`
-	Address   string    `json:"address"`
-	Drivers   []string  `json:"drivers"`
-	Capacity  Capacity  `json:"capacity"`
-	Version   string    `json:"version"`
-	StartedAt time.Time `json:"started_at"`
+	ID      string `json:"id"`
+	Address string `json:"address"`
+	// HopAddress is the host's hop listener (host:port; package
+	// fleet/hop), where the other hosts send requests for its replicas;
+	// empty when it runs none.
+	HopAddress string    `json:"hop_address,omitempty"`
+	Drivers    []string  `json:"drivers"`
+	Capacity   Capacity  `json:"capacity"`
+	Version    string    `json:"version"`
+	StartedAt  time.Time `json:"started_at"`
 }
 
 // State is a host's scheduling state.
