@@ -937,6 +937,9 @@ func (s *Server) Run(ctx context.Context) error {
 	defer cancelReqs()
 	base := func(net.Listener) context.Context { return reqCtx }
 	s.proxySrv.BaseContext, s.adminSrv.BaseContext = base, base
+	if s.hopSrv != nil {
+		s.hopSrv.SetBaseContext(base)
+	}
 	if s.tlsSrv != nil {
 		s.tlsSrv.BaseContext = base
 	}

@@ -109,3 +109,48 @@ func TestHostCertsServeTheHop(t *testing.T) {
 		t.Fatalf("LoadCAPool of a missing file: %v", err)
 	}
 }
+
+// TestInitRenewsOldHostCert: berth fleet init again on a first host whose
+// certificate is older than the hop (no SAN for the host id) renews it for
+// the same key and names, with the id added; once renewed, it is kept.
+func TestInitRenewsOldHostCert(t *testing.T) {
+	d := t.TempDir()
+	if _, err := Init(InitOptions{DataDir: d, Advertise: "10.1.2.3:2379", HostID: "alpha"}); err != nil {
+		t.Fatal(err)
+	}
+	fd := Dir(d)
+	ca, _ := readCert(filepath.Join(fd, CACert))
+	caKey, _ := readKey(filepath.Join(fd, CAKey))
+	key, err := readKey(filepath.Join(fd, HostKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// As init issued it before the hop.
+	der, err := issue(ca, caKey, &key.PublicKey, "alpha", HostUsages, []string{"10.1.2.3", "127.0.0.1", "localhost"}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writeFile(filepath.Join(fd, HostCert), certPEM(der), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := LoadHostCert(filepath.Join(fd, HostCert), filepath.Join(fd, HostKey), "alpha"); !errors.Is(err, ErrOldHostCert) {
+		t.Fatalf("the old certificate: %v", err)
+	}
+	r, err := Init(InitOptions{DataDir: d})
+	if err != nil || !r.Renewed {
+		t.Fatalf("init again: %+v %v", r, err)
+	}
+	crt, _ := readCert(filepath.Join(fd, HostCert))
+	if err := CheckHostCert(crt, "alpha"); err != nil {
+		t.Fatalf("the renewed certificate: %v", err)
+	}
+	if err := crt.VerifyHostname("10.1.2.3"); err != nil {
+		t.Fatalf("the renewed certificate lost the advertised address: %v", err)
+	}
+	if _, _, err := LoadHostCert(filepath.Join(fd, HostCert), filepath.Join(fd, HostKey), "alpha"); err != nil {
+		t.Fatalf("the renewed certificate with the host's key: %v", err)
+	}
+	if r, err := Init(InitOptions{DataDir: d}); err != nil || r.Renewed {
+		t.Fatalf("init a third time: %+v %v", r, err)
+	}
+}

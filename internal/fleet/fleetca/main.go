@@ -81,6 +81,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 				}
 				srv = "http://" + h + ":9090"
 			}
+			if r.Renewed {
+				fmt.Fprintf(stdout, "Renewed this host's certificate (%s) as a server and client certificate naming its host id, for the hop between hosts: restart berth serve on %s to use it.\n", filepath.Join(Dir(*dataDir), HostCert), *dataDir)
+			}
 			if r.Created {
 				fmt.Fprintf(stdout, "Made the fleet CA and this host's etcd certificate in %s.\n", Dir(*dataDir))
 				fmt.Fprintf(stdout, "Start this host with: berth serve --data-dir %s (its admin API reachable by the other hosts)\n", *dataDir)

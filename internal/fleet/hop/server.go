@@ -74,6 +74,10 @@ func serverTLS(c Config) *tls.Config {
 	}
 }
 
+// SetBaseContext sets the base context of the requests' contexts (as
+// http.Server.BaseContext); call it before Serve.
+func (s *Server) SetBaseContext(f func(net.Listener) context.Context) { s.srv.BaseContext = f }
+
 // Serve accepts TLS connections on l (a plain TCP listener) until
 // Shutdown or Close; it returns http.ErrServerClosed then.
 func (s *Server) Serve(l net.Listener) error { return s.srv.ServeTLS(l, "", "") }
