@@ -3,18 +3,28 @@ package hop
 import (
 	"bufio"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/berth-dev/berth/internal/fleet/fleetca"
 )
 
 // seen is what echo saw of a request.
@@ -338,5 +348,46 @@ func TestConfigRefusals(t *testing.T) {
 	fw.Forward(w, httptest.NewRequest("GET", "/", nil), "beta", dead)
 	if w.Code != http.StatusBadGateway || !strings.Contains(w.Body.String(), "did not answer over the hop") {
 		t.Errorf("a dead peer: %d %s", w.Code, w.Body)
+	}
+}
+
+// TestHopRefusesOldHostCert: a host certificate of the fleet CA as berth
+// issued before the hop (client auth only, no SAN for the host id) is
+// refused by the hop server, and by NewTransport with re-join or renew.
+func TestHopRefusesOldHostCert(t *testing.T) {
+	f := newFleet(t, "alpha", "beta")
+	fd := fleetca.Dir(f.dir)
+	ca, err := tls.LoadX509KeyPair(filepath.Join(fd, fleetca.CACert), filepath.Join(fd, fleetca.CAKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	caCrt, _ := x509.ParseCertificate(ca.Certificate[0])
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
+		SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: "delta"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}, caCrt, &key.PublicKey, ca.PrivateKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	if _, err := NewTransport(Config{Cert: old, CAs: f.cfg["alpha"].CAs}); err == nil || !strings.Contains(err.Error(), "re-join") {
+		t.Fatalf("NewTransport with an old certificate: %v", err)
+	}
+	var reached atomic.Bool
+	beta := f.serve(t, "beta", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { reached.Store(true) }), nil)
+	c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: f.cfg["alpha"].CAs, ServerName: "beta", MinVersion: tls.VersionTLS13,
+		Certificates: []tls.Certificate{old}}}}
+	resp, err := c.Get("https://" + beta + "/")
+	if err == nil {
+		resp.Body.Close()
+		t.Fatalf("an old client-only certificate got %d", resp.StatusCode)
+	}
+	if !strings.Contains(err.Error(), "bad certificate") {
+		t.Fatalf("an old client-only certificate: %v", err)
+	}
+	if reached.Load() {
+		t.Fatal("the handler was reached")
 	}
 }
