@@ -323,6 +323,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 	etcdDev := fs.Bool("etcd-dev", envBool("BERTH_ETCD_DEV"), "dev mode: embed a single etcd member in <data-dir>/etcd (clients on 127.0.0.1:2379, peers on 127.0.0.1:2380) and join the fleet on it; other berths on this machine join with --etcd http://127.0.0.1:2379 (BERTH_ETCD_DEV)")
 	hostID := fs.String("host-id", env("BERTH_HOST_ID", ""), "this host's id in the fleet; default an id made on first use and kept in <data-dir>/host-id (BERTH_HOST_ID)")
 	fleetSlots := fs.Int("fleet-slots", intEnv("BERTH_FLEET_SLOTS", 0), "the fleet-wide limit of Computers starting or running, across every host on --etcd (each host still applies its own); give every host the same; 0: no fleet limit (BERTH_FLEET_SLOTS)")
+	fleetListen := fs.String("fleet-listen", env("BERTH_FLEET_LISTEN", ""), "HOST:PORT of the hop listener: the fleet's other hosts send requests for this host's replicas there, over mutual TLS with the fleet CA's certificates (from the data dir's fleet.json, or --etcd-ca/--etcd-cert/--etcd-key); empty: none (BERTH_FLEET_LISTEN)")
 	withDemo := fs.Bool("demo", false, "register demo deployments (a vm app that scales from zero, and a site) and print how to reach them")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -411,7 +412,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	fleetOpts := server.FleetOptions{
 		Endpoints: splitList(*etcdEndpoints), CAFile: *etcdCA, CertFile: *etcdCert, KeyFile: *etcdKey,
-		Dev: *etcdDev, HostID: *hostID, Slots: *fleetSlots,
+		Dev: *etcdDev, HostID: *hostID, Slots: *fleetSlots, Listen: *fleetListen,
 	}
 	if fo, err := fleetOpts.FromDataDir(*dataDir); err != nil {
 		fmt.Fprintf(stderr, "berth serve: %v\n", strings.TrimPrefix(err.Error(), "server: "))

@@ -304,6 +304,9 @@ func TestServeRefusesFleetFlags(t *testing.T) {
 		{[]string{"--etcd-dev", "--etcd", "http://127.0.0.1:2379"}, "either it or --etcd, not both"},
 		{[]string{"--etcd", "http://127.0.0.1:2379", "--etcd-cert", "/c.pem"}, "--etcd-cert and --etcd-key go together"},
 		{[]string{"--etcd", "http://127.0.0.1:2379", "--host-id", "a/b"}, "--host-id"},
+		{[]string{"--fleet-listen", "127.0.0.1:0"}, "--fleet-listen needs a fleet"},
+		{[]string{"--etcd", "http://127.0.0.1:2379", "--fleet-listen", "127.0.0.1:0"}, "--fleet-listen needs the fleet CA and this host's certificate"},
+		{[]string{"--etcd", "http://127.0.0.1:2379", "--etcd-ca", "/ca.pem", "--etcd-cert", "/c.pem", "--etcd-key", "/k.pem", "--fleet-listen", "nope"}, "--fleet-listen \"nope\": want HOST:PORT"},
 	} {
 		var stderr strings.Builder
 		code := serve(t.Context(), append([]string{"--proxy-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--egress-addr", "off", "--data-dir", t.TempDir(), "--no-host-setup"}, c.args...), &stderr)

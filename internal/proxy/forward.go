@@ -709,12 +709,12 @@ func hopByHop(k string) bool {
 }
 
 // forwardedHeader reports the headers berth writes itself (see rewrite, and
-// hopHeader).
+// hopHeader), or drops (hopOriginHeader).
 // Forwarded (RFC 7239) is dropped, as ReverseProxy's Rewrite mode does: a
 // client could otherwise claim any origin in it.
 func forwardedHeader(k string) bool {
 	switch k {
-	case "X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host", "Forwarded", hopHeader:
+	case "X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host", "Forwarded", hopHeader, hopOriginHeader:
 		return true
 	}
 	return false

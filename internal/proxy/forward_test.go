@@ -112,7 +112,9 @@ func TestForwardStaleConnection(t *testing.T) {
 }
 
 // TestForwardHopByHop checks that hop-by-hop headers, and headers named in
-// Connection, are dropped in both directions while end-to-end ones pass.
+// Connection, are dropped in both directions while end-to-end ones pass,
+// and that a client's X-Berth-Hop (the hop between fleet hosts' origin)
+// never reaches a backend.
 func TestForwardHopByHop(t *testing.T) {
 	_, addr := startBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Connection", "X-Backend-Private")
@@ -129,11 +131,12 @@ func TestForwardHopByHop(t *testing.T) {
 		"X-Client-Private":    {"dropped"},
 		"Proxy-Authorization": {"Basic Zm9vOmJhcg=="},
 		"Forwarded":           {"for=203.0.113.9"},
+		"X-Berth-Hop":         {"posing-as-a-fleet-host"},
 		"Te":                  {"trailers, deflate"},
 		"X-Client-Public":     {"kept"},
 	})
 	e := decodeEcho(t, body)
-	for _, k := range []string{"X-Client-Private", "Proxy-Authorization", "Forwarded", "Connection"} {
+	for _, k := range []string{"X-Client-Private", "Proxy-Authorization", "Forwarded", "X-Berth-Hop", "Connection"} {
 		if v, ok := e.Header[k]; ok {
 			t.Errorf("upstream got %s: %q", k, v)
 		}

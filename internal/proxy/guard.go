@@ -85,6 +85,13 @@ func (g *dialGuard) netDialer() net.Dialer {
 // (nginx's gzip_proxied) treat any Via as a reason not to compress.
 const hopHeader = "X-Berth-Hops"
 
+// hopOriginHeader names the origin host of a request that came over the
+// hop between a fleet's hosts (package fleet/hop): the hop server sets it
+// for this gateway, after authenticating the peer host. It is never passed
+// on to a backend, so that no public client can pose as a fleet host to
+// one (the hop's Origin, in the request's context, is what berth trusts).
+const hopOriginHeader = "X-Berth-Hop"
+
 // maxHops is how many berth proxies a request may have passed before
 // reaching this one.
 const maxHops = 3

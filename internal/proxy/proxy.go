@@ -753,6 +753,7 @@ func (h *Handler) rewrite(pr *httputil.ProxyRequest) {
 	out.URL.Host = "backend.invalid" // replaced per attempt
 	out.Host = in.Host
 	out.Header[hopHeader] = []string{string(appendHop(nil, in))}
+	delete(out.Header, hopOriginHeader)
 	if st, _ := in.Context().Value(ctxKey{}).(*reqState); st == nil || st.dep.Gate == nil {
 		for k := range out.Header {
 			if authRequestHeader(k) {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -9,10 +10,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,6 +30,7 @@ import (
 	"github.com/berth-dev/berth/internal/computer"
 	"github.com/berth-dev/berth/internal/fleet/etcdembed"
 	"github.com/berth-dev/berth/internal/fleet/etcdfleet"
+	"github.com/berth-dev/berth/internal/fleet/hop"
 	"github.com/berth-dev/berth/internal/metrics"
 )
 
@@ -57,6 +62,13 @@ type FleetOptions struct {
 	LeaseTTL time.Duration
 	// Prefix is the fleet's key prefix; default etcdfleet.DefaultPrefix.
 	Prefix string
+	// Listen is the address of the hop listener (--fleet-listen): the
+	// other hosts' requests for this host's replicas arrive there over
+	// mutual TLS with fleet CA certificates (package fleet/hop) and go
+	// to the data plane's handler. Empty: none. It needs the fleet CA and
+	// this host's certificate (CAFile, CertFile, KeyFile, as FromDataDir
+	// fills them from fleet.json).
+	Listen string
 
 	// member is the embedded etcd member of the fleet's first host, with
 	// mutual TLS (FromDataDir: berth fleet init).
@@ -78,6 +90,15 @@ func (f FleetOptions) Check() error {
 		return errors.New("server: --etcd-cert and --etcd-key go together")
 	case f.Dev && (f.CAFile != "" || f.CertFile != ""):
 		return errors.New("server: the --etcd-dev member serves plain HTTP on loopback; --etcd-ca, --etcd-cert and --etcd-key are for --etcd")
+	case f.Listen != "" && !f.enabled():
+		return errors.New("server: --fleet-listen needs a fleet: set the data dir up with berth fleet init or join, or give --etcd")
+	case f.Listen != "" && (f.CAFile == "" || f.CertFile == ""):
+		return errors.New("server: --fleet-listen needs the fleet CA and this host's certificate: set the data dir up with berth fleet init or join, or give --etcd-ca, --etcd-cert and --etcd-key")
+	}
+	if f.Listen != "" {
+		if _, _, err := net.SplitHostPort(f.Listen); err != nil {
+			return fmt.Errorf("server: --fleet-listen %q: want HOST:PORT: %w", f.Listen, err)
+		}
 	}
 	if f.HostID != "" {
 		if err := etcdfleet.ValidHostID(f.HostID); err != nil {
@@ -207,13 +228,15 @@ func (s *Server) openFleet(ctx context.Context, driverNames []string) (err error
 	return nil
 }
 
-// advertise fills this host's address once the listeners are bound.
+// advertise fills this host's address, and its hop listener's, once the
+// listeners are bound.
 func (s *Server) advertise(ctx context.Context) error {
-	if s.fleetHost == nil || s.o.Fleet.Address != "" {
+	if s.fleetHost == nil || s.o.Fleet.Address != "" && s.hopLn == nil {
 		return nil
 	}
-	addr := s.AdminAddr()
-	if err := s.fleetHost.m.Update(ctx, func(h *etcdfleet.Host) { h.Address = addr }); err != nil {
+	addr := cmp.Or(s.o.Fleet.Address, s.AdminAddr())
+	hopAddr := s.HopAddr()
+	if err := s.fleetHost.m.Update(ctx, func(h *etcdfleet.Host) { h.Address, h.HopAddress = addr, hopAddr }); err != nil {
 		return fmt.Errorf("server: fleet: %w", err)
 	}
 	return nil
@@ -387,4 +410,49 @@ func loadHostID(dataDir string) (string, error) {
 		return "", fmt.Errorf("server: host id: %w", err)
 	}
 	return id, nil
+}
+
+// openHop binds the hop listener (FleetOptions.Listen) in front of the
+// data plane's handler, with the fleet CA and this host's certificate.
+func (s *Server) openHop(h http.Handler) error {
+	f, err := s.o.Fleet.FromDataDir(s.o.DataDir)
+	if err != nil {
+		return err
+	}
+	if f.Listen == "" || s.fleetHost == nil {
+		return nil
+	}
+	c, err := hop.ConfigFromFiles(f.CAFile, f.CertFile, f.KeyFile, s.fleetHost.m.ID())
+	if err != nil {
+		return fmt.Errorf("server: --fleet-listen: %w", err)
+	}
+	c.ReadHeaderTimeout, c.IdleTimeout = s.o.ReadHeaderTimeout, s.o.IdleTimeout
+	if s.hopSrv, err = hop.NewServer(hop.ServerConfig{Config: c, Handler: h, Log: s.log}); err != nil {
+		return fmt.Errorf("server: --fleet-listen: %w", err)
+	}
+	if s.hopLn, err = net.Listen("tcp", f.Listen); err != nil {
+		return fmt.Errorf("server: --fleet-listen: %w", err)
+	}
+	s.self.Add(s.hopLn.Addr())
+	return nil
+}
+
+// HopAddr is the bound address of the hop listener; "" when there is none.
+// An unspecified host (0.0.0.0) is replaced by the advertised address's.
+func (s *Server) HopAddr() string {
+	if s.hopLn == nil {
+		return ""
+	}
+	a := s.hopLn.Addr().(*net.TCPAddr)
+	if !a.IP.IsUnspecified() {
+		return a.String()
+	}
+	host, _, err := net.SplitHostPort(cmp.Or(s.o.Fleet.Address, s.AdminAddr()))
+	if err != nil || host == "" {
+		return a.String()
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		return a.String()
+	}
+	return net.JoinHostPort(host, strconv.Itoa(a.Port))
 }

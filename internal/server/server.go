@@ -37,6 +37,7 @@ import (
 	"github.com/berth-dev/berth/internal/egress"
 	"github.com/berth-dev/berth/internal/feed"
 	"github.com/berth-dev/berth/internal/fleet"
+	"github.com/berth-dev/berth/internal/fleet/hop"
 	"github.com/berth-dev/berth/internal/gate"
 	"github.com/berth-dev/berth/internal/grant"
 	"github.com/berth-dev/berth/internal/guard"
@@ -380,6 +381,10 @@ type Server struct {
 	proxyLn, adminLn net.Listener
 	proxySrv         *http.Server
 	proxyFront       frontEnd // proxySrv, or the H1Server in front of it
+	// hopLn and hopSrv are the hop listener's (--fleet-listen); nil
+	// without one.
+	hopLn  net.Listener
+	hopSrv *hop.Server
 	// The TLS listeners (see Options.TLSConfig); nil without.
 	tlsLn    net.Listener
 	udpConn  net.PacketConn
@@ -438,7 +443,11 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	if o.DataDir == "" {
 		return nil, errors.New("server: a data directory is required")
 	}
-	if err := o.Fleet.Check(); err != nil {
+	// The fleet settings are checked as the data dir's fleet.json fills
+	// them (berth fleet init or join: a fleet without --etcd).
+	if f, err := o.Fleet.FromDataDir(o.DataDir); err != nil {
+		return nil, err
+	} else if err := f.Check(); err != nil {
 		return nil, err
 	}
 	// Absolute from here on: the default (./berth-data) is relative, and
@@ -720,8 +729,19 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	protos := new(http.Protocols)
 	protos.SetHTTP1(true)
 	protos.SetUnencryptedHTTP2(true)
+	// The hop listener's requests go to the same handler as the public
+	// listener's, marked as hopped by the hop server; the public
+	// listener's clients' own X-Berth-Hop is dropped (hop.Public; the
+	// data plane never passes it to a backend either).
+	dataPlane := web.Recover(o.Log, s.proxy)
+	if err := s.openHop(dataPlane); err != nil {
+		return nil, err
+	}
+	if s.hopLn != nil {
+		undo = append(undo, func() { s.hopLn.Close() })
+	}
 	s.proxySrv = &http.Server{
-		Handler:           web.Recover(o.Log, s.proxy),
+		Handler:           hop.Public(dataPlane),
 		ReadHeaderTimeout: o.ReadHeaderTimeout,
 		IdleTimeout:       o.IdleTimeout,
 		MaxHeaderBytes:    1 << 20,
@@ -942,13 +962,16 @@ func (s *Server) Run(ctx context.Context) error {
 	defer cancelReqs()
 	base := func(net.Listener) context.Context { return reqCtx }
 	s.proxySrv.BaseContext, s.adminSrv.BaseContext = base, base
+	if s.hopSrv != nil {
+		s.hopSrv.SetBaseContext(base)
+	}
 	if s.tlsSrv != nil {
 		s.tlsSrv.BaseContext = base
 	}
 
 	// The listeners' Serve calls end when they are closed below; Run
 	// waits for them too.
-	errc := make(chan error, 5)
+	errc := make(chan error, 6)
 	var serving sync.WaitGroup
 	serving.Go(func() { errc <- s.proxyFront.Serve(s.proxyLn) })
 	if s.tlsLn != nil {
@@ -956,6 +979,9 @@ func (s *Server) Run(ctx context.Context) error {
 		serving.Go(func() { errc <- s.h3.Serve(s.udpConn) })
 	}
 	serving.Go(func() { errc <- s.adminSrv.Serve(s.adminLn) })
+	if s.hopSrv != nil {
+		serving.Go(func() { errc <- s.hopSrv.Serve(s.hopLn) })
+	}
 	if s.egress != nil {
 		serving.Go(func() { errc <- s.egress.Serve(s.egressLn) })
 	}
@@ -978,6 +1004,9 @@ func (s *Server) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { s.proxyFront.Shutdown(dctx) })
 	wg.Go(func() { s.adminSrv.Shutdown(dctx) })
+	if s.hopSrv != nil {
+		wg.Go(func() { s.hopSrv.Shutdown(dctx) })
+	}
 	if s.tlsLn != nil {
 		wg.Go(func() { s.tlsFront.Shutdown(dctx) })
 		wg.Go(func() { s.h3.Shutdown(dctx) })
@@ -991,6 +1020,9 @@ func (s *Server) Run(ctx context.Context) error {
 	cancelReqs()
 	s.proxyFront.Close()
 	s.adminSrv.Close()
+	if s.hopSrv != nil {
+		s.hopSrv.Close()
+	}
 	if s.tlsLn != nil {
 		s.tlsFront.Close()
 		s.h3.Close()

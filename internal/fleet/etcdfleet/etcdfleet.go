@@ -98,10 +98,14 @@ type Capacity struct {
 
 // Host is what a berth registers of itself.
 type Host struct {
-	ID       string   `json:"id"`
-	Address  string   `json:"address"`
-	Drivers  []string `json:"drivers"`
-	Capacity Capacity `json:"capacity"`
+	ID      string `json:"id"`
+	Address string `json:"address"`
+	// HopAddress is the host's hop listener (host:port; package
+	// fleet/hop), where the other hosts send requests for its replicas;
+	// empty when it runs none.
+	HopAddress string   `json:"hop_address,omitempty"`
+	Drivers    []string `json:"drivers"`
+	Capacity   Capacity `json:"capacity"`
 	// Images are the images the host has locally (placement prefers a
 	// host that has a unit's image).
 	Images    []string  `json:"images,omitempty"`

@@ -38,7 +38,12 @@ type InitOptions struct {
 type InitResult struct {
 	// Created is false when the data directory already held the fleet
 	// (berth fleet init again only makes a new join token).
-	Created   bool
+	Created bool
+	// Renewed is true when this host's certificate was one issued before
+	// the hop between hosts (ErrOldHostCert) and was renewed, for the same
+	// key and names with the host id added, as a server and client
+	// certificate: berth serve must be restarted to use it.
+	Renewed   bool
 	Token     string
 	Expires   time.Time
 	Pin       string
@@ -76,6 +81,11 @@ func Init(o InitOptions) (InitResult, error) {
 	if err != nil {
 		return InitResult{}, err
 	}
+	if !res.Created {
+		if res.Renewed, err = renewOld(o.DataDir, c, ca, now()); err != nil {
+			return InitResult{}, err
+		}
+	}
 	ttl := o.TokenTTL
 	if ttl == 0 {
 		ttl = TokenLifetime
@@ -85,6 +95,36 @@ func Init(o InitOptions) (InitResult, error) {
 	}
 	res.Pin, res.Endpoints = Fingerprint(ca.Raw), c.Endpoints
 	return res, nil
+}
+
+// renewOld renews the first host's certificate when CheckHostCert finds
+// it older than the hop between hosts.
+func renewOld(dataDir string, c Config, ca *x509.Certificate, now time.Time) (bool, error) {
+	crt, err := readCert(Path(dataDir, c.Cert))
+	if err != nil {
+		return false, err
+	}
+	id := crt.Subject.CommonName
+	if err := CheckHostCert(crt, id); !errors.Is(err, ErrOldHostCert) {
+		return false, nil
+	}
+	caKey, err := readKey(filepath.Join(Dir(dataDir), CAKey))
+	if err != nil {
+		return false, err
+	}
+	hosts := []string{id}
+	for _, ip := range crt.IPAddresses {
+		hosts = append(hosts, ip.String())
+	}
+	hosts = append(hosts, crt.DNSNames...)
+	der, err := issue(ca, caKey, crt.PublicKey, id, HostUsages, hosts, now)
+	if err != nil {
+		return false, fmt.Errorf("fleetca: renewing the host certificate: %w", err)
+	}
+	if err := writeFile(Path(dataDir, c.Cert), certPEM(der), 0o644); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 func create(o InitOptions, now time.Time) (Config, error) {
@@ -135,14 +175,15 @@ func create(o InitOptions, now time.Time) (Config, error) {
 	}
 	ca, _ := x509.ParseCertificate(caDER)
 	// This host's certificate: the etcd member's server and peer
-	// certificate, and the client certificate berth presents to it.
+	// certificate, the client certificate berth presents to it, and the
+	// hop's (server and client, a subject alternative name of the host id).
 	hostKey, err := newKey()
 	if err != nil {
 		return Config{}, err
 	}
 	hostDER, err := issue(ca, caKey, &hostKey.PublicKey, id,
-		[]x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		[]string{host, phost, "127.0.0.1", "::1", "localhost"}, now)
+		HostUsages,
+		[]string{id, host, phost, "127.0.0.1", "::1", "localhost"}, now)
 	if err != nil {
 		return Config{}, fmt.Errorf("fleetca: host certificate: %w", err)
 	}

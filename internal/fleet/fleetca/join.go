@@ -25,8 +25,9 @@ var ErrBadRequest = errors.New("fleetca: bad join request")
 
 // Sign answers a joining host (POST /fleet/join on the init host): it
 // spends req.Token (ErrTokenInvalid, ErrTokenUsed, ErrTokenExpired) and
-// signs req.CSR as a client certificate of the fleet CA for the host id
-// the request names.
+// signs req.CSR as a host certificate of the fleet CA for the host id the
+// request names: client auth (etcd, the hop) and server auth (the hop),
+// the host id its common name and its one subject alternative name.
 func Sign(dataDir string, req apitype.FleetJoinRequest, now time.Time) (apitype.FleetJoinResponse, error) {
 	blk, _ := pem.Decode([]byte(req.CSR))
 	if blk == nil || blk.Type != "CERTIFICATE REQUEST" {
@@ -61,7 +62,7 @@ func Sign(dataDir string, req apitype.FleetJoinRequest, now time.Time) (apitype.
 	if err := useToken(dataDir, req.Token, id, now); err != nil {
 		return apitype.FleetJoinResponse{}, err
 	}
-	der, err := issue(ca, caKey, csr.PublicKey, id, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, nil, now)
+	der, err := issue(ca, caKey, csr.PublicKey, id, HostUsages, []string{id}, now)
 	if err != nil {
 		return apitype.FleetJoinResponse{}, fmt.Errorf("fleetca: signing: %w", err)
 	}

@@ -22,7 +22,7 @@ const usage = `Usage:
       token. Run again to print a new join command (one per host).
   berth fleet join --server URL --token TOKEN --ca-sha256 FINGERPRINT
                    [--data-dir DIR] [--host-id ID] [--force]
-      On a new host: get a client certificate of the fleet CA for a key
+      On a new host: get a host certificate of the fleet CA for a key
       made here (it never leaves the host), so that berth serve on DIR
       joins the fleet over mutual TLS with no further flags.
   berth fleet status [--data-dir DIR]
@@ -80,6 +80,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 					h = h[:i]
 				}
 				srv = "http://" + h + ":9090"
+			}
+			if r.Renewed {
+				fmt.Fprintf(stdout, "Renewed this host's certificate (%s) as a server and client certificate naming its host id, for the hop between hosts: restart berth serve on %s to use it.\n", filepath.Join(Dir(*dataDir), HostCert), *dataDir)
 			}
 			if r.Created {
 				fmt.Fprintf(stdout, "Made the fleet CA and this host's etcd certificate in %s.\n", Dir(*dataDir))
