@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -32,10 +33,12 @@ const fleetPassword = "fleet-test-password"
 type fleetHost struct {
 	id    string
 	ns    *fleetnet.Host
+	dir   string // its data dir and log, kept across restarts
+	args  []string
 	cmd   *exec.Cmd
-	log   string // its log file
-	admin string // http://ip:9090
-	proxy string // http://ip:6188
+	done  chan struct{} // closed when cmd has exited
+	admin string        // http://ip:9090
+	proxy string        // http://ip:6188
 	// client reaches the host from inside its namespace (through its
 	// partition, too).
 	client *http.Client
@@ -44,56 +47,81 @@ type fleetHost struct {
 // startFleetHost runs berth serve as host id of the fleet on etcd, in ns.
 func startFleetHost(t *testing.T, ns *fleetnet.Host, id string, endpoints []string, extra ...string) *fleetHost {
 	t.Helper()
+	h := &fleetHost{id: id, ns: ns, dir: t.TempDir(),
+		admin: "http://" + ns.IP + ":9090", proxy: "http://" + ns.IP + ":6188", client: ns.Client()}
+	h.args = append([]string{"serve",
+		"--proxy-addr", ns.IP + ":6188", "--admin-addr", ns.IP + ":9090",
+		"--data-dir", filepath.Join(h.dir, "data"), "--egress-addr", "off", "--no-host-setup",
+		"--etcd", strings.Join(endpoints, ","), "--host-id", id,
+	}, extra...)
+	t.Cleanup(func() {
+		if h.cmd != nil {
+			h.cmd.Process.Kill()
+			<-h.done
+		}
+		if t.Failed() {
+			b, _ := os.ReadFile(h.logPath())
+			t.Logf("log of %s:\n%s", id, b)
+		}
+	})
+	h.start(t)
+	return h
+}
+
+func (h *fleetHost) logPath() string { return filepath.Join(h.dir, "berth.log") }
+
+// start runs the host's berth (again, on the same data dir, appending to
+// its log) and waits until it listens.
+func (h *fleetHost) start(t *testing.T) {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	h := &fleetHost{id: id, ns: ns, log: filepath.Join(dir, "berth.log"),
-		admin: "http://" + ns.IP + ":9090", proxy: "http://" + ns.IP + ":6188", client: ns.Client()}
-	lf, err := os.Create(h.log)
+	lf, err := os.OpenFile(h.logPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { lf.Close() })
-	args := append([]string{"serve",
-		"--proxy-addr", ns.IP + ":6188", "--admin-addr", ns.IP + ":9090",
-		"--data-dir", filepath.Join(dir, "data"), "--egress-addr", "off", "--no-host-setup",
-		"--etcd", strings.Join(endpoints, ","), "--host-id", id,
-	}, extra...)
-	h.cmd = ns.Command(exe, args...)
+	before, _ := os.ReadFile(h.logPath())
+	h.cmd = h.ns.Command(exe, h.args...)
 	h.cmd.Env = append(os.Environ(), beBerth+"=1", "BERTH_ADMIN_PASSWORD="+fleetPassword)
 	h.cmd.Stdout, h.cmd.Stderr = lf, lf
 	if err := h.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan struct{})
-	go func() { h.cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		h.cmd.Process.Kill()
-		<-exited
-		if t.Failed() {
-			b, _ := os.ReadFile(h.log)
-			t.Logf("log of %s:\n%s", id, b)
-		}
-	})
+	done := make(chan struct{})
+	h.done = done
+	go func(cmd *exec.Cmd) { cmd.Wait(); close(done) }(h.cmd)
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		b, _ := os.ReadFile(h.log)
-		if bytes.Contains(b, []byte("berth listening")) {
-			break
+		b, _ := os.ReadFile(h.logPath())
+		if bytes.Contains(b[len(before):], []byte("berth listening")) {
+			return
 		}
 		select {
-		case <-exited:
-			t.Fatalf("berth %s exited before listening:\n%s", id, b)
+		case <-done:
+			t.Fatalf("berth %s exited before listening:\n%s", h.id, b)
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("berth %s did not listen:\n%s", id, b)
+			t.Fatalf("berth %s did not listen:\n%s", h.id, b)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return h
+}
+
+// stop ends the host's berth as an operator does (SIGTERM: it drains) and
+// waits for it to exit.
+func (h *fleetHost) stop(t *testing.T) {
+	t.Helper()
+	h.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-h.done:
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("berth %s did not stop on SIGTERM", h.id)
+	}
+	h.cmd = nil
 }
 
 // do sends an admin request as the operator, from inside the host's
@@ -425,5 +453,122 @@ func TestFleetThreeHosts(t *testing.T) {
 	json.Unmarshal(b, &slots)
 	if slots.Slots.Held != 10 || slots.Slots.Limit != 10 {
 		t.Fatalf("the fleet's slots after the leader change: %+v (%s)", slots.Slots, b)
+	}
+}
+
+// TestFleetRollingUpgrade restarts berth on one host after another, as an
+// upgrade does, under continuous load through a third host whose
+// discovery-backed deployment is served by the two: each host is drained
+// first (its service members drain, so the front stops sending to it),
+// stopped with SIGTERM, started again on its data dir and uncordoned. No
+// request through the front fails, and both hosts serve again at the end.
+func TestFleetRollingUpgrade(t *testing.T) {
+	nt := fleetnet.New(t, 3)
+	etcd := etcdtest.Start(t, 1, etcdtest.Options{Host: nt.Gateway})
+	var hosts []*fleetHost
+	for i, ns := range nt.Hosts {
+		hosts = append(hosts, startFleetHost(t, ns, fmt.Sprintf("h%d", i), etcd.Endpoints()))
+	}
+	for i, h := range hosts[1:] {
+		name := fmt.Sprintf("h%d", i+1)
+		up, err := net.Listen("tcp", nt.Gateway+":0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, name) }), ReadHeaderTimeout: 5 * time.Second}
+		go srv.Serve(up)
+		t.Cleanup(func() { srv.Close() })
+		spec := fmt.Sprintf(`{"id":"api","routes":[{"host":"api.test"}],"upstreams":["%s"]}`, up.Addr())
+		if code, b := h.do(t, "POST", "/deployments", spec); code != 201 {
+			t.Fatalf("api on %s: %d %s", h.id, code, b)
+		}
+	}
+	front := hosts[0]
+	if code, b := front.do(t, "POST", "/deployments", `{"id":"front","routes":[{"host":"api.test"}],"discovery":{"service_id":"api"}}`); code != 201 {
+		t.Fatalf("front: %d %s", code, b)
+	}
+	// members is front's discovery status: peer → draining, for h1 and h2.
+	members := func() map[string]bool {
+		code, b := front.do(t, "GET", "/deployments/front/discovery-status", "")
+		if code != 200 {
+			t.Fatalf("discovery status: %d %s", code, b)
+		}
+		var ds struct {
+			Upstreams []struct {
+				Peer     string
+				Draining bool
+			}
+		}
+		json.Unmarshal(b, &ds)
+		out := map[string]bool{}
+		for _, u := range ds.Upstreams {
+			out[u.Peer] = u.Draining
+		}
+		return out
+	}
+	peer := func(h *fleetHost) string { return strings.TrimPrefix(h.proxy, "http://") }
+	waitUntil(t, "front to see both api hosts", func() bool {
+		m := members()
+		d1, ok1 := m[peer(hosts[1])]
+		d2, ok2 := m[peer(hosts[2])]
+		return ok1 && ok2 && !d1 && !d2
+	})
+
+	var mu sync.Mutex
+	served := map[string]int{}
+	var failed atomic.Int64
+	var lastErr atomic.Value
+	ctx, stopLoad := context.WithCancel(context.Background())
+	var load sync.WaitGroup
+	for range 4 {
+		load.Go(func() {
+			c := front.ns.Client()
+			for ctx.Err() == nil {
+				req, _ := http.NewRequestWithContext(ctx, "GET", front.proxy+"/", nil)
+				req.Host = "api.test"
+				resp, err := c.Do(req)
+				if ctx.Err() != nil {
+					return
+				}
+				if err != nil {
+					failed.Add(1)
+					lastErr.Store(err.Error())
+					continue
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					failed.Add(1)
+					lastErr.Store(fmt.Sprintf("%d %s", resp.StatusCode, b))
+					continue
+				}
+				mu.Lock()
+				served[string(b)]++
+				mu.Unlock()
+			}
+		})
+	}
+	count := func(name string) int { mu.Lock(); defer mu.Unlock(); return served[name] }
+	waitUntil(t, "load served by both hosts", func() bool { return count("h1") > 20 && count("h2") > 20 })
+
+	for _, h := range hosts[1:] {
+		if code, b := front.do(t, "POST", "/fleet/hosts/"+h.id+"/drain", ""); code != 200 {
+			t.Fatalf("drain %s: %d %s", h.id, code, b)
+		}
+		waitUntil(t, "front to see "+h.id+" draining", func() bool { d, ok := members()[peer(h)]; return !ok || d })
+		h.stop(t)
+		h.start(t)
+		waitUntil(t, h.id+" back in the list", func() bool { return strings.Contains(front.hostIDs(t), h.id) })
+		if code, b := front.do(t, "POST", "/fleet/hosts/"+h.id+"/uncordon", ""); code != 200 {
+			t.Fatalf("uncordon %s: %d %s", h.id, code, b)
+		}
+		waitUntil(t, "front to send to "+h.id+" again", func() bool { d, ok := members()[peer(h)]; return ok && !d })
+		n := count(h.id)
+		waitUntil(t, h.id+" serving again", func() bool { return count(h.id) > n+20 })
+	}
+	stopLoad()
+	load.Wait()
+	if n := failed.Load(); n != 0 {
+		t.Fatalf("%d requests through the front failed during the rolling restart (last: %v)", n, lastErr.Load())
 	}
 }
