@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -315,7 +316,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 	otlpEndpoint := fs.String("otlp-endpoint", env("BERTH_OTLP_ENDPOINT", ""), "export the data plane's traces (one span per request, with its stages and upstream attempts) over OTLP/HTTP to this collector: host:port, or an https:// URL (http:// with --otlp-insecure) whose path replaces /v1/traces; empty: no tracing (BERTH_OTLP_ENDPOINT)")
 	otlpInsecure := fs.Bool("otlp-insecure", envBool("BERTH_OTLP_INSECURE"), "send traces to --otlp-endpoint in plaintext, for a collector on loopback or a private network (BERTH_OTLP_INSECURE)")
 	traceSample := fs.Float64("trace-sample", floatEnv("BERTH_TRACE_SAMPLE", 1), "the share (0 to 1) of the traces berth starts that it records; a request with a traceparent follows its sampled flag (BERTH_TRACE_SAMPLE)")
-	storeURL := fs.String("store", env("BERTH_STORE", "sqlite"), "where deployments, tokens, secrets and the rest are kept: sqlite, the embedded store in --data-dir (the only backend yet; etcd:// is refused) (BERTH_STORE)")
+	storeURL := fs.String("store", env("BERTH_STORE", "sqlite"), "where deployments, tokens, secrets and the rest are kept: sqlite, the embedded store in --data-dir, or etcd://host:port[,host:port…][/prefix], an etcd cluster (TLS as --etcd-ca, --etcd-cert, --etcd-key; one berth per store and prefix) (BERTH_STORE)")
 	etcdEndpoints := fs.String("etcd", env("BERTH_ETCD", ""), "comma-separated etcd client URLs: join the fleet of berths on that cluster (host membership, fleet-wide Computer slots); empty: this berth runs alone and no etcd code runs (BERTH_ETCD)")
 	etcdCA := fs.String("etcd-ca", env("BERTH_ETCD_CA", ""), "PEM file of the CA etcd's certificates are checked with (BERTH_ETCD_CA)")
 	etcdCert := fs.String("etcd-cert", env("BERTH_ETCD_CERT", ""), "PEM client certificate this host presents to etcd; with --etcd-key (BERTH_ETCD_CERT)")
@@ -406,7 +407,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "berth serve: %v\n", err)
 		return 2
 	}
-	if err := checkStore(*storeURL); err != nil {
+	storeEtcd, err := parseStore(*storeURL)
+	if err != nil {
 		fmt.Fprintf(stderr, "berth serve: --store: %v\n", err)
 		return 2
 	}
@@ -441,7 +443,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 		ArtifactMaxBytes: *artifactMax, ArtifactAllowPrivate: *artifactPrivate, ArtifactRoots: splitList(*artifactRoots),
 		S3: workspace.S3Options{Endpoint: *s3Endpoint, Region: *s3Region, AccessKey: secrets["AWS_ACCESS_KEY_ID"],
 			SecretKey: secrets["AWS_SECRET_ACCESS_KEY"], SessionToken: secrets["AWS_SESSION_TOKEN"]},
-		WorkspaceArchiveBucket: *archiveBucket, Fleet: fleetOpts,
+		WorkspaceArchiveBucket: *archiveBucket, Fleet: fleetOpts, StoreEtcd: storeEtcd,
 		BuildAllowHTTP: *buildHTTP, BuildNetwork: *buildNetwork, BuildTimeout: *buildTimeout,
 		RegistryCAFile: *registryCA, RegistryAllowInsecure: splitList(*registryInsecure), ImageBudget: *imageBudget << 20,
 		GuardDryRun: !*guardEnforce, SIEM: siemConfig,
@@ -678,15 +680,28 @@ func durEnv(name string, def time.Duration) time.Duration {
 	return def
 }
 
-// checkStore accepts the store backends berth has: sqlite, the embedded
-// store in the data directory. An etcd:// store (deployments, tokens and
-// the rest in etcd) is refused rather than ignored: it is not built yet.
-func checkStore(v string) error {
+// parseStore reads --store: sqlite (or empty), the embedded store in the
+// data directory, or etcd://host:port[,host:port…][/prefix], the store in
+// an etcd cluster (its TLS the fleet's: --etcd-ca, --etcd-cert,
+// --etcd-key or fleet.json).
+func parseStore(v string) (server.EtcdStoreOptions, error) {
 	switch {
 	case v == "" || v == "sqlite":
-		return nil
+		return server.EtcdStoreOptions{}, nil
 	case strings.HasPrefix(v, "etcd://"):
-		return fmt.Errorf("%s: the etcd store backend is not supported yet: deployments, tokens, secrets and the rest stay in this host's SQLite store (--store sqlite); --etcd joins a fleet for host membership and Computer slots only", v)
+		rest := strings.TrimPrefix(v, "etcd://")
+		hosts, prefix, _ := strings.Cut(rest, "/")
+		var o server.EtcdStoreOptions
+		for _, h := range strings.Split(hosts, ",") {
+			if _, port, err := net.SplitHostPort(h); err != nil || port == "" {
+				return o, fmt.Errorf("%s: %q is not host:port: want etcd://host:port[,host:port…][/prefix]", v, h)
+			}
+			o.Endpoints = append(o.Endpoints, h)
+		}
+		if prefix != "" {
+			o.Prefix = "/" + strings.Trim(prefix, "/") + "/"
+		}
+		return o, nil
 	}
-	return fmt.Errorf("%q: unknown store backend; the one there is is sqlite", v)
+	return server.EtcdStoreOptions{}, fmt.Errorf("%q: unknown store backend: sqlite or etcd://host:port[,…][/prefix]", v)
 }

@@ -288,15 +288,15 @@ func TestServeRefusesBadOTLPEndpoint(t *testing.T) {
 	}
 }
 
-// TestServeRefusesFleetFlags: --store etcd:// is refused (the etcd store
-// backend is not built), and so are fleet flags without a fleet and
-// contradictory ones, at once, exit 2, naming what is wrong.
+// TestServeRefusesFleetFlags: a malformed or unknown --store is refused,
+// and so are fleet flags without a fleet and contradictory ones, at once,
+// exit 2, naming what is wrong.
 func TestServeRefusesFleetFlags(t *testing.T) {
 	for _, c := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"--store", "etcd://127.0.0.1:2379"}, "the etcd store backend is not supported yet"},
+		{[]string{"--store", "etcd://127.0.0.1"}, "is not host:port"},
 		{[]string{"--store", "postgres://x"}, "unknown store backend"},
 		{[]string{"--fleet-slots", "3"}, "need a fleet: give --etcd ENDPOINTS or --etcd-dev"},
 		{[]string{"--host-id", "a"}, "need a fleet"},

@@ -117,6 +117,9 @@ type Options struct {
 	// closes it, and the caller closes it once Run has returned (or New
 	// has failed).
 	Store Store
+	// StoreEtcd, with Endpoints set (and Store nil), keeps the store in
+	// etcd instead (berth serve --store etcd://…).
+	StoreEtcd EtcdStoreOptions
 
 	// SitesDir is where site deployments' roots live, one subtree per
 	// namespace (<SitesDir>/<namespace>); default <DataDir>/sites. A site
@@ -351,6 +354,8 @@ type Server struct {
 	log           *slog.Logger
 	store         Store
 	closeStore    func() error // closes the store New opened; nil: Options.Store's, the caller's
+	etcdStore     *etcdBacked  // the store on etcd (Options.StoreEtcd); nil otherwise
+	storeLost     chan error   // the etcd store's claim was taken by another berth
 	registry      *registry.Registry
 	proxy         *proxy.Handler
 	metrics       *metrics.Registry
@@ -497,7 +502,15 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	}
 	st := o.Store
 	var closeStore func() error
-	if st == nil {
+	var onEtcd *etcdBacked
+	switch {
+	case st == nil && len(o.StoreEtcd.Endpoints) > 0:
+		if st, onEtcd, err = openEtcdStore(ctx, o); err != nil {
+			return nil, err
+		}
+		undo = append(undo, func() { onEtcd.close() })
+		closeStore = onEtcd.close
+	case st == nil:
 		db, err := store.Open(o.DataDir)
 		if err != nil {
 			return nil, err
@@ -509,7 +522,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{o: o, log: o.Log, store: st, closeStore: closeStore, lock: lock, metrics: metrics.NewRegistry(), host: metrics.NewHostSampler("/proc"), secrets: sec}
+	s := &Server{o: o, log: o.Log, store: st, closeStore: closeStore, etcdStore: onEtcd, storeLost: make(chan error, 1), lock: lock, metrics: metrics.NewRegistry(), host: metrics.NewHostSampler("/proc"), secrets: sec}
 	s.ports = &portRoutes{}
 	s.self = new(netguard.Self)
 	popts := proxy.Options{
@@ -986,11 +999,19 @@ func (s *Server) Run(ctx context.Context) error {
 		serving.Go(func() { errc <- s.egress.Serve(s.egressLn) })
 	}
 
+	if s.etcdStore != nil {
+		cctx, stopClaim := context.WithCancel(ctx)
+		defer stopClaim()
+		go s.etcdStore.keepClaim(cctx, s, s.storeLost)
+	}
+
 	var err error
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
 		s.log.Error("listener failed", "err", err)
+	case err = <-s.storeLost:
+		s.log.Error("stopping", "err", err)
 	}
 	s.log.Info("draining", "timeout", s.o.DrainTimeout, "in_flight", s.proxy.Active())
 	// Running jobs are cancelled first (their commands killed, their

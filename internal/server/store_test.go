@@ -16,58 +16,33 @@ import (
 	"github.com/berth-dev/berth/internal/store/etcdstore"
 )
 
-// missingMethods lists the methods of Store that v's type lacks, sorted:
-// "Name" for a method it has not, "Name: has <sig>, Store wants <sig>"
-// for one whose signature differs. Empty: v is a Store.
-func missingMethods(v any) []string {
-	want := reflect.TypeFor[Store]()
-	rv := reflect.ValueOf(v)
-	var out []string
-	for i := range want.NumMethod() {
-		m := want.Method(i)
-		if !rv.IsValid() {
-			out = append(out, m.Name)
-			continue
-		}
-		got := rv.MethodByName(m.Name)
-		switch {
-		case !got.IsValid():
-			out = append(out, m.Name)
-		case got.Type() != m.Type:
-			out = append(out, m.Name+": has "+got.Type().String()+", Store wants "+m.Type.String())
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
 // putWorkspaceWrong has one method of Store, with another signature.
 type putWorkspaceWrong struct{}
 
 func (putWorkspaceWrong) PutWorkspace(context.Context, string) error { return nil }
 
-// TestStoreBackends: the SQLite store offers all of Store, missingMethods
+// TestStoreBackends: the SQLite store offers all of Store, missingStoreMethods
 // sees what a type lacks, and it logs what *etcdstore.Store lacks so far
 // (its method groups are landing one by one; once all have, a
 // compile-time check replaces the log).
 func TestStoreBackends(t *testing.T) {
-	if m := missingMethods((*store.Store)(nil)); len(m) != 0 {
+	if m := missingStoreMethods((*store.Store)(nil)); len(m) != 0 {
 		t.Fatalf("*store.Store lacks %v", m)
 	}
 	n := reflect.TypeFor[Store]().NumMethod()
-	if m := missingMethods(struct{}{}); len(m) != n || !slices.Contains(m, "PutWorkspace") {
+	if m := missingStoreMethods(struct{}{}); len(m) != n || !slices.Contains(m, "PutWorkspace") {
 		t.Fatalf("struct{} lacks %d methods of %d: %v", len(m), n, m)
 	}
-	if m := missingMethods(nil); len(m) != n {
+	if m := missingStoreMethods(nil); len(m) != n {
 		t.Fatalf("nil lacks %d methods of %d", len(m), n)
 	}
-	m := missingMethods(putWorkspaceWrong{})
+	m := missingStoreMethods(putWorkspaceWrong{})
 	i := slices.IndexFunc(m, func(s string) bool { return strings.HasPrefix(s, "PutWorkspace") })
 	if len(m) != n || i < 0 || !strings.Contains(m[i], "Store wants") {
 		t.Fatalf("a PutWorkspace of another signature: %v", m)
 	}
 
-	lack := missingMethods((*etcdstore.Store)(nil))
+	lack := missingStoreMethods((*etcdstore.Store)(nil))
 	t.Logf("*etcdstore.Store lacks %d of the %d methods of server.Store:\n\t%s", len(lack), n, strings.Join(lack, "\n\t"))
 }
 

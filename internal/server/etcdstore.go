@@ -1,0 +1,148 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/berth-dev/berth/internal/store/etcdstore"
+)
+
+// EtcdStoreOptions keep berth's store in etcd (berth serve --store
+// etcd://host:2379,…[/prefix]) instead of the SQLite store in DataDir.
+// The client's TLS is the fleet's (FleetOptions' CA, certificate and key,
+// or fleet.json's).
+type EtcdStoreOptions struct {
+	// Endpoints are etcd's client URLs; empty keeps the SQLite store.
+	Endpoints []string
+	// Prefix is the store's key prefix; default etcdstore.DefaultPrefix.
+	Prefix string
+	// ClaimTTL is the lease the store's claim lives on; default 10 s.
+	ClaimTTL time.Duration
+}
+
+// etcdBacked is the store on etcd with what holds it open.
+type etcdBacked struct {
+	cli    *clientv3.Client
+	st     *etcdstore.Store
+	holder string
+	ttl    time.Duration
+	claim  *etcdstore.Claim
+}
+
+// openEtcdStore connects to etcd, opens the store and claims it for this
+// berth (a second berth on the same store and prefix is refused: hosts do
+// not share one store yet).
+func openEtcdStore(ctx context.Context, o Options) (Store, *etcdBacked, error) {
+	f, err := o.Fleet.FromDataDir(o.DataDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	tlsConf, err := etcdTLS(f)
+	if err != nil {
+		return nil, nil, err
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints: o.StoreEtcd.Endpoints, DialTimeout: 5 * time.Second, TLS: tlsConf, Logger: zap.NewNop(),
+		DialKeepAliveTime: 10 * time.Second, DialKeepAliveTimeout: 5 * time.Second,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("server: the etcd store's client: %w", err)
+	}
+	b := &etcdBacked{cli: cli, ttl: o.StoreEtcd.ClaimTTL}
+	if b.ttl <= 0 {
+		b.ttl = 10 * time.Second
+	}
+	fail := func(err error) (Store, *etcdBacked, error) {
+		cli.Close()
+		return nil, nil, err
+	}
+	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if b.st, err = etcdstore.Open(octx, cli, o.StoreEtcd.Prefix); err != nil {
+		return fail(fmt.Errorf("server: the etcd store at %s: %w", strings.Join(o.StoreEtcd.Endpoints, ","), err))
+	}
+	var st any = b.st
+	full, ok := st.(Store)
+	if !ok {
+		return fail(fmt.Errorf("server: the etcd store backend lacks %s: it cannot hold all of berth's records yet (--store sqlite)", strings.Join(missingStoreMethods(b.st), ", ")))
+	}
+	if b.holder = f.HostID; b.holder == "" {
+		if b.holder, err = loadHostID(o.DataDir); err != nil {
+			return fail(err)
+		}
+	}
+	if b.claim, err = b.st.Claim(octx, b.holder, b.ttl); err != nil {
+		return fail(fmt.Errorf("server: %w", err))
+	}
+	return full, b, nil
+}
+
+// keepClaim claims the store again whenever the claim lapses (etcd out of
+// reach for its TTL), until ctx ends; it answers on lost when another
+// berth took the store meanwhile: this one must stop, or both would write.
+func (b *etcdBacked) keepClaim(ctx context.Context, s *Server, lost chan<- error) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-b.claim.Done():
+		}
+		s.log.Warn("the etcd store's claim lapsed; claiming it again", "holder", b.holder)
+		for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
+			c, err := b.st.Claim(ctx, b.holder, b.ttl)
+			if err == nil {
+				b.claim = c
+				break
+			}
+			if errors.Is(err, etcdstore.ErrClaimed) {
+				lost <- fmt.Errorf("server: the etcd store was claimed by another berth while this one could not reach etcd: %w", err)
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+		}
+	}
+}
+
+func (b *etcdBacked) close() error {
+	if b.claim != nil {
+		b.claim.Release()
+	}
+	return b.cli.Close()
+}
+
+// missingStoreMethods lists the methods of Store that v's type lacks,
+// sorted: a name alone when it has none of that name, the name and both
+// signatures when it has another.
+func missingStoreMethods(v any) []string {
+	want := reflect.TypeFor[Store]()
+	rv := reflect.ValueOf(v)
+	var out []string
+	for i := range want.NumMethod() {
+		m := want.Method(i)
+		if !rv.IsValid() {
+			out = append(out, m.Name)
+			continue
+		}
+		got := rv.MethodByName(m.Name)
+		switch {
+		case !got.IsValid():
+			out = append(out, m.Name)
+		case got.Type() != m.Type:
+			out = append(out, m.Name+": has "+got.Type().String()+", Store wants "+m.Type.String())
+		}
+	}
+	slices.Sort(out)
+	return out
+}
