@@ -132,28 +132,37 @@ func addPool(dst *apitype.FleetDeploymentPool, p apitype.FleetDeploymentPool) {
 	dst.TotalInFlight += p.TotalInFlight
 }
 
-func (a *API) fleetSummary(w http.ResponseWriter, r *http.Request) error {
+// hostsAndReports reads the live hosts and their last reports, by host.
+func (a *API) hostsAndReports(r *http.Request) (apitype.FleetHosts, map[string]apitype.FleetGatewayMetrics, error) {
 	v, err := a.fleetViews(r)
 	if err != nil {
-		return err
+		return apitype.FleetHosts{}, nil, err
 	}
 	f, err := a.fleetHosts()
 	if err != nil {
-		return err
+		return apitype.FleetHosts{}, nil, err
 	}
 	hs, err := f.Hosts(r.Context())
 	if err != nil {
-		return etcdUnavailable("the fleet's hosts", err)
+		return apitype.FleetHosts{}, nil, etcdUnavailable("the fleet's hosts", err)
 	}
 	rs, err := v.Reports(r.Context())
 	if err != nil {
-		return etcdUnavailable("the fleet's reports", err)
+		return apitype.FleetHosts{}, nil, etcdUnavailable("the fleet's reports", err)
 	}
-	out := apitype.FleetSummary{Self: hs.Self, GeneratedAt: time.Now().Unix(), Gateways: []apitype.FleetGateway{}}
-	byHost := map[string]apitype.FleetGatewayMetrics{}
+	byHost := make(map[string]apitype.FleetGatewayMetrics, len(rs))
 	for _, rep := range rs {
 		byHost[rep.ID] = rep
 	}
+	return hs, byHost, nil
+}
+
+func (a *API) fleetSummary(w http.ResponseWriter, r *http.Request) error {
+	hs, byHost, err := a.hostsAndReports(r)
+	if err != nil {
+		return err
+	}
+	out := apitype.FleetSummary{Self: hs.Self, GeneratedAt: time.Now().Unix(), Gateways: []apitype.FleetGateway{}}
 	seen := map[string]bool{}
 	for _, h := range hs.Hosts {
 		g := apitype.FleetGateway{ID: h.ID, Address: h.Address, State: h.State}
@@ -270,25 +279,9 @@ func (a *API) fleetGateway(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (a *API) fleetNetwork(w http.ResponseWriter, r *http.Request) error {
-	v, err := a.fleetViews(r)
+	hs, byHost, err := a.hostsAndReports(r)
 	if err != nil {
 		return err
-	}
-	f, err := a.fleetHosts()
-	if err != nil {
-		return err
-	}
-	hs, err := f.Hosts(r.Context())
-	if err != nil {
-		return etcdUnavailable("the fleet's hosts", err)
-	}
-	rs, err := v.Reports(r.Context())
-	if err != nil {
-		return etcdUnavailable("the fleet's reports", err)
-	}
-	byHost := map[string]apitype.FleetGatewayMetrics{}
-	for _, rep := range rs {
-		byHost[rep.ID] = rep
 	}
 	out := apitype.FleetNetwork{Gateways: []apitype.FleetNetworkGateway{}}
 	for _, h := range hs.Hosts {
