@@ -23,6 +23,19 @@
 //	secretkeycheck                  the sealed secret key check (written once)
 //	guardrules/<id>                 guard rule: every store.GuardRule field, hit counters included
 //	grants/<id>                     Computer grant: its Computer, the signed payload, expiry, issue and revocation times
+//	computers/<id>                  Computer: every store.Computer field (idle timeout in whole ms)
+//	computerslots/<id>              the fleet slot Computer id holds: its id, reservation time
+//	computerqueue/<id>              Computer id's queued start: its id, queue seq (FIFO order), queue time
+//	computerqueueseq                the last queue seq handed out; every slot or queue write rewrites it, guarding reads of both
+//	computerhosts/<host>            host capacity: host id, max active, reserved headroom
+//	computerusage/<runtime>         usage interval: every store.UsageInterval field, the acknowledged observation (-1 none)
+//	computerrecycles/<runtime>      recycle request: every store.Recycle field
+//	computerfactseq/<id>            the last fact seq given to Computer id (a JSON number; never goes back, outlives the Computer)
+//	computerfacts/<id>/<seq>        fact, seq zero-padded to 20 digits: seq, time (Unix ms), dedupe key, body
+//	computerfactdedupe/<id>/<key>   a dedupe key of a stored fact of Computer id: that fact's seq
+//	computerfactsbytime/<at>/<id>/<seq>  retention index, at as 20 digits in signed order: the fact's dedupe key
+//	computerports/<id>/<port>       exposed port: its Computer, every store.ComputerPort field
+//	workspaces/<deployment>         workspace: every store.Workspace field, the CreateRevision of the deployment's key it belongs to
 //
 // # Writes
 //
