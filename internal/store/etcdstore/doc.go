@@ -60,4 +60,23 @@
 //
 // DeleteDeployment deletes only the deployment: the upstream drains, rate
 // limits and pulls that the SQLite store deletes with it are not kept here.
+//
+// Computers (and deployments' workspaces) are kept too, with package
+// computer's Store methods. A write that reads several keys (a slot
+// reservation reads the Computer, every slot, the queue, the hosts) reads
+// them in one transaction and commits in one transaction guarded by their
+// ModRevisions, deciding again, callback included, when it fails: a
+// callback (UpdateComputer's, ReserveComputerSlot's, ...) may run more
+// than once, and only its last run's changes are written. Every write to
+// the slots or the queue rewrites computerqueueseq, so comparing its
+// ModRevision guards what was read of both, deletes included; a fact
+// append compares the Computer's fact seq counter, so seqs have no gap
+// and no duplicate. A write appends at most 32 facts. As in SQLite,
+// DeleteComputer deletes the Computer's slot, queue entry and ports with
+// it and keeps its facts and fact seq. PendingUsage and AcknowledgeUsage
+// touching more than 128 intervals, and DeleteComputerFactsBefore, commit
+// in several transactions of at most 128 operations (each whole or not
+// at all). A workspace record names the CreateRevision of its
+// deployment's key, and counts only while that deployment exists with it,
+// so DeleteDeployment need not delete it.
 package etcdstore
