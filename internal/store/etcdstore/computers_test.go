@@ -3,6 +3,7 @@ package etcdstore
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -66,5 +67,50 @@ func TestReserveSeesHolderChange(t *testing.T) {
 	}
 	if !slices.Equal(counts, []int{0, 1}) {
 		t.Errorf("activeOn(H) over the runs = %v, want [0 1]: the holder's change must be seen", counts)
+	}
+}
+
+// TestComputerWritesMany: usage writes over more intervals than one etcd
+// transaction takes, and a write with more facts than one takes.
+func TestComputerWritesMany(t *testing.T) {
+	c := etcdtest.Start(t, 1)
+	s, err := Open(t.Context(), c.Client(t), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	const n = 2*maxTxnOps + 5
+	var acks []store.UsageAck
+	for i := range n {
+		id := fmt.Sprintf("r%04d", i)
+		if err := s.OpenUsage(ctx, store.UsageInterval{RuntimeID: id, ComputerID: "c", StartedAt: 0}); err != nil {
+			t.Fatal(err)
+		}
+		acks = append(acks, store.UsageAck{RuntimeID: id, ObservedAt: 100})
+	}
+	p, err := s.PendingUsage(ctx, 100, 0, -1)
+	if err != nil || len(p) != n {
+		t.Fatalf("PendingUsage over %d intervals: %d, %v", n, len(p), err)
+	}
+	for _, u := range p {
+		if u.ObservedAt != 100 {
+			t.Fatalf("interval %s observed at %d, want 100", u.RuntimeID, u.ObservedAt)
+		}
+	}
+	if err := s.AcknowledgeUsage(ctx, acks); err != nil {
+		t.Fatalf("AcknowledgeUsage of %d: %v", n, err)
+	}
+	if p, err := s.PendingUsage(ctx, 100, 0, -1); err != nil || len(p) != 0 {
+		t.Errorf("pending after acknowledging all: %d, %v", len(p), err)
+	}
+	facts := make([]store.NewComputerFact, maxFactsPerWrite+1)
+	if _, err := s.CreateComputer(ctx, store.Computer{ID: "c"}, facts...); err == nil || !strings.Contains(err.Error(), "facts") {
+		t.Errorf("CreateComputer with %d facts = %v, want an error naming the facts", len(facts), err)
+	}
+	if _, err := s.CreateComputer(ctx, store.Computer{ID: ""}); err == nil || !strings.Contains(err.Error(), "id") {
+		t.Errorf("CreateComputer with no id = %v, want an error naming the id", err)
+	}
+	if _, err := s.Computer(ctx, "c"); err == nil {
+		t.Error("a refused CreateComputer stored the Computer")
 	}
 }
