@@ -23,6 +23,19 @@
 //	secretkeycheck                  the sealed secret key check (written once)
 //	guardrules/<id>                 guard rule: every store.GuardRule field, hit counters included
 //	grants/<id>                     Computer grant: its Computer, the signed payload, expiry, issue and revocation times
+//	computers/<id>                  Computer: every store.Computer field (idle timeout in whole ms)
+//	computerslots/<id>              the fleet slot Computer id holds: its id, reservation time
+//	computerqueue/<id>              Computer id's queued start: its id, queue seq (FIFO order), queue time
+//	computerqueueseq                the last queue seq handed out; every slot or queue write rewrites it, guarding reads of both
+//	computerhosts/<host>            host capacity: host id, max active, reserved headroom
+//	computerusage/<runtime>         usage interval: every store.UsageInterval field, the acknowledged observation (-1 none)
+//	computerrecycles/<runtime>      recycle request: every store.Recycle field
+//	computerfactseq/<id>            the last fact seq given to Computer id (a JSON number; never goes back, outlives the Computer)
+//	computerfacts/<id>/<seq>        fact, seq zero-padded to 20 digits: seq, time (Unix ms), dedupe key, body
+//	computerfactdedupe/<id>/<key>   a dedupe key of a stored fact of Computer id: that fact's seq
+//	computerfactsbytime/<at>/<id>/<seq>  retention index, at as 20 digits in signed order: the fact's dedupe key
+//	computerports/<id>/<port>       exposed port: its Computer, every store.ComputerPort field
+//	workspaces/<deployment>         workspace: every store.Workspace field, the CreateRevision of the deployment's key it belongs to
 //
 // # Writes
 //
@@ -47,4 +60,23 @@
 //
 // DeleteDeployment deletes only the deployment: the upstream drains, rate
 // limits and pulls that the SQLite store deletes with it are not kept here.
+//
+// Computers (and deployments' workspaces) are kept too, with package
+// computer's Store methods. A write that reads several keys (a slot
+// reservation reads the Computer, every slot, the queue, the hosts) reads
+// them in one transaction and commits in one transaction guarded by their
+// ModRevisions, deciding again, callback included, when it fails: a
+// callback (UpdateComputer's, ReserveComputerSlot's, ...) may run more
+// than once, and only its last run's changes are written. Every write to
+// the slots or the queue rewrites computerqueueseq, so comparing its
+// ModRevision guards what was read of both, deletes included; a fact
+// append compares the Computer's fact seq counter, so seqs have no gap
+// and no duplicate. A write appends at most 32 facts. As in SQLite,
+// DeleteComputer deletes the Computer's slot, queue entry and ports with
+// it and keeps its facts and fact seq. PendingUsage and AcknowledgeUsage
+// touching more than 128 intervals, and DeleteComputerFactsBefore, commit
+// in several transactions of at most 128 operations (each whole or not
+// at all). A workspace record names the CreateRevision of its
+// deployment's key, and counts only while that deployment exists with it,
+// so DeleteDeployment need not delete it.
 package etcdstore
