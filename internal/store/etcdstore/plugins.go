@@ -36,6 +36,9 @@ func (s *Store) PluginInstalls(ctx context.Context) ([]store.PluginInstall, erro
 	return ins, nil
 }
 
+// installsPerTxn leaves each nested transaction its two operations.
+const installsPerTxn = maxTxnOps / 2
+
 func checkInstall(in store.PluginInstall) error {
 	if in.Plugin == "" || in.Namespace == "" || len(in.Config) == 0 {
 		return errors.New("etcdstore: a plugin install needs a plugin, a namespace and a config")
@@ -47,9 +50,10 @@ func checkInstall(in store.PluginInstall) error {
 // transaction, adds the installs in add that do not exist yet (an
 // existing install of the same plugin and namespace is kept as it is;
 // of two in add for the same namespace the first counts). Each install
-// is a nested transaction creating its key only if absent; more than 127
-// installs commit in further transactions of at most 128 each, after the
-// one with the record.
+// is a nested transaction creating its key only if absent. etcd gives
+// nested transactions only what the outer one leaves of its 128
+// operations, so a transaction holds at most 64: more than 63 installs
+// commit in further transactions, after the one with the record.
 func (s *Store) PutPluginRecord(ctx context.Context, p store.PluginRecord, add []store.PluginInstall) error {
 	if p.ID == "" || len(p.Config) == 0 {
 		return errors.New("etcdstore: a plugin record needs an id and a config")
@@ -82,7 +86,7 @@ func (s *Store) PutPluginRecord(ctx context.Context, p store.PluginRecord, add [
 	}
 	ctx, cancel := opctx(ctx)
 	defer cancel()
-	for _, part := range chunks(ops, maxTxnOps) {
+	for _, part := range chunks(ops, installsPerTxn) {
 		if _, err := s.cli.Txn(ctx).Then(part...).Commit(); err != nil {
 			return fmt.Errorf("etcdstore: put plugin %q: %w", p.ID, err)
 		}

@@ -92,6 +92,7 @@ func RunMisc(t *testing.T, open func(t *testing.T) MiscBackend) {
 		{"ConcurrentSessionTouch", testConcurrentSessionTouch},
 		{"Webhooks", testWebhooks},
 		{"ConcurrentWebhookCounts", testConcurrentWebhookCounts},
+		{"ManyKeys", testMiscManyKeys},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
 	}
@@ -954,5 +955,65 @@ func testConcurrentWebhookCounts(t *testing.T, s MiscBackend) {
 	const n = writers * batches
 	if got[0].Delivered != n || got[1].Failed != 2*n || got[1].DeadLettered != n {
 		t.Errorf("after %d concurrent batches: %+v, %+v; want delivered %d, failed %d, dead-lettered %d", n, got[0].WebhookCounts, got[1].WebhookCounts, n, 2*n, n)
+	}
+}
+
+// testMiscManyKeys: writes over more keys than one etcd transaction takes
+// (128 operations) do all of it: touching and deleting 300 sessions,
+// adding 200 plugin installs, pruning 200 disk archives at once.
+func testMiscManyKeys(t *testing.T, s MiscBackend) {
+	ctx := t.Context()
+	t0 := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+	const n = 300
+	seen := map[string]time.Time{}
+	var ids []string
+	for i := range n {
+		id := fmt.Sprintf("s%03d", i)
+		if err := s.PutSession(ctx, store.Session{ID: id, SecretSHA256: "h" + id, CreatedAt: t0, ExpiresAt: t0, LastSeenAt: t0}); err != nil {
+			t.Fatal(err)
+		}
+		seen[id] = t0.Add(time.Duration(i) * time.Second)
+		ids = append(ids, id)
+	}
+	if err := s.TouchSessions(ctx, seen); err != nil {
+		t.Fatalf("TouchSessions of %d: %v", n, err)
+	}
+	got, err := s.Sessions(ctx)
+	if err != nil || len(got) != n {
+		t.Fatalf("Sessions: %d, %v", len(got), err)
+	}
+	for _, x := range got {
+		if !x.LastSeenAt.Equal(seen[x.ID]) {
+			t.Errorf("session %s last seen %v, want %v", x.ID, x.LastSeenAt, seen[x.ID])
+		}
+	}
+	if err := s.DeleteSessions(ctx, ids[:n-1]); err != nil {
+		t.Fatalf("DeleteSessions of %d: %v", n-1, err)
+	}
+	if got, err := s.Sessions(ctx); err != nil || len(got) != 1 || got[0].ID != ids[n-1] {
+		t.Errorf("after deleting all but one: %d sessions, %v", len(got), err)
+	}
+
+	var add []store.PluginInstall
+	for i := range 200 {
+		add = append(add, store.PluginInstall{Plugin: "p", Namespace: fmt.Sprintf("ns%03d", i), Config: []byte(`{}`)})
+	}
+	if err := s.PutPluginRecord(ctx, store.PluginRecord{ID: "p", Config: []byte(`{}`)}, add); err != nil {
+		t.Fatalf("PutPluginRecord with %d installs: %v", len(add), err)
+	}
+	if ins, err := s.PluginInstalls(ctx); err != nil || len(ins) != len(add) {
+		t.Errorf("PluginInstalls: %d, %v; want %d", len(ins), err, len(add))
+	}
+
+	for i := range 200 {
+		if err := s.PutDiskArchive(ctx, store.DiskArchive{ID: fmt.Sprintf("a%03d", i), StartedAt: int64(i), View: []byte(`{}`)}, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.PutDiskArchive(ctx, store.DiskArchive{ID: "last", StartedAt: 1000, View: []byte(`{}`)}, 2); err != nil {
+		t.Fatalf("PutDiskArchive pruning 199: %v", err)
+	}
+	if as, err := s.DiskArchives(ctx); err != nil || len(as) != 2 || as[0].ID != "last" || as[1].ID != "a199" {
+		t.Errorf("after pruning to 2: %d archives, %v; want last, a199", len(as), err)
 	}
 }
