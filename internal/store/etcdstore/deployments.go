@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"slices"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/berth-dev/berth/internal/store"
 )
 
@@ -83,8 +85,24 @@ func (s *Store) PutDeployment(ctx context.Context, d store.Deployment, createOnl
 	return out, nil
 }
 
-// DeleteDeployment deletes the deployment with the given id, in one
-// transaction, or returns an error wrapping store.ErrNotFound.
+// DeleteDeployment deletes the deployment with the given id, and with it
+// its upstream drains and rate limit, in one transaction, or returns an
+// error wrapping store.ErrNotFound.
 func (s *Store) DeleteDeployment(ctx context.Context, id string) error {
-	return s.remove(ctx, s.key("deployments", id), fmt.Sprintf("deployment %q", id), store.ErrNotFound)
+	ctx, cancel := opctx(ctx)
+	defer cancel()
+	key := s.key("deployments", id)
+	t, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), ">", 0)).
+		Then(clientv3.OpDelete(key),
+			clientv3.OpDelete(s.key("upstreamdrains", id)+"/", clientv3.WithPrefix()),
+			clientv3.OpDelete(s.key("ratelimits", id))).
+		Commit()
+	if err != nil {
+		return fmt.Errorf("etcdstore: delete deployment %q: %w", id, err)
+	}
+	if !t.Succeeded {
+		return fmt.Errorf("%w: deployment %q", store.ErrNotFound, id)
+	}
+	return nil
 }

@@ -36,6 +36,20 @@
 //	computerfactsbytime/<at>/<id>/<seq>  retention index, at as 20 digits in signed order: the fact's dedupe key
 //	computerports/<id>/<port>       exposed port: its Computer, every store.ComputerPort field
 //	workspaces/<deployment>         workspace: every store.Workspace field, the CreateRevision of the deployment's key it belongs to
+//	securityalerts/<id, 20 digits>  security alert: every store.SecurityAlert field (JSON verbatim); zero-padded so key order is id order
+//	securityalertseq                the last security alert id ever stored (a decimal number; rewritten by every PutSecurityAlerts)
+//	diskrecords/<sandbox>           disk decision: every store.DiskRecord field (only non-default records exist)
+//	diskarchives/<id>               disk archive: id, sandbox, start, the view JSON verbatim
+//	upstreamdrains/<dep>/<upstream> upstream drain: deployment, upstream, reason, start time (deleted with the deployment)
+//	feedevents/<id>                 feed event: every store.FeedEvent field, Seq as given by the caller
+//	images/<name>                   image: name, digest, size, pin, source, created time
+//	obsalerts/<id>                  obs alert rule: every store.ObsAlert field, the sealed webhook verbatim
+//	plugins/<id>                    plugin record: id, switch, config JSON verbatim, updated time
+//	plugininstalls/<plugin>/<ns>    plugin install: plugin, namespace, install time and installer, config JSON verbatim
+//	ratelimits/<dep>                rate limit: every store.RateLimit field (deleted with the deployment)
+//	sessions/<id>                   sign-in session: every store.Session field; the secret only as its SHA-256
+//	sessionhashes/<sha256>          the id of the session with that secret hash (keeps hashes unique, as SQLite's UNIQUE does)
+//	webhooks/<id>                   security alert webhook: the sealed configuration, severity, note, created time, delivery counts
 //
 // # Writes
 //
