@@ -23,6 +23,15 @@
 //	secretkeycheck                  the sealed secret key check (written once)
 //	guardrules/<id>                 guard rule: every store.GuardRule field, hit counters included
 //	grants/<id>                     Computer grant: its Computer, the signed payload, expiry, issue and revocation times
+//	jobs/<id>                       job: every store.Job field; ordered by the key's etcd CreateRevision (SQLite's seq)
+//	workflows/<id>                  workflow: id and spec
+//	pulls/<deployment>/<path>       mount pull: every store.MountPull field; the artifact pull (path "") at pulls/<deployment>/
+//	pulledimages/<name>             pulled image: name, manifest digest, layers, config (namespaces under pulledimagens/)
+//	pulledimagens/<name>/<ns>       a namespace that resolved the pulled image name; value the namespace
+//	registrycredentials/<ns>/<host> registry credential mapping: namespace, host and the id of the secret (never its value)
+//	imageconfigs/<name>             a built image's run defaults: name and config JSON
+//	rollouts/<deployment>/<op>      rollout: every store.Rollout field; ordered by the key's etcd CreateRevision (SQLite's seq)
+//	replicas/<replica>              replica template digest: replica, deployment, key digest
 //
 // # Writes
 //
