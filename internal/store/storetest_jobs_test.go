@@ -7,7 +7,7 @@ import (
 	"github.com/berth-dev/berth/internal/store/storetest"
 )
 
-func openJobsSQLite(t *testing.T) *store.Store {
+func openJobsSQLite(t testing.TB) *store.Store {
 	t.Helper()
 	s, err := store.Open(t.TempDir())
 	if err != nil {
