@@ -96,7 +96,9 @@ func (s *Store) DeleteDeployment(ctx context.Context, id string) error {
 		If(clientv3.Compare(clientv3.CreateRevision(key), ">", 0)).
 		Then(clientv3.OpDelete(key),
 			clientv3.OpDelete(s.key("upstreamdrains", id)+"/", clientv3.WithPrefix()),
-			clientv3.OpDelete(s.key("ratelimits", id))).
+			clientv3.OpDelete(s.key("ratelimits", id)),
+			clientv3.OpDelete(s.key("pulls", id)+"/", clientv3.WithPrefix()),
+			clientv3.OpDelete(s.key("rollouts", id)+"/", clientv3.WithPrefix())).
 		Commit()
 	if err != nil {
 		return fmt.Errorf("etcdstore: delete deployment %q: %w", id, err)

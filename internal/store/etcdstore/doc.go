@@ -2,10 +2,8 @@
 // methods, record types (package store's Deployment, Namespace, Token, ...)
 // and errors (wrapping store.ErrNotFound and store.ErrConflict) as the
 // SQLite *store.Store, kept in an etcd cluster so that several berth hosts
-// can share it. It covers deployments, namespaces and auth providers,
-// tokens, sealed secrets (and the secret key check), guard rules and
-// Computer grants; the other entities of package store stay SQLite-only
-// for now.
+// can share it. It covers every entity of package store (the server's
+// Store interface lists them); berth serve --store etcd://… runs on it.
 //
 // # Keys
 //
@@ -50,6 +48,15 @@
 //	sessions/<id>                   sign-in session: every store.Session field; the secret only as its SHA-256
 //	sessionhashes/<sha256>          the id of the session with that secret hash (keeps hashes unique, as SQLite's UNIQUE does)
 //	webhooks/<id>                   security alert webhook: the sealed configuration, severity, note, created time, delivery counts
+//	jobs/<id>                       job: every store.Job field; ordered by the key's etcd CreateRevision (SQLite's seq)
+//	workflows/<id>                  workflow: id and spec
+//	pulls/<deployment>/<path>       mount pull: every store.MountPull field; the artifact pull (path "") at pulls/<deployment>/
+//	pulledimages/<name>             pulled image: name, manifest digest, layers, config (namespaces under pulledimagens/)
+//	pulledimagens/<name>/<ns>       a namespace that resolved the pulled image name; value the namespace
+//	registrycredentials/<ns>/<host> registry credential mapping: namespace, host and the id of the secret (never its value)
+//	imageconfigs/<name>             a built image's run defaults: name and config JSON
+//	rollouts/<deployment>/<op>      rollout: every store.Rollout field; ordered by the key's etcd CreateRevision (SQLite's seq)
+//	replicas/<replica>              replica template digest: replica, deployment, key digest
 //
 // # Writes
 //
@@ -72,8 +79,10 @@
 // RevokeGrants and PruneGrants over more than 128 keys commit in several
 // transactions of at most 128 each (each one whole or not at all).
 //
-// DeleteDeployment deletes only the deployment: the upstream drains, rate
-// limits and pulls that the SQLite store deletes with it are not kept here.
+// DeleteDeployment deletes, in the same transaction, what the SQLite store
+// deletes with a deployment: its upstream drains, rate limit, pulls and
+// rollouts; DeleteImage, what SQLite's foreign keys delete with an image:
+// its pull record, the namespaces that resolved it and its run config.
 //
 // Computers (and deployments' workspaces) are kept too, with package
 // computer's Store methods. A write that reads several keys (a slot

@@ -125,7 +125,12 @@ func (s *Store) DeleteImage(ctx context.Context, name string) (digest string, sh
 		}
 		t, err := s.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(key), "=", mod), other).
-			Then(clientv3.OpDelete(key)).
+			// With it, what SQLite's foreign keys delete with an image: its
+			// pull record, the namespaces that resolved it, its run config.
+			Then(clientv3.OpDelete(key),
+				clientv3.OpDelete(s.key("pulledimages", name)),
+				clientv3.OpDelete(s.key("pulledimagens", name)+"/", clientv3.WithPrefix()),
+				clientv3.OpDelete(s.key("imageconfigs", name))).
 			Commit()
 		if err != nil {
 			return "", false, fmt.Errorf("etcdstore: delete image %q: %w", name, err)
