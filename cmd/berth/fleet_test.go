@@ -572,3 +572,76 @@ func TestFleetRollingUpgrade(t *testing.T) {
 		t.Fatalf("%d requests through the front failed during the rolling restart (last: %v)", n, lastErr.Load())
 	}
 }
+
+// TestStoreOnEtcdSurvivesKill: berth serve --store etcd://… keeps what it
+// acknowledged through a kill -9 of the berth (and everything it ran): a
+// deployment and a token written before are there after the restart, and
+// the deployment routes; a second berth on the same store is refused
+// (exit 1, naming the holder).
+func TestStoreOnEtcdSurvivesKill(t *testing.T) {
+	nt := fleetnet.New(t, 2)
+	etcd := etcdtest.Start(t, 1, etcdtest.Options{Host: nt.Gateway, Fsync: true})
+	storeURL := "etcd://" + strings.Join(trimSchemes(etcd.Endpoints()), ",")
+	up, err := net.Listen("tcp", nt.Gateway+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "kept") }), ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(up)
+	t.Cleanup(func() { srv.Close() })
+
+	h := startFleetHost(t, nt.Hosts[0], "h0", etcd.Endpoints(), "--store", storeURL)
+	if code, b := h.do(t, "POST", "/deployments", fmt.Sprintf(`{"id":"kept","routes":[{"host":"kept.test"}],"upstreams":["%s"]}`, up.Addr())); code != 201 {
+		t.Fatalf("deployment: %d %s", code, b)
+	}
+	code, b := h.do(t, "POST", "/tokens", `{"name":"ci","admin":"admin","deployments":["*"]}`)
+	var minted struct{ Token string }
+	if code != 201 || json.Unmarshal(b, &minted) != nil {
+		t.Fatalf("token: %d %s", code, b)
+	}
+	if nt.Hosts[0].KillAll() == 0 {
+		t.Fatal("nothing ran in h0's namespace")
+	}
+	<-h.done
+	h.cmd = nil
+	h.start(t)
+	if code, b := h.do(t, "GET", "/deployments/kept", ""); code != 200 {
+		t.Fatalf("the deployment after kill -9: %d %s", code, b)
+	}
+	req, _ := http.NewRequest("GET", h.admin+"/tokens", nil)
+	req.Header.Set("Authorization", "Bearer "+minted.Token)
+	if resp, err := h.client.Do(req); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("the token after kill -9: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	waitUntil(t, "the kept deployment to route", func() bool {
+		req, _ := http.NewRequest("GET", h.proxy+"/", nil)
+		req.Host = "kept.test"
+		resp, err := h.client.Do(req)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode == 200 && string(b) == "kept"
+	})
+
+	// A second berth on the same store is refused.
+	exe, _ := os.Executable()
+	cmd := nt.Hosts[1].Command(exe, "serve", "--proxy-addr", nt.Hosts[1].IP+":6188", "--admin-addr", nt.Hosts[1].IP+":9090",
+		"--data-dir", t.TempDir(), "--egress-addr", "off", "--no-host-setup", "--store", storeURL)
+	cmd.Env = append(os.Environ(), beBerth+"=1", "BERTH_ADMIN_PASSWORD="+fleetPassword)
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "in use by another berth") || !strings.Contains(string(out), "h0 holds") {
+		t.Fatalf("a second berth on the store: %v\n%s", err, out)
+	}
+}
+
+func trimSchemes(urls []string) []string {
+	out := make([]string, len(urls))
+	for i, u := range urls {
+		out[i] = strings.TrimPrefix(strings.TrimPrefix(u, "http://"), "https://")
+	}
+	return out
+}

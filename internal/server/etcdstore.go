@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
-	"slices"
 	"strings"
 	"time"
 
@@ -27,6 +25,10 @@ type EtcdStoreOptions struct {
 	// ClaimTTL is the lease the store's claim lives on; default 10 s.
 	ClaimTTL time.Duration
 }
+
+// The etcd backend offers everything berth keeps, as the SQLite one does
+// (store.go).
+var _ Store = (*etcdstore.Store)(nil)
 
 // etcdBacked is the store on etcd with what holds it open.
 type etcdBacked struct {
@@ -69,11 +71,6 @@ func openEtcdStore(ctx context.Context, o Options) (Store, *etcdBacked, error) {
 	if b.st, err = etcdstore.Open(octx, cli, o.StoreEtcd.Prefix); err != nil {
 		return fail(fmt.Errorf("server: the etcd store at %s: %w", strings.Join(o.StoreEtcd.Endpoints, ","), err))
 	}
-	var st any = b.st
-	full, ok := st.(Store)
-	if !ok {
-		return fail(fmt.Errorf("server: the etcd store backend lacks %s: it cannot hold all of berth's records yet (--store sqlite)", strings.Join(missingStoreMethods(b.st), ", ")))
-	}
 	if b.holder = f.HostID; b.holder == "" {
 		if b.holder, err = loadHostID(o.DataDir); err != nil {
 			return fail(err)
@@ -82,7 +79,7 @@ func openEtcdStore(ctx context.Context, o Options) (Store, *etcdBacked, error) {
 	if b.claim, err = b.st.Claim(octx, b.holder, b.ttl); err != nil {
 		return fail(fmt.Errorf("server: %w", err))
 	}
-	return full, b, nil
+	return b.st, b, nil
 }
 
 // keepClaim claims the store again whenever the claim lapses (etcd out of
@@ -120,29 +117,4 @@ func (b *etcdBacked) close() error {
 		b.claim.Release()
 	}
 	return b.cli.Close()
-}
-
-// missingStoreMethods lists the methods of Store that v's type lacks,
-// sorted: a name alone when it has none of that name, the name and both
-// signatures when it has another.
-func missingStoreMethods(v any) []string {
-	want := reflect.TypeFor[Store]()
-	rv := reflect.ValueOf(v)
-	var out []string
-	for i := range want.NumMethod() {
-		m := want.Method(i)
-		if !rv.IsValid() {
-			out = append(out, m.Name)
-			continue
-		}
-		got := rv.MethodByName(m.Name)
-		switch {
-		case !got.IsValid():
-			out = append(out, m.Name)
-		case got.Type() != m.Type:
-			out = append(out, m.Name+": has "+got.Type().String()+", Store wants "+m.Type.String())
-		}
-	}
-	slices.Sort(out)
-	return out
 }

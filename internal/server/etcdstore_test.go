@@ -1,0 +1,87 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/berth-dev/berth/apitype"
+	"github.com/berth-dev/berth/internal/fleet/etcdtest"
+	"github.com/berth-dev/berth/internal/store/etcdstore"
+)
+
+// TestEtcdStore: with Options.StoreEtcd (berth serve --store etcd://…)
+// berth keeps its records in etcd, not in the data dir's SQLite store:
+// a deployment, a token and a secret written through the API are etcd
+// keys, and a berth started again on the same data dir (the same holder)
+// finds them; a second berth on the same store is refused, naming the
+// holder; one on another prefix is not.
+func TestEtcdStore(t *testing.T) {
+	c := etcdtest.Start(t, 1)
+	onEtcd := func(prefix string) func(*Options) {
+		return func(o *Options) {
+			o.StoreEtcd = EtcdStoreOptions{Endpoints: c.Endpoints(), Prefix: prefix, ClaimTTL: 2 * time.Second}
+		}
+	}
+	dir := t.TempDir()
+	a := startWith(t, dir, onEtcd(""))
+	if r := a.json("POST", "/deployments", `{"id":"web","routes":[{"host":"web.test"}],"upstreams":["127.0.0.1:9"]}`); r.code != 201 {
+		t.Fatalf("deployment: %d %s", r.code, r.body)
+	}
+	var minted apitype.MintedToken
+	if r := a.json("POST", "/tokens", `{"name":"ci","admin":"admin","deployments":["*"]}`); r.code != 201 || json.Unmarshal(r.body, &minted) != nil {
+		t.Fatalf("token: %d %s", r.code, r.body)
+	}
+	if r := a.json("PUT", "/secrets/db", `{"data":{"password":"hunter2"}}`); r.code != 201 && r.code != 200 {
+		t.Fatalf("secret: %d %s", r.code, r.body)
+	}
+	cli := c.Client(t)
+	g, err := cli.Get(context.Background(), etcdstore.DefaultPrefix, clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, kv := range g.Kvs {
+		keys = append(keys, string(kv.Key))
+		if strings.Contains(string(kv.Value), "hunter2") || strings.Contains(string(kv.Value), minted.Token) {
+			t.Fatalf("%s holds a secret in plaintext: %s", kv.Key, kv.Value)
+		}
+	}
+	all := strings.Join(keys, " ")
+	for _, want := range []string{"deployments/web", "tokens/", "secrets/", "holder"} {
+		if !strings.Contains(all, etcdstore.DefaultPrefix+want) {
+			t.Fatalf("no key %s%s in etcd: %s", etcdstore.DefaultPrefix, want, all)
+		}
+	}
+
+	// A second berth on the same store is refused.
+	o := Options{ProxyAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", DataDir: t.TempDir(), Log: slog.New(slog.DiscardHandler)}
+	onEtcd("")(&o)
+	if s, err := New(context.Background(), o); err == nil || !errors.Is(err, etcdstore.ErrClaimed) {
+		if s != nil {
+			s.closeStore()
+		}
+		t.Fatalf("a second berth on the claimed store: %v", err)
+	}
+	// One on another prefix is its own store.
+	other := startWith(t, "", onEtcd("/berth/other/"))
+	if r := other.do("GET", "/deployments/web", "", ""); r.code != 404 {
+		t.Fatalf("web on another prefix: %d %s", r.code, r.body)
+	}
+
+	// Restarted on the same data dir, the berth finds its records.
+	a.stop()
+	b := startWith(t, dir, onEtcd(""))
+	if r := b.do("GET", "/deployments/web", "", ""); r.code != 200 {
+		t.Fatalf("web after the restart: %d %s", r.code, r.body)
+	}
+	if r := b.do("GET", "/deployments", "", "", "Authorization", "Bearer "+minted.Token); r.code != 200 {
+		t.Fatalf("the token after the restart: %d %s", r.code, r.body)
+	}
+}
