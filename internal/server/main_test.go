@@ -9,10 +9,12 @@ import (
 	"os/signal"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/coder/websocket"
 
 	"github.com/berth-dev/berth/internal/agent"
+	"github.com/berth-dev/berth/internal/fleet/etcdembed"
 	"github.com/berth-dev/berth/internal/hostnet/netnstest"
 )
 
@@ -34,7 +36,39 @@ func TestMain(m *testing.M) {
 	}
 	// The tests run in a network namespace of their own, so guest
 	// networks (TestKVMGateway's bridge and taps) live only there.
-	os.Exit(netnstest.Main(m))
+	os.Exit(netnstest.Main(etcdStoreRunner{m}))
+}
+
+// testStoreEtcd, set by BERTH_TEST_STORE=etcd, are the client URLs of an
+// etcd member every test server keeps its store in (each under a prefix
+// of its own data dir), instead of SQLite: the server's tests then show
+// the etcd backend behaves as the SQLite one does.
+var testStoreEtcd []string
+
+// etcdStoreRunner runs the tests, with an embedded etcd member for their
+// stores under BERTH_TEST_STORE=etcd.
+type etcdStoreRunner struct{ m *testing.M }
+
+func (r etcdStoreRunner) Run() int {
+	if os.Getenv("BERTH_TEST_STORE") != "etcd" {
+		return r.m.Run()
+	}
+	dir, err := os.MkdirTemp("", "berth-test-etcd-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	e, err := etcdembed.Start(ctx, etcdembed.Config{Dir: dir, ClientURL: "http://127.0.0.1:23790", PeerURL: "http://127.0.0.1:23800", NoFsync: true, LogLevel: "fatal"})
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "BERTH_TEST_STORE=etcd:", err)
+		return 1
+	}
+	defer e.Close()
+	testStoreEtcd = e.Endpoints()
+	return r.m.Run()
 }
 
 func testApp() int {

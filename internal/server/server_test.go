@@ -59,6 +59,11 @@ func startWith(t *testing.T, dir string, mod func(*Options)) *harness {
 		Log:          slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	agentOptions(&o)
+	if testStoreEtcd != nil {
+		// BERTH_TEST_STORE=etcd: this data dir's store is in etcd, under
+		// a prefix of its own (the same on a restart in the same dir).
+		o.StoreEtcd = EtcdStoreOptions{Endpoints: testStoreEtcd, Prefix: "/berth/test" + dir + "/", ClaimTTL: 2 * time.Second}
+	}
 	if mod != nil {
 		mod(&o)
 	}
