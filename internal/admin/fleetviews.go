@@ -162,6 +162,14 @@ func (a *API) fleetSummary(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	web.WriteJSON(w, http.StatusOK, summarize(hs, byHost))
+	return nil
+}
+
+// summarize rolls the live hosts' reports up: each gateway's pool, and
+// the contract's FleetPool over the whole fleet (a deployment on two
+// hosts counts once in deployments).
+func summarize(hs apitype.FleetHosts, byHost map[string]apitype.FleetGatewayMetrics) apitype.FleetSummary {
 	out := apitype.FleetSummary{Self: hs.Self, GeneratedAt: time.Now().Unix(), Gateways: []apitype.FleetGateway{}}
 	seen := map[string]bool{}
 	for _, h := range hs.Hosts {
@@ -181,8 +189,7 @@ func (a *API) fleetSummary(w http.ResponseWriter, r *http.Request) error {
 		}
 		out.Gateways = append(out.Gateways, g)
 	}
-	web.WriteJSON(w, http.StatusOK, out)
-	return nil
+	return out
 }
 
 func sumPool(a, b apitype.FleetPool) apitype.FleetPool {

@@ -164,6 +164,18 @@ func TestFleetViews(t *testing.T) {
 		t.Errorf("services, one a page = %+v", sv)
 	}
 	want(t, r.do("GET", "/services?limit=0", operator, ""), http.StatusBadRequest, "limit")
+
+	// /metrics?scope=fleet rolls the pool up over the whole fleet, as
+	// /fleet does; without it, /metrics is this host's.
+	w = r.do("GET", "/metrics?scope=fleet&summary=true", operator, "")
+	want(t, w, http.StatusOK)
+	if m := decode[apitype.MetricsResponse](t, w); m.Fleet != sum.Pool {
+		t.Errorf("/metrics?scope=fleet pool = %+v, want the fleet's %+v", m.Fleet, sum.Pool)
+	}
+	if m := decode[apitype.MetricsResponse](t, r.do("GET", "/metrics?summary=true", operator, "")); m.Fleet == sum.Pool {
+		t.Errorf("/metrics without scope=fleet rolled up the fleet: %+v", m.Fleet)
+	}
+	want(t, r.do("GET", "/metrics?scope=galaxy", operator, ""), http.StatusBadRequest, "scope")
 }
 
 // TestControlPlaneConfig: the configuration's shape, a write at the
@@ -221,6 +233,7 @@ func TestFleetViewWalls(t *testing.T) {
 			t.Errorf("GET %s without a fleet: %s", p, w.Body)
 		}
 	}
+	want(t, r.do("GET", "/metrics?scope=fleet", operator, ""), http.StatusConflict, "not part of a fleet")
 	ff := newFakeFleet()
 	r.api.o.FleetHosts, r.api.o.FleetViews = ff, ff
 	team := r.mint(`{"name": "team-a", "admin": "view", "namespace": "team-a", "deployments": []}`)
@@ -228,6 +241,7 @@ func TestFleetViewWalls(t *testing.T) {
 		want(t, r.do("GET", p, team, ""), http.StatusForbidden, "fleet-wide")
 	}
 	want(t, r.do("PUT", "/control-plane/config", team, `{"expected_revision": 0, "config": {}}`), http.StatusForbidden)
+	want(t, r.do("GET", "/metrics?scope=fleet", team, ""), http.StatusForbidden, "fleet-wide")
 	w := r.do("GET", "/fleet/deployments", team, "")
 	want(t, w, http.StatusOK)
 	if ds := decode[apitype.FleetDeployments](t, w); ds.Matched != 1 || ds.Deployments[0].ID != "api" {

@@ -38,7 +38,10 @@ func (a *API) ingress(w http.ResponseWriter, r *http.Request) error {
 type metricsQuery struct {
 	deployment, prefix, namespace string
 	summary                       bool
-	limit, offset                 int // limit < 0: all
+	// fleet (scope=fleet) rolls fleet up over every host of the fleet,
+	// from their reports, not this host's deployments alone.
+	fleet         bool
+	limit, offset int // limit < 0: all
 }
 
 func parseMetricsQuery(r *http.Request) (metricsQuery, error) {
@@ -50,6 +53,13 @@ func parseMetricsQuery(r *http.Request) (metricsQuery, error) {
 		mq.summary = true
 	default:
 		return mq, web.Invalid("summary", "must be true or false, got %q", v)
+	}
+	switch v := q.Get("scope"); v {
+	case "", "host":
+	case "fleet":
+		mq.fleet = true
+	default:
+		return mq, web.Invalid("scope", "must be host or fleet, got %q", v)
 	}
 	for _, p := range []struct {
 		name string
@@ -74,7 +84,20 @@ func (a *API) metrics(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	web.WriteJSON(w, http.StatusOK, a.metricsSnapshot(r, caller(r), q))
+	resp := a.metricsSnapshot(r, caller(r), q)
+	if q.fleet {
+		// The whole fleet's pool, from every host's last report: a
+		// fleet-wide view, for a fleet-wide credential.
+		if !caller(r).Fleet() {
+			return web.Errorf(http.StatusForbidden, "scope=fleet is a fleet-wide view: this credential is confined")
+		}
+		hs, byHost, err := a.hostsAndReports(r)
+		if err != nil {
+			return err
+		}
+		resp.Fleet = summarize(hs, byHost).Pool
+	}
+	web.WriteJSON(w, http.StatusOK, resp)
 	return nil
 }
 
