@@ -53,6 +53,7 @@ func tryStart(t *testing.T, o Options) (*node, error) {
 	o.ProxyAddr, o.AdminAddr = "127.0.0.1:0", "127.0.0.1:0"
 	o.DrainTimeout = 5 * time.Second
 	o.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	testStore(&o)
 	s, err := New(context.Background(), o)
 	if err != nil {
 		return nil, err

@@ -2,12 +2,13 @@ package server
 
 import (
 	"encoding/json"
-	"github.com/berth-dev/berth/apitype/computertype"
 	"io"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/berth-dev/berth/apitype/computertype"
 
 	"github.com/berth-dev/berth/internal/computer"
 )
@@ -22,7 +23,7 @@ func TestComputerCapacityOptions(t *testing.T) {
 		ComputerCapacity:     computer.HostCapacity{MaxActive: 2, ReservedHeadroom: 1},
 		ComputerRecycleAfter: time.Hour,
 	}
-	agentOptions(&o)
+	testOptions(&o)
 	t.Cleanup(func() { stopReplicas(t, o.DataDir) })
 	n := startNode(t, o)
 	var cv computertype.Capacity

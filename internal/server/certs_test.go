@@ -55,7 +55,7 @@ func TestStaticPairAndAdminTLS(t *testing.T) {
 	}
 	o.Certs.StaticCert, o.Certs.StaticKey = certFile, keyFile
 	o.AdminTLSCert, o.AdminTLSKey = certFile, keyFile
-	agentOptions(&o)
+	testOptions(&o)
 	s := runWith(t, o)
 	ctx := t.Context()
 	c, err := client.New("https://"+s.AdminAddr(), client.WithTLSConfig(&tls.Config{RootCAs: pool}))
@@ -129,7 +129,7 @@ func TestCertOptionsRefused(t *testing.T) {
 				ProxyTLSAddr: "127.0.0.1:0", Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 			}
 			c.edit(&o)
-			agentOptions(&o)
+			testOptions(&o)
 			s, err := New(context.Background(), o)
 			if err == nil {
 				t.Fatalf("New succeeded (admin on %s)", s.AdminAddr())
@@ -156,7 +156,7 @@ func TestAdminACMEHostReserved(t *testing.T) {
 	o.Certs.Email, o.Certs.Directory = "ops@example.test", "https://127.0.0.1:1/dir"
 	certFile, keyFile, pool := pairFiles(t)
 	o.Certs.StaticCert, o.Certs.StaticKey = certFile, keyFile
-	agentOptions(&o)
+	testOptions(&o)
 	s := runWith(t, o)
 	c, err := client.New("https://"+s.AdminAddr(), client.WithTLSConfig(&tls.Config{RootCAs: pool, ServerName: "admin.test"}))
 	if err != nil {

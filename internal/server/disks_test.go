@@ -223,7 +223,7 @@ func TestDeploymentRecordDelete(t *testing.T) {
 	dir := t.TempDir()
 	t.Cleanup(func() { stopReplicas(t, dir) })
 	o := Options{DataDir: dir, HostUpdates: true}
-	agentOptions(&o)
+	testOptions(&o)
 	w := startTenants(t, o)
 	up := addr(backend(t, "up"))
 

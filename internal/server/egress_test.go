@@ -2,12 +2,13 @@ package server
 
 import (
 	"encoding/json"
-	"github.com/berth-dev/berth/apitype/computertype"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/berth-dev/berth/apitype/computertype"
 
 	"github.com/berth-dev/berth/internal/computer"
 )

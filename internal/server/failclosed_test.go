@@ -49,15 +49,12 @@ func TestUnsupportedSectionsRefused(t *testing.T) {
 	}
 	n.stop()
 
-	s, err := store.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, closeStore := openTestStore(t, dir)
 	raw := `{"id":"fed","routes":[{"host":"fed.test"}],"upstreams":["127.0.0.1:1"],"discovery":{"service_id":"svc"}}`
 	if _, err := s.PutDeployment(context.Background(), store.Deployment{ID: "fed", Spec: []byte(raw)}, true, 0); err != nil {
 		t.Fatal(err)
 	}
-	s.Close()
+	closeStore()
 	n2, op2, _ := limitsWorld(t, Options{DataDir: dir})
 	n2.must(404, "GET", "/deployments/fed", op2, "", nil)
 	n2.must(200, "GET", "/deployments/x", op2, "", nil)

@@ -199,7 +199,7 @@ func TestNoFleet(t *testing.T) {
 	}
 	for _, f := range []FleetOptions{{Slots: 3}, {HostID: "x"}, {Dev: true, Endpoints: []string{"http://127.0.0.1:1"}}, {Endpoints: []string{"http://127.0.0.1:1"}, Slots: -1}} {
 		o := Options{DataDir: t.TempDir(), ProxyAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", Fleet: f}
-		agentOptions(&o)
+		testOptions(&o)
 		if s, err := New(context.Background(), o); err == nil {
 			s.closeStore()
 			t.Fatalf("fleet options %+v were accepted", f)

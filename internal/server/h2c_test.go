@@ -27,7 +27,7 @@ func TestH2CStalledConnectionsClosed(t *testing.T) {
 				ReadHeaderTimeout: 200 * time.Millisecond, StdHTTP: std, EgressAddr: "off",
 				Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 			}
-			agentOptions(&o)
+			testOptions(&o)
 			s := runWith(t, o)
 
 			const preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"

@@ -71,7 +71,7 @@ func startHTTPS(t *testing.T, only string) *httpsWorld {
 		Certs: certs.Options{Email: "ops@example.test", Directory: peb.Directory, CARoots: peb.CARoots},
 		Log:   slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
-	agentOptions(&o)
+	testOptions(&o)
 	s := runWith(t, o)
 	h := &harness{t: t, s: s, dir: dir, admin: "http://" + s.AdminAddr(), proxy: "http://" + s.ProxyAddr()}
 

@@ -160,15 +160,12 @@ func TestHostUpdateJobs(t *testing.T) {
 
 	// A crash while a job runs: the record stays "running" in the store.
 	w.stop()
-	st, err := store.Open(w.o.DataDir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, closeStore := openTestStore(t, w.o.DataDir)
 	if err := st.InsertJob(context.Background(), store.Job{ID: "job-crashed", Deployment: "web", Namespace: "default", Kind: "host-update", Status: "running", StartedAt: 1,
 		Record: []byte(`{"id":"job-crashed","deployment":"web","kind":"host-update","status":"running","started_at":1,"log":["$ make"]}`)}, 20, 2000); err != nil {
 		t.Fatal(err)
 	}
-	st.Close()
+	closeStore()
 	for _, f := range []string{"berth.db", "berth.db-wal"} {
 		if b, _ := os.ReadFile(filepath.Join(w.o.DataDir, f)); bytes.Contains(b, []byte(secret)) {
 			t.Fatalf("%s holds the secret", f)

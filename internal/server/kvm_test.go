@@ -269,7 +269,7 @@ func startGuests(t *testing.T, driver string, config v1.Config) *kvmServer {
 		ProxyAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", DataDir: data, RegistryAllowInsecure: []string{"127.0.0.1"},
 		Log: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
-	agentOptions(&o)
+	testOptions(&o)
 	o.Drivers.GuestAgent = agent
 	o.Drivers.GuestKernel.Path = os.Getenv("BERTH_KVM_KERNEL") // as the kvm package's tests
 	o.Drivers.LibvirtSocket = libvirtSocket

@@ -29,7 +29,7 @@ func startWithAgentArgs(t *testing.T, dir string, agentArgs ...string) *harness 
 		DrainTimeout: 10 * time.Second,
 		Log:          slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
-	agentOptions(&o)
+	testOptions(&o)
 	o.AgentCommand = append(o.AgentCommand, agentArgs...)
 	s, err := New(context.Background(), o)
 	if err != nil {

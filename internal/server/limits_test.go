@@ -153,15 +153,12 @@ func TestGateStored(t *testing.T) {
 	n.must(404, "GET", "/deployments/gated", op, "", nil)
 	n.stop()
 
-	st, err := store.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, closeStore := openTestStore(t, dir)
 	raw := `{"id":"gated","routes":[{"host":"g.test"}],"upstreams":["127.0.0.1:1"],"auth":{"provider":"app-token"}}`
 	if _, err := st.PutDeployment(context.Background(), store.Deployment{ID: "gated", Spec: []byte(raw)}, true, 0); err != nil {
 		t.Fatal(err)
 	}
-	st.Close()
+	closeStore()
 	n2, op2, _ := limitsWorld(t, Options{DataDir: dir})
 	n2.must(200, "GET", "/deployments/gated", op2, "", nil)
 	req, _ := http.NewRequest("GET", "http://"+strings.TrimPrefix(n2.s.ProxyAddr(), "http://")+"/", nil)

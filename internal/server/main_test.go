@@ -7,15 +7,20 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/berth-dev/berth/internal/agent"
 	"github.com/berth-dev/berth/internal/fleet/etcdembed"
 	"github.com/berth-dev/berth/internal/hostnet/netnstest"
+	"github.com/berth-dev/berth/internal/store"
+	"github.com/berth-dev/berth/internal/store/etcdstore"
 )
 
 // TestMain lets the test binary play the parts a real deployment has: with
@@ -53,6 +58,12 @@ func (r etcdStoreRunner) Run() int {
 	if os.Getenv("BERTH_TEST_STORE") != "etcd" {
 		return r.m.Run()
 	}
+	if eps := os.Getenv("BERTH_TEST_STORE_ENDPOINTS"); eps != "" {
+		// A child of a test (a berth killed -9 and started again): the
+		// parent's member.
+		testStoreEtcd = strings.Split(eps, ",")
+		return r.m.Run()
+	}
 	dir, err := os.MkdirTemp("", "berth-test-etcd-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -68,6 +79,7 @@ func (r etcdStoreRunner) Run() int {
 	}
 	defer e.Close()
 	testStoreEtcd = e.Endpoints()
+	os.Setenv("BERTH_TEST_STORE_ENDPOINTS", strings.Join(testStoreEtcd, ","))
 	return r.m.Run()
 }
 
@@ -115,10 +127,22 @@ func appCommand() string {
 	return fmt.Sprintf("exec env BERTH_TEST_ROLE=app %q -test.run=^$", os.Args[0])
 }
 
-// agentOptions make the test binary the agent of process replicas.
-func agentOptions(o *Options) {
+// testOptions make the test binary the agent of process replicas, and,
+// under BERTH_TEST_STORE=etcd, keep o.DataDir's store in the test etcd
+// member under a prefix of its own (the same for a berth started again on
+// that dir).
+func testOptions(o *Options) {
 	o.AgentCommand = []string{os.Args[0]}
 	o.AgentEnv = []string{"BERTH_TEST_ROLE=agent"}
+	testStore(o)
+}
+
+// testStore, under BERTH_TEST_STORE=etcd, keeps o.DataDir's store in the
+// test member, under a prefix of its own.
+func testStore(o *Options) {
+	if testStoreEtcd != nil && o.Store == nil && len(o.StoreEtcd.Endpoints) == 0 {
+		o.StoreEtcd = EtcdStoreOptions{Endpoints: testStoreEtcd, Prefix: "/berth/test" + o.DataDir + "/", ClaimTTL: 2 * time.Second}
+	}
 }
 
 // skipShort skips a test that takes long by design in the short tier
@@ -128,4 +152,29 @@ func skipShort(t *testing.T, why string) {
 	if testing.Short() {
 		t.Skip("-short: " + why)
 	}
+}
+
+// openTestStore opens, from outside the server, the store a server on dir
+// keeps its records in (a test reading or planting a record between two
+// runs): the SQLite store in dir, or under BERTH_TEST_STORE=etcd its
+// prefix in the test member.
+func openTestStore(t *testing.T, dir string) (Store, func() error) {
+	t.Helper()
+	if testStoreEtcd == nil {
+		st, err := store.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st, st.Close
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: testStoreEtcd, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := etcdstore.Open(t.Context(), cli, "/berth/test"+dir+"/")
+	if err != nil {
+		cli.Close()
+		t.Fatal(err)
+	}
+	return st, cli.Close
 }

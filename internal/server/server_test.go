@@ -58,12 +58,7 @@ func startWith(t *testing.T, dir string, mod func(*Options)) *harness {
 		DrainTimeout: 10 * time.Second,
 		Log:          slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
-	agentOptions(&o)
-	if testStoreEtcd != nil {
-		// BERTH_TEST_STORE=etcd: this data dir's store is in etcd, under
-		// a prefix of its own (the same on a restart in the same dir).
-		o.StoreEtcd = EtcdStoreOptions{Endpoints: testStoreEtcd, Prefix: "/berth/test" + dir + "/", ClaimTTL: 2 * time.Second}
-	}
+	testOptions(&o)
 	if mod != nil {
 		mod(&o)
 	}
@@ -610,7 +605,7 @@ func TestServerChild(t *testing.T) {
 		t.Skip("helper process for TestKillNineKeepsAcknowledgedWrites")
 	}
 	o := Options{ProxyAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", DataDir: os.Getenv("BERTH_CHILD_DIR"), Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	agentOptions(&o)
+	testOptions(&o)
 	s, err := New(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)

@@ -73,7 +73,7 @@ func TestProxyTLS(t *testing.T) {
 				},
 				Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 			}
-			agentOptions(&o)
+			testOptions(&o)
 			s := runWith(t, o)
 			h := &harness{t: t, s: s, admin: "http://" + s.AdminAddr()}
 			upAddr := strings.TrimPrefix(up.URL, "http://")
@@ -151,7 +151,7 @@ func TestProxyTLSBadOptions(t *testing.T) {
 	} {
 		o.ProxyAddr, o.AdminAddr, o.DataDir, o.EgressAddr = "127.0.0.1:0", "127.0.0.1:0", t.TempDir(), "off"
 		o.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
-		agentOptions(&o)
+		testOptions(&o)
 		if s, err := New(context.Background(), o); err == nil {
 			t.Errorf("%s: New succeeded (TLS on %s)", name, s.ProxyTLSAddr())
 		} else {

@@ -28,7 +28,7 @@ func TestNewUndoesOnFailure(t *testing.T) {
 
 	dir := filepath.Join(t.TempDir(), "data")
 	o := Options{ProxyAddr: proxyAddr, AdminAddr: taken.Addr().String(), DataDir: dir, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	agentOptions(&o)
+	testOptions(&o)
 	if s, err := New(context.Background(), o); err == nil {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()

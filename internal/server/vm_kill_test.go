@@ -171,7 +171,7 @@ func TestVMServerChild(t *testing.T) {
 		t.Skip("helper process for TestVMKillNineUnderLoad")
 	}
 	o := Options{ProxyAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", DataDir: os.Getenv("BERTH_CHILD_DIR"), Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	agentOptions(&o)
+	testOptions(&o)
 	s, err := New(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)

@@ -26,7 +26,6 @@ import (
 
 	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/contracttest"
-	"github.com/berth-dev/berth/internal/store"
 	"github.com/berth-dev/berth/internal/syncbuf"
 	"github.com/berth-dev/berth/internal/workspace"
 )
@@ -458,12 +457,9 @@ func TestWorkspaceKillNineDuringCapture(t *testing.T) {
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
 
-	st, err := store.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, closeStore := openTestStore(t, dir)
 	rec, ok, err := st.Workspace(t.Context(), "ws")
-	st.Close()
+	closeStore()
 	if err != nil || !ok || rec.Digest != first || rec.CapturedFrom != r1 {
 		t.Fatalf("after the crash the record is %+v %v %v; want the first snapshot %s", rec, ok, err, first)
 	}
@@ -494,7 +490,7 @@ func TestWorkspaceServerChild(t *testing.T) {
 		t.Skip("helper process for TestWorkspaceKillNineDuringCapture")
 	}
 	o := Options{ProxyAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", DataDir: dir, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	agentOptions(&o)
+	testOptions(&o)
 	o.beforeSnapshotRename = func(string) {
 		if _, err := os.Stat(filepath.Join(dir, "block-captures")); err == nil {
 			os.WriteFile(filepath.Join(dir, "capture-renaming"), nil, 0o600)
