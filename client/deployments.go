@@ -173,6 +173,9 @@ type MetricsQuery struct {
 	Limit int
 	// Offset skips that many matched deployments, for paging with Limit.
 	Offset int
+	// Fleet asks for the pool rolled up over every host of the fleet
+	// (`scope=fleet`; fleet-wide credentials only).
+	Fleet bool
 }
 
 // Query returns q as a URL query string, without the leading "?".
@@ -195,6 +198,9 @@ func (q MetricsQuery) Query() string {
 	}
 	if q.Offset > 0 {
 		v.Set("offset", strconv.Itoa(q.Offset))
+	}
+	if q.Fleet {
+		v.Set("scope", "fleet")
 	}
 	return v.Encode()
 }

@@ -23,7 +23,9 @@ deployment print the resource's fields, one per line.
 
 describe deployment shows one deployment for people: its routes, kind and backend, the scaling
 and health settings that apply, its live status, a table of its backends
-(VMs or upstreams) and its ETag. -o json and -o yaml print the server's
+(VMs or upstreams) and its ETag; a discovery-backed deployment also shows
+its service's members as the fleet holds them (GET
+/deployments/ID/discovery-status). -o json and -o yaml print the server's
 reply as received instead.
 `,
 	run: runDescribe,
@@ -47,6 +49,9 @@ func describeDeployment(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	describe(e.stdout, st, etag, startView(ctx, c, st))
+	if st.Spec.Discovery != nil {
+		describeDiscovery(ctx, e, c, st)
+	}
 	if st.Kind == apitype.KindVM {
 		// A rollout in progress, when the server keeps them (an older
 		// one or app-lb answers an error, and describe shows the rest).

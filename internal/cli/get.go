@@ -27,6 +27,10 @@ var getCmd = &command{
        berth get images [NAME]     (as 'berth image list')
        berth get computers [ID] [-n NAMESPACE]   (as 'berth computer list|get')
        berth get feeds [NAMESPACE] (as 'berth feed NAMESPACE')
+       berth get hosts [ID]        (the fleet's live hosts; see 'berth host -h')
+       berth get fleet
+       berth get fleet-deployments [ID] [-n NAMESPACE]
+       berth get services [ID]
 
 List deployments as a table: NAME KIND ROUTES DESIRED READY PENDING IN-FLIGHT.
 -o wide adds NAMESPACE MIN MAX WARM TARGET BACKEND, where BACKEND is the
@@ -41,6 +45,16 @@ get vms lists the VMs of one deployment: SANDBOX ADDR STATE IN-FLIGHT
 UPTIME CPU MEMORY, where STATE is ready, unhealthy, draining or booting.
 -o wide adds HEALTHY and the VM driver's STATUS of a booting VM; -o json
 and -o yaml print {deployment, vms, pending_vms} with the server's lists.
+
+On a fleet (berth serve --etcd), get fleet lists the live hosts by HOST
+STATE DEPLOYMENTS READY IN-FLIGHT REPORTED (when each last reported),
+then the pool rolled up over the fleet. get fleet-deployments lists the
+deployments the fleet's hosts serve: ID NAMESPACE KIND HOSTS READY
+DRAINING IN-FLIGHT, summed over their hosts (-n narrows to a namespace).
+get services lists the fleet's services and their MEMBERS as
+peer@host, "(draining)" after a draining one. get fleet and get services
+need a fleet-wide credential; -o json and -o yaml print the reply (every
+page of it, merged), -o name the hosts, deployments or services.
 `,
 	run: runGet,
 }

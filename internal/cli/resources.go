@@ -78,6 +78,9 @@ func init() {
 			get: namedVerb("get", func(ctx context.Context, e *env, ids []string) error { return e.listFeeds(ctx, one(ids)) })},
 		{kind: "host", aliases: []string{"hosts"},
 			get: namedVerb("get", func(ctx context.Context, e *env, ids []string) error { return e.listHosts(ctx, one(ids)) })},
+		{kind: "fleet", aliases: []string{"fleet"}, get: getFleet},
+		{kind: "fleet-deployment", aliases: []string{"fleet-deployments", "fleet-deploy"}, flags: "-n NAMESPACE", get: getFleetDeployments},
+		{kind: "service", aliases: []string{"services", "svc"}, get: getServices},
 	}
 }
 
