@@ -159,7 +159,7 @@ func (c *Client) PutControlPlaneConfig(ctx context.Context, expected int64, doc 
 	var out apitype.ControlPlaneConfig
 	_, err := c.Do(ctx, http.MethodPut, "/control-plane/config", apitype.ControlPlaneConfigPut{ExpectedRevision: &expected, Config: &doc}, &out)
 	var e *Error
-	if errors.As(err, &e) && e.Status == http.StatusConflict && e.Code != "fleet_not_configured" {
+	if errors.As(err, &e) && e.Status == http.StatusConflict && e.Code == "stale_revision" {
 		return nil, staleError{e}
 	}
 	if err != nil {

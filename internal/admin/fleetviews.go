@@ -369,7 +369,8 @@ func (a *API) putControlPlaneConfig(w http.ResponseWriter, r *http.Request) erro
 	}
 	c, err := v.PutControlPlaneConfig(r.Context(), *req.ExpectedRevision, *req.Config)
 	if errors.Is(err, ErrStaleConfig) {
-		return web.Errorf(http.StatusConflict, "expected_revision %d is stale: the configuration is at revision %d; read it again", *req.ExpectedRevision, c.Revision)
+		return &web.Error{Status: http.StatusConflict, Code: "stale_revision",
+			Message: fmt.Sprintf("expected_revision %d is stale: the configuration is at revision %d; read it again", *req.ExpectedRevision, c.Revision)}
 	}
 	if err != nil {
 		return &web.Error{Status: http.StatusServiceUnavailable, Message: "the control-plane configuration could not be written to etcd", Err: err, Header: http.Header{"Retry-After": {"5"}}}
