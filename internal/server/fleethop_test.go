@@ -174,6 +174,9 @@ func TestFleetDiscoveryOverHop(t *testing.T) {
 	if len(ds.Upstreams) != 1 || ds.Upstreams[0].Peer != hopAddr {
 		t.Fatalf("discovery status %+v, want beta's hop %s", ds, hopAddr)
 	}
+	if js, _ := json.Marshal(ds.Upstreams[0]); !strings.Contains(string(js), `"hop":true`) {
+		t.Fatalf("the discovery upstream as JSON: %s", js)
+	}
 
 	// beta's hop port: plain HTTP gets no answer from the deployment, and
 	// TLS without a fleet certificate is refused at the handshake.

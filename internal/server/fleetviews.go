@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -309,7 +310,10 @@ func (f fleetViews) DiscoveryStatus(ctx context.Context, namespace, id string) (
 		if nsOrDefault(m.Namespace) != nsOrDefault(namespace) {
 			continue // another namespace's: not this deployment's to see
 		}
-		out.Upstreams = append(out.Upstreams, apitype.DiscoveryUpstream{Peer: m.Peer, Draining: m.Draining, InFlight: m.InFlight})
+		// "hop", a key the contract leaves open: whether peer is the
+		// host's hop listener or its public gateway.
+		out.Upstreams = append(out.Upstreams, apitype.DiscoveryUpstream{Peer: m.Peer, Draining: m.Draining, InFlight: m.InFlight,
+			Extra: map[string]json.RawMessage{"hop": json.RawMessage(strconv.FormatBool(m.Hop))}})
 	}
 	return out, nil
 }
