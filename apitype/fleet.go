@@ -226,6 +226,9 @@ type FleetServiceMember struct {
 	Draining bool   `json:"draining"`
 	InFlight int    `json:"in_flight"`
 	Host     string `json:"host"`
+	// Hop: Peer is the host's hop listener (mutual TLS with fleet
+	// certificates); false: its public gateway, plain HTTP.
+	Hop bool `json:"hop"`
 }
 
 // ControlPlaneConfig is GET /control-plane/config and PUT's answer

@@ -276,7 +276,9 @@ func TestFleetViewWalls(t *testing.T) {
 func TestDiscoveryStatus(t *testing.T) {
 	r := newRigWith(t, auth.Confinement{}, func(o *registry.Options) {
 		o.Spec.Discovery = true
-		o.Discovered = func(_, id string) []string { return []string{"127.0.0.1:9", "bad peer"} }
+		o.Discovered = func(_, id string) []registry.Peer {
+			return []registry.Peer{{Addr: "127.0.0.1:9"}, {Addr: "bad peer"}}
+		}
 	})
 	ff := newFakeFleet()
 	r.api.o.FleetHosts, r.api.o.FleetViews = ff, ff

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"crypto/tls"
 	"errors"
 	"slices"
 	"sync"
@@ -17,6 +18,12 @@ type Backend struct {
 	Addr   string // host:port to dial
 	TLS    bool   // speak HTTPS to the backend (SNI = host of Addr)
 	Scheme string // "http" or "https"
+	// TLSConfig, when set, is this backend's own TLS client
+	// configuration, used instead of the gateway's base one (a fleet
+	// peer over the hop: its client certificate, CA and server name).
+	// Set it with TLS true, before the backend is published; the client
+	// still speaks HTTP/1.1 only.
+	TLSConfig *tls.Config
 	// Timeline is when a replica backend was created, started and became
 	// ready; zero for static upstreams. Set before the backend is published.
 	Timeline Timeline

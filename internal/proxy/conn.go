@@ -233,7 +233,9 @@ func (d *dialer) dial(ctx context.Context, b *Backend) (*upstreamConn, error) {
 			host = b.Addr
 		}
 		var cfg *tls.Config
-		if d.tls != nil {
+		if b.TLSConfig != nil {
+			cfg = b.TLSConfig.Clone()
+		} else if d.tls != nil {
 			cfg = d.tls.Clone()
 		} else {
 			cfg = new(tls.Config)

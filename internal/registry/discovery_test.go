@@ -21,10 +21,14 @@ func TestDiscoveryUpstreams(t *testing.T) {
 	reg := New(Options{
 		Store: r.st, Publisher: r.tables, Pools: r.fleet,
 		Spec: spec.Options{BaseDomain: "apps.test", Drivers: []string{"process"}, Discovery: true},
-		Discovered: func(_, id string) []string {
+		Discovered: func(_, id string) []Peer {
 			mu.Lock()
 			defer mu.Unlock()
-			return slices.Clone(peers[id])
+			var ps []Peer
+			for _, a := range peers[id] {
+				ps = append(ps, Peer{Addr: a})
+			}
+			return ps
 		},
 	})
 	if err := reg.Load(context.Background()); err != nil {

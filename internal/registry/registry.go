@@ -10,6 +10,7 @@ package registry
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -69,6 +70,15 @@ var (
 	ErrLastUpstream = errors.New("registry: no other healthy upstream is accepting")
 )
 
+// Peer is a discovered member of a service: the address a backend dials,
+// and, for a member over the hop, the fleet host it is (the name its
+// certificate must carry).
+type Peer struct {
+	Addr   string // host:port
+	HostID string // the member's fleet host
+	Hop    bool   // Addr is the host's hop listener: dial it with Options.HopTLS(HostID)
+}
+
 // Options configure a Registry.
 type Options struct {
 	Store     Store
@@ -78,12 +88,15 @@ type Options struct {
 	Recorder func(id string) proxy.Recorder
 	// Forget is called when a deployment is deleted (e.g. to drop metrics).
 	Forget func(id string)
-	// Discovered returns a service's current upstreams ("host:port", the
-	// members that are not draining) among the members serving
-	// deployments of namespace: a static deployment with discovery is
-	// served by them, rebuilt on Refresh. Nil serves such a deployment
-	// with no upstreams.
-	Discovered func(namespace, serviceID string) []string
+	// Discovered returns a service's current peers (the members that
+	// are not draining) among the members serving deployments of
+	// namespace: a static deployment with discovery is served by them,
+	// rebuilt on Refresh. Nil serves such a deployment with no upstreams.
+	Discovered func(namespace, serviceID string) []Peer
+	// HopTLS returns the TLS client configuration of the hop to fleet
+	// host hostID (hop.Config.ClientTLS); nil, or a nil answer, means
+	// this host has no hop, and a discovered hop peer is left out.
+	HopTLS func(hostID string) *tls.Config
 	// Pools runs vm deployments; nil refuses them at activation.
 	Pools Pools
 	// ResolveEnv resolves vm.env_from at each replica create.
@@ -197,6 +210,7 @@ type Entry struct {
 	UpdatedAt time.Time
 	Pool      *proxy.Pool // static backends or a vm pool's replicas; nil for sites
 	Upstreams []string    // as written, in spec order, for static
+	peers     []Peer      // a discovery-backed deployment's, as Discovered gave them
 	Site      *site.Config
 	VMPool    *fleet.Pool // the replica pool of a vm deployment
 	dp        *proxy.Deployment
@@ -295,17 +309,31 @@ func (r *Registry) build(s apitype.DeploymentSpec, prev *Entry, dry bool) (*Entr
 	switch e.Kind {
 	case apitype.KindStatic:
 		e.Upstreams = slices.Clone(s.Upstreams)
+		hopTLS := map[string]*tls.Config{}
 		if s.Discovery != nil {
 			// The service's current members, not the spec's.
 			e.Upstreams = nil
 			if r.o.Discovered != nil {
-				e.Upstreams = slices.DeleteFunc(r.o.Discovered(s.Namespace, s.Discovery.ServiceID), func(u string) bool {
-					_, _, err := spec.Upstream(u)
-					return err != nil // a peer no backend can be made of
-				})
+				for _, p := range r.o.Discovered(s.Namespace, s.Discovery.ServiceID) {
+					if _, _, err := spec.Upstream(p.Addr); err != nil {
+						continue // a peer no backend can be made of
+					}
+					if p.Hop {
+						var c *tls.Config
+						if r.o.HopTLS != nil {
+							c = r.o.HopTLS(p.HostID)
+						}
+						if c == nil {
+							continue // a hop peer, and this host has no hop
+						}
+						hopTLS[p.Addr] = c
+					}
+					e.Upstreams = append(e.Upstreams, p.Addr)
+					e.peers = append(e.peers, p)
+				}
 			}
 		}
-		if prev != nil && prev.Pool != nil && slices.Equal(prev.Upstreams, e.Upstreams) {
+		if prev != nil && prev.Pool != nil && slices.Equal(prev.Upstreams, e.Upstreams) && slices.Equal(prev.peers, e.peers) {
 			e.Pool = prev.Pool
 			break
 		}
@@ -316,6 +344,9 @@ func (r *Registry) build(s apitype.DeploymentSpec, prev *Entry, dry bool) (*Entr
 				return nil, err
 			}
 			b := proxy.NewBackend(u, addr, tls)
+			if c := hopTLS[u]; c != nil {
+				b.TLS, b.Scheme, b.TLSConfig = true, "https", c
+			}
 			if prev != nil && prev.Pool != nil {
 				// Keep the drain state of upstreams that stay.
 				if old := prev.Pool.Find(u); old != nil {

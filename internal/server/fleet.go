@@ -419,13 +419,26 @@ func (s *Server) openHop(h http.Handler) error {
 	if err != nil {
 		return err
 	}
-	if f.Listen == "" || s.fleetHost == nil {
+	if s.fleetHost == nil {
+		return nil
+	}
+	if f.Listen == "" {
+		// No listener, but a fleet certificate still lets this host's
+		// discovery-backed deployments reach the others' hop listeners.
+		if f.CAFile != "" && f.CertFile != "" {
+			if c, err := hop.ConfigFromFiles(f.CAFile, f.CertFile, f.KeyFile, s.fleetHost.m.ID()); err == nil {
+				s.setHopClient(c)
+			} else {
+				s.log.Info("fleet: no hop client (the etcd certificates are not fleet host certificates); members over the hop are not reachable from here", "err", err)
+			}
+		}
 		return nil
 	}
 	c, err := hop.ConfigFromFiles(f.CAFile, f.CertFile, f.KeyFile, s.fleetHost.m.ID())
 	if err != nil {
 		return fmt.Errorf("server: --fleet-listen: %w", err)
 	}
+	s.setHopClient(c)
 	c.ReadHeaderTimeout, c.IdleTimeout = s.o.ReadHeaderTimeout, s.o.IdleTimeout
 	if s.hopSrv, err = hop.NewServer(hop.ServerConfig{Config: c, Handler: h, Log: s.log}); err != nil {
 		return fmt.Errorf("server: --fleet-listen: %w", err)
@@ -455,4 +468,25 @@ func (s *Server) HopAddr() string {
 		return a.String()
 	}
 	return net.JoinHostPort(host, strconv.Itoa(a.Port))
+}
+
+// setHopClient makes c this host's hop client and rebuilds the
+// discovery-backed deployments, which left hop peers out until now.
+func (s *Server) setHopClient(c hop.Config) {
+	s.hopClient.Store(&c)
+	for _, e := range s.registry.List() {
+		if e.Spec.Discovery != nil {
+			s.registry.Refresh(e.Spec.ID)
+		}
+	}
+}
+
+// hopTLS is registry.Options.HopTLS: the TLS of the hop to hostID, nil
+// without a hop client.
+func (s *Server) hopTLS(hostID string) *tls.Config {
+	c := s.hopClient.Load()
+	if c == nil {
+		return nil
+	}
+	return c.ClientTLS(hostID)
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -23,7 +24,7 @@ const reportEvery = 3 * time.Second
 // members that are not draining, by namespace and service, then peer.
 type discoveredPeers struct {
 	mu    sync.Mutex
-	peers map[string][]string // key: serviceKey
+	peers map[string][]registry.Peer // key: serviceKey
 }
 
 // serviceKey is a service's key among a namespace's: a member serves
@@ -40,7 +41,7 @@ func nsOrDefault(ns string) string {
 }
 
 // get is registry.Options.Discovered.
-func (d *discoveredPeers) get(namespace, service string) []string {
+func (d *discoveredPeers) get(namespace, service string) []registry.Peer {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return slices.Clone(d.peers[serviceKey(namespace, service)])
@@ -49,12 +50,12 @@ func (d *discoveredPeers) get(namespace, service string) []string {
 // set replaces the peers from ss, answering the services whose upstreams
 // changed (as serviceKeys).
 func (d *discoveredPeers) set(ss []etcdfleet.Service) []string {
-	next := map[string][]string{}
+	next := map[string][]registry.Peer{}
 	for _, s := range ss {
 		for _, m := range s.Members {
 			if !m.Draining {
 				k := serviceKey(m.Namespace, s.ID)
-				next[k] = append(next[k], m.Peer)
+				next[k] = append(next[k], registry.Peer{Addr: m.Peer, HostID: m.Host, Hop: m.Hop})
 			}
 		}
 	}
@@ -138,8 +139,11 @@ func (s *Server) gatewayAddress(advertised string) string {
 
 // publishFleetViews publishes this host's report and memberships once:
 // every local deployment with ready replicas is a member of service
-// "<deployment id>" at this host's gateway address, draining while the
-// host drains.
+// "<deployment id>", draining while the host drains. The member's peer is
+// this host's hop listener (Hop true: the other hosts reach it over
+// mutual TLS with their fleet certificates) when it runs one, and
+// otherwise, as a fallback, its public gateway address (Hop false: plain
+// HTTP to the proxy listener).
 func (s *Server) publishFleetViews(ctx context.Context, m *etcdfleet.Member) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -154,7 +158,10 @@ func (s *Server) publishFleetViews(ctx context.Context, m *etcdfleet.Member) {
 			self = h
 		}
 	}
-	gw := s.gatewayAddress(self.Address)
+	peer, viaHop := s.gatewayAddress(self.Address), false
+	if a := s.HopAddr(); a != "" {
+		peer, viaHop = a, true
+	}
 	rep := etcdfleet.Report{Address: self.Address}
 	if s.host != nil {
 		u := s.host.Latest()
@@ -171,8 +178,8 @@ func (s *Server) publishFleetViews(ctx context.Context, m *etcdfleet.Member) {
 			// A discovery-backed deployment is not a member of its own:
 			// a host would route the service back to itself.
 			members = append(members, etcdfleet.ServiceMember{
-				Service: e.Spec.ID, Peer: gw, Draining: self.State == etcdfleet.Draining, InFlight: d.Pool.TotalInFlight,
-				Namespace: d.Namespace,
+				Service: e.Spec.ID, Peer: peer, Draining: self.State == etcdfleet.Draining, InFlight: d.Pool.TotalInFlight,
+				Namespace: d.Namespace, Hop: viaHop,
 			})
 		}
 	}
@@ -270,7 +277,7 @@ func (f fleetViews) Reports(ctx context.Context) ([]apitype.FleetGatewayMetrics,
 func members(ms []etcdfleet.ServiceMember) []apitype.FleetServiceMember {
 	out := make([]apitype.FleetServiceMember, 0, len(ms))
 	for _, m := range ms {
-		out = append(out, apitype.FleetServiceMember{Peer: m.Peer, Draining: m.Draining, InFlight: m.InFlight, Host: m.Host})
+		out = append(out, apitype.FleetServiceMember{Peer: m.Peer, Draining: m.Draining, InFlight: m.InFlight, Host: m.Host, Hop: m.Hop})
 	}
 	return out
 }
@@ -303,7 +310,10 @@ func (f fleetViews) DiscoveryStatus(ctx context.Context, namespace, id string) (
 		if nsOrDefault(m.Namespace) != nsOrDefault(namespace) {
 			continue // another namespace's: not this deployment's to see
 		}
-		out.Upstreams = append(out.Upstreams, apitype.DiscoveryUpstream{Peer: m.Peer, Draining: m.Draining, InFlight: m.InFlight})
+		// "hop", a key the contract leaves open: whether peer is the
+		// host's hop listener or its public gateway.
+		out.Upstreams = append(out.Upstreams, apitype.DiscoveryUpstream{Peer: m.Peer, Draining: m.Draining, InFlight: m.InFlight,
+			Extra: map[string]json.RawMessage{"hop": json.RawMessage(strconv.FormatBool(m.Hop))}})
 	}
 	return out, nil
 }

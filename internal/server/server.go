@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -390,6 +391,10 @@ type Server struct {
 	// without one.
 	hopLn  net.Listener
 	hopSrv *hop.Server
+	// hopClient is this host's side of the hop as a client, once loaded
+	// (openHop): the TLS its discovery-backed deployments dial hop peers
+	// with (hopTLS). Nil: no hop; hop peers are left out.
+	hopClient atomic.Pointer[hop.Config]
 	// The TLS listeners (see Options.TLSConfig); nil without.
 	tlsLn    net.Listener
 	udpConn  net.PacketConn
@@ -699,6 +704,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		Feed:        s.feed.Exposed,
 		Issues:      s.feed,
 		Discovered:  s.discovered.get,
+		HopTLS:      s.hopTLS,
 		Log:         o.Log,
 	})
 	s.rollouts.SetRegistry(s.registry)

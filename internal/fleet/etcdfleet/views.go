@@ -79,6 +79,10 @@ type ServiceMember struct {
 	// so a tenant can neither route to another's deployments nor learn
 	// whether one exists.
 	Namespace string `json:"namespace"`
+	// Hop: Peer is the host's hop listener (mutual TLS with fleet
+	// certificates, the server named Host); otherwise Peer is its public
+	// gateway, plain HTTP, for a host without a hop listener.
+	Hop bool `json:"hop"`
 }
 
 // Service is a service's members, by peer.

@@ -77,25 +77,8 @@ func (t *Transport) transport(id, addr string) *http.Transport {
 	}
 	d := &net.Dialer{Timeout: t.c.DialTimeout}
 	ht := &http.Transport{
-		DialContext: d.DialContext,
-		TLSClientConfig: &tls.Config{
-			MinVersion:   tls.VersionTLS13,
-			Certificates: []tls.Certificate{t.c.Cert},
-			RootCAs:      t.c.CAs,
-			// crypto/tls verifies the chain and that the certificate
-			// names id; the peer's CN must be id as well.
-			ServerName: id,
-			VerifyConnection: func(cs tls.ConnectionState) error {
-				got, err := peerID(&cs)
-				if err != nil {
-					return err
-				}
-				if got != id {
-					return fmt.Errorf("hop: dialed host %s, the certificate is host %s's", id, got)
-				}
-				return nil
-			},
-		},
+		DialContext:           d.DialContext,
+		TLSClientConfig:       t.c.ClientTLS(id),
 		Protocols:             protocols(t.c.HTTP2),
 		ForceAttemptHTTP2:     t.c.HTTP2,
 		TLSHandshakeTimeout:   t.c.TLSHandshakeTimeout,
@@ -185,4 +168,30 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, peerID, peer
 	u.Host = peerAddr
 	out.URL = &u
 	f.rp.ServeHTTP(w, out)
+}
+
+// ClientTLS is the TLS client configuration of a hop to peer host id:
+// TLS 1.3, this host's certificate, the fleet CA as the only root, the
+// server dialed by its host id, and its certificate's common name checked
+// to be id as well. It sets no NextProtos: the caller offers the
+// protocols it speaks.
+func (c Config) ClientTLS(id string) *tls.Config {
+	return &tls.Config{
+		MinVersion:   tls.VersionTLS13,
+		Certificates: []tls.Certificate{c.Cert},
+		RootCAs:      c.CAs,
+		// crypto/tls verifies the chain and that the certificate names
+		// id; the peer's CN must be id as well.
+		ServerName: id,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			got, err := peerID(&cs)
+			if err != nil {
+				return err
+			}
+			if got != id {
+				return fmt.Errorf("hop: dialed host %s, the certificate is host %s's", id, got)
+			}
+			return nil
+		},
+	}
 }
