@@ -582,14 +582,27 @@ func TestAtRest(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		for k, v := range testStoreValues(t, dir) {
+			for _, nd := range needles {
+				if strings.Contains(v, nd) {
+					t.Errorf("%s: etcd key %s holds %q in plaintext", when, k, nd)
+				}
+			}
+		}
 	}
 	scan("while running") // the WAL holds the recent writes
 	n.stop()
 	scan("after shutdown")
-	for _, f := range []string{"berth.db", secrets.KeyFileName} {
+	files := []string{secrets.KeyFileName}
+	if testStoreEtcd == nil {
+		files = append(files, "berth.db")
+	}
+	for _, f := range files {
 		fi, err := os.Stat(filepath.Join(dir, f))
-		if err != nil || fi.Mode().Perm() != 0o600 {
-			t.Errorf("%s: mode %v, %v; want 0600", f, fi.Mode(), err)
+		if err != nil {
+			t.Errorf("%s: %v", f, err)
+		} else if fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: mode %v; want 0600", f, fi.Mode())
 		}
 	}
 }

@@ -178,3 +178,26 @@ func openTestStore(t *testing.T, dir string) (Store, func() error) {
 	}
 	return st, cli.Close
 }
+
+// testStoreValues is every key and value of dir's store in the test etcd
+// member (BERTH_TEST_STORE=etcd); none otherwise.
+func testStoreValues(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	if testStoreEtcd == nil {
+		return nil
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: testStoreEtcd, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	g, err := cli.Get(t.Context(), "/berth/test"+dir+"/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(map[string]string, len(g.Kvs))
+	for _, kv := range g.Kvs {
+		out[string(kv.Key)] = string(kv.Value)
+	}
+	return out
+}
