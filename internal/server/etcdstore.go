@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/berth-dev/berth/internal/fleet/etcdembed"
 	"github.com/berth-dev/berth/internal/store/etcdstore"
 )
 
@@ -32,6 +33,9 @@ var _ Store = (*etcdstore.Store)(nil)
 
 // etcdBacked is the store on etcd with what holds it open.
 type etcdBacked struct {
+	// member is this host's embedded etcd member when the store lives
+	// on it, started before the store; the fleet takes it over.
+	member *etcdembed.Server
 	cli    *clientv3.Client
 	st     *etcdstore.Store
 	holder string
@@ -47,8 +51,28 @@ func openEtcdStore(ctx context.Context, o Options) (Store, *etcdBacked, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	b := &etcdBacked{ttl: o.StoreEtcd.ClaimTTL}
+	if f.enabled() {
+		if err := f.Check(); err != nil {
+			return nil, nil, err
+		}
+		// The store may live on this host's own member (--etcd-dev, or
+		// the first host's): it must be up first.
+		if b.member, err = startFleetMember(ctx, f, o.DataDir, o.Log); err != nil {
+			return nil, nil, err
+		}
+	}
 	tlsConf, err := etcdTLS(f)
 	if err != nil {
+		return nil, nil, err
+	}
+	fail := func(err error) (Store, *etcdBacked, error) {
+		if b.cli != nil {
+			b.cli.Close()
+		}
+		if b.member != nil {
+			b.member.Close()
+		}
 		return nil, nil, err
 	}
 	cli, err := clientv3.New(clientv3.Config{
@@ -56,15 +80,11 @@ func openEtcdStore(ctx context.Context, o Options) (Store, *etcdBacked, error) {
 		DialKeepAliveTime: 10 * time.Second, DialKeepAliveTimeout: 5 * time.Second,
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("server: the etcd store's client: %w", err)
+		return fail(fmt.Errorf("server: the etcd store's client: %w", err))
 	}
-	b := &etcdBacked{cli: cli, ttl: o.StoreEtcd.ClaimTTL}
+	b.cli = cli
 	if b.ttl <= 0 {
 		b.ttl = 10 * time.Second
-	}
-	fail := func(err error) (Store, *etcdBacked, error) {
-		cli.Close()
-		return nil, nil, err
 	}
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -116,5 +136,18 @@ func (b *etcdBacked) close() error {
 	if b.claim != nil {
 		b.claim.Release()
 	}
-	return b.cli.Close()
+	err := b.cli.Close()
+	if b.member != nil {
+		b.member.Close()
+	}
+	return err
+}
+
+// storeMember is the embedded etcd member the store started; nil when
+// the store is not on etcd or on no member of this host's.
+func (s *Server) storeMember() *etcdembed.Server {
+	if s.etcdStore == nil {
+		return nil
+	}
+	return s.etcdStore.member
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -83,5 +85,36 @@ func TestEtcdStore(t *testing.T) {
 	}
 	if r := b.do("GET", "/deployments", "", "", "Authorization", "Bearer "+minted.Token); r.code != 200 {
 		t.Fatalf("the token after the restart: %d %s", r.code, r.body)
+	}
+}
+
+// TestEtcdStoreOnDevMember: with --etcd-dev and --store etcd:// naming
+// the dev member, the member is up before the store opens on it, the
+// store's records outlive a restart, and the member stops only after the
+// store's last write (a clean Run end).
+func TestEtcdStoreOnDevMember(t *testing.T) {
+	ports, err := freeTCPPorts(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	dev := func(o *Options) {
+		o.Fleet = FleetOptions{Dev: true, DevClientURL: "http://127.0.0.1:" + ports[0], DevPeerURL: "http://127.0.0.1:" + ports[1]}
+		o.StoreEtcd = EtcdStoreOptions{Endpoints: []string{"127.0.0.1:" + ports[0]}, ClaimTTL: 2 * time.Second}
+	}
+	h := startWith(t, dir, dev)
+	if r := h.json("POST", "/deployments", `{"id":"web","routes":[{"host":"web.test"}],"upstreams":["127.0.0.1:9"]}`); r.code != 201 {
+		t.Fatalf("deployment: %d %s", r.code, r.body)
+	}
+	if hs := fleetHostsOf(t, h); len(hs.Hosts) != 1 {
+		t.Fatalf("hosts: %+v", hs)
+	}
+	h.stop()
+	if _, err := os.Stat(filepath.Join(dir, "berth.db")); err == nil {
+		t.Fatal("a SQLite store was made beside the etcd one")
+	}
+	h = startWith(t, dir, dev)
+	if r := h.do("GET", "/deployments/web", "", ""); r.code != 200 {
+		t.Fatalf("web after the restart: %d %s", r.code, r.body)
 	}
 }

@@ -146,6 +146,31 @@ func (fm *fleetMember) fenced(log *slog.Logger, ids []string) {
 	wg.Wait()
 }
 
+// startFleetMember starts this host's embedded etcd member, if f has one
+// (--etcd-dev, or fleet.json's on the first host); nil otherwise.
+func startFleetMember(ctx context.Context, f FleetOptions, dataDir string, log *slog.Logger) (*etcdembed.Server, error) {
+	switch {
+	case f.Dev:
+		e, err := etcdembed.Start(ctx, etcdembed.Config{
+			Name: "berth", Dir: filepath.Join(dataDir, "etcd"),
+			ClientURL: f.DevClientURL, PeerURL: f.DevPeerURL, LogLevel: "error",
+		})
+		if err != nil {
+			return nil, fmt.Errorf("server: --etcd-dev: %w", err)
+		}
+		log.Info("fleet: embedded etcd member (dev mode)", "dir", filepath.Join(dataDir, "etcd"), "endpoints", strings.Join(e.Endpoints(), ","))
+		return e, nil
+	case f.member != nil:
+		e, err := etcdembed.Start(ctx, *f.member)
+		if err != nil {
+			return nil, fmt.Errorf("server: the fleet's etcd member (berth fleet init): %w", err)
+		}
+		log.Info("fleet: embedded etcd member (mutual TLS)", "dir", f.member.Dir, "client_url", f.member.ClientURL, "peer_url", f.member.PeerURL)
+		return e, nil
+	}
+	return nil, nil
+}
+
 // openFleet starts the --etcd-dev member, connects to etcd and registers
 // this host (its address is filled once the listeners are bound).
 func (s *Server) openFleet(ctx context.Context, driverNames []string) (err error) {
@@ -166,21 +191,17 @@ func (s *Server) openFleet(ctx context.Context, driverNames []string) (err error
 		}
 	}()
 	endpoints := f.Endpoints
-	if f.Dev {
-		if fm.etcd, err = etcdembed.Start(ctx, etcdembed.Config{
-			Name: "berth", Dir: filepath.Join(s.o.DataDir, "etcd"),
-			ClientURL: f.DevClientURL, PeerURL: f.DevPeerURL, LogLevel: "error",
-		}); err != nil {
-			return fmt.Errorf("server: --etcd-dev: %w", err)
+	// The embedded member may be up already: New starts it before an etcd
+	// store, which then owns it (it stops after the store's last write).
+	member := s.storeMember()
+	if member == nil {
+		if fm.etcd, err = startFleetMember(ctx, f, s.o.DataDir, s.log); err != nil {
+			return err
 		}
-		endpoints = fm.etcd.Endpoints()
-		s.log.Info("fleet: embedded etcd member (dev mode)", "dir", filepath.Join(s.o.DataDir, "etcd"), "endpoints", strings.Join(endpoints, ","))
+		member = fm.etcd
 	}
-	if f.member != nil {
-		if fm.etcd, err = etcdembed.Start(ctx, *f.member); err != nil {
-			return fmt.Errorf("server: the fleet's etcd member (berth fleet init): %w", err)
-		}
-		s.log.Info("fleet: embedded etcd member (mutual TLS)", "dir", f.member.Dir, "client_url", f.member.ClientURL, "peer_url", f.member.PeerURL)
+	if f.Dev {
+		endpoints = member.Endpoints()
 	}
 	tlsConf, err := etcdTLS(f)
 	if err != nil {
