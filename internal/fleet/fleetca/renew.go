@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -31,6 +32,15 @@ const (
 	RenewMaxAge    = 5 * time.Minute
 	RenewClockSkew = 30 * time.Second
 )
+
+// prevSuffix names the old host key while a renewal replaces it.
+const prevSuffix = ".prev"
+
+// matches reports whether k is crt's key.
+func matches(crt *x509.Certificate, k *ecdsa.PrivateKey) bool {
+	pub, ok := crt.PublicKey.(*ecdsa.PublicKey)
+	return ok && k != nil && pub.Equal(&k.PublicKey)
+}
 
 // ErrRenewRefused wraps a renewal whose proof does not hold: a
 // certificate not of the fleet CA or expired, a request for another host,
@@ -212,6 +222,15 @@ func Renew(ctx context.Context, o RenewOptions) (RenewResult, error) {
 	if err != nil {
 		return RenewResult{}, err
 	}
+	if !matches(cur, curKey) {
+		// A renewal stopped between writing the new key and the new
+		// certificate: the old key, kept aside, still matches.
+		prev, perr := readKey(keyFile + prevSuffix)
+		if perr != nil || !matches(cur, prev) {
+			return RenewResult{}, fmt.Errorf("fleetca: %s is not for the key in %s: re-join with a new token (berth fleet join --force)", certFile, keyFile)
+		}
+		curKey = prev
+	}
 	if t := now(); t.After(cur.NotAfter) {
 		return RenewResult{}, fmt.Errorf("fleetca: the host certificate %s expired at %s: it cannot renew itself; re-join with a new token (berth fleet join --force)", certFile, cur.NotAfter.UTC().Format(time.RFC3339))
 	}
@@ -270,12 +289,22 @@ func Renew(ctx context.Context, o RenewOptions) (RenewResult, error) {
 	if err != nil {
 		return RenewResult{}, err
 	}
+	// The old key is kept aside until the new certificate is written, so
+	// that a renewal stopped in between can be run again (above).
+	oldB, err := keyPEM(curKey)
+	if err != nil {
+		return RenewResult{}, err
+	}
+	if err := writeFile(keyFile+prevSuffix, oldB, 0o600); err != nil {
+		return RenewResult{}, err
+	}
 	if err := writeFile(keyFile, keyB, 0o600); err != nil {
 		return RenewResult{}, err
 	}
 	if err := writeFile(certFile, certPEM(crt.Raw), 0o644); err != nil {
 		return RenewResult{}, err
 	}
+	os.Remove(keyFile + prevSuffix)
 	if o.Server != "" && o.Server != c.Server {
 		c.Server = o.Server
 		if err := saveConfig(o.DataDir, c); err != nil {

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -282,5 +283,42 @@ func TestInitRenewsExpiring(t *testing.T) {
 	}
 	if _, _, err := LoadHostCert(filepath.Join(fd, HostCert), filepath.Join(fd, HostKey), "alpha"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRenewResumes: a renewal stopped after the new key was written and
+// before the new certificate (the old key kept aside as host.key.prev)
+// runs again: the old certificate and old key still prove the host.
+func TestRenewResumes(t *testing.T) {
+	a := startAuthority(t, "alpha")
+	d := a.join(t, "beta")
+	keyFile := filepath.Join(Dir(d), HostKey)
+	oldB, err := os.ReadFile(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, _ := newKey()
+	kb, _ := keyPEM(k)
+	if err := writeFile(keyFile+prevSuffix, oldB, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeFile(keyFile, kb, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Renew(context.Background(), RenewOptions{DataDir: d}); err != nil {
+		t.Fatalf("renew after a stopped renewal: %v", err)
+	}
+	if _, _, err := LoadHostCert(filepath.Join(Dir(d), HostCert), keyFile, "beta"); err != nil {
+		t.Fatalf("the pair after: %v", err)
+	}
+	if _, err := os.Stat(keyFile + prevSuffix); !os.IsNotExist(err) {
+		t.Fatalf("host.key.prev left: %v", err)
+	}
+	// Without the old key aside, a mismatched pair is refused with advice.
+	if err := writeFile(keyFile, kb, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Renew(context.Background(), RenewOptions{DataDir: d}); err == nil || !strings.Contains(err.Error(), "re-join") {
+		t.Fatalf("renew with a mismatched pair: %v", err)
 	}
 }
