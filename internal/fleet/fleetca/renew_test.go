@@ -322,3 +322,43 @@ func TestRenewResumes(t *testing.T) {
 		t.Fatalf("renew with a mismatched pair: %v", err)
 	}
 }
+
+// TestRenewOldJoinedHost: a host that joined before the hop (a
+// client-only certificate, no subject alternative name) and before
+// fleet.json kept the server renews with --server into a certificate the
+// hop accepts, and the server is kept for the next renewal.
+func TestRenewOldJoinedHost(t *testing.T) {
+	a := startAuthority(t, "alpha")
+	d := a.join(t, "beta")
+	fd := Dir(d)
+	key, _ := readKey(filepath.Join(fd, HostKey))
+	ca, _ := readCert(filepath.Join(Dir(a.dir), CACert))
+	caKey, _, err := LoadCAKey(a.dir, testSecretKey(t, a.dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := issue(ca, caKey, &key.PublicKey, "beta", []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, nil, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writeFile(filepath.Join(fd, HostCert), certPEM(der), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, _, _ := LoadConfig(d)
+	c.Server = ""
+	if err := saveConfig(d, c); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Renew(context.Background(), RenewOptions{DataDir: d}); err == nil || !strings.Contains(err.Error(), "--server URL") {
+		t.Fatalf("renew with no server known: %v", err)
+	}
+	if _, err := Renew(context.Background(), RenewOptions{DataDir: d, Server: a.url}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := LoadHostCert(filepath.Join(fd, HostCert), filepath.Join(fd, HostKey), "beta"); err != nil {
+		t.Fatalf("the renewed certificate on the hop: %v", err)
+	}
+	if c, _, _ := LoadConfig(d); c.Server != a.url {
+		t.Fatalf("fleet.json's server: %q, want %q", c.Server, a.url)
+	}
+}
