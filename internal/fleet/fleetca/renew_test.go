@@ -91,7 +91,7 @@ func (a *authority) join(t *testing.T, id string) string {
 
 // renewRequest is a renewal as Renew makes it, from the pieces a test
 // varies.
-func renewRequest(t *testing.T, chain *x509.Certificate, signer *ecdsa.PrivateKey, cn string, ts int64) apitype.FleetRenewRequest {
+func renewRequest(t testing.TB, chain *x509.Certificate, signer *ecdsa.PrivateKey, cn string, ts int64) apitype.FleetRenewRequest {
 	t.Helper()
 	k, err := newKey()
 	if err != nil {
