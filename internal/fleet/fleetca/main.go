@@ -19,7 +19,10 @@ const usage = `Usage:
       certificate in <data-dir>/fleet, so that berth serve on DIR runs an
       embedded etcd member on HOST:PORT (peers on HOST:PORT+1) with client
       certificates required, and print a join command with a one-time
-      token. Run again to print a new join command (one per host).
+      token. Run again to print a new join command (one per host); it
+      also renews this host's certificate when less than a third of its
+      lifetime is left. The CA key is sealed with berth's secret key, as
+      berth serve loads it: BERTH_SECRET_KEY, or <data-dir>/secret.key.
   berth fleet join --server URL --token TOKEN --ca-sha256 FINGERPRINT
                    [--data-dir DIR] [--host-id ID] [--force]
       On a new host: get a host certificate of the fleet CA for a key

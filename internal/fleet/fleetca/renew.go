@@ -305,8 +305,8 @@ func Renew(ctx context.Context, o RenewOptions) (RenewResult, error) {
 		return RenewResult{}, err
 	}
 	os.Remove(keyFile + prevSuffix)
-	if o.Server != "" && o.Server != c.Server {
-		c.Server = o.Server
+	if srv := strings.TrimRight(o.Server, "/"); srv != "" && srv != c.Server {
+		c.Server = srv
 		if err := saveConfig(o.DataDir, c); err != nil {
 			return RenewResult{}, err
 		}
