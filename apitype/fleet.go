@@ -84,6 +84,22 @@ type FleetJoinRequest struct {
 	CSR   string `json:"csr"`
 }
 
+// FleetRenewRequest is POST /fleet/renew's body (berth fleet renew, and
+// berth serve on a joined host when its certificate nears its expiry):
+// the host's current certificate (PEM; the leaf first), a PEM certificate
+// request for a new key with the same common name, and proof that the
+// sender holds the current certificate's key: Signature, base64 of an
+// ASN.1 ECDSA signature with SHA-256 by that key over "berth fleet renew
+// v1\n", Timestamp in decimal, "\n" and the request's DER. Timestamp is
+// Unix seconds; the first host refuses one more than 5 minutes old or
+// ahead of its clock. The answer is a FleetJoinResponse.
+type FleetRenewRequest struct {
+	Chain     string `json:"chain"`
+	CSR       string `json:"csr"`
+	Timestamp int64  `json:"timestamp"`
+	Signature string `json:"signature"`
+}
+
 // FleetJoinResponse is what a joining host receives: its client
 // certificate signed by the fleet CA, the CA (the joiner checks it
 // against the fingerprint it was given before trusting anything else),

@@ -123,6 +123,9 @@ type Options struct {
 	// FleetJoin signs joining hosts' certificates (POST /fleet/join) on
 	// the host holding the fleet CA; nil answers 409 there.
 	FleetJoin FleetJoiner
+	// FleetRenew renews joined hosts' certificates (POST /fleet/renew) on
+	// the host holding the fleet CA; nil answers 409 there.
+	FleetRenew FleetRenewer
 	// Plugins hosts the compiled-in plugins (/api/plugins,
 	// /namespaces/{name}/plugins); nil answers 503 there.
 	Plugins *plugin.Host

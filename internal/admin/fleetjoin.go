@@ -19,10 +19,20 @@ type FleetJoiner interface {
 	Join(ctx context.Context, req apitype.FleetJoinRequest) (apitype.FleetJoinResponse, error)
 }
 
-// FleetJoiner's refusals; the error's text says why.
+// FleetRenewer renews a joined host's certificate (berth fleet renew) on
+// the host that holds the fleet CA.
+type FleetRenewer interface {
+	// Renew checks req's proof of the current certificate and answers a
+	// new one; ErrRenewRefused for a proof that does not hold,
+	// ErrJoinBadRequest for a malformed request.
+	Renew(ctx context.Context, req apitype.FleetRenewRequest) (apitype.FleetJoinResponse, error)
+}
+
+// FleetJoiner's and FleetRenewer's refusals; the error's text says why.
 var (
 	ErrJoinRefused    = errors.New("admin: join refused")
 	ErrJoinBadRequest = errors.New("admin: bad join request")
+	ErrRenewRefused   = errors.New("admin: renewal refused")
 )
 
 // POST /fleet/join takes no credential: the one-time join token in the
@@ -30,8 +40,41 @@ var (
 // default). The answer is a certificate for a key the joiner keeps and
 // the CA the joiner checks against the fingerprint it was given, so the
 // route may be served in plaintext (README, Fleet).
+//
+// POST /fleet/renew takes no credential either: the body proves the
+// caller holds a still valid host certificate of the fleet CA (the
+// certificate and a fresh signature by its key over the new certificate
+// request; apitype.FleetRenewRequest), and the answer is a certificate
+// for a key only the caller holds.
 func (a *API) routeFleetJoin() {
 	a.handle("POST /fleet/join", tierOpen, wallNone, a.fleetJoin)
+	a.handle("POST /fleet/renew", tierOpen, wallNone, a.fleetRenew)
+}
+
+func (a *API) fleetRenew(w http.ResponseWriter, r *http.Request) error {
+	if a.o.FleetRenew == nil {
+		return &web.Error{Status: http.StatusConflict, Code: "fleet_ca_not_here",
+			Message: "this berth holds no fleet CA: hosts renew their certificates through the fleet's first host, the one berth fleet init ran on"}
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+	var req apitype.FleetRenewRequest
+	if err := web.ReadJSON(w, r, &req); err != nil {
+		return err
+	}
+	if req.Chain == "" || req.CSR == "" || req.Signature == "" || req.Timestamp == 0 {
+		return web.Errorf(http.StatusBadRequest, "chain, csr, timestamp and signature are required")
+	}
+	resp, err := a.o.FleetRenew.Renew(r.Context(), req)
+	switch {
+	case errors.Is(err, ErrRenewRefused):
+		return &web.Error{Status: http.StatusForbidden, Code: "renew_refused", Message: err.Error()}
+	case errors.Is(err, ErrJoinBadRequest):
+		return &web.Error{Status: http.StatusBadRequest, Message: err.Error()}
+	case err != nil:
+		return &web.Error{Status: http.StatusInternalServerError, Message: "the renewal could not be signed", Err: err}
+	}
+	web.WriteJSON(w, http.StatusOK, resp)
+	return nil
 }
 
 func (a *API) fleetJoin(w http.ResponseWriter, r *http.Request) error {

@@ -11,6 +11,7 @@ import (
 	"github.com/berth-dev/berth/internal/admin"
 	"github.com/berth-dev/berth/internal/fleet/etcdembed"
 	"github.com/berth-dev/berth/internal/fleet/fleetca"
+	"github.com/berth-dev/berth/internal/secrets"
 )
 
 // FromDataDir fills what f leaves unset from <dataDir>/fleet/fleet.json,
@@ -60,13 +61,33 @@ func (s *Server) adminFleetJoin() admin.FleetJoiner {
 	if !fleetca.IsAuthority(s.o.DataDir) {
 		return nil
 	}
-	return fleetJoiner{dataDir: s.o.DataDir}
+	return fleetJoiner{dataDir: s.o.DataDir, key: s.sealKey}
 }
 
-type fleetJoiner struct{ dataDir string }
+// openFleetCAKey, on the fleet's first host, opens the fleet CA key with
+// the secret key before anything is served (a key that does not open it
+// fails the start), and seals a plaintext one an older berth left.
+func (s *Server) openFleetCAKey() error {
+	if !fleetca.IsAuthority(s.o.DataDir) {
+		return nil
+	}
+	_, migrated, err := fleetca.LoadCAKey(s.o.DataDir, s.sealKey)
+	if err != nil {
+		return fmt.Errorf("server: %w", err)
+	}
+	if migrated {
+		s.log.Warn("the fleet CA key was plaintext, as berth wrote it before sealing it: it is now sealed with the secret key", "path", filepath.Join(fleetca.Dir(s.o.DataDir), fleetca.CAKey))
+	}
+	return nil
+}
+
+type fleetJoiner struct {
+	dataDir string
+	key     secrets.Key
+}
 
 func (j fleetJoiner) Join(_ context.Context, req apitype.FleetJoinRequest) (apitype.FleetJoinResponse, error) {
-	resp, err := fleetca.Sign(j.dataDir, req, time.Now())
+	resp, err := fleetca.Sign(j.dataDir, j.key, req, time.Now())
 	switch {
 	case errors.Is(err, fleetca.ErrTokenInvalid), errors.Is(err, fleetca.ErrTokenUsed), errors.Is(err, fleetca.ErrTokenExpired):
 		return resp, fmt.Errorf("%w: %v", admin.ErrJoinRefused, err)
@@ -74,4 +95,68 @@ func (j fleetJoiner) Join(_ context.Context, req apitype.FleetJoinRequest) (apit
 		return resp, fmt.Errorf("%w: %v", admin.ErrJoinBadRequest, err)
 	}
 	return resp, err
+}
+
+// adminFleetRenew is POST /fleet/renew's signer on the host holding the
+// fleet CA; nil elsewhere.
+func (s *Server) adminFleetRenew() admin.FleetRenewer {
+	if !fleetca.IsAuthority(s.o.DataDir) {
+		return nil
+	}
+	return fleetJoiner{dataDir: s.o.DataDir, key: s.sealKey}
+}
+
+func (j fleetJoiner) Renew(_ context.Context, req apitype.FleetRenewRequest) (apitype.FleetJoinResponse, error) {
+	resp, err := fleetca.SignRenewal(j.dataDir, j.key, req, time.Now())
+	switch {
+	case errors.Is(err, fleetca.ErrRenewRefused):
+		return resp, fmt.Errorf("%w: %v", admin.ErrRenewRefused, err)
+	case errors.Is(err, fleetca.ErrBadRequest):
+		return resp, fmt.Errorf("%w: %v", admin.ErrJoinBadRequest, err)
+	}
+	return resp, err
+}
+
+// fleetRenewEvery is how often berth serve on a joined host checks its
+// certificate's expiry.
+const fleetRenewEvery = 24 * time.Hour
+
+// runFleetRenew, on a host that joined a fleet (berth fleet join), checks
+// at start and then once a day whether the host certificate has less
+// than a third of its lifetime left, and if so renews it through the
+// first host (fleetca.Renew, as berth fleet renew does) and logs the
+// outcome. The running berth keeps the certificate it started with: the
+// new one is used from the next start.
+func (s *Server) runFleetRenew(ctx context.Context) error {
+	c, ok, err := fleetca.LoadConfig(s.o.DataDir)
+	if err != nil || !ok || c.Member != nil {
+		return nil
+	}
+	for {
+		s.renewFleetCert(ctx, time.Now())
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(fleetRenewEvery):
+		}
+	}
+}
+
+// renewFleetCert renews the host certificate when it is due at now (the
+// renewal itself runs at the wall clock).
+func (s *Server) renewFleetCert(ctx context.Context, now time.Time) {
+	due, notAfter, err := fleetca.RenewDue(s.o.DataDir, now)
+	if err != nil {
+		s.log.Error("fleet certificate renewal: reading the host certificate", "err", err)
+		return
+	}
+	if !due {
+		return
+	}
+	r, err := fleetca.Renew(ctx, fleetca.RenewOptions{DataDir: s.o.DataDir})
+	if err != nil {
+		s.log.Error("fleet certificate renewal failed; berth fleet renew retries by hand", "expires", notAfter, "err", err)
+		return
+	}
+	s.log.Info("fleet certificate renewed: restart berth serve to use it", "host", r.HostID, "expires", r.NotAfter, "was", notAfter)
 }

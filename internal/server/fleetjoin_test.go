@@ -2,9 +2,11 @@ package server
 
 import (
 	"context"
+	"crypto/ecdsa"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"net"
 	"net/http"
 	"os"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/fleet/fleetca"
+	"github.com/berth-dev/berth/internal/secrets"
 )
 
 func freeLoopbackPorts(t *testing.T, n int) []string {
@@ -83,6 +86,62 @@ func TestFleetInitJoin(t *testing.T) {
 			t.Fatalf("hosts through %s: %+v", n.admin, hs)
 		}
 	}
+
+	// The fleet CA key on alpha is sealed with its secret key, which
+	// alpha's berth opened to sign beta's certificate.
+	if b, err := os.ReadFile(filepath.Join(d1, "fleet", "ca.key")); err != nil || strings.Contains(string(b), "PRIVATE KEY") {
+		t.Fatalf("alpha's ca.key: %v\n%s", err, b)
+	}
+
+	// beta renews its certificate through alpha's admin API (POST
+	// /fleet/renew, the server kept in fleet.json), with no join token:
+	// berth fleet renew, then berth serve's daily check once due.
+	certOf := func() *x509.Certificate {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(d2, "fleet", "host.crt"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, _ := pem.Decode(b)
+		if p == nil {
+			t.Fatal("host.crt: no PEM")
+		}
+		c, err := x509.ParseCertificate(p.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	before := certOf()
+	rr, err := fleetca.Renew(ctx, fleetca.RenewOptions{DataDir: d2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	renewed := certOf()
+	if rr.HostID != "beta" || renewed.SerialNumber.Cmp(before.SerialNumber) == 0 || renewed.PublicKey.(*ecdsa.PublicKey).Equal(before.PublicKey) {
+		t.Fatalf("renewed: %+v; serial %v (was %v)", rr, renewed.SerialNumber, before.SerialNumber)
+	}
+	if _, _, err := fleetca.LoadHostCert(filepath.Join(d2, "fleet", "host.crt"), filepath.Join(d2, "fleet", "host.key"), "beta"); err != nil {
+		t.Fatalf("the renewed pair: %v", err)
+	}
+	// A stale proof is refused (403), and nothing written.
+	if _, err := fleetca.Renew(ctx, fleetca.RenewOptions{DataDir: d2, Now: func() time.Time { return time.Now().Add(-10 * time.Minute) }}); err == nil || !strings.Contains(err.Error(), "refused the renewal (403)") || !strings.Contains(err.Error(), "old") {
+		t.Fatalf("a stale renewal: %v", err)
+	}
+	if certOf().SerialNumber.Cmp(renewed.SerialNumber) != 0 {
+		t.Fatal("a refused renewal replaced host.crt")
+	}
+	// berth serve on beta: not due now, due with a third of the lifetime left.
+	b.s.renewFleetCert(ctx, time.Now())
+	if certOf().SerialNumber.Cmp(renewed.SerialNumber) != 0 {
+		t.Fatal("berth serve renewed a fresh certificate")
+	}
+	b.s.renewFleetCert(ctx, time.Now().Add(250*24*time.Hour))
+	if c := certOf(); c.SerialNumber.Cmp(renewed.SerialNumber) == 0 || c.Subject.CommonName != "beta" {
+		t.Fatal("berth serve did not renew a certificate with less than a third of its lifetime left")
+	}
+	var re map[string]any
+	b.must(409, "POST", "/fleet/renew", "", `{"chain":"x","csr":"y","timestamp":1,"signature":"z"}`, &re)
 
 	// The refusals, each with its reason, and nothing written.
 	refused := func(what, tok, pin, want string) {
@@ -178,4 +237,20 @@ func TestFleetConfigContradicts(t *testing.T) {
 	if f, err := (FleetOptions{}).FromDataDir(t.TempDir()); err != nil || f.enabled() {
 		t.Fatalf("no fleet.json: %+v %v", f, err)
 	}
+	// The fleet CA key is sealed with the data dir's secret key: berth
+	// with another refuses to start.
+	if _, err := tryStart(t, Options{DataDir: d, SecretKey: "another key"}); err == nil || !strings.Contains(err.Error(), "does not open with this data dir's secret key") {
+		t.Fatalf("start with another secret key: %v", err)
+	}
+}
+
+// dataDirSecretKey is the secret key of data dir d (its secret.key, as
+// berth serve and berth fleet init load it), which seals the fleet CA key.
+func dataDirSecretKey(t *testing.T, d string) secrets.Key {
+	t.Helper()
+	k, _, err := secrets.LoadKey("", d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
 }

@@ -49,7 +49,7 @@ func TestFleetHopListener(t *testing.T) {
 		t.Fatal(err)
 	}
 	csr, _ := x509.CreateCertificateRequest(nil, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "beta"}}, key)
-	jr, err := fleetca.Sign(d1, apitype.FleetJoinRequest{Token: ir.Token, CSR: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: csr}))}, time.Now())
+	jr, err := fleetca.Sign(d1, dataDirSecretKey(t, d1), apitype.FleetJoinRequest{Token: ir.Token, CSR: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: csr}))}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

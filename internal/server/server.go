@@ -375,6 +375,9 @@ type Server struct {
 	// secrets is the sealed secret store; the VM pools resolve env_from
 	// through it (ResolveEnv) when they create a replica.
 	secrets *secrets.Store
+	// sealKey is berth's secret key: it seals the secret store and, on
+	// the fleet's first host, the fleet CA key.
+	sealKey secrets.Key
 	// images is the local image store: root filesystems for the
 	// container and VM drivers (vm.image).
 	images *image.Store
@@ -527,7 +530,10 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{o: o, log: o.Log, store: st, closeStore: closeStore, etcdStore: onEtcd, storeLost: make(chan error, 1), lock: lock, metrics: metrics.NewRegistry(), host: metrics.NewHostSampler("/proc"), secrets: sec}
+	s := &Server{o: o, log: o.Log, store: st, closeStore: closeStore, etcdStore: onEtcd, storeLost: make(chan error, 1), lock: lock, metrics: metrics.NewRegistry(), host: metrics.NewHostSampler("/proc"), secrets: sec, sealKey: key}
+	if err := s.openFleetCAKey(); err != nil {
+		return nil, err
+	}
 	s.ports = &portRoutes{}
 	s.self = new(netguard.Self)
 	popts := proxy.Options{
@@ -815,6 +821,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		FleetHosts: s.adminFleet(),
 		FleetViews: s.adminFleetViews(),
 		FleetJoin:  s.adminFleetJoin(),
+		FleetRenew: s.adminFleetRenew(),
 	})
 	// The Computer API shares the listener and the gate, and its brake
 	// counts bad grants with bad admin credentials.
@@ -968,6 +975,7 @@ func (s *Server) Run(ctx context.Context) error {
 		{"obs alerts", func(ctx context.Context) error { s.obs.Run(ctx); return nil }},
 		{"replica logs", s.runReplicaLogs},
 		{"fleet views", s.runFleetViews},
+		{"fleet certificate renewal", s.runFleetRenew},
 	} {
 		loops.Go(func() {
 			if err := l.run(loopCtx); err != nil && loopCtx.Err() == nil {

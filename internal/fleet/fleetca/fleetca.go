@@ -34,9 +34,10 @@ import (
 	"time"
 )
 
-// Lifetimes of the certificates this package issues. Nothing renews them
-// yet: a host certificate is replaced by joining again (berth fleet join
-// --force with a new token).
+// Lifetimes of the certificates this package issues. A host certificate
+// with less than a third of its lifetime left is renewed: the first
+// host's by berth fleet init, a joined host's by berth fleet renew and
+// berth serve (RenewDue, Renew). Nothing renews the CA.
 const (
 	CALifetime   = 10 * 365 * 24 * time.Hour
 	HostLifetime = 365 * 24 * time.Hour
@@ -66,6 +67,10 @@ type Config struct {
 	CA        string   `json:"ca"`
 	Cert      string   `json:"cert"`
 	Key       string   `json:"key"`
+	// Server, on a joined host, is the first host's admin API URL it
+	// joined through: berth fleet renew and berth serve renew the host
+	// certificate there (POST /fleet/renew).
+	Server string `json:"server,omitempty"`
 	// Member, on the init host, is the embedded etcd member berth serve
 	// runs; nil on a host that joined.
 	Member *Member `json:"member,omitempty"`

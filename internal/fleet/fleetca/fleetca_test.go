@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/berth-dev/berth/internal/secrets"
 )
 
 // TestInitFiles: berth fleet init makes a 0700 fleet directory whose keys
@@ -123,4 +125,14 @@ func TestInitKeepsServer(t *testing.T) {
 	if !strings.Contains(out.String(), "berth fleet join --server http://10.0.0.1:9090 --token ") {
 		t.Errorf("the second init's join command: %s", out.String())
 	}
+}
+
+// testSecretKey is data dir d's secret key, as berth serve loads it.
+func testSecretKey(t *testing.T, d string) secrets.Key {
+	t.Helper()
+	k, err := LoadSecretKey("", d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
 }

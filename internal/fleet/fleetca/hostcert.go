@@ -16,7 +16,7 @@ var HostUsages = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsage
 // ErrOldHostCert is what CheckHostCert wraps for a host certificate
 // issued before the hop between hosts: client auth only, or no subject
 // alternative name for the host id.
-var ErrOldHostCert = errors.New("re-join (berth fleet join --force with a new token from berth fleet init) or renew it (on the fleet's first host, berth fleet init again renews its own)")
+var ErrOldHostCert = errors.New("renew it (berth fleet renew --server URL on a joined host; on the fleet's first host, berth fleet init again renews its own) or re-join (berth fleet join --force with a new token from berth fleet init)")
 
 // CheckHostCert reports whether crt serves host id on the hop between
 // hosts: both server and client auth, and id among its subject

@@ -43,7 +43,7 @@ func TestHostCertsServeTheHop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := Sign(d, apitype.FleetJoinRequest{Token: r.Token, CSR: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: csrDER}))}, time.Now())
+	resp, err := Sign(d, testSecretKey(t, d), apitype.FleetJoinRequest{Token: r.Token, CSR: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: csrDER}))}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestHostCertsServeTheHop(t *testing.T) {
 	}
 
 	// A certificate as Sign issued before the hop: client auth, no SAN.
-	caKey, err := readKey(filepath.Join(Dir(d), CAKey))
+	caKey, _, err := LoadCAKey(d, testSecretKey(t, d))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func TestInitRenewsOldHostCert(t *testing.T) {
 	}
 	fd := Dir(d)
 	ca, _ := readCert(filepath.Join(fd, CACert))
-	caKey, _ := readKey(filepath.Join(fd, CAKey))
+	caKey, _, _ := LoadCAKey(d, testSecretKey(t, d))
 	key, err := readKey(filepath.Join(fd, HostKey))
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package fleetca
 
 import (
+	"crypto/ecdsa"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -17,6 +18,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/berth-dev/berth/internal/secrets"
 )
 
 // InitOptions are berth fleet init's.
@@ -31,7 +34,11 @@ type InitOptions struct {
 	HostID string
 	// TokenTTL is the printed join token's lifetime; default TokenLifetime.
 	TokenTTL time.Duration
-	Now      func() time.Time
+	// SecretKey is berth's secret key material (BERTH_SECRET_KEY), which
+	// seals the CA key at rest; empty uses <DataDir>/secret.key, made on
+	// first use, as berth serve does.
+	SecretKey string
+	Now       func() time.Time
 }
 
 // InitResult is what berth fleet init prints.
@@ -42,12 +49,16 @@ type InitResult struct {
 	// Renewed is true when this host's certificate was one issued before
 	// the hop between hosts (ErrOldHostCert) and was renewed, for the same
 	// key and names with the host id added, as a server and client
-	// certificate: berth serve must be restarted to use it.
-	Renewed   bool
-	Token     string
-	Expires   time.Time
-	Pin       string
-	Endpoints []string
+	// certificate, or had less than a third of its lifetime left and was
+	// renewed for a new key: berth serve must be restarted to use it.
+	Renewed bool
+	// MigratedCAKey is true when the CA key was a plaintext one, as berth
+	// wrote before sealing it, and is now sealed with the secret key.
+	MigratedCAKey bool
+	Token         string
+	Expires       time.Time
+	Pin           string
+	Endpoints     []string
 }
 
 // Init makes the fleet CA and this host's certificate and fleet.json in
@@ -62,6 +73,10 @@ func Init(o InitOptions) (InitResult, error) {
 		return InitResult{}, errors.New("fleetca: a data directory is required")
 	}
 	res := InitResult{}
+	key, err := LoadSecretKey(o.SecretKey, o.DataDir)
+	if err != nil {
+		return InitResult{}, err
+	}
 	c, ok, err := LoadConfig(o.DataDir)
 	if err != nil {
 		return InitResult{}, err
@@ -70,7 +85,7 @@ func Init(o InitOptions) (InitResult, error) {
 		return InitResult{}, fmt.Errorf("fleetca: %s joined a fleet (berth fleet join): it holds no fleet CA; run berth fleet init on the fleet's first host", o.DataDir)
 	}
 	if !ok {
-		if c, err = create(o, now()); err != nil {
+		if c, err = create(o, key, now()); err != nil {
 			return InitResult{}, err
 		}
 		res.Created = true
@@ -82,7 +97,12 @@ func Init(o InitOptions) (InitResult, error) {
 		return InitResult{}, err
 	}
 	if !res.Created {
-		if res.Renewed, err = renewOld(o.DataDir, c, ca, now()); err != nil {
+		caKey, migrated, err := LoadCAKey(o.DataDir, key)
+		if err != nil {
+			return InitResult{}, err
+		}
+		res.MigratedCAKey = migrated
+		if res.Renewed, err = renewOwn(o.DataDir, c, ca, caKey, now()); err != nil {
 			return InitResult{}, err
 		}
 	}
@@ -97,29 +117,54 @@ func Init(o InitOptions) (InitResult, error) {
 	return res, nil
 }
 
-// renewOld renews the first host's certificate when CheckHostCert finds
-// it older than the hop between hosts.
-func renewOld(dataDir string, c Config, ca *x509.Certificate, now time.Time) (bool, error) {
+// NeedsRenewal reports whether crt has less than a third of its lifetime
+// left at now: berth fleet init renews the first host's then, berth fleet
+// renew (and berth serve, daily) a joined host's.
+func NeedsRenewal(crt *x509.Certificate, now time.Time) bool {
+	life := crt.NotAfter.Sub(crt.NotBefore)
+	return crt.NotAfter.Sub(now) < life/3
+}
+
+// renewOwn renews the first host's certificate when CheckHostCert finds
+// it older than the hop between hosts (for the same key), or when it has
+// less than a third of its lifetime left (for a new key), for the same
+// names.
+func renewOwn(dataDir string, c Config, ca *x509.Certificate, caKey *ecdsa.PrivateKey, now time.Time) (bool, error) {
 	crt, err := readCert(Path(dataDir, c.Cert))
 	if err != nil {
 		return false, err
 	}
 	id := crt.Subject.CommonName
-	if err := CheckHostCert(crt, id); !errors.Is(err, ErrOldHostCert) {
+	old := errors.Is(CheckHostCert(crt, id), ErrOldHostCert)
+	expiring := NeedsRenewal(crt, now)
+	if !old && !expiring {
 		return false, nil
-	}
-	caKey, err := readKey(filepath.Join(Dir(dataDir), CAKey))
-	if err != nil {
-		return false, err
 	}
 	hosts := []string{id}
 	for _, ip := range crt.IPAddresses {
 		hosts = append(hosts, ip.String())
 	}
 	hosts = append(hosts, crt.DNSNames...)
-	der, err := issue(ca, caKey, crt.PublicKey, id, HostUsages, hosts, now)
+	pub := crt.PublicKey
+	var newK *ecdsa.PrivateKey
+	if expiring {
+		if newK, err = newKey(); err != nil {
+			return false, err
+		}
+		pub = &newK.PublicKey
+	}
+	der, err := issue(ca, caKey, pub, id, HostUsages, hosts, now)
 	if err != nil {
 		return false, fmt.Errorf("fleetca: renewing the host certificate: %w", err)
+	}
+	if newK != nil {
+		kb, err := keyPEM(newK)
+		if err != nil {
+			return false, err
+		}
+		if err := writeFile(Path(dataDir, c.Key), kb, 0o600); err != nil {
+			return false, err
+		}
 	}
 	if err := writeFile(Path(dataDir, c.Cert), certPEM(der), 0o644); err != nil {
 		return false, err
@@ -127,7 +172,7 @@ func renewOld(dataDir string, c Config, ca *x509.Certificate, now time.Time) (bo
 	return true, nil
 }
 
-func create(o InitOptions, now time.Time) (Config, error) {
+func create(o InitOptions, key secrets.Key, now time.Time) (Config, error) {
 	if o.Advertise == "" {
 		return Config{}, errors.New("fleetca: --advertise HOST:PORT is required: the address the other hosts reach this host's etcd member at")
 	}
@@ -187,7 +232,7 @@ func create(o InitOptions, now time.Time) (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("fleetca: host certificate: %w", err)
 	}
-	caKeyPEM, err := keyPEM(caKey)
+	caKeyPEM, err := sealCAKey(caKey, key)
 	if err != nil {
 		return Config{}, err
 	}

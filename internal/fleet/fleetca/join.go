@@ -1,7 +1,6 @@
 package fleetca
 
 import (
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/x509"
@@ -10,13 +9,13 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/berth-dev/berth/apitype"
+	"github.com/berth-dev/berth/internal/secrets"
 )
 
 // ErrBadRequest wraps a join request that is malformed (as opposed to
@@ -28,22 +27,14 @@ var ErrBadRequest = errors.New("fleetca: bad join request")
 // signs req.CSR as a host certificate of the fleet CA for the host id the
 // request names: client auth (etcd, the hop) and server auth (the hop),
 // the host id its common name and its one subject alternative name.
-func Sign(dataDir string, req apitype.FleetJoinRequest, now time.Time) (apitype.FleetJoinResponse, error) {
-	blk, _ := pem.Decode([]byte(req.CSR))
-	if blk == nil || blk.Type != "CERTIFICATE REQUEST" {
-		return apitype.FleetJoinResponse{}, fmt.Errorf("%w: csr: want a PEM CERTIFICATE REQUEST", ErrBadRequest)
-	}
-	csr, err := x509.ParseCertificateRequest(blk.Bytes)
+//
+// key is berth's secret key, which the CA key is sealed with.
+func Sign(dataDir string, key secrets.Key, req apitype.FleetJoinRequest, now time.Time) (apitype.FleetJoinResponse, error) {
+	csr, err := parseCSR(req.CSR)
 	if err != nil {
-		return apitype.FleetJoinResponse{}, fmt.Errorf("%w: csr: %v", ErrBadRequest, err)
-	}
-	if err := csr.CheckSignature(); err != nil {
-		return apitype.FleetJoinResponse{}, fmt.Errorf("%w: csr: %v", ErrBadRequest, err)
+		return apitype.FleetJoinResponse{}, err
 	}
 	id := csr.Subject.CommonName
-	if err := ValidHostID(id); err != nil {
-		return apitype.FleetJoinResponse{}, fmt.Errorf("%w: csr: %v", ErrBadRequest, err)
-	}
 	c, ok, err := LoadConfig(dataDir)
 	if err != nil {
 		return apitype.FleetJoinResponse{}, err
@@ -55,7 +46,7 @@ func Sign(dataDir string, req apitype.FleetJoinRequest, now time.Time) (apitype.
 	if err != nil {
 		return apitype.FleetJoinResponse{}, err
 	}
-	caKey, err := readKey(filepath.Join(Dir(dataDir), CAKey))
+	caKey, _, err := LoadCAKey(dataDir, key)
 	if err != nil {
 		return apitype.FleetJoinResponse{}, err
 	}
@@ -142,40 +133,9 @@ func Join(ctx context.Context, o JoinOptions) (JoinResult, error) {
 		return JoinResult{}, fmt.Errorf("fleetca: %w", err)
 	}
 	body, _ := json.Marshal(apitype.FleetJoinRequest{Token: o.Token, CSR: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: csrDER}))})
-	hc := o.Client
-	if hc == nil {
-		hc = &http.Client{Timeout: 30 * time.Second}
-	}
-	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(rctx, "POST", strings.TrimRight(o.Server, "/")+"/fleet/join", bytes.NewReader(body))
+	rb, err := post(ctx, o.Client, o.Server, "/fleet/join", body, "join")
 	if err != nil {
-		return JoinResult{}, fmt.Errorf("fleetca: --server: %w", err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := hc.Do(req)
-	if err != nil {
-		return JoinResult{}, fmt.Errorf("fleetca: reaching %s: %w", o.Server, err)
-	}
-	defer resp.Body.Close()
-	rb, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return JoinResult{}, fmt.Errorf("fleetca: reading %s's answer: %w", o.Server, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		var e struct {
-			Message string `json:"message"`
-			Error   string `json:"error"`
-		}
-		json.Unmarshal(rb, &e)
-		msg := e.Message
-		if msg == "" {
-			msg = e.Error
-		}
-		if msg == "" {
-			msg = strings.TrimSpace(string(rb))
-		}
-		return JoinResult{}, fmt.Errorf("fleetca: %s refused the join (%d): %s", o.Server, resp.StatusCode, msg)
+		return JoinResult{}, err
 	}
 	var jr apitype.FleetJoinResponse
 	if err := json.Unmarshal(rb, &jr); err != nil {
@@ -223,7 +183,7 @@ func Join(ctx context.Context, o JoinOptions) (JoinResult, error) {
 	if err := writeFile(filepath.Join(d, CACert), certPEM(ca.Raw), 0o644); err != nil {
 		return JoinResult{}, err
 	}
-	if err := saveConfig(o.DataDir, Config{Endpoints: jr.Endpoints, CA: CACert, Cert: HostCert, Key: HostKey}); err != nil {
+	if err := saveConfig(o.DataDir, Config{Endpoints: jr.Endpoints, CA: CACert, Cert: HostCert, Key: HostKey, Server: strings.TrimRight(o.Server, "/")}); err != nil {
 		return JoinResult{}, err
 	}
 	return JoinResult{HostID: id, Endpoints: jr.Endpoints, NotAfter: crt.NotAfter}, nil

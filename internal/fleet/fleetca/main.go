@@ -19,12 +19,21 @@ const usage = `Usage:
       certificate in <data-dir>/fleet, so that berth serve on DIR runs an
       embedded etcd member on HOST:PORT (peers on HOST:PORT+1) with client
       certificates required, and print a join command with a one-time
-      token. Run again to print a new join command (one per host).
+      token. Run again to print a new join command (one per host); it
+      also renews this host's certificate when less than a third of its
+      lifetime is left. The CA key is sealed with berth's secret key, as
+      berth serve loads it: BERTH_SECRET_KEY, or <data-dir>/secret.key.
   berth fleet join --server URL --token TOKEN --ca-sha256 FINGERPRINT
                    [--data-dir DIR] [--host-id ID] [--force]
       On a new host: get a host certificate of the fleet CA for a key
       made here (it never leaves the host), so that berth serve on DIR
       joins the fleet over mutual TLS with no further flags.
+  berth fleet renew [--data-dir DIR] [--server URL]
+      On a joined host: renew its certificate before it expires, with no
+      join token: a new key made here, signed by the first host on proof
+      of the current, still valid certificate (POST /fleet/renew). The
+      server is the one joined through, kept in fleet.json. Restart berth
+      serve to use the new certificate.
   berth fleet status [--data-dir DIR]
       Print the fleet configuration and its certificates' expiry.
 `
@@ -58,7 +67,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			if *ttl <= 0 {
 				return errors.New("--token-ttl: want a positive duration")
 			}
-			r, err := Init(InitOptions{DataDir: *dataDir, Advertise: *adv, PeerAdvertise: *peer, HostID: *hostID, TokenTTL: *ttl})
+			r, err := Init(InitOptions{DataDir: *dataDir, Advertise: *adv, PeerAdvertise: *peer, HostID: *hostID, TokenTTL: *ttl, SecretKey: os.Getenv("BERTH_SECRET_KEY")})
 			if err != nil {
 				return err
 			}
@@ -81,8 +90,11 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 				}
 				srv = "http://" + h + ":9090"
 			}
+			if r.MigratedCAKey {
+				fmt.Fprintf(stdout, "The fleet CA key %s was plaintext (as berth wrote it before sealing it): it is now sealed with this data dir's secret key (BERTH_SECRET_KEY or %s).\n", filepath.Join(Dir(*dataDir), CAKey), filepath.Join(*dataDir, "secret.key"))
+			}
 			if r.Renewed {
-				fmt.Fprintf(stdout, "Renewed this host's certificate (%s) as a server and client certificate naming its host id, for the hop between hosts: restart berth serve on %s to use it.\n", filepath.Join(Dir(*dataDir), HostCert), *dataDir)
+				fmt.Fprintf(stdout, "Renewed this host's certificate (%s), a server and client certificate naming its host id: restart berth serve on %s to use it.\n", filepath.Join(Dir(*dataDir), HostCert), *dataDir)
 			}
 			if r.Created {
 				fmt.Fprintf(stdout, "Made the fleet CA and this host's etcd certificate in %s.\n", Dir(*dataDir))
@@ -105,6 +117,16 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			}
 			fmt.Fprintf(stdout, "Joined as host %s (certificate good until %s); etcd endpoints: %s\n", r.HostID, r.NotAfter.UTC().Format(time.RFC3339), strings.Join(r.Endpoints, ","))
 			fmt.Fprintf(stdout, "Start this host with: berth serve --data-dir %s\n", *dataDir)
+			return nil
+		}
+	case "renew":
+		server := fs.String("server", "", "the first host's admin API URL; default the one this host joined through")
+		run = func() error {
+			r, err := Renew(ctx, RenewOptions{DataDir: *dataDir, Server: *server})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "Renewed the certificate of host %s (a new key; good until %s): restart berth serve on %s to use it.\n", r.HostID, r.NotAfter.UTC().Format(time.RFC3339), *dataDir)
 			return nil
 		}
 	case "status":

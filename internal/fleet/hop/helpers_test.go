@@ -17,6 +17,7 @@ import (
 
 	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/fleet/fleetca"
+	"github.com/berth-dev/berth/internal/secrets"
 )
 
 // testFleet is a fleet CA made by fleetca.Init, its first host ids[0], and
@@ -62,7 +63,7 @@ func newFleetAt(tb testing.TB, d string, ids ...string) *testFleet {
 		if err != nil {
 			tb.Fatal(err)
 		}
-		resp, err := fleetca.Sign(d, apitype.FleetJoinRequest{Token: tok, CSR: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: csr}))}, time.Now())
+		resp, err := fleetca.Sign(d, mustSecretKey(tb, d), apitype.FleetJoinRequest{Token: tok, CSR: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: csr}))}, time.Now())
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -116,4 +117,15 @@ func (f *testFleet) transport(tb testing.TB, id string, mod func(*Config)) *Tran
 	}
 	tb.Cleanup(t.CloseIdleConnections)
 	return t
+}
+
+// mustSecretKey is the secret key of data dir d (its secret.key), which
+// seals its fleet CA key.
+func mustSecretKey(tb testing.TB, d string) secrets.Key {
+	tb.Helper()
+	k, _, err := secrets.LoadKey("", d)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return k
 }
