@@ -87,7 +87,7 @@ var rules = []struct {
 	{mod + "/internal/fleet/etcdfleet", []string{mod + "/"}, "fleet membership and slots know only etcd: the Computer manager and the admin API reach them through interfaces they declare, which the composition root connects"},
 	{mod + "/internal/fleet/etcdembed", []string{mod + "/"}, "the embedded etcd member is a leaf"},
 	{mod + "/internal/fleet/placement", []string{mod + "/"}, "placement is pure rules over hosts and requests: a leaf, which the etcd scheduler runs"},
-	{mod + "/internal/fleet/fleetca", []string{mod + "/internal/", mod + "/client", mod + "/cmd/"}, "the fleet CA and its files know only the wire types of the join (apitype): berth serve reads its fleet.json through the composition root"},
+	{mod + "/internal/fleet/fleetca", []string{mod + "/internal/", mod + "/client", mod + "/cmd/"}, "the fleet CA and its files know only the wire types of the join (apitype) and berth's sealing (secrets, for the CA key at rest): berth serve reads its fleet.json through the composition root"},
 	{mod + "/internal/fleet/etcdtest", []string{mod + "/internal/fleet/etcdfleet", mod + "/internal/server", mod + "/internal/admin", mod + "/internal/computer"}, "the test clusters start etcd members and know nothing of what runs on them"},
 	{mod + "/internal/fleet", []string{mod + "/internal/proxy"}, "the control plane does not depend on the data plane: a pool publishes its replicas through fleet.Backends, which package registry connects to the data plane's pool"},
 	{mod + "/internal/admin", []string{mod + "/internal/server", mod + "/internal/store"}, "handlers reach storage through the registry"},
@@ -151,7 +151,8 @@ var testHelpers = []string{mod + "/internal/vm/vmtest", mod + "/internal/vm/vmfa
 var allowed = map[string][]string{
 	mod + "/internal/build":           {mod + "/internal/netguard", mod + "/internal/untar", mod + "/internal/mountinfo"}, // the remote's address check; a recipe's context; what a build left mounted
 	mod + "/internal/certs/rfc2136":   {mod + "/internal/syncbuf"},                                                        // bindtest's daemon log
-	mod + "/internal/fleet/etcdfleet": {mod + "/internal/fleet/placement"},                                                // the scheduler places with the pure placement rules
+	mod + "/internal/fleet/etcdfleet": {mod + "/internal/fleet/placement"},
+	mod + "/internal/fleet/fleetca":   {mod + "/internal/secrets"}, // the scheduler places with the pure placement rules
 }
 
 // TestEveryPackageHasARule: a package no rule names could import anything;

@@ -10,12 +10,14 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -357,17 +359,29 @@ func TestConfigRefusals(t *testing.T) {
 func TestHopRefusesOldHostCert(t *testing.T) {
 	f := newFleet(t, "alpha", "beta")
 	fd := fleetca.Dir(f.dir)
-	ca, err := tls.LoadX509KeyPair(filepath.Join(fd, fleetca.CACert), filepath.Join(fd, fleetca.CAKey))
+	caPEM, err := os.ReadFile(filepath.Join(fd, fleetca.CACert))
 	if err != nil {
 		t.Fatal(err)
 	}
-	caCrt, _ := x509.ParseCertificate(ca.Certificate[0])
+	blk, _ := pem.Decode(caPEM)
+	caCrt, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sk, err := fleetca.LoadSecretKey("", f.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caKey, _, err := fleetca.LoadCAKey(f.dir, sk)
+	if err != nil {
+		t.Fatal(err)
+	}
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
 		SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: "delta"},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}, caCrt, &key.PublicKey, ca.PrivateKey)
+	}, caCrt, &key.PublicKey, caKey)
 	if err != nil {
 		t.Fatal(err)
 	}
