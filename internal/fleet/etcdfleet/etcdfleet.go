@@ -352,6 +352,11 @@ func (m *Member) register(ctx context.Context, lease clientv3.LeaseID) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%w: %s (wait for it to stop, or give this berth another --host-id)", ErrHostTaken, h.ID)
 		}
+		// The wait may outlast lease's own TTL (nothing else keeps it
+		// alive before Join returns): renew it meanwhile.
+		if _, err := m.cli.KeepAliveOnce(ctx, lease); err != nil {
+			return fmt.Errorf("etcdfleet: registering host %s: %w", h.ID, err)
+		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("etcdfleet: registering host %s: %w", h.ID, ctx.Err())

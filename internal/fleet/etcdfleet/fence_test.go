@@ -187,3 +187,24 @@ func TestFenceOnPartition(t *testing.T) {
 		t.Fatalf("alpha's reserve after the heal, while beta holds the slot: %+v", r)
 	}
 }
+
+// TestJoinOutwaitsADeadRegistration: a berth killed -9 leaves its
+// registration on a lease that lapses in its own time; the berth started
+// again on that host id waits it out — keeping its own new lease alive
+// meanwhile, though that lease's TTL is shorter than the wait — and joins.
+func TestJoinOutwaitsADeadRegistration(t *testing.T) {
+	c := etcdtest.Start(t, 1)
+	raw := c.Client(t)
+	old, err := raw.Grant(ctxT(t), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.Put(ctxT(t), etcdfleet.DefaultPrefix+"hosts/a", `{"id":"a"}`, clientv3.WithLease(old.ID)); err != nil {
+		t.Fatal(err)
+	}
+	m := join(t, c, "a", etcdfleet.Options{LeaseTTL: time.Second})
+	hs, err := m.Hosts(ctxT(t))
+	if err != nil || len(hs) != 1 || hs[0].ID != "a" || hs[0].Address != "a:9090" {
+		t.Fatalf("hosts after the join: %+v %v", hs, err)
+	}
+}
