@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/berth-dev/berth/internal/fleet/etcdembed"
+	"github.com/berth-dev/berth/internal/store"
 	"github.com/berth-dev/berth/internal/store/etcdstore"
 )
 
@@ -31,6 +34,19 @@ type EtcdStoreOptions struct {
 // (store.go).
 var _ Store = (*etcdstore.Store)(nil)
 
+// storeMarker, in a data dir whose store is on etcd, names it.
+const storeMarker = "store-on-etcd"
+
+// checkNotOnEtcd refuses to open a SQLite store in a data dir whose
+// store is on etcd: it would start empty.
+func checkNotOnEtcd(dataDir string) error {
+	b, err := os.ReadFile(filepath.Join(dataDir, storeMarker))
+	if err != nil {
+		return nil
+	}
+	return fmt.Errorf("server: %s keeps its store on etcd (%s, as %s says): start it with --store etcd://…, or remove %s to begin an empty SQLite store", dataDir, strings.TrimSpace(string(b)), storeMarker, storeMarker)
+}
+
 // etcdBacked is the store on etcd with what holds it open.
 type etcdBacked struct {
 	// member is this host's embedded etcd member when the store lives
@@ -47,6 +63,10 @@ type etcdBacked struct {
 // berth (a second berth on the same store and prefix is refused: hosts do
 // not share one store yet).
 func openEtcdStore(ctx context.Context, o Options) (Store, *etcdBacked, error) {
+	if _, err := os.Stat(filepath.Join(o.DataDir, store.FileName)); err == nil {
+		// Starting on etcd would start empty, the records left behind.
+		return nil, nil, fmt.Errorf("server: %s holds a SQLite store (%s): --store etcd:// would start with none of its records; moving them is not supported yet: keep --store sqlite, or give etcd another data dir", o.DataDir, store.FileName)
+	}
 	f, err := o.Fleet.FromDataDir(o.DataDir)
 	if err != nil {
 		return nil, nil, err
@@ -97,6 +117,12 @@ func openEtcdStore(ctx context.Context, o Options) (Store, *etcdBacked, error) {
 		}
 	}
 	if b.claim, err = b.st.Claim(octx, b.holder, b.ttl); err != nil {
+		return fail(fmt.Errorf("server: %w", err))
+	}
+	// The data dir remembers where its store is, so that a start without
+	// --store cannot begin an empty SQLite store beside it.
+	marker := strings.Join(o.StoreEtcd.Endpoints, ",") + " " + o.StoreEtcd.Prefix + "\n"
+	if err := os.WriteFile(filepath.Join(o.DataDir, storeMarker), []byte(marker), 0o600); err != nil {
 		return fail(fmt.Errorf("server: %w", err))
 	}
 	return b.st, b, nil

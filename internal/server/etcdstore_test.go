@@ -15,6 +15,7 @@ import (
 
 	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/fleet/etcdtest"
+	"github.com/berth-dev/berth/internal/store"
 	"github.com/berth-dev/berth/internal/store/etcdstore"
 )
 
@@ -85,6 +86,35 @@ func TestEtcdStore(t *testing.T) {
 	}
 	if r := b.do("GET", "/deployments", "", "", "Authorization", "Bearer "+minted.Token); r.code != 200 {
 		t.Fatalf("the token after the restart: %d %s", r.code, r.body)
+	}
+	b.stop()
+
+	// The data dir remembers its store is on etcd: a start without
+	// --store is refused rather than begun on an empty SQLite store; and a
+	// data dir with a SQLite store is refused --store etcd://.
+	try := func(dir string, mod func(*Options)) error {
+		o := Options{ProxyAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", DataDir: dir, Log: slog.New(slog.DiscardHandler)}
+		if mod != nil {
+			mod(&o)
+		}
+		s, err := New(context.Background(), o)
+		if err == nil {
+			s.closeStore()
+			s.lock.release()
+		}
+		return err
+	}
+	if err := try(dir, nil); err == nil || !strings.Contains(err.Error(), "keeps its store on etcd") {
+		t.Fatalf("a start on SQLite of an etcd data dir: %v", err)
+	}
+	sqliteDir := t.TempDir()
+	db, err := store.Open(sqliteDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	if err := try(sqliteDir, onEtcd("/berth/fresh/")); err == nil || !strings.Contains(err.Error(), "holds a SQLite store") {
+		t.Fatalf("--store etcd on a SQLite data dir: %v", err)
 	}
 }
 

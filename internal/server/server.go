@@ -519,6 +519,9 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		undo = append(undo, func() { onEtcd.close() })
 		closeStore = onEtcd.close
 	case st == nil:
+		if err := checkNotOnEtcd(o.DataDir); err != nil {
+			return nil, err
+		}
 		db, err := store.Open(o.DataDir)
 		if err != nil {
 			return nil, err
