@@ -49,8 +49,10 @@ func TestFleetViewCommands(t *testing.T) {
 		append(opA, "apply", "-f", "-")...)
 	mustRun(t, `{"id":"front","routes":[{"host":"front.test"}],"discovery":{"service_id":"api"}}`, append(opB, "apply", "-f", "-")...)
 
+	// Both reported, and beta's front has found alpha's member (it is
+	// ready only then).
 	out := waitOutput(t, "both hosts' reports in get fleet", func(out string) bool {
-		return strings.Contains(out, "fleet pool: 2 deployments") && !strings.Contains(out, "never")
+		return strings.Contains(out, "fleet pool: 2 deployments, 2 ready") && !strings.Contains(out, "never")
 	}, append(opA, "get", "fleet")...)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if len(lines) != 5 || strings.Join(strings.Fields(lines[0]), " ") != "HOST STATE DEPLOYMENTS READY IN-FLIGHT REPORTED" ||

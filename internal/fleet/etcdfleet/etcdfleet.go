@@ -280,7 +280,7 @@ func Join(ctx context.Context, cli *clientv3.Client, h Host, o Options) (*Member
 	if err != nil {
 		return nil, err
 	}
-	if err := m.register(ctx, lease); err != nil {
+	if err := m.register(ctx, lease, &valid); err != nil {
 		m.revoke(lease)
 		return nil, err
 	}
@@ -323,8 +323,9 @@ func (m *Member) revoke(lease clientv3.LeaseID) {
 }
 
 // register puts the host key on lease, unless another lease holds it: then
-// it waits for that registration to lapse, at most its TTL and a second.
-func (m *Member) register(ctx context.Context, lease clientv3.LeaseID) error {
+// it waits for that registration to lapse, at most its TTL and a second,
+// renewing lease meanwhile and moving *valid (its validUntil) on.
+func (m *Member) register(ctx context.Context, lease clientv3.LeaseID, valid *time.Time) error {
 	m.mu.Lock()
 	h := m.host
 	m.mu.Unlock()
@@ -354,9 +355,12 @@ func (m *Member) register(ctx context.Context, lease clientv3.LeaseID) error {
 		}
 		// The wait may outlast lease's own TTL (nothing else keeps it
 		// alive before Join returns): renew it meanwhile.
-		if _, err := m.cli.KeepAliveOnce(ctx, lease); err != nil {
+		sent := time.Now()
+		ka, err := m.cli.KeepAliveOnce(ctx, lease)
+		if err != nil {
 			return fmt.Errorf("etcdfleet: registering host %s: %w", h.ID, err)
 		}
+		*valid = sent.Add(time.Duration(ka.TTL) * time.Second)
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("etcdfleet: registering host %s: %w", h.ID, ctx.Err())
@@ -475,7 +479,7 @@ func (m *Member) rejoin(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := m.register(octx, lease); err != nil {
+	if err := m.register(octx, lease, &valid); err != nil {
 		m.revoke(lease)
 		return err
 	}
