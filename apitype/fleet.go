@@ -76,12 +76,21 @@ type FleetToken struct {
 	Host         string     `json:"host"`
 }
 
-// FleetJoinRequest is POST /fleet/join's body (berth fleet join): the
-// one-time join token `berth fleet init` printed, and a PEM certificate
-// request for this host's key, which never leaves the host.
+// FleetJoinRequest is POST /fleet/join's body (berth fleet join; berth's
+// own shape, the contract declares none). The one-time join token berth
+// fleet init printed never crosses the wire: TokenID names it (hex of
+// HKDF-SHA256 of the token, info "berth fleet join token id v1", 16
+// bytes), Nonce is 32 fresh random bytes (base64), CSR a PEM certificate
+// request for this host's key (which never leaves the host), and MAC
+// (base64) is HMAC-SHA256 over the three under a key derived from the
+// token (package fleetca, joinproto.go, has the exact derivations). The
+// first host spends the token only once the MAC verifies; a wrong MAC is
+// answered as an unknown token is.
 type FleetJoinRequest struct {
-	Token string `json:"token"`
-	CSR   string `json:"csr"`
+	TokenID string `json:"token_id"`
+	Nonce   string `json:"nonce"`
+	CSR     string `json:"csr"`
+	MAC     string `json:"mac"`
 }
 
 // FleetRenewRequest is POST /fleet/renew's body (berth fleet renew, and
@@ -92,7 +101,7 @@ type FleetJoinRequest struct {
 // ASN.1 ECDSA signature with SHA-256 by that key over "berth fleet renew
 // v1\n", Timestamp in decimal, "\n" and the request's DER. Timestamp is
 // Unix seconds; the first host refuses one more than 5 minutes old or
-// ahead of its clock. The answer is a FleetJoinResponse.
+// ahead of its clock. The answer is a FleetCertificate.
 type FleetRenewRequest struct {
 	Chain     string `json:"chain"`
 	CSR       string `json:"csr"`
@@ -100,16 +109,38 @@ type FleetRenewRequest struct {
 	Signature string `json:"signature"`
 }
 
-// FleetJoinResponse is what a joining host receives: its client
-// certificate signed by the fleet CA, the CA (the joiner checks it
-// against the fingerprint it was given before trusting anything else),
-// and the etcd endpoints to reach the fleet at.
-type FleetJoinResponse struct {
+// FleetCertificate is a host certificate the fleet CA signed: the answer
+// of POST /fleet/renew, and part of a joining host's FleetJoinGrant. The
+// certificate (PEM) is for a key only the host holds, CA is the fleet CA
+// (PEM; a joining host checks it against the fingerprint it was given
+// before trusting anything else, a renewing host against the one it
+// holds), Endpoints the etcd endpoints to reach the fleet at, NotAfter the
+// certificate's expiry in Unix seconds.
+type FleetCertificate struct {
 	CA          string   `json:"ca"`
 	Certificate string   `json:"certificate"`
 	Endpoints   []string `json:"endpoints"`
 	HostID      string   `json:"host_id"`
 	NotAfter    int64    `json:"not_after"`
+}
+
+// FleetJoinResponse is POST /fleet/join's answer (berth's own shape):
+// Sealed is base64 of a 12-byte nonce and the AES-256-GCM sealing of a
+// FleetJoinGrant's JSON, under a key derived from the join token and the
+// request's nonce, so that only the holder of the token opens it, and
+// only as the answer to that request (a tampered or replayed answer does
+// not open).
+type FleetJoinResponse struct {
+	Sealed string `json:"sealed"`
+}
+
+// FleetJoinGrant is what a FleetJoinResponse opens to: the host's
+// certificate, and SecretKey, the fleet's secret key (hex of the first
+// host's 32 key bytes, which seal the secret store), which the joining
+// host keeps as its own so that what one host seals every host opens.
+type FleetJoinGrant struct {
+	FleetCertificate
+	SecretKey string `json:"secret_key"`
 }
 
 // FleetSummary is GET /fleet (berth's own shape; the contract declares

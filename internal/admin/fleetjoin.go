@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 
 	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/web"
@@ -13,8 +14,10 @@ import (
 // join) on the host that holds the fleet CA (berth fleet init; package
 // fleetca, which the composition root adapts).
 type FleetJoiner interface {
-	// Join spends req.Token and answers the host's certificate;
-	// ErrJoinRefused for a token that is not good (unknown, used or
+	// Join verifies req's MAC under the join token it names, spends the
+	// token and answers the host's certificate and the fleet's secret key,
+	// sealed with the token for this request; ErrJoinRefused for a token
+	// that is not good (unknown or a MAC that does not verify, alike; used;
 	// expired), ErrJoinBadRequest for a malformed request.
 	Join(ctx context.Context, req apitype.FleetJoinRequest) (apitype.FleetJoinResponse, error)
 }
@@ -25,7 +28,7 @@ type FleetRenewer interface {
 	// Renew checks req's proof of the current certificate and answers a
 	// new one; ErrRenewRefused for a proof that does not hold,
 	// ErrJoinBadRequest for a malformed request.
-	Renew(ctx context.Context, req apitype.FleetRenewRequest) (apitype.FleetJoinResponse, error)
+	Renew(ctx context.Context, req apitype.FleetRenewRequest) (apitype.FleetCertificate, error)
 }
 
 // FleetJoiner's and FleetRenewer's refusals; the error's text says why.
@@ -35,11 +38,14 @@ var (
 	ErrRenewRefused   = errors.New("admin: renewal refused")
 )
 
-// POST /fleet/join takes no credential: the one-time join token in the
-// body is one (compared in constant time, good once, for an hour by
-// default). The answer is a certificate for a key the joiner keeps and
-// the CA the joiner checks against the fingerprint it was given, so the
-// route may be served in plaintext (README, Fleet).
+// POST /fleet/join takes no credential: the one-time join token is one,
+// though it never crosses the wire. The body names it by a public id and
+// carries a MAC under it over a fresh nonce and the certificate request
+// (verified in constant time before the token, good once, for an hour by
+// default, is spent), and the answer (the certificate, the CA, which the
+// joiner also checks against the fingerprint it was given, and the
+// fleet's secret key) is sealed with it for that request, so the route
+// may be served in plaintext (README, Fleet; apitype.FleetJoinRequest).
 //
 // POST /fleet/renew takes no credential either: the body proves the
 // caller holds a still valid host certificate of the fleet CA (the
@@ -87,8 +93,14 @@ func (a *API) fleetJoin(w http.ResponseWriter, r *http.Request) error {
 	if err := web.ReadJSON(w, r, &req); err != nil {
 		return err
 	}
-	if req.Token == "" || req.CSR == "" {
-		return web.Errorf(http.StatusBadRequest, "token and csr are required")
+	var missing []string
+	for _, f := range []struct{ name, v string }{{"token_id", req.TokenID}, {"nonce", req.Nonce}, {"csr", req.CSR}, {"mac", req.MAC}} {
+		if f.v == "" {
+			missing = append(missing, f.name)
+		}
+	}
+	if len(missing) > 0 {
+		return web.Errorf(http.StatusBadRequest, "%s required", strings.Join(missing, ", "))
 	}
 	resp, err := a.o.FleetJoin.Join(r.Context(), req)
 	switch {

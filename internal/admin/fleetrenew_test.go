@@ -18,12 +18,12 @@ type renewer struct {
 	calls int
 }
 
-func (f *renewer) Renew(_ context.Context, req apitype.FleetRenewRequest) (apitype.FleetJoinResponse, error) {
+func (f *renewer) Renew(_ context.Context, req apitype.FleetRenewRequest) (apitype.FleetCertificate, error) {
 	f.calls++
 	if f.err != nil {
-		return apitype.FleetJoinResponse{}, f.err
+		return apitype.FleetCertificate{}, f.err
 	}
-	return apitype.FleetJoinResponse{HostID: "beta", Certificate: "PEM of " + req.CSR}, nil
+	return apitype.FleetCertificate{HostID: "beta", Certificate: "PEM of " + req.CSR}, nil
 }
 
 // TestFleetRenewRoute: POST /fleet/renew takes no credential (the body's
@@ -56,7 +56,7 @@ func TestFleetRenewRoute(t *testing.T) {
 	f.err = nil
 	w = r.do("POST", "/fleet/renew", "", body)
 	want(t, w, http.StatusOK)
-	if got := decode[apitype.FleetJoinResponse](t, w); got.HostID != "beta" || got.Certificate != "PEM of r" {
+	if got := decode[apitype.FleetCertificate](t, w); got.HostID != "beta" || got.Certificate != "PEM of r" {
 		t.Fatalf("answer: %+v", got)
 	}
 }

@@ -100,3 +100,44 @@ func createKeyFile(path string) (Key, error) {
 	}
 	return k, nil
 }
+
+// ReadKeyFile reads dir's key file, as LoadKey does, without making one:
+// ok is false when there is none.
+func ReadKeyFile(dir string) (k Key, ok bool, err error) {
+	k, err = readKeyFile(filepath.Join(dir, KeyFileName))
+	if errors.Is(err, fs.ErrNotExist) {
+		return Key{}, false, nil
+	}
+	return k, err == nil, err
+}
+
+// WriteKeyFile makes k dir's key file (replacing one there), in the
+// format and mode (0600) LoadKey makes it with; the file is written
+// whole under a temporary name and renamed into place.
+func WriteKeyFile(dir string, k Key) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("secrets: create data directory: %w", err)
+	}
+	path := filepath.Join(dir, KeyFileName)
+	tmp := path + ".tmp"
+	os.Remove(tmp)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("secrets: write key file: %w", err)
+	}
+	_, werr := f.WriteString(hex.EncodeToString(k[:]) + "\n")
+	if werr == nil {
+		werr = f.Sync()
+	}
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = os.Rename(tmp, path)
+	}
+	if werr != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("secrets: write key file: %w", werr)
+	}
+	return nil
+}

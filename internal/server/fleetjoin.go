@@ -106,7 +106,7 @@ func (s *Server) adminFleetRenew() admin.FleetRenewer {
 	return fleetJoiner{dataDir: s.o.DataDir, key: s.sealKey}
 }
 
-func (j fleetJoiner) Renew(_ context.Context, req apitype.FleetRenewRequest) (apitype.FleetJoinResponse, error) {
+func (j fleetJoiner) Renew(_ context.Context, req apitype.FleetRenewRequest) (apitype.FleetCertificate, error) {
 	resp, err := fleetca.SignRenewal(j.dataDir, j.key, req, time.Now())
 	switch {
 	case errors.Is(err, fleetca.ErrRenewRefused):

@@ -3,10 +3,14 @@ package server
 import (
 	"context"
 	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -51,9 +55,10 @@ func nodeFleetHosts(t *testing.T, n *node) apitype.FleetHosts {
 // TestFleetInitJoin: berth fleet init makes a data dir whose berth runs
 // an embedded etcd member with mutual TLS; berth fleet join against its
 // admin API sets a second data dir up, whose berth joins the fleet with
-// no fleet flags; both list both hosts. A reused, an expired and a wrong
-// token and a wrong CA pin are refused, and a client without a fleet
-// certificate cannot talk to etcd.
+// no fleet flags; both list both hosts, and the second holds the first's
+// secret key. A reused, an expired and a wrong token, a forged MAC (as an
+// unknown token) and a wrong CA pin are refused, and a client without a
+// fleet certificate cannot talk to etcd.
 func TestFleetInitJoin(t *testing.T) {
 	ports := freeLoopbackPorts(t, 2)
 	d1 := t.TempDir()
@@ -77,6 +82,15 @@ func TestFleetInitJoin(t *testing.T) {
 	}
 	if jr.HostID != "beta" || len(jr.Endpoints) != 1 || jr.Endpoints[0] != "https://"+ports[0] || jr.NotAfter.Before(time.Now().Add(300*24*time.Hour)) {
 		t.Fatalf("join: %+v", jr)
+	}
+	// beta holds alpha's secret key, the same bytes in a 0600 secret.key:
+	// what one seals the other opens.
+	if st, err := os.Stat(filepath.Join(d2, secrets.KeyFileName)); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("beta's secret.key: %v %v", st, err)
+	}
+	alphaKey, betaKey := dataDirSecretKey(t, d1), dataDirSecretKey(t, d2)
+	if plain, err := betaKey.Open(alphaKey.Seal([]byte("s3cret"), []byte("ad")), []byte("ad")); alphaKey != betaKey || err != nil || string(plain) != "s3cret" {
+		t.Fatalf("beta's secret key is not alpha's: %q %v", plain, err)
 	}
 	b := startNode(t, Options{DataDir: d2, Fleet: FleetOptions{LeaseTTL: 2 * time.Second}})
 
@@ -160,16 +174,53 @@ func TestFleetInitJoin(t *testing.T) {
 	}
 	refused("a reused token", ir.Token, ir.Pin, "already used")
 	refused("a wrong token", "bfj_"+strings.Repeat("0", 64), ir.Pin, "not one this fleet issued")
-	expired, _, err := fleetca.AddToken(d1, time.Hour, time.Now().Add(-2*time.Hour))
+	expired, _, err := fleetca.AddToken(d1, dataDirSecretKey(t, d1), time.Hour, time.Now().Add(-2*time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
 	refused("an expired token", expired, ir.Pin, "expired")
-	fresh, _, err := fleetca.AddToken(d1, time.Hour, time.Now())
+	fresh, _, err := fleetca.AddToken(d1, dataDirSecretKey(t, d1), time.Hour, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
 	refused("a wrong CA pin", fresh, "sha256:"+strings.Repeat("ab", 32), "not the pinned")
+
+	// On the wire: a request naming a good token's id with a MAC under
+	// another token is answered exactly as an unknown token is (no oracle
+	// for which ids exist), and the token is not spent; a malformed one
+	// names its fields.
+	good, _, err := fleetca.AddToken(d1, alphaKey, time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged, _, err := fleetca.NewJoinRequest("bfj_"+strings.Repeat("1", 64), csrFor(t, "mallory"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	unknownB, _ := json.Marshal(forged)
+	good2, _, _ := fleetca.NewJoinRequest(good, "")
+	forged.TokenID = good2.TokenID
+	forgedB, _ := json.Marshal(forged)
+	var eForged, eUnknown map[string]any
+	a.must(403, "POST", "/fleet/join", "", string(forgedB), &eForged)
+	a.must(403, "POST", "/fleet/join", "", string(unknownB), &eUnknown)
+	if fs, us := fmt.Sprint(eForged), fmt.Sprint(eUnknown); fs != us || !strings.Contains(fs, "join_refused") || !strings.Contains(fs, "not one this fleet issued") {
+		t.Fatalf("a forged MAC answered %s, an unknown token %s", fs, us)
+	}
+	if _, err := join(t.TempDir(), good, ir.Pin, "gamma"); err != nil {
+		t.Fatalf("the token after a forged request: %v", err)
+	}
+	var eBad map[string]any
+	a.must(400, "POST", "/fleet/join", "", `{"token_id":"00"}`, &eBad)
+	if s := fmt.Sprint(eBad); !strings.Contains(s, "nonce, csr, mac required") {
+		t.Fatalf("a request without nonce, csr and mac: %s", s)
+	}
+	forged.Nonce = "AAAA"
+	badNonce, _ := json.Marshal(forged)
+	a.must(400, "POST", "/fleet/join", "", string(badNonce), &eBad)
+	if s := fmt.Sprint(eBad); !strings.Contains(s, "nonce: want base64 of 32 bytes") {
+		t.Fatalf("a bad nonce: %s", s)
+	}
 
 	// etcd's client port: a client with the fleet CA but no certificate
 	// of its own is refused at the TLS handshake.
@@ -211,7 +262,7 @@ func TestFleetInitJoin(t *testing.T) {
 
 	// A berth that did not init holds no CA: its /fleet/join says so.
 	var e map[string]any
-	b.must(409, "POST", "/fleet/join", "", `{"token":"x","csr":"y"}`, &e)
+	b.must(409, "POST", "/fleet/join", "", `{"token_id":"x","nonce":"y","csr":"z","mac":"w"}`, &e)
 	if s, _ := json.Marshal(e); !strings.Contains(string(s), "holds no fleet CA") {
 		t.Fatalf("join on a host without the CA: %s", s)
 	}
@@ -242,6 +293,20 @@ func TestFleetConfigContradicts(t *testing.T) {
 	if _, err := tryStart(t, Options{DataDir: d, SecretKey: "another key"}); err == nil || !strings.Contains(err.Error(), "does not open with this data dir's secret key") {
 		t.Fatalf("start with another secret key: %v", err)
 	}
+}
+
+// csrFor is a PEM certificate request for a new key with common name cn.
+func csrFor(t *testing.T, cn string) string {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.CreateCertificateRequest(nil, &x509.CertificateRequest{Subject: pkix.Name{CommonName: cn}}, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}))
 }
 
 // dataDirSecretKey is the secret key of data dir d (its secret.key, as

@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/fleet/fleetca"
 	"github.com/berth-dev/berth/internal/fleet/hop"
 )
@@ -49,7 +48,15 @@ func TestFleetHopListener(t *testing.T) {
 		t.Fatal(err)
 	}
 	csr, _ := x509.CreateCertificateRequest(nil, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "beta"}}, key)
-	jr, err := fleetca.Sign(d1, dataDirSecretKey(t, d1), apitype.FleetJoinRequest{Token: ir.Token, CSR: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: csr}))}, time.Now())
+	req, open, err := fleetca.NewJoinRequest(ir.Token, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: csr})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealed, err := fleetca.Sign(d1, dataDirSecretKey(t, d1), req, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	jr, err := open(sealed)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/secrets"
 )
 
@@ -63,7 +62,7 @@ func TestCAKeySealed(t *testing.T) {
 	if err != nil || r.MigratedCAKey {
 		t.Fatalf("init again: %+v %v", r, err)
 	}
-	resp, err := Sign(d, key, apitype.FleetJoinRequest{Token: r.Token, CSR: csrPEM(t, "beta")}, time.Now())
+	resp, err := signToken(t, d, key, r.Token, csrPEM(t, "beta"), time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,18 +76,18 @@ func TestCAKeySealed(t *testing.T) {
 	}
 
 	// Another secret key: refused, the token not spent.
-	tok, _, err := AddToken(d, time.Hour, time.Now())
+	tok, _, err := AddToken(d, key, time.Hour, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
 	other, _ := secrets.ParseKey("another key")
-	if _, err := Sign(d, other, apitype.FleetJoinRequest{Token: tok, CSR: csrPEM(t, "gamma")}, time.Now()); !errors.Is(err, ErrCAKeyWrongKey) || !strings.Contains(err.Error(), "does not open with this data dir's secret key") {
+	if _, err := signToken(t, d, other, tok, csrPEM(t, "gamma"), time.Now()); !errors.Is(err, ErrCAKeyWrongKey) || !strings.Contains(err.Error(), "does not open with this data dir's secret key") {
 		t.Fatalf("Sign with another key: %v", err)
 	}
 	if _, err := Init(InitOptions{DataDir: d, SecretKey: "another key"}); !errors.Is(err, ErrCAKeyWrongKey) {
 		t.Fatalf("init with another key: %v", err)
 	}
-	if _, err := Sign(d, key, apitype.FleetJoinRequest{Token: tok, CSR: csrPEM(t, "gamma")}, time.Now()); err != nil {
+	if _, err := signToken(t, d, key, tok, csrPEM(t, "gamma"), time.Now()); err != nil {
 		t.Fatalf("the token after a refused sign: %v", err)
 	}
 }
@@ -131,8 +130,8 @@ func TestCAKeyPlaintextMigrated(t *testing.T) {
 	if err := writeFile(path, plain, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	tok, _, _ := AddToken(d, time.Hour, time.Now())
-	if _, err := Sign(d, key, apitype.FleetJoinRequest{Token: tok, CSR: csrPEM(t, "beta")}, time.Now()); err != nil {
+	tok, _, _ := AddToken(d, key, time.Hour, time.Now())
+	if _, err := signToken(t, d, key, tok, csrPEM(t, "beta"), time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if b, _ := os.ReadFile(path); bytes.Contains(b, []byte("PRIVATE KEY")) {

@@ -1,7 +1,8 @@
 // Package fleetca is the fleet's certificate authority and its on-disk
 // configuration (berth fleet init, berth fleet join): a fleet CA (ECDSA
 // P-256) in <data-dir>/fleet, the init host's etcd server, peer and
-// client certificate, one-time join tokens kept hashed with an expiry, the
+// client certificate, one-time join tokens (kept as an id and a sealed
+// key, never the token) with an expiry, the
 // signing of a joining host's certificate request, and the fleet.json
 // berth serve reads to run the embedded etcd member with mutual TLS or to
 // reach the fleet's etcd over it.
@@ -10,7 +11,7 @@
 //
 //	ca.crt, ca.key       the fleet CA (init host only; the key 0600)
 //	host.crt, host.key   this host's certificate and key (0600)
-//	join-tokens.json     hashes of the join tokens, their expiry and use (init host only)
+//	join-tokens.json     the join tokens' ids and sealed keys, their expiry and use (init host only)
 //	fleet.json           what berth serve reads (Config)
 package fleetca
 

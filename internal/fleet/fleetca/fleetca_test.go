@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/x509"
+	"encoding/base64"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,7 +16,8 @@ import (
 
 // TestInitFiles: berth fleet init makes a 0700 fleet directory whose keys
 // are 0600, a CA of ten years and a host certificate of one with the
-// advertised address, and keeps only a hash of the join token it prints;
+// advertised address, and keeps only the id and the sealed key of the join
+// token it prints, never the token;
 // running it again keeps the CA and prints a new token.
 func TestInitFiles(t *testing.T) {
 	d := t.TempDir()
@@ -57,7 +59,7 @@ func TestInitFiles(t *testing.T) {
 	}
 	tok := strings.Fields(s[i:])[6]
 	tokens, _ := os.ReadFile(filepath.Join(fd, TokensFile))
-	if !strings.HasPrefix(tok, "bfj_") || bytes.Contains(tokens, []byte(tok)) || !bytes.Contains(tokens, []byte(hashToken(tok))) {
+	if !strings.HasPrefix(tok, "bfj_") || bytes.Contains(tokens, []byte(tok)) || !bytes.Contains(tokens, []byte(tokenID(tok))) || bytes.Contains(tokens, tokenRoot(tok)) || bytes.Contains(tokens, []byte(base64.StdEncoding.EncodeToString(tokenRoot(tok)))) {
 		t.Fatalf("token %q; the file holds:\n%s", tok, tokens)
 	}
 	c, ok, err := LoadConfig(d)
@@ -74,16 +76,17 @@ func TestInitFiles(t *testing.T) {
 		t.Fatalf("init again elsewhere: %v", err)
 	}
 	// Tokens: good once, not after expiry.
-	if err := useToken(d, r.Token, "beta", time.Now()); err != nil {
+	key := testSecretKey(t, d)
+	if err := spend(t, d, key, r.Token, "beta", time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if err := useToken(d, r.Token, "gamma", time.Now()); err != ErrTokenUsed {
+	if err := spend(t, d, key, r.Token, "gamma", time.Now()); err != ErrTokenUsed {
 		t.Fatalf("reuse: %v", err)
 	}
-	if err := useToken(d, tok, "gamma", time.Now().Add(2*time.Hour)); err != ErrTokenExpired {
+	if err := spend(t, d, key, tok, "gamma", time.Now().Add(2*time.Hour)); err != ErrTokenExpired {
 		t.Fatalf("expired: %v", err)
 	}
-	if err := useToken(d, "bfj_nope", "gamma", time.Now()); err != ErrTokenInvalid {
+	if err := spend(t, d, key, "bfj_nope", "gamma", time.Now()); err != ErrTokenInvalid {
 		t.Fatalf("unknown: %v", err)
 	}
 

@@ -9,8 +9,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/berth-dev/berth/apitype"
 )
 
 // TestHostCertsServeTheHop: the first host's certificate and a joined
@@ -43,7 +41,7 @@ func TestHostCertsServeTheHop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := Sign(d, testSecretKey(t, d), apitype.FleetJoinRequest{Token: r.Token, CSR: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: csrDER}))}, time.Now())
+	resp, err := signToken(t, d, testSecretKey(t, d), r.Token, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: csrDER})), time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

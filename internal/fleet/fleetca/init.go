@@ -2,8 +2,8 @@ package fleetca
 
 import (
 	"crypto/ecdsa"
+	"crypto/hmac"
 	"crypto/rand"
-	"crypto/sha256"
 	"crypto/subtle"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -110,7 +110,7 @@ func Init(o InitOptions) (InitResult, error) {
 	if ttl == 0 {
 		ttl = TokenLifetime
 	}
-	if res.Token, res.Expires, err = AddToken(o.DataDir, ttl, now()); err != nil {
+	if res.Token, res.Expires, err = AddToken(o.DataDir, key, ttl, now()); err != nil {
 		return InitResult{}, err
 	}
 	res.Pin, res.Endpoints = Fingerprint(ca.Raw), c.Endpoints
@@ -262,12 +262,21 @@ func create(o InitOptions, key secrets.Key, now time.Time) (Config, error) {
 
 // --- join tokens
 
+// tokenRecord is a join token as the first host keeps it: its public id
+// and its root key (tokenRoot) sealed with berth's secret key, never the
+// token. Hash is the SHA-256 an older berth kept instead, which no
+// request names any more: such a token is refused as unknown.
 type tokenRecord struct {
-	Hash    string    `json:"sha256"`
+	ID      string    `json:"id,omitempty"`
+	Key     []byte    `json:"sealed_key,omitempty"`
+	Hash    string    `json:"sha256,omitempty"`
 	Expires time.Time `json:"expires"`
 	Used    time.Time `json:"used,omitzero"`
 	UsedBy  string    `json:"used_by,omitempty"`
 }
+
+// tokenKeyAD binds a token's sealed root key to its id.
+func tokenKeyAD(id string) []byte { return []byte("berth fleet join token root v1\x00" + id) }
 
 // Errors of a join token.
 var (
@@ -319,19 +328,16 @@ func withTokens(dataDir string, fn func([]tokenRecord) ([]tokenRecord, error)) e
 	return ferr
 }
 
-func hashToken(t string) string {
-	sum := sha256.Sum256([]byte(t))
-	return hex.EncodeToString(sum[:])
-}
-
-// AddToken makes a join token good for ttl from now and keeps its hash.
-func AddToken(dataDir string, ttl time.Duration, now time.Time) (string, time.Time, error) {
+// AddToken makes a join token good for ttl from now and keeps its id and
+// its root key, sealed with key (berth's secret key).
+func AddToken(dataDir string, key secrets.Key, ttl time.Duration, now time.Time) (string, time.Time, error) {
 	var rnd [32]byte
 	if _, err := rand.Read(rnd[:]); err != nil {
 		return "", time.Time{}, err
 	}
 	tok := "bfj_" + hex.EncodeToString(rnd[:])
 	exp := now.Add(ttl).UTC().Truncate(time.Second)
+	id := tokenID(tok)
 	err := withTokens(dataDir, func(recs []tokenRecord) ([]tokenRecord, error) {
 		// Forget tokens a day past their expiry.
 		keep := recs[:0]
@@ -340,33 +346,47 @@ func AddToken(dataDir string, ttl time.Duration, now time.Time) (string, time.Ti
 				keep = append(keep, r)
 			}
 		}
-		return append(keep, tokenRecord{Hash: hashToken(tok), Expires: exp}), nil
+		return append(keep, tokenRecord{ID: id, Key: key.Seal(tokenRoot(tok), tokenKeyAD(id)), Expires: exp}), nil
 	})
 	return tok, exp, err
 }
 
-// useToken spends a join token for host: the hashes are compared in
-// constant time, and a token is good once.
-func useToken(dataDir, tok, host string, now time.Time) error {
-	h := []byte(hashToken(tok))
-	return withTokens(dataDir, func(recs []tokenRecord) ([]tokenRecord, error) {
+// useToken spends the join token r names for host once r's MAC verifies
+// under it, and returns its root key. An unknown id and a MAC that does
+// not verify are the same ErrTokenInvalid, after the same work; a token
+// is good once.
+func useToken(dataDir string, key secrets.Key, r joinRequest, host string, now time.Time) ([]byte, error) {
+	var root []byte
+	err := withTokens(dataDir, func(recs []tokenRecord) ([]tokenRecord, error) {
 		found := -1
-		for i, r := range recs {
-			if subtle.ConstantTimeCompare(h, []byte(r.Hash)) == 1 {
+		for i, rec := range recs {
+			if rec.ID != "" && subtle.ConstantTimeCompare([]byte(r.id), []byte(rec.ID)) == 1 {
 				found = i
 			}
 		}
-		switch {
-		case found < 0:
+		var k []byte
+		if found >= 0 {
+			k, _ = key.Open(recs[found].Key, tokenKeyAD(r.id)) // nil when it does not open: unknown
+		}
+		ok := k != nil
+		if !ok {
+			k = make([]byte, 32)
+			rand.Read(k)
+		}
+		if !hmac.Equal(r.mac, requestMAC(k, r.id, r.nonce, r.csr)) || !ok {
 			return nil, ErrTokenInvalid
+		}
+		switch {
 		case !recs[found].Used.IsZero():
 			return nil, ErrTokenUsed
 		case !now.Before(recs[found].Expires):
 			return nil, ErrTokenExpired
 		}
 		recs[found].Used, recs[found].UsedBy = now.UTC(), host
+		root = k
 		return recs, nil
 	})
+	return root, err
 }
 
 // IsAuthority reports whether dataDir holds the fleet CA's key: this host

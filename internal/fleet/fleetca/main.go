@@ -27,7 +27,12 @@ const usage = `Usage:
                    [--data-dir DIR] [--host-id ID] [--force]
       On a new host: get a host certificate of the fleet CA for a key
       made here (it never leaves the host), so that berth serve on DIR
-      joins the fleet over mutual TLS with no further flags.
+      joins the fleet over mutual TLS with no further flags, and the
+      fleet's secret key, kept as <data-dir>/secret.key. The token never
+      crosses the wire: the request carries a MAC under it and the answer
+      is sealed with it, so plain HTTP is safe. A data dir holding another
+      secret key is refused (--force replaces it: what was sealed with it
+      no longer opens); BERTH_SECRET_KEY, when set, must be the fleet's.
   berth fleet renew [--data-dir DIR] [--server URL]
       On a joined host: renew its certificate before it expires, with no
       join token: a new key made here, signed by the first host on proof
@@ -109,12 +114,16 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		server := fs.String("server", "", "the first host's admin API URL (printed by berth fleet init)")
 		token := fs.String("token", "", "the one-time join token")
 		pin := fs.String("ca-sha256", "", "the fleet CA's fingerprint: the CA the server returns must match it")
-		force := fs.Bool("force", false, "replace the fleet configuration the data directory holds")
+		force := fs.Bool("force", false, "replace the fleet configuration and a secret key other than the fleet's the data directory holds")
 		run = func() error {
-			r, err := Join(ctx, JoinOptions{DataDir: *dataDir, Server: *server, Token: *token, Pin: *pin, HostID: *hostID, Force: *force})
+			r, err := Join(ctx, JoinOptions{DataDir: *dataDir, Server: *server, Token: *token, Pin: *pin, HostID: *hostID, Force: *force, SecretKey: os.Getenv("BERTH_SECRET_KEY")})
 			if err != nil {
 				return err
 			}
+			if r.ReplacedKey {
+				fmt.Fprintf(stdout, "Replaced the secret key %s with the fleet's (--force): secrets and keys this data dir sealed with the old one no longer open.\n", r.KeyFile)
+			}
+			fmt.Fprintf(stdout, "The fleet's secret key is this host's: %s (keep it with the data dir's backup).\n", r.KeyFile)
 			fmt.Fprintf(stdout, "Joined as host %s (certificate good until %s); etcd endpoints: %s\n", r.HostID, r.NotAfter.UTC().Format(time.RFC3339), strings.Join(r.Endpoints, ","))
 			fmt.Fprintf(stdout, "Start this host with: berth serve --data-dir %s\n", *dataDir)
 			return nil

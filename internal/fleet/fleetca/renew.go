@@ -63,8 +63,8 @@ func refuse(format string, a ...any) error {
 // verify, and the timestamp must be fresh (RenewMaxAge, RenewClockSkew).
 // The new certificate is issued as Sign issues one, for the request's
 // key. key is berth's secret key, which the CA key is sealed with.
-func SignRenewal(dataDir string, key secrets.Key, req apitype.FleetRenewRequest, now time.Time) (apitype.FleetJoinResponse, error) {
-	var none apitype.FleetJoinResponse
+func SignRenewal(dataDir string, key secrets.Key, req apitype.FleetRenewRequest, now time.Time) (apitype.FleetCertificate, error) {
+	var none apitype.FleetCertificate
 	csr, err := parseCSR(req.CSR)
 	if err != nil {
 		return none, err
@@ -138,7 +138,7 @@ func SignRenewal(dataDir string, key secrets.Key, req apitype.FleetRenewRequest,
 		return none, fmt.Errorf("fleetca: signing: %w", err)
 	}
 	crt, _ := x509.ParseCertificate(der)
-	return apitype.FleetJoinResponse{
+	return apitype.FleetCertificate{
 		CA: string(certPEM(ca.Raw)), Certificate: string(certPEM(der)),
 		Endpoints: c.Endpoints, HostID: id, NotAfter: crt.NotAfter.Unix(),
 	}, nil
@@ -261,7 +261,7 @@ func Renew(ctx context.Context, o RenewOptions) (RenewResult, error) {
 	if err != nil {
 		return RenewResult{}, err
 	}
-	var jr apitype.FleetJoinResponse
+	var jr apitype.FleetCertificate
 	if err := json.Unmarshal(rb, &jr); err != nil {
 		return RenewResult{}, fmt.Errorf("fleetca: %s's answer: %w", server, err)
 	}

@@ -44,7 +44,7 @@ func startAuthority(t *testing.T, id string) *authority {
 		t.Fatal(err)
 	}
 	key := testSecretKey(t, a.dir)
-	answer := func(w http.ResponseWriter, resp apitype.FleetJoinResponse, err error) {
+	answer := func(w http.ResponseWriter, resp any, err error) {
 		switch {
 		case errors.Is(err, ErrRenewRefused), errors.Is(err, ErrTokenInvalid), errors.Is(err, ErrTokenUsed), errors.Is(err, ErrTokenExpired):
 			w.WriteHeader(http.StatusForbidden)

@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/fleet/fleetca"
 	"github.com/berth-dev/berth/internal/secrets"
 )
@@ -63,7 +62,15 @@ func newFleetAt(tb testing.TB, d string, ids ...string) *testFleet {
 		if err != nil {
 			tb.Fatal(err)
 		}
-		resp, err := fleetca.Sign(d, mustSecretKey(tb, d), apitype.FleetJoinRequest{Token: tok, CSR: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: csr}))}, time.Now())
+		req, open, err := fleetca.NewJoinRequest(tok, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: csr})))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		sealed, err := fleetca.Sign(d, mustSecretKey(tb, d), req, time.Now())
+		if err != nil {
+			tb.Fatal(err)
+		}
+		resp, err := open(sealed)
 		if err != nil {
 			tb.Fatal(err)
 		}
