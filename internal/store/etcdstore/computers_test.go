@@ -25,6 +25,7 @@ func TestComputersSuite(t *testing.T) {
 		}
 		return s
 	})
+	checkLayout(t, cli, "/computers/", "computers", "computerqueueseq", "computerfacts", "computerfactseq", "computerports")
 }
 
 // TestReserveSeesHolderChange: a holder's record changed (its active

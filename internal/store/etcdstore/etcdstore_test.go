@@ -13,7 +13,8 @@ import (
 )
 
 // TestSuite runs the backend suite shared with the SQLite store on a real
-// etcd member, each subtest under a prefix of its own.
+// etcd member, each subtest under a prefix of its own, as host h1; then
+// every key the suite left is where its kind belongs (checkLayout).
 func TestSuite(t *testing.T) {
 	c := etcdtest.Start(t, 1)
 	cli := c.Client(t)
@@ -25,6 +26,7 @@ func TestSuite(t *testing.T) {
 		}
 		return s
 	})
+	checkLayout(t, cli, "/test/", "deployments", "tokens", "secretkeycheck", "grants")
 }
 
 func TestOpen(t *testing.T) {

@@ -344,3 +344,41 @@ func TestClaimPerHost(t *testing.T) {
 	}
 	cl.Release()
 }
+
+// checkLayout: every key under root/<n>/ (the stores a suite opened as
+// host h1) is where its kind belongs: a shared kind's (store.SharedKinds,
+// the secret key check) at the prefix, every other kind's under
+// hosts/h1/; and the suite left keys of each kind of want.
+func checkLayout(t *testing.T, cli *clientv3.Client, root string, want ...string) {
+	t.Helper()
+	r, err := cli.Get(context.Background(), root, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Independent of the package's own table.
+	isShared := map[string]bool{"secretkeycheck": true}
+	for _, k := range store.SharedKinds {
+		isShared[k] = true
+	}
+	kinds := map[string]bool{}
+	for _, kv := range r.Kvs {
+		_, rest, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), root), "/") // past the store's number
+		local, isLocal := strings.CutPrefix(rest, "hosts/h1/")
+		if !isLocal {
+			local = rest
+		}
+		kind, _, _ := strings.Cut(local, "/")
+		kinds[kind] = true
+		if want := !isShared[kind]; isLocal != want {
+			t.Errorf("key %s: under hosts/h1/ %v, want %v (kind %q)", kv.Key, isLocal, want, kind)
+		}
+	}
+	if len(r.Kvs) == 0 {
+		t.Errorf("no key under %s", root)
+	}
+	for _, k := range want {
+		if !kinds[k] {
+			t.Errorf("no key of kind %s under %s: %v", k, root, kinds)
+		}
+	}
+}

@@ -24,4 +24,5 @@ func TestMiscSuite(t *testing.T) {
 		}
 		return s
 	})
+	checkLayout(t, cli, "/misc/", "securityalerts", "securityalertseq", "sessions", "sessionhashes", "webhooks", "obsalerts", "feedevents", "diskrecords", "ratelimits")
 }
