@@ -30,8 +30,9 @@ type Claim struct {
 // given), its hold on a lease of ttl (at least a second) kept alive until
 // Release or until etcd cannot be reached for that long (Done). A key
 // left by the same holder (a berth restarted before its old lease lapsed)
-// is taken over; another holder's is refused with ErrClaimed, naming it.
-// Holder is what tells a restart from a second berth: it should name the
+// is taken over; another holder's is refused with ErrClaimed, naming it,
+// and so is every claim while a berth of an earlier version holds the
+// whole store (prefix+"holder"). Holder is what tells a restart from a second berth: it should name the
 // berth (its host id and data dir, say), not only the host.
 func (s *Store) Claim(ctx context.Context, holder string, ttl time.Duration) (*Claim, error) {
 	if holder == "" {
@@ -45,17 +46,23 @@ func (s *Store) Claim(ctx context.Context, holder string, ttl time.Duration) (*C
 		return nil, fmt.Errorf("etcdstore: claiming the store: %w", err)
 	}
 	c := &Claim{sess: sess, key: s.key("holder"), holder: holder}
+	legacy := s.legacyHolderKey()
+	noLegacy := clientv3.Compare(clientv3.CreateRevision(legacy), "=", 0)
 	for {
 		r, err := s.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(c.key), "=", 0)).
+			If(clientv3.Compare(clientv3.CreateRevision(c.key), "=", 0), noLegacy).
 			Then(clientv3.OpPut(c.key, holder, clientv3.WithLease(sess.Lease()))).
-			Else(clientv3.OpGet(c.key)).Commit()
+			Else(clientv3.OpGet(c.key), clientv3.OpGet(legacy)).Commit()
 		if err != nil {
 			sess.Close()
 			return nil, fmt.Errorf("etcdstore: claiming the store: %w", err)
 		}
 		if r.Succeeded {
 			return c, nil
+		}
+		if old := r.Responses[1].GetResponseRange().Kvs; len(old) > 0 {
+			sess.Close()
+			return nil, fmt.Errorf("%w: %s holds all of %s (a berth of an earlier version, one berth per store): stop it first", ErrClaimed, old[0].Value, s.prefix)
 		}
 		kvs := r.Responses[0].GetResponseRange().Kvs
 		if len(kvs) == 0 {
@@ -67,7 +74,7 @@ func (s *Store) Claim(ctx context.Context, holder string, ttl time.Duration) (*C
 		}
 		// Our own, from before a restart: move it to this session's lease.
 		t, err := s.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.ModRevision(c.key), "=", kvs[0].ModRevision)).
+			If(clientv3.Compare(clientv3.ModRevision(c.key), "=", kvs[0].ModRevision), noLegacy).
 			Then(clientv3.OpPut(c.key, holder, clientv3.WithLease(sess.Lease()))).Commit()
 		if err != nil {
 			sess.Close()
@@ -78,6 +85,11 @@ func (s *Store) Claim(ctx context.Context, holder string, ttl time.Duration) (*C
 		}
 	}
 }
+
+// legacyHolderKey is where a berth of an earlier version (every key at
+// the prefix, one berth per store) claims the whole store: while it is
+// there, Claim refuses every host.
+func (s *Store) legacyHolderKey() string { return s.prefix + "holder" }
 
 // Done is closed when the hold is lost: its lease lapsed (etcd could not
 // be reached for its TTL) or was revoked. Another berth of the same host

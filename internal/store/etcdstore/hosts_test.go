@@ -295,7 +295,8 @@ func TestOpenHost(t *testing.T) {
 // of one store; a second holder of the same host is refused with
 // ErrClaimed, naming the holder, while the first holds it; the same
 // holder (a restart) takes its own key over; once released, another
-// holder of that host gets it.
+// holder of that host gets it. A berth of an earlier version holding the
+// whole store keeps every host out.
 func TestClaimPerHost(t *testing.T) {
 	c := etcdtest.Start(t, 1)
 	cli := c.Client(t)
@@ -343,6 +344,29 @@ func TestClaimPerHost(t *testing.T) {
 		t.Fatalf("host a once released: %v", err)
 	}
 	cl.Release()
+
+	// A berth of an earlier version holds the whole store at
+	// <prefix>holder: no host claims beside it, not even to take its own
+	// key over.
+	if _, err := cli.Put(t.Context(), DefaultPrefix+"holder", "old-berth"); err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range []struct {
+		s      *Store
+		holder string
+	}{{open("c"), "c (one)"}, {b, "b (one)"}} {
+		if _, err := x.s.Claim(t.Context(), x.holder, 2*time.Second); !errors.Is(err, ErrClaimed) || !strings.Contains(err.Error(), "old-berth") || !strings.Contains(err.Error(), "earlier version") {
+			t.Errorf("%s's claim beside an earlier berth: %v, want ErrClaimed naming it", x.holder, err)
+		}
+	}
+	if _, err := cli.Delete(t.Context(), DefaultPrefix+"holder"); err != nil {
+		t.Fatal(err)
+	}
+	cc, err := open("c").Claim(t.Context(), "c (one)", 2*time.Second)
+	if err != nil {
+		t.Fatalf("host c once the earlier berth is gone: %v", err)
+	}
+	cc.Release()
 }
 
 // checkLayout: every key under root/<n>/ (the stores a suite opened as
