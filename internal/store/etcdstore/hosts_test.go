@@ -406,3 +406,45 @@ func checkLayout(t *testing.T, cli *clientv3.Client, root string, want ...string
 		}
 	}
 }
+
+// TestWatchSharedAcrossFailover: on a cluster of three, the watch goes on
+// past the stop of the leader: a change written after it is reported, as
+// the changes before it were.
+func TestWatchSharedAcrossFailover(t *testing.T) {
+	c := etcdtest.Start(t, 3)
+	a, err := Open(t.Context(), c.Client(t), "", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Open(t.Context(), c.Client(t), "", "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, _ := watchInto(t, b)
+	put(t, a, "before")
+	until(t, ch, store.Change{Kind: "deployments", Key: []string{"before"}})
+	leader := c.Leader()
+	if leader < 0 {
+		t.Fatal("no leader")
+	}
+	c.StopMember(leader)
+	// The write retries until a new leader answers.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := a.PutDeployment(t.Context(), store.Deployment{ID: "after", Namespace: "ns", Spec: []byte(`{}`)}, false, 0)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no write after the leader stopped: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// Reported, after a reload at worst.
+	got := until(t, ch, store.Change{Kind: "deployments", Key: []string{"after"}})
+	for _, x := range got[:len(got)-1] {
+		if x.Kind != "" {
+			t.Errorf("reported before the write after the failover: %+v", x)
+		}
+	}
+}
