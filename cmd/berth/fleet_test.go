@@ -47,6 +47,15 @@ type fleetHost struct {
 // startFleetHost runs berth serve as host id of the fleet on etcd, in ns.
 func startFleetHost(t *testing.T, ns *fleetnet.Host, id string, endpoints []string, extra ...string) *fleetHost {
 	t.Helper()
+	h := newFleetHost(t, ns, id, endpoints, extra...)
+	h.start(t)
+	return h
+}
+
+// newFleetHost is startFleetHost's host, not started yet (its data dir,
+// <dir>/data, not made).
+func newFleetHost(t *testing.T, ns *fleetnet.Host, id string, endpoints []string, extra ...string) *fleetHost {
+	t.Helper()
 	h := &fleetHost{id: id, ns: ns, dir: t.TempDir(),
 		admin: "http://" + ns.IP + ":9090", proxy: "http://" + ns.IP + ":6188", client: ns.Client()}
 	h.args = append([]string{"serve",
@@ -64,7 +73,6 @@ func startFleetHost(t *testing.T, ns *fleetnet.Host, id string, endpoints []stri
 			t.Logf("log of %s:\n%s", id, b)
 		}
 	})
-	h.start(t)
 	return h
 }
 
@@ -576,8 +584,9 @@ func TestFleetRollingUpgrade(t *testing.T) {
 // TestStoreOnEtcdSurvivesKill: berth serve --store etcd://… keeps what it
 // acknowledged through a kill -9 of the berth (and everything it ran): a
 // deployment and a token written before are there after the restart, and
-// the deployment routes; a second berth on the same store is refused
-// (exit 1, naming the holder).
+// the deployment routes; a second berth with h0's host id on the same
+// store is refused (exit 1, naming the holder), and one of another host
+// (with h0's secret key) starts beside it and shares the deployment.
 func TestStoreOnEtcdSurvivesKill(t *testing.T) {
 	nt := fleetnet.New(t, 2)
 	etcd := etcdtest.Start(t, 1, etcdtest.Options{Host: nt.Gateway, Fsync: true})
@@ -627,14 +636,31 @@ func TestStoreOnEtcdSurvivesKill(t *testing.T) {
 		return resp.StatusCode == 200 && string(b) == "kept"
 	})
 
-	// A second berth on the same store is refused.
+	// A second berth with host id h0 on the same store is refused.
 	exe, _ := os.Executable()
 	cmd := nt.Hosts[1].Command(exe, "serve", "--proxy-addr", nt.Hosts[1].IP+":6188", "--admin-addr", nt.Hosts[1].IP+":9090",
-		"--data-dir", t.TempDir(), "--egress-addr", "off", "--no-host-setup", "--store", storeURL)
+		"--data-dir", t.TempDir(), "--egress-addr", "off", "--no-host-setup", "--store", storeURL,
+		"--etcd", strings.Join(etcd.Endpoints(), ","), "--host-id", "h0")
 	cmd.Env = append(os.Environ(), beBerth+"=1", "BERTH_ADMIN_PASSWORD="+fleetPassword)
 	out, err := cmd.CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "in use by another berth") || !strings.Contains(string(out), "h0 holds") {
-		t.Fatalf("a second berth on the store: %v\n%s", err, out)
+	if err == nil || !strings.Contains(string(out), "in use by another berth") || !strings.Contains(string(out), "holds host h0") {
+		t.Fatalf("a second berth of host h0 on the store: %v\n%s", err, out)
+	}
+	// One of host h1, sealing with h0's key, shares the store.
+	h1 := newFleetHost(t, nt.Hosts[1], "h1", etcd.Endpoints(), "--store", storeURL)
+	key, err := os.ReadFile(filepath.Join(h.dir, "data", "secret.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(h1.dir, "data"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(h1.dir, "data", "secret.key"), key, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h1.start(t)
+	if code, b := h1.do(t, "GET", "/deployments/kept", ""); code != 200 {
+		t.Fatalf("the deployment on host h1: %d %s", code, b)
 	}
 }
 

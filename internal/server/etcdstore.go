@@ -59,9 +59,11 @@ type etcdBacked struct {
 	claim  *etcdstore.Claim
 }
 
-// openEtcdStore connects to etcd, opens the store and claims it for this
-// berth (a second berth on the same store and prefix is refused: hosts do
-// not share one store yet).
+// openEtcdStore connects to etcd, opens the store as this host's (its
+// host id: fleet.json's or --host-id, else <data-dir>/host-id) and claims
+// the host's part of it for this berth. Berths of other hosts share the
+// store's shared records (store.SharedKinds); a second berth with this
+// host id is refused, as it would write this host's records too.
 func openEtcdStore(ctx context.Context, o Options) (Store, *etcdBacked, error) {
 	if _, err := os.Stat(filepath.Join(o.DataDir, store.FileName)); err == nil {
 		// Starting on etcd would start empty, the records left behind.
@@ -106,15 +108,20 @@ func openEtcdStore(ctx context.Context, o Options) (Store, *etcdBacked, error) {
 	if b.ttl <= 0 {
 		b.ttl = 10 * time.Second
 	}
-	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if b.st, err = etcdstore.Open(octx, cli, o.StoreEtcd.Prefix); err != nil {
-		return fail(fmt.Errorf("server: the etcd store at %s: %w", strings.Join(o.StoreEtcd.Endpoints, ","), err))
-	}
-	if b.holder = f.HostID; b.holder == "" {
-		if b.holder, err = loadHostID(o.DataDir); err != nil {
+	host := f.HostID
+	if host == "" {
+		if host, err = loadHostID(o.DataDir); err != nil {
 			return fail(err)
 		}
+	}
+	// The holder names this berth, not only its host: a restart on the
+	// same data dir takes its own claim over, another berth with the same
+	// host id is refused.
+	b.holder = claimHolder(host, o.DataDir)
+	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if b.st, err = etcdstore.Open(octx, cli, o.StoreEtcd.Prefix, host); err != nil {
+		return fail(fmt.Errorf("server: the etcd store at %s: %w", strings.Join(o.StoreEtcd.Endpoints, ","), err))
 	}
 	if b.claim, err = b.st.Claim(octx, b.holder, b.ttl); err != nil {
 		return fail(fmt.Errorf("server: %w", err))
@@ -128,9 +135,20 @@ func openEtcdStore(ctx context.Context, o Options) (Store, *etcdBacked, error) {
 	return b.st, b, nil
 }
 
+// claimHolder is the holder a berth of host on dataDir claims its host's
+// part of the store as: "<host> (<machine>:<data dir>)".
+func claimHolder(host, dataDir string) string {
+	machine, _ := os.Hostname()
+	if abs, err := filepath.Abs(dataDir); err == nil {
+		dataDir = abs
+	}
+	return fmt.Sprintf("%s (%s:%s)", host, machine, dataDir)
+}
+
 // keepClaim claims the store again whenever the claim lapses (etcd out of
 // reach for its TTL), until ctx ends; it answers on lost when another
-// berth took the store meanwhile: this one must stop, or both would write.
+// berth of this host id took it meanwhile: this one must stop, or both
+// would write this host's records.
 func (b *etcdBacked) keepClaim(ctx context.Context, s *Server, lost chan<- error) {
 	for {
 		select {
@@ -146,7 +164,7 @@ func (b *etcdBacked) keepClaim(ctx context.Context, s *Server, lost chan<- error
 				break
 			}
 			if errors.Is(err, etcdstore.ErrClaimed) {
-				lost <- fmt.Errorf("server: the etcd store was claimed by another berth while this one could not reach etcd: %w", err)
+				lost <- fmt.Errorf("server: this host's part of the etcd store was claimed by another berth while this one could not reach etcd: %w", err)
 				return
 			}
 			select {

@@ -23,8 +23,9 @@ import (
 // berth keeps its records in etcd, not in the data dir's SQLite store:
 // a deployment, a token and a secret written through the API are etcd
 // keys, and a berth started again on the same data dir (the same holder)
-// finds them; a second berth on the same store is refused, naming the
-// holder; one on another prefix is not.
+// finds them; a second berth with the same host id on the same store is
+// refused, naming the holder; one of another host (sealing with the same
+// secret key) shares the deployment; one on another prefix sees nothing.
 func TestEtcdStore(t *testing.T) {
 	c := etcdtest.Start(t, 1)
 	onEtcd := func(prefix string) func(*Options) {
@@ -57,21 +58,61 @@ func TestEtcdStore(t *testing.T) {
 		}
 	}
 	all := strings.Join(keys, " ")
-	for _, want := range []string{"deployments/web", "tokens/", "secrets/", "holder"} {
+	hostA, err := loadHostID(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"deployments/web", "tokens/", "secrets/", "hosts/" + hostA + "/holder"} {
 		if !strings.Contains(all, etcdstore.DefaultPrefix+want) {
 			t.Fatalf("no key %s%s in etcd: %s", etcdstore.DefaultPrefix, want, all)
 		}
 	}
 
-	// A second berth on the same store is refused.
-	o := Options{ProxyAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", DataDir: t.TempDir(), Log: slog.New(slog.DiscardHandler)}
+	// A second berth with the same host id (its own data dir, a's host-id
+	// and secret key) is refused while a holds its host.
+	sameHost := t.TempDir()
+	for _, f := range []string{"host-id", "secret.key"} {
+		b, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(sameHost, f), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o := Options{ProxyAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", DataDir: sameHost, Log: slog.New(slog.DiscardHandler)}
 	onEtcd("")(&o)
-	if s, err := New(context.Background(), o); err == nil || !errors.Is(err, etcdstore.ErrClaimed) {
+	if s, err := New(context.Background(), o); err == nil || !errors.Is(err, etcdstore.ErrClaimed) || !strings.Contains(err.Error(), hostA) {
 		if s != nil {
 			s.closeStore()
 		}
-		t.Fatalf("a second berth on the claimed store: %v", err)
+		t.Fatalf("a second berth with host id %s on the claimed store: %v", hostA, err)
 	}
+	// One of another host, with the same secret key, shares the store's
+	// deployments and tokens.
+	otherHost := t.TempDir()
+	key, err := os.ReadFile(filepath.Join(dir, "secret.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(otherHost, "secret.key"), key, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	peer := startWith(t, otherHost, onEtcd(""))
+	if r := peer.do("GET", "/deployments/web", "", ""); r.code != 200 {
+		t.Fatalf("web on another host of the store: %d %s", r.code, r.body)
+	}
+	if r := peer.do("GET", "/deployments", "", "", "Authorization", "Bearer "+minted.Token); r.code != 200 {
+		t.Fatalf("the token on another host of the store: %d %s", r.code, r.body)
+	}
+	hostB, err := loadHostID(otherHost)
+	if err != nil || hostB == hostA {
+		t.Fatalf("the other host's id: %q, %v", hostB, err)
+	}
+	if g, err := cli.Get(context.Background(), etcdstore.DefaultPrefix+"hosts/"+hostB+"/holder"); err != nil || len(g.Kvs) != 1 {
+		t.Fatalf("the other host's claim: %v %v", g, err)
+	}
+	peer.stop()
 	// One on another prefix is its own store.
 	other := startWith(t, "", onEtcd("/berth/other/"))
 	if r := other.do("GET", "/deployments/web", "", ""); r.code != 404 {

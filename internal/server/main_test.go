@@ -157,7 +157,7 @@ func skipShort(t *testing.T, why string) {
 // openTestStore opens, from outside the server, the store a server on dir
 // keeps its records in (a test reading or planting a record between two
 // runs): the SQLite store in dir, or under BERTH_TEST_STORE=etcd its
-// prefix in the test member.
+// prefix in the test member, as the host of dir's host-id.
 func openTestStore(t *testing.T, dir string) (Store, func() error) {
 	t.Helper()
 	if testStoreEtcd == nil {
@@ -171,7 +171,12 @@ func openTestStore(t *testing.T, dir string) (Store, func() error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := etcdstore.Open(t.Context(), cli, "/berth/test"+dir+"/")
+	host, err := loadHostID(dir) // the host id a server on dir without a fleet id opens it as
+	if err != nil {
+		cli.Close()
+		t.Fatal(err)
+	}
+	st, err := etcdstore.Open(t.Context(), cli, "/berth/test"+dir+"/", host)
 	if err != nil {
 		cli.Close()
 		t.Fatal(err)

@@ -234,7 +234,7 @@ func (s *Store) DeleteSealedSecret(ctx context.Context, namespace, id string) er
 // store.ErrNotFound when none has been written yet.
 func (s *Store) SecretKeyCheck(ctx context.Context) ([]byte, error) {
 	var b []byte
-	found, err := s.get(ctx, s.prefix+"secretkeycheck", "secret key check", &b)
+	found, err := s.get(ctx, s.key(kindSecretKeyCheck), "secret key check", &b)
 	if err != nil {
 		return nil, err
 	}
@@ -257,7 +257,7 @@ func (s *Store) PutSecretKeyCheck(ctx context.Context, sealed []byte) error {
 	}
 	ctx, cancel := opctx(ctx)
 	defer cancel()
-	k := s.prefix + "secretkeycheck"
+	k := s.key(kindSecretKeyCheck)
 	t, err := s.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
 		Then(clientv3.OpPut(k, string(body))).

@@ -49,7 +49,7 @@ func BenchmarkPutDeploymentParallel(b *testing.B) {
 
 func benchStore(b *testing.B) *Store {
 	c := etcdtest.Start(b, 1, etcdtest.Options{Fsync: true})
-	s, err := Open(context.Background(), c.Client(b), "")
+	s, err := Open(context.Background(), c.Client(b), "", "h1")
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -232,7 +232,7 @@ type queueSeq struct {
 	Last int64
 }
 
-func (s *Store) seqKey() string { return s.prefix + "computerqueueseq" }
+func (s *Store) seqKey() string { return s.key("computerqueueseq") }
 
 func decodeSeq(kv *mvccpb.KeyValue) (queueSeq, error) {
 	if kv == nil {

@@ -19,12 +19,13 @@ func TestComputersSuite(t *testing.T) {
 	cli := c.Client(t)
 	var n atomic.Int64
 	storetest.RunComputers(t, func(t *testing.T) storetest.ComputersBackend {
-		s, err := Open(t.Context(), cli, fmt.Sprintf("/computers/%d/", n.Add(1)))
+		s, err := Open(t.Context(), cli, fmt.Sprintf("/computers/%d/", n.Add(1)), "h1")
 		if err != nil {
 			t.Fatalf("Open: %v", err)
 		}
 		return s
 	})
+	checkLayout(t, cli, "/computers/", "computers", "computerqueueseq", "computerfacts", "computerfactseq", "computerports")
 }
 
 // TestReserveSeesHolderChange: a holder's record changed (its active
@@ -34,7 +35,7 @@ func TestComputersSuite(t *testing.T) {
 // fn, between the read and the commit, on the first run only.)
 func TestReserveSeesHolderChange(t *testing.T) {
 	c := etcdtest.Start(t, 1)
-	s, err := Open(t.Context(), c.Client(t), "")
+	s, err := Open(t.Context(), c.Client(t), "", "h1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +75,7 @@ func TestReserveSeesHolderChange(t *testing.T) {
 // transaction takes, and a write with more facts than one takes.
 func TestComputerWritesMany(t *testing.T) {
 	c := etcdtest.Start(t, 1)
-	s, err := Open(t.Context(), c.Client(t), "")
+	s, err := Open(t.Context(), c.Client(t), "", "h1")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,20 +5,44 @@
 // can share it. It covers every entity of package store (the server's
 // Store interface lists them); berth serve --store etcd://… runs on it.
 //
+// # Hosts
+//
+// A Store is one host's (Open names it): the hosts sharing a store share
+// the fleet's configuration, the records of store.SharedKinds
+// (deployments, upstream drains, namespaces, auth providers, tokens,
+// secrets, registry credentials, guard rules, rate limits, sessions and
+// their hashes, webhooks, obs alerts) and the secret key check, each at
+// <prefix><kind>/…; every other record (Computers and everything of
+// theirs, replicas, jobs and workflows, rollouts, workspaces, images and
+// pulls, disks, feeds, security alerts, plugins, grants) and every
+// per-host counter (computerqueueseq, securityalertseq, computerfactseq)
+// is the host's own, at <prefix>hosts/<host>/<kind>/…, which no other
+// host reads. Every key is built by one function (Store.key) that knows
+// which kinds are shared. WatchShared reports the changes of shared
+// records, by any host, as store.Change. Claim holds a host's part,
+// hosts/<host>/holder, for one berth.
+//
+// A cascade across the two (DeleteDeployment deleting the deployment's
+// pulls and rollouts) reaches this host's records only; another host's
+// stay under its own directory until it drops them.
+//
 // # Keys
 //
 // Under the prefix given to Open (default /berth/store/), each key
 // component path-escaped (url.PathEscape, so a '/' inside an id cannot
 // alias another key), every value the JSON encoding of package store's
 // record type (byte fields such as a spec base64, so they come back
-// verbatim; times RFC 3339 in UTC with nanoseconds):
+// verbatim; times RFC 3339 in UTC with nanoseconds). The shared keys
+// below are at the prefix, every other under hosts/<host>/ (the host id
+// path-escaped):
 //
 //	deployments/<id>                deployment: id, namespace, spec, revision, created and updated times
 //	namespaces/<name>               namespace: name, description, domains, created time
 //	authproviders/<ns>/<name>       auth provider: namespace, name, spec, created time
 //	tokens/<id>                     token: every store.Token field; the secret only as its SHA-256
 //	secrets/<ns>/<id>               sealed secret: namespace, id, the sealed blob, updated time
-//	secretkeycheck                  the sealed secret key check (written once)
+//	secretkeycheck                  the sealed secret key check (written once; shared)
+//	hosts/<host>/holder             the berth holding host's part (Claim), on its lease
 //	guardrules/<id>                 guard rule: every store.GuardRule field, hit counters included
 //	grants/<id>                     Computer grant: its Computer, the signed payload, expiry, issue and revocation times
 //	computers/<id>                  Computer: every store.Computer field (idle timeout in whole ms)

@@ -21,7 +21,7 @@ import (
 // afterwards with its content. A put that failed may or may not be.
 func TestLeaderLossKeepsAcknowledgedWrites(t *testing.T) {
 	c := etcdtest.Start(t, 3)
-	s, err := Open(t.Context(), c.Client(t), "")
+	s, err := Open(t.Context(), c.Client(t), "", "h1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestLeaderLossKeepsAcknowledgedWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	r, err := Open(t.Context(), cli, "")
+	r, err := Open(t.Context(), cli, "", "h1")
 	if err != nil {
 		t.Fatal(err)
 	}

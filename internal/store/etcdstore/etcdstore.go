@@ -11,6 +11,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/berth-dev/berth/internal/store"
 )
 
 // Defaults.
@@ -30,16 +32,44 @@ const maxTxnOps = 128
 type Store struct {
 	cli    *clientv3.Client
 	prefix string
+	// host is the host this handle is of: its own records (every kind not
+	// in store.SharedKinds) live under hostPrefix.
+	host       string
+	hostPrefix string
+	// openRev is the revision Open read at: WatchShared starts after it.
+	openRev int64
 	// now is the clock for bookkeeping timestamps.
 	now func() time.Time
 }
 
-// Open returns a store keeping its keys under prefix (DefaultPrefix when
-// ""; a missing trailing '/' is added) in the cluster cli talks to. It
-// reads once to check the cluster answers.
-func Open(ctx context.Context, cli *clientv3.Client, prefix string) (*Store, error) {
+// shared are the kinds whose keys every host sharing the store shares
+// (store.SharedKinds) and the one shared singleton, the secret key check
+// (every host seals with the same key).
+var shared = func() map[string]bool {
+	m := map[string]bool{kindSecretKeyCheck: true}
+	for _, k := range store.SharedKinds {
+		m[k] = true
+	}
+	return m
+}()
+
+const kindSecretKeyCheck = "secretkeycheck"
+
+// Open returns the store of host keeping its keys under prefix
+// (DefaultPrefix when ""; a missing trailing '/' is added) in the cluster
+// cli talks to. Several hosts may share one store: the records of
+// store.SharedKinds (and the secret key check) are every host's, each at
+// prefix + kind + "/" + …; every other record is host's own, at prefix +
+// "hosts/" + host + "/" + kind + "/" + …, and no other host sees it. Host
+// must be non-empty, without '/' or control characters. Open reads once
+// to check the cluster answers; WatchShared starts at that read's
+// revision.
+func Open(ctx context.Context, cli *clientv3.Client, prefix, host string) (*Store, error) {
 	if cli == nil {
 		return nil, errors.New("etcdstore: client must not be nil")
+	}
+	if err := validHost(host); err != nil {
+		return nil, err
 	}
 	if prefix == "" {
 		prefix = DefaultPrefix
@@ -47,14 +77,41 @@ func Open(ctx context.Context, cli *clientv3.Client, prefix string) (*Store, err
 	if !strings.HasSuffix(prefix, "/") {
 		prefix += "/"
 	}
-	s := &Store{cli: cli, prefix: prefix, now: time.Now}
+	s := &Store{cli: cli, prefix: prefix, host: host, hostPrefix: prefix + hostsDir + url.PathEscape(host) + "/", now: time.Now}
 	ctx, cancel := opctx(ctx)
 	defer cancel()
-	if _, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
+	r, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
 		return nil, fmt.Errorf("etcdstore: reading %s: %w", prefix, err)
 	}
+	s.openRev = r.Header.Revision
 	return s, nil
 }
+
+// hostsDir, under the prefix, holds each host's own records.
+const hostsDir = "hosts/"
+
+// validHost refuses a host id that is empty, names a path step, or holds
+// a '/' or a control character.
+func validHost(host string) error {
+	switch {
+	case host == "":
+		return errors.New("etcdstore: host: a host id is required")
+	case host == "." || host == "..":
+		return fmt.Errorf("etcdstore: host %q: not a host id", host)
+	case len(host) > 253:
+		return fmt.Errorf("etcdstore: host %q: longer than 253 bytes", host)
+	}
+	for _, c := range host {
+		if c == '/' || c < 0x20 || c == 0x7f {
+			return fmt.Errorf("etcdstore: host %q: no '/' or control characters allowed", host)
+		}
+	}
+	return nil
+}
+
+// Host is the host id the store was opened for.
+func (s *Store) Host() string { return s.host }
 
 func opctx(ctx context.Context) (context.Context, context.CancelFunc) {
 	if _, ok := ctx.Deadline(); ok {
@@ -63,10 +120,21 @@ func opctx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, DefaultOpTimeout)
 }
 
-// key is prefix + kind + "/" + each part path-escaped.
+// base is where kind's keys begin: the prefix for a shared kind, this
+// host's own directory under it for every other. Every key the store
+// reads or writes is built here (through key or dir), so no method can
+// put a host's record where the others see it, or the reverse.
+func (s *Store) base(kind string) string {
+	if k, _, _ := strings.Cut(kind, "/"); shared[k] {
+		return s.prefix
+	}
+	return s.hostPrefix
+}
+
+// key is base + kind + "/" + each part path-escaped.
 func (s *Store) key(kind string, parts ...string) string {
 	var b strings.Builder
-	b.WriteString(s.prefix)
+	b.WriteString(s.base(kind))
 	b.WriteString(kind)
 	for _, p := range parts {
 		b.WriteByte('/')
@@ -76,17 +144,22 @@ func (s *Store) key(kind string, parts ...string) string {
 }
 
 // dir is the prefix every key of kind shares.
-func (s *Store) dir(kind string) string { return s.prefix + kind + "/" }
+func (s *Store) dir(kind string) string { return s.base(kind) + kind + "/" }
 
 // norm is a timestamp as the SQLite store gives it back: UTC, no
 // monotonic reading.
 func norm(t time.Time) time.Time { return t.UTC().Round(0) }
 
-// list decodes every value under kind's directory with dec.
-func list[T any](ctx context.Context, s *Store, kind, what string) ([]T, error) {
+// list decodes every value under kind's directory (or, given parts, the
+// directory of kind's keys beginning with them).
+func list[T any](ctx context.Context, s *Store, kind, what string, parts ...string) ([]T, error) {
 	ctx, cancel := opctx(ctx)
 	defer cancel()
-	r, err := s.cli.Get(ctx, s.dir(kind), clientv3.WithPrefix())
+	dir := s.dir(kind)
+	if len(parts) > 0 {
+		dir = s.key(kind, parts...) + "/"
+	}
+	r, err := s.cli.Get(ctx, dir, clientv3.WithPrefix())
 	if err != nil {
 		return nil, fmt.Errorf("etcdstore: list %s: %w", what, err)
 	}

@@ -13,27 +13,29 @@ import (
 )
 
 // TestSuite runs the backend suite shared with the SQLite store on a real
-// etcd member, each subtest under a prefix of its own.
+// etcd member, each subtest under a prefix of its own, as host h1; then
+// every key the suite left is where its kind belongs (checkLayout).
 func TestSuite(t *testing.T) {
 	c := etcdtest.Start(t, 1)
 	cli := c.Client(t)
 	var n atomic.Int64
 	storetest.Run(t, func(t *testing.T) storetest.Backend {
-		s, err := Open(t.Context(), cli, fmt.Sprintf("/test/%d/", n.Add(1)))
+		s, err := Open(t.Context(), cli, fmt.Sprintf("/test/%d/", n.Add(1)), "h1")
 		if err != nil {
 			t.Fatalf("Open: %v", err)
 		}
 		return s
 	})
+	checkLayout(t, cli, "/test/", "deployments", "tokens", "secretkeycheck", "grants")
 }
 
 func TestOpen(t *testing.T) {
 	c := etcdtest.Start(t, 1)
 	cli := c.Client(t)
-	if _, err := Open(t.Context(), nil, ""); err == nil || !strings.Contains(err.Error(), "client") {
+	if _, err := Open(t.Context(), nil, "", "h1"); err == nil || !strings.Contains(err.Error(), "client") {
 		t.Errorf("Open(nil client) = %v, want an error naming the client", err)
 	}
-	s, err := Open(t.Context(), cli, "")
+	s, err := Open(t.Context(), cli, "", "h1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +48,7 @@ func TestOpen(t *testing.T) {
 		t.Fatalf("key of deployment a/b: %v, %v", r, err)
 	}
 	// Another prefix is another store.
-	o, err := Open(t.Context(), cli, "/elsewhere")
+	o, err := Open(t.Context(), cli, "/elsewhere", "h1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +60,7 @@ func TestOpen(t *testing.T) {
 // TestGuardRulesMany: more ids than one etcd transaction takes.
 func TestGuardRulesMany(t *testing.T) {
 	c := etcdtest.Start(t, 1)
-	s, err := Open(t.Context(), c.Client(t), "")
+	s, err := Open(t.Context(), c.Client(t), "", "h1")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,8 +18,9 @@ func openJobsSuite(t *testing.T) (func(t *testing.T) *Store, *clientv3.Client) {
 	c := etcdtest.Start(t, 1)
 	cli := c.Client(t)
 	var n atomic.Int64
+	t.Cleanup(func() { checkLayout(t, cli, "/test/") }) // after the subtests
 	return func(t *testing.T) *Store {
-		s, err := Open(t.Context(), cli, fmt.Sprintf("/test/%d/", n.Add(1)))
+		s, err := Open(t.Context(), cli, fmt.Sprintf("/test/%d/", n.Add(1)), "h1")
 		if err != nil {
 			t.Fatalf("Open: %v", err)
 		}

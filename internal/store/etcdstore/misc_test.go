@@ -18,10 +18,11 @@ func TestMiscSuite(t *testing.T) {
 	cli := c.Client(t)
 	var n atomic.Int64
 	storetest.RunMisc(t, func(t *testing.T) storetest.MiscBackend {
-		s, err := Open(t.Context(), cli, fmt.Sprintf("/misc/%d/", n.Add(1)))
+		s, err := Open(t.Context(), cli, fmt.Sprintf("/misc/%d/", n.Add(1)), "h1")
 		if err != nil {
 			t.Fatalf("Open: %v", err)
 		}
 		return s
 	})
+	checkLayout(t, cli, "/misc/", "securityalerts", "securityalertseq", "sessions", "sessionhashes", "webhooks", "obsalerts", "feedevents", "diskrecords", "ratelimits")
 }

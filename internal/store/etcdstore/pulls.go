@@ -150,7 +150,7 @@ func (s *Store) DeletePulledImage(ctx context.Context, name string) error {
 // RegistryCredentials lists a namespace's mappings, by host (an empty,
 // non-nil slice when none).
 func (s *Store) RegistryCredentials(ctx context.Context, namespace string) ([]store.RegistryCredential, error) {
-	cs, err := list[store.RegistryCredential](ctx, s, "registrycredentials/"+url.PathEscape(namespace), "registry credentials")
+	cs, err := list[store.RegistryCredential](ctx, s, "registrycredentials", "registry credentials", namespace)
 	if err != nil {
 		return nil, err
 	}
