@@ -12,6 +12,8 @@ import (
 
 	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/guard"
+	"github.com/berth-dev/berth/internal/notify"
+	"github.com/berth-dev/berth/internal/sessions"
 	"github.com/berth-dev/berth/internal/store"
 )
 
@@ -241,5 +243,68 @@ func TestSyncSharedEverything(t *testing.T) {
 	}
 	if e, _ := r.s.registry.Get("kept"); e.Pool != kept.Pool || e.Revision != kept.Revision {
 		t.Error("the unchanged deployment was rebuilt")
+	}
+}
+
+// TestSyncSharedSessionsAndWebhooks: a sign-in session and a webhook that
+// another host's managers write to the store reach this host once synced
+// (the session found by its secret, the webhook listed), and leave it
+// once that host ends them.
+func TestSyncSharedSessionsAndWebhooks(t *testing.T) {
+	r := newSharedRig(t)
+	ctx := t.Context()
+	other, err := sessions.New(ctx, r.st, sessions.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	secret, x, err := other.Create(ctx, sessions.Session{Deployment: "web", Fingerprint: "fp", Subject: "ann"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := r.s.sessions.Lookup(secret, "web", "fp"); ok {
+		t.Fatal("the session is known before the sync")
+	}
+	r.sync(store.Change{Kind: store.KindSessions, Key: []string{x.ID}}, store.Change{Kind: store.KindSessionHashes})
+	if got, ok := r.s.sessions.Lookup(secret, "web", "fp"); !ok || got.ID != x.ID {
+		t.Fatalf("after the sync: %+v, %v; want session %s", got, ok, x.ID)
+	}
+	if err := other.Revoke(ctx, x.ID); err != nil {
+		t.Fatal(err)
+	}
+	r.sync(store.Change{Kind: store.KindSessions, Key: []string{x.ID}, Deleted: true})
+	if _, ok := r.s.sessions.Lookup(secret, "web", "fp"); ok {
+		t.Error("the revoked session still signs in after the sync")
+	}
+
+	hooks, err := notify.New(ctx, notify.Options{Store: r.st, Key: r.s.sealKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hooks.Close()
+	v, err := hooks.Add(ctx, apitype.WebhookSpec{URL: "https://hooks.example.com/x", Note: "from another host"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := func() bool {
+		got := r.do("GET", "/security/webhooks", "", "", "Authorization", r.op)
+		if got.code != 200 {
+			t.Fatalf("GET /security/webhooks: %d %s", got.code, got.body)
+		}
+		return strings.Contains(string(got.body), v.ID)
+	}
+	if listed() {
+		t.Fatal("the webhook is listed before the sync")
+	}
+	r.sync(store.Change{Kind: store.KindWebhooks, Key: []string{v.ID}})
+	if !listed() {
+		t.Fatal("the webhook is not listed after the sync")
+	}
+	if err := hooks.Delete(ctx, v.ID); err != nil {
+		t.Fatal(err)
+	}
+	r.sync(store.Change{Kind: store.KindWebhooks, Key: []string{v.ID}, Deleted: true})
+	if listed() {
+		t.Error("the deleted webhook is still listed after the sync")
 	}
 }
