@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"slices"
 	"time"
 
 	"github.com/berth-dev/berth/internal/store"
@@ -60,12 +59,14 @@ func (s *Server) syncShared(ctx context.Context, changes []store.Change) {
 	kinds := map[string]bool{}
 	all := false
 	var ids []string
+	seen := map[string]bool{}
 	for _, c := range changes {
 		switch c.Kind {
 		case "":
 			all = true
 		case store.KindDeployments:
-			if len(c.Key) > 0 && !slices.Contains(ids, c.Key[0]) {
+			if len(c.Key) > 0 && !seen[c.Key[0]] {
+				seen[c.Key[0]] = true
 				ids = append(ids, c.Key[0])
 			}
 		}
