@@ -15,12 +15,13 @@ import (
 // (issue 19), another host's writes reach this one's registry here.
 //
 //   - A stored deployment this registry does not hold, or whose stored
-//     Revision is not its entry's, is made as Load makes it (decoded,
+//     Revision or creation time is not its entry's (a deployment deleted
+//     and created again starts at revision 1 again), is made as Load makes it (decoded,
 //     normalized, validated, built) and activated, reusing the previous
 //     entry's pool as Put does: an unchanged set of static backends keeps
 //     its connections, health and drains, and a vm deployment whose
 //     template changed rolls out as after a Put.
-//   - An entry with the stored Revision is left alone: this host's own
+//   - An entry with the stored Revision and creation time is left alone: this host's own
 //     writes, which a shared store reports back, change nothing.
 //   - An entry whose deployment is no longer stored is removed as Delete
 //     removes it (its replica pool stopped, Options.Forget called), without
@@ -75,7 +76,7 @@ func (r *Registry) Sync(ctx context.Context, ids ...string) error {
 	)
 	for _, row := range rows {
 		prev := r.deps[row.ID]
-		if prev != nil && prev.Revision == row.Revision || built[row.ID] {
+		if prev != nil && prev.Revision == row.Revision && prev.CreatedAt.Equal(row.CreatedAt) || built[row.ID] {
 			continue
 		}
 		e, err := r.fromRowLocked(ctx, row, prev)

@@ -317,3 +317,29 @@ func TestSyncDrains(t *testing.T) {
 		t.Error("a synced deployment did not come with its stored drain")
 	}
 }
+
+// TestSyncRecreated: a deployment deleted and created again between two
+// Syncs is at revision 1 again, like the one held: it is still picked up.
+func TestSyncRecreated(t *testing.T) {
+	sr := newSyncRig(t)
+	ctx := t.Context()
+	storeSpec(t, sr.st, static("web", "web.example", "127.0.0.1:9001"))
+	if err := sr.reg.Sync(ctx, "web"); err != nil {
+		t.Fatal(err)
+	}
+	e, _ := sr.reg.Get("web")
+	if err := sr.st.DeleteDeployment(ctx, "web"); err != nil {
+		t.Fatal(err)
+	}
+	again := storeSpec(t, sr.st, static("web", "web.example", "127.0.0.1:9002"))
+	if again.Revision != e.Revision {
+		t.Fatalf("the re-created deployment is at revision %d, the held one at %d: the test needs them equal", again.Revision, e.Revision)
+	}
+	if err := sr.reg.Sync(ctx, "web"); err != nil {
+		t.Fatal(err)
+	}
+	e2, _ := sr.reg.Get("web")
+	if e2 == e || !slices.Equal(upstreamsOf(e2), []string{"127.0.0.1:9002"}) {
+		t.Errorf("after a delete and re-create: upstreams %v, want [127.0.0.1:9002]", upstreamsOf(e2))
+	}
+}
