@@ -563,3 +563,38 @@ func namespaceProblem(ns string) string {
 	}
 	return ""
 }
+
+// Reload brings the tokens held in memory in line with the store, without
+// writing it: on a store several hosts share, the tokens another host
+// minted, changed or revoked. A token's last use is the later of the
+// stored one and this host's. Fleet tokens (mirrored from the fleet, not
+// stored) are left alone. It serialises with this host's writes.
+func (ts *Tokens) Reload(ctx context.Context) error {
+	ts.wmu.Lock()
+	defer ts.wmu.Unlock()
+	rows, err := ts.cfg.Store.Tokens(ctx)
+	if err != nil {
+		return fmt.Errorf("auth: reload tokens: %w", err)
+	}
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	stored := make(map[string]bool, len(rows))
+	for _, r := range rows {
+		stored[r.ID] = true
+		cur := ts.byID[r.ID]
+		if cur != nil && cur.fleet {
+			continue
+		}
+		e := &tokenEntry{tok: fromRow(r), hash: r.SecretSHA256, flushed: r.LastUsedAt}
+		if cur != nil && cur.tok.LastUsedAt.After(e.tok.LastUsedAt) {
+			e.tok.LastUsedAt, e.flushed = cur.tok.LastUsedAt, cur.flushed
+		}
+		ts.byID[r.ID] = e
+	}
+	for id, e := range ts.byID {
+		if !e.fleet && !stored[id] {
+			delete(ts.byID, id)
+		}
+	}
+	return nil
+}

@@ -644,3 +644,66 @@ func (g *Guard) Stats() apitype.GuardStats {
 		HitsBucketSecs: BucketSecs, HitsWindowSecs: WindowSecs,
 	}
 }
+
+// Reload brings the rules in force in line with the store, without
+// writing it: on a store several hosts share, the rules another host
+// added, changed or deleted, and the hits it counted. A rule that stays
+// keeps its counters, moved on by the hits the store has beyond those
+// this host saved; a rule whose write failed here (retried by Sweep) keeps
+// this host's version. A stored rule that does not load is logged and
+// skipped. It serialises with this host's writes.
+func (g *Guard) Reload(ctx context.Context) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	rows, err := g.st.GuardRules(ctx)
+	if err != nil {
+		return fmt.Errorf("guard: reload rules: %w", err)
+	}
+	next := make(map[string]*rule, len(rows))
+	republish := false
+	for _, row := range rows {
+		if _, pending := g.unsaved[row.ID]; pending {
+			continue
+		}
+		old := g.rules[row.ID]
+		r, err := fromRow(row)
+		if err != nil {
+			g.o.Log.Error("guard: skipping a stored rule that does not load", "rule", row.ID, "err", err)
+			if old != nil {
+				next[row.ID] = old
+			}
+			continue
+		}
+		if old == nil {
+			next[r.id], republish = r, true
+			continue
+		}
+		// Another host's hits (or its version of the count).
+		if d := row.Hits - old.c.saved; d != 0 {
+			old.c.hits.Add(d)
+			old.c.saved = row.Hits
+		}
+		if t := r.c.lastHit.Load(); t > old.c.lastHit.Load() {
+			old.c.lastHit.Store(t)
+		}
+		if r.note == old.note && r.expires == old.expires && r.created.Equal(old.created) {
+			next[r.id] = old
+			continue
+		}
+		r.c = old.c
+		next[r.id], republish = r, true
+	}
+	for id, put := range g.unsaved {
+		if r := g.rules[id]; put && r != nil {
+			next[id] = r
+		}
+	}
+	if len(next) != len(g.rules) {
+		republish = true
+	}
+	g.rules = next
+	if republish {
+		g.publishLocked()
+	}
+	return nil
+}

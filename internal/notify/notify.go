@@ -84,6 +84,7 @@ type Notifier struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // senders and the count writer
 
+	smu    sync.Mutex // serialises Add and Delete (store and memory) with Reload
 	mu     sync.Mutex
 	hooks  map[string]*hook
 	closed bool
@@ -172,19 +173,10 @@ func New(ctx context.Context, o Options) (*Notifier, error) {
 	close(n.idle)
 	var hs []*hook
 	for _, r := range rows {
-		plain, err := o.Key.Open(r.Sealed, aad(r.ID))
+		h, err := n.decode(r)
 		if err != nil {
-			return nil, fmt.Errorf("notify: webhook %q does not open with the secret key (%v): start berth with the key it was created under", r.ID, err)
+			return nil, err
 		}
-		var s sealed
-		if err := json.Unmarshal(plain, &s); err != nil {
-			return nil, fmt.Errorf("notify: webhook %q is corrupt: %w", r.ID, err)
-		}
-		h := &hook{id: r.ID, url: s.URL, secret: []byte(s.Secret), min: apitype.Severity(r.MinSeverity),
-			note: r.Note, createdAt: r.CreatedAt, lastError: r.LastError, lastDelivery: r.LastDeliveryAt}
-		h.delivered.Store(r.Delivered)
-		h.failed.Store(r.Failed)
-		h.deadLetters.Store(r.DeadLettered)
 		hs = append(hs, h)
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
@@ -193,6 +185,70 @@ func New(ctx context.Context, o Options) (*Notifier, error) {
 	}
 	n.wg.Go(n.writeCounts)
 	return n, nil
+}
+
+// decode opens a stored webhook.
+func (n *Notifier) decode(r store.Webhook) (*hook, error) {
+	plain, err := n.o.Key.Open(r.Sealed, aad(r.ID))
+	if err != nil {
+		return nil, fmt.Errorf("notify: webhook %q does not open with the secret key (%v): start berth with the key it was created under", r.ID, err)
+	}
+	var s sealed
+	if err := json.Unmarshal(plain, &s); err != nil {
+		return nil, fmt.Errorf("notify: webhook %q is corrupt: %w", r.ID, err)
+	}
+	h := &hook{id: r.ID, url: s.URL, secret: []byte(s.Secret), min: apitype.Severity(r.MinSeverity),
+		note: r.Note, createdAt: r.CreatedAt, lastError: r.LastError, lastDelivery: r.LastDeliveryAt}
+	h.delivered.Store(r.Delivered)
+	h.failed.Store(r.Failed)
+	h.deadLetters.Store(r.DeadLettered)
+	return h, nil
+}
+
+// Reload brings the webhooks in line with the store, without writing it:
+// on a store several hosts share, the webhooks another host added (they
+// start here too) or deleted (their queued alerts are dropped). A webhook
+// this host has keeps its sender and counts. A stored webhook that does
+// not open is logged and skipped. It serialises with this host's Add and
+// Delete.
+func (n *Notifier) Reload(ctx context.Context) error {
+	n.smu.Lock()
+	defer n.smu.Unlock()
+	rows, err := n.o.Store.Webhooks(ctx)
+	if err != nil {
+		return fmt.Errorf("notify: reload webhooks: %w", err)
+	}
+	stored := make(map[string]bool, len(rows))
+	for _, r := range rows {
+		stored[r.ID] = true
+		n.mu.Lock()
+		_, have := n.hooks[r.ID]
+		n.mu.Unlock()
+		if have {
+			continue
+		}
+		h, err := n.decode(r)
+		if err != nil {
+			n.o.Log.Error("skipping a stored webhook", "webhook", r.ID, "err", err)
+			continue
+		}
+		if err := n.start(h); err != nil {
+			return err
+		}
+	}
+	n.mu.Lock()
+	var gone []*hook
+	for id, h := range n.hooks {
+		if !stored[id] {
+			delete(n.hooks, id)
+			gone = append(gone, h)
+		}
+	}
+	n.mu.Unlock()
+	for _, h := range gone {
+		h.cancel()
+	}
+	return nil
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
@@ -241,6 +297,8 @@ func (n *Notifier) Add(ctx context.Context, spec apitype.WebhookSpec) (apitype.W
 	if err != nil {
 		return apitype.WebhookView{}, err
 	}
+	n.smu.Lock()
+	defer n.smu.Unlock()
 	err = n.o.Store.PutWebhook(ctx, store.Webhook{ID: h.id, Sealed: n.o.Key.Seal(plain, aad(h.id)),
 		MinSeverity: string(h.min), Note: h.note, CreatedAt: h.createdAt})
 	if err != nil {
@@ -262,6 +320,8 @@ func randomBytes(n int) []byte {
 
 // Delete removes a webhook; alerts still queued for it are dropped.
 func (n *Notifier) Delete(ctx context.Context, id string) error {
+	n.smu.Lock()
+	defer n.smu.Unlock()
 	n.mu.Lock()
 	_, ok := n.hooks[id]
 	n.mu.Unlock()

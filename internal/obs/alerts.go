@@ -124,6 +124,8 @@ func (h *Handler) postAlert(w http.ResponseWriter, r *http.Request) error {
 		return web.Errorf(http.StatusConflict, "namespace %q has %d alert rules, the most it may have; delete one first", ns, MaxAlerts)
 	}
 	id := newID()
+	h.wmu.Lock()
+	defer h.wmu.Unlock()
 	a := apitype.ObsAlert{ID: id, Deployment: spec.Deployment, Namespace: &ns, Metric: MetricErrors, Threshold: *spec.Threshold, WebhookURL: spec.WebhookURL}
 	err = h.o.Store.PutObsAlert(r.Context(), store.ObsAlert{ID: id, Namespace: ns, Deployment: a.Deployment, Metric: a.Metric,
 		Threshold: a.Threshold, Sealed: h.o.Key.Seal([]byte(a.WebhookURL), aad(id)), CreatedAt: h.o.Now()})
@@ -152,6 +154,8 @@ func (h *Handler) deleteAlert(w http.ResponseWriter, r *http.Request) error {
 	if ru == nil || *ru.Namespace != ns || !h.o.Visible(r, ns, ru.Deployment) {
 		return web.Errorf(http.StatusNotFound, "no alert rule %q in namespace %q", id, ns)
 	}
+	h.wmu.Lock()
+	defer h.wmu.Unlock()
 	if err := h.o.Store.DeleteObsAlert(r.Context(), ns, id); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return &web.Error{Status: http.StatusInternalServerError, Message: "the alert rule was not deleted", Err: err}
 	}
@@ -255,4 +259,35 @@ func (h *Handler) deliver(a apitype.ObsAlert, value float64, at time.Time) {
 			return
 		}
 	}
+}
+
+// Reload brings the alert rules in line with the store, without writing
+// it: on a store several hosts share, the rules another host posted or
+// deleted. A rule this host has keeps its state (firing or not). A stored
+// rule that does not open is logged and skipped. It serialises with this
+// host's posts and deletes.
+func (h *Handler) Reload(ctx context.Context) error {
+	h.wmu.Lock()
+	defer h.wmu.Unlock()
+	rows, err := h.o.Store.ObsAlerts(ctx)
+	if err != nil {
+		return fmt.Errorf("obs: reload alert rules: %w", err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	next := make(map[string]*rule, len(rows))
+	for _, r := range rows {
+		if old := h.rules[r.ID]; old != nil {
+			next[r.ID] = old
+			continue
+		}
+		a, err := h.unseal(r)
+		if err != nil {
+			h.o.Log.Error("obs: skipping a stored alert rule", "alert", r.ID, "err", err)
+			continue
+		}
+		next[r.ID] = &rule{ObsAlert: a}
+	}
+	h.rules = next
+	return nil
 }

@@ -96,6 +96,7 @@ type Handler struct {
 	mux    *http.ServeMux
 	client *http.Client
 
+	wmu    sync.Mutex // serialises the rules' writes (store and memory) with Reload
 	mu     sync.Mutex
 	rules  map[string]*rule
 	ctx    context.Context // ends with Close: deliveries under way stop

@@ -178,3 +178,54 @@ func (m *Manager) changed(deployment string) {
 		m.o.Changed(deployment)
 	}
 }
+
+// Reload brings the limits held in memory in line with the store, without
+// writing it: on a store several hosts share, the limits another host put
+// or deleted. A deployment whose stored limit is the one it has keeps its
+// Limiter (and its clients' counts); Options.Changed is called for each
+// deployment whose limit changed, came or went. It serialises with this
+// host's writes.
+func (m *Manager) Reload(ctx context.Context) error {
+	changed, err := m.reload(ctx)
+	for _, id := range changed {
+		m.changed(id)
+	}
+	return err
+}
+
+func (m *Manager) reload(ctx context.Context) ([]string, error) {
+	m.wmu.Lock()
+	defer m.wmu.Unlock()
+	rows, err := m.st.RateLimits(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reload rate limits: %w", err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var changed []string
+	stored := make(map[string]bool, len(rows))
+	for _, r := range rows {
+		stored[r.Deployment] = true
+		old := m.lim[r.Deployment]
+		if old != nil && old.Spec() == fromStore(r) {
+			continue
+		}
+		l, err := NewLimiter(fromStore(r), m.o.Now)
+		if err != nil {
+			m.o.Log.Error("skipping a stored rate limit that no longer validates", "deployment", r.Deployment, "err", err)
+			continue
+		}
+		if old != nil && old.Spec() == l.Spec() {
+			continue
+		}
+		m.lim[r.Deployment] = l
+		changed = append(changed, r.Deployment)
+	}
+	for id := range m.lim {
+		if !stored[id] {
+			delete(m.lim, id)
+			changed = append(changed, id)
+		}
+	}
+	return changed, nil
+}

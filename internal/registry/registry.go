@@ -38,6 +38,9 @@ import (
 // Store is the persistence the registry needs.
 type Store interface {
 	Deployments(ctx context.Context) ([]store.Deployment, error)
+	// Deployment returns one (an error wrapping store.ErrNotFound when
+	// there is none).
+	Deployment(ctx context.Context, id string) (store.Deployment, error)
 	PutDeployment(ctx context.Context, d store.Deployment, createOnly bool, ifRevision int64) (store.Deployment, error)
 	DeleteDeployment(ctx context.Context, id string) error
 	UpstreamDrains(ctx context.Context) ([]store.UpstreamDrain, error)
@@ -257,26 +260,12 @@ func (r *Registry) Load(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, row := range rows {
-		var s apitype.DeploymentSpec
-		if err := json.Unmarshal(row.Spec, &s); err != nil {
-			r.o.Log.Error("skipping a stored deployment that does not decode", "id", row.ID, "err", err)
-			continue
-		}
-		spec.Normalize(&s, r.o.Spec)
-		r.stampMounts(ctx, &s)
-		if err := spec.Validate(&s, r.o.Spec); err != nil {
-			r.o.Log.Error("skipping a stored deployment that no longer validates", "id", row.ID, "err", err)
-			continue
-		}
-		e, err := r.build(s, nil, false)
+		e, err := r.fromRowLocked(ctx, row, nil)
 		if err != nil {
 			r.o.Log.Error("skipping a stored deployment", "id", row.ID, "err", err)
 			continue
 		}
-		e.Revision, e.CreatedAt, e.UpdatedAt = row.Revision, row.CreatedAt, row.UpdatedAt
-		r.activate(e)
-		r.deps[row.ID] = e
-		r.routes.Set(row.ID, e.rules)
+		r.installLocked(e)
 	}
 	// Stored routes predate the ownership rules, or a domain assignment
 	// since: they stay served (refusing one would hand its hosts to
@@ -286,15 +275,104 @@ func (r *Registry) Load(ctx context.Context) error {
 			r.o.Log.Warn("a stored deployment's routes break the host ownership rules; it is still served, but writes to it are refused until its routes are fixed", "id", id, "err", err)
 		}
 	}
+	r.applyDrainsLocked(drains, nil)
+	r.publishLocked()
+	return nil
+}
+
+// fromRowLocked makes the entry of a stored deployment as Load does:
+// decoded, normalized (its mounts' digests stamped), validated and built,
+// reusing prev's pool (nil: none) as Put does. It does not activate it.
+// r.mu is held.
+func (r *Registry) fromRowLocked(ctx context.Context, row store.Deployment, prev *Entry) (*Entry, error) {
+	var s apitype.DeploymentSpec
+	if err := json.Unmarshal(row.Spec, &s); err != nil {
+		return nil, fmt.Errorf("its stored spec does not decode: %w", err)
+	}
+	spec.Normalize(&s, r.o.Spec)
+	r.stampMounts(ctx, &s)
+	if err := spec.Validate(&s, r.o.Spec); err != nil {
+		return nil, fmt.Errorf("its stored spec no longer validates: %w", err)
+	}
+	e, err := r.build(s, prev, false)
+	if err != nil {
+		return nil, err
+	}
+	e.Revision, e.CreatedAt, e.UpdatedAt = row.Revision, row.CreatedAt, row.UpdatedAt
+	return e, nil
+}
+
+// installLocked activates e (persisted already) and makes it its
+// deployment's entry, in the registry and the route index. The caller
+// publishes the table, then calls replacedLocked with the entry e
+// replaced. r.mu is held.
+func (r *Registry) installLocked(e *Entry) {
+	r.activate(e)
+	r.deps[e.Spec.ID] = e
+	r.routes.Set(e.Spec.ID, e.rules)
+}
+
+// replacedLocked finishes the replacement of prev by e, once the table
+// without prev is published: a deployment that no longer has a replica
+// pool (no longer a vm deployment, or one whose mounts are not pulled)
+// loses its replicas, as on Delete. r.mu is held.
+func (r *Registry) replacedLocked(ctx context.Context, prev, e *Entry) {
+	if prev != nil && prev.VMPool != nil && e.VMPool == nil {
+		r.removePoolLocked(ctx, e.Spec.ID)
+	}
+}
+
+// unlinkLocked takes deployment id out of the registry and the route
+// index, returning its entry (nil when there is none). The caller
+// publishes the table, then calls retireLocked. r.mu is held.
+func (r *Registry) unlinkLocked(id string) *Entry {
+	e := r.deps[id]
+	if e == nil {
+		return nil
+	}
+	delete(r.deps, id)
+	r.routes.Delete(id)
+	return e
+}
+
+// retireLocked tears down what a removed deployment leaves once the data
+// plane no longer routes to it: its replica pool, and (Options.Forget)
+// its metrics. r.mu is held.
+func (r *Registry) retireLocked(ctx context.Context, id string, e *Entry) {
+	if e.Kind == apitype.KindVM {
+		r.removePoolLocked(ctx, id)
+	}
+	if r.o.Forget != nil {
+		r.o.Forget(id)
+	}
+}
+
+// applyDrainsLocked makes the drain state of the static upstreams of the
+// deployments in only (every deployment when nil) what drains, the
+// stored upstream drains, say: a stored drain drains its upstream (with
+// its reason and start), and an upstream without one takes traffic.
+// r.mu is held.
+func (r *Registry) applyDrainsLocked(drains []store.UpstreamDrain, only map[string]bool) {
+	type key struct{ deployment, upstream string }
+	want := make(map[key]store.UpstreamDrain, len(drains))
 	for _, d := range drains {
-		if e := r.deps[d.Deployment]; e != nil && e.Pool != nil {
-			if b := e.Pool.Find(d.Upstream); b != nil {
+		want[key{d.Deployment, d.Upstream}] = d
+	}
+	for id, e := range r.deps {
+		if only != nil && !only[id] || e.Kind != apitype.KindStatic || e.Pool == nil {
+			continue
+		}
+		for _, b := range e.Pool.Backends() {
+			d, stored := want[key{id, b.ID}]
+			reason, since, draining := b.DrainInfo()
+			switch {
+			case stored && (!draining || reason != d.Reason || !since.Equal(d.StartedAt)):
 				b.Drain(d.Reason, d.StartedAt)
+			case !stored && draining:
+				b.Undrain()
 			}
 		}
 	}
-	r.publishLocked()
-	return nil
 }
 
 // build makes an entry from a normalized, validated spec, reusing prev's pool
@@ -789,7 +867,6 @@ func (r *Registry) Put(ctx context.Context, s apitype.DeploymentSpec, o PutOptio
 		return nil, false, fmt.Errorf("the deployment was not saved: %w", err)
 	}
 	e.Revision, e.CreatedAt, e.UpdatedAt = row.Revision, row.CreatedAt, row.UpdatedAt
-	r.activate(e)
 	// Upstreams that left the spec take their persisted drains with them.
 	if prev != nil && prev.Pool != nil && e.Pool != prev.Pool {
 		for _, u := range prev.Upstreams {
@@ -800,15 +877,9 @@ func (r *Registry) Put(ctx context.Context, s apitype.DeploymentSpec, o PutOptio
 			}
 		}
 	}
-	r.deps[s.ID] = e
-	r.routes.Set(s.ID, e.rules)
+	r.installLocked(e)
 	r.publishLocked(s.ID)
-	if prev != nil && prev.VMPool != nil && e.VMPool == nil {
-		// No longer a vm deployment, or one whose mounts are not pulled:
-		// its replicas go, as on Delete, once the data plane no longer
-		// routes to them.
-		r.removePoolLocked(ctx, s.ID)
-	}
+	r.replacedLocked(ctx, prev, e)
 	return e, prev == nil, nil
 }
 
@@ -876,16 +947,9 @@ func (r *Registry) Delete(ctx context.Context, id string) error {
 	if err := r.o.Store.DeleteDeployment(ctx, id); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("the deployment was not deleted: %w", err)
 	}
-	e := r.deps[id]
-	delete(r.deps, id)
-	r.routes.Delete(id)
+	e := r.unlinkLocked(id)
 	r.publishLocked(id)
-	if e.Kind == apitype.KindVM {
-		r.removePoolLocked(ctx, id)
-	}
-	if r.o.Forget != nil {
-		r.o.Forget(id)
-	}
+	r.retireLocked(ctx, id, e)
 	return nil
 }
 
@@ -911,15 +975,9 @@ func (r *Registry) Forget(ctx context.Context, id, ifMatch string, check func(*E
 	if err := r.o.Store.DeleteDeployment(ctx, id); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("the deployment was not deleted: %w", err)
 	}
-	delete(r.deps, id)
-	r.routes.Delete(id)
+	r.unlinkLocked(id)
 	r.publishLocked(id)
-	if e.Kind == apitype.KindVM {
-		r.removePoolLocked(ctx, id)
-	}
-	if r.o.Forget != nil {
-		r.o.Forget(id)
-	}
+	r.retireLocked(ctx, id, e)
 	return nil
 }
 

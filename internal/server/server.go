@@ -352,6 +352,7 @@ type Server struct {
 	// block under --guard-enforce=false.
 	wouldBlockLog rate.Sometimes
 	sessions      *sessions.Manager // their sign-in sessions
+	tokens        *auth.Tokens      // the app-tokens (the admin API's and the gates')
 	log           *slog.Logger
 	store         Store
 	closeStore    func() error // closes the store New opened; nil: Options.Store's, the caller's
@@ -533,7 +534,7 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{o: o, log: o.Log, store: st, closeStore: closeStore, etcdStore: onEtcd, storeLost: make(chan error, 1), lock: lock, metrics: metrics.NewRegistry(), host: metrics.NewHostSampler("/proc"), secrets: sec, sealKey: key}
+	s := &Server{o: o, log: o.Log, store: st, tokens: tokens, closeStore: closeStore, etcdStore: onEtcd, storeLost: make(chan error, 1), lock: lock, metrics: metrics.NewRegistry(), host: metrics.NewHostSampler("/proc"), secrets: sec, sealKey: key}
 	if err := s.openFleetCAKey(); err != nil {
 		return nil, err
 	}
@@ -979,6 +980,7 @@ func (s *Server) Run(ctx context.Context) error {
 		{"replica logs", s.runReplicaLogs},
 		{"fleet views", s.runFleetViews},
 		{"fleet certificate renewal", s.runFleetRenew},
+		{"shared store sync", s.runSharedSync},
 	} {
 		loops.Go(func() {
 			if err := l.run(loopCtx); err != nil && loopCtx.Err() == nil {

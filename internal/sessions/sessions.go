@@ -85,6 +85,9 @@ type Manager struct {
 	st Store
 	o  Options
 
+	// wmu serialises the writes of sessions (their store write and the
+	// change in memory) with Reload.
+	wmu    sync.Mutex
 	mu     sync.Mutex
 	byHash map[string]*entry
 	byID   map[string]*entry
@@ -169,13 +172,16 @@ func (m *Manager) Create(ctx context.Context, s Session, ttl time.Duration) (str
 	s.ID = hex.EncodeToString(id[:])
 	s.CreatedAt, s.LastSeen, s.ExpiresAt = now, now, now.Add(ttl)
 	e := &entry{hash: hashSecret(secret), s: s}
+	m.wmu.Lock()
 	if err := m.st.PutSession(ctx, m.row(e)); err != nil {
+		m.wmu.Unlock()
 		return "", Session{}, err
 	}
 	m.mu.Lock()
 	m.byHash[e.hash], m.byID[s.ID] = e, e
 	evict := m.overflowLocked(s.Deployment)
 	m.mu.Unlock()
+	m.wmu.Unlock()
 	if evict != nil {
 		m.end(ctx, func(x *Session) bool { return x.ID == evict.ID })
 	}
@@ -241,6 +247,8 @@ func (m *Manager) Get(id string) (Session, bool) {
 
 // SetTokenID records the app-token minted for a session.
 func (m *Manager) SetTokenID(ctx context.Context, id, tokenID string) error {
+	m.wmu.Lock()
+	defer m.wmu.Unlock()
 	m.mu.Lock()
 	e := m.byID[id]
 	if e == nil {
@@ -320,18 +328,17 @@ func (m *Manager) drop(ctx context.Context, dead []Session) error {
 	for i, s := range dead {
 		ids[i] = s.ID
 	}
+	m.wmu.Lock()
 	if err := m.st.DeleteSessions(ctx, ids); err != nil {
+		m.wmu.Unlock()
 		return err
 	}
 	m.mu.Lock()
 	for _, id := range ids {
-		if e := m.byID[id]; e != nil {
-			delete(m.byHash, e.hash)
-			delete(m.byID, id)
-		}
-		delete(m.seen, id)
+		m.forgetLocked(id)
 	}
 	m.mu.Unlock()
+	m.wmu.Unlock()
 	if m.o.OnEnd != nil {
 		for _, s := range dead {
 			m.o.OnEnd(s)
@@ -367,4 +374,65 @@ func (m *Manager) tick() {
 		m.timer.Reset(flushEvery)
 	}
 	m.mu.Unlock()
+}
+
+// forgetLocked drops session id from memory. m.mu is held.
+func (m *Manager) forgetLocked(id string) {
+	if e := m.byID[id]; e != nil {
+		delete(m.byHash, e.hash)
+		delete(m.byID, id)
+	}
+	delete(m.seen, id)
+}
+
+// Reload brings the sessions held in memory in line with the store,
+// without writing it: on a store several hosts share, the sessions
+// another host created (live ones), changed (its token, its last use: the
+// later of the stored one and this host's counts) or ended. A session
+// ended elsewhere ends here too, OnEnd included. It serialises with this
+// host's writes.
+func (m *Manager) Reload(ctx context.Context) error {
+	m.wmu.Lock()
+	rows, err := m.st.Sessions(ctx)
+	if err != nil {
+		m.wmu.Unlock()
+		return err
+	}
+	now := m.o.Now()
+	m.mu.Lock()
+	stored := make(map[string]bool, len(rows))
+	for _, r := range rows {
+		stored[r.ID] = true
+		if e := m.byID[r.ID]; e != nil {
+			e.s.TokenID = r.TokenID
+			if r.LastSeenAt.After(e.s.LastSeen) {
+				e.s.LastSeen = r.LastSeenAt
+			}
+			continue
+		}
+		e := &entry{hash: r.SecretSHA256, s: Session{
+			ID: r.ID, Deployment: r.Deployment, Namespace: r.Namespace, Fingerprint: r.Fingerprint, Issuer: r.Issuer,
+			Subject: r.Subject, Email: r.Email, Name: r.Name, TokenID: r.TokenID,
+			CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt, LastSeen: r.LastSeenAt,
+		}}
+		if m.endedAt(&e.s, now) {
+			continue // the sweep of whoever holds it ends it
+		}
+		m.byHash[e.hash], m.byID[e.s.ID] = e, e
+	}
+	var ended []Session
+	for id, e := range m.byID {
+		if !stored[id] {
+			ended = append(ended, e.s)
+			m.forgetLocked(id)
+		}
+	}
+	m.mu.Unlock()
+	m.wmu.Unlock()
+	if m.o.OnEnd != nil {
+		for _, s := range ended {
+			m.o.OnEnd(s)
+		}
+	}
+	return nil
 }
