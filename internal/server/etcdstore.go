@@ -33,6 +33,7 @@ type EtcdStoreOptions struct {
 // The etcd backend offers everything berth keeps, as the SQLite one does
 // (store.go).
 var _ Store = (*etcdstore.Store)(nil)
+var _ sharedStore = (*etcdstore.Store)(nil)
 
 // storeMarker, in a data dir whose store is on etcd, names it.
 const storeMarker = "store-on-etcd"
