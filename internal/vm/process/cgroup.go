@@ -219,8 +219,8 @@ func removeCgroups(dirs []string) {
 	}
 }
 
-// create makes the cgroup of a replica with the limits of its size and
-// returns its path and an open directory for SysProcAttr.CgroupFD. A
+// create makes the cgroup of a replica with the limits of its size (and
+// the lowest CPU weight with low) and returns its path and an open directory for SysProcAttr.CgroupFD. A
 // leftover cgroup of the same id (berth died during Stop) is reused.
 func (cg cgroupConfig) create(id string, size vm.Size, low bool, log *slog.Logger) (string, *os.File, error) {
 	dir := filepath.Join(cg.parent, id)
