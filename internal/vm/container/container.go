@@ -69,6 +69,15 @@
 // Suspend is the cgroup freezer (`runtime pause`), Resume thaws it
 // (`runtime resume`); memory, sockets and the address are kept.
 //
+// StartBackground starts a replica nobody waits for yet (a rollout's
+// candidate) at a low CPU priority: the runtime runs at nice 19, which
+// the container's init, hooks and app inherit, and the OCI config gives
+// the cgroup cpu.shares 2 (cpu.weight 1 on cgroup v2) from its creation;
+// a spare it takes is set to that before its assignment, and the spares
+// made after it are made so too. Foreground (berth calls it when the
+// replica is promoted) writes the default weight back and renices the
+// threads of the cgroup's processes that are at 19 to berth's own value.
+//
 // Spec.DiskSizeGB (0: unlimited) bounds what the replica can write: its
 // overlay's upper and work directories live on an ext4 filesystem of that
 // many GiB of its own (disk.ext4 on a loop device, cloned from an empty

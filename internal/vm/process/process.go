@@ -71,6 +71,13 @@
 // not enforced, and a replica's processes are found through its PID
 // namespace or, without isolation, its session.
 //
+// StartBackground starts a replica nobody waits for yet (a rollout's
+// candidate) at a low CPU priority: as root its agent at nice 19 (a spare
+// it takes is set to it), which the hooks and app inherit, and its cgroup
+// with cpu.weight 1 (cpu.shares 2 on cgroup v1). Foreground (berth calls
+// it when the replica is promoted) gives it the default weight and
+// renices the threads of its processes at 19 to berth's own value.
+//
 // # Spare agents
 //
 // Starting a replica cold costs a process spawn plus the berth binary's
