@@ -540,8 +540,10 @@ func (p *Pool) observe(ctx context.Context, cfg *Config, now time.Time) {
 			if r.background && r.phase == pending && cfg.Policy.BootTimeout > 0 && now.Sub(r.created) >= cfg.Policy.BootTimeout/2 {
 				// Booting at a low priority for half its boot
 				// timeout: the host is busy; a slower rollout beats
-				// a failed one.
-				r.background = false
+				// a failed one. While its Start is still under way
+				// (the runtime's work), again at the next look, once
+				// the whole sandbox is there.
+				r.background = r.started.IsZero()
 				p.tasks.Go(func() { p.restorePriority(ctx, r.id) })
 			}
 		}

@@ -1,11 +1,13 @@
 package container
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -39,13 +41,16 @@ func lowPriority(cfg *specs.Spec) {
 // default, and every thread of its processes at nice
 // proc.BackgroundNice back to berth's own. berth calls it when the
 // replica is promoted (starts taking traffic). It is idempotent, and
-// harmless on a replica started with Start.
+// harmless on a replica started with Start. A replica still being
+// started (berth gives up on its low priority when its boot takes long)
+// gets it too: the runtime at work on it is reniced, and what it starts
+// after that inherits the normal priority.
 func (d *Driver) Foreground(ctx context.Context, id string) error {
 	st, err := d.rd.Load(id)
 	if err != nil {
 		return err
 	}
-	if st.PID == 0 || !proc.Alive(st.PID, st.StartTicks) {
+	if st.PID != 0 && !proc.Alive(st.PID, st.StartTicks) {
 		return fmt.Errorf("container: foreground %s: the replica is not running", id)
 	}
 	if err := d.setPriority(st, false); err != nil {
@@ -61,7 +66,8 @@ func (d *Driver) Foreground(ctx context.Context, id string) error {
 func (d *Driver) setPriority(st state, low bool) error {
 	var errs []error
 	dirs := cpuCgroupDirs(st.Cgroup)
-	if len(dirs) == 0 {
+	if len(dirs) == 0 && st.PID != 0 {
+		// (One being started may have none yet.)
 		errs = append(errs, fmt.Errorf("no cpu cgroup %s", st.Cgroup))
 	}
 	for _, dir := range dirs {
@@ -79,8 +85,17 @@ func (d *Driver) setPriority(st state, low bool) error {
 			errs = append(errs, err)
 		}
 	}
+	bundle := d.path(st.ID, bundleDir)
 	members := func() []int {
-		pids := []int{st.PID}
+		var pids []int
+		if st.PID != 0 {
+			pids = append(pids, st.PID)
+		} else {
+			// Being started: the runtime's processes at work on it
+			// name its bundle, and its cgroup may be there by now.
+			pids = withArg(bundle)
+			dirs = cpuCgroupDirs(st.Cgroup)
+		}
 		for _, dir := range dirs {
 			b, err := os.ReadFile(filepath.Join(dir.path, "cgroup.procs"))
 			if err != nil {
@@ -103,6 +118,22 @@ func (d *Driver) setPriority(st state, low bool) error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// withArg lists the live processes one of whose arguments is arg.
+func withArg(arg string) []int {
+	want := []byte(arg)
+	var out []int
+	for _, pid := range proc.Pids() {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+		if err != nil || !bytes.Contains(b, want) {
+			continue
+		}
+		if slices.ContainsFunc(bytes.Split(b, []byte{0}), func(a []byte) bool { return bytes.Equal(a, want) }) {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
 
 // cpuDir is a container's cgroup directory in a hierarchy with the cpu

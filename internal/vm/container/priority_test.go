@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/berth-dev/berth/internal/vm"
 	"github.com/berth-dev/berth/internal/vm/proc"
+	"github.com/berth-dev/berth/internal/vm/replicadir"
 )
 
 // threadNices reads field 19 (nice) of /proc/<pid>/task/<tid>/stat for
@@ -216,5 +218,42 @@ func TestBackground(t *testing.T) {
 
 	if err := d.Foreground(ctx, "berth-bg-000000000000"); err == nil {
 		t.Error("Foreground of an unknown replica succeeded")
+	}
+}
+
+// TestForegroundWhileStarting: Foreground of a replica whose start is
+// still under way (no init yet) renices the runtime's processes at work
+// on it, found by its bundle on their command line.
+func TestForegroundWhileStarting(t *testing.T) {
+	setup(t)
+	own, err := proc.OwnNice()
+	if err != nil || own == proc.BackgroundNice {
+		t.Skipf("the test's own nice value: %d, %v", own, err)
+	}
+	d := newDriver(t)
+	id := vm.Name("starting", 1)
+	release, err := d.rd.Claim(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	st := state{ID: id, Deployment: "starting", Cgroup: d.cgParent + "/" + id}
+	if err := replicadir.WriteState(d.path(id), st); err != nil {
+		t.Fatal(err)
+	}
+	// Stands in for the runtime: a process naming the bundle, at nice 19.
+	rt := exec.Command("sleep", "30", d.path(id, bundleDir))
+	if err := proc.StartNiced(rt, proc.BackgroundNice); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { rt.Process.Kill(); rt.Wait() }()
+	if n, _ := proc.Nice(rt.Process.Pid); n != proc.BackgroundNice {
+		t.Fatalf("the stand-in runs at nice %d, want %d", n, proc.BackgroundNice)
+	}
+	if err := d.Foreground(t.Context(), id); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := proc.Nice(rt.Process.Pid); n != own {
+		t.Errorf("the runtime's process at nice %d after Foreground, want %d", n, own)
 	}
 }
