@@ -242,7 +242,7 @@ func TestForegroundWhileStarting(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Stands in for the runtime: a process naming the bundle, at nice 19.
-	rt := exec.Command("sleep", "30", d.path(id, bundleDir))
+	rt := exec.Command("/bin/sh", "-c", "sleep 30; :", d.path(id, bundleDir))
 	if err := proc.StartNiced(rt, proc.BackgroundNice); err != nil {
 		t.Fatal(err)
 	}
@@ -252,6 +252,9 @@ func TestForegroundWhileStarting(t *testing.T) {
 	}
 	if err := d.Foreground(t.Context(), id); err != nil {
 		t.Fatal(err)
+	}
+	if got := withArg(d.path(id, bundleDir)); len(got) != 1 || got[0] != rt.Process.Pid {
+		t.Fatalf("processes naming the bundle after Foreground: %v, want the stand-in %d", got, rt.Process.Pid)
 	}
 	if n, _ := proc.Nice(rt.Process.Pid); n != own {
 		t.Errorf("the runtime's process at nice %d after Foreground, want %d", n, own)
