@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -243,10 +244,11 @@ func TestForegroundWhileStarting(t *testing.T) {
 	}
 	// Stands in for the runtime: a process naming the bundle, at nice 19.
 	rt := exec.Command("/bin/sh", "-c", "sleep 30; :", d.path(id, bundleDir))
+	rt.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // its sleep ends with it
 	if err := proc.StartNiced(rt, proc.BackgroundNice); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { rt.Process.Kill(); rt.Wait() }()
+	defer func() { syscall.Kill(-rt.Process.Pid, syscall.SIGKILL); rt.Wait() }()
 	if n, _ := proc.Nice(rt.Process.Pid); n != proc.BackgroundNice {
 		t.Fatalf("the stand-in runs at nice %d, want %d", n, proc.BackgroundNice)
 	}
