@@ -30,18 +30,22 @@ func (p phase) String() string {
 
 // replica is one replica the pool tracks. Guarded by Pool.mu.
 type replica struct {
-	id         string
-	key        string // the Config.Key it was created from
-	phase      phase
-	addr       string
-	created    time.Time     // create requested
-	pull       time.Duration // its image was pulled for, before created (Config.Prepare)
-	started    time.Time     // driver.Start returned
-	readyAt    time.Time
-	drainAt    time.Time
-	missing    time.Time // first time the driver did not know it
-	backend    Backend   // set when it became ready
-	adopted    bool
+	id      string
+	key     string // the Config.Key it was created from
+	phase   phase
+	addr    string
+	created time.Time     // create requested
+	pull    time.Duration // its image was pulled for, before created (Config.Prepare)
+	started time.Time     // driver.Start returned
+	readyAt time.Time
+	drainAt time.Time
+	missing time.Time // first time the driver did not know it
+	backend Backend   // set when it became ready
+	adopted bool
+	// background says it may run at a low CPU priority (backgrounder): a
+	// rollout's candidate, or an adopted replica (a candidate of a berth
+	// killed mid-rollout, perhaps), until it gets the normal one back.
+	background bool
 	stopBoot   context.CancelFunc
 	bootErr    string
 	lastStatus string
@@ -163,6 +167,50 @@ func (p *Pool) start(ctx context.Context) {
 type prewarmer interface {
 	// Prewarm returns at once; what it makes is bounded by the driver.
 	Prewarm(spec vm.Spec)
+}
+
+// backgrounder is a driver that can start a replica at a low CPU priority
+// and give it the normal one later: the process and container drivers. A
+// rollout's candidates start so (StartBackground), while the previous
+// replicas serve: on a small host their boot (the runtime, the sandbox's
+// init, the app's own start-up) would otherwise take CPU from the
+// replicas serving and from the data plane, and raise the latency of
+// every request during the rollout. A candidate gets the normal priority
+// back (Foreground) when its probe passed, just before it takes traffic,
+// or once half its boot_timeout_secs has passed, so that a busy host
+// slows a rollout down but does not fail it. Every other create (a
+// scale-up, a cold start from zero, which a request waits for) starts at
+// the normal priority. A driver that is no backgrounder starts candidates
+// as any replica: the priority is a hint.
+type backgrounder interface {
+	StartBackground(ctx context.Context, spec vm.Spec) (vm.Instance, error)
+	// Foreground is idempotent; an adopted replica (perhaps a candidate of
+	// a berth killed mid-rollout) gets it too.
+	Foreground(ctx context.Context, id string) error
+}
+
+// foreground gives replica r the normal CPU priority (backgrounder) if it
+// may not have it (replica.background): a failure is logged, the priority
+// being a hint.
+func (p *Pool) foreground(ctx context.Context, r *replica) {
+	p.mu.Lock()
+	need := r.background
+	r.background = false
+	p.mu.Unlock()
+	if need {
+		p.restorePriority(ctx, r.id)
+	}
+}
+
+// restorePriority is foreground's call to the driver.
+func (p *Pool) restorePriority(ctx context.Context, id string) {
+	b, ok := p.driverOf(ctx, id).(backgrounder)
+	if !ok {
+		return
+	}
+	if err := b.Foreground(ctx, id); err != nil && ctx.Err() == nil {
+		p.m.log.Warn("could not give a replica its normal CPU priority", "deployment", p.id, "replica", id, "err", err)
+	}
 }
 
 // prewarmLocked asks the driver of a started pool that scales from zero
@@ -335,7 +383,7 @@ func (p *Pool) adopt(ctx context.Context, insts []vm.Instance) {
 			p.m.log.Info("stopping a running replica of another template", "deployment", p.id, "replica", in.ID)
 			p.tasks.Go(func() { p.stopAll(ctx, []string{in.ID}) })
 		default:
-			r := &replica{id: in.ID, key: cfg.Key, phase: pending, addr: in.Addr, created: now, started: now, adopted: true}
+			r := &replica{id: in.ID, key: cfg.Key, phase: pending, addr: in.Addr, created: now, started: now, adopted: true, background: true}
 			p.replicas[in.ID] = r
 			p.m.log.Info("adopting a running replica", "deployment", p.id, "replica", in.ID, "addr", in.Addr)
 			p.bootLocked(ctx, r)
@@ -489,6 +537,15 @@ func (p *Pool) observe(ctx context.Context, cfg *Config, now time.Time) {
 		default:
 			r.missing = time.Time{}
 			r.lastStatus = string(in.State)
+			if r.background && r.phase == pending && cfg.Policy.BootTimeout > 0 && now.Sub(r.created) >= cfg.Policy.BootTimeout/2 {
+				// Booting at a low priority for half its boot
+				// timeout: the host is busy; a slower rollout beats
+				// a failed one. While its Start is still under way
+				// (the runtime's work), again at the next look, once
+				// the whole sandbox is there.
+				r.background = r.started.IsZero()
+				p.tasks.Go(func() { p.restorePriority(ctx, r.id) })
+			}
 		}
 		p.mu.Unlock()
 	}
@@ -643,7 +700,14 @@ func (p *Pool) create(ctx context.Context) {
 			go func() { recorded <- rec.RecordReplica(context.WithoutCancel(ctx), p.id, r.id, KeyDigest(cfg.Key)) }()
 		}
 		if err == nil {
-			in, err = p.driver().Start(ctx, spec)
+			if b, ok := p.driver().(backgrounder); ok && candidate {
+				p.mu.Lock()
+				r.background = true
+				p.mu.Unlock()
+				in, err = b.StartBackground(ctx, spec)
+			} else {
+				in, err = p.driver().Start(ctx, spec)
+			}
 		}
 		if recorded != nil {
 			if rerr := <-recorded; rerr != nil {
@@ -742,6 +806,8 @@ func (p *Pool) bootLocked(ctx context.Context, r *replica) {
 			err := probe(pctx, cfg, r.addr)
 			pcancel()
 			if err == nil {
+				// The normal priority before the first request.
+				p.foreground(ctx, r)
 				p.promote(r)
 				return
 			}

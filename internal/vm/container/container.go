@@ -69,6 +69,15 @@
 // Suspend is the cgroup freezer (`runtime pause`), Resume thaws it
 // (`runtime resume`); memory, sockets and the address are kept.
 //
+// StartBackground starts a replica nobody waits for yet (a rollout's
+// candidate) at a low CPU priority: the runtime runs at nice 19, which
+// the container's init, hooks and app inherit, and the OCI config gives
+// the cgroup cpu.shares 2 (cpu.weight 1 on cgroup v2) from its creation;
+// a spare it takes is set to that before its assignment, and the spares
+// made after it are made so too. Foreground (berth calls it when the
+// replica is promoted) writes the default weight back and renices the
+// threads of the cgroup's processes that are at 19 to berth's own value.
+//
 // Spec.DiskSizeGB (0: unlimited) bounds what the replica can write: its
 // overlay's upper and work directories live on an ext4 filesystem of that
 // many GiB of its own (disk.ext4 on a loop device, cloned from an empty
@@ -222,6 +231,7 @@ type Driver struct {
 	cgParent string
 	overlay  bool
 	log      *slog.Logger
+	nice     int // berth's own nice value: a replica's normal priority
 
 	// noDisk says why Spec.DiskSizeGB cannot be enforced here ("": it
 	// can); diskOnce logs it once; diskMu serializes making templates.
@@ -333,6 +343,9 @@ func New(o Options) (*Driver, error) {
 		args: slices.Clone(o.AgentArgs), cgParent: parent, overlay: hasOverlay(), log: log,
 		noDisk: diskProblem(),
 	}
+	if n, err := proc.OwnNice(); err == nil {
+		d.nice = n
+	}
 	d.Reports = replicadir.Reports[state]{Dir: &d.rd, Instance: d.instance}
 	d.rd = replicadir.Dir[state]{
 		Root: dir, Driver: "container", Log: log,
@@ -426,6 +439,22 @@ func (d *Driver) path(id string, name ...string) string { return d.rd.Path(id, n
 // created. Every port the app opens is reachable at the replica's address,
 // so OpenPorts need nothing more.
 func (d *Driver) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
+	return d.start(ctx, spec, false)
+}
+
+// StartBackground is Start at a low CPU priority, for a replica nobody
+// waits for (a rollout's candidate, while the previous replicas serve):
+// the runtime runs at nice proc.BackgroundNice, so the container's init,
+// hooks and app do too, and the container's cgroup has the lowest CPU
+// weight from its creation (cpu.shares 2 in its OCI config: cpu.weight 1
+// on cgroup v2). A spare it takes is set to that before its assignment.
+// So its boot takes CPU from the replicas serving (and from berth) only
+// when they leave some idle. Foreground gives it the normal priority back.
+func (d *Driver) StartBackground(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
+	return d.start(ctx, spec, true)
+}
+
+func (d *Driver) start(ctx context.Context, spec vm.Spec, low bool) (vm.Instance, error) {
 	if err := ctx.Err(); err != nil {
 		return vm.Instance{}, err
 	}
@@ -450,9 +479,9 @@ func (d *Driver) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
 	dir := d.path(spec.Name)
 	if d.spareEligible(spec, st) {
 		if sp := d.takeSpare(ctx, kindOf(spec), lower); sp != nil {
-			warm, err := d.assign(ctx, spec, st, sp)
+			warm, err := d.assign(ctx, spec, st, sp, low)
 			if err == nil {
-				d.afterStart(ctx, spec, warm, lower, size)
+				d.afterStart(ctx, spec, warm, lower, size, low)
 				return d.instance(warm), nil
 			}
 			// A spare only ever makes a start faster: start cold.
@@ -463,7 +492,7 @@ func (d *Driver) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
 			}
 		}
 	}
-	st, err = d.launch(ctx, spec, st, lower, size)
+	st, err = d.launch(ctx, spec, st, lower, size, low)
 	if err != nil {
 		reason := err.Error()
 		if b, rerr := os.ReadFile(d.path(spec.Name, runtimeErr)); rerr == nil && len(strings.TrimSpace(string(b))) > 0 {
@@ -472,7 +501,7 @@ func (d *Driver) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
 		d.cleanup(context.WithoutCancel(ctx), st)
 		return vm.Instance{}, fmt.Errorf("container: start %s: %s", spec.Name, reason)
 	}
-	d.afterStart(ctx, spec, st, lower, size)
+	d.afterStart(ctx, spec, st, lower, size, low)
 	return d.instance(st), nil
 }
 
@@ -543,7 +572,7 @@ func containerWorkDir(spec vm.Spec) string {
 const workspaceInside = "/workspace"
 
 // launch prepares the replica's files and starts its container.
-func (d *Driver) launch(ctx context.Context, spec vm.Spec, st state, lower string, size vm.Size) (state, error) {
+func (d *Driver) launch(ctx context.Context, spec vm.Spec, st state, lower string, size vm.Size, low bool) (state, error) {
 	dir := d.path(spec.Name)
 	for _, sub := range []string{bundleDir, rootfsDir, upperDir, workDir, runDir} {
 		if err := os.Mkdir(filepath.Join(dir, sub), 0o700); err != nil {
@@ -565,7 +594,7 @@ func (d *Driver) launch(ctx context.Context, spec vm.Spec, st state, lower strin
 			t = now
 		}
 	}
-	if err := d.mountRootfs(dir, lower, st); err != nil {
+	if err := d.mountRootfs(dir, lower, st, low); err != nil {
 		return st, err
 	}
 	step("mount")
@@ -588,6 +617,9 @@ func (d *Driver) launch(ctx context.Context, spec vm.Spec, st state, lower strin
 		}
 	}
 	cfg := d.config(spec, st, wd, size)
+	if low {
+		lowPriority(cfg)
+	}
 	b, err := json.MarshalIndent(cfg, "", "\t")
 	if err != nil {
 		return st, err
@@ -607,7 +639,7 @@ func (d *Driver) launch(ctx context.Context, spec vm.Spec, st state, lower strin
 		return st, err
 	}
 	step("network")
-	if err := d.rt.run(ctx, spec.Name, filepath.Join(dir, bundleDir), filepath.Join(dir, pidFile), filepath.Join(dir, runtimeErr)); err != nil {
+	if err := d.rt.run(ctx, spec.Name, filepath.Join(dir, bundleDir), filepath.Join(dir, pidFile), filepath.Join(dir, runtimeErr), low); err != nil {
 		return st, err
 	}
 	step("run")

@@ -2,6 +2,7 @@ package container
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -9,13 +10,15 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/berth-dev/berth/internal/vm/proc"
 )
 
 // mountRootfs makes dir/rootfs the replica's root: an overlay of the
 // image's tree (never written) and an upper directory, or, without
 // overlayfs, a copy of the tree. The upper directory (or the copy) is on
 // the replica's own disk when st.DiskGB is set (mountDisk), else in dir.
-func (d *Driver) mountRootfs(dir, lower string, st state) error {
+func (d *Driver) mountRootfs(dir, lower string, st state, low bool) error {
 	target := filepath.Join(dir, rootfsDir)
 	layer := dir
 	if st.DiskGB > 0 {
@@ -35,9 +38,20 @@ func (d *Driver) mountRootfs(dir, lower string, st state) error {
 	}
 	if !st.Overlay {
 		copyTo := filepath.Join(layer, rootfsDir)
-		out, err := exec.Command("cp", "-a", lower+"/.", copyTo).CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("copying the image: %w: %s", err, strings.TrimSpace(string(out)))
+		cp := exec.Command("cp", "-a", lower+"/.", copyTo)
+		var out bytes.Buffer
+		cp.Stdout, cp.Stderr = &out, &out
+		err := cp.Run
+		if low {
+			err = func() error {
+				if err := proc.StartNiced(cp, proc.BackgroundNice); err != nil {
+					return err
+				}
+				return cp.Wait()
+			}
+		}
+		if err := err(); err != nil {
+			return fmt.Errorf("copying the image: %w: %s", err, strings.TrimSpace(out.String()))
 		}
 		if copyTo != target {
 			if err := syscall.Mount(copyTo, target, "", syscall.MS_BIND, ""); err != nil {

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/berth-dev/berth/internal/vm/proc"
 	"github.com/berth-dev/berth/internal/vm/replicadir"
 	"golang.org/x/sys/unix"
 )
@@ -100,11 +101,13 @@ const cgroup2Magic = 0x63677270
 // cmd runs the runtime with args, its output appended to errFile (or
 // returned in the error when errFile is "").
 func (r runtime) cmd(ctx context.Context, errFile string, args ...string) error {
-	return r.cmdWith(ctx, errFile, nil, args...)
+	return r.cmdWith(ctx, errFile, nil, false, args...)
 }
 
-// cmdWith is cmd with extra descriptors for the runtime (3 on).
-func (r runtime) cmdWith(ctx context.Context, errFile string, extra []*os.File, args ...string) error {
+// cmdWith is cmd with extra descriptors for the runtime (3 on), at nice
+// proc.BackgroundNice with low: what the runtime starts (the container's
+// init) inherits it.
+func (r runtime) cmdWith(ctx context.Context, errFile string, extra []*os.File, low bool, args ...string) error {
 	full := []string{"--root", r.root}
 	if r.crun {
 		full = append(full, "--cgroup-manager=cgroupfs")
@@ -131,7 +134,16 @@ func (r runtime) cmdWith(ctx context.Context, errFile string, extra []*os.File, 
 	} else {
 		c.Stdout, c.Stderr = &buf, &buf
 	}
-	if err := c.Run(); err != nil {
+	err := c.Run
+	if low {
+		err = func() error {
+			if err := proc.StartNiced(c, proc.BackgroundNice); err != nil {
+				return err
+			}
+			return c.Wait()
+		}
+	}
+	if err := err(); err != nil {
 		msg := strings.TrimSpace(buf.String())
 		if errFile != "" {
 			if b, rerr := os.ReadFile(errFile); rerr == nil {
@@ -185,13 +197,13 @@ func sealedCopy(path string) (*os.File, error) {
 
 // run creates and starts a container, detached: the runtime returns once
 // the init runs.
-func (r runtime) run(ctx context.Context, id, bundle, pidFile, errFile string) error {
-	return r.cmd(ctx, errFile, "run", "--detach", "--bundle", bundle, "--pid-file", pidFile, id)
+func (r runtime) run(ctx context.Context, id, bundle, pidFile, errFile string, low bool) error {
+	return r.cmdWith(ctx, errFile, nil, low, "run", "--detach", "--bundle", bundle, "--pid-file", pidFile, id)
 }
 
 // runWith is run with link passed to the container's init as its fd 3.
-func (r runtime) runWith(ctx context.Context, id, bundle, pidFile, errFile string, link *os.File) error {
-	return r.cmdWith(ctx, errFile, []*os.File{link}, "run", "--detach", "--preserve-fds", "1", "--bundle", bundle, "--pid-file", pidFile, id)
+func (r runtime) runWith(ctx context.Context, id, bundle, pidFile, errFile string, link *os.File, low bool) error {
+	return r.cmdWith(ctx, errFile, []*os.File{link}, low, "run", "--detach", "--preserve-fds", "1", "--bundle", bundle, "--pid-file", pidFile, id)
 }
 
 func (r runtime) pause(ctx context.Context, id string) error  { return r.cmd(ctx, "", "pause", id) }

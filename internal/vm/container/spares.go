@@ -66,6 +66,9 @@ type spare struct {
 	lower string // the image tree its overlay is over
 	st    state  // ID is the directory name; PID, StartTicks, Cgroup, RuntimeID
 	link  *os.File
+	// low says it was made in the background (after a StartBackground):
+	// at a low CPU priority, which assign changes for a Start.
+	low bool
 }
 
 // newPool is the driver's pool of n spares per kind.
@@ -108,8 +111,10 @@ func (d *Driver) takeSpare(ctx context.Context, kind spareKind, lower string) *s
 // afterStart records kind as recently used and tops its spares up in the
 // background once the replica's app listens (or a second has passed):
 // making a spare next to a booting app would slow the app down. ctx is
-// Start's; the wait outlives it.
-func (d *Driver) afterStart(ctx context.Context, spec vm.Spec, st state, lower string, size vm.Size) {
+// Start's; the wait outlives it. After a StartBackground (low) the
+// spares are made at its low priority too: the replicas serving keep the
+// CPU while a rollout makes the spare its next candidate takes.
+func (d *Driver) afterStart(ctx context.Context, spec vm.Spec, st state, lower string, size vm.Size, low bool) {
 	if !d.spareEligible(spec, st) {
 		return
 	}
@@ -117,7 +122,7 @@ func (d *Driver) afterStart(ctx context.Context, spec vm.Spec, st state, lower s
 	d.recent(kind)
 	go func() {
 		proc.WaitFor(context.WithoutCancel(ctx), time.Second, func() bool { return listening(st.PID, st.Port) })
-		d.refill(kind, lower, size)
+		d.refill(kind, lower, size, low)
 	}()
 }
 
@@ -142,7 +147,7 @@ func (d *Driver) Prewarm(spec vm.Spec) {
 		}
 		kind := kindOf(spec)
 		d.recent(kind)
-		d.refill(kind, lower, size)
+		d.refill(kind, lower, size, false)
 	}()
 }
 
@@ -188,10 +193,11 @@ func listening(pid, port int) bool {
 	return false
 }
 
-// refill starts making spares of kind until Spares are ready or under way.
-func (d *Driver) refill(kind spareKind, lower string, size vm.Size) {
+// refill starts making spares of kind until Spares are ready or under way,
+// at a low CPU priority with low.
+func (d *Driver) refill(kind spareKind, lower string, size vm.Size, low bool) {
 	d.reapStale()
-	d.pool.Fill(kind, d.wanted, func() (*spare, error) { return d.makeSpare(kind, lower, size) })
+	d.pool.Fill(kind, d.wanted, func() (*spare, error) { return d.makeSpare(kind, lower, size, low) })
 }
 
 // wanted reports whether kind is among the recent kinds.
@@ -236,7 +242,7 @@ func (d *Driver) spareCommand() []string {
 // makeSpare creates and starts a spare container of kind: its rootfs, an
 // empty network namespace (the veth comes with the replica, named after
 // it), and the agent in spare mode, linked to the driver by a socket.
-func (d *Driver) makeSpare(kind spareKind, lower string, size vm.Size) (*spare, error) {
+func (d *Driver) makeSpare(kind spareKind, lower string, size vm.Size, low bool) (*spare, error) {
 	ctx := context.Background()
 	var rnd [6]byte
 	rand.Read(rnd[:])
@@ -260,13 +266,16 @@ func (d *Driver) makeSpare(kind spareKind, lower string, size vm.Size) (*spare, 
 	if err := writeSpareState(dir, st, lower); err != nil {
 		return fail(err)
 	}
-	if err := d.mountRootfs(dir, lower, st); err != nil {
+	if err := d.mountRootfs(dir, lower, st, low); err != nil {
 		return fail(err)
 	}
 	cfg := d.config(vm.Spec{Name: name, Image: kind.image}, st, "/", size)
 	cfg.Hostname = st.RuntimeID
 	cfg.Process.Args = d.spareCommand()
 	cfg.Process.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	if low {
+		lowPriority(cfg)
+	}
 	b, err := json.MarshalIndent(cfg, "", "\t")
 	if err != nil {
 		return fail(err)
@@ -284,7 +293,7 @@ func (d *Driver) makeSpare(kind spareKind, lower string, size vm.Size) (*spare, 
 	theirs := os.NewFile(uintptr(fds[1]), "spare-link")
 	unix.SetNonblock(fds[0], true)
 	link := os.NewFile(uintptr(fds[0]), "spare-link")
-	err = d.rt.runWith(ctx, st.RuntimeID, filepath.Join(dir, bundleDir), filepath.Join(dir, pidFile), filepath.Join(dir, runtimeErr), theirs)
+	err = d.rt.runWith(ctx, st.RuntimeID, filepath.Join(dir, bundleDir), filepath.Join(dir, pidFile), filepath.Join(dir, runtimeErr), theirs, low)
 	theirs.Close()
 	if err != nil {
 		link.Close()
@@ -316,7 +325,7 @@ func (d *Driver) makeSpare(kind spareKind, lower string, size vm.Size) (*spare, 
 		return fail(fmt.Errorf("the spare's agent did not get ready: %q, %v", buf[:n], err))
 	}
 	link.SetReadDeadline(time.Time{})
-	return &spare{kind: kind, lower: lower, st: st, link: link}, nil
+	return &spare{kind: kind, lower: lower, st: st, link: link, low: low}, nil
 }
 
 // dropSpare ends a spare and removes everything of it.
@@ -388,7 +397,7 @@ func (d *Driver) Close() error {
 // namespace the replica's host name, and its agent the replica's flags,
 // command and environment. st is the replica's initial state; the state
 // returned is what cleaning up needs if it fails.
-func (d *Driver) assign(ctx context.Context, spec vm.Spec, st state, sp *spare) (state, error) {
+func (d *Driver) assign(ctx context.Context, spec vm.Spec, st state, sp *spare, low bool) (state, error) {
 	defer sp.link.Close()
 	t := time.Now()
 	step := func(name string) {
@@ -411,6 +420,13 @@ func (d *Driver) assign(ctx context.Context, spec vm.Spec, st state, sp *spare) 
 		return st, err
 	}
 	os.Remove(filepath.Join(dir, spareFile))
+	if sp.low != low {
+		// Before the agent starts anything: the hooks and the app
+		// inherit its priority.
+		if err := d.setPriority(st, low); err != nil {
+			return st, err
+		}
+	}
 	step("mount")
 	wd := containerWorkDir(spec)
 	if err := mkdirIn(filepath.Join(dir, rootfsDir), wd); err != nil {

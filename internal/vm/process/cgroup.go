@@ -128,29 +128,46 @@ func setupCgroupsAt(parent string, log *slog.Logger) cgroupConfig {
 }
 
 // limits returns the cgroup v2 files and values that enforce a size:
-// VCPUs whole CPUs of bandwidth per 100 ms period, and MemoryMB of memory.
-func limits(size vm.Size, pidsMax int) map[string]string {
-	return map[string]string{
+// VCPUs whole CPUs of bandwidth per 100 ms period, and MemoryMB of memory;
+// with low (StartBackground), the lowest CPU weight as well.
+func limits(size vm.Size, pidsMax int, low bool) map[string]string {
+	m := map[string]string{
 		"cpu.max":    fmt.Sprintf("%d 100000", size.VCPUs*100000),
 		"memory.max": strconv.FormatInt(int64(size.MemoryMB)<<20, 10),
 		"pids.max":   strconv.Itoa(pidsMax),
 	}
+	if low {
+		m["cpu.weight"] = lowWeight
+	}
+	return m
 }
+
+// The CPU weights of a replica started in the background (StartBackground)
+// and of every other (the kernel's default), on cgroup v2 (cpu.weight)
+// and v1 (cpu.shares).
+const (
+	lowWeight, normalWeight = "1", "100"
+	lowShares, normalShares = "2", "1024"
+)
 
 // limitsV1 are limits in cgroup v1 files, by controller, in the order to
 // write them.
-func limitsV1(size vm.Size, pidsMax int) map[string][][2]string {
-	return map[string][][2]string{
+func limitsV1(size vm.Size, pidsMax int, low bool) map[string][][2]string {
+	m := map[string][][2]string{
 		"pids":   {{"pids.max", strconv.Itoa(pidsMax)}},
 		"memory": {{"memory.limit_in_bytes", strconv.FormatInt(int64(size.MemoryMB)<<20, 10)}},
 		"cpu":    {{"cpu.cfs_period_us", "100000"}, {"cpu.cfs_quota_us", strconv.Itoa(size.VCPUs * 100000)}},
 	}
+	if low {
+		m["cpu"] = append(m["cpu"], [2]string{"cpu.shares", lowShares})
+	}
+	return m
 }
 
 // createV1 makes the cgroup v1 cgroups of a replica with the limits of its
 // size, pids first, and returns their directories. A limit that cannot be
 // set fails it: the agent must not run in a cgroup that does not limit.
-func (cg cgroupConfig) createV1(id string, size vm.Size) ([]string, error) {
+func (cg cgroupConfig) createV1(id string, size vm.Size, low bool) ([]string, error) {
 	var dirs []string
 	for _, p := range cg.v1 {
 		dir := filepath.Join(p.dir, id)
@@ -160,7 +177,7 @@ func (cg cgroupConfig) createV1(id string, size vm.Size) ([]string, error) {
 		}
 		dirs = append(dirs, dir)
 	}
-	if err := cg.limitV1(dirs, size); err != nil {
+	if err := cg.limitV1(dirs, size, low); err != nil {
 		removeCgroups(dirs)
 		return nil, err
 	}
@@ -168,8 +185,8 @@ func (cg cgroupConfig) createV1(id string, size vm.Size) ([]string, error) {
 }
 
 // limitV1 sets the limits of size in the cgroups of createV1.
-func (cg cgroupConfig) limitV1(dirs []string, size vm.Size) error {
-	lim := limitsV1(size, cg.pidsMax)
+func (cg cgroupConfig) limitV1(dirs []string, size vm.Size, low bool) error {
+	lim := limitsV1(size, cg.pidsMax, low)
 	for i, p := range cg.v1 {
 		for _, kv := range lim[p.controller] {
 			if err := os.WriteFile(filepath.Join(dirs[i], kv[0]), []byte(kv[1]), 0o644); err != nil {
@@ -183,7 +200,7 @@ func (cg cgroupConfig) limitV1(dirs []string, size vm.Size) error {
 // renameV1 moves the cgroups of createV1 to the name id, with the limits
 // of size: a spare's cgroups become its replica's without moving the
 // agent, which on cgroup v1 costs an RCU grace period (milliseconds).
-func (cg cgroupConfig) renameV1(dirs []string, id string, size vm.Size) ([]string, error) {
+func (cg cgroupConfig) renameV1(dirs []string, id string, size vm.Size, low bool) ([]string, error) {
 	out := slices.Clone(dirs) // where they are, whatever fails
 	for i, p := range cg.v1 {
 		to := filepath.Join(p.dir, id)
@@ -192,7 +209,7 @@ func (cg cgroupConfig) renameV1(dirs []string, id string, size vm.Size) ([]strin
 		}
 		out[i] = to
 	}
-	return out, cg.limitV1(out, size)
+	return out, cg.limitV1(out, size, low)
 }
 
 // removeCgroups removes cgroups (see removeCgroup).
@@ -202,15 +219,15 @@ func removeCgroups(dirs []string) {
 	}
 }
 
-// create makes the cgroup of a replica with the limits of its size and
-// returns its path and an open directory for SysProcAttr.CgroupFD. A
+// create makes the cgroup of a replica with the limits of its size (and
+// the lowest CPU weight with low) and returns its path and an open directory for SysProcAttr.CgroupFD. A
 // leftover cgroup of the same id (berth died during Stop) is reused.
-func (cg cgroupConfig) create(id string, size vm.Size, log *slog.Logger) (string, *os.File, error) {
+func (cg cgroupConfig) create(id string, size vm.Size, low bool, log *slog.Logger) (string, *os.File, error) {
 	dir := filepath.Join(cg.parent, id)
 	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 		return "", nil, err
 	}
-	for file, value := range limits(size, cg.pidsMax) {
+	for file, value := range limits(size, cg.pidsMax, low) {
 		if !cg.cpu && strings.HasPrefix(file, "cpu.") || !cg.memory && strings.HasPrefix(file, "memory.") || !cg.pids && strings.HasPrefix(file, "pids.") {
 			continue
 		}
@@ -285,4 +302,42 @@ func freezeCgroup(ctx context.Context, dir string) bool {
 		}
 		return false
 	})
+}
+
+// Foreground gives a replica started with StartBackground the CPU
+// priority of any other: its cgroup's cpu.weight (cpu.shares on cgroup v1)
+// back to the kernel's default, and every thread of its processes at nice
+// proc.BackgroundNice back to berth's own. berth calls it when the
+// replica is promoted (starts taking traffic). It is idempotent, and
+// changes nothing of a replica started with Start (its app may have
+// lowered the priority of its own processes, which stays).
+func (d *Driver) Foreground(ctx context.Context, id string) error {
+	st, err := d.rd.Load(id)
+	if err != nil {
+		return err
+	}
+	st = d.adopt(st)
+	var errs []error
+	if st.Cgroup != "" && d.cg.cpu {
+		if err := os.WriteFile(filepath.Join(st.Cgroup, "cpu.weight"), []byte(normalWeight), 0); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for i, p := range d.cg.v1 {
+		if p.controller == "cpu" && i < len(st.CgroupsV1) && filepath.Dir(st.CgroupsV1[i]) == p.dir {
+			if err := os.WriteFile(filepath.Join(st.CgroupsV1[i], "cpu.shares"), []byte(normalShares), 0); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if d.niceSpares && st.PID != 0 && proc.Alive(st.PID, st.StartTicks) {
+		members := func() []int { return append(d.members(st), st.PID) }
+		if err := proc.Renice(members, d.nice, func(n int) bool { return n == proc.BackgroundNice }); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("process: restoring the CPU priority of %s: %w", id, err)
+	}
+	return nil
 }

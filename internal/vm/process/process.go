@@ -71,6 +71,13 @@
 // not enforced, and a replica's processes are found through its PID
 // namespace or, without isolation, its session.
 //
+// StartBackground starts a replica nobody waits for yet (a rollout's
+// candidate) at a low CPU priority: as root its agent at nice 19 (a spare
+// it takes is set to it), which the hooks and app inherit, and its cgroup
+// with cpu.weight 1 (cpu.shares 2 on cgroup v1). Foreground (berth calls
+// it when the replica is promoted) gives it the default weight and
+// renices the threads of its processes at 19 to berth's own value.
+//
 // # Spare agents
 //
 // Starting a replica cold costs a process spawn plus the berth binary's
@@ -390,6 +397,21 @@ func (d *Driver) path(id string, name ...string) string { return d.rd.Path(id, n
 // must be empty; DiskSizeGB is not enforced, and OpenPorts need nothing
 // (replicas share the host's network).
 func (d *Driver) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
+	return d.start(ctx, spec, false)
+}
+
+// StartBackground is Start at a low CPU priority, for a replica nobody
+// waits for (a rollout's candidate, while the previous replicas serve):
+// its agent, and so its hooks and app, run at nice proc.BackgroundNice
+// (as root; a spare it takes is set to it before its assignment), and its
+// cgroup has cpu.weight 1 (cpu.shares 2 on cgroup v1) from its creation,
+// so that its boot takes CPU from the replicas serving only when they
+// leave some idle. Foreground gives it the normal priority back.
+func (d *Driver) StartBackground(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
+	return d.start(ctx, spec, true)
+}
+
+func (d *Driver) start(ctx context.Context, spec vm.Spec, low bool) (vm.Instance, error) {
 	if err := ctx.Err(); err != nil {
 		return vm.Instance{}, err
 	}
@@ -425,7 +447,7 @@ func (d *Driver) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
 		}
 	}
 	if sp := d.takeSpare(ctx); sp != nil {
-		ast, err := d.assign(ctx, sp, spec, st, workDir, size)
+		ast, err := d.assign(ctx, sp, spec, st, workDir, size, low)
 		if err == nil {
 			return d.instance(ast), nil
 		}
@@ -434,7 +456,7 @@ func (d *Driver) Start(ctx context.Context, spec vm.Spec) (vm.Instance, error) {
 			return vm.Instance{}, fmt.Errorf("process: start %s: %w", spec.Name, err)
 		}
 	}
-	st, err = d.launch(spec, st, workDir, size)
+	st, err = d.launch(spec, st, workDir, size, low)
 	if err != nil {
 		if st.Cgroup != "" {
 			removeCgroup(st.Cgroup)
@@ -517,7 +539,7 @@ func (d *Driver) freePort() (int, error) {
 }
 
 // launch prepares the replica directory and starts the agent.
-func (d *Driver) launch(spec vm.Spec, st state, workDir string, size vm.Size) (state, error) {
+func (d *Driver) launch(spec vm.Spec, st state, workDir string, size vm.Size, low bool) (state, error) {
 	dir := d.path(spec.Name)
 	if err := os.Mkdir(filepath.Join(dir, dataDir), 0o700); err != nil {
 		return st, err
@@ -527,7 +549,7 @@ func (d *Driver) launch(spec vm.Spec, st state, workDir string, size vm.Size) (s
 	}
 	var cgDir *os.File
 	if d.cg.parent != "" {
-		cg, f, err := d.cg.create(spec.Name, size, d.log)
+		cg, f, err := d.cg.create(spec.Name, size, low, d.log)
 		if err != nil {
 			d.log.Warn("process: replica runs without a cgroup", "id", spec.Name, "err", err)
 		} else {
@@ -538,7 +560,7 @@ func (d *Driver) launch(spec vm.Spec, st state, workDir string, size vm.Size) (s
 	if len(d.cg.v1) > 0 {
 		// The agent joins them before it starts anything (--join-cgroup).
 		var err error
-		if st.CgroupsV1, err = d.cg.createV1(spec.Name, size); err != nil {
+		if st.CgroupsV1, err = d.cg.createV1(spec.Name, size, low); err != nil {
 			return st, fmt.Errorf("making the replica's cgroups: %w", err)
 		}
 	}
@@ -575,7 +597,11 @@ func (d *Driver) launch(spec vm.Spec, st state, workDir string, size vm.Size) (s
 		cmd.SysProcAttr.UseCgroupFD = true
 		cmd.SysProcAttr.CgroupFD = int(cgDir.Fd())
 	}
-	if err := cmd.Start(); err != nil {
+	start := cmd.Start
+	if low && d.niceSpares {
+		start = func() error { return proc.StartNiced(cmd, proc.BackgroundNice) }
+	}
+	if err := start(); err != nil {
 		return st, err
 	}
 	// Reap the agent while berth lives, so no zombie stays behind; after

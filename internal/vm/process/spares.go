@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -223,7 +222,7 @@ func (d *Driver) spawnSpare(name, dir string) (*spare, error) {
 	if len(d.cg.v1) > 0 {
 		// Joined now, off the path of the Start that takes the spare;
 		// the limits of the replica's size come with the assignment.
-		if cgroups, err = d.cg.createV1(name, vm.Sizes[vm.DefaultSize]); err != nil {
+		if cgroups, err = d.cg.createV1(name, vm.Sizes[vm.DefaultSize], false); err != nil {
 			return nil, fmt.Errorf("making the spare's cgroups: %w", err)
 		}
 	}
@@ -289,31 +288,8 @@ func (d *Driver) spawnSpare(name, dir string) (*spare, error) {
 // starve them. Assignment restores berth's own.
 const spareNice = 10
 
-// startNiced starts cmd at nice spareNice: from a thread set to it for the
-// fork, which the child inherits, so even its runtime's start-up runs at
-// that priority. The thread gets its priority back afterwards (raising it
-// needs CAP_SYS_NICE; if that fails, the thread ends with the goroutine
-// rather than run berth's work at a low priority).
-func startNiced(cmd *exec.Cmd) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		tid := syscall.Gettid()
-		// Linux's getpriority returns 20 - nice.
-		raw, err := syscall.Getpriority(syscall.PRIO_PROCESS, tid)
-		if err != nil || syscall.Setpriority(syscall.PRIO_PROCESS, tid, spareNice) != nil {
-			runtime.UnlockOSThread()
-			errc <- cmd.Start()
-			return
-		}
-		err = cmd.Start()
-		if syscall.Setpriority(syscall.PRIO_PROCESS, tid, 20-raw) == nil {
-			runtime.UnlockOSThread()
-		}
-		errc <- err
-	}()
-	return <-errc
-}
+// startNiced starts cmd at nice spareNice (proc.StartNiced).
+func startNiced(cmd *exec.Cmd) error { return proc.StartNiced(cmd, spareNice) }
 
 // dropSpare kills an unassigned spare, waits for it and removes its
 // directory.
@@ -332,7 +308,7 @@ func (d *Driver) dropSpare(sp *spare) {
 // assign makes sp the agent of the replica spec describes (see the steps
 // above). dir <Dir>/<id> exists and is empty. On failure sp is gone and dir
 // is empty again, ready for a cold start.
-func (d *Driver) assign(ctx context.Context, sp *spare, spec vm.Spec, st state, workDir string, size vm.Size) (state, error) {
+func (d *Driver) assign(ctx context.Context, sp *spare, spec vm.Spec, st state, workDir string, size vm.Size, low bool) (state, error) {
 	dir := d.path(spec.Name)
 	sdir := filepath.Join(d.dir, sp.name)
 	st.PID, st.StartTicks = sp.pid, sp.ticks
@@ -368,15 +344,20 @@ func (d *Driver) assign(ctx context.Context, sp *spare, spec vm.Spec, st state, 
 		return st, err
 	}
 	if d.niceSpares {
-		// Back to berth's priority: the spare's process group is the
-		// agent alone (it is a session leader and has forked nothing).
-		if err := syscall.Setpriority(syscall.PRIO_PGRP, sp.pid, d.nice); err != nil {
+		// Back to berth's priority, or to the background one: the
+		// spare's process group is the agent alone (it is a session
+		// leader and has forked nothing), every thread of it.
+		nice := d.nice
+		if low {
+			nice = proc.BackgroundNice
+		}
+		if err := syscall.Setpriority(syscall.PRIO_PGRP, sp.pid, nice); err != nil {
 			return fail(fmt.Errorf("restoring the spare's CPU priority: %w", err))
 		}
 	}
 	step("nice")
 	if d.cg.parent != "" {
-		cg, f, err := d.cg.create(spec.Name, size, d.log)
+		cg, f, err := d.cg.create(spec.Name, size, low, d.log)
 		if err == nil {
 			f.Close()
 			// One process, with nothing forked yet: moving it moves the
@@ -398,7 +379,7 @@ func (d *Driver) assign(ctx context.Context, sp *spare, spec vm.Spec, st state, 
 		var err error
 		// On failure too, st.CgroupsV1 are the cgroups to remove once
 		// fail has killed the spare.
-		st.CgroupsV1, err = d.cg.renameV1(sp.cgroups, spec.Name, size)
+		st.CgroupsV1, err = d.cg.renameV1(sp.cgroups, spec.Name, size, low)
 		sp.cgroups = nil
 		if err != nil {
 			return fail(fmt.Errorf("making the spare's cgroups the replica's: %w", err))

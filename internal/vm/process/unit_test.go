@@ -29,8 +29,22 @@ func TestLimits(t *testing.T) {
 		{"xlarge", map[string]string{"cpu.max": "800000 100000", "memory.max": "8589934592", "pids.max": "512"}},
 	}
 	for _, tt := range tests {
-		if diff := cmp.Diff(tt.want, limits(vm.Sizes[tt.class], DefaultPidsMax)); diff != "" {
+		if diff := cmp.Diff(tt.want, limits(vm.Sizes[tt.class], DefaultPidsMax, false)); diff != "" {
 			t.Errorf("limits(%s) (-want +got):\n%s", tt.class, diff)
+		}
+	}
+	// In the background (StartBackground): the lowest CPU weight too.
+	want := map[string]string{"cpu.max": "100000 100000", "memory.max": "1073741824", "pids.max": "512", "cpu.weight": "1"}
+	if diff := cmp.Diff(want, limits(vm.Sizes["small"], DefaultPidsMax, true)); diff != "" {
+		t.Errorf("limits(small, low) (-want +got):\n%s", diff)
+	}
+	v1 := limitsV1(vm.Sizes["small"], DefaultPidsMax, true)["cpu"]
+	if last := v1[len(v1)-1]; last != [2]string{"cpu.shares", "2"} {
+		t.Errorf("limitsV1(small, low) cpu = %v, want cpu.shares 2 last", v1)
+	}
+	for _, kv := range limitsV1(vm.Sizes["small"], DefaultPidsMax, false)["cpu"] {
+		if kv[0] == "cpu.shares" {
+			t.Errorf("limitsV1(small) sets %v; a normal replica keeps the default", kv)
 		}
 	}
 }
@@ -42,21 +56,24 @@ func TestCgroupCreate(t *testing.T) {
 	for _, tt := range []struct {
 		name        string
 		cpu, memory bool
+		low         bool
 		want        []string
 	}{
-		{"both", true, true, []string{"cpu.max=200000 100000", "memory.max=2147483648"}},
-		{"memory only", false, true, []string{"memory.max=2147483648"}},
-		{"none", false, false, nil},
+		{"both", true, true, false, []string{"cpu.max=200000 100000", "memory.max=2147483648"}},
+		{"memory only", false, true, false, []string{"memory.max=2147483648"}},
+		{"none", false, false, false, nil},
+		{"background", true, true, true, []string{"cpu.max=200000 100000", "cpu.weight=1", "memory.max=2147483648"}},
+		{"background without cpu", false, true, true, []string{"memory.max=2147483648"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cg := cgroupConfig{parent: t.TempDir(), cpu: tt.cpu, memory: tt.memory}
-			dir, f, err := cg.create("berth-x-0123456789ab", vm.Sizes["medium"], log)
+			dir, f, err := cg.create("berth-x-0123456789ab", vm.Sizes["medium"], tt.low, log)
 			if err != nil {
 				t.Fatal(err)
 			}
 			f.Close()
 			var got []string
-			for _, name := range []string{"cpu.max", "memory.max"} {
+			for _, name := range []string{"cpu.max", "cpu.weight", "memory.max"} {
 				if b, err := os.ReadFile(filepath.Join(dir, name)); err == nil {
 					got = append(got, name+"="+string(b))
 				}
