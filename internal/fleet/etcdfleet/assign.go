@@ -74,7 +74,7 @@ func ValidUnitID(id string) error {
 }
 
 // Submit asks for unit r.Unit (or changes what is asked): the scheduler's
-// leader places it.
+// leader places it. Submitting what is asked already writes nothing.
 func (m *Member) Submit(ctx context.Context, r placement.Request) error {
 	if err := ValidUnitID(r.Unit); err != nil {
 		return err
@@ -98,7 +98,11 @@ func (m *Member) Submit(ctx context.Context, r placement.Request) error {
 	}
 	ctx, cancel := m.opctx(ctx)
 	defer cancel()
-	if _, err := m.cli.Put(ctx, m.unitsPrefix()+r.Unit, string(body)); err != nil {
+	// An unchanged request is not written again: every host of a fleet
+	// submits the deployments it holds, and the scheduler places again
+	// on every write of a unit.
+	k := m.unitsPrefix() + r.Unit
+	if _, err := m.cli.Txn(ctx).If(clientv3.Compare(clientv3.Value(k), "=", string(body))).Else(clientv3.OpPut(k, string(body))).Commit(); err != nil {
 		return fmt.Errorf("etcdfleet: submitting unit %s: %w", r.Unit, err)
 	}
 	return nil

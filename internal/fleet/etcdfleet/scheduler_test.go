@@ -411,6 +411,19 @@ func TestWatchAllAssignments(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The same request again writes nothing (every host submits the
+	// deployments it holds).
+	cli := cl.Client(t)
+	g1, err := cli.Get(ctxT(t), etcdfleet.DefaultPrefix+"units/deployment/y")
+	if err != nil || len(g1.Kvs) != 1 {
+		t.Fatalf("the unit's key: %v %v", g1, err)
+	}
+	if err := b.Submit(ctxT(t), placement.Request{Unit: "deployment/y", Group: "y", Driver: "process"}); err != nil {
+		t.Fatal(err)
+	}
+	if g2, err := cli.Get(ctxT(t), etcdfleet.DefaultPrefix+"units/deployment/y"); err != nil || g2.Kvs[0].ModRevision != g1.Kvs[0].ModRevision {
+		t.Fatalf("an unchanged request was written again: %v %v", g2, err)
+	}
 	ctx, cancel := context.WithCancel(ctxT(t))
 	defer cancel()
 	w := a.WatchAllAssignments(ctx)
