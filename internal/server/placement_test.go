@@ -1,0 +1,193 @@
+package server
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/berth-dev/berth/internal/fleet/etcdfleet"
+	"github.com/berth-dev/berth/internal/fleet/fleetca"
+	"github.com/berth-dev/berth/internal/vm"
+)
+
+// startPlacedPair is two berths of one fleet (alpha made it with berth
+// fleet init, beta joined it), both with a hop listener and placement on
+// (per-host SQLite stores, each given the same deployments).
+func startPlacedPair(t *testing.T) (a, b *Server) {
+	t.Helper()
+	var ports []string
+	for range 2 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports = append(ports, l.Addr().String())
+		l.Close()
+	}
+	d1, d2 := t.TempDir(), t.TempDir()
+	ir, err := fleetca.Init(fleetca.InitOptions{DataDir: d1, Advertise: ports[0], PeerAdvertise: ports[1], HostID: "alpha"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := func(dir string) Options {
+		o := Options{DataDir: dir, Fleet: FleetOptions{LeaseTTL: 2 * time.Second, Listen: "127.0.0.1:0"}, placeVMs: true}
+		o.AgentCommand, o.AgentEnv = agentOptions()
+		return o
+	}
+	a = startHopServer(t, o(d1))
+	if _, err := fleetca.Join(context.Background(), fleetca.JoinOptions{DataDir: d2, Server: "http://" + a.AdminAddr(), Token: ir.Token, Pin: ir.Pin, HostID: "beta"}); err != nil {
+		t.Fatal(err)
+	}
+	b = startHopServer(t, o(d2))
+	return a, b
+}
+
+// agentOptions make the test binary the agent of process replicas
+// (testOptions' part for them).
+func agentOptions() ([]string, []string) {
+	var o Options
+	testOptions(&o)
+	return o.AgentCommand, o.AgentEnv
+}
+
+// replicasOf lists the process replicas s runs of deployment id.
+func replicasOf(t *testing.T, s *Server, id string) []vm.Instance {
+	t.Helper()
+	ins, err := s.fleet.Driver("process").List(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []vm.Instance
+	for _, in := range ins {
+		if in.Owner.Kind == vm.OwnerDeployment && in.Owner.ID == id && !in.State.Terminal() {
+			out = append(out, in)
+		}
+	}
+	return out
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// assignedHost is the host the fleet's scheduler gave deployment id to
+// ("" while none).
+func assignedHost(t *testing.T, s *Server, id string) string {
+	t.Helper()
+	as, err := s.fleetHost.m.Assignments(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range as {
+		if a.Unit == "deployment/"+id {
+			return a.Host
+		}
+	}
+	return ""
+}
+
+// TestPlacedVMDeployment: two hosts hold the same vm deployment; the
+// scheduler gives it to one, and a request through either host's gateway
+// is answered by a replica there, the other host running none. When the
+// host that runs it loses its lease, the deployment moves: the survivor
+// answers from a replica of its own, and the old host stops its replicas.
+func TestPlacedVMDeployment(t *testing.T) {
+	a, b := startPlacedPair(t)
+	byID := map[string]*Server{"alpha": a, "beta": b}
+	spec := vmSpec("pl", "")
+	hopPost(t, a, "/deployments", spec)
+	hopPost(t, b, "/deployments", spec)
+
+	var host string
+	waitFor(t, "the scheduler to place pl", func() bool { host = assignedHost(t, a, "pl"); return host != "" })
+	runs, other := byID[host], a
+	if host == "alpha" {
+		other = b
+	}
+	otherID := "alpha"
+	if other == b {
+		otherID = "beta"
+	}
+	c := &http.Client{Timeout: 30 * time.Second}
+	for _, s := range []*Server{other, runs, other} {
+		var code int
+		var body string
+		waitFor(t, "pl answered through "+s.ProxyAddr(), func() bool {
+			code, body = hopGet(c, "http://"+s.ProxyAddr()+"/x", "pl.test")
+			return code == 200
+		})
+		if !strings.HasPrefix(body, "app ") || !strings.Contains(body, "/x hi") {
+			t.Fatalf("pl through %s: %d %q, want the app's answer", s.ProxyAddr(), code, body)
+		}
+		if n, m := len(replicasOf(t, runs, "pl")), len(replicasOf(t, other, "pl")); n == 0 || m != 0 {
+			t.Fatalf("after a request through %s: %s runs %d replicas of pl, %s %d; want some on %s only", s.ProxyAddr(), host, n, otherID, m, host)
+		}
+		answeredBy(t, body, runs)
+	}
+	// The other host forwards: it has no pool of pl at all.
+	if _, ok := other.fleet.Pool("pl"); ok {
+		t.Fatalf("%s has a replica pool of pl, which runs on %s", otherID, host)
+	}
+
+	// The host that runs pl loses its lease (as when cut off from etcd).
+	cli := a.fleetHost.cli
+	g, err := cli.Get(ctxT(t), etcdfleet.DefaultPrefix+"hosts/"+host)
+	if err != nil || len(g.Kvs) != 1 || g.Kvs[0].Lease == 0 {
+		t.Fatalf("%s's host key: %v %v", host, g, err)
+	}
+	if _, err := cli.Revoke(ctxT(t), clientv3.LeaseID(g.Kvs[0].Lease)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "pl to move to "+otherID, func() bool { return assignedHost(t, a, "pl") == otherID })
+	var code int
+	var body string
+	waitFor(t, "pl answered through the survivor", func() bool {
+		code, body = hopGet(c, "http://"+other.ProxyAddr()+"/y", "pl.test")
+		return code == 200
+	})
+	if !strings.Contains(body, "/y hi") {
+		t.Fatalf("pl through the survivor: %d %q", code, body)
+	}
+	if n := len(replicasOf(t, other, "pl")); n == 0 {
+		t.Fatalf("pl answered through %s, which runs no replica of it", otherID)
+	}
+	answeredBy(t, body, other)
+	waitFor(t, host+" to stop its replicas of pl", func() bool { return len(replicasOf(t, runs, "pl")) == 0 })
+	if _, ok := runs.fleet.Pool("pl"); ok {
+		t.Fatalf("%s still has a replica pool of pl, which moved to %s", host, otherID)
+	}
+	// Through the old host too, once it follows: it forwards to the
+	// survivor, and starts none of its own.
+	waitFor(t, "pl answered through "+host, func() bool {
+		code, body = hopGet(c, "http://"+runs.ProxyAddr()+"/z", "pl.test")
+		return code == 200
+	})
+	if n := len(replicasOf(t, runs, "pl")); n != 0 {
+		t.Fatalf("%s runs %d replicas of pl after it moved", host, n)
+	}
+	answeredBy(t, body, other)
+}
+
+// answeredBy checks that the test app's answer body ("app HOSTNAME ...")
+// came from one of s's replicas of pl, when the app's host name is its
+// replica's (a sandboxed process replica has a UTS namespace of its own).
+func answeredBy(t *testing.T, body string, s *Server) {
+	t.Helper()
+	name, _, _ := strings.Cut(strings.TrimPrefix(body, "app "), " ")
+	if !strings.HasPrefix(name, "berth-pl-") {
+		return // an unsandboxed replica: the machine's host name
+	}
+	for _, in := range replicasOf(t, s, "pl") {
+		if vm.Hostname(in.ID) == name {
+			return
+		}
+	}
+	t.Fatalf("answered by replica %s, not one of %s's", name, s.fleetHost.m.ID())
+}
