@@ -38,7 +38,10 @@ type placer struct {
 	// queued are the units to submit (a nil request: to withdraw), by
 	// deployment, for the submit loop.
 	queued map[string]*placement.Request
-	kick   chan struct{}
+	// vms are the vm deployments submitted: a write that makes one
+	// another kind, or its delete, withdraws it.
+	vms  map[string]bool
+	kick chan struct{}
 	// fence asks the watch loop to stop every deployment running here.
 	fence chan struct{}
 }
@@ -52,7 +55,7 @@ func (s *Server) placing() bool {
 
 func newPlacer(m *etcdfleet.Member, log *slog.Logger) *placer {
 	return &placer{
-		m: m, log: log, where: map[string]registry.Placement{}, queued: map[string]*placement.Request{},
+		m: m, log: log, where: map[string]registry.Placement{}, queued: map[string]*placement.Request{}, vms: map[string]bool{},
 		kick: make(chan struct{}, 1), fence: make(chan struct{}, 1),
 	}
 }
@@ -87,6 +90,15 @@ func (p *placer) changed(id string, e *registry.Entry) {
 		r = unitRequest(&e.Spec)
 	}
 	p.mu.Lock()
+	if r == nil && !p.vms[id] {
+		p.mu.Unlock()
+		return // never a vm deployment here: nothing to withdraw
+	}
+	if r != nil {
+		p.vms[id] = true
+	} else {
+		delete(p.vms, id)
+	}
 	p.queued[id] = r
 	p.mu.Unlock()
 	select {
@@ -184,7 +196,8 @@ func (p *placer) submitLoop(ctx context.Context) {
 
 // watchLoop follows every assignment and every host's hop address, and
 // re-places (registry.Placed) each deployment whose placement changed,
-// one change at a time per deployment.
+// one change at a time per deployment. A change waits for the previous
+// one's drains (a deployment that moved away): a fence waits for them too.
 func (p *placer) watchLoop(ctx context.Context, reg *registry.Registry) {
 	assigns := p.m.WatchAllAssignments(ctx)
 	hosts := p.m.Watch(ctx)

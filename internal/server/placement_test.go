@@ -2,8 +2,10 @@ package server
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -136,6 +138,39 @@ func TestPlacedVMDeployment(t *testing.T) {
 		t.Fatalf("%s has a replica pool of pl, which runs on %s", otherID, host)
 	}
 
+	// A deployment no host has room for is never placed: both hosts
+	// refuse its requests, saying it is being placed, and run none.
+	hs, err := a.fleetHost.m.Hosts(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.IndexFunc(hs, func(h etcdfleet.HostView) bool { return h.Capacity.CPUs >= 8 }) < 0 {
+		hopPost(t, a, "/deployments", bigSpec())
+		hopPost(t, b, "/deployments", bigSpec())
+		waitFor(t, "big to be unplaced", func() bool {
+			un, err := a.fleetHost.m.Unplaced(ctxT(t))
+			return err == nil && slices.ContainsFunc(un, func(u etcdfleet.UnplacedUnit) bool { return u.Unit == "deployment/big" })
+		})
+		for _, s := range []*Server{a, b} {
+			req, _ := http.NewRequest("GET", "http://"+s.ProxyAddr()+"/", nil)
+			req.Host = "big.test"
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(body), "being placed") {
+				t.Fatalf("big through %s: %d (Retry-After %q) %q, want 503 being placed", s.ProxyAddr(), resp.StatusCode, resp.Header.Get("Retry-After"), body)
+			}
+			if n := len(replicasOf(t, s, "big")); n != 0 {
+				t.Fatalf("%s runs %d replicas of the unplaced big", s.fleetHost.m.ID(), n)
+			}
+		}
+	} else {
+		t.Log("this machine has room for an xlarge replica: the unplaced deployment is not tried")
+	}
+
 	// The host that runs pl loses its lease (as when cut off from etcd).
 	cli := a.fleetHost.cli
 	g, err := cli.Get(ctxT(t), etcdfleet.DefaultPrefix+"hosts/"+host)
@@ -173,6 +208,11 @@ func TestPlacedVMDeployment(t *testing.T) {
 		t.Fatalf("%s runs %d replicas of pl after it moved", host, n)
 	}
 	answeredBy(t, body, other)
+}
+
+// bigSpec is a vm deployment of size xlarge (8 CPUs).
+func bigSpec() string {
+	return `{"id":"big","routes":[{"host":"big.test"}],"vm":{"driver":"process","port":8080,"size_class":"xlarge","start_command":` + jsonString(appCommand()) + `}}`
 }
 
 // answeredBy checks that the test app's answer body ("app HOSTNAME ...")
