@@ -133,9 +133,13 @@ func TestPlacedVMDeployment(t *testing.T) {
 		}
 		answeredBy(t, body, runs)
 	}
-	// The other host forwards: it has no pool of pl at all.
+	// The other host forwards: it has no pool of pl at all, and still
+	// describes it.
 	if _, ok := other.fleet.Pool("pl"); ok {
 		t.Fatalf("%s has a replica pool of pl, which runs on %s", otherID, host)
+	}
+	if code, body := hopGet(c, "http://"+other.AdminAddr()+"/deployments/pl", ""); code != 200 || !strings.Contains(body, `"pl"`) {
+		t.Fatalf("GET /deployments/pl on %s: %d %s", otherID, code, body)
 	}
 
 	// A deployment no host has room for is never placed: both hosts
