@@ -12,6 +12,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/berth-dev/berth/apitype"
 	"github.com/berth-dev/berth/internal/fleet/etcdfleet"
 	"github.com/berth-dev/berth/internal/fleet/fleetca"
 	"github.com/berth-dev/berth/internal/vm"
@@ -142,6 +143,19 @@ func TestPlacedVMDeployment(t *testing.T) {
 		t.Fatalf("GET /deployments/pl on %s: %d %s", otherID, code, body)
 	}
 
+	// A fence (the host's lease may have lapsed) stops pl's replicas at
+	// once; the assignment still names the host, so the next request
+	// starts one there again.
+	runs.fleetHost.fenced(runs.log, nil)
+	waitFor(t, "the fence to stop pl's replicas on "+host, func() bool { return len(replicasOf(t, runs, "pl")) == 0 })
+	waitFor(t, "pl answered again after the fence", func() bool {
+		code, body := hopGet(c, "http://"+other.ProxyAddr()+"/f", "pl.test")
+		return code == 200 && strings.Contains(body, "/f hi")
+	})
+	if n, m := len(replicasOf(t, runs, "pl")), len(replicasOf(t, other, "pl")); n == 0 || m != 0 {
+		t.Fatalf("after the fence: %s runs %d replicas of pl, %s %d", host, n, otherID, m)
+	}
+
 	// A deployment no host has room for is never placed: both hosts
 	// refuse its requests, saying it is being placed, and run none.
 	hs, err := a.fleetHost.m.Hosts(ctxT(t))
@@ -234,4 +248,18 @@ func answeredBy(t *testing.T, body string, s *Server) {
 		}
 	}
 	t.Fatalf("answered by replica %s, not one of %s's", name, s.fleetHost.m.ID())
+}
+
+// TestUnitRequest: a vm deployment's unit asks for its driver and image,
+// and for its size class's CPU and memory when it names one.
+func TestUnitRequest(t *testing.T) {
+	s := &apitype.DeploymentSpec{ID: "web", VM: &apitype.VmSpec{Driver: apitype.DriverProcess, Image: "app:1"}}
+	r := unitRequest(s)
+	if r.Unit != "deployment/web" || r.Group != "web" || r.Driver != "process" || r.Image != "app:1" || r.CPUMillis != 0 || r.MemoryBytes != 0 {
+		t.Fatalf("without a size class: %+v", r)
+	}
+	s.VM.SizeClass = apitype.SizeMedium
+	if r := unitRequest(s); r.CPUMillis != 2000 || r.MemoryBytes != 2048<<20 {
+		t.Fatalf("medium: %+v, want 2 CPUs and 2 GiB", r)
+	}
 }
