@@ -19,9 +19,10 @@ import (
 )
 
 // startPlacedPair is two berths of one fleet (alpha made it with berth
-// fleet init, beta joined it), both with a hop listener and placement on
-// (per-host SQLite stores, each given the same deployments).
-func startPlacedPair(t *testing.T) (a, b *Server) {
+// fleet init, beta joined it), both with a hop listener and placement on:
+// with per-host SQLite stores (each to be given the same deployments), or
+// shared, with one store in the fleet's etcd.
+func startPlacedPair(t *testing.T, shared bool) (a, b *Server) {
 	t.Helper()
 	var ports []string
 	for range 2 {
@@ -38,7 +39,12 @@ func startPlacedPair(t *testing.T) (a, b *Server) {
 		t.Fatal(err)
 	}
 	o := func(dir string) Options {
-		o := Options{DataDir: dir, Fleet: FleetOptions{LeaseTTL: 2 * time.Second, Listen: "127.0.0.1:0"}, placeVMs: true}
+		o := Options{DataDir: dir, Fleet: FleetOptions{LeaseTTL: 2 * time.Second, Listen: "127.0.0.1:0"}, placeVMs: !shared}
+		if shared {
+			// One store for both, in the fleet's etcd: placement is on
+			// as berth serve --store etcd:// has it.
+			o.StoreEtcd = EtcdStoreOptions{Endpoints: []string{ports[0]}, ClaimTTL: 2 * time.Second}
+		}
 		o.AgentCommand, o.AgentEnv = agentOptions()
 		return o
 	}
@@ -102,11 +108,20 @@ func assignedHost(t *testing.T, s *Server, id string) string {
 // host that runs it loses its lease, the deployment moves: the survivor
 // answers from a replica of its own, and the old host stops its replicas.
 func TestPlacedVMDeployment(t *testing.T) {
-	a, b := startPlacedPair(t)
+	t.Run("per-host stores", func(t *testing.T) { testPlaced(t, false) })
+	t.Run("shared store", func(t *testing.T) { testPlaced(t, true) })
+}
+
+func testPlaced(t *testing.T, shared bool) {
+	a, b := startPlacedPair(t, shared)
 	byID := map[string]*Server{"alpha": a, "beta": b}
-	spec := vmSpec("pl", "")
-	hopPost(t, a, "/deployments", spec)
-	hopPost(t, b, "/deployments", spec)
+	post := func(spec string) {
+		hopPost(t, a, "/deployments", spec)
+		if !shared {
+			hopPost(t, b, "/deployments", spec)
+		}
+	}
+	post(vmSpec("pl", ""))
 
 	var host string
 	waitFor(t, "the scheduler to place pl", func() bool { host = assignedHost(t, a, "pl"); return host != "" })
@@ -163,8 +178,7 @@ func TestPlacedVMDeployment(t *testing.T) {
 		t.Fatal(err)
 	}
 	if slices.IndexFunc(hs, func(h etcdfleet.HostView) bool { return h.Capacity.CPUs >= 8 }) < 0 {
-		hopPost(t, a, "/deployments", bigSpec())
-		hopPost(t, b, "/deployments", bigSpec())
+		post(bigSpec())
 		waitFor(t, "big to be unplaced", func() bool {
 			un, err := a.fleetHost.m.Unplaced(ctxT(t))
 			return err == nil && slices.ContainsFunc(un, func(u etcdfleet.UnplacedUnit) bool { return u.Unit == "deployment/big" })
