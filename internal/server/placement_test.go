@@ -240,6 +240,25 @@ func testPlaced(t *testing.T, shared bool) {
 		t.Fatalf("%s runs %d replicas of pl after it moved", host, n)
 	}
 	answeredBy(t, body, other)
+
+	// Deleted: its unit is withdrawn, its assignment goes, and no host
+	// runs it.
+	for _, s := range []*Server{other, runs} {
+		if s == runs && shared {
+			break
+		}
+		req, _ := http.NewRequest("DELETE", "http://"+s.AdminAddr()+"/deployments/pl", nil)
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 204 && resp.StatusCode != 200 {
+			t.Fatalf("DELETE /deployments/pl: %d", resp.StatusCode)
+		}
+	}
+	waitFor(t, "pl's assignment to go", func() bool { return assignedHost(t, a, "pl") == "" })
+	waitFor(t, "no host to run pl", func() bool { return len(replicasOf(t, other, "pl")) == 0 && len(replicasOf(t, runs, "pl")) == 0 })
 }
 
 // bigSpec is a vm deployment of size xlarge (8 CPUs).
