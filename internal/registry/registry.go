@@ -170,8 +170,8 @@ type Options struct {
 	// (Load, Put) and by Placed; nil: here, always.
 	Place func(id string) Placement
 	// Fence, with Place, runs right before each replica create of vm
-	// deployment id (last in fleet.Config.Prepare); an error fails the
-	// create (this host no longer holds the deployment).
+	// deployment id (fleet.Config.Fence); an error fails the create (this
+	// host no longer holds the deployment).
 	Fence func(ctx context.Context, id string) error
 	// Changed hears every deployment loaded or written (e its new entry)
 	// and every one deleted (e nil), under the registry's lock, in the
@@ -696,17 +696,9 @@ func (r *Registry) poolConfig(s *apitype.DeploymentSpec) fleet.Config {
 		}
 	}
 	if fence, id := r.o.Fence, s.ID; fence != nil && r.o.Place != nil {
-		// Last: a host creates a placed deployment's replica only while
-		// it holds the deployment, read right before the create.
-		prep := cfg.Prepare
-		cfg.Prepare = func(ctx context.Context, sp *vm.Spec) error {
-			if prep != nil {
-				if err := prep(ctx, sp); err != nil {
-					return err
-				}
-			}
-			return fence(ctx, id)
-		}
+		// A host creates a placed deployment's replica only while it
+		// holds the deployment, read right before the create.
+		cfg.Fence = func(ctx context.Context) error { return fence(ctx, id) }
 	}
 	if r.o.Metrics != nil {
 		cfg.Metrics = r.o.Metrics(s.ID)
