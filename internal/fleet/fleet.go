@@ -341,6 +341,11 @@ type Config struct {
 	// the same pull share it. nil means nothing to do. An error fails the
 	// create with that reason.
 	Prepare func(ctx context.Context, spec *vm.Spec) error
+	// Fence runs right before each create (and resume of a retained
+	// replica), once a create slot is taken: an error fails the create
+	// with that reason (a fleet host that no longer holds the
+	// deployment's placement). nil: none.
+	Fence func(ctx context.Context) error
 	// Workspace seeds each replica's workspace at create and captures it
 	// when the replica stops (see Workspace); nil means none.
 	Workspace Workspace

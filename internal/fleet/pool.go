@@ -636,9 +636,14 @@ func (p *Pool) create(ctx context.Context) {
 	}
 	defer func() { <-p.m.creates }()
 	now := time.Now()
-
-	if r := p.resume(ctx, cfg, now); r != nil {
-		return
+	var fenceErr error
+	if cfg.Fence != nil && prepErr == nil {
+		fenceErr = cfg.Fence(ctx)
+	}
+	if fenceErr == nil {
+		if r := p.resume(ctx, cfg, now); r != nil {
+			return
+		}
 	}
 	spec.Owner = vm.Owner{Kind: vm.OwnerDeployment, ID: p.id}
 	spec.Name = p.m.name(spec.Owner)
@@ -651,6 +656,8 @@ func (p *Pool) create(ctx context.Context) {
 	public := "its replica could not be created"
 	if err != nil {
 		public = "its image (vm.image) could not be readied: pulled from its registry, or its config (such as its user) applied"
+	} else if fenceErr != nil {
+		err, public = fenceErr, "this host does not run it now: the fleet placed it on another host, or has not placed it yet"
 	} else if cfg.Env != nil {
 		var secret map[string]string
 		if secret, err = cfg.Env(ctx); err == nil {

@@ -26,6 +26,7 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -82,6 +83,13 @@ type Deployment struct {
 	// (a vm deployment whose mounts are being pulled). Public: clients of
 	// the data plane read it.
 	Unavailable string
+	// Forwarded marks a Pool that is another fleet host's hop listener
+	// (a vm deployment whose replicas run there): a request that came
+	// over the hop (X-Berth-Hop, which only the hop server sets) is not
+	// forwarded again; it is answered 503 with Retry-After 5 s and
+	// Unavailable (the two hosts disagree on where the deployment runs,
+	// as while it moves).
+	Forwarded bool
 	// Gate, when set, decides on every routed request before the
 	// deployment sees it (its auth gate: package gate).
 	Gate Gate
@@ -668,6 +676,10 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, d *Deployment, s
 		sw := &statusWriter{ResponseWriter: w}
 		d.Site.ServeHTTP(sw, r)
 		d.observe(sw.code(), start, false)
+	case d.Forwarded && r.Header.Get(hopOriginHeader) != "":
+		setRetryAfter(w, 5*time.Second)
+		plain(w, http.StatusServiceUnavailable, cmp.Or(d.Unavailable, "this deployment is moving between fleet hosts")+"\n")
+		d.observe(http.StatusServiceUnavailable, start, true)
 	case d.Pool != nil && hop >= maxHops:
 		h.log.Warn("request loop cut", "deployment", d.ID, "host", r.Host, "hops", hop)
 		plain(w, http.StatusLoopDetected, textLoop)

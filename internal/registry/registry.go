@@ -165,6 +165,18 @@ type Options struct {
 	// Feed returns the handler that serves namespace ns's event feed at
 	// a deployment's feed.expose path; nil refuses specs that set one.
 	Feed func(ns string) http.Handler
+	// Place says where vm deployment id's replicas run (Placement): a
+	// fleet runs each on one host. It is consulted at each activation
+	// (Load, Put) and by Placed; nil: here, always.
+	Place func(id string) Placement
+	// Fence, with Place, runs right before each replica create of vm
+	// deployment id (fleet.Config.Fence); an error fails the create (this
+	// host no longer holds the deployment).
+	Fence func(ctx context.Context, id string) error
+	// Changed hears every deployment loaded or written (e its new entry)
+	// and every one deleted (e nil), under the registry's lock, in the
+	// order of the writes: it must not block or call the registry.
+	Changed func(id string, e *Entry)
 	// Issues hears the operational issues (replica create and boot
 	// failures, boot and cold-start timeouts, static upstreams' health
 	// flips) of the deployments whose spec asks for it (feed.issues); nil:
@@ -216,6 +228,10 @@ type Entry struct {
 	peers     []Peer      // a discovery-backed deployment's, as Discovered gave them
 	Site      *site.Config
 	VMPool    *fleet.Pool // the replica pool of a vm deployment
+	// placement is where a vm deployment runs, as Options.Place said at
+	// its activation (placed: it was asked).
+	placement Placement
+	placed    bool
 	dp        *proxy.Deployment
 	rules     []route.Rule // Spec.Routes as routing rules
 }
@@ -303,13 +319,15 @@ func (r *Registry) fromRowLocked(ctx context.Context, row store.Deployment, prev
 }
 
 // installLocked activates e (persisted already) and makes it its
-// deployment's entry, in the registry and the route index. The caller
+// deployment's entry, in the registry and the route index, and tells
+// Options.Changed. The caller
 // publishes the table, then calls replacedLocked with the entry e
 // replaced. r.mu is held.
 func (r *Registry) installLocked(e *Entry) {
-	r.activate(e)
+	r.activateFrom(e, r.deps[e.Spec.ID])
 	r.deps[e.Spec.ID] = e
 	r.routes.Set(e.Spec.ID, e.rules)
+	r.changed(e.Spec.ID, e)
 }
 
 // replacedLocked finishes the replacement of prev by e, once the table
@@ -342,6 +360,7 @@ func (r *Registry) retireLocked(ctx context.Context, id string, e *Entry) {
 	if e.Kind == apitype.KindVM {
 		r.removePoolLocked(ctx, id)
 	}
+	r.changed(id, nil)
 	if r.o.Forget != nil {
 		r.o.Forget(id)
 	}
@@ -492,11 +511,20 @@ func (r *Registry) build(s apitype.DeploymentSpec, prev *Entry, dry bool) (*Entr
 	return e, nil
 }
 
-// activate connects a vm deployment to its replica pool. It runs after the
+// activateFrom connects a vm deployment to its replica pool (or, placed
+// on another host, to that host; prev is the entry it replaces, nil for
+// none). It runs after the
 // spec was persisted, so a failed write never reconfigures a running pool.
-func (r *Registry) activate(e *Entry) {
+func (r *Registry) activateFrom(e, prev *Entry) {
 	if e.Kind != apitype.KindVM || r.o.Pools == nil {
 		return
+	}
+	if r.o.Place != nil {
+		e.placement, e.placed = r.o.Place(e.Spec.ID), true
+		if !e.placement.Here {
+			r.placedElsewhere(e, prev, e.placement)
+			return
+		}
 	}
 	if a := e.Spec.Artifact; a != nil && (e.Spec.VM.Image == "" || r.o.Spec.ImageExists != nil && !r.o.Spec.ImageExists(e.Spec.VM.Image)) {
 		// The image is what the artifact pull imports.
@@ -666,6 +694,11 @@ func (r *Registry) poolConfig(s *apitype.DeploymentSpec) fleet.Config {
 			}
 			return nil
 		}
+	}
+	if fence, id := r.o.Fence, s.ID; fence != nil && r.o.Place != nil {
+		// A host creates a placed deployment's replica only while it
+		// holds the deployment, read right before the create.
+		cfg.Fence = func(ctx context.Context) error { return fence(ctx, id) }
 	}
 	if r.o.Metrics != nil {
 		cfg.Metrics = r.o.Metrics(s.ID)

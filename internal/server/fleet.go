@@ -118,6 +118,9 @@ type fleetMember struct {
 	// computers is the Computer manager, once made: the one a fence
 	// stops Computers through.
 	computers atomic.Pointer[computer.Manager]
+	// placer, once made, is what a fence stops the placed vm
+	// deployments' replicas through.
+	placer atomic.Pointer[placer]
 }
 
 // fenced stops the Computers whose fleet slots this host may have lost
@@ -125,6 +128,9 @@ type fleetMember struct {
 // slots by now, and the fleet's limit must hold. Their workspaces stay;
 // starting one again reserves a slot anew.
 func (fm *fleetMember) fenced(log *slog.Logger, ids []string) {
+	if p := fm.placer.Load(); p != nil {
+		p.fenced()
+	}
 	m := fm.computers.Load()
 	if m == nil {
 		return

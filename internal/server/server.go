@@ -333,6 +333,10 @@ type Options struct {
 	Fleet FleetOptions
 
 	Log *slog.Logger
+
+	// placeVMs places vm deployments in the fleet without the store on
+	// etcd (tests: per-host SQLite stores holding the same deployments).
+	placeVMs bool
 }
 
 // Server is a running berth gateway.
@@ -415,7 +419,10 @@ type Server struct {
 	// discovered is the fleet's services' upstreams, as discovery-backed
 	// deployments take them (registry.Options.Discovered).
 	discovered discoveredPeers
-	adminTLS   bool // the admin listener speaks TLS
+	// placer places the vm deployments in the fleet (placement.go); nil
+	// when they are not placed (no fleet, or the store is not on etcd).
+	placer   *placer
+	adminTLS bool // the admin listener speaks TLS
 
 	adminSrv *http.Server
 	// workspaces keeps vm deployments' workspaces (<DataDir>/workspaces);
@@ -693,6 +700,14 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		return nil, err
 	}
 	undo = append(undo, s.jobs.Close, s.workflows.Close)
+	var place func(string) registry.Placement
+	var fence func(context.Context, string) error
+	var changed func(string, *registry.Entry)
+	if s.placing() {
+		s.placer = newPlacer(s.fleetHost.m, o.Log)
+		s.fleetHost.placer.Store(s.placer)
+		place, fence, changed = s.placer.place, s.placer.holds, s.placer.changed
+	}
 	s.registry = registry.New(registry.Options{
 		Store:       st,
 		Publisher:   s.publisher(),
@@ -715,6 +730,9 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		Issues:      s.feed,
 		Discovered:  s.discovered.get,
 		HopTLS:      s.hopTLS,
+		Place:       place,
+		Fence:       fence,
+		Changed:     changed,
 		Log:         o.Log,
 	})
 	s.rollouts.SetRegistry(s.registry)
@@ -979,6 +997,7 @@ func (s *Server) Run(ctx context.Context) error {
 		{"obs alerts", func(ctx context.Context) error { s.obs.Run(ctx); return nil }},
 		{"replica logs", s.runReplicaLogs},
 		{"fleet views", s.runFleetViews},
+		{"fleet placement", s.runPlacement},
 		{"fleet certificate renewal", s.runFleetRenew},
 		{"shared store sync", s.runSharedSync},
 	} {

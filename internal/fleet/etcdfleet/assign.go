@@ -74,7 +74,7 @@ func ValidUnitID(id string) error {
 }
 
 // Submit asks for unit r.Unit (or changes what is asked): the scheduler's
-// leader places it.
+// leader places it. Submitting what is asked already writes nothing.
 func (m *Member) Submit(ctx context.Context, r placement.Request) error {
 	if err := ValidUnitID(r.Unit); err != nil {
 		return err
@@ -98,7 +98,11 @@ func (m *Member) Submit(ctx context.Context, r placement.Request) error {
 	}
 	ctx, cancel := m.opctx(ctx)
 	defer cancel()
-	if _, err := m.cli.Put(ctx, m.unitsPrefix()+r.Unit, string(body)); err != nil {
+	// An unchanged request is not written again: every host of a fleet
+	// submits the deployments it holds, and the scheduler places again
+	// on every write of a unit.
+	k := m.unitsPrefix() + r.Unit
+	if _, err := m.cli.Txn(ctx).If(clientv3.Compare(clientv3.Value(k), "=", string(body))).Else(clientv3.OpPut(k, string(body))).Commit(); err != nil {
 		return fmt.Errorf("etcdfleet: submitting unit %s: %w", r.Unit, err)
 	}
 	return nil
@@ -201,13 +205,28 @@ func (m *Member) decodeAssignment(key, value []byte, rev int64) (Assignment, boo
 // revisions it needed, a partition) it lists again and carries on: a
 // host that comes back from a partition gets the list as it is now.
 func (m *Member) WatchAssignments(ctx context.Context, hostID string) <-chan []Assignment {
+	return m.watchAssignments(ctx, hostID, func(a Assignment) bool { return a.Host == hostID })
+}
+
+// WatchAllAssignments is WatchAssignments for every host's assignments:
+// where each unit runs, by unit, at once and then whenever one changes (a
+// unit assigned, moved or withdrawn). A unit absent from a list has no
+// host (not placed yet, unplaced, or withdrawn). Hosts that forward to
+// the host running a unit follow it with this.
+func (m *Member) WatchAllAssignments(ctx context.Context) <-chan []Assignment {
+	return m.watchAssignments(ctx, "*", func(Assignment) bool { return true })
+}
+
+// watchAssignments sends the assignments keep accepts (what names the
+// watcher in its log lines).
+func (m *Member) watchAssignments(ctx context.Context, what string, keep func(Assignment) bool) <-chan []Assignment {
 	out := make(chan []Assignment, 1)
 	go func() {
 		defer close(out)
 		var last []Assignment
 		first := true
 		for ctx.Err() == nil {
-			err := m.watchAssignmentsOnce(ctx, hostID, func(as []Assignment) {
+			err := m.watchAssignmentsOnce(ctx, keep, func(as []Assignment) {
 				if first || !sameAssignments(as, last) {
 					first = false
 					last = as
@@ -215,7 +234,7 @@ func (m *Member) WatchAssignments(ctx context.Context, hostID string) <-chan []A
 				}
 			})
 			if err != nil && ctx.Err() == nil {
-				m.o.Log.Warn("fleet: watching the assignments", "host", hostID, "err", err)
+				m.o.Log.Warn("fleet: watching the assignments", "host", what, "err", err)
 				select {
 				case <-ctx.Done():
 				case <-time.After(time.Second):
@@ -226,7 +245,7 @@ func (m *Member) WatchAssignments(ctx context.Context, hostID string) <-chan []A
 	return out
 }
 
-func (m *Member) watchAssignmentsOnce(ctx context.Context, hostID string, emit func([]Assignment)) error {
+func (m *Member) watchAssignmentsOnce(ctx context.Context, keep func(Assignment) bool, emit func([]Assignment)) error {
 	lctx, cancel := m.opctx(ctx)
 	g, err := m.cli.Get(lctx, m.assignPrefix(), clientv3.WithPrefix())
 	cancel()
@@ -235,7 +254,7 @@ func (m *Member) watchAssignmentsOnce(ctx context.Context, hostID string, emit f
 	}
 	mine := map[string]Assignment{}
 	for _, kv := range g.Kvs {
-		if a, ok := m.decodeAssignment(kv.Key, kv.Value, kv.ModRevision); ok && a.Host == hostID {
+		if a, ok := m.decodeAssignment(kv.Key, kv.Value, kv.ModRevision); ok && keep(a) {
 			mine[a.Unit] = a
 		}
 	}
@@ -255,7 +274,7 @@ func (m *Member) watchAssignmentsOnce(ctx context.Context, hostID string, emit f
 				delete(mine, unit)
 				continue
 			}
-			if a, ok := m.decodeAssignment(ev.Kv.Key, ev.Kv.Value, ev.Kv.ModRevision); ok && a.Host == hostID {
+			if a, ok := m.decodeAssignment(ev.Kv.Key, ev.Kv.Value, ev.Kv.ModRevision); ok && keep(a) {
 				mine[unit] = a
 			} else {
 				delete(mine, unit)

@@ -55,7 +55,7 @@ func TestAssignmentWatchResyncsAfterCompaction(t *testing.T) {
 		})
 	}
 	// The watch's own error, as the loop logs it.
-	err = m.watchAssignmentsOnce(ctx, "h", func([]Assignment) {})
+	err = m.watchAssignmentsOnce(ctx, func(a Assignment) bool { return a.Host == "h" }, func([]Assignment) {})
 	if !errors.Is(err, rpctypes.ErrCompacted) {
 		t.Fatalf("the watch over compacted revisions: %v, want ErrCompacted", err)
 	}

@@ -178,9 +178,11 @@ type Options struct {
 	// this host held slots for when it can no longer be sure its lease
 	// lives: the lease's time to live has passed since the last renewal
 	// etcd acknowledged was sent (a partition, or etcd without a quorum),
-	// so etcd may have expired it and handed the slots to other hosts. The
-	// caller must stop those Computers; the member no longer counts them,
-	// and registers again as soon as etcd answers. Nil: nobody is told.
+	// so etcd may have expired it and handed the slots to other hosts
+	// (and this host's units to others: it is called with no Computers
+	// too). The caller must stop those Computers, and the units it runs;
+	// the member no longer counts them, and registers again as soon as
+	// etcd answers. Nil: nobody is told.
 	OnFenced func(computers []string)
 	Log      *slog.Logger
 }
@@ -465,9 +467,11 @@ func (m *Member) fence(lease clientv3.LeaseID) {
 	slices.Sort(ids)
 	if len(ids) > 0 {
 		m.o.Log.Warn("fleet: this host may have lost its lease: its Computers' fleet slots are no longer its own", "host", m.host.ID, "computers", strings.Join(ids, ","))
-		if m.o.OnFenced != nil {
-			go m.o.OnFenced(ids)
-		}
+	}
+	if m.o.OnFenced != nil {
+		// With no Computers too: the units assigned to this host may be
+		// another's by now (WatchAssignments, Holds).
+		go m.o.OnFenced(ids)
 	}
 	go m.revoke(lease)
 }

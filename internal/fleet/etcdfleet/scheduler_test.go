@@ -394,3 +394,71 @@ func TestSchedulingAcrossEtcdLeaderLoss(t *testing.T) {
 		t.Fatalf("no scheduler leads after the etcd election: %v", err)
 	}
 }
+
+// TestWatchAllAssignments: a host's watch of every assignment lists the
+// units of every host, follows a unit that moves (its host leaves) and
+// drops one that is withdrawn.
+func TestWatchAllAssignments(t *testing.T) {
+	cl := etcdtest.Start(t, 1)
+	o := etcdfleet.Options{LeaseTTL: 2 * time.Second}
+	a, b := join(t, cl, "a", o), join(t, cl, "b", o)
+	startScheduler(t, a)
+	for _, r := range []placement.Request{
+		{Unit: "deployment/x", Group: "x", Driver: "process", Host: "a"},
+		{Unit: "deployment/y", Group: "y", Driver: "process"},
+	} {
+		if err := a.Submit(ctxT(t), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The same request again writes nothing (every host submits the
+	// deployments it holds).
+	cli := cl.Client(t)
+	g1, err := cli.Get(ctxT(t), etcdfleet.DefaultPrefix+"units/deployment/y")
+	if err != nil || len(g1.Kvs) != 1 {
+		t.Fatalf("the unit's key: %v %v", g1, err)
+	}
+	if err := b.Submit(ctxT(t), placement.Request{Unit: "deployment/y", Group: "y", Driver: "process"}); err != nil {
+		t.Fatal(err)
+	}
+	if g2, err := cli.Get(ctxT(t), etcdfleet.DefaultPrefix+"units/deployment/y"); err != nil || g2.Kvs[0].ModRevision != g1.Kvs[0].ModRevision {
+		t.Fatalf("an unchanged request was written again: %v %v", g2, err)
+	}
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	w := a.WatchAllAssignments(ctx)
+	var last map[string]string
+	until := func(what string, cond func(map[string]string) bool) {
+		t.Helper()
+		waitFor(t, what, func() bool {
+			if as, ok := recv(w); ok {
+				last = map[string]string{}
+				for _, x := range as {
+					last[x.Unit] = x.Host
+				}
+			}
+			return last != nil && cond(last)
+		})
+	}
+	until("both units listed", func(m map[string]string) bool { return m["deployment/x"] == "a" && m["deployment/y"] != "" })
+	if len(last) != 2 {
+		t.Fatalf("the watch lists %v, want 2 units", last)
+	}
+	// y goes to b: the pin moves it there.
+	if err := a.Submit(ctxT(t), placement.Request{Unit: "deployment/y", Group: "y", Driver: "process", Host: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	until("y on b", func(m map[string]string) bool { return m["deployment/y"] == "b" && m["deployment/x"] == "a" })
+	// b leaves: a unit pinned to it has no host, and leaves the list.
+	if err := b.Leave(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	until("y to leave the list", func(m map[string]string) bool { _, ok := m["deployment/y"]; return !ok && m["deployment/x"] == "a" })
+	if err := a.Withdraw(ctxT(t), "deployment/x"); err != nil {
+		t.Fatal(err)
+	}
+	until("the withdrawn x to leave the list", func(m map[string]string) bool { return len(m) == 0 })
+	cancel()
+	for range w {
+	}
+}
