@@ -16,6 +16,9 @@ import (
 // process driver of such a berth starts (os.Executable() agent) with an
 // environment of its own.
 func TestMain(m *testing.M) {
+	if os.Getenv(testRole) == "app" {
+		testApp()
+	}
 	if os.Getenv(beBerth) == "1" || len(os.Args) > 1 && os.Args[1] == "agent" {
 		main()
 	}
