@@ -9,5 +9,5 @@ import (
 // TestDeploymentCascadeSuite: a deployment's delete takes its pulls and
 // rollouts with it.
 func TestDeploymentCascadeSuite(t *testing.T) {
-	storetest.RunDeploymentCascade(t, func(t *testing.T) storetest.CascadeBackend { return openJobsSQLite(t) })
+	storetest.RunDeploymentCascade(t, func(t *testing.T) storetest.CascadeBackend { return openSQLite(t) })
 }

@@ -7,7 +7,7 @@ import (
 	"github.com/berth-dev/berth/internal/store/storetest"
 )
 
-func openJobsSQLite(t testing.TB) *store.Store {
+func openSQLite(t testing.TB) *store.Store {
 	t.Helper()
 	s, err := store.Open(t.TempDir())
 	if err != nil {
@@ -20,5 +20,5 @@ func openJobsSQLite(t testing.TB) *store.Store {
 // TestJobsSuite runs the jobs and workflows suite shared with package
 // etcdstore on a real SQLite store.
 func TestJobsSuite(t *testing.T) {
-	storetest.RunJobs(t, func(t *testing.T) storetest.JobsBackend { return openJobsSQLite(t) })
+	storetest.RunJobs(t, func(t *testing.T) storetest.JobsBackend { return openSQLite(t) })
 }

@@ -8,5 +8,5 @@ import (
 
 // TestMountPullsSuite runs the mount pulls suite on a real SQLite store.
 func TestMountPullsSuite(t *testing.T) {
-	storetest.RunMountPulls(t, func(t *testing.T) storetest.MountPullsBackend { return openJobsSQLite(t) })
+	storetest.RunMountPulls(t, func(t *testing.T) storetest.MountPullsBackend { return openSQLite(t) })
 }

@@ -8,5 +8,5 @@ import (
 
 // TestRolloutsSuite runs the rollouts suite on a real SQLite store.
 func TestRolloutsSuite(t *testing.T) {
-	storetest.RunRollouts(t, func(t *testing.T) storetest.RolloutsBackend { return openJobsSQLite(t) })
+	storetest.RunRollouts(t, func(t *testing.T) storetest.RolloutsBackend { return openSQLite(t) })
 }

@@ -2,7 +2,10 @@ package etcdstore
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -58,6 +61,26 @@ func (s *Store) updateKeys(ctx context.Context, keys []string, what string, deci
 		}
 	}
 	return nil
+}
+
+// updateRecords is updateKeys over the records of kind named by the ids
+// in changes, in id order: each stored one is decoded into a T, changed
+// by apply with its id's entry and stored again; an id not stored is
+// skipped. noun names one record in errors, what all of them.
+func updateRecords[T, V any](ctx context.Context, s *Store, kind, noun, what string, changes map[string]V, apply func(x *T, v V)) error {
+	ids := slices.Sorted(maps.Keys(changes))
+	keys := make([]string, len(ids))
+	for i, id := range ids {
+		keys[i] = s.key(kind, id)
+	}
+	return s.updateKeys(ctx, keys, what, func(i int, cur []byte) ([]byte, error) {
+		var x T
+		if err := json.Unmarshal(cur, &x); err != nil {
+			return nil, fmt.Errorf("etcdstore: corrupt %s %q: %w", noun, ids[i], err)
+		}
+		apply(&x, changes[ids[i]])
+		return json.Marshal(x)
+	})
 }
 
 // deleteKeys deletes keys, in one transaction per maxTxnOps keys. A key

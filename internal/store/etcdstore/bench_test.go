@@ -2,50 +2,17 @@ package etcdstore
 
 import (
 	"context"
-	"fmt"
-	"sync/atomic"
 	"testing"
 
 	"github.com/berth-dev/berth/internal/fleet/etcdtest"
 	"github.com/berth-dev/berth/internal/store"
+	"github.com/berth-dev/berth/internal/store/storetest"
 )
 
-// BenchmarkPutDeployment is a deployment write's latency on one embedded
-// etcd member that fsyncs, beside package store's BenchmarkPutDeployment
-// (SQLite): each op replaces one deployment at the revision it is at (a
-// read and the conditional transaction), one writer at a time.
-func BenchmarkPutDeployment(b *testing.B) {
-	s := benchStore(b)
-	ctx := context.Background()
-	spec := []byte(`{"kind":"static","image":"example/web:1","replicas":2,"env":{"A":"1"}}`)
-	d, err := s.PutDeployment(ctx, store.Deployment{ID: "web", Namespace: "default", Spec: spec}, true, 0)
-	if err != nil {
-		b.Fatal(err)
-	}
-	for b.Loop() {
-		if d, err = s.PutDeployment(ctx, store.Deployment{ID: "web", Namespace: "default", Spec: spec}, false, d.Revision); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-// BenchmarkPutDeploymentParallel is the same member under concurrent
-// writers (GOMAXPROCS goroutines), each creating deployments of its own.
-func BenchmarkPutDeploymentParallel(b *testing.B) {
-	s := benchStore(b)
-	ctx := context.Background()
-	spec := []byte(`{"kind":"static","image":"example/web:1","replicas":2,"env":{"A":"1"}}`)
-	var n atomic.Int64
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			id := fmt.Sprintf("d%08d", n.Add(1))
-			if _, err := s.PutDeployment(ctx, store.Deployment{ID: id, Namespace: "default", Spec: spec}, true, 0); err != nil {
-				b.Error(err)
-				return
-			}
-		}
-	})
-}
+// The benchmarks package store runs too, under the same names, each on a
+// fresh store on one embedded etcd member that fsyncs; their bodies are
+// in package storetest. A write here is a read and a guarded transaction
+// where SQLite's is one transaction.
 
 func benchStore(b *testing.B) *Store {
 	c := etcdtest.Start(b, 1, etcdtest.Options{Fsync: true})
@@ -54,4 +21,38 @@ func benchStore(b *testing.B) *Store {
 		b.Fatal(err)
 	}
 	return s
+}
+
+func BenchmarkPutDeployment(b *testing.B) { storetest.BenchPutDeployment(b, benchStore(b)) }
+
+func BenchmarkPutDeploymentParallel(b *testing.B) {
+	storetest.BenchPutDeploymentParallel(b, benchStore(b))
+}
+
+func BenchmarkInsertJob(b *testing.B) { storetest.BenchInsertJob(b, benchStore(b)) }
+
+func BenchmarkPutRollout(b *testing.B) { storetest.BenchPutRollout(b, benchStore(b)) }
+
+func BenchmarkAddWebhookCounts(b *testing.B) { storetest.BenchAddWebhookCounts(b, benchStore(b)) }
+
+func BenchmarkPutSecurityAlerts(b *testing.B) { storetest.BenchPutSecurityAlerts(b, benchStore(b)) }
+
+func BenchmarkTouchSessions(b *testing.B) { storetest.BenchTouchSessions(b, benchStore(b)) }
+
+func BenchmarkComputerSlot(b *testing.B) { storetest.BenchComputerSlot(b, benchStore(b)) }
+
+// BenchmarkAppendComputerFact is one fact append (the counter's read and
+// the guarded transaction), one writer at a time.
+func BenchmarkAppendComputerFact(b *testing.B) {
+	s := benchStore(b)
+	ctx := context.Background()
+	if _, err := s.CreateComputer(ctx, store.Computer{ID: "c", Backings: "[]", State: "sleeping"}); err != nil {
+		b.Fatal(err)
+	}
+	body := []byte(`{"type":"lifecycle","state":"running"}`)
+	for b.Loop() {
+		if _, ok, err := s.AppendComputerFact(ctx, "c", "", 1, body, true); err != nil || !ok {
+			b.Fatal(ok, err)
+		}
+	}
 }

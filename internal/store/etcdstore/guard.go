@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -72,58 +71,10 @@ func (s *Store) DeleteGuardRules(ctx context.Context, ids []string) error {
 // commits only if none of them changed since it was read. An id not
 // stored is skipped: its rule was deleted meanwhile.
 func (s *Store) AddGuardHits(ctx context.Context, hits map[string]store.GuardHits) error {
-	ctx, cancel := opctx(ctx)
-	defer cancel()
-	for _, part := range chunks(slices.Sorted(maps.Keys(hits)), maxTxnOps) {
-		keys := make([]string, len(part))
-		gets := make([]clientv3.Op, len(part))
-		for i, id := range part {
-			keys[i] = s.key("guardrules", id)
-			gets[i] = clientv3.OpGet(keys[i])
+	return updateRecords(ctx, s, "guardrules", "guard rule", "guard hits", hits, func(x *store.GuardRule, h store.GuardHits) {
+		x.Hits += h.Delta
+		if !h.LastHit.IsZero() && (x.LastHit.IsZero() || x.LastHit.Before(h.LastHit)) {
+			x.LastHit = norm(h.LastHit)
 		}
-		r, err := s.cli.Txn(ctx).Then(gets...).Commit()
-		if err != nil {
-			return fmt.Errorf("etcdstore: read guard rules: %w", err)
-		}
-		for {
-			var (
-				cmps []clientv3.Cmp
-				puts []clientv3.Op
-			)
-			for i, id := range part {
-				kv := first(r.Responses[i].GetResponseRange().Kvs)
-				if kv == nil {
-					cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(keys[i]), "=", 0))
-					continue
-				}
-				cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(keys[i]), "=", kv.ModRevision))
-				var x store.GuardRule
-				if err := json.Unmarshal(kv.Value, &x); err != nil {
-					return fmt.Errorf("etcdstore: corrupt guard rule %q: %w", id, err)
-				}
-				h := hits[id]
-				x.Hits += h.Delta
-				if !h.LastHit.IsZero() && (x.LastHit.IsZero() || x.LastHit.Before(h.LastHit)) {
-					x.LastHit = norm(h.LastHit)
-				}
-				body, err := json.Marshal(x)
-				if err != nil {
-					return fmt.Errorf("etcdstore: guard rule %q: %w", id, err)
-				}
-				puts = append(puts, clientv3.OpPut(keys[i], string(body)))
-			}
-			if len(puts) == 0 {
-				break
-			}
-			t, err := s.cli.Txn(ctx).If(cmps...).Then(puts...).Else(gets...).Commit()
-			if err != nil {
-				return fmt.Errorf("etcdstore: add guard hits: %w", err)
-			}
-			if t.Succeeded {
-				break
-			}
-			r = t
-		}
-	}
-	return nil
+	})
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"time"
 
@@ -98,18 +97,8 @@ func (s *Store) PutSession(ctx context.Context, x store.Session) error {
 // in one transaction per 128 sessions that commits only if none of them
 // changed since it was read. An id not stored is skipped.
 func (s *Store) TouchSessions(ctx context.Context, seen map[string]time.Time) error {
-	ids := slices.Sorted(maps.Keys(seen))
-	keys := make([]string, len(ids))
-	for i, id := range ids {
-		keys[i] = s.key("sessions", id)
-	}
-	return s.updateKeys(ctx, keys, "session last-seen times", func(i int, cur []byte) ([]byte, error) {
-		var x store.Session
-		if err := json.Unmarshal(cur, &x); err != nil {
-			return nil, fmt.Errorf("etcdstore: corrupt session %q: %w", ids[i], err)
-		}
-		x.LastSeenAt = norm(seen[ids[i]])
-		return json.Marshal(x)
+	return updateRecords(ctx, s, "sessions", "session", "session last-seen times", seen, func(x *store.Session, at time.Time) {
+		x.LastSeenAt = norm(at)
 	})
 }
 

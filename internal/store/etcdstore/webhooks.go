@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 
 	"github.com/berth-dev/berth/internal/store"
@@ -59,17 +58,7 @@ func (s *Store) DeleteWebhook(ctx context.Context, id string) error {
 // if none of them changed since it was read. A delta for a webhook that
 // no longer exists is dropped.
 func (s *Store) AddWebhookCounts(ctx context.Context, deltas map[string]store.WebhookCounts) error {
-	ids := slices.Sorted(maps.Keys(deltas))
-	keys := make([]string, len(ids))
-	for i, id := range ids {
-		keys[i] = s.key("webhooks", id)
-	}
-	return s.updateKeys(ctx, keys, "webhook counts", func(i int, cur []byte) ([]byte, error) {
-		var w store.Webhook
-		if err := json.Unmarshal(cur, &w); err != nil {
-			return nil, fmt.Errorf("etcdstore: corrupt webhook %q: %w", ids[i], err)
-		}
-		d := deltas[ids[i]]
+	return updateRecords(ctx, s, "webhooks", "webhook", "webhook counts", deltas, func(w *store.Webhook, d store.WebhookCounts) {
 		w.Delivered += d.Delivered
 		w.Failed += d.Failed
 		w.DeadLettered += d.DeadLettered
@@ -82,6 +71,5 @@ func (s *Store) AddWebhookCounts(ctx context.Context, deltas map[string]store.We
 		if !d.LastDeliveryAt.IsZero() {
 			w.LastDeliveryAt = norm(d.LastDeliveryAt)
 		}
-		return json.Marshal(w)
 	})
 }
