@@ -80,7 +80,7 @@ func (h *Handler) exchange(w http.ResponseWriter, r *http.Request, d *Deployment
 	}
 	for attempt := 0; attempt < maxAttempts; attempt++ {
 		b := d.Pool.acquire(tried[:attempt], now)
-		for b == nil && attempt == 0 && d.Hold != nil {
+		for b == nil && (attempt == 0 || d.Forwarded) && d.Hold != nil {
 			first := heldSince.IsZero()
 			if first {
 				heldSince = now

@@ -41,7 +41,7 @@ func (t *pickTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	var heldSince time.Time
 	for attempt := 0; attempt < maxAttempts; attempt++ {
 		b := st.dep.Pool.acquire(tried[:attempt], time.Now())
-		for b == nil && attempt == 0 && st.dep.Hold != nil {
+		for b == nil && (attempt == 0 || st.dep.Forwarded) && st.dep.Hold != nil {
 			// Cold start: wait, counted as demand, for a replica.
 			first := heldSince.IsZero()
 			if first {

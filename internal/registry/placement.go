@@ -7,7 +7,10 @@ package registry
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
+	"net"
+	"sync"
 	"time"
 
 	"github.com/berth-dev/berth/apitype"
@@ -34,11 +37,16 @@ func (r *Registry) placedElsewhere(e, prev *Entry, pl Placement) {
 	id := e.Spec.ID
 	if pl.Addr == "" || pl.HostID == "" {
 		e.dp.Unavailable = fmt.Sprintf("deployment %s is being placed on a fleet host; retry shortly", id)
+		if prev != nil {
+			// Requests held for the host it left wait for the next one.
+			e.fwd = prev.fwd
+		}
 		return
 	}
-	if prev != nil && prev.placement == pl && prev.Pool != nil && prev.VMPool == nil {
+	if prev != nil && prev.placement == pl && prev.fwd != nil {
 		// The same host: its connections stay.
-		e.Pool, e.dp.Pool, e.dp.Forwarded = prev.Pool, prev.Pool, true
+		e.Pool, e.fwd = prev.Pool, prev.fwd
+		e.dp.Pool, e.dp.Forwarded, e.dp.Hold = e.Pool, true, e.fwd
 		e.dp.Unavailable = fmt.Sprintf("deployment %s is moving between fleet hosts; retry shortly", id)
 		return
 	}
@@ -52,9 +60,135 @@ func (r *Registry) placedElsewhere(e, prev *Entry, pl Placement) {
 	}
 	b := proxy.NewBackend(pl.Addr, pl.Addr, true)
 	b.TLS, b.Scheme, b.TLSConfig = true, "https", c
-	e.Pool = proxy.NewPool(b)
-	e.dp.Pool, e.dp.Forwarded = e.Pool, true
+	if prev != nil && prev.fwd != nil {
+		// Moved to another host: the requests held for the last one go
+		// to it.
+		e.fwd = prev.fwd
+		e.fwd.pool.Set([]*proxy.Backend{b})
+		e.fwd.moved()
+	} else {
+		e.fwd = newPlaceHold(r, id, proxy.NewPool(b))
+	}
+	e.fwd.mu.Lock()
+	e.fwd.timeout = secs(spec.Scaling(e.Spec.Scaling).ColdStartTimeoutSecs)
+	e.fwd.mu.Unlock()
+	e.Pool = e.fwd.pool
+	e.dp.Pool, e.dp.Forwarded, e.dp.Hold = e.Pool, true, e.fwd
 	e.dp.Unavailable = fmt.Sprintf("deployment %s is moving between fleet hosts; retry shortly", id)
+}
+
+// placeHold is the proxy.Holder of a vm deployment placed on another
+// host. A request whose connection to that host's hop listener cannot be
+// made (the host is down: its berth killed, its lease not lapsed yet) is
+// held instead of failed, counted as the deployment's cold start: until
+// the scheduler places the deployment elsewhere (moved; a move here hands
+// the request to the local pool's own holder, which starts a replica), or
+// the host's hop listener takes connections again, or the deployment's
+// cold-start timeout passes. Only the requests that were in flight on the
+// dead host fail.
+type placeHold struct {
+	r    *Registry
+	id   string
+	pool *proxy.Pool // the hop listener's backend; kept across moves
+
+	mu      sync.Mutex
+	move    chan struct{} // closed at the next move
+	timeout time.Duration // the deployment's cold-start timeout
+}
+
+func newPlaceHold(r *Registry, id string, pool *proxy.Pool) *placeHold {
+	return &placeHold{r: r, id: id, pool: pool, move: make(chan struct{})}
+}
+
+// moved wakes the requests held for the deployment's last placement.
+func (h *placeHold) moved() {
+	h.mu.Lock()
+	close(h.move)
+	h.move = make(chan struct{})
+	h.mu.Unlock()
+}
+
+// placeProbeEvery is how often a held request's host is tried again.
+const placeProbeEvery = 250 * time.Millisecond
+
+// Await implements proxy.Holder.
+func (h *placeHold) Await(ctx context.Context, since time.Time, first bool) error {
+	h.mu.Lock()
+	move, timeout := h.move, h.timeout
+	h.mu.Unlock()
+	if timeout <= 0 {
+		timeout = 2 * time.Minute
+	}
+	deadline := since.Add(timeout)
+	t := time.NewTicker(placeProbeEvery)
+	defer t.Stop()
+	for {
+		// (Checked after move was taken, so a move just before is seen.)
+		switch cur, ok := h.r.holder(h.id); {
+		case !ok:
+			return errPlaceHoldGone
+		case cur != nil && cur != proxy.Holder(h):
+			return cur.Await(ctx, since, first) // it runs here now
+		}
+		for _, b := range h.pool.Backends() {
+			if b.Healthy() && !b.Draining() {
+				return nil // a new host's, or the host is back
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-move:
+			return nil
+		case now := <-t.C:
+			if !now.Before(deadline) {
+				return errPlaceHoldTimeout
+			}
+			if h.reachable(ctx) {
+				return nil
+			}
+		}
+	}
+}
+
+var (
+	errPlaceHoldTimeout = errors.New("registry: the deployment's fleet host did not come back, nor was the deployment placed elsewhere, within its cold-start timeout")
+	errPlaceHoldGone    = errors.New("registry: the deployment was deleted while its request was held")
+)
+
+// reachable says whether the hop listener takes connections again, and
+// if so marks its backend healthy.
+func (h *placeHold) reachable(ctx context.Context) bool {
+	ok := false
+	for _, b := range h.pool.Backends() {
+		d := net.Dialer{Timeout: placeProbeEvery}
+		c, err := d.DialContext(ctx, "tcp", b.Addr)
+		if err != nil {
+			continue
+		}
+		c.Close()
+		b.SetHealthy(true)
+		ok = true
+	}
+	return ok
+}
+
+// RetryAfter implements proxy.Holder.
+func (h *placeHold) RetryAfter() time.Duration { return 5 * time.Second }
+
+// holder is the Holder deployment id's data plane entry has now; ok is
+// false when there is no such deployment any more.
+func (r *Registry) holder(id string) (h proxy.Holder, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.deps[id]
+	if e == nil {
+		return nil, false
+	}
+	if e.dp != nil {
+		h = e.dp.Hold
+	}
+	return h, true
 }
 
 // Placed re-reads where vm deployment id runs (Options.Place) and, if

@@ -232,8 +232,12 @@ type Entry struct {
 	// its activation (placed: it was asked).
 	placement Placement
 	placed    bool
-	dp        *proxy.Deployment
-	rules     []route.Rule // Spec.Routes as routing rules
+	// fwd holds the requests of a vm deployment placed on another host
+	// while that host does not answer, until the deployment moves or the
+	// host is back; it is kept across the entries of one deployment.
+	fwd   *placeHold
+	dp    *proxy.Deployment
+	rules []route.Rule // Spec.Routes as routing rules
 }
 
 // RolloutRevision is the entry's rollout_revision: the lowercase hex
@@ -359,6 +363,9 @@ func (r *Registry) unlinkLocked(id string) *Entry {
 func (r *Registry) retireLocked(ctx context.Context, id string, e *Entry) {
 	if e.Kind == apitype.KindVM {
 		r.removePoolLocked(ctx, id)
+	}
+	if e.fwd != nil {
+		e.fwd.moved() // its held requests find it gone
 	}
 	r.changed(id, nil)
 	if r.o.Forget != nil {
@@ -545,6 +552,13 @@ func (r *Registry) activateFrom(e, prev *Entry) {
 	bs := r.replicas[e.Spec.ID]
 	if bs == nil {
 		bs = proxy.NewPool()
+		if prev != nil && prev.fwd != nil {
+			// The deployment moved here: requests held while it ran
+			// elsewhere pick from the same pool, its replicas'.
+			bs = prev.fwd.pool
+			bs.Set(nil)
+			prev.fwd.moved()
+		}
 		r.replicas[e.Spec.ID] = bs
 	}
 	cfg := r.poolConfig(&e.Spec)
