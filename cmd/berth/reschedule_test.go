@@ -85,7 +85,11 @@ func (h *fleetHost) replicasOf(t *testing.T, id string) int {
 //     meanwhile its requests are held, not failed: only the one in flight
 //     on the dead host may fail;
 //   - the killed host, started again, runs none: the deployment stays
-//     where it was moved, on one host only.
+//     where it was moved, on one host only;
+//   - the host running it then is partitioned (its traffic dropped): app
+//     moves back to the first host it ran on, and no two hosts ever run
+//     it at once, counted on both throughout; healed, the partitioned
+//     host runs none.
 func TestFleetReschedule(t *testing.T) {
 	nt := fleetnet.New(t, 3)
 	up, err := net.Listen("tcp", nt.Gateway+":0")
@@ -247,5 +251,50 @@ func TestFleetReschedule(t *testing.T) {
 	}
 	if n := other.replicasOf(t, "app"); n == 0 {
 		t.Fatalf("%s runs no replica of app", other.id)
+	}
+
+	// Partition the host running app now: it fences itself (stops app)
+	// before its lease lapses and app is placed on the third host, so no
+	// two hosts ever run it at once — sampled throughout on both hosts,
+	// the partitioned one through its own namespace; healed, it runs none.
+	stopWatch := make(chan struct{})
+	overlap := make(chan string, 1)
+	var watch sync.WaitGroup
+	watch.Go(func() {
+		for {
+			select {
+			case <-stopWatch:
+				return
+			default:
+			}
+			// other, runner, other again: a replica on runner between two
+			// on other is an overlap, whatever moved in between.
+			a, b, c := other.replicasOf(t, "app"), runner.replicasOf(t, "app"), other.replicasOf(t, "app")
+			if a > 0 && b > 0 && c > 0 {
+				select {
+				case overlap <- fmt.Sprintf("%s and %s both ran app", other.id, runner.id):
+				default:
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+	other.ns.Partition()
+	waitUntil(t, "app to answer from "+runner.id+" while "+other.id+" is cut off", func() bool {
+		code, b := h0.get("app.test")
+		return code == 200 && b == "app" && runner.replicasOf(t, "app") > 0
+	})
+	other.ns.Heal()
+	waitUntil(t, other.id+" to list the three hosts after the heal", func() bool { return other.hostIDs(t) == "h0 h1 h2" })
+	waitUntil(t, other.id+" to forward app after the heal", func() bool { code, b := other.get("app.test"); return code == 200 && b == "app" })
+	close(stopWatch)
+	watch.Wait()
+	select {
+	case msg := <-overlap:
+		t.Fatal(msg)
+	default:
+	}
+	if n := other.replicasOf(t, "app"); n != 0 {
+		t.Fatalf("%s runs %d replicas of app after the partition healed; it was moved to %s", other.id, n, runner.id)
 	}
 }
