@@ -182,37 +182,23 @@ func TestFleetReschedule(t *testing.T) {
 	var killedAt atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			staticSent.Add(1)
-			if code, b := h0.get("static.test"); code != 200 || b != "static" {
-				staticFailed.Add(1)
-				lastStaticErr.Store(fmt.Sprintf("%d %s", code, b))
-			}
+	load(&wg, stop, func() {
+		staticSent.Add(1)
+		if code, b := h0.get("static.test"); code != 200 || b != "static" {
+			staticFailed.Add(1)
+			lastStaticErr.Store(fmt.Sprintf("%d %s", code, b))
 		}
 	})
-	wg.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			appSent.Add(1)
-			code, b := h0.get("app.test")
-			if code != 200 || b != "app" {
-				appFailed.Add(1)
-				time.Sleep(20 * time.Millisecond)
-				continue
-			}
-			if k := killedAt.Load(); k != 0 && appBack.Load() == 0 && other.replicasOf(t, "app") > 0 {
-				appBack.Store(time.Now().UnixNano())
-			}
+	load(&wg, stop, func() {
+		appSent.Add(1)
+		code, b := h0.get("app.test")
+		if code != 200 || b != "app" {
+			appFailed.Add(1)
+			time.Sleep(20 * time.Millisecond)
+			return
+		}
+		if k := killedAt.Load(); k != 0 && appBack.Load() == 0 && other.replicasOf(t, "app") > 0 {
+			appBack.Store(time.Now().UnixNano())
 		}
 	})
 	for staticSent.Load() < 100 || appSent.Load() < 100 {

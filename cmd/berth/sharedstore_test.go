@@ -31,6 +31,21 @@ func (h *fleetHost) get(host string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
+// load sends requests with req, one after another, on a goroutine of wg
+// until stop is closed.
+func load(wg *sync.WaitGroup, stop <-chan struct{}, req func()) {
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			req()
+		}
+	})
+}
+
 // TestFleetSharedStore runs three berths, each in a network namespace of
 // its own, on one store on a 3-member etcd cluster (--store etcd://):
 //   - a deployment written through one host is routed by every host; a
@@ -131,18 +146,11 @@ func TestFleetSharedStore(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for _, h := range []*fleetHost{h1, h2} {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				sent.Add(1)
-				if code, b := h.get("web.test"); code != 200 || b != "two" {
-					failed.Add(1)
-					t.Errorf("through %s during the kill: %d %s", h.id, code, b)
-				}
+		load(&wg, stop, func() {
+			sent.Add(1)
+			if code, b := h.get("web.test"); code != 200 || b != "two" {
+				failed.Add(1)
+				t.Errorf("through %s during the kill: %d %s", h.id, code, b)
 			}
 		})
 	}
