@@ -34,6 +34,22 @@ import (
 // request, set by the hop server after authenticating the origin.
 const Header = "X-Berth-Hop"
 
+// AdminHeader marks a request a fleet host forwards to another host's
+// admin API (ForwardAdmin): its value is the forwarding host's id. The
+// hop server dispatches a request to its admin handler only when the
+// header names the authenticated peer and the request did not pass
+// through a data plane (no X-Berth-Hops, no Via naming berth); it strips
+// the header (and ClientHeader) from every other request. Public strips
+// both from the public listener's requests, and Forward from what the
+// data plane relays.
+const AdminHeader = "X-Berth-Hop-Admin"
+
+// ClientHeader carries the original client's address of a request
+// forwarded to another host's admin API, which the receiving host takes
+// as the request's RemoteAddr (its brake counts failed credentials per
+// client, not per forwarding host).
+const ClientHeader = "X-Berth-Hop-Client"
+
 // Default timeouts.
 const (
 	DefaultReadHeaderTimeout     = 10 * time.Second
@@ -172,11 +188,15 @@ func WithOrigin(ctx context.Context, origin string) context.Context {
 }
 
 // StripForged removes X-Berth-Hop from a request that did not come over
-// the hop: the public listener's clients cannot pose as a peer host.
+// the hop, and the admin marker (AdminHeader, ClientHeader) from every
+// request: the public listener's clients cannot pose as a peer host, nor
+// reach a host's admin API through the data plane.
 func StripForged(r *http.Request) {
 	if _, ok := Origin(r.Context()); !ok {
 		r.Header.Del(Header)
 	}
+	r.Header.Del(AdminHeader)
+	r.Header.Del(ClientHeader)
 }
 
 // Public wraps the public listener's handler with StripForged.
