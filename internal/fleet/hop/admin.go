@@ -18,7 +18,9 @@ import (
 // original caller's credentials itself. The forwarding host vouches for
 // nothing but the client's address.
 type AdminForwarder struct {
+	t          *Transport
 	self       string
+	ungated    bool
 	log        *slog.Logger
 	retryAfter time.Duration
 	rp         *httputil.ReverseProxy
@@ -33,7 +35,7 @@ func NewAdminForwarder(t *Transport, self string, retryAfter time.Duration, log 
 	if retryAfter <= 0 {
 		retryAfter = 5 * time.Second
 	}
-	f := &AdminForwarder{self: self, log: log, retryAfter: retryAfter}
+	f := &AdminForwarder{t: t, self: self, log: log, retryAfter: retryAfter}
 	f.rp = &httputil.ReverseProxy{
 		Transport: t,
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -43,9 +45,7 @@ func NewAdminForwarder(t *Transport, self string, retryAfter time.Duration, log 
 				pr.Out.Header["X-Forwarded-For"] = prior
 			}
 			pr.SetXForwarded()
-			pr.Out.Header.Del(Header)
-			pr.Out.Header.Set(AdminHeader, f.self)
-			pr.Out.Header.Set(ClientHeader, pr.In.RemoteAddr)
+			f.mark(pr.Out.Header, pr.In.RemoteAddr)
 		},
 		// Exec output, facts streams and the terminal are relayed as
 		// they come.
@@ -57,6 +57,20 @@ func NewAdminForwarder(t *Transport, self string, retryAfter time.Duration, log 
 		},
 	}
 	return f
+}
+
+// SetUngated says whether this host's admin API has no operator
+// password (UngatedHeader); call it before the first forward.
+func (f *AdminForwarder) SetUngated(ungated bool) { f.ungated = ungated }
+
+func (f *AdminForwarder) mark(h http.Header, client string) {
+	h.Del(Header)
+	h.Set(AdminHeader, f.self)
+	h.Set(ClientHeader, client)
+	h.Del(UngatedHeader)
+	if f.ungated {
+		h.Set(UngatedHeader, "1")
+	}
 }
 
 // Unreachable answers that host id, which serves the request, cannot be
@@ -96,4 +110,20 @@ func (f *AdminForwarder) ForwardAdmin(w http.ResponseWriter, r *http.Request, pe
 	u.Host = peerAddr
 	out.URL = &u
 	f.rp.ServeHTTP(w, out)
+}
+
+// Send sends a copy of r (its method, path, query, headers and the
+// context's deadline; no body) to the admin API of peer host peerID at
+// peerAddr, marked as ForwardAdmin marks it, and returns the peer's
+// answer: the fan-out of a list to every host.
+func (f *AdminForwarder) Send(r *http.Request, peerID, peerAddr string) (*http.Response, error) {
+	if _, ok := Origin(r.Context()); ok {
+		return nil, ErrLoop
+	}
+	out := r.Clone(WithPeer(r.Context(), peerID))
+	out.Body, out.ContentLength, out.GetBody = http.NoBody, 0, nil
+	out.RequestURI = ""
+	out.URL.Scheme, out.URL.Host = "https", peerAddr
+	f.mark(out.Header, r.RemoteAddr)
+	return f.t.RoundTrip(out)
 }

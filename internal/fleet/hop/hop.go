@@ -50,6 +50,12 @@ const AdminHeader = "X-Berth-Hop-Admin"
 // client, not per forwarding host).
 const ClientHeader = "X-Berth-Hop-Client"
 
+// UngatedHeader, on a request ForwardAdmin sends, says the forwarding
+// host's admin API has no operator password (so its callers without a
+// credential are local to it). A host whose own admin API has none
+// admits a forwarded caller without a credential only then.
+const UngatedHeader = "X-Berth-Hop-Ungated"
+
 // Default timeouts.
 const (
 	DefaultReadHeaderTimeout     = 10 * time.Second
@@ -197,6 +203,7 @@ func StripForged(r *http.Request) {
 	}
 	r.Header.Del(AdminHeader)
 	r.Header.Del(ClientHeader)
+	r.Header.Del(UngatedHeader)
 }
 
 // Public wraps the public listener's handler with StripForged.

@@ -111,11 +111,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r.Header.Del(AdminHeader)
 	r.Header.Del(ClientHeader)
 	r.Header.Del(Header)
+	ungated := r.Header.Get(UngatedHeader) != ""
+	r.Header.Del(UngatedHeader)
 	r.Header.Set(Header, origin)
 	ctx := WithOrigin(r.Context(), origin)
 	if s.admin != nil && marked != "" && marked == origin && !viaDataPlane(r.Header) {
 		if _, _, err := net.SplitHostPort(client); err == nil {
 			r.RemoteAddr = client
+		}
+		if ungated {
+			r.Header.Set(UngatedHeader, "1")
 		}
 		s.admin.ServeHTTP(w, r.WithContext(WithAdmin(ctx)))
 		return
