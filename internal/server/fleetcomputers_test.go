@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
+
 	"github.com/berth-dev/berth/apitype/computertype"
 	"github.com/berth-dev/berth/internal/computer"
 	"github.com/berth-dev/berth/internal/fleet/hop"
@@ -68,6 +70,8 @@ func listIDs(t *testing.T, s *Server) []string {
 // sent to alpha's public proxy reaches the data plane, not an admin API.
 func TestFleetComputersAcrossHosts(t *testing.T) {
 	skipShort(t, "two fleet hosts with hop listeners and Computers")
+	// An interactive bash may take seconds to start on a busy machine.
+	t.Setenv("SHELL", "/bin/sh")
 	p := startHopPair(t)
 	ctx := context.Background()
 
@@ -91,6 +95,51 @@ func TestFleetComputersAcrossHosts(t *testing.T) {
 	var res computertype.ExecResult
 	if code != 200 || json.Unmarshal([]byte(body), &res) != nil || res.ExitCode != 0 || res.RequestID == "" {
 		t.Fatalf("exec through alpha: %d %s", code, body)
+	}
+
+	// A grant issued through alpha (by beta, which holds desk) opens
+	// desk's terminal, a websocket, through alpha.
+	code, body, _ = adminDo(t, p.a, "POST", "/computers/desk/grants", `{"actions":["terminal"],"expiresInSecs":600}`)
+	var g computertype.Grant
+	if code != 201 || json.Unmarshal([]byte(body), &g) != nil || g.Token == "" {
+		t.Fatalf("grant through alpha: %d %s", code, body)
+	}
+	wctx, wcancel := context.WithTimeout(ctx, time.Minute)
+	defer wcancel()
+	conn, _, err := websocket.Dial(wctx, "ws://"+p.a.AdminAddr()+"/computers/desk/terminal?cols=100&rows=30&grant="+g.Token, nil)
+	if err != nil {
+		t.Fatalf("terminal through alpha: %v", err)
+	}
+	defer conn.CloseNow()
+	if _, msg, err := conn.Read(wctx); err != nil || !strings.Contains(string(msg), `"ready"`) {
+		t.Fatalf("terminal's first message %s, %v", msg, err)
+	}
+	if err := conn.Write(wctx, websocket.MessageBinary, append([]byte{1}, "echo on-$((6*7)); exit 5\n"...)); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	for {
+		typ, msg, err := conn.Read(wctx)
+		if err != nil {
+			t.Fatalf("reading the terminal: %v (output so far %q)", err, out.String())
+		}
+		if typ == websocket.MessageBinary && len(msg) > 0 && msg[0] == 2 {
+			out.Write(msg[1:])
+			continue
+		}
+		var m struct {
+			Type string
+			Code *int
+		}
+		json.Unmarshal(msg, &m)
+		if m.Type != "exit" || m.Code == nil || *m.Code != 5 {
+			t.Fatalf("terminal's last message %s, want exit 5", msg)
+		}
+		break
+	}
+	conn.Close(websocket.StatusNormalClosure, "")
+	if !strings.Contains(out.String(), "on-42") {
+		t.Errorf("terminal output through alpha %q", out.String())
 	}
 
 	// The id is the fleet's.
