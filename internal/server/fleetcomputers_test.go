@@ -179,6 +179,12 @@ func TestFleetComputersAcrossHosts(t *testing.T) {
 		t.Errorf("alpha's own list holds desk")
 	}
 
+	// A Computer does not move between hosts.
+	code, body, _ = adminDo(t, p.a, "PUT", "/computers/home/backings", `{"backings":[{"kind":"on-box-vm","hostId":"beta"}]}`)
+	if code != 422 || !strings.Contains(body, "backings[0].hostId") {
+		t.Errorf("home's backings onto beta: %d %s; want 422 naming backings[0].hostId", code, body)
+	}
+
 	// A hostId that names no fleet host.
 	code, body, _ = adminDo(t, p.a, "POST", "/computers", `{"id":"nowhere","backings":[{"kind":"on-box-vm","hostId":"gamma"}]}`)
 	if code != 422 || !strings.Contains(body, "backings[0].hostId") {
