@@ -65,7 +65,8 @@ type FleetOptions struct {
 	// Listen is the address of the hop listener (--fleet-listen): the
 	// other hosts' requests for this host's replicas arrive there over
 	// mutual TLS with fleet CA certificates (package fleet/hop) and go
-	// to the data plane's handler. Empty: none. It needs the fleet CA and
+	// to the data plane's handler, and their requests on this host's
+	// Computers to its Computer API (fleetcomputers.go). Empty: none. It needs the fleet CA and
 	// this host's certificate (CAFile, CertFile, KeyFile, as FromDataDir
 	// fills them from fleet.json).
 	Listen string

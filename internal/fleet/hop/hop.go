@@ -13,6 +13,12 @@
 // answers 502 instead), so two hosts that each think the other holds the
 // replica cannot bounce a request between them.
 //
+// A host also forwards requests on a Computer another host holds to that
+// host's admin API (AdminForwarder, ServerConfig.Admin), marked with
+// AdminHeader: the hop server honours the mark only when it names the
+// authenticated peer and the request did not pass through a data plane;
+// the receiving host authenticates the original caller itself.
+//
 // The client side is Transport (NewTransport), an http.RoundTripper that
 // keeps reusable connections per peer, and Forward, a reverse proxy over
 // it.
