@@ -6,6 +6,8 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -62,8 +64,9 @@ func listIDs(t *testing.T, s *Server) []string {
 // TestFleetComputersAcrossHosts: two hosts of a fleet with hop listeners
 // (alpha, beta; real etcd, real processes). A Computer created through
 // alpha with on-box-vm {hostId: beta} lives on beta (beta's manager has
-// it, alpha's does not); GET, exec and delete through alpha reach it
-// there; its id is the fleet's: creating it again through either host is
+// it, alpha's does not); GET, exec, file bytes both ways, a grant and the
+// terminal websocket with it, and delete through alpha reach it there; a
+// Computer whose host is gone is a 503 with Retry-After; its id is the fleet's: creating it again through either host is
 // a 409, and of two concurrent creates of one id exactly one wins; the
 // list through either host has both hosts' Computers; a hostId naming no
 // host of the fleet is a 422 naming the field; and the hop's admin marker
@@ -95,6 +98,18 @@ func TestFleetComputersAcrossHosts(t *testing.T) {
 	var res computertype.ExecResult
 	if code != 200 || json.Unmarshal([]byte(body), &res) != nil || res.ExitCode != 0 || res.RequestID == "" {
 		t.Fatalf("exec through alpha: %d %s", code, body)
+	}
+
+	// Bytes both ways through alpha.
+	payload := strings.Repeat("berth\x00\xff", 100000)
+	if code, body, _ = adminDo(t, p.a, "PUT", "/computers/desk/files/writeBytes?path=blob.bin", payload); code/100 != 2 {
+		t.Fatalf("writeBytes through alpha: %d %s", code, body)
+	}
+	if code, body, _ = adminDo(t, p.a, "GET", "/computers/desk/files/readBytes?path=blob.bin", ""); code != 200 || body != payload {
+		t.Fatalf("readBytes through alpha: %d, %d bytes; want the %d written", code, len(body), len(payload))
+	}
+	if b, err := os.ReadFile(filepath.Join(p.b.computers.Workspace("desk"), "blob.bin")); err != nil || string(b) != payload {
+		t.Fatalf("blob.bin in beta's workspace: %d bytes, %v", len(b), err)
 	}
 
 	// A grant issued through alpha (by beta, which holds desk) opens
