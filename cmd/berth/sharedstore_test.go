@@ -53,7 +53,8 @@ func load(wg *sync.WaitGroup, stop <-chan struct{}, req func()) {
 //     reach every host;
 //   - a token minted through one host is accepted by the others, until it
 //     is revoked through one of them;
-//   - a host's Computers are its own: the others do not list them;
+//   - a host's Computers are its own: the others, which have no hop
+//     listener to reach it through, do not list them;
 //   - kill -9 of one host's berth, under continuous load through the other
 //     two gateways, costs no request; the killed host comes back with the
 //     shared deployments.
@@ -130,7 +131,7 @@ func TestFleetSharedStore(t *testing.T) {
 		waitUntil(t, h.id+" to refuse the revoked token", func() bool { return withToken(h) == 401 })
 	}
 
-	// Computers are each host's own.
+	// Computers are each host's own (no hop: the lists are not fanned out).
 	if code, b := h0.do(t, "POST", "/computers", `{"id":"mine","backings":[{"kind":"process"}]}`); code != 201 {
 		t.Fatalf("Computer on h0: %d %s", code, b)
 	}

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -246,5 +247,22 @@ func TestHostCapacity(t *testing.T) {
 	m.drainQueue(ctx)
 	if c, _ := m.Get(ctx, "v3"); c.State.State != StateRunning {
 		t.Errorf("v3 after v1 stopped: %+v", c.State)
+	}
+}
+
+// TestFleetHostID: in a fleet, an on-box-vm backing naming this host's
+// fleet id runs here, as one naming "local" does; one naming another host
+// does not.
+func TestFleetHostID(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager(func(o *Options) { o.FleetHostID = "web-1"; o.VMDriver = "process" })
+	ctx := context.Background()
+	here := Backing{Kind: KindVM, HostID: "web-1"}
+	c, err := m.Create(ctx, CreateRequest{ID: "mine", Backings: []Backing{here}, Start: true})
+	if err != nil || c.State.State != StateRunning || c.Active != here {
+		t.Fatalf("on-box-vm{web-1} on host web-1: %+v, %v; want it running there", c, err)
+	}
+	if _, err := m.Create(ctx, CreateRequest{ID: "theirs", Backings: []Backing{{Kind: KindVM, HostID: "web-2"}}, Start: true}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "not this host") {
+		t.Errorf("on-box-vm{web-2} on host web-1: %v; want not this host", err)
 	}
 }

@@ -36,7 +36,8 @@
 //
 // A Computer lists up to four distinct backings in fallback order;
 // platform-container runs on the "container" driver, on-box-vm{hostId} on
-// the VM driver when hostId is this host (Options.HostID), and process (a
+// the VM driver when hostId is this host (Options.HostID, or in a fleet
+// Options.FleetHostID), and process (a
 // berth extension, the default) on the "process" driver. A start takes the
 // first backing this host can run and that has room, and falls back to the
 // next when its sandbox fails to start.

@@ -67,6 +67,10 @@ type Options struct {
 	// HostID is this host's id: an on-box-vm backing runs here only when
 	// its hostId is this one. Empty means "local".
 	HostID string
+	// FleetHostID, in a fleet, is this host's fleet id: an on-box-vm
+	// backing naming it runs here as well (the fleet routes a create
+	// naming another host's id to that host).
+	FleetHostID string
 	// VMDriver names the driver of on-box-vm backings; empty means the
 	// first of "kvm" and "libvirt" in Drivers: the drivers that share the
 	// workspace into the guest (firecracker cannot, and refuses it).
@@ -551,7 +555,7 @@ func (m *Manager) admitAndLaunch(ctx context.Context, l *live, rec store.Compute
 				unusable = append(unusable, err.Error())
 				continue
 			}
-			if h, ok := hosts[b.HostID]; ok && b.Kind == KindVM {
+			if h, ok := hosts[m.hostKey(b.HostID)]; ok && b.Kind == KindVM {
 				n, err := activeOn(backingJSON(b))
 				if err != nil {
 					return err
@@ -617,6 +621,15 @@ func (m *Manager) admitAndLaunch(ctx context.Context, l *live, rec store.Compute
 	return running, nil
 }
 
+// hostKey is the host id an on-box-vm backing's hostId names: this host's
+// fleet id is this host.
+func (m *Manager) hostKey(id string) string {
+	if m.o.FleetHostID != "" && id == m.o.FleetHostID {
+		return m.o.HostID
+	}
+	return id
+}
+
 // driverFor resolves a backing to a driver of this host.
 func (m *Manager) driverFor(b Backing) (string, vm.Driver, error) {
 	var name string
@@ -626,7 +639,7 @@ func (m *Manager) driverFor(b Backing) (string, vm.Driver, error) {
 	case KindContainer:
 		name = "container"
 	case KindVM:
-		if b.HostID != m.o.HostID {
+		if m.hostKey(b.HostID) != m.o.HostID {
 			return "", nil, fmt.Errorf("%s: host %q is not this host (%q)", b, b.HostID, m.o.HostID)
 		}
 		name = m.o.VMDriver

@@ -709,12 +709,13 @@ func hopByHop(k string) bool {
 }
 
 // forwardedHeader reports the headers berth writes itself (see rewrite, and
-// hopHeader), or drops (hopOriginHeader).
+// hopHeader), or drops (hopOriginHeader, the hop's admin marks).
 // Forwarded (RFC 7239) is dropped, as ReverseProxy's Rewrite mode does: a
 // client could otherwise claim any origin in it.
 func forwardedHeader(k string) bool {
 	switch k {
-	case "X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host", "Forwarded", hopHeader, hopOriginHeader:
+	case "X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host", "Forwarded", hopHeader, hopOriginHeader,
+		hopAdminHeader, hopClientHeader, hopUngatedHeader:
 		return true
 	}
 	return false

@@ -114,7 +114,7 @@ func TestForwardStaleConnection(t *testing.T) {
 // TestForwardHopByHop checks that hop-by-hop headers, and headers named in
 // Connection, are dropped in both directions while end-to-end ones pass,
 // and that a client's X-Berth-Hop (the hop between fleet hosts' origin)
-// never reaches a backend.
+// and the hop's admin marks never reach a backend.
 func TestForwardHopByHop(t *testing.T) {
 	_, addr := startBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Connection", "X-Backend-Private")
@@ -132,11 +132,14 @@ func TestForwardHopByHop(t *testing.T) {
 		"Proxy-Authorization": {"Basic Zm9vOmJhcg=="},
 		"Forwarded":           {"for=203.0.113.9"},
 		"X-Berth-Hop":         {"posing-as-a-fleet-host"},
+		"X-Berth-Hop-Admin":   {"alpha"},
+		"X-Berth-Hop-Client":  {"192.0.2.1:1"},
+		"X-Berth-Hop-Ungated": {"1"},
 		"Te":                  {"trailers, deflate"},
 		"X-Client-Public":     {"kept"},
 	})
 	e := decodeEcho(t, body)
-	for _, k := range []string{"X-Client-Private", "Proxy-Authorization", "Forwarded", "X-Berth-Hop", "Connection"} {
+	for _, k := range []string{"X-Client-Private", "Proxy-Authorization", "Forwarded", "X-Berth-Hop", "Connection", "X-Berth-Hop-Admin", "X-Berth-Hop-Client", "X-Berth-Hop-Ungated"} {
 		if v, ok := e.Header[k]; ok {
 			t.Errorf("upstream got %s: %q", k, v)
 		}

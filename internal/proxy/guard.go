@@ -92,6 +92,17 @@ const hopHeader = "X-Berth-Hops"
 // one (the hop's Origin, in the request's context, is what berth trusts).
 const hopOriginHeader = "X-Berth-Hop"
 
+// The headers by which a fleet host marks a request it forwards to
+// another host's admin API over the hop (package fleet/hop's AdminHeader,
+// ClientHeader, UngatedHeader). The data plane never passes them on: the
+// hop server ignores them on a request that came through a data plane
+// anyway (its X-Berth-Hops), and a backend has no use for them.
+const (
+	hopAdminHeader   = "X-Berth-Hop-Admin"
+	hopClientHeader  = "X-Berth-Hop-Client"
+	hopUngatedHeader = "X-Berth-Hop-Ungated"
+)
+
 // maxHops is how many berth proxies a request may have passed before
 // reaching this one.
 const maxHops = 3

@@ -766,6 +766,9 @@ func (h *Handler) rewrite(pr *httputil.ProxyRequest) {
 	out.Host = in.Host
 	out.Header[hopHeader] = []string{string(appendHop(nil, in))}
 	delete(out.Header, hopOriginHeader)
+	delete(out.Header, hopAdminHeader)
+	delete(out.Header, hopClientHeader)
+	delete(out.Header, hopUngatedHeader)
 	if st, _ := in.Context().Value(ctxKey{}).(*reqState); st == nil || st.dep.Gate == nil {
 		for k := range out.Header {
 			if authRequestHeader(k) {

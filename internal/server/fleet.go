@@ -65,7 +65,8 @@ type FleetOptions struct {
 	// Listen is the address of the hop listener (--fleet-listen): the
 	// other hosts' requests for this host's replicas arrive there over
 	// mutual TLS with fleet CA certificates (package fleet/hop) and go
-	// to the data plane's handler. Empty: none. It needs the fleet CA and
+	// to the data plane's handler, and their requests on this host's
+	// Computers to its Computer API (fleetcomputers.go). Empty: none. It needs the fleet CA and
 	// this host's certificate (CAFile, CertFile, KeyFile, as FromDataDir
 	// fills them from fleet.json).
 	Listen string
@@ -299,6 +300,14 @@ func (fm *fleetMember) close(s *Server) {
 	}
 }
 
+// fleetHostID is this host's fleet id; "" without a fleet.
+func (s *Server) fleetHostID() string {
+	if s.fleetHost == nil {
+		return ""
+	}
+	return s.fleetHost.m.ID()
+}
+
 // computerSlots are the fleet's slots as the Computer manager wants them;
 // nil without a fleet limit.
 func (s *Server) computerSlots() computer.FleetSlots {
@@ -467,7 +476,15 @@ func (s *Server) openHop(h http.Handler) error {
 	}
 	s.setHopClient(c)
 	c.ReadHeaderTimeout, c.IdleTimeout = s.o.ReadHeaderTimeout, s.o.IdleTimeout
-	if s.hopSrv, err = hop.NewServer(hop.ServerConfig{Config: c, Handler: h, Log: s.log}); err != nil {
+	admin := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if a := s.hopAdmin.Load(); a != nil {
+			(*a).ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "starting", http.StatusServiceUnavailable)
+	})
+	if s.hopSrv, err = hop.NewServer(hop.ServerConfig{Config: c, Handler: h, Admin: admin, Log: s.log}); err != nil {
 		return fmt.Errorf("server: --fleet-listen: %w", err)
 	}
 	if s.hopLn, err = net.Listen("tcp", f.Listen); err != nil {

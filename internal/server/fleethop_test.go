@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -34,6 +35,8 @@ func startHopServer(tb testing.TB, o Options) *Server {
 	tb.Helper()
 	o.ProxyAddr, o.AdminAddr = "127.0.0.1:0", "127.0.0.1:0"
 	o.DrainTimeout = 5 * time.Second
+	// The test binary is the agent of process-backed Computers.
+	o.AgentCommand, o.AgentEnv = []string{os.Args[0]}, []string{"BERTH_TEST_ROLE=agent"}
 	o.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	s, err := New(context.Background(), o)
 	if err != nil {

@@ -403,6 +403,9 @@ type Server struct {
 	// (openHop): the TLS its discovery-backed deployments dial hop peers
 	// with (hopTLS). Nil: no hop; hop peers are left out.
 	hopClient atomic.Pointer[hop.Config]
+	// hopAdmin serves the admin requests other hosts forward over the
+	// hop (the Computer API's), once made; nil until then.
+	hopAdmin atomic.Pointer[http.Handler]
 	// The TLS listeners (see Options.TLSConfig); nil without.
 	tlsLn    net.Listener
 	udpConn  net.PacketConn
@@ -652,12 +655,16 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	s.computers, err = computer.New(ctx, computer.Options{
 		Store: st, Drivers: ds, Inventory: s.inventory, DataDir: o.DataDir, BaseDomain: portDomain(o), Log: o.Log,
 		RecycleAfter: o.ComputerRecycleAfter, Prepare: images.prepareComputer, FleetSlots: s.computerSlots(),
+		FleetHostID: s.fleetHostID(),
 	})
 	if err != nil {
 		return nil, err
 	}
 	if s.fleetHost != nil {
 		s.fleetHost.computers.Store(s.computers)
+		cctx, ccancel := context.WithTimeout(ctx, 30*time.Second)
+		s.claimLocalComputers(cctx)
+		ccancel()
 	}
 	if o.ComputerCapacity != (computer.HostCapacity{}) {
 		if err := s.computers.SetHostCapacity(ctx, computer.LocalHost, o.ComputerCapacity); err != nil {
@@ -847,7 +854,12 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	})
 	// The Computer API shares the listener and the gate, and its brake
 	// counts bad grants with bad admin credentials.
-	capi := computerapi.Options{Manager: s.computers, Grants: grants, Gate: adminGate, Brake: brake, Log: o.Log, Confinement: confinement(o),
+	var cman computerapi.Manager = s.computers
+	if s.fleetHost != nil {
+		// Creates claim the id in the fleet's Computer index first.
+		cman = fleetComputerManager{Manager: s.computers, m: s.fleetHost.m, log: o.Log}
+	}
+	capi := computerapi.Options{Manager: cman, Grants: grants, Gate: adminGate, Brake: brake, Log: o.Log, Confinement: confinement(o),
 		SignIn: func(ctx context.Context, ns, provider string) error {
 			ns = cmp.Or(ns, "default")
 			if _, err := nsStore.Provider(ctx, ns, provider); errors.Is(err, namespaces.ErrNotFound) {
@@ -869,8 +881,19 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 	for _, p := range ui.Patterns() {
 		adminMux.Handle(p, pages)
 	}
-	adminMux.Handle("/computers", computers)
-	adminMux.Handle("/computers/", computers)
+	// In a fleet, a Computer of another host is served through it.
+	routed := s.fleetComputers(computers, !adminGate.Gated())
+	adminMux.Handle("/computers", routed)
+	adminMux.Handle("/computers/", routed)
+	// The Computer API requests other hosts forward arrive on the hop
+	// listener (hop.AdminHeader): the forwarding host's guard checked
+	// their Host and Origin, the hop server that they did not pass
+	// through a data plane, and the API authenticates the caller.
+	hopAdmin := http.NewServeMux()
+	hopAdmin.Handle("/computers", computers)
+	hopAdmin.Handle("/computers/", computers)
+	hopAdminH := web.Recover(o.Log, hopUngated(adminGate.Gated(), hopAdmin))
+	s.hopAdmin.Store(&hopAdminH)
 	s.adminSrv = &http.Server{
 		// The guard (Host, Origin, berth's own hop marker) comes before
 		// every route, the Computer API's too.

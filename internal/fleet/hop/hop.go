@@ -13,6 +13,12 @@
 // answers 502 instead), so two hosts that each think the other holds the
 // replica cannot bounce a request between them.
 //
+// A host also forwards requests on a Computer another host holds to that
+// host's admin API (AdminForwarder, ServerConfig.Admin), marked with
+// AdminHeader: the hop server honours the mark only when it names the
+// authenticated peer and the request did not pass through a data plane;
+// the receiving host authenticates the original caller itself.
+//
 // The client side is Transport (NewTransport), an http.RoundTripper that
 // keeps reusable connections per peer, and Forward, a reverse proxy over
 // it.
@@ -33,6 +39,28 @@ import (
 // Header is the request header that names the origin host of a hopped
 // request, set by the hop server after authenticating the origin.
 const Header = "X-Berth-Hop"
+
+// AdminHeader marks a request a fleet host forwards to another host's
+// admin API (ForwardAdmin): its value is the forwarding host's id. The
+// hop server dispatches a request to its admin handler only when the
+// header names the authenticated peer and the request did not pass
+// through a data plane (no X-Berth-Hops, no Via naming berth); it strips
+// the header (and ClientHeader) from every other request. Public strips
+// both from the public listener's requests, and Forward from what the
+// data plane relays.
+const AdminHeader = "X-Berth-Hop-Admin"
+
+// ClientHeader carries the original client's address of a request
+// forwarded to another host's admin API, which the receiving host takes
+// as the request's RemoteAddr (its brake counts failed credentials per
+// client, not per forwarding host).
+const ClientHeader = "X-Berth-Hop-Client"
+
+// UngatedHeader, on a request ForwardAdmin sends, says the forwarding
+// host's admin API has no operator password (so its callers without a
+// credential are local to it). A host whose own admin API has none
+// admits a forwarded caller without a credential only then.
+const UngatedHeader = "X-Berth-Hop-Ungated"
 
 // Default timeouts.
 const (
@@ -172,11 +200,16 @@ func WithOrigin(ctx context.Context, origin string) context.Context {
 }
 
 // StripForged removes X-Berth-Hop from a request that did not come over
-// the hop: the public listener's clients cannot pose as a peer host.
+// the hop, and the admin marker (AdminHeader, ClientHeader) from every
+// request: the public listener's clients cannot pose as a peer host, nor
+// reach a host's admin API through the data plane.
 func StripForged(r *http.Request) {
 	if _, ok := Origin(r.Context()); !ok {
 		r.Header.Del(Header)
 	}
+	r.Header.Del(AdminHeader)
+	r.Header.Del(ClientHeader)
+	r.Header.Del(UngatedHeader)
 }
 
 // Public wraps the public listener's handler with StripForged.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 
 	"github.com/berth-dev/berth/internal/web"
 )
@@ -16,6 +17,10 @@ import (
 type ServerConfig struct {
 	Config
 	Handler http.Handler
+	// Admin, when set, serves the requests another host forwards to this
+	// host's admin API (marked with AdminHeader by ForwardAdmin); nil
+	// serves every request with Handler.
+	Admin http.Handler
 	// Log receives the server's errors (failed handshakes at debug);
 	// default slog.Default().
 	Log *slog.Logger
@@ -23,10 +28,11 @@ type ServerConfig struct {
 
 // Server is the hop listener's HTTP server.
 type Server struct {
-	id  string
-	h   http.Handler
-	log *slog.Logger
-	srv *http.Server
+	id    string
+	h     http.Handler
+	admin http.Handler
+	log   *slog.Logger
+	srv   *http.Server
 }
 
 // NewServer makes the hop server of cfg: TLS 1.3 with this host's
@@ -44,7 +50,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Server{id: c.HostID, h: cfg.Handler, log: log}
+	s := &Server{id: c.HostID, h: cfg.Handler, admin: cfg.Admin, log: log}
 	s.srv = &http.Server{
 		Handler:           s,
 		ReadHeaderTimeout: c.ReadHeaderTimeout,
@@ -100,7 +106,54 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		web.WriteError(s.log, w, r, &web.Error{Status: http.StatusForbidden, Code: "hop_unauthenticated", Message: "hop: the peer is not an authenticated fleet host"})
 		return
 	}
+	marked := r.Header.Get(AdminHeader)
+	client := r.Header.Get(ClientHeader)
+	r.Header.Del(AdminHeader)
+	r.Header.Del(ClientHeader)
 	r.Header.Del(Header)
+	ungated := r.Header.Get(UngatedHeader) != ""
+	r.Header.Del(UngatedHeader)
 	r.Header.Set(Header, origin)
-	s.h.ServeHTTP(w, r.WithContext(WithOrigin(r.Context(), origin)))
+	ctx := WithOrigin(r.Context(), origin)
+	if s.admin != nil && marked != "" && marked == origin && !viaDataPlane(r.Header) {
+		if _, _, err := net.SplitHostPort(client); err == nil {
+			r.RemoteAddr = client
+		}
+		if ungated {
+			r.Header.Set(UngatedHeader, "1")
+		}
+		s.admin.ServeHTTP(w, r.WithContext(WithAdmin(ctx)))
+		return
+	}
+	s.h.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// viaDataPlane reports whether a request passed through berth's data
+// plane on its way here: the X-Berth-Hops header the proxy adds to every
+// request it forwards, or a Via naming berth. Such a request is never an
+// admin request, whatever it carries.
+func viaDataPlane(h http.Header) bool {
+	if len(h.Values("X-Berth-Hops")) > 0 {
+		return true
+	}
+	for _, v := range h.Values("Via") {
+		if strings.Contains(strings.ToLower(v), "berth") {
+			return true
+		}
+	}
+	return false
+}
+
+type adminKey struct{}
+
+// WithAdmin marks ctx as an admin request another host forwarded.
+func WithAdmin(ctx context.Context) context.Context {
+	return context.WithValue(ctx, adminKey{}, true)
+}
+
+// Admin reports whether the request of ctx is an admin request the hop
+// server received from another host (ForwardAdmin's).
+func Admin(ctx context.Context) bool {
+	ok, _ := ctx.Value(adminKey{}).(bool)
+	return ok
 }

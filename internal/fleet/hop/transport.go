@@ -128,6 +128,9 @@ func NewForwarder(t *Transport, log *slog.Logger) *Forwarder {
 			}
 			pr.SetXForwarded()
 			pr.Out.Header.Del(Header)
+			pr.Out.Header.Del(AdminHeader)
+			pr.Out.Header.Del(ClientHeader)
+			pr.Out.Header.Del(UngatedHeader)
 		},
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
