@@ -169,7 +169,7 @@ func renewOwn(dataDir string, c Config, ca *x509.Certificate, caKey *ecdsa.Priva
 	if err := writeFile(Path(dataDir, c.Cert), certPEM(der), 0o644); err != nil {
 		return false, err
 	}
-	return true, nil
+	return true, recordIssued(dataDir, der, now)
 }
 
 func create(o InitOptions, key secrets.Key, now time.Time) (Config, error) {
@@ -252,6 +252,9 @@ func create(o InitOptions, key secrets.Key, now time.Time) (Config, error) {
 		if err := writeFile(filepath.Join(d, f.name), f.b, f.perm); err != nil {
 			return Config{}, err
 		}
+	}
+	if err := recordIssued(o.DataDir, hostDER, now); err != nil {
+		return Config{}, err
 	}
 	c := Config{
 		Endpoints: []string{"https://" + o.Advertise}, CA: CACert, Cert: HostCert, Key: HostKey,
