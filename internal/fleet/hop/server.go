@@ -68,8 +68,10 @@ func serverTLS(c Config) *tls.Config {
 		// crypto/tls; a peer id is also required of it (a fleet CA
 		// certificate without the host id's SAN is refused).
 		VerifyConnection: func(cs tls.ConnectionState) error {
-			_, err := peerID(&cs)
-			return err
+			if _, err := peerID(&cs); err != nil {
+				return err
+			}
+			return c.checkRevoked(&cs)
 		},
 	}
 }

@@ -191,7 +191,7 @@ func (c Config) ClientTLS(id string) *tls.Config {
 			if got != id {
 				return fmt.Errorf("hop: dialed host %s, the certificate is host %s's", id, got)
 			}
-			return nil
+			return c.checkRevoked(&cs)
 		},
 	}
 }
