@@ -49,6 +49,8 @@ func (f FleetOptions) FromDataDir(dataDir string) (FleetOptions, error) {
 			ClientURL: c.Member.ClientURL, PeerURL: c.Member.PeerURL, LogLevel: "error",
 			TLS: &etcdembed.TLSFiles{
 				CertFile: fleetca.Path(dataDir, c.Cert), KeyFile: fleetca.Path(dataDir, c.Key), CAFile: fleetca.Path(dataDir, c.CA),
+				// berth fleet revoke's CRL (DER), read at every handshake.
+				CRLFile: filepath.Join(fleetca.Dir(dataDir), fleetca.CRLDERFile),
 			},
 		}
 	}
@@ -77,6 +79,11 @@ func (s *Server) openFleetCAKey() error {
 	}
 	if migrated {
 		s.log.Warn("the fleet CA key was plaintext, as berth wrote it before sealing it: it is now sealed with the secret key", "path", filepath.Join(fleetca.Dir(s.o.DataDir), fleetca.CAKey))
+	}
+	// A fleet made before revocation has no CRL yet: the embedded etcd
+	// member starts with one when it starts after this.
+	if _, err := fleetca.EnsureCRL(s.o.DataDir, s.sealKey, time.Now()); err != nil {
+		return fmt.Errorf("server: %w", err)
 	}
 	return nil
 }

@@ -106,6 +106,11 @@ func Init(o InitOptions) (InitResult, error) {
 			return InitResult{}, err
 		}
 	}
+	// The CRL, none revoked, for the embedded etcd member to start with
+	// (it reads a later one at each new connection).
+	if _, err := EnsureCRL(o.DataDir, key, now()); err != nil {
+		return InitResult{}, err
+	}
 	ttl := o.TokenTTL
 	if ttl == 0 {
 		ttl = TokenLifetime
