@@ -2,6 +2,8 @@ package hop
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -21,9 +23,10 @@ func get(t *testing.T, tr *Transport, id, addr string) error {
 	if err != nil {
 		return err
 	}
+	io.Copy(io.Discard, resp.Body) // the connection is kept for the next
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET: %s", resp.Status)
+		return fmt.Errorf("GET: %s", resp.Status)
 	}
 	return nil
 }
@@ -39,30 +42,37 @@ func TestHopRefusesRevoked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rv := new(fleetca.Revocations)
 	eachProtocol(t, func(t *testing.T, mod func(*Config), proto string) {
+		rv := new(fleetca.Revocations)
 		withRV := func(c *Config) { mod(c); c.Revoked = rv }
 		alphaAddr := f.serve(t, "alpha", echo, withRV)
 		betaAddr := f.serve(t, "beta", echo, mod)
 		gammaAddr := f.serve(t, "gamma", echo, withRV)
-		if rv.Len() == 0 {
-			// Before the revocation, beta passes both ways.
-			if err := get(t, f.transport(t, "beta", mod), "alpha", alphaAddr); err != nil {
-				t.Fatalf("beta to alpha before the revocation: %v", err)
-			}
-			if err := get(t, f.transport(t, "alpha", withRV), "beta", betaAddr); err != nil {
-				t.Fatalf("alpha to beta before the revocation: %v", err)
-			}
-			r, err := fleetca.Revoke(f.dir, mustSecretKey(t, f.dir), "beta", "test", time.Now())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := rv.Set(r.CRL, ca); err != nil {
-				t.Fatal(err)
-			}
+		// Connections made before the revocation, kept alive.
+		betaOld, alphaOld := f.transport(t, "beta", mod), f.transport(t, "alpha", withRV)
+		if err := get(t, betaOld, "alpha", alphaAddr); err != nil {
+			t.Fatalf("beta to alpha before the revocation: %v", err)
+		}
+		if err := get(t, alphaOld, "beta", betaAddr); err != nil {
+			t.Fatalf("alpha to beta before the revocation: %v", err)
+		}
+		// Revoked (again, for the second protocol: idempotent).
+		r, err := fleetca.Revoke(f.dir, mustSecretKey(t, f.dir), "beta", "test", time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rv.Set(r.CRL, ca); err != nil {
+			t.Fatal(err)
+		}
+		// Even on a connection made before, no further request passes.
+		if err := get(t, betaOld, "alpha", alphaAddr); err == nil || !strings.Contains(err.Error(), "403") {
+			t.Errorf("revoked beta's kept connection to alpha: %v, want 403", err)
+		}
+		if err := get(t, alphaOld, "beta", betaAddr); err == nil || !strings.Contains(err.Error(), "revoked") {
+			t.Errorf("alpha's kept connection to revoked beta: %v, want refused as revoked", err)
 		}
 		// The server refuses the revoked client.
-		err := get(t, f.transport(t, "beta", mod), "alpha", alphaAddr)
+		err = get(t, f.transport(t, "beta", mod), "alpha", alphaAddr)
 		if err == nil {
 			t.Error("alpha's hop server accepted beta's revoked client certificate")
 		}
