@@ -326,3 +326,22 @@ type ControlPlaneConfigPut struct {
 	ExpectedRevision *int64           `json:"expected_revision"`
 	Config           *ControlPlaneDoc `json:"config"`
 }
+
+// FleetRevokeRequest is POST /fleet/hosts/{id}/revoke's optional body.
+type FleetRevokeRequest struct {
+	// Reason is kept with the revocation.
+	Reason string `json:"reason,omitempty"`
+}
+
+// FleetRevocation is what POST /fleet/hosts/{id}/revoke (and berth fleet
+// revoke) did: every certificate the fleet CA issued to the host is
+// revoked and the CRL rewritten.
+type FleetRevocation struct {
+	Host string `json:"host"`
+	// Serials are the host's revoked certificates (decimal), those
+	// revoked before included; Newly counts the ones this call revoked.
+	Serials []string `json:"serials"`
+	Newly   int      `json:"newly"`
+	// Published is true once the CRL is in etcd, for the other hosts.
+	Published bool `json:"published"`
+}

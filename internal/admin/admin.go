@@ -126,6 +126,10 @@ type Options struct {
 	// FleetRenew renews joined hosts' certificates (POST /fleet/renew) on
 	// the host holding the fleet CA; nil answers 409 there.
 	FleetRenew FleetRenewer
+	// FleetRevoke revokes hosts' certificates (POST
+	// /fleet/hosts/{id}/revoke) on the host holding the fleet CA; nil
+	// answers 409 there.
+	FleetRevoke FleetRevoker
 	// Plugins hosts the compiled-in plugins (/api/plugins,
 	// /namespaces/{name}/plugins); nil answers 503 there.
 	Plugins *plugin.Host

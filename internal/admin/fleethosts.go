@@ -20,6 +20,20 @@ type FleetHosts interface {
 	SetHostState(ctx context.Context, id, state string) error
 }
 
+// FleetRevoker revokes a host's certificates (POST
+// /fleet/hosts/{id}/revoke) on the host holding the fleet CA; nil there
+// elsewhere.
+type FleetRevoker interface {
+	// Revoke revokes every certificate the fleet CA issued to host id,
+	// rewrites the CRL and publishes it; ErrNoFleetHost when the CA
+	// issued none to id, ErrRevokeRefused (the text says why) for the CA
+	// host's own id or a bad id.
+	Revoke(ctx context.Context, id, reason string) (apitype.FleetRevocation, error)
+}
+
+// ErrRevokeRefused is FleetRevoker.Revoke's refusal.
+var ErrRevokeRefused = errors.New("admin: revocation refused")
+
 // ErrNoFleetHost is FleetHosts.SetHostState's answer for an unknown host.
 var ErrNoFleetHost = errors.New("admin: no such fleet host")
 
@@ -32,6 +46,9 @@ func (a *API) routeFleetHosts() {
 	a.handle("POST /fleet/hosts/{id}/cordon", tierCRUD, wallFleet, a.setHostState(apitype.HostCordoned))
 	a.handle("POST /fleet/hosts/{id}/drain", tierCRUD, wallFleet, a.setHostState(apitype.HostDraining))
 	a.handle("POST /fleet/hosts/{id}/uncordon", tierCRUD, wallFleet, a.setHostState(apitype.HostActive))
+	// Revocation of a host's certificates: fleet-wide, admin, on the
+	// host holding the fleet CA (409 fleet_ca_not_here elsewhere).
+	a.handle("POST /fleet/hosts/{id}/revoke", tierCRUD, wallFleet, a.revokeHost)
 	// The fleet tokens, hashes only (app-lb.md §7.6): fleet-wide, view.
 	a.handle("GET /fleet/tokens", tierView, wallFleet, a.listFleetTokens)
 }
@@ -100,4 +117,33 @@ func (a *API) setHostState(state string) web.HandlerFunc {
 		web.WriteJSON(w, http.StatusOK, apitype.FleetHost{ID: id, State: state, Drivers: []string{}})
 		return nil
 	}
+}
+
+func (a *API) revokeHost(w http.ResponseWriter, r *http.Request) error {
+	if a.o.FleetRevoke == nil {
+		return &web.Error{Status: http.StatusConflict, Code: "fleet_ca_not_here",
+			Message: "this berth holds no fleet CA: revoke a host on the fleet's first host, the one berth fleet init ran on"}
+	}
+	var req apitype.FleetRevokeRequest
+	if r.ContentLength != 0 {
+		r.Body = http.MaxBytesReader(w, r.Body, 16<<10)
+		if err := web.ReadJSON(w, r, &req); err != nil {
+			return err
+		}
+	}
+	id := r.PathValue("id")
+	res, err := a.o.FleetRevoke.Revoke(r.Context(), id, req.Reason)
+	switch {
+	case errors.Is(err, ErrNoFleetHost):
+		return &web.Error{Status: http.StatusNotFound, Code: "no_fleet_host", Message: err.Error()}
+	case errors.Is(err, ErrRevokeRefused):
+		return &web.Error{Status: http.StatusBadRequest, Message: err.Error()}
+	case err != nil:
+		return &web.Error{Status: http.StatusInternalServerError, Message: "the revocation could not be written", Err: err}
+	}
+	if res.Serials == nil {
+		res.Serials = []string{}
+	}
+	web.WriteJSON(w, http.StatusOK, res)
+	return nil
 }

@@ -463,6 +463,7 @@ func (s *Server) openHop(h http.Handler) error {
 		// discovery-backed deployments reach the others' hop listeners.
 		if f.CAFile != "" && f.CertFile != "" {
 			if c, err := hop.ConfigFromFiles(f.CAFile, f.CertFile, f.KeyFile, s.fleetHost.m.ID()); err == nil {
+				c.Revoked = &s.revoked
 				s.setHopClient(c)
 			} else {
 				s.log.Info("fleet: no hop client (the etcd certificates are not fleet host certificates); members over the hop are not reachable from here", "err", err)
@@ -474,6 +475,7 @@ func (s *Server) openHop(h http.Handler) error {
 	if err != nil {
 		return fmt.Errorf("server: --fleet-listen: %w", err)
 	}
+	c.Revoked = &s.revoked
 	s.setHopClient(c)
 	c.ReadHeaderTimeout, c.IdleTimeout = s.o.ReadHeaderTimeout, s.o.IdleTimeout
 	admin := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -49,6 +50,8 @@ func (f FleetOptions) FromDataDir(dataDir string) (FleetOptions, error) {
 			ClientURL: c.Member.ClientURL, PeerURL: c.Member.PeerURL, LogLevel: "error",
 			TLS: &etcdembed.TLSFiles{
 				CertFile: fleetca.Path(dataDir, c.Cert), KeyFile: fleetca.Path(dataDir, c.Key), CAFile: fleetca.Path(dataDir, c.CA),
+				// berth fleet revoke's CRL (DER), read at every handshake.
+				CRLFile: filepath.Join(fleetca.Dir(dataDir), fleetca.CRLDERFile),
 			},
 		}
 	}
@@ -77,6 +80,11 @@ func (s *Server) openFleetCAKey() error {
 	}
 	if migrated {
 		s.log.Warn("the fleet CA key was plaintext, as berth wrote it before sealing it: it is now sealed with the secret key", "path", filepath.Join(fleetca.Dir(s.o.DataDir), fleetca.CAKey))
+	}
+	// A fleet made before revocation has no CRL yet: the embedded etcd
+	// member starts with one when it starts after this.
+	if _, err := fleetca.EnsureCRL(s.o.DataDir, s.sealKey, time.Now()); err != nil {
+		return fmt.Errorf("server: %w", err)
 	}
 	return nil
 }
@@ -159,4 +167,111 @@ func (s *Server) renewFleetCert(ctx context.Context, now time.Time) {
 		return
 	}
 	s.log.Info("fleet certificate renewed: restart berth serve to use it", "host", r.HostID, "expires", r.NotAfter, "was", notAfter)
+}
+
+// adminFleetRevoke is POST /fleet/hosts/{id}/revoke's revoker on the host
+// holding the fleet CA; nil elsewhere.
+func (s *Server) adminFleetRevoke() admin.FleetRevoker {
+	if !fleetca.IsAuthority(s.o.DataDir) {
+		return nil
+	}
+	return fleetRevoker{s}
+}
+
+type fleetRevoker struct{ s *Server }
+
+// Revoke revokes as berth fleet revoke does, then applies the CRL to
+// this host's hop and publishes it in etcd at once (runFleetCRL would
+// within crlPollEvery).
+func (f fleetRevoker) Revoke(ctx context.Context, id, reason string) (apitype.FleetRevocation, error) {
+	s := f.s
+	if err := fleetca.ValidHostID(id); err != nil {
+		return apitype.FleetRevocation{}, fmt.Errorf("%w: %v", admin.ErrRevokeRefused, err)
+	}
+	r, err := fleetca.Revoke(s.o.DataDir, s.sealKey, id, reason, time.Now())
+	switch {
+	case errors.Is(err, fleetca.ErrUnknownHost):
+		return apitype.FleetRevocation{}, fmt.Errorf("%w: %v", admin.ErrNoFleetHost, err)
+	case errors.Is(err, fleetca.ErrRevokeSelf):
+		return apitype.FleetRevocation{}, fmt.Errorf("%w: %v", admin.ErrRevokeRefused, err)
+	case err != nil:
+		return apitype.FleetRevocation{}, err
+	}
+	s.log.Warn("fleet: host revoked", "host", id, "serials", r.Serials, "reason", reason)
+	out := apitype.FleetRevocation{Host: r.Host, Serials: r.Serials, Newly: r.Newly}
+	s.applyCRL(r.CRL)
+	if fm := s.fleetHost; fm != nil {
+		if err := fm.m.PutCRL(ctx, r.CRL); err != nil {
+			s.log.Error("fleet: publishing the CRL in etcd; retried", "err", err)
+		} else {
+			out.Published = true
+		}
+	}
+	return out, nil
+}
+
+// crlPollEvery is how often the CA host reads <data-dir>/fleet/crl.der
+// for a CRL berth fleet revoke wrote, to apply and publish it.
+const crlPollEvery = 5 * time.Second
+
+// applyCRL sets the hop's revoked serials from der, checked against the
+// fleet CA; a CRL that does not check is logged and ignored.
+func (s *Server) applyCRL(der []byte) {
+	f, err := s.o.Fleet.FromDataDir(s.o.DataDir)
+	if err != nil || f.CAFile == "" {
+		return
+	}
+	ca, err := fleetca.LoadCACert(f.CAFile)
+	if err != nil {
+		s.log.Warn("fleet: the CRL cannot be checked without the fleet CA", "err", err)
+		return
+	}
+	before := s.revoked.Len()
+	if err := s.revoked.Set(der, ca); err != nil {
+		s.log.Warn("fleet: a CRL refused", "err", err)
+		return
+	}
+	if n := s.revoked.Len(); n != before {
+		s.log.Info("fleet: revoked host certificates", "count", n)
+	}
+}
+
+// runFleetCRL follows the fleet's CRL: every host applies the one in etcd
+// to its hop (WatchCRL); the CA host also reads its crl.der (berth fleet
+// revoke writes it) and publishes it when it changed.
+func (s *Server) runFleetCRL(ctx context.Context) error {
+	fm := s.fleetHost
+	if fm == nil {
+		return nil
+	}
+	f, err := s.o.Fleet.FromDataDir(s.o.DataDir)
+	if err != nil || f.CAFile == "" {
+		return nil
+	}
+	if fleetca.IsAuthority(s.o.DataDir) {
+		go func() {
+			var published []byte
+			for {
+				if der, err := fleetca.ReadCRL(s.o.DataDir); err != nil {
+					s.log.Warn("fleet: reading the CRL", "err", err)
+				} else if der != nil && !bytes.Equal(der, published) {
+					s.applyCRL(der)
+					if err := fm.m.PutCRL(ctx, der); err != nil {
+						if ctx.Err() == nil {
+							s.log.Warn("fleet: publishing the CRL in etcd; retrying", "err", err)
+						}
+					} else {
+						published = der
+					}
+				}
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(crlPollEvery):
+				}
+			}
+		}()
+	}
+	fm.m.WatchCRL(ctx, s.applyCRL)
+	return nil
 }

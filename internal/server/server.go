@@ -38,6 +38,7 @@ import (
 	"github.com/berth-dev/berth/internal/egress"
 	"github.com/berth-dev/berth/internal/feed"
 	"github.com/berth-dev/berth/internal/fleet"
+	"github.com/berth-dev/berth/internal/fleet/fleetca"
 	"github.com/berth-dev/berth/internal/fleet/hop"
 	"github.com/berth-dev/berth/internal/gate"
 	"github.com/berth-dev/berth/internal/grant"
@@ -454,6 +455,9 @@ type Server struct {
 	// fleetHost is this host in its fleet of berths (Options.Fleet);
 	// nil when it runs alone.
 	fleetHost *fleetMember
+	// revoked holds the serials the fleet CA revoked (its CRL, from etcd
+	// and on the CA host from <data-dir>/fleet): the hop refuses them.
+	revoked fleetca.Revocations
 }
 
 // New opens the store, restores deployments and binds the listeners.
@@ -847,10 +851,11 @@ func New(ctx context.Context, o Options) (_ *Server, err error) {
 		ObsStats: s.obsStats,
 		Plugins:  plugins,
 
-		FleetHosts: s.adminFleet(),
-		FleetViews: s.adminFleetViews(),
-		FleetJoin:  s.adminFleetJoin(),
-		FleetRenew: s.adminFleetRenew(),
+		FleetHosts:  s.adminFleet(),
+		FleetViews:  s.adminFleetViews(),
+		FleetJoin:   s.adminFleetJoin(),
+		FleetRenew:  s.adminFleetRenew(),
+		FleetRevoke: s.adminFleetRevoke(),
 	})
 	// The Computer API shares the listener and the gate, and its brake
 	// counts bad grants with bad admin credentials.
@@ -1022,6 +1027,7 @@ func (s *Server) Run(ctx context.Context) error {
 		{"fleet views", s.runFleetViews},
 		{"fleet placement", s.runPlacement},
 		{"fleet certificate renewal", s.runFleetRenew},
+		{"fleet revocations", s.runFleetCRL},
 		{"shared store sync", s.runSharedSync},
 	} {
 		loops.Go(func() {

@@ -59,6 +59,12 @@ type Config struct {
 // peers are checked with.
 type TLSFiles struct {
 	CertFile, KeyFile, CAFile string
+	// CRLFile, when set and the file exists at Start, is the CA's
+	// certificate revocation list (DER) the member checks every new
+	// client and peer connection against: etcd reads the file again at
+	// each handshake, so a CRL rewritten later (atomically: a missing or
+	// torn file fails every handshake) applies to the next connections.
+	CRLFile string
 }
 
 // Server is a running member.
@@ -101,6 +107,14 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 	if c.TLS != nil {
 		for _, ti := range []*transport.TLSInfo{&cfg.ClientTLSInfo, &cfg.PeerTLSInfo} {
 			ti.CertFile, ti.KeyFile, ti.TrustedCAFile, ti.ClientCertAuth = c.TLS.CertFile, c.TLS.KeyFile, c.TLS.CAFile, true
+		}
+		if c.TLS.CRLFile != "" {
+			switch _, err := os.Stat(c.TLS.CRLFile); {
+			case err == nil:
+				cfg.ClientTLSInfo.CRLFile, cfg.PeerTLSInfo.CRLFile = c.TLS.CRLFile, c.TLS.CRLFile
+			case !errors.Is(err, os.ErrNotExist):
+				return nil, fmt.Errorf("etcdembed: CRL file: %w", err)
+			}
 		}
 	}
 	cfg.InitialCluster = c.InitialCluster

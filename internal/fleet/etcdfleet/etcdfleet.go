@@ -19,6 +19,8 @@
 //	reports/<id>        the host's gateway report (views.go), on its lease
 //	services/<s>/<peer> a member of service s, on its publisher's lease
 //	config/control-plane the control-plane configuration, on no lease
+//	crl                 the fleet CA's revocation list (DER), on no lease
+//	                    (crl.go)
 //	units/, assign/,    the units asked for, the host each is assigned to
 //	unplaced/,          and why some have none, and the election of the
 //	scheduler/          scheduler that writes them: see assign.go

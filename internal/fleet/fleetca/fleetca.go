@@ -12,6 +12,8 @@
 //	ca.crt, ca.key       the fleet CA (init host only; the key 0600)
 //	host.crt, host.key   this host's certificate and key (0600)
 //	join-tokens.json     the join tokens' ids and sealed keys, their expiry and use (init host only)
+//	issued.json          every host certificate the CA issued and which are revoked (init host only, 0600)
+//	crl.pem, crl.der     the CA's revocation list, PEM and DER (init host only; berth fleet revoke)
 //	fleet.json           what berth serve reads (Config)
 package fleetca
 

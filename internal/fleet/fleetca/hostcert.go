@@ -72,3 +72,13 @@ func LoadCAPool(caFile string) (*x509.CertPool, error) {
 	p.AddCert(crt)
 	return p, nil
 }
+
+// LoadCACert reads the fleet CA's certificate (PEM): what a CRL's
+// signature is checked against (Revocations.Set).
+func LoadCACert(caFile string) (*x509.Certificate, error) {
+	crt, err := readCert(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("%w (the fleet CA, %s)", err, caFile)
+	}
+	return crt, nil
+}

@@ -106,6 +106,11 @@ func Init(o InitOptions) (InitResult, error) {
 			return InitResult{}, err
 		}
 	}
+	// The CRL, none revoked, for the embedded etcd member to start with
+	// (it reads a later one at each new connection).
+	if _, err := EnsureCRL(o.DataDir, key, now()); err != nil {
+		return InitResult{}, err
+	}
 	ttl := o.TokenTTL
 	if ttl == 0 {
 		ttl = TokenLifetime
@@ -169,7 +174,7 @@ func renewOwn(dataDir string, c Config, ca *x509.Certificate, caKey *ecdsa.Priva
 	if err := writeFile(Path(dataDir, c.Cert), certPEM(der), 0o644); err != nil {
 		return false, err
 	}
-	return true, nil
+	return true, recordIssued(dataDir, der, now)
 }
 
 func create(o InitOptions, key secrets.Key, now time.Time) (Config, error) {
@@ -252,6 +257,9 @@ func create(o InitOptions, key secrets.Key, now time.Time) (Config, error) {
 		if err := writeFile(filepath.Join(d, f.name), f.b, f.perm); err != nil {
 			return Config{}, err
 		}
+	}
+	if err := recordIssued(o.DataDir, hostDER, now); err != nil {
+		return Config{}, err
 	}
 	c := Config{
 		Endpoints: []string{"https://" + o.Advertise}, CA: CACert, Cert: HostCert, Key: HostKey,

@@ -69,6 +69,9 @@ func Sign(dataDir string, key secrets.Key, req apitype.FleetJoinRequest, now tim
 	if err != nil {
 		return none, fmt.Errorf("fleetca: signing: %w", err)
 	}
+	if err := recordIssued(dataDir, der, now); err != nil {
+		return none, err
+	}
 	crt, _ := x509.ParseCertificate(der)
 	return sealGrant(root, r, apitype.FleetJoinGrant{
 		FleetCertificate: apitype.FleetCertificate{

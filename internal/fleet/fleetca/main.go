@@ -39,6 +39,16 @@ const usage = `Usage:
       of the current, still valid certificate (POST /fleet/renew). The
       server is the one joined through, kept in fleet.json. Restart berth
       serve to use the new certificate.
+  berth fleet revoke [--data-dir DIR] [--reason TEXT] HOST-ID
+      On the fleet's first host: revoke every certificate the fleet CA
+      issued to HOST-ID (recorded in <data-dir>/fleet/issued.json) and
+      write the CRL, signed by the CA, to <data-dir>/fleet/crl.pem (and
+      crl.der, the DER etcd reads). The embedded etcd member refuses the
+      host's new connections at once; berth serve on this data dir
+      publishes the CRL in etcd within seconds, and every host's hop
+      refuses the host from then on; its renewals are refused. The host
+      can come back only by joining again with a new token. The running
+      berth does the same on POST /fleet/hosts/ID/revoke.
   berth fleet status [--data-dir DIR]
       Print the fleet configuration and its certificates' expiry.
 `
@@ -62,6 +72,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	dataDir := fs.String("data-dir", def, "berth's data directory, as berth serve --data-dir (BERTH_DATA_DIR)")
 	hostID := fs.String("host-id", "", "this host's id in the fleet; default the one kept in <data-dir>/host-id, made on first use")
 	var run func() error
+	// positional: the command takes one argument (revoke's HOST-ID),
+	// flags before or after it.
+	var positional bool
+	var revokeID string
 	switch args[0] {
 	case "init":
 		adv := fs.String("advertise", "", "HOST:PORT the other hosts reach this host's etcd member at (its client listener)")
@@ -138,6 +152,25 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stdout, "Renewed the certificate of host %s (a new key; good until %s): restart berth serve on %s to use it.\n", r.HostID, r.NotAfter.UTC().Format(time.RFC3339), *dataDir)
 			return nil
 		}
+	case "revoke":
+		reason := fs.String("reason", "", "why, kept with the revocation")
+		positional = true
+		run = func() error {
+			if revokeID == "" {
+				return errors.New("HOST-ID is required: berth fleet revoke [--data-dir DIR] [--reason TEXT] HOST-ID")
+			}
+			key, err := LoadSecretKey(os.Getenv("BERTH_SECRET_KEY"), *dataDir)
+			if err != nil {
+				return err
+			}
+			r, err := Revoke(*dataDir, key, revokeID, *reason, time.Now())
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "Revoked host %s: %d certificate(s) (%d newly): %s\n", r.Host, len(r.Serials), r.Newly, strings.Join(r.Serials, ", "))
+			fmt.Fprintf(stdout, "Wrote the CRL %s; berth serve on %s publishes it to the fleet's hosts.\n", filepath.Join(Dir(*dataDir), CRLFile), *dataDir)
+			return nil
+		}
 	case "status":
 		run = func() error {
 			c, certs, err := Status(*dataDir)
@@ -164,6 +197,15 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 0
 		}
 		return 2
+	}
+	if positional && fs.NArg() > 0 {
+		revokeID = fs.Arg(0)
+		if err := fs.Parse(fs.Args()[1:]); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return 0
+			}
+			return 2
+		}
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "berth fleet %s: unexpected argument %q\n", args[0], fs.Arg(0))

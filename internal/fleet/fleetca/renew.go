@@ -129,6 +129,11 @@ func SignRenewal(dataDir string, key secrets.Key, req apitype.FleetRenewRequest,
 	if err := leaf.CheckSignature(x509.ECDSAWithSHA256, renewMessage(csr.Raw, req.Timestamp), sig); err != nil {
 		return none, refuse("signature: not by the presented certificate's key over this request and timestamp: %v", err)
 	}
+	if revoked, err := IsRevoked(dataDir, leaf.SerialNumber); err != nil {
+		return none, err
+	} else if revoked {
+		return none, refuse("the presented certificate of host %s is revoked (berth fleet revoke): re-join with a new token (berth fleet join --force)", id)
+	}
 	caKey, _, err := LoadCAKey(dataDir, key)
 	if err != nil {
 		return none, err
@@ -136,6 +141,9 @@ func SignRenewal(dataDir string, key secrets.Key, req apitype.FleetRenewRequest,
 	der, err := issue(ca, caKey, csr.PublicKey, id, HostUsages, []string{id}, now)
 	if err != nil {
 		return none, fmt.Errorf("fleetca: signing: %w", err)
+	}
+	if err := recordIssued(dataDir, der, now); err != nil {
+		return none, err
 	}
 	crt, _ := x509.ParseCertificate(der)
 	return apitype.FleetCertificate{

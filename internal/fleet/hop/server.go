@@ -28,6 +28,7 @@ type ServerConfig struct {
 
 // Server is the hop listener's HTTP server.
 type Server struct {
+	c     Config
 	id    string
 	h     http.Handler
 	admin http.Handler
@@ -50,7 +51,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Server{id: c.HostID, h: cfg.Handler, admin: cfg.Admin, log: log}
+	s := &Server{c: c, id: c.HostID, h: cfg.Handler, admin: cfg.Admin, log: log}
 	s.srv = &http.Server{
 		Handler:           s,
 		ReadHeaderTimeout: c.ReadHeaderTimeout,
@@ -74,8 +75,10 @@ func serverTLS(c Config) *tls.Config {
 		// crypto/tls; a peer id is also required of it (a fleet CA
 		// certificate without the host id's SAN is refused).
 		VerifyConnection: func(cs tls.ConnectionState) error {
-			_, err := peerID(&cs)
-			return err
+			if _, err := peerID(&cs); err != nil {
+				return err
+			}
+			return c.checkRevoked(&cs)
 		},
 	}
 }
@@ -100,9 +103,15 @@ func (s *Server) Close() error { return s.srv.Close() }
 // hopped (Origin, X-Berth-Hop).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	origin, err := peerID(r.TLS)
+	if err == nil {
+		// A connection made before the peer's revocation is refused from
+		// its next request on.
+		err = s.c.checkRevoked(r.TLS)
+	}
 	if err != nil {
-		// Unreachable through Serve (the handshake refuses such a peer);
-		// kept for a handler mounted elsewhere.
+		// Through Serve, only a peer revoked since its handshake gets
+		// here (the handshake refuses the others); kept as well for a
+		// handler mounted elsewhere.
 		web.WriteError(s.log, w, r, &web.Error{Status: http.StatusForbidden, Code: "hop_unauthenticated", Message: "hop: the peer is not an authenticated fleet host"})
 		return
 	}

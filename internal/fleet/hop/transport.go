@@ -59,7 +59,19 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeBody(req)
 		return nil, fmt.Errorf("hop: the request URL %q: want https://PEER-HOP-ADDRESS", req.URL.Redacted())
 	}
-	return t.transport(id, req.URL.Host).RoundTrip(req)
+	ht := t.transport(id, req.URL.Host)
+	resp, err := ht.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	// A connection made before the peer's revocation serves no further
+	// request.
+	if rerr := t.c.checkRevoked(resp.TLS); rerr != nil {
+		resp.Body.Close()
+		ht.CloseIdleConnections()
+		return nil, rerr
+	}
+	return resp, nil
 }
 
 func closeBody(r *http.Request) {
@@ -194,7 +206,7 @@ func (c Config) ClientTLS(id string) *tls.Config {
 			if got != id {
 				return fmt.Errorf("hop: dialed host %s, the certificate is host %s's", id, got)
 			}
-			return nil
+			return c.checkRevoked(&cs)
 		},
 	}
 }
