@@ -53,6 +53,17 @@ func startPlacedPair(t *testing.T, shared bool) (a, b *Server) {
 		t.Fatal(err)
 	}
 	b = startHopServer(t, o(d2))
+	// Before the servers close (berth leaves replicas running at a stop,
+	// for the next start to adopt): none of the test's outlives it.
+	t.Cleanup(func() {
+		for _, s := range []*Server{a, b} {
+			d := s.fleet.Driver("process")
+			ins, _ := d.List(context.Background())
+			for _, in := range ins {
+				d.Stop(context.Background(), in.ID, 0)
+			}
+		}
+	})
 	return a, b
 }
 
