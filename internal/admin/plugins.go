@@ -44,10 +44,8 @@ func (a *API) newNamespace(ctx context.Context, ns string) bool {
 	if a.o.Plugins == nil {
 		return false
 	}
-	for _, e := range a.o.Registry.List() {
-		if namespace(e) == ns {
-			return false
-		}
+	if a.o.Registry.HasNamespace(ns) {
+		return false
 	}
 	if a.o.Namespaces != nil {
 		decl, err := a.o.Namespaces.List(ctx)

@@ -1055,6 +1055,23 @@ func (r *Registry) Hosts() []string {
 	return out
 }
 
+// HasNamespace reports whether any deployment is in namespace ns ("" and
+// "default" are the default namespace), without List's copy and sort: a
+// write asks it each time.
+func (r *Registry) HasNamespace(ns string) bool {
+	if ns == "default" {
+		ns = ""
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, e := range r.deps {
+		if n := e.Spec.Namespace; n == ns || n == "default" && ns == "" {
+			return true
+		}
+	}
+	return false
+}
+
 // List returns all deployments sorted by id.
 func (r *Registry) List() []*Entry {
 	r.mu.Lock()

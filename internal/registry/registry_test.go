@@ -519,3 +519,34 @@ func TestAdmitSerialised(t *testing.T) {
 		t.Errorf("%d writes passed and %d deployments are registered, want 3 and 3", ok, r.reg.Len())
 	}
 }
+
+// TestHasNamespace: a namespace has deployments once one is written in it,
+// the default namespace by either of its names, and none after the last
+// is deleted.
+func TestHasNamespace(t *testing.T) {
+	r := newRig(t)
+	ctx := t.Context()
+	if r.reg.HasNamespace("default") || r.reg.HasNamespace("team-a") {
+		t.Fatal("an empty registry has a namespace")
+	}
+	s := static("a1", "a1.example", "127.0.0.1:9")
+	s.Namespace = "team-a"
+	if _, _, err := r.reg.Put(ctx, s, PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if !r.reg.HasNamespace("team-a") || r.reg.HasNamespace("default") || r.reg.HasNamespace("") || r.reg.HasNamespace("team-b") {
+		t.Fatal("HasNamespace after a write in team-a")
+	}
+	if _, _, err := r.reg.Put(ctx, static("d1", "d1.example", "127.0.0.1:9"), PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if !r.reg.HasNamespace("default") || !r.reg.HasNamespace("") {
+		t.Fatal("the default namespace, by either name, after a write in it")
+	}
+	if err := r.reg.Delete(ctx, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	if r.reg.HasNamespace("team-a") {
+		t.Fatal("team-a still has deployments after its last was deleted")
+	}
+}
