@@ -87,7 +87,7 @@ func Guard(cfg GuardConfig, next http.Handler) http.Handler {
 		web.WriteError(cfg.Log, w, r, err)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if viaBerth(r.Header) {
+		if web.ViaBerth(r.Header) {
 			refuse(w, r, web.Errorf(http.StatusForbidden, msgDataPlane))
 			return
 		}
@@ -112,21 +112,6 @@ func Guard(cfg GuardConfig, next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-// viaBerth reports whether h carries berth's hop marker: the X-Berth-Hops
-// header the data plane adds to every request it forwards (package proxy),
-// or a Via header whose value names berth.
-func viaBerth(h http.Header) bool {
-	if len(h.Values("X-Berth-Hops")) > 0 {
-		return true
-	}
-	for _, v := range h.Values("Via") {
-		if strings.Contains(strings.ToLower(v), "berth") {
-			return true
-		}
-	}
-	return false
 }
 
 // splitHost splits a Host value (or an --admin-hosts entry) into a

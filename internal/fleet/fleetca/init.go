@@ -293,16 +293,32 @@ var (
 	ErrTokenExpired = errors.New("the join token has expired: make a new one with berth fleet init on the fleet's first host")
 )
 
-// mu serializes this process's token file changes; withTokens' flock
+// mu serializes this process's token file changes; withJSONFile's flock
 // serializes them with other processes (berth fleet init while berth
 // serve runs).
 var mu sync.Mutex
 
 func withTokens(dataDir string, fn func([]tokenRecord) ([]tokenRecord, error)) error {
+	return withJSONFile(dataDir, TokensFile, &mu, func(recs *[]tokenRecord) (bool, error) {
+		out, err := fn(*recs)
+		if out == nil {
+			return false, err
+		}
+		*recs = out
+		return true, err
+	})
+}
+
+// withJSONFile runs fn on the JSON value of the fleet directory's file
+// name (its zero value when there is none) under mu and a flock on
+// name.lock, so that other processes (berth fleet init or revoke while
+// berth serve runs) wait, and writes it back atomically (0600) when fn
+// says so, returning fn's error after.
+func withJSONFile[T any](dataDir, name string, mu *sync.Mutex, fn func(*T) (write bool, err error)) error {
 	mu.Lock()
 	defer mu.Unlock()
 	d := Dir(dataDir)
-	lf, err := os.OpenFile(filepath.Join(d, TokensFile+".lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	lf, err := os.OpenFile(filepath.Join(d, name+".lock"), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return fmt.Errorf("fleetca: %w", err)
 	}
@@ -311,22 +327,22 @@ func withTokens(dataDir string, fn func([]tokenRecord) ([]tokenRecord, error)) e
 		return fmt.Errorf("fleetca: %w", err)
 	}
 	defer syscall.Flock(int(lf.Fd()), syscall.LOCK_UN)
-	path := filepath.Join(d, TokensFile)
-	var recs []tokenRecord
+	path := filepath.Join(d, name)
+	var v T
 	b, err := os.ReadFile(path)
 	switch {
 	case err == nil:
-		if err := json.Unmarshal(b, &recs); err != nil {
+		if err := json.Unmarshal(b, &v); err != nil {
 			return fmt.Errorf("fleetca: %s: %w", path, err)
 		}
 	case !errors.Is(err, os.ErrNotExist):
 		return fmt.Errorf("fleetca: %w", err)
 	}
-	out, ferr := fn(recs)
-	if out == nil {
+	write, ferr := fn(&v)
+	if !write {
 		return ferr
 	}
-	b, err = json.MarshalIndent(out, "", "  ")
+	b, err = json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}

@@ -4,7 +4,6 @@ import (
 	"crypto/ecdsa"
 	"crypto/rand"
 	"crypto/x509"
-	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -13,7 +12,6 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/berth-dev/berth/internal/secrets"
@@ -55,40 +53,12 @@ var issuedMu sync.Mutex
 
 // withIssued runs fn on the record under this process's lock and a flock
 // on IssuedFile.lock (berth fleet revoke while berth serve signs), and
-// writes what fn changed (write true) atomically.
+// writes what fn changed (write true, no error) atomically.
 func withIssued(dataDir string, fn func(*issuedFile) (write bool, err error)) error {
-	issuedMu.Lock()
-	defer issuedMu.Unlock()
-	d := Dir(dataDir)
-	lf, err := os.OpenFile(filepath.Join(d, IssuedFile+".lock"), os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return fmt.Errorf("fleetca: %w", err)
-	}
-	defer lf.Close()
-	if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX); err != nil {
-		return fmt.Errorf("fleetca: %w", err)
-	}
-	defer syscall.Flock(int(lf.Fd()), syscall.LOCK_UN)
-	path := filepath.Join(d, IssuedFile)
-	var rec issuedFile
-	b, err := os.ReadFile(path)
-	switch {
-	case err == nil:
-		if err := json.Unmarshal(b, &rec); err != nil {
-			return fmt.Errorf("fleetca: %s: %w", path, err)
-		}
-	case !errors.Is(err, os.ErrNotExist):
-		return fmt.Errorf("fleetca: %w", err)
-	}
-	write, ferr := fn(&rec)
-	if ferr != nil || !write {
-		return ferr
-	}
-	b, err = json.MarshalIndent(rec, "", "  ")
-	if err != nil {
-		return err
-	}
-	return writeFile(path, append(b, '\n'), 0o600)
+	return withJSONFile(dataDir, IssuedFile, &issuedMu, func(f *issuedFile) (bool, error) {
+		write, err := fn(f)
+		return write && err == nil, err
+	})
 }
 
 // recordIssued appends the certificate der to IssuedFile.

@@ -39,12 +39,7 @@ func NewAdminForwarder(t *Transport, self string, retryAfter time.Duration, log 
 	f.rp = &httputil.ReverseProxy{
 		Transport: t,
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.Out.URL.Scheme, pr.Out.URL.Host = "https", pr.In.URL.Host
-			pr.Out.Host = pr.In.Host
-			if prior := pr.In.Header.Values("X-Forwarded-For"); len(prior) > 0 {
-				pr.Out.Header["X-Forwarded-For"] = prior
-			}
-			pr.SetXForwarded()
+			rewriteToPeer(pr)
 			f.mark(pr.Out.Header, pr.In.RemoteAddr)
 		},
 		// Exec output, facts streams and the terminal are relayed as

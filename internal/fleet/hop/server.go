@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 
 	"github.com/berth-dev/berth/internal/web"
 )
@@ -124,7 +123,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r.Header.Del(UngatedHeader)
 	r.Header.Set(Header, origin)
 	ctx := WithOrigin(r.Context(), origin)
-	if s.admin != nil && marked != "" && marked == origin && !viaDataPlane(r.Header) {
+	if s.admin != nil && marked != "" && marked == origin && !web.ViaBerth(r.Header) {
 		if _, _, err := net.SplitHostPort(client); err == nil {
 			r.RemoteAddr = client
 		}
@@ -135,22 +134,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.h.ServeHTTP(w, r.WithContext(ctx))
-}
-
-// viaDataPlane reports whether a request passed through berth's data
-// plane on its way here: the X-Berth-Hops header the proxy adds to every
-// request it forwards, or a Via naming berth. Such a request is never an
-// admin request, whatever it carries.
-func viaDataPlane(h http.Header) bool {
-	if len(h.Values("X-Berth-Hops")) > 0 {
-		return true
-	}
-	for _, v := range h.Values("Via") {
-		if strings.Contains(strings.ToLower(v), "berth") {
-			return true
-		}
-	}
-	return false
 }
 
 type adminKey struct{}

@@ -123,6 +123,18 @@ type Forwarder struct {
 	rp  *httputil.ReverseProxy
 }
 
+// rewriteToPeer is the part of a forwarded request's rewrite both
+// forwarders share: to the peer's hop listener over https, the Host kept,
+// X-Forwarded-For extended with the client's address.
+func rewriteToPeer(pr *httputil.ProxyRequest) {
+	pr.Out.URL.Scheme, pr.Out.URL.Host = "https", pr.In.URL.Host
+	pr.Out.Host = pr.In.Host
+	if prior := pr.In.Header.Values("X-Forwarded-For"); len(prior) > 0 {
+		pr.Out.Header["X-Forwarded-For"] = prior
+	}
+	pr.SetXForwarded()
+}
+
 // NewForwarder makes a Forwarder over t; log (default slog.Default())
 // receives the failed relays.
 func NewForwarder(t *Transport, log *slog.Logger) *Forwarder {
@@ -133,12 +145,7 @@ func NewForwarder(t *Transport, log *slog.Logger) *Forwarder {
 	f.rp = &httputil.ReverseProxy{
 		Transport: t,
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.Out.URL.Scheme, pr.Out.URL.Host = "https", pr.In.URL.Host
-			pr.Out.Host = pr.In.Host
-			if prior := pr.In.Header.Values("X-Forwarded-For"); len(prior) > 0 {
-				pr.Out.Header["X-Forwarded-For"] = prior
-			}
-			pr.SetXForwarded()
+			rewriteToPeer(pr)
 			pr.Out.Header.Del(Header)
 			pr.Out.Header.Del(AdminHeader)
 			pr.Out.Header.Del(ClientHeader)
